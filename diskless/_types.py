@@ -1,0 +1,99 @@
+"""Kafka vocabulary shared by every module: partitions, error codes, isolation and time types."""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic; a tuple so that it hashes and compares cheaply as a dict key."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka's numeric error codes, as they appear in protocol responses."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    RECORD_LIST_TOO_LARGE = 18
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
+    TRANSACTION_ABORTABLE = 120
+
+    @property
+    def retriable(self) -> bool:
+        """Whether a Kafka client retries a request that failed with this code."""
+        return self in _RETRIABLE
+
+
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+class TimestampType(enum.IntEnum):
+    """A topic's `message.timestamp.type`: who sets a record's timestamp."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class IsolationLevel(enum.IntEnum):
+    """A fetch's isolation: READ_COMMITTED stops at the last stable offset."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+class OffsetSpec(enum.IntEnum):
+    """ListOffsets sentinels; any timestamp >= 0 is a lookup by time instead."""
+
+    MAX_TIMESTAMP = -3
+    EARLIEST = -2
+    LATEST = -1
+
+
+class ControlType(enum.IntEnum):
+    """The type of a transaction marker, as written in a control record's key."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_TIMESTAMP = -1

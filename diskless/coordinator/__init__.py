@@ -1,0 +1,41 @@
+"""The batch coordinator: its contract and its backends."""
+
+from diskless.coordinator._api import (
+    BatchCoordinator,
+    BatchInfo,
+    CommitBatch,
+    CommitBatchResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileInfo,
+    FileState,
+    FileStats,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProducerSnapshot,
+    RetentionResult,
+    TopicConfig,
+    TopicDescription,
+)
+
+__all__ = [
+    "BatchCoordinator",
+    "BatchInfo",
+    "CommitBatch",
+    "CommitBatchResult",
+    "DeleteRecordsRequest",
+    "DeleteRecordsResponse",
+    "FileInfo",
+    "FileState",
+    "FileStats",
+    "FindBatchesRequest",
+    "FindBatchesResponse",
+    "ListOffsetsRequest",
+    "ListOffsetsResponse",
+    "ProducerSnapshot",
+    "RetentionResult",
+    "TopicConfig",
+    "TopicDescription",
+]

@@ -1,0 +1,270 @@
+"""The batch coordinator's contract: the operations, and the values crossing it.
+
+Every batch-in operation is batch-out: `responses[i]` answers `requests[i]`, and a response list
+always has exactly the length of its request list. Protocol outcomes are `ErrorCode` values in the
+responses; exceptions (`diskless.errors.CoordinatorError`) mean the backing store failed.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+
+import msgspec
+
+from diskless._types import (
+    ControlType,
+    ErrorCode,
+    IsolationLevel,
+    TimestampType,
+    TopicPartition,
+)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+
+class TopicConfig(msgspec.Struct, frozen=True):
+    """Per-topic settings the coordinator and the broker enforce. -1 means unlimited."""
+
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+
+class TopicDescription(msgspec.Struct, frozen=True):
+    name: str
+    partitions: int
+    config: TopicConfig
+
+
+class CommitBatch(msgspec.Struct, frozen=True):
+    """A validated client batch placed at [byte_offset, byte_offset + size) of an uploaded object.
+
+    The header fields are copied from the batch so that the coordinator never reads object bytes.
+    """
+
+    topic_partition: TopicPartition
+    byte_offset: int
+    size: int
+    record_count: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool = False
+
+
+class CommitBatchResult(msgspec.Struct, frozen=True):
+    """The outcome of one CommitBatch. A duplicate is success with the original offsets."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    duplicate: bool = False
+
+
+class BatchInfo(msgspec.Struct, frozen=True):
+    """Where a committed batch lives and which offsets it holds.
+
+    A transaction marker exists only as metadata: `control` is set, `object_key` is empty and
+    the read path synthesizes the control batch from these fields.
+    """
+
+    object_key: str
+    byte_offset: int
+    size: int
+    base_offset: int
+    last_offset: int
+    timestamp_type: TimestampType
+    log_append_time: int
+    max_timestamp: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    control: ControlType | None = None
+    coordinator_epoch: int = 0
+
+
+class FindBatchesRequest(msgspec.Struct, frozen=True):
+    topic_partition: TopicPartition
+    offset: int
+    max_bytes: int
+
+
+class FindBatchesResponse(msgspec.Struct, frozen=True):
+    error: ErrorCode
+    batches: list[BatchInfo]
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+
+
+class ListOffsetsRequest(msgspec.Struct, frozen=True):
+    topic_partition: TopicPartition
+    timestamp: int
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+
+
+class ListOffsetsResponse(msgspec.Struct, frozen=True):
+    error: ErrorCode
+    offset: int = -1
+    timestamp: int = -1
+
+
+class DeleteRecordsRequest(msgspec.Struct, frozen=True):
+    topic_partition: TopicPartition
+    offset: int
+
+
+class DeleteRecordsResponse(msgspec.Struct, frozen=True):
+    error: ErrorCode
+    low_watermark: int = -1
+
+
+class RetentionResult(msgspec.Struct, frozen=True):
+    """What one bounded retention pass removed; `more` means another pass has work left."""
+
+    batches_deleted: int
+    bytes_deleted: int
+    more: bool
+
+
+class FileState(enum.Enum):
+    LIVE = "live"
+    """Committed and referenced by at least one live batch."""
+    UNREFERENCED = "unreferenced"
+    """Committed, but every batch in it was deleted (retention, delete-records, topic deletion)."""
+    CONDEMNED = "condemned"
+    """Never committed; registered as an orphan, so any later commit of it is rejected."""
+
+
+class FileInfo(msgspec.Struct, frozen=True):
+    key: str
+    state: FileState
+    size: int
+    since_ms: int
+    """When the file entered its current state (commit, last batch deleted, or condemnation)."""
+
+
+class FileStats(msgspec.Struct, frozen=True):
+    live_objects: int
+    live_bytes: int
+    unreferenced_objects: int
+    unreferenced_bytes: int
+    condemned_objects: int
+    condemned_bytes: int
+
+
+class ProducerSnapshot(msgspec.Struct, frozen=True):
+    """The producer state of one producer on one partition, for tests and tools."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int | None
+    retained_batches: list[tuple[int, int, int, int]]
+    """(first_sequence, last_sequence, first_offset, last_offset), oldest first."""
+
+
+class BatchCoordinator(abc.ABC):
+    """Sequences batches from all brokers: assigns offsets and enforces producer rules."""
+
+    # --- topics -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def create_topic(
+        self, name: str, partitions: int, config: TopicConfig | None = None
+    ) -> bool:
+        """Create a topic; False (and no change) if it already exists."""
+
+    @abc.abstractmethod
+    async def create_partitions(self, name: str, total_partitions: int) -> None:
+        """Grow a topic to `total_partitions`; ValueError if that would shrink it."""
+
+    @abc.abstractmethod
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        """Describe the named topics (all topics when None); unknown names are omitted."""
+
+    @abc.abstractmethod
+    async def delete_topics(self, names: Sequence[str]) -> None:
+        """Delete topics and all their batches; their files may become unreferenced."""
+
+    # --- brokers ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def register_broker(self, broker_id: int) -> int:
+        """Hand out the next broker epoch for `broker_id`, fencing every older incarnation."""
+
+    # --- the write path -----------------------------------------------------------------------
+    @abc.abstractmethod
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        """Commit one uploaded object's batches atomically; `result[i]` answers `batches[i]`.
+
+        Raises BrokerFencedError for a stale epoch and ObjectKeyConflictError for a key already
+        committed or condemned; in both cases nothing is recorded.
+        """
+
+    # --- the read path ------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def find_batches(
+        self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+    ) -> list[FindBatchesResponse]:
+        """Batches from each requested offset, within per-partition and total byte budgets."""
+
+    @abc.abstractmethod
+    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
+        """Kafka ListOffsets: EARLIEST, LATEST, MAX_TIMESTAMP or the first offset at a time."""
+
+    # --- deletion -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def delete_records(
+        self, requests: Sequence[DeleteRecordsRequest]
+    ) -> list[DeleteRecordsResponse]:
+        """Advance log start offsets (Kafka DeleteRecords)."""
+
+    @abc.abstractmethod
+    async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
+        """Apply time and size retention, deleting at most `max_batches` batches in this call."""
+
+    # --- object lifecycle ---------------------------------------------------------------------
+    @abc.abstractmethod
+    async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
+        """Mark never-committed keys as orphans so that their commit can no longer succeed.
+
+        Returns the keys that are (now or already) condemned; committed keys are left alone.
+        """
+
+    @abc.abstractmethod
+    async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
+        """Unreferenced or condemned files whose state is older than `older_than_ms` (epoch ms)."""
+
+    @abc.abstractmethod
+    async def forget_files(self, keys: Sequence[str]) -> None:
+        """Drop deleted files from the coordinator's books (live files are never dropped)."""
+
+    @abc.abstractmethod
+    async def file_info(self, keys: Sequence[str]) -> list[FileInfo | None]:
+        """What the coordinator knows of each key, None when it has never heard of it."""
+
+    @abc.abstractmethod
+    async def file_stats(self) -> FileStats:
+        """Counts and bytes of files per state."""
+
+    # --- inspection ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
+        """The retained producer state on a partition, ordered by producer id."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; the coordinator is unusable afterwards."""

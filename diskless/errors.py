@@ -1,0 +1,79 @@
+"""Exceptions for infrastructure failures.
+
+Protocol outcomes (a duplicate, an out-of-order sequence, a corrupt batch) are *values*: an
+`ErrorCode` in a per-partition result. Exceptions are reserved for failures of the machinery
+underneath, which callers turn into retriable Kafka errors. Third-party errors (botocore,
+sqlite3, OSError) are translated at the boundary where they occur and never leak.
+
+    DisklessError
+    ├── StorageError                  object storage failed; retriable
+    │   ├── ObjectNotFoundError       the key does not exist
+    │   ├── InvalidRangeError         a ranged read outside the object
+    │   └── StorageTimeoutError       an operation exceeded its deadline
+    ├── CoordinatorError              the batch coordinator failed; retriable
+    │   ├── CoordinatorUnavailableError   the backing store is busy, locked or broken
+    │   ├── CommitOutcomeUnknownError     a commit may or may not have been applied
+    │   ├── BrokerFencedError             the broker epoch is stale (a zombie broker)
+    │   └── ObjectKeyConflictError        the object was already committed or condemned
+    └── BrokerClosedError             the broker is shut down and takes no more work
+"""
+
+from __future__ import annotations
+
+
+class DisklessError(Exception):
+    """Base of every exception this library raises on purpose."""
+
+    retriable: bool = False
+
+
+class StorageError(DisklessError):
+    """Object storage failed; the operation may succeed if retried."""
+
+    retriable = True
+
+
+class ObjectNotFoundError(StorageError):
+    """The requested object key does not exist."""
+
+    retriable = False
+
+
+class InvalidRangeError(StorageError):
+    """A ranged read asked for bytes outside the object."""
+
+    retriable = False
+
+
+class StorageTimeoutError(StorageError):
+    """An object-storage operation did not finish before its deadline."""
+
+
+class CoordinatorError(DisklessError):
+    """The batch coordinator failed; nothing was committed unless stated otherwise."""
+
+    retriable = True
+
+
+class CoordinatorUnavailableError(CoordinatorError):
+    """The coordinator's backing store is busy, locked or failing."""
+
+
+class CommitOutcomeUnknownError(CoordinatorError):
+    """A commit's result was lost: it may or may not have been applied."""
+
+
+class BrokerFencedError(CoordinatorError):
+    """The commit carried a stale broker epoch; a newer incarnation of the broker exists."""
+
+    retriable = False
+
+
+class ObjectKeyConflictError(CoordinatorError):
+    """The object key was already committed, or was condemned as an orphan and may be deleted."""
+
+    retriable = False
+
+
+class BrokerClosedError(DisklessError):
+    """The broker was closed; the request was not accepted."""

@@ -1,0 +1,1 @@
+"""Producer-state and transaction rules, shared by every coordinator backend."""

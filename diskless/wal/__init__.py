@@ -1,0 +1,1 @@
+"""The write pipeline: shared WAL segments, uploads and ordered commits."""
