@@ -51,14 +51,16 @@ class ManualClock:
         self._sequence = itertools.count()
 
     def now_ms(self) -> int:
-        return int(round(self._now * 1000))
+        return round(self._now * 1000)
 
     def monotonic(self) -> float:
         return self._now
 
     async def sleep(self, seconds: float) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self._now + max(0.0, seconds), next(self._sequence), future))
+        heapq.heappush(
+            self._sleepers, (self._now + max(0.0, seconds), next(self._sequence), future)
+        )
         await future
 
     def next_deadline(self) -> float | None:

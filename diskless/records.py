@@ -183,7 +183,9 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     return (base_sequence + last_offset_delta) % (SEQUENCE_MAX + 1)
 
 
-def parse_batch(data: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader | InvalidBatch:
+def parse_batch(
+    data: bytes | bytearray | memoryview, position: int = 0
+) -> BatchHeader | InvalidBatch:
     """Frame the batch starting at `position`: length, truncation, magic. CRC is not checked."""
     buffer = data if isinstance(data, memoryview) else memoryview(data)
     remaining = len(buffer) - position
@@ -255,9 +257,7 @@ def validate_client_batch(header: BatchHeader, max_message_bytes: int) -> Invali
             ErrorCode.INVALID_TIMESTAMP, "producers may not set the LogAppendTime attribute"
         )
     if header.has_producer_id and header.base_sequence < 0:
-        return InvalidBatch(
-            ErrorCode.INVALID_RECORD, "idempotent batch without a base sequence"
-        )
+        return InvalidBatch(ErrorCode.INVALID_RECORD, "idempotent batch without a base sequence")
     if header.is_transactional and not header.has_producer_id:
         return InvalidBatch(ErrorCode.INVALID_RECORD, "transactional batch without a producer id")
     return None
@@ -298,7 +298,9 @@ def set_log_append_time(batch: bytearray | memoryview, append_time: int, positio
     _INT16.pack_into(view, position + _ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_BIT)
     _INT64.pack_into(view, position + _MAX_TIMESTAMP_AT, append_time)
     end = position + length + LOG_OVERHEAD
-    _UINT32.pack_into(view, position + _CRC_AT, crc32c.crc32c(view[position + _ATTRIBUTES_AT : end]))
+    _UINT32.pack_into(
+        view, position + _CRC_AT, crc32c.crc32c(view[position + _ATTRIBUTES_AT : end])
+    )
 
 
 def _zigzag_varint(value: int) -> bytes:
@@ -360,5 +362,7 @@ def build_control_batch(
         + record
     )
     length = HEADER_SIZE - LOG_OVERHEAD + len(record)
-    prefix = struct.pack(">qiibI", base_offset, length, partition_leader_epoch, MAGIC, crc32c.crc32c(after_crc))
+    prefix = struct.pack(
+        ">qiibI", base_offset, length, partition_leader_epoch, MAGIC, crc32c.crc32c(after_crc)
+    )
     return prefix + after_crc
