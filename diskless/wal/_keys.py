@@ -1,0 +1,35 @@
+"""WAL object names: a zero-padded creation time first, so that key order is time order.
+
+The file manager relies on that order to list only what it has not reconciled yet
+(`start_after` a key of a given age) instead of the whole prefix.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Final
+
+DEFAULT_OBJECT_PREFIX: Final = "wal/"
+_TIME_DIGITS: Final = 13
+_KEY_PATTERN: Final = re.compile(r"(\d{13})-b(\d+)-([0-9a-f]+)\.wal")
+
+
+def new_object_key(prefix: str, created_ms: int, broker_id: int, suffix: str | None = None) -> str:
+    """A fresh, unique key `{prefix}{created_ms:013d}-b{broker_id}-{suffix}.wal`."""
+    assert 0 <= created_ms < 10**_TIME_DIGITS, created_ms
+    tail = suffix if suffix is not None else secrets.token_hex(8)
+    return f"{prefix}{created_ms:0{_TIME_DIGITS}d}-b{broker_id}-{tail}.wal"
+
+
+def object_key_time_ms(key: str, prefix: str) -> int | None:
+    """The creation time encoded in a WAL key, or None for a key this library did not make."""
+    if not key.startswith(prefix):
+        return None
+    match = _KEY_PATTERN.fullmatch(key, len(prefix))
+    return int(match.group(1)) if match else None
+
+
+def object_key_floor(prefix: str, created_ms: int) -> str:
+    """A key that sorts before every key created at or after `created_ms` (for `start_after`)."""
+    return f"{prefix}{max(0, created_ms):0{_TIME_DIGITS}d}"
