@@ -177,17 +177,33 @@ class BatchHeader:
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
-    """Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap modulo 2^31."""
+    """Kafka's `DefaultRecordBatch.incrementSequence`: past 2147483647 the sequence wraps to 0.
+
+    Written as Kafka writes it, not as `% 2**31`: the two differ for a negative base sequence
+    other than -1 (possible in a batch without a producer id), where Kafka simply adds.
+    """
     if base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
-    return (base_sequence + last_offset_delta) % (SEQUENCE_MAX + 1)
+    if base_sequence > SEQUENCE_MAX - last_offset_delta:
+        return last_offset_delta - (SEQUENCE_MAX - base_sequence) - 1
+    return base_sequence + last_offset_delta
+
+
+def _byte_view(data: bytes | bytearray | memoryview) -> memoryview:
+    """A flat view of unsigned bytes, so that lengths, indexing and slices count bytes."""
+    view = data if isinstance(data, memoryview) else memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
 
 
 def parse_batch(
     data: bytes | bytearray | memoryview, position: int = 0
 ) -> BatchHeader | InvalidBatch:
     """Frame the batch starting at `position`: length, truncation, magic. CRC is not checked."""
-    buffer = data if isinstance(data, memoryview) else memoryview(data)
+    buffer = _byte_view(data)
+    if position < 0:
+        return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"negative batch position {position}")
     remaining = len(buffer) - position
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
         return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"{remaining} bytes cannot hold a batch")
@@ -209,7 +225,7 @@ def parse_batch(
 
 def split_batches(data: bytes | bytearray | memoryview) -> list[BatchHeader] | InvalidBatch:
     """Frame every batch of a record set; the first framing error condemns the whole set."""
-    buffer = data if isinstance(data, memoryview) else memoryview(data)
+    buffer = _byte_view(data)
     headers: list[BatchHeader] = []
     position = 0
     while position < len(buffer):
