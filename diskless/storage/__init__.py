@@ -1,5 +1,26 @@
-"""Object stores: the interface and its backends."""
+"""Object stores: the interface, its backends, and wrappers for retries and fault injection."""
 
 from diskless.storage._base import ListPage, ObjectInfo, ObjectStore
+from diskless.storage._faulty import Fault, FaultyObjectStore, StoreOp
+from diskless.storage._local import LocalObjectStore
+from diskless.storage._memory import MemoryObjectStore
+from diskless.storage._retry import RetryingObjectStore
+from diskless.storage._s3 import S3ObjectStore
+from diskless.storage._stats import StoreStats
 
-__all__ = ["ListPage", "ObjectInfo", "ObjectStore"]
+__all__ = [
+    # the interface
+    "ListPage",
+    "ObjectInfo",
+    "ObjectStore",
+    "StoreStats",
+    # backends
+    "LocalObjectStore",
+    "MemoryObjectStore",
+    "S3ObjectStore",
+    # wrappers
+    "Fault",
+    "FaultyObjectStore",
+    "RetryingObjectStore",
+    "StoreOp",
+]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import msgspec
+
+from diskless.storage._stats import StatsCounter, StoreStats
+
+LIST_PAGE_LIMIT_MAX = 1000  # S3 never returns more per ListObjectsV2 page
+DELETE_KEYS_MAX = 1000  # S3 DeleteObjects takes at most this many keys per request
 
 
 class ObjectInfo(msgspec.Struct, frozen=True):
@@ -26,9 +31,14 @@ class ListPage(msgspec.Struct, frozen=True):
 class ObjectStore(abc.ABC):
     """Async object storage as the WAL and the read path need it.
 
-    Keys are '/'-separated strings. Every method raises only `diskless.errors.StorageError`
-    subclasses; backends translate their own errors at this boundary.
+    Keys are '/'-separated strings (see `diskless.storage._keys.validate_key`; invalid keys raise
+    ValueError). Every method raises only `diskless.errors.StorageError` subclasses for storage
+    failures; backends translate their own errors at this boundary.
+
+    Empty objects are allowed: `get` returns b"", and every ranged read of one is invalid.
     """
+
+    _stats_counter: StatsCounter | None = None
 
     @abc.abstractmethod
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
@@ -40,11 +50,18 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        """Read bytes [start, end) of an object; InvalidRangeError unless 0 <= start < end <= size."""
+        """Read bytes [start, end) of an object.
+
+        InvalidRangeError unless 0 <= start < end <= size.
+        """
 
     @abc.abstractmethod
     async def list_page(
-        self, prefix: str, token: str | None = None, limit: int = 1000, start_after: str | None = None
+        self,
+        prefix: str,
+        token: str | None = None,
+        limit: int = 1000,
+        start_after: str | None = None,
     ) -> ListPage:
         """List up to `limit` objects under `prefix` in key order, after `start_after` if given."""
 
@@ -54,3 +71,31 @@ class ObjectStore(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release connections; the store is unusable afterwards."""
+
+    async def list_all(
+        self, prefix: str, start_after: str | None = None, page_size: int = LIST_PAGE_LIMIT_MAX
+    ) -> AsyncIterator[ObjectInfo]:
+        """Every object under `prefix` in key order, one page in memory at a time (GC scans)."""
+        token: str | None = None
+        while True:
+            page = await self.list_page(
+                prefix, token=token, limit=page_size, start_after=start_after
+            )
+            for info in page.objects:
+                yield info
+            if page.next_token is None:
+                return
+            token = page.next_token
+
+    def stats(self) -> StoreStats:
+        """Requests and bytes since creation, for the benchmarks' cost model.
+
+        Wrappers report their inner store's counters: what reached storage is what is billed.
+        """
+        return self._counters.snapshot()
+
+    @property
+    def _counters(self) -> StatsCounter:
+        if self._stats_counter is None:
+            self._stats_counter = StatsCounter()
+        return self._stats_counter

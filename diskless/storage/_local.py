@@ -1,0 +1,242 @@
+"""A filesystem-backed object store: durable objects without a network, for tests and laptops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from diskless.errors import ObjectNotFoundError, StorageError
+from diskless.storage._base import (
+    DELETE_KEYS_MAX,
+    LIST_PAGE_LIMIT_MAX,
+    ListPage,
+    ObjectInfo,
+    ObjectStore,
+)
+from diskless.storage._keys import (
+    check_list_limit,
+    check_range_within,
+    listing_floor,
+    validate_key,
+    validate_prefix,
+)
+
+logger = logging.getLogger(__name__)
+
+TEMP_MARKER = ".diskless-tmp-"  # names starting with this are writes in progress, never objects
+WRITE_CHUNK_BYTES_MAX = 1 << 20  # bound each os.write so huge objects need no second buffer
+
+_ABSENT = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    """Write every byte; os.write may write less than asked."""
+    offset = 0
+    while offset < len(data):
+        offset += os.write(fd, data[offset : offset + WRITE_CHUNK_BYTES_MAX])
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a directory entry change (create, rename, unlink) survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalObjectStore(ObjectStore):
+    """Each object is one file under `root`, its key's segments being directories.
+
+    Writes go to a temp file in the target directory, are fsynced, then renamed over the key
+    and the directory is fsynced: readers and a crash see the old object or the new one, never a
+    torn one. `durable=False` skips the fsyncs (benchmarks of everything but the disk).
+    Blocking I/O runs in worker threads so the event loop keeps serving.
+
+    Limits: a key cannot also be a directory of other keys (`a/b` and `a/b/c`), which S3 allows;
+    such a put raises StorageError. Temp files left by a crash stay on disk but are never listed.
+    Empty directories left by deletes are kept (a few per prefix; removing them races with puts).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
+        self._root = Path(root).absolute()
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._durable = durable
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        path = self._path(key)
+        view = memoryview(data).cast("B")
+        self._counters.put(view.nbytes)
+        try:
+            await asyncio.to_thread(self._put_sync, path, view)
+        except OSError as exc:
+            raise StorageError(f"local put {key!r} failed: {exc.strerror or exc}") from exc
+
+    async def get(self, key: str) -> bytes:
+        path = self._path(key)
+        self._counters.get()
+        try:
+            blob = await asyncio.to_thread(path.read_bytes)
+        except _ABSENT:
+            raise ObjectNotFoundError(f"no object {key!r}") from None
+        except OSError as exc:
+            raise StorageError(f"local get {key!r} failed: {exc.strerror or exc}") from exc
+        self._counters.bytes_read(len(blob))
+        return blob
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        path = self._path(key)
+        self._counters.ranged_get()
+        try:
+            chunk = await asyncio.to_thread(self._get_range_sync, key, path, start, end)
+        except _ABSENT:
+            raise ObjectNotFoundError(f"no object {key!r}") from None
+        except OSError as exc:
+            raise StorageError(f"local get {key!r} failed: {exc.strerror or exc}") from exc
+        self._counters.bytes_read(len(chunk))
+        return chunk
+
+    async def list_page(
+        self,
+        prefix: str,
+        token: str | None = None,
+        limit: int = 1000,
+        start_after: str | None = None,
+    ) -> ListPage:
+        validate_prefix(prefix)
+        check_list_limit(limit, LIST_PAGE_LIMIT_MAX)
+        directory, _, name_prefix = prefix.rpartition("/")
+        if any(s.startswith(TEMP_MARKER) for s in prefix.split("/")):
+            return ListPage(objects=[], next_token=None)
+        self._counters.list()
+        floor = listing_floor(token, start_after)
+        try:
+            objects, more = await asyncio.to_thread(
+                self._list_sync, directory, name_prefix, floor, limit
+            )
+        except OSError as exc:
+            raise StorageError(f"local list {prefix!r} failed: {exc.strerror or exc}") from exc
+        return ListPage(objects=objects, next_token=objects[-1].key if more else None)
+
+    async def delete_many(self, keys: Sequence[str]) -> list[str]:
+        paths = {key: self._path(key) for key in keys}
+        self._counters.delete(len(paths), requests=-(-len(paths) // DELETE_KEYS_MAX))
+        try:
+            await asyncio.to_thread(self._delete_sync, list(paths.values()))
+        except OSError as exc:
+            raise StorageError(f"local delete failed: {exc.strerror or exc}") from exc
+        return list(paths)
+
+    def _path(self, key: str) -> Path:
+        validate_key(key)
+        segments = key.split("/")
+        if any(segment.startswith(TEMP_MARKER) for segment in segments):
+            raise ValueError(f"object key segments may not start with {TEMP_MARKER!r}: {key!r}")
+        path = self._root.joinpath(*segments)
+        assert path.is_relative_to(self._root)
+        return path
+
+    def _put_sync(self, path: Path, data: memoryview) -> None:
+        self._make_dirs(path.parent)
+        fd, temp_name = tempfile.mkstemp(prefix=TEMP_MARKER, dir=path.parent)
+        try:
+            try:
+                _write_all(fd, data)
+                if self._durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp_name)
+            raise
+        if self._durable:
+            _fsync_dir(path.parent)
+
+    def _make_dirs(self, directory: Path) -> None:
+        """Create missing directories top-down, fsyncing each parent so new ones persist."""
+        missing: list[Path] = []
+        while directory != self._root and not directory.is_dir():
+            missing.append(directory)
+            directory = directory.parent
+        for path in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                path.mkdir()
+            if self._durable:
+                _fsync_dir(path.parent)
+
+    @staticmethod
+    def _get_range_sync(key: str, path: Path, start: int, end: int) -> bytes:
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            check_range_within(key, start, end, size)
+            file.seek(start)
+            chunk = file.read(end - start)
+        if len(chunk) != end - start:  # the file shrank under us: it cannot, objects are replaced
+            raise StorageError(f"short read of {key!r}: {len(chunk)} of {end - start} bytes")
+        return chunk
+
+    def _list_sync(
+        self, directory: str, name_prefix: str, floor: str | None, limit: int
+    ) -> tuple[list[ObjectInfo], bool]:
+        start = self._root.joinpath(*directory.split("/")) if directory else self._root
+        key_prefix = directory + "/" if directory else ""
+        objects: list[ObjectInfo] = []
+        for info in self._walk(start, key_prefix, name_prefix, floor):
+            if len(objects) == limit:
+                return objects, True
+            objects.append(info)
+        return objects, False
+
+    def _walk(
+        self, directory: Path, key_prefix: str, name_prefix: str, floor: str | None
+    ) -> Iterator[ObjectInfo]:
+        """Objects in key order: a directory sorts as 'name/', which is where its keys sort."""
+        try:
+            with os.scandir(directory) as entries:
+                found = [
+                    (key_prefix + entry.name + ("/" if is_dir else ""), is_dir, entry)
+                    for entry in entries
+                    if entry.name.startswith(name_prefix) and not entry.name.startswith(TEMP_MARKER)
+                    for is_dir in (entry.is_dir(follow_symlinks=False),)
+                    if is_dir or entry.is_file(follow_symlinks=False)
+                ]
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        found.sort(key=lambda item: item[0])
+        for name, is_dir, entry in found:
+            if is_dir:
+                # Skip a subtree whose keys all sort at or before the floor.
+                if floor is not None and name < floor and not floor.startswith(name):
+                    continue
+                yield from self._walk(Path(entry.path), name, "", floor)
+            elif floor is None or name > floor:
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # deleted while we listed
+                    continue
+                yield ObjectInfo(
+                    key=name, size=stat.st_size, last_modified_ms=stat.st_mtime_ns // 1_000_000
+                )
+
+    def _delete_sync(self, paths: list[Path]) -> None:
+        touched: set[Path] = set()
+        for path in paths:
+            try:
+                path.unlink()
+            except _ABSENT:
+                continue
+            touched.add(path.parent)
+        if self._durable:
+            for directory in touched:
+                _fsync_dir(directory)

@@ -1,0 +1,60 @@
+"""A real S3 HTTP endpoint (moto's server mode) for any test package to run stores against.
+
+with running_s3_server() as endpoint_url:
+    bucket = await create_bucket(endpoint_url)
+    store = S3ObjectStore(bucket, endpoint_url=endpoint_url, **S3_CREDENTIALS)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from aiobotocore.session import AioSession
+from moto.server import ThreadedMotoServer
+
+REGION = "us-east-1"
+# Dummy credentials: moto accepts any; explicit so no test depends on the environment.
+S3_CREDENTIALS: dict[str, str] = {
+    "region": REGION,
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+}
+
+
+@contextlib.contextmanager
+def running_s3_server() -> Iterator[str]:
+    """Start moto on 127.0.0.1 on a free port; yield its endpoint URL; stop it on exit."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+        wsgi = server._server  # stop() shuts the loop down but leaves the socket open
+        if wsgi is not None:
+            wsgi.server_close()
+
+
+@contextlib.asynccontextmanager
+async def s3_client(endpoint_url: str) -> Any:
+    """A raw aiobotocore client, for test set-up and for looking behind a store's back."""
+    async with AioSession().create_client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=REGION,
+        aws_access_key_id=S3_CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=S3_CREDENTIALS["aws_secret_access_key"],
+    ) as client:
+        yield client
+
+
+async def create_bucket(endpoint_url: str, name: str | None = None) -> str:
+    """Create a bucket (a fresh uniquely named one by default) and return its name."""
+    bucket = name if name is not None else f"test-{uuid.uuid4().hex[:16]}"
+    async with s3_client(endpoint_url) as client:
+        await client.create_bucket(Bucket=bucket)
+    return bucket
