@@ -19,8 +19,10 @@ from diskless.coordinator._api import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.coordinator._memory import InMemoryBatchCoordinator
 
 __all__ = [
+    # the contract
     "BatchCoordinator",
     "BatchInfo",
     "CommitBatch",
@@ -38,4 +40,6 @@ __all__ = [
     "RetentionResult",
     "TopicConfig",
     "TopicDescription",
+    # backends
+    "InMemoryBatchCoordinator",
 ]

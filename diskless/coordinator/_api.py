@@ -223,7 +223,9 @@ class BatchCoordinator(abc.ABC):
         """Batches from each requested offset, within per-partition and total byte budgets."""
 
     @abc.abstractmethod
-    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest]
+    ) -> list[ListOffsetsResponse]:
         """Kafka ListOffsets: EARLIEST, LATEST, MAX_TIMESTAMP or the first offset at a time."""
 
     # --- deletion -----------------------------------------------------------------------------

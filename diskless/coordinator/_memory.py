@@ -1,0 +1,408 @@
+"""The in-memory batch coordinator: for tests and single-process brokers.
+
+Every operation runs without an `await` between reading and mutating state, so it is atomic with
+respect to other coroutines. The rules live in `_planner`, `_reads` and `diskless.txn`; this module
+only stores.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from collections.abc import Iterator, Sequence
+
+import msgspec
+
+from diskless._types import TopicPartition
+from diskless.clock import Clock, SystemClock
+from diskless.coordinator import _reads
+from diskless.coordinator._api import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileInfo,
+    FileState,
+    FileStats,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProducerSnapshot,
+    RetentionResult,
+    TopicConfig,
+    TopicDescription,
+)
+from diskless.coordinator._checks import check_broker_epoch, check_new_topic, check_object_key
+from diskless.coordinator._planner import plan_commit, producer_keys
+from diskless.coordinator._rows import PartitionState, StoredBatch
+from diskless.coordinator._snapshots import producer_snapshot
+from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT, ProducerEntry, is_expired
+
+_COMPACT_MIN = 1024
+"""Deleted list heads are compacted once they are this long and half of the list."""
+
+
+class _Log:
+    """One partition's batches. Offsets only grow, so append-only lists are already sorted.
+
+    Deleting from the front only moves `head`; the dead prefix is dropped once it is large, which
+    keeps deletion amortized O(1) and lookups O(log n) by bisection.
+    """
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.running_max: list[int] = []
+        self.rows: list[StoredBatch] = []
+        self.head = 0
+        # Batches by non-increasing timestamp, earliest first among equals: the front is the
+        # MAX_TIMESTAMP answer (a sliding-window maximum over a log trimmed at the front).
+        self.max_queue: collections.deque[StoredBatch] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.rows) - self.head
+
+    def append(self, batch: StoredBatch) -> None:
+        assert not self.bases or batch.base_offset > self.bases[-1]
+        self.bases.append(batch.base_offset)
+        self.running_max.append(batch.ts_running_max)
+        self.rows.append(batch)
+        queue = self.max_queue
+        while queue and queue[-1].timestamp < batch.timestamp:
+            queue.pop()
+        queue.append(batch)
+
+    def oldest(self) -> Iterator[StoredBatch]:
+        return iter(self.rows[self.head :])
+
+    def pop_oldest(self) -> StoredBatch:
+        assert self.head < len(self.rows)
+        batch = self.rows[self.head]
+        self.head += 1
+        if self.max_queue and self.max_queue[0] is batch:
+            self.max_queue.popleft()
+        if self.head >= _COMPACT_MIN and self.head * 2 >= len(self.rows):
+            del self.bases[: self.head]
+            del self.running_max[: self.head]
+            del self.rows[: self.head]
+            self.head = 0
+        return batch
+
+    def from_offset(self, offset: int) -> Iterator[StoredBatch]:
+        index = max(self.head, bisect.bisect_right(self.bases, offset, lo=self.head) - 1)
+        for i in range(index, len(self.rows)):
+            yield self.rows[i]
+
+    def first_running_max_at_least(self, ts: int) -> StoredBatch | None:
+        index = bisect.bisect_left(self.running_max, ts, lo=self.head)
+        return self.rows[index] if index < len(self.rows) else None
+
+    def max_timestamp(self) -> StoredBatch | None:
+        return self.max_queue[0] if self.max_queue else None
+
+
+class _Topic(msgspec.Struct):
+    name: str
+    config: TopicConfig
+    partitions: list[PartitionState]
+
+
+class _File(msgspec.Struct):
+    state: FileState
+    size: int
+    since_ms: int
+    live_batches: int = 0
+
+    def info(self, key: str) -> FileInfo:
+        return FileInfo(key, self.state, self.size, self.since_ms)
+
+
+class InMemoryBatchCoordinator(BatchCoordinator):
+    """A batch coordinator whose state lives in this process's memory."""
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    ) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._expiration_ms = producer_id_expiration_ms
+        self._topics: dict[str, _Topic] = {}
+        self._logs: dict[int, _Log] = {}
+        self._producers: dict[int, dict[int, ProducerEntry]] = {}
+        self._files: dict[str, _File] = {}
+        self._brokers: dict[int, int] = {}
+        self._next_partition_key = 1
+        self._closed = False
+
+    # --- lookups ------------------------------------------------------------------------------
+    def partition(self, tp: TopicPartition) -> PartitionState | None:
+        topic = self._topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < len(topic.partitions):
+            return None
+        return topic.partitions[tp.partition]
+
+    def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
+        return self._logs[state.key].from_offset(offset)
+
+    def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
+        return self._logs[state.key].max_timestamp()
+
+    def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+        return self._logs[state.key].first_running_max_at_least(ts)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+
+    # --- topics -------------------------------------------------------------------------------
+    async def create_topic(
+        self, name: str, partitions: int, config: TopicConfig | None = None
+    ) -> bool:
+        self._check_open()
+        check_new_topic(name, partitions)
+        if name in self._topics:
+            return False
+        topic = _Topic(name, config if config is not None else TopicConfig(), [])
+        self._topics[name] = topic
+        self._add_partitions(topic, partitions)
+        return True
+
+    def _add_partitions(self, topic: _Topic, total: int) -> None:
+        for index in range(len(topic.partitions), total):
+            key = self._next_partition_key
+            self._next_partition_key += 1
+            topic.partitions.append(
+                PartitionState(key, TopicPartition(topic.name, index), topic.config)
+            )
+            self._logs[key] = _Log()
+            self._producers[key] = {}
+
+    async def create_partitions(self, name: str, total_partitions: int) -> None:
+        self._check_open()
+        topic = self._topics.get(name)
+        if topic is None:
+            raise ValueError(f"unknown topic {name!r}")
+        if total_partitions < len(topic.partitions):
+            raise ValueError(
+                f"topic {name!r} has {len(topic.partitions)} partitions; cannot shrink to "
+                f"{total_partitions}"
+            )
+        self._add_partitions(topic, total_partitions)
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        self._check_open()
+        selected = (
+            sorted(self._topics) if names is None else [n for n in names if n in self._topics]
+        )
+        return [
+            TopicDescription(n, len(self._topics[n].partitions), self._topics[n].config)
+            for n in selected
+        ]
+
+    async def delete_topics(self, names: Sequence[str]) -> None:
+        self._check_open()
+        now = self._clock.now_ms()
+        for name in names:
+            topic = self._topics.pop(name, None)
+            if topic is None:
+                continue
+            for state in topic.partitions:
+                log = self._logs.pop(state.key)
+                while len(log):
+                    self._release(log.pop_oldest(), now)
+                del self._producers[state.key]
+
+    # --- brokers ------------------------------------------------------------------------------
+    async def register_broker(self, broker_id: int) -> int:
+        self._check_open()
+        epoch = self._brokers.get(broker_id, 0) + 1
+        self._brokers[broker_id] = epoch
+        return epoch
+
+    # --- the write path -----------------------------------------------------------------------
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        self._check_open()
+        check_broker_epoch(broker_id, broker_epoch, self._brokers.get(broker_id))
+        existing = self._files.get(object_key)
+        check_object_key(object_key, None if existing is None else existing.state)
+        now = self._clock.now_ms()
+        partitions: dict[TopicPartition, PartitionState] = {}
+        for batch in batches:
+            tp = batch.topic_partition
+            if tp not in partitions and (state := self.partition(tp)) is not None:
+                partitions[tp] = state
+        producers: dict[tuple[TopicPartition, int], ProducerEntry] = {}
+        for key in producer_keys(batches):
+            state = partitions.get(key[0])
+            if state is not None and (entry := self._producers[state.key].get(key[1])):
+                producers[key] = entry
+        plan = plan_commit(object_key, batches, partitions, producers, now, self._expiration_ms)
+        # Apply: nothing below can fail, so the commit is all or nothing.
+        for batch_row in plan.new_batches:
+            self._logs[batch_row.partition_key].append(batch_row)
+        for (tp, pid), entry in plan.producers.items():
+            self._producers[partitions[tp].key][pid] = entry
+        for tp, new_state in plan.partitions.items():
+            old = partitions[tp]
+            old.high_watermark = new_state.high_watermark
+            old.size_bytes = new_state.size_bytes
+            old.ts_running_max = new_state.ts_running_max
+        live = len(plan.new_batches)
+        self._files[object_key] = _File(
+            FileState.LIVE if live else FileState.UNREFERENCED, file_size, now, live
+        )
+        return plan.results
+
+    # --- the read path ------------------------------------------------------------------------
+    async def find_batches(
+        self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+    ) -> list[FindBatchesResponse]:
+        self._check_open()
+        return _reads.find_batches(self, requests, fetch_max_bytes)
+
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest]
+    ) -> list[ListOffsetsResponse]:
+        self._check_open()
+        return _reads.list_offsets(self, requests)
+
+    # --- deletion -----------------------------------------------------------------------------
+    def _release(self, batch: StoredBatch, now_ms: int) -> None:
+        """Drop a deleted batch's reference to its file."""
+        file = self._files[batch.object_key]
+        assert file.state is FileState.LIVE and file.live_batches > 0, file
+        file.live_batches -= 1
+        if file.live_batches == 0:
+            file.state = FileState.UNREFERENCED
+            file.since_ms = now_ms
+
+    def _trim(self, state: PartitionState, new_start: int, now_ms: int) -> list[StoredBatch]:
+        """Delete the batches entirely below `new_start` and move the log start there."""
+        assert state.log_start_offset <= new_start <= state.high_watermark
+        log = self._logs[state.key]
+        deleted: list[StoredBatch] = []
+        while len(log) and log.rows[log.head].last_offset < new_start:
+            batch = log.pop_oldest()
+            state.size_bytes -= batch.size
+            self._release(batch, now_ms)
+            deleted.append(batch)
+        state.log_start_offset = new_start
+        return deleted
+
+    async def delete_records(
+        self, requests: Sequence[DeleteRecordsRequest]
+    ) -> list[DeleteRecordsResponse]:
+        self._check_open()
+        now = self._clock.now_ms()
+        responses = []
+        for request in requests:
+            state = self.partition(request.topic_partition)
+            decision = _reads.decide_delete_records(state, request.offset)
+            if state is not None and decision.new_log_start_offset is not None:
+                self._trim(state, decision.new_log_start_offset, now)
+            responses.append(decision.response)
+        return responses
+
+    async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
+        self._check_open()
+        now = self._clock.now_ms()
+        budget = max_batches
+        deleted_batches = deleted_bytes = 0
+        more = False
+        for name in sorted(self._topics):
+            for state in self._topics[name].partitions:
+                victims, partition_more = _reads.retention_victims(
+                    state, self._logs[state.key].oldest(), now, budget
+                )
+                more = more or partition_more
+                if victims:
+                    new_start = max(state.log_start_offset, victims[-1].last_offset + 1)
+                    trimmed = self._trim(state, new_start, now)
+                    assert trimmed == victims
+                    deleted_batches += len(victims)
+                    deleted_bytes += sum(v.size for v in victims)
+                    budget -= len(victims)
+        self._expire_producers(now)
+        return RetentionResult(deleted_batches, deleted_bytes, more)
+
+    def _expire_producers(self, now_ms: int) -> None:
+        for entries in self._producers.values():
+            expired = [
+                pid for pid, e in entries.items() if is_expired(e, now_ms, self._expiration_ms)
+            ]
+            for pid in expired:
+                del entries[pid]
+
+    # --- object lifecycle ---------------------------------------------------------------------
+    async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
+        self._check_open()
+        now = self._clock.now_ms()
+        condemned = []
+        for key in keys:
+            file = self._files.get(key)
+            if file is None:
+                file = self._files[key] = _File(FileState.CONDEMNED, 0, now)
+            if file.state is FileState.CONDEMNED:
+                condemned.append(key)
+        return condemned
+
+    async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
+        self._check_open()
+        candidates = sorted(
+            (f.since_ms, key)
+            for key, f in self._files.items()
+            if f.state is not FileState.LIVE and f.since_ms < older_than_ms
+        )
+        return [self._files[key].info(key) for _, key in candidates[: max(0, limit)]]
+
+    async def forget_files(self, keys: Sequence[str]) -> None:
+        self._check_open()
+        for key in keys:
+            file = self._files.get(key)
+            if file is not None and file.state is not FileState.LIVE:
+                del self._files[key]
+
+    async def file_info(self, keys: Sequence[str]) -> list[FileInfo | None]:
+        self._check_open()
+        return [f.info(k) if (f := self._files.get(k)) is not None else None for k in keys]
+
+    async def file_stats(self) -> FileStats:
+        self._check_open()
+        counts = {state: [0, 0] for state in FileState}
+        for file in self._files.values():
+            counts[file.state][0] += 1
+            counts[file.state][1] += file.size
+        return FileStats(
+            live_objects=counts[FileState.LIVE][0],
+            live_bytes=counts[FileState.LIVE][1],
+            unreferenced_objects=counts[FileState.UNREFERENCED][0],
+            unreferenced_bytes=counts[FileState.UNREFERENCED][1],
+            condemned_objects=counts[FileState.CONDEMNED][0],
+            condemned_bytes=counts[FileState.CONDEMNED][1],
+        )
+
+    # --- inspection ---------------------------------------------------------------------------
+    async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
+        self._check_open()
+        state = self.partition(topic_partition)
+        if state is None:
+            return []
+        now = self._clock.now_ms()
+        entries = self._producers[state.key]
+        return [
+            producer_snapshot(entries[pid])
+            for pid in sorted(entries)
+            if not is_expired(entries[pid], now, self._expiration_ms)
+        ]
+
+    async def close(self) -> None:
+        self._closed = True

@@ -1,0 +1,202 @@
+"""Read-side rules shared by every backend: fetch budgets, ListOffsets, DeleteRecords, retention.
+
+A backend supplies a `ReadSource` that only fetches candidate rows through its indexes; the
+decisions (what to return, which offset answers, what to delete) are made here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Protocol
+
+from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
+from diskless.coordinator._api import (
+    BatchInfo,
+    DeleteRecordsResponse,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from diskless.coordinator._rows import PartitionState, StoredBatch
+
+
+class ReadSource(Protocol):
+    """Index lookups a backend provides; every one is O(log n) plus the rows it yields."""
+
+    def partition(self, tp: TopicPartition) -> PartitionState | None:
+        """The partition's state, None when it does not exist."""
+        ...
+
+    def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
+        """Stored batches in offset order, from the one holding `offset` (or the next one)."""
+        ...
+
+    def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
+        """The first stored batch (by offset) among those with the largest `timestamp`."""
+        ...
+
+    def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+        """The first stored batch whose `ts_running_max` is >= `ts`."""
+        ...
+
+
+def find_batches(
+    source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+) -> list[FindBatchesResponse]:
+    """Kafka's fetch budgets: whole batches within each partition's `max_bytes` and the total.
+
+    A batch larger than what is left is returned alone only when nothing has been returned yet in
+    the whole response, so that a consumer always makes progress and never gets more than one
+    oversized batch.
+    """
+    responses: list[FindBatchesResponse] = []
+    remaining = fetch_max_bytes
+    returned_any = False
+    for request in requests:
+        state = source.partition(request.topic_partition)
+        if state is None:
+            responses.append(FindBatchesResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []))
+            continue
+        offset = request.offset
+        if offset < state.log_start_offset or offset > state.high_watermark:
+            responses.append(_fetch_response(ErrorCode.OFFSET_OUT_OF_RANGE, [], state))
+            continue
+        budget = max(0, min(request.max_bytes, remaining))
+        taken: list[BatchInfo] = []
+        used = 0
+        if offset < state.high_watermark:
+            timestamp_type = state.config.timestamp_type
+            for batch in source.batches_from(state, offset):
+                if used + batch.size <= budget:
+                    taken.append(batch.to_info(timestamp_type))
+                    used += batch.size
+                    continue
+                if not taken and not returned_any:
+                    taken.append(batch.to_info(timestamp_type))
+                    used += batch.size
+                break
+            assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
+        remaining = max(0, remaining - used)
+        returned_any = returned_any or bool(taken)
+        responses.append(_fetch_response(ErrorCode.NONE, taken, state))
+    assert len(responses) == len(requests)
+    return responses
+
+
+def _fetch_response(
+    error: ErrorCode, batches: list[BatchInfo], state: PartitionState
+) -> FindBatchesResponse:
+    return FindBatchesResponse(
+        error,
+        batches,
+        log_start_offset=state.log_start_offset,
+        high_watermark=state.high_watermark,
+        last_stable_offset=state.last_stable_offset,
+    )
+
+
+def list_offsets(
+    source: ReadSource, requests: Sequence[ListOffsetsRequest]
+) -> list[ListOffsetsResponse]:
+    """Kafka ListOffsets over batch metadata.
+
+    Answers are batch-granular: MAX_TIMESTAMP and a lookup by time return the base offset of the
+    matching batch (at least the log start offset) and the batch's timestamp, since the coordinator
+    never reads record bytes. On LOG_APPEND_TIME topics every record of a batch carries the append
+    time, so the answer is exact there.
+    """
+    responses = [_list_offset(source, request) for request in requests]
+    assert len(responses) == len(requests)
+    return responses
+
+
+def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    state = source.partition(request.topic_partition)
+    if state is None:
+        return ListOffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ts = request.timestamp
+    if ts == OffsetSpec.EARLIEST:
+        return ListOffsetsResponse(ErrorCode.NONE, state.log_start_offset)
+    if ts == OffsetSpec.LATEST:
+        if request.isolation_level == IsolationLevel.READ_COMMITTED:
+            return ListOffsetsResponse(ErrorCode.NONE, state.last_stable_offset)
+        return ListOffsetsResponse(ErrorCode.NONE, state.high_watermark)
+    if ts == OffsetSpec.MAX_TIMESTAMP:
+        top = source.max_timestamp_batch(state)
+        if top is None:
+            return ListOffsetsResponse(ErrorCode.NONE)
+        return _answer(top, state)
+    if ts < 0:
+        return ListOffsetsResponse(ErrorCode.INVALID_REQUEST)
+    top = source.max_timestamp_batch(state)
+    if top is None or top.timestamp < ts:
+        return ListOffsetsResponse(ErrorCode.NONE)
+    # Every stored batch before `first` has a running max, hence a timestamp, below `ts`. Only
+    # when `first` is the oldest stored batch can its running max come from a deleted batch; then
+    # scan forward (bounded by the answer's position, which `top` guarantees exists).
+    first = source.first_running_max_at_least(state, ts)
+    assert first is not None
+    if first.timestamp >= ts:
+        return _answer(first, state)
+    for batch in source.batches_from(state, first.base_offset):
+        if batch.timestamp >= ts:
+            return _answer(batch, state)
+    raise AssertionError(f"no batch at or after timestamp {ts} although {top} exists")
+
+
+def _answer(batch: StoredBatch, state: PartitionState) -> ListOffsetsResponse:
+    return ListOffsetsResponse(
+        ErrorCode.NONE, max(batch.base_offset, state.log_start_offset), batch.timestamp
+    )
+
+
+class DeleteRecordsDecision(NamedTuple):
+    """The response, and the new log start offset when the start moves (None otherwise)."""
+
+    response: DeleteRecordsResponse
+    new_log_start_offset: int | None
+
+
+def decide_delete_records(state: PartitionState | None, offset: int) -> DeleteRecordsDecision:
+    """Kafka DeleteRecords: -1 means the high watermark; the new start need not be batch-aligned."""
+    if state is None:
+        return DeleteRecordsDecision(
+            DeleteRecordsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
+        )
+    target = state.high_watermark if offset == -1 else offset
+    if target < 0 or target > state.high_watermark:
+        return DeleteRecordsDecision(
+            DeleteRecordsResponse(ErrorCode.OFFSET_OUT_OF_RANGE, state.log_start_offset), None
+        )
+    if target <= state.log_start_offset:
+        return DeleteRecordsDecision(
+            DeleteRecordsResponse(ErrorCode.NONE, state.log_start_offset), None
+        )
+    return DeleteRecordsDecision(DeleteRecordsResponse(ErrorCode.NONE, target), target)
+
+
+def retention_victims(
+    state: PartitionState, oldest: Iterator[StoredBatch], now_ms: int, budget: int
+) -> tuple[list[StoredBatch], bool]:
+    """The oldest batches that retention deletes now (at most `budget`), and whether more remain.
+
+    Time: a batch whose timestamp is more than `retention_ms` old. Size (Kafka's rule): the oldest
+    batch goes while the partition keeps at least `retention_bytes` without it. Deletion stops at
+    the first batch neither rule removes, so the log stays a contiguous suffix.
+    """
+    config = state.config
+    if config.retention_ms < 0 and config.retention_bytes < 0:
+        return [], False
+    victims: list[StoredBatch] = []
+    size = state.size_bytes
+    for batch in oldest:
+        by_time = config.retention_ms >= 0 and batch.timestamp < now_ms - config.retention_ms
+        by_size = config.retention_bytes >= 0 and size - batch.size >= config.retention_bytes
+        if not (by_time or by_size):
+            return victims, False
+        if len(victims) >= budget:
+            return victims, True
+        victims.append(batch)
+        size -= batch.size
+    return victims, False
