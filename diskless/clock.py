@@ -69,8 +69,13 @@ class ManualClock:
         return self._sleepers[0][0] if self._sleepers else None
 
     async def advance(self, seconds: float) -> None:
-        """Move time forward by `seconds`, waking every sleeper whose deadline passes, in order."""
+        """Move time forward by `seconds`, waking every sleeper whose deadline passes, in order.
+
+        Runnable tasks get to run first, so that a task created just before the call has gone
+        to sleep (and will be woken) before time moves.
+        """
         target = self._now + seconds
+        await _let_others_run()
         while True:
             self._drop_cancelled()
             if not self._sleepers or self._sleepers[0][0] > target:
