@@ -1,0 +1,140 @@
+"""A coordinator wrapper that injects faults, for simulations and failure tests.
+
+Faults are drawn from a seeded `random.Random`, so a run replays exactly from its seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from diskless._types import TopicPartition
+from diskless.clock import Clock, SystemClock
+from diskless.coordinator._api import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileInfo,
+    FileStats,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProducerSnapshot,
+    RetentionResult,
+    TopicConfig,
+    TopicDescription,
+)
+from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
+
+
+class FaultyBatchCoordinator(BatchCoordinator):
+    """Delegates to `inner`, failing commits at the given rates.
+
+    - `commit_failure_rate`: the commit raises before anything is applied;
+    - `commit_unknown_rate`: the commit is applied, then its answer is lost
+      (CommitOutcomeUnknownError) — the case that makes retries need idempotence;
+    - `commit_latency_s`: every commit takes this long on the injected clock.
+    Set `enabled = False` to stop injecting (e.g. for the verification phase of a test).
+    """
+
+    def __init__(
+        self,
+        inner: BatchCoordinator,
+        rng: random.Random,
+        *,
+        commit_failure_rate: float = 0.0,
+        commit_unknown_rate: float = 0.0,
+        commit_latency_s: float = 0.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.inner = inner
+        self._rng = rng
+        self.commit_failure_rate = commit_failure_rate
+        self.commit_unknown_rate = commit_unknown_rate
+        self.commit_latency_s = commit_latency_s
+        self._clock = clock or SystemClock()
+        self.enabled = True
+        self.failed_commits = 0
+        self.unknown_commits = 0
+
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        if self.commit_latency_s > 0:
+            await self._clock.sleep(self.commit_latency_s)
+        draw = self._rng.random()
+        if self.enabled and draw < self.commit_failure_rate:
+            self.failed_commits += 1
+            raise CoordinatorUnavailableError(f"injected commit failure for {object_key}")
+        results = await self.inner.commit_file(
+            object_key, broker_id, broker_epoch, file_size, batches
+        )
+        if self.enabled and draw < self.commit_failure_rate + self.commit_unknown_rate:
+            self.unknown_commits += 1
+            raise CommitOutcomeUnknownError(f"injected lost answer for {object_key}")
+        return results
+
+    # Everything else passes straight through.
+    async def create_topic(
+        self, name: str, partitions: int, config: TopicConfig | None = None
+    ) -> bool:
+        return await self.inner.create_topic(name, partitions, config)
+
+    async def create_partitions(self, name: str, total_partitions: int) -> None:
+        await self.inner.create_partitions(name, total_partitions)
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        return await self.inner.describe_topics(names)
+
+    async def delete_topics(self, names: Sequence[str]) -> None:
+        await self.inner.delete_topics(names)
+
+    async def register_broker(self, broker_id: int) -> int:
+        return await self.inner.register_broker(broker_id)
+
+    async def find_batches(
+        self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+    ) -> list[FindBatchesResponse]:
+        return await self.inner.find_batches(requests, fetch_max_bytes)
+
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest]
+    ) -> list[ListOffsetsResponse]:
+        return await self.inner.list_offsets(requests)
+
+    async def delete_records(
+        self, requests: Sequence[DeleteRecordsRequest]
+    ) -> list[DeleteRecordsResponse]:
+        return await self.inner.delete_records(requests)
+
+    async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
+        return await self.inner.enforce_retention(max_batches)
+
+    async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
+        return await self.inner.condemn_objects(keys)
+
+    async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
+        return await self.inner.files_to_delete(older_than_ms, limit)
+
+    async def forget_files(self, keys: Sequence[str]) -> None:
+        await self.inner.forget_files(keys)
+
+    async def file_info(self, keys: Sequence[str]) -> list[FileInfo | None]:
+        return await self.inner.file_info(keys)
+
+    async def file_stats(self) -> FileStats:
+        return await self.inner.file_stats()
+
+    async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
+        return await self.inner.describe_producers(topic_partition)
+
+    async def close(self) -> None:
+        await self.inner.close()
