@@ -180,13 +180,19 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     """Kafka's `DefaultRecordBatch.incrementSequence`: past 2147483647 the sequence wraps to 0.
 
     Written as Kafka writes it, not as `% 2**31`: the two differ for a negative base sequence
-    other than -1 (possible in a batch without a producer id), where Kafka simply adds.
+    other than -1 (possible in a batch without a producer id), where Kafka simply adds. Java's
+    32-bit arithmetic is reproduced too, so that hostile fields still give an int32.
     """
     if base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
-    if base_sequence > SEQUENCE_MAX - last_offset_delta:
-        return last_offset_delta - (SEQUENCE_MAX - base_sequence) - 1
-    return base_sequence + last_offset_delta
+    if base_sequence > _int32(SEQUENCE_MAX - last_offset_delta):
+        return _int32(last_offset_delta - (SEQUENCE_MAX - base_sequence) - 1)
+    return _int32(base_sequence + last_offset_delta)
+
+
+def _int32(value: int) -> int:
+    """`value` wrapped as Java's `int` arithmetic wraps it."""
+    return ((value + 2**31) & 0xFFFFFFFF) - 2**31
 
 
 def _byte_view(data: bytes | bytearray | memoryview) -> memoryview:

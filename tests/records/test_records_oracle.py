@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import struct
 
 import pytest
@@ -587,3 +588,23 @@ def test_negative_position_is_refused() -> None:
     result = parse_batch(data + data, -len(data))
     assert isinstance(result, InvalidBatch)
     assert result.error == ErrorCode.CORRUPT_MESSAGE
+
+
+def java_increment_sequence(base: int, increment: int) -> int:
+    """Kafka's `DefaultRecordBatch.incrementSequence`, evaluated in 32-bit ints via ctypes."""
+    i32 = ctypes.c_int32
+    if base > i32(SEQUENCE_MAX - increment).value:
+        return i32(i32(increment - i32(SEQUENCE_MAX - base).value).value - 1).value
+    return i32(base + increment).value
+
+
+@pytest.mark.parametrize(
+    ("base_sequence", "delta"),
+    [(-2, -(2**31)), (5, 2**31 - 1), (2**31 - 1, 2**31 - 1), (-(2**31), -1), (100, -200)],
+)
+def test_last_sequence_of_hostile_fields_is_javas_int32(base_sequence: int, delta: int) -> None:
+    data = patch(build_batch(simple_records(1)), ">i", BASE_SEQUENCE_AT, base_sequence)
+    data = patch(data, ">i", LAST_OFFSET_DELTA_AT, delta)
+    header = parse_ok(data)
+    assert header.last_sequence == java_increment_sequence(base_sequence, delta)
+    assert -(2**31) <= header.last_sequence < 2**31
