@@ -1,1 +1,34 @@
 """The write pipeline: shared WAL segments, uploads and ordered commits."""
+
+from diskless.wal._cache import SegmentCache
+from diskless.wal._format import (
+    FORMAT_VERSION,
+    TRAILER_SIZE,
+    SegmentIndexEntry,
+    WalEntry,
+    WalFormatError,
+    encode_footer,
+    encode_segment,
+    read_footer,
+    read_object_index,
+)
+from diskless.wal._writer import WalConfig, WalStats, WalWriter
+
+__all__ = [
+    # the writer
+    "WalConfig",
+    "WalEntry",
+    "WalStats",
+    "WalWriter",
+    # the read path's cache of recently written objects
+    "SegmentCache",
+    # the object format
+    "FORMAT_VERSION",
+    "TRAILER_SIZE",
+    "SegmentIndexEntry",
+    "WalFormatError",
+    "encode_footer",
+    "encode_segment",
+    "read_footer",
+    "read_object_index",
+]
