@@ -1,0 +1,167 @@
+"""Settings of the file manager and the retention scheduler, checked against each other once.
+
+The one safety-critical setting is `orphan_grace_ms`. An object the coordinator does not know
+may be an orphan (its broker died between upload and commit) or an object whose commit is still
+on its way. The manager condemns it only once its key time is older than the grace, so the grace
+must exceed the longest time a broker can take from naming an object to the end of its last
+commit attempt, plus the worst clock skew between that broker and the manager:
+
+    orphan_grace_ms > commit_deadline_ms + clock_skew_max_ms
+
+`commit_deadline_ms` is the WAL writer's bound, from the moment the key is named:
+
+    commit_deadline_ms >= upload_attempts * (upload_attempt_timeout + upload_backoff_max)
+                          + commit_timeout (all commit attempts)
+
+and, since the writer never acknowledges a request after its timeout, a commit issued later than
+the produce request timeout serves nobody: a writer that gives up on a segment at the request
+timeout keeps `commit_deadline_ms` close to that timeout. `required_orphan_grace_ms` computes the
+bound from those figures. Condemnation makes a late commit fail with ObjectKeyConflictError, so
+even a commit that outlives the grace is rejected (never acknowledged) while the coordinator
+still holds the condemned record, i.e. for `unreferenced_grace_ms` after condemnation.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from diskless.storage._base import DELETE_KEYS_MAX, LIST_PAGE_LIMIT_MAX
+from diskless.wal._keys import DEFAULT_OBJECT_PREFIX
+
+ORPHAN_GRACE_MS_MIN = 1_000  # below this no upload + commit could ever be safe
+PERIOD_MS_MIN = 1  # a virtual clock may run cycles back to back; the real default is far larger
+LIST_OBJECTS_PER_CYCLE_MAX = 1_000_000  # one cycle must stay a bounded amount of work
+DELETES_PER_CYCLE_MAX = 1_000_000
+RETENTION_CALLS_PER_RUN_MAX = 10_000
+RETENTION_BATCHES_PER_CALL_MAX = 1_000_000
+
+
+def required_orphan_grace_ms(
+    *,
+    upload_attempts_max: int,
+    upload_attempt_timeout_ms: int,
+    upload_backoff_max_ms: int,
+    commit_timeout_ms: int,
+    rotation_interval_ms: int = 0,
+    clock_skew_max_ms: int = 0,
+) -> int:
+    """The smallest safe `orphan_grace_ms` for a writer with these limits (exclusive bound + 1).
+
+    `rotation_interval_ms` counts when the writer names an object as its segment opens rather
+    than when it closes (the key time is then up to one commit interval before the upload).
+    """
+    for name, value in (
+        ("upload_attempts_max", upload_attempts_max),
+        ("upload_attempt_timeout_ms", upload_attempt_timeout_ms),
+        ("upload_backoff_max_ms", upload_backoff_max_ms),
+        ("commit_timeout_ms", commit_timeout_ms),
+        ("rotation_interval_ms", rotation_interval_ms),
+        ("clock_skew_max_ms", clock_skew_max_ms),
+    ):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    deadline = (
+        rotation_interval_ms
+        + upload_attempts_max * (upload_attempt_timeout_ms + upload_backoff_max_ms)
+        + commit_timeout_ms
+    )
+    return deadline + clock_skew_max_ms + 1
+
+
+class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What one file manager does per cycle and how long it waits before deleting anything."""
+
+    prefix: str = DEFAULT_OBJECT_PREFIX
+    """The WAL object prefix; every object under it belongs to this library."""
+    period_ms: int = 30_000
+    """Time between the starts of two cycles in `run_forever`."""
+    orphan_grace_ms: int = 300_000
+    """Age (by key time) before an object the coordinator does not know is condemned."""
+    commit_deadline_ms: int = 120_000
+    """The writer's bound from naming an object to the end of its last commit attempt."""
+    clock_skew_max_ms: int = 30_000
+    """The worst clock difference between any broker and this manager."""
+    unreferenced_grace_ms: int = 60_000
+    """Time a file stays UNREFERENCED (fetches in progress may still read it) or CONDEMNED
+    (late commits are still rejected by name) before it is deleted and forgotten."""
+    list_objects_per_cycle_max: int = 10_000
+    """Objects listed per cycle past the watermark."""
+    list_page_objects_max: int = LIST_PAGE_LIMIT_MAX
+    """Objects per listing call (and per `file_info` call)."""
+    deletes_per_cycle_max: int = 10_000
+    """Files asked of `files_to_delete` per cycle."""
+    delete_batch_objects_max: int = DELETE_KEYS_MAX
+    """Keys per `delete_many` call."""
+    rescan_interval_ms: int | None = 3_600_000
+    """How often to list the prefix again from its start, below the watermark, to catch objects
+    that appeared after the watermark passed them (a zombie's late upload, a skewed clock, keys
+    not named by this library). None disables it."""
+    rescan_objects_per_cycle_max: int = 1_000
+    """Objects listed per cycle by a rescan in progress."""
+
+    def __post_init__(self) -> None:
+        if not self.prefix.endswith("/"):
+            raise ValueError(f"prefix must end with '/', got {self.prefix!r}")
+        if self.period_ms < PERIOD_MS_MIN:
+            raise ValueError(f"period_ms must be >= {PERIOD_MS_MIN}, got {self.period_ms}")
+        for name, value in (
+            ("commit_deadline_ms", self.commit_deadline_ms),
+            ("clock_skew_max_ms", self.clock_skew_max_ms),
+            ("unreferenced_grace_ms", self.unreferenced_grace_ms),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if self.orphan_grace_ms < ORPHAN_GRACE_MS_MIN:
+            raise ValueError(
+                f"orphan_grace_ms must be >= {ORPHAN_GRACE_MS_MIN}, got {self.orphan_grace_ms}"
+            )
+        if self.orphan_grace_ms <= self.commit_deadline_ms + self.clock_skew_max_ms:
+            raise ValueError(
+                f"orphan_grace_ms ({self.orphan_grace_ms}) must exceed commit_deadline_ms "
+                f"({self.commit_deadline_ms}) + clock_skew_max_ms ({self.clock_skew_max_ms}): "
+                "an object whose commit may still be in flight must never be condemned"
+            )
+        _check_between(
+            "list_objects_per_cycle_max",
+            self.list_objects_per_cycle_max,
+            1,
+            LIST_OBJECTS_PER_CYCLE_MAX,
+        )
+        _check_between("list_page_objects_max", self.list_page_objects_max, 1, LIST_PAGE_LIMIT_MAX)
+        _check_between(
+            "deletes_per_cycle_max", self.deletes_per_cycle_max, 1, DELETES_PER_CYCLE_MAX
+        )
+        _check_between(
+            "delete_batch_objects_max", self.delete_batch_objects_max, 1, DELETE_KEYS_MAX
+        )
+        _check_between(
+            "rescan_objects_per_cycle_max",
+            self.rescan_objects_per_cycle_max,
+            1,
+            LIST_OBJECTS_PER_CYCLE_MAX,
+        )
+        if self.rescan_interval_ms is not None and self.rescan_interval_ms < self.period_ms:
+            raise ValueError("rescan_interval_ms must be None or >= period_ms")
+
+
+class RetentionSchedulerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How often retention runs and how much it may delete per run."""
+
+    period_ms: int = 60_000
+    batches_per_call_max: int = 10_000
+    """`max_batches` of each `enforce_retention` call (one coordinator transaction)."""
+    calls_per_run_max: int = 10
+    """Calls per run while the coordinator reports `more`; the rest waits for the next run."""
+
+    def __post_init__(self) -> None:
+        if self.period_ms < PERIOD_MS_MIN:
+            raise ValueError(f"period_ms must be >= {PERIOD_MS_MIN}, got {self.period_ms}")
+        _check_between(
+            "batches_per_call_max", self.batches_per_call_max, 1, RETENTION_BATCHES_PER_CALL_MAX
+        )
+        _check_between("calls_per_run_max", self.calls_per_run_max, 1, RETENTION_CALLS_PER_RUN_MAX)
+
+
+def _check_between(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")

@@ -1,0 +1,191 @@
+"""The file manager: keeps object storage the size of the live data.
+
+Each cycle (bounded work, see FileManagerConfig):
+  1. reconcile: list WAL objects past the watermark (and, periodically, a rescan below it),
+     condemn those the coordinator never heard of once older than `orphan_grace_ms`;
+  2. sweep: delete files CONDEMNED or UNREFERENCED for `unreferenced_grace_ms`, then forget them;
+  3. advance the watermark past what is resolved, and refresh the statistics.
+
+Safe to run several at once (one per broker, say): condemning is idempotent and decided by the
+coordinator, which never condemns a committed key and never commits a condemned one; deleting an
+absent key succeeds; forgetting happens only after a confirmed delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import TracebackType
+
+from diskless.clock import Clock, SystemClock
+from diskless.coordinator._api import BatchCoordinator, FileStats
+from diskless.errors import CoordinatorError, StorageError
+from diskless.lifecycle._config import FileManagerConfig
+from diskless.lifecycle._periodic import Periodic
+from diskless.lifecycle._reconcile import ListingPass, Reconciler
+from diskless.lifecycle._stats import CycleReport, FileManagerStats
+from diskless.lifecycle._sweep import Sweeper, SweepPass
+from diskless.storage._base import ObjectStore
+
+logger = logging.getLogger(__name__)
+
+
+class FileManager:
+    """Reclaims orphaned and unreferenced objects of one WAL prefix; see the module docstring."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        config: FileManagerConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._config = config if config is not None else FileManagerConfig()
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._coordinator = coordinator
+        self._reconciler = Reconciler(store, coordinator, self._config)
+        self._sweeper = Sweeper(store, coordinator, self._config)
+        self._cycle_lock = asyncio.Lock()
+        self._stats = FileManagerStats()
+        self._periodic = Periodic(
+            "diskless-file-manager", self.run_cycle, self._config.period_ms / 1000, self._clock
+        )
+
+    @property
+    def config(self) -> FileManagerConfig:
+        return self._config
+
+    @property
+    def watermark_ms(self) -> int:
+        return self._reconciler.watermark_ms
+
+    def stats(self) -> FileManagerStats:
+        """The figures as of the end of the last cycle."""
+        return self._stats
+
+    async def run_cycle(self) -> CycleReport:
+        """One bounded pass: reconcile, sweep, advance the watermark, refresh the statistics.
+
+        A storage or coordinator failure ends its step; the other steps still run, and what
+        was not done is retried next cycle. Cycles of one manager never overlap.
+        """
+        async with self._cycle_lock:
+            return await self._run_cycle()
+
+    async def _run_cycle(self) -> CycleReport:
+        now_ms = self._clock.now_ms()
+        frontier, rescan, sweep = ListingPass(), ListingPass(), SweepPass()
+        errors = 0
+        try:
+            await self._reconciler.scan_frontier(now_ms, frontier)
+        except (StorageError, CoordinatorError):
+            errors += 1
+            logger.warning("reconciliation listing failed", exc_info=True)
+        try:
+            await self._reconciler.rescan_step(now_ms, rescan)
+        except (StorageError, CoordinatorError):
+            errors += 1
+            logger.warning("rescan step failed", exc_info=True)
+        try:
+            await self._sweeper.sweep(now_ms, sweep)
+        except (StorageError, CoordinatorError):
+            errors += 1
+            logger.warning("sweep failed", exc_info=True)
+        watermark_ms = self._reconciler.advance_watermark(frontier, now_ms, sweep.deleted)
+        books: FileStats | None = None
+        try:
+            books = await self._coordinator.file_stats()
+        except CoordinatorError:
+            errors += 1
+            logger.warning("file_stats failed", exc_info=True)
+        report = CycleReport(
+            listing_calls=frontier.listing_calls + rescan.listing_calls,
+            objects_listed=frontier.objects_listed + rescan.objects_listed,
+            orphans_condemned=frontier.condemned + rescan.condemned,
+            deleted_objects=len(sweep.deleted),
+            deleted_bytes=sweep.deleted_bytes,
+            delete_failures=sweep.failures,
+            errors=errors,
+            watermark_ms=watermark_ms,
+            complete=frontier.complete,
+        )
+        self._record(report, books, now_ms, frontier, rescan, sweep)
+        if report.orphans_condemned or report.deleted_objects or errors:
+            logger.info(
+                "file manager cycle: condemned %d, deleted %d objects (%d bytes), %d errors, "
+                "watermark lag %d ms",
+                report.orphans_condemned,
+                report.deleted_objects,
+                report.deleted_bytes,
+                errors,
+                now_ms - watermark_ms,
+            )
+        return report
+
+    def _record(
+        self,
+        report: CycleReport,
+        books: FileStats | None,
+        now_ms: int,
+        frontier: ListingPass,
+        rescan: ListingPass,
+        sweep: SweepPass,
+    ) -> None:
+        old = self._stats
+        if books is None:  # keep the last known books rather than report zeros
+            books = FileStats(
+                live_objects=old.live_objects,
+                live_bytes=old.live_bytes,
+                unreferenced_objects=old.unreferenced_objects,
+                unreferenced_bytes=old.unreferenced_bytes,
+                condemned_objects=old.orphaned_objects,
+                condemned_bytes=old.orphaned_bytes,
+            )
+        self._stats = FileManagerStats(
+            live_objects=books.live_objects,
+            live_bytes=books.live_bytes,
+            orphaned_objects=books.condemned_objects,
+            orphaned_bytes=books.condemned_bytes,
+            unreferenced_objects=books.unreferenced_objects,
+            unreferenced_bytes=books.unreferenced_bytes,
+            cycles=old.cycles + 1,
+            cycle_errors=old.cycle_errors + (1 if report.errors else 0),
+            listing_calls=old.listing_calls + report.listing_calls,
+            objects_listed=old.objects_listed + report.objects_listed,
+            file_info_calls=old.file_info_calls
+            + frontier.file_info_calls
+            + rescan.file_info_calls
+            + sweep.file_info_calls,
+            orphans_condemned=old.orphans_condemned + report.orphans_condemned,
+            deleted_objects=old.deleted_objects + report.deleted_objects,
+            deleted_bytes=old.deleted_bytes + report.deleted_bytes,
+            delete_failures=old.delete_failures + report.delete_failures,
+            watermark_ms=report.watermark_ms,
+            reconciliation_lag_ms=now_ms - report.watermark_ms,
+        )
+
+    # --- running in the background ------------------------------------------------------------
+    def start(self) -> None:
+        """Run cycles every `period_ms` in a background task until `close`."""
+        self._periodic.start()
+
+    async def run_forever(self) -> None:
+        """Run cycles every `period_ms` in the calling task until cancelled."""
+        await self._periodic.run_forever()
+
+    async def close(self) -> None:
+        """Stop the background task (if any) and wait for it; the store and coordinator stay
+        open: they belong to the caller."""
+        await self._periodic.close()
+
+    async def __aenter__(self) -> FileManager:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,68 @@
+"""Run an async job every period on an injected clock, in one task that `close` ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from diskless.clock import Clock
+from diskless.errors import DisklessError
+
+logger = logging.getLogger(__name__)
+
+
+class Periodic:
+    """Calls `job` now and then every `period_s` (start to start) until closed.
+
+    Infrastructure failures (DisklessError) are logged and the loop goes on: the next run retries.
+    Any other exception is a bug and ends the loop; `close` re-raises it.
+    """
+
+    def __init__(
+        self, name: str, job: Callable[[], Awaitable[object]], period_s: float, clock: Clock
+    ) -> None:
+        assert period_s > 0, period_s
+        self._name = name
+        self._job = job
+        self._period_s = period_s
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the loop in a background task (once)."""
+        if self._closed:
+            raise RuntimeError(f"{self._name} is closed")
+        if self._task is not None:
+            raise RuntimeError(f"{self._name} already started")
+        self._task = asyncio.get_running_loop().create_task(self.run_forever(), name=self._name)
+
+    async def run_forever(self) -> None:
+        """Run the job every period until cancelled."""
+        while True:
+            started = self._clock.monotonic()
+            try:
+                await self._job()
+            except DisklessError:
+                logger.warning("%s: run failed; retrying next period", self._name, exc_info=True)
+            elapsed = self._clock.monotonic() - started
+            await self._clock.sleep(max(0.0, self._period_s - elapsed))
+
+    async def close(self) -> None:
+        """Stop the loop and wait for it to end; idempotent."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # our caller is being cancelled too: do not swallow that

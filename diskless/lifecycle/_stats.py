@@ -1,0 +1,73 @@
+"""What the file manager and the retention scheduler report: snapshots, and per-run results."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class FileManagerStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A file manager's view of object storage after its last cycle.
+
+    The `live_*`, `orphaned_*` and `unreferenced_*` figures are the coordinator's books (shared by
+    every manager); the cumulative counters are this manager's own work since it was created.
+    """
+
+    live_objects: int = 0
+    live_bytes: int = 0
+    orphaned_objects: int = 0
+    """Condemned (never committed) objects waiting for deletion."""
+    orphaned_bytes: int = 0
+    unreferenced_objects: int = 0
+    """Committed objects no live batch references, waiting for their grace to end."""
+    unreferenced_bytes: int = 0
+    # cumulative counters
+    cycles: int = 0
+    cycle_errors: int = 0
+    listing_calls: int = 0
+    objects_listed: int = 0
+    file_info_calls: int = 0
+    orphans_condemned: int = 0
+    deleted_objects: int = 0
+    deleted_bytes: int = 0
+    delete_failures: int = 0
+    """Keys whose deletion failed (or was not confirmed); they are retried next cycle."""
+    # reconciliation progress
+    watermark_ms: int = 0
+    """Objects named before this time were all reconciled (committed, or condemned and deleted)."""
+    reconciliation_lag_ms: int = 0
+    """now - watermark at the end of the last cycle; at least `orphan_grace_ms` by design."""
+
+
+class CycleReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one `FileManager.run_cycle` did."""
+
+    listing_calls: int
+    objects_listed: int
+    orphans_condemned: int
+    deleted_objects: int
+    deleted_bytes: int
+    delete_failures: int
+    errors: int
+    watermark_ms: int
+    complete: bool
+    """The listing reached the end of the prefix within the cycle's budget."""
+
+
+class RetentionRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What one `RetentionScheduler.run_once` did; `more` means work was left for the next run."""
+
+    calls: int
+    batches_deleted: int
+    bytes_deleted: int
+    more: bool
+
+
+class RetentionStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Cumulative work of a retention scheduler."""
+
+    runs: int = 0
+    run_errors: int = 0
+    calls: int = 0
+    batches_deleted: int = 0
+    bytes_deleted: int = 0
+    runs_with_work_left: int = 0
