@@ -10,14 +10,22 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from aiobotocore.session import AioSession
 from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
+
+
+class S3Credentials(TypedDict):
+    region: str
+    aws_access_key_id: str
+    aws_secret_access_key: str
+
+
 # Dummy credentials: moto accepts any; explicit so no test depends on the environment.
-S3_CREDENTIALS: dict[str, str] = {
+S3_CREDENTIALS: S3Credentials = {
     "region": REGION,
     "aws_access_key_id": "testing",
     "aws_secret_access_key": "testing",
