@@ -20,6 +20,7 @@ from diskless.coordinator._api import (
     TopicDescription,
 )
 from diskless.coordinator._memory import InMemoryBatchCoordinator
+from diskless.coordinator._sqlite import SqliteBatchCoordinator
 
 __all__ = [
     # the contract
@@ -42,4 +43,5 @@ __all__ = [
     "TopicDescription",
     # backends
     "InMemoryBatchCoordinator",
+    "SqliteBatchCoordinator",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from diskless.clock import ManualClock
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, SqliteBatchCoordinator
 
 EXPIRATION_MS = 60 * 60 * 1000
 """Producer-state expiry used by the suite: one hour, so tests can jump past it."""
@@ -19,7 +19,7 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "sqlite"])
 async def coordinator(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
 ) -> AsyncIterator[BatchCoordinator]:
@@ -27,7 +27,9 @@ async def coordinator(
     if request.param == "memory":
         backend = InMemoryBatchCoordinator(clock=clock, producer_id_expiration_ms=EXPIRATION_MS)
     else:
-        raise AssertionError(request.param)
+        backend = SqliteBatchCoordinator(
+            tmp_path / "coordinator.db", clock=clock, producer_id_expiration_ms=EXPIRATION_MS
+        )
     try:
         yield backend
     finally:

@@ -1,0 +1,106 @@
+"""The SQLite coordinator's schema, as numbered migrations applied in order.
+
+`PRAGMA user_version` holds how many migrations a database file has seen. Migrations only ever
+get appended: a released one is never edited, so any older file can be brought up to date.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+MIGRATIONS: list[list[str]] = [
+    # 1: topics, partitions, files, batches, producer state, broker epochs.
+    [
+        """CREATE TABLE topics (
+            topic_id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            partition_count INTEGER NOT NULL,
+            timestamp_type INTEGER NOT NULL,
+            retention_ms INTEGER NOT NULL,
+            retention_bytes INTEGER NOT NULL,
+            max_message_bytes INTEGER NOT NULL
+        )""",
+        """CREATE TABLE partitions (
+            partition_id INTEGER PRIMARY KEY,
+            topic_id INTEGER NOT NULL,
+            partition INTEGER NOT NULL,
+            high_watermark INTEGER NOT NULL DEFAULT 0,
+            log_start_offset INTEGER NOT NULL DEFAULT 0,
+            size_bytes INTEGER NOT NULL DEFAULT 0,
+            ts_running_max INTEGER NOT NULL DEFAULT -1,
+            UNIQUE (topic_id, partition)
+        )""",
+        # state: 0 live, 1 unreferenced, 2 condemned.
+        """CREATE TABLE files (
+            file_id INTEGER PRIMARY KEY,
+            key TEXT NOT NULL UNIQUE,
+            state INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            since_ms INTEGER NOT NULL,
+            live_batches INTEGER NOT NULL
+        )""",
+        "CREATE INDEX files_dead ON files (since_ms, key) WHERE state <> 0",
+        """CREATE TABLE batches (
+            partition_id INTEGER NOT NULL,
+            base_offset INTEGER NOT NULL,
+            last_offset INTEGER NOT NULL,
+            file_id INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            max_timestamp INTEGER NOT NULL,
+            log_append_time INTEGER NOT NULL,
+            timestamp INTEGER NOT NULL,
+            ts_running_max INTEGER NOT NULL,
+            producer_id INTEGER NOT NULL,
+            producer_epoch INTEGER NOT NULL,
+            PRIMARY KEY (partition_id, base_offset)
+        ) WITHOUT ROWID""",
+        # MAX_TIMESTAMP: the first batch among those with the largest timestamp.
+        "CREATE INDEX batches_by_timestamp ON batches (partition_id, timestamp DESC, base_offset)",
+        # By timestamp: the running max grows with the offset, so the first entry >= ts answers.
+        "CREATE INDEX batches_by_running_max"
+        " ON batches (partition_id, ts_running_max, base_offset)",
+        """CREATE TABLE producers (
+            partition_id INTEGER NOT NULL,
+            producer_id INTEGER NOT NULL,
+            producer_epoch INTEGER NOT NULL,
+            last_timestamp INTEGER NOT NULL,
+            last_update_ms INTEGER NOT NULL,
+            coordinator_epoch INTEGER NOT NULL,
+            txn_first_offset INTEGER,
+            batches BLOB NOT NULL,
+            PRIMARY KEY (partition_id, producer_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX producers_idle ON producers (last_update_ms) WHERE txn_first_offset IS NULL",
+        "CREATE TABLE brokers (broker_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL)",
+    ],
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNewError(Exception):
+    """The file was written by a newer version of this library."""
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema up to SCHEMA_VERSION inside one write transaction; returns the old version.
+
+    Safe when several processes open the same file at once: the version is read under the write
+    lock, so exactly one of them applies each migration.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNewError(f"schema version {version} is newer than {SCHEMA_VERSION}")
+        for index in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[index]:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return int(version)
