@@ -1,0 +1,147 @@
+"""Small fixtures for lifecycle tests: a virtual-time cluster, uploads and commits by hand."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from diskless import ManualClock, TopicPartition
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    DeleteRecordsRequest,
+    FileState,
+    InMemoryBatchCoordinator,
+)
+from diskless.lifecycle import FileManager, FileManagerConfig
+from diskless.storage import ListPage, MemoryObjectStore, ObjectStore, StoreStats
+from diskless.wal._keys import DEFAULT_OBJECT_PREFIX, new_object_key
+
+PREFIX = DEFAULT_OBJECT_PREFIX
+TOPIC = "events"
+TP = TopicPartition(TOPIC, 0)
+BROKER = 1
+
+# Small graces so tests move virtual time in seconds; the relation the config checks still holds.
+GRACE_MS = 10_000
+UNREFERENCED_GRACE_MS = 5_000
+
+
+def config(**overrides: object) -> FileManagerConfig:
+    settings: dict[str, object] = {
+        "period_ms": 1_000,
+        "orphan_grace_ms": GRACE_MS,
+        "commit_deadline_ms": 4_000,
+        "clock_skew_max_ms": 1_000,
+        "unreferenced_grace_ms": UNREFERENCED_GRACE_MS,
+        "rescan_interval_ms": None,
+    }
+    settings.update(overrides)
+    return FileManagerConfig(**settings)  # type: ignore[arg-type]
+
+
+@dataclass
+class Cluster:
+    clock: ManualClock
+    store: ObjectStore
+    coordinator: BatchCoordinator
+    epoch: int
+
+    async def upload(self, size: int = 100, *, age_ms: int = 0, broker: int = BROKER) -> str:
+        """Put an object named `age_ms` ago, as a broker does before committing it."""
+        key = new_object_key(PREFIX, self.clock.now_ms() - age_ms, broker)
+        await self.store.put(key, bytes(size))
+        return key
+
+    async def commit(self, key: str, size: int = 100, records: int = 1) -> CommitBatchResult:
+        now = self.clock.now_ms()
+        batch = CommitBatch(
+            topic_partition=TP,
+            byte_offset=0,
+            size=size,
+            record_count=records,
+            base_timestamp=now,
+            max_timestamp=now,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+        )
+        results = await self.coordinator.commit_file(key, BROKER, self.epoch, size, [batch])
+        assert len(results) == 1
+        return results[0]
+
+    async def committed(self, size: int = 100) -> str:
+        key = await self.upload(size)
+        result = await self.commit(key, size)
+        assert result.error == 0, result
+        return key
+
+    async def unreference_all(self) -> None:
+        """Delete every record of the partition, leaving its files UNREFERENCED."""
+        responses = await self.coordinator.delete_records([DeleteRecordsRequest(TP, -1)])
+        assert responses[0].error == 0, responses
+
+    async def keys(self) -> list[str]:
+        return [info.key async for info in self.store.list_all(PREFIX)]
+
+    async def state(self, key: str) -> FileState | None:
+        [info] = await self.coordinator.file_info([key])
+        return None if info is None else info.state
+
+    def manager(self, **overrides: object) -> FileManager:
+        return FileManager(self.store, self.coordinator, config(**overrides), self.clock)
+
+
+async def cluster(store: ObjectStore | None = None, clock: ManualClock | None = None) -> Cluster:
+    clock = clock if clock is not None else ManualClock()
+    coordinator = InMemoryBatchCoordinator(clock=clock)
+    await coordinator.create_topic(TOPIC, 1)
+    epoch = await coordinator.register_broker(BROKER)
+    return Cluster(
+        clock, store if store is not None else MemoryObjectStore(clock), coordinator, epoch
+    )
+
+
+class YieldingStore(ObjectStore):
+    """Delegates to `inner`, yielding to the event loop around every call so that concurrent
+    managers interleave at each await; `fail_deletes_of` makes chosen keys' deletes not happen."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.fail_deletes_of: set[str] = set()
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        await asyncio.sleep(0)
+        await self.inner.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        await asyncio.sleep(0)
+        return await self.inner.get(key)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        await asyncio.sleep(0)
+        return await self.inner.get_range(key, start, end)
+
+    async def list_page(
+        self,
+        prefix: str,
+        token: str | None = None,
+        limit: int = 1000,
+        start_after: str | None = None,
+    ) -> ListPage:
+        await asyncio.sleep(0)
+        page = await self.inner.list_page(prefix, token, limit, start_after)
+        await asyncio.sleep(0)
+        return page
+
+    async def delete_many(self, keys: Sequence[str]) -> list[str]:
+        await asyncio.sleep(0)
+        allowed = [key for key in keys if key not in self.fail_deletes_of]
+        deleted = await self.inner.delete_many(allowed)
+        await asyncio.sleep(0)
+        return deleted
+
+    def stats(self) -> StoreStats:
+        return self.inner.stats()

@@ -1,0 +1,394 @@
+"""Unit tests of the file manager on virtual time, the in-memory store and coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import pytest
+
+from diskless import ManualClock
+from diskless.coordinator import FileInfo, FileState
+from diskless.errors import CoordinatorUnavailableError, ObjectKeyConflictError
+from diskless.lifecycle import FileManager, FileManagerConfig, required_orphan_grace_ms
+from diskless.storage import Fault, FaultyObjectStore, MemoryObjectStore, StoreOp
+from tests.lifecycle._helpers import (
+    GRACE_MS,
+    PREFIX,
+    UNREFERENCED_GRACE_MS,
+    YieldingStore,
+    cluster,
+    config,
+)
+
+SECOND = 1.0
+
+
+# --- orphans ----------------------------------------------------------------------------------
+async def test_orphan_is_condemned_only_after_grace_and_deleted_after_that() -> None:
+    c = await cluster()
+    manager = c.manager()
+    orphan = await c.upload()
+
+    await c.clock.advance(GRACE_MS / 1000 - 1)  # 1 s short of the grace
+    report = await manager.run_cycle()
+    assert report.orphans_condemned == 0
+    assert await c.state(orphan) is None
+    assert await c.keys() == [orphan]
+
+    await c.clock.advance(2 * SECOND)  # past the grace: condemned, kept while its grace runs
+    report = await manager.run_cycle()
+    assert report.orphans_condemned == 1
+    assert await c.state(orphan) is FileState.CONDEMNED
+    assert await c.keys() == [orphan]
+    assert manager.stats().orphaned_objects == 1
+    assert manager.stats().orphaned_bytes == 100
+
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 1
+    assert report.deleted_bytes == 100
+    assert await c.keys() == []
+    assert await c.state(orphan) is None  # forgotten once deleted
+    stats = manager.stats()
+    assert (stats.orphaned_objects, stats.orphaned_bytes, stats.deleted_objects) == (0, 0, 1)
+
+
+async def test_condemned_orphan_cannot_be_committed() -> None:
+    c = await cluster()
+    manager = c.manager()
+    orphan = await c.upload()
+    await c.clock.advance(GRACE_MS / 1000 + 1)
+    await manager.run_cycle()
+
+    with pytest.raises(ObjectKeyConflictError):
+        await c.commit(orphan)
+    assert await c.state(orphan) is FileState.CONDEMNED
+
+
+async def test_committed_objects_are_never_deleted_while_live() -> None:
+    c = await cluster()
+    manager = c.manager()
+    live = [await c.committed() for _ in range(5)]
+    for _ in range(10):
+        await c.clock.advance(GRACE_MS / 1000)
+        report = await manager.run_cycle()
+        assert report.orphans_condemned == 0
+        assert report.deleted_objects == 0
+    assert await c.keys() == sorted(live)
+    assert {await c.state(key) for key in live} == {FileState.LIVE}
+    assert manager.stats().live_objects == 5
+    assert manager.stats().live_bytes == 500
+
+
+async def test_unreferenced_objects_are_deleted_after_their_grace() -> None:
+    c = await cluster()
+    manager = c.manager()
+    keys = [await c.committed(size=200) for _ in range(3)]
+    await c.unreference_all()
+    assert {await c.state(key) for key in keys} == {FileState.UNREFERENCED}
+
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 - 1)
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 0
+    assert await c.keys() == sorted(keys)
+    assert manager.stats().unreferenced_objects == 3
+    assert manager.stats().unreferenced_bytes == 600
+
+    await c.clock.advance(2 * SECOND)
+    report = await manager.run_cycle()
+    assert (report.deleted_objects, report.deleted_bytes) == (3, 600)
+    assert await c.keys() == []
+    assert [await c.state(key) for key in keys] == [None] * 3
+    assert manager.stats().unreferenced_objects == 0
+
+
+async def test_object_without_a_key_time_ages_by_last_modified() -> None:
+    c = await cluster()
+    manager = c.manager()
+    foreign = f"{PREFIX}not-a-wal-key"
+    await c.store.put(foreign, b"x" * 10)
+    await c.clock.advance(GRACE_MS / 1000 - 1)
+    assert (await manager.run_cycle()).orphans_condemned == 0
+    await c.clock.advance(2 * SECOND)
+    assert (await manager.run_cycle()).orphans_condemned == 1
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    await manager.run_cycle()
+    assert await c.keys() == []
+
+
+# --- the watermark ----------------------------------------------------------------------------
+async def test_watermark_skips_reconciled_keys() -> None:
+    c = await cluster()
+    manager = c.manager(list_page_objects_max=10)
+    old = [await c.committed() for _ in range(50)]
+    await c.clock.advance(GRACE_MS / 1000 + 1)
+
+    first = await manager.run_cycle()
+    assert first.objects_listed == 50
+    assert first.listing_calls == 5
+    assert first.complete
+    assert manager.watermark_ms == c.clock.now_ms() - GRACE_MS
+
+    lists_before = c.store.stats().lists
+    second = await manager.run_cycle()
+    assert second.objects_listed == 0  # everything before the watermark is skipped
+    assert second.listing_calls == 1
+    assert c.store.stats().lists - lists_before == 1
+
+    new = [await c.committed() for _ in range(7)]
+    third = await manager.run_cycle()
+    assert third.objects_listed == 7
+    assert await c.keys() == sorted(old + new)
+
+
+async def test_watermark_stops_at_unresolved_orphan_until_it_is_deleted() -> None:
+    c = await cluster()
+    manager = c.manager()
+    await c.committed()
+    orphan = await c.upload()
+    await c.committed()
+    await c.clock.advance(GRACE_MS / 1000 + 1)
+
+    orphan_ms = int(orphan[len(PREFIX) :].split("-")[0])
+    await manager.run_cycle()  # condemns it; deletion waits for the unreferenced grace
+    assert manager.watermark_ms == orphan_ms
+    assert manager.stats().reconciliation_lag_ms == c.clock.now_ms() - orphan_ms
+
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 1
+    assert manager.watermark_ms == c.clock.now_ms() - GRACE_MS
+    assert manager.stats().reconciliation_lag_ms == GRACE_MS
+
+
+async def test_watermark_never_passes_now_minus_grace() -> None:
+    c = await cluster()
+    manager = c.manager()
+    young = await c.upload()  # unknown and within its grace: maybe its commit is on its way
+    await c.clock.advance(3 * SECOND)
+    await manager.run_cycle()
+    assert manager.watermark_ms <= c.clock.now_ms() - GRACE_MS
+    # ...so a cycle past its grace still lists it, and finds it.
+    await c.clock.advance(GRACE_MS / 1000)
+    assert (await manager.run_cycle()).orphans_condemned == 1
+    assert await c.state(young) is FileState.CONDEMNED
+
+
+async def test_rescan_finds_an_orphan_that_appeared_below_the_watermark() -> None:
+    c = await cluster()
+    manager = c.manager(rescan_interval_ms=60_000, rescan_objects_per_cycle_max=5)
+    for _ in range(12):
+        await c.committed()
+    await c.clock.advance(GRACE_MS / 1000 + 1)
+    await manager.run_cycle()
+    # A zombie's very late upload, named long ago: the watermark has passed its time.
+    late = await c.upload(age_ms=GRACE_MS + 500)
+    assert late < f"{PREFIX}{manager.watermark_ms:013d}"
+    await c.clock.advance(SECOND)
+    assert (await manager.run_cycle()).orphans_condemned == 0  # the frontier cannot see it
+
+    await c.clock.advance(60)
+    condemned = 0
+    for _ in range(4):  # 13 keys below the watermark, 5 per cycle
+        condemned += (await manager.run_cycle()).orphans_condemned
+    assert condemned == 1
+    assert await c.state(late) is FileState.CONDEMNED
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    await manager.run_cycle()
+    assert late not in await c.keys()
+    assert len(await c.keys()) == 12
+
+
+# --- bounded work -----------------------------------------------------------------------------
+async def test_each_cycle_does_bounded_work_and_all_orphans_go_eventually() -> None:
+    c = await cluster()
+    manager = c.manager(
+        list_objects_per_cycle_max=30,
+        list_page_objects_max=10,
+        deletes_per_cycle_max=25,
+        delete_batch_objects_max=10,
+    )
+    orphans = [await c.upload() for _ in range(100)]
+    await c.clock.advance(GRACE_MS / 1000 + UNREFERENCED_GRACE_MS / 1000 + 1)
+    deleted = 0
+    for _ in range(20):
+        before = c.store.stats()
+        report = await manager.run_cycle()
+        spent = c.store.stats().minus(before)
+        assert report.objects_listed <= 30
+        assert spent.lists <= 3
+        assert report.deleted_objects <= 25
+        assert spent.delete_requests <= 3
+        deleted += report.deleted_objects
+        await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    assert deleted == len(orphans)
+    assert await c.keys() == []
+    assert manager.stats().deleted_objects == 100
+
+
+async def test_failed_deletes_are_not_forgotten_and_are_retried() -> None:
+    clock = ManualClock()
+    store = YieldingStore(MemoryObjectStore(clock))
+    c = await cluster(store=store, clock=clock)
+    manager = c.manager()
+    keys = [await c.committed() for _ in range(4)]
+    await c.unreference_all()
+    store.fail_deletes_of = {keys[0], keys[2]}
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 2
+    assert report.delete_failures == 2
+    assert await c.keys() == sorted([keys[0], keys[2]])
+    assert await c.state(keys[0]) is FileState.UNREFERENCED  # still in the books
+    assert await c.state(keys[1]) is None
+
+    store.fail_deletes_of = set()
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 2
+    assert await c.keys() == []
+    assert manager.stats().delete_failures == 2
+
+
+async def test_a_failing_store_fails_the_step_not_the_cycle() -> None:
+    clock = ManualClock()
+    faulty = FaultyObjectStore(MemoryObjectStore(clock), random.Random(1), clock=clock)
+    c = await cluster(store=faulty, clock=clock)
+    manager = c.manager()
+    key = await c.committed()
+    await c.unreference_all()
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    faulty.schedule(StoreOp.LIST, Fault.FAIL)
+    faulty.schedule(StoreOp.DELETE, Fault.FAIL)
+    report = await manager.run_cycle()
+    assert report.errors == 1  # the listing; the failed delete is a retried failure
+    assert report.delete_failures == 1
+    assert await c.state(key) is FileState.UNREFERENCED
+    report = await manager.run_cycle()
+    assert report.errors == 0
+    assert report.deleted_objects == 1
+    assert await c.keys() == []
+
+
+# --- several managers -------------------------------------------------------------------------
+async def test_two_managers_concurrently_agree() -> None:
+    clock = ManualClock()
+    c = await cluster(store=YieldingStore(MemoryObjectStore(clock)), clock=clock)
+    one, two = c.manager(list_page_objects_max=7), c.manager(list_page_objects_max=5)
+    doomed = [await c.committed() for _ in range(20)]
+    await c.unreference_all()
+    live = [await c.committed() for _ in range(20)]
+    orphans = [await c.upload() for _ in range(30)]
+    for _ in range(12):
+        await c.clock.advance(3 * SECOND)
+        await asyncio.gather(one.run_cycle(), two.run_cycle())
+        for key in live:  # a live object is never touched, at any point
+            assert await c.state(key) is FileState.LIVE
+    assert await c.keys() == sorted(live)
+    stats = await c.coordinator.file_stats()
+    assert (stats.unreferenced_objects, stats.condemned_objects) == (0, 0)
+    assert (stats.live_objects, stats.live_bytes) == (20, 2000)
+    # Each doomed object was deleted by at least one of them (both may count one).
+    assert one.stats().deleted_objects + two.stats().deleted_objects >= len(doomed + orphans)
+    assert one.stats().watermark_ms == two.stats().watermark_ms == c.clock.now_ms() - GRACE_MS
+
+
+# --- running in the background ----------------------------------------------------------------
+async def test_start_runs_cycles_every_period_and_close_stops_them() -> None:
+    c = await cluster()
+    manager = c.manager(period_ms=1_000)
+    orphan = await c.upload()
+    manager.start()
+    await c.clock.run_until_idle(max_seconds=(GRACE_MS + UNREFERENCED_GRACE_MS) / 1000 + 3)
+    assert manager.stats().cycles >= 15
+    assert await c.keys() == []
+    assert await c.state(orphan) is None
+    await manager.close()
+    cycles = manager.stats().cycles
+    await c.clock.advance(10 * SECOND)
+    assert manager.stats().cycles == cycles
+    await manager.close()  # idempotent
+
+
+async def test_background_loop_survives_coordinator_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = await cluster()
+    failures = 3
+    real = c.coordinator.files_to_delete
+
+    async def flaky(older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise CoordinatorUnavailableError("injected")
+        return await real(older_than_ms, limit)
+
+    c.coordinator.files_to_delete = flaky  # type: ignore[method-assign]
+    key = await c.committed()
+    await c.unreference_all()
+    with caplog.at_level(logging.WARNING, logger="diskless.lifecycle"):
+        async with c.manager(period_ms=1_000) as manager:
+            await c.clock.run_until_idle(max_seconds=UNREFERENCED_GRACE_MS / 1000 + 5)
+    assert failures == 0
+    assert manager.stats().cycle_errors == 3
+    assert await c.state(key) is None
+    assert "sweep failed" in caplog.text
+
+
+# --- configuration ----------------------------------------------------------------------------
+def test_config_rejects_a_grace_shorter_than_a_commit_can_take() -> None:
+    with pytest.raises(ValueError, match="must exceed"):
+        FileManagerConfig(
+            orphan_grace_ms=60_000, commit_deadline_ms=50_000, clock_skew_max_ms=10_000
+        )
+    FileManagerConfig(orphan_grace_ms=60_001, commit_deadline_ms=50_000, clock_skew_max_ms=10_000)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"list_page_objects_max": 1001},
+        {"delete_batch_objects_max": 0},
+        {"list_objects_per_cycle_max": 0},
+        {"prefix": "wal"},
+        {"period_ms": 0},
+        {"unreferenced_grace_ms": -1},
+        {"rescan_interval_ms": 10},
+    ],
+)
+def test_config_rejects_bad_limits(overrides: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        config(**overrides)
+
+
+def test_required_orphan_grace_covers_every_upload_attempt_and_the_commit() -> None:
+    grace = required_orphan_grace_ms(
+        upload_attempts_max=3,
+        upload_attempt_timeout_ms=10_000,
+        upload_backoff_max_ms=400,
+        commit_timeout_ms=5_000,
+        rotation_interval_ms=250,
+        clock_skew_max_ms=1_000,
+    )
+    assert grace == 250 + 3 * 10_400 + 5_000 + 1_000 + 1
+    with pytest.raises(ValueError):
+        required_orphan_grace_ms(
+            upload_attempts_max=-1,
+            upload_attempt_timeout_ms=0,
+            upload_backoff_max_ms=0,
+            commit_timeout_ms=0,
+        )
+
+
+async def test_manager_without_config_uses_safe_defaults() -> None:
+    c = await cluster()
+    manager = FileManager(c.store, c.coordinator, clock=c.clock)
+    assert manager.config.orphan_grace_ms > (
+        manager.config.commit_deadline_ms + manager.config.clock_skew_max_ms
+    )
+    await c.upload()
+    await c.clock.advance(60)
+    assert (await manager.run_cycle()).orphans_condemned == 0
