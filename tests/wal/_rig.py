@@ -1,0 +1,175 @@
+"""A WalWriter on a virtual clock with the real in-memory store and coordinator, plus probes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+from diskless import ManualClock, TopicPartition
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    FindBatchesRequest,
+    InMemoryBatchCoordinator,
+)
+from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.records import set_base_offset
+from diskless.storage import ListPage, MemoryObjectStore, ObjectStore
+from diskless.wal import WalConfig, WalWriter
+from tests.wal._helpers import decode_values
+
+T = TypeVar("T")
+
+
+class RecordingCoordinator(FaultyBatchCoordinator):
+    """Passes everything through (faults off by default) and records commit order."""
+
+    def __init__(self, inner: BatchCoordinator, **faults: Any) -> None:
+        super().__init__(inner, random.Random(0), **faults)
+        self.committed_keys: list[str] = []
+        self.commit_calls = 0
+
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        self.commit_calls += 1
+        results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+        self.committed_keys.append(object_key)
+        return results
+
+
+class GatedStore(ObjectStore):
+    """Delegates to `inner`; while `gated`, every PUT waits until the test opens its gate."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.gated = True
+        self.waiting: list[tuple[str, asyncio.Event]] = []
+        self.put_keys: list[str] = []
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        self.put_keys.append(key)
+        if self.gated:
+            gate = asyncio.Event()
+            self.waiting.append((key, gate))
+            await gate.wait()
+        await self.inner.put(key, data)
+
+    def open(self, key: str) -> None:
+        for waiting_key, gate in self.waiting:
+            if waiting_key == key:
+                gate.set()
+                return
+        raise AssertionError(f"no PUT of {key} is waiting")
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        return await self.inner.get_range(key, start, end)
+
+    async def list_page(
+        self,
+        prefix: str,
+        token: str | None = None,
+        limit: int = 1000,
+        start_after: str | None = None,
+    ) -> ListPage:
+        return await self.inner.list_page(prefix, token, limit, start_after)
+
+    async def delete_many(self, keys: Sequence[str]) -> list[str]:
+        return await self.inner.delete_many(keys)
+
+
+async def settle(rounds: int = 20) -> None:
+    """Let every runnable task run without moving virtual time."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def drive(clock: ManualClock, awaitable: Awaitable[T], max_s: float = 600.0) -> T:
+    """Run `awaitable`, moving virtual time from deadline to deadline until it finishes."""
+    task = asyncio.ensure_future(awaitable)
+    limit = clock.monotonic() + max_s
+    await settle()
+    while not task.done():
+        deadline = clock.next_deadline()
+        assert deadline is not None, "nothing sleeps, yet the task is stuck"
+        assert deadline <= limit, "virtual time limit reached"
+        await clock.advance(max(0.0, deadline - clock.monotonic()))
+        await settle()
+    return task.result()
+
+
+class Rig:
+    """A broker's writer over a shared store and coordinator."""
+
+    def __init__(
+        self,
+        config: WalConfig | None = None,
+        *,
+        store: ObjectStore | None = None,
+        coordinator: BatchCoordinator | None = None,
+        clock: ManualClock | None = None,
+    ) -> None:
+        self.clock = clock or ManualClock()
+        self.memory = MemoryObjectStore(self.clock)
+        self.store = store if store is not None else self.memory
+        inner = coordinator if coordinator is not None else InMemoryBatchCoordinator(self.clock)
+        self.coordinator = (
+            inner if isinstance(inner, RecordingCoordinator) else RecordingCoordinator(inner)
+        )
+        self.config = config or WalConfig()
+        self.writers: list[WalWriter] = []
+
+    async def topic(self, name: str = "t", partitions: int = 4) -> None:
+        await self.coordinator.create_topic(name, partitions)
+
+    async def writer(self, broker_id: int = 1, **overrides: Any) -> WalWriter:
+        epoch = await self.coordinator.register_broker(broker_id)
+        writer = WalWriter(
+            broker_id=broker_id,
+            broker_epoch=epoch,
+            store=overrides.pop("store", self.store),
+            coordinator=overrides.pop("coordinator", self.coordinator),
+            config=overrides.pop("config", self.config),
+            clock=self.clock,
+            **overrides,
+        )
+        await writer.start()
+        self.writers.append(writer)
+        return writer
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            await writer.close(flush=False)
+
+    async def read_partition(
+        self, tp: TopicPartition, store: ObjectStore | None = None
+    ) -> list[tuple[int, list[bytes | None]]]:
+        """Every batch of `tp` as (base offset, values), read back through coordinator + store."""
+        source = store if store is not None else self.store
+        (response,) = await self.coordinator.find_batches(
+            [FindBatchesRequest(tp, 0, 1 << 40)], 1 << 40
+        )
+        out = []
+        for info in response.batches:
+            data = bytearray(
+                await source.get_range(
+                    info.object_key, info.byte_offset, info.byte_offset + info.size
+                )
+            )
+            set_base_offset(data, info.base_offset)
+            base, values = decode_values(bytes(data))
+            assert base == info.base_offset
+            assert base + len(values) - 1 == info.last_offset
+            out.append((base, values))
+        return out
