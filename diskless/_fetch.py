@@ -191,7 +191,7 @@ class FetchReader:
         data: dict[Span, bytes | StorageError] = {}
         missing: list[Span] = []
         for span in spans:
-            cached = self._cache.get_range(span.key, span.start, span.end) if self._cache else None
+            cached = self._cached(span)
             if cached is not None:
                 assert len(cached) == span.end - span.start, (span, len(cached))
                 data[span] = cached
@@ -208,6 +208,15 @@ class FetchReader:
             len(chunk) for chunk in data.values() if isinstance(chunk, bytes)
         )
         return data
+
+    def _cached(self, span: Span) -> bytes | None:
+        if self._cache is None:
+            return None
+        try:
+            return self._cache.get_range(span.key, span.start, span.end)
+        except StorageError as e:  # a range outside the cached object: let storage answer
+            _log.warning("fetch: cache refused %s [%d, %d): %r", *span, e)
+            return None
 
     async def _get(self, span: Span) -> bytes | StorageError:
         async with self._gets:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from diskless._types import ErrorCode
+from diskless.wal import WalStats
 
 
 class ProduceResult(msgspec.Struct, frozen=True):
@@ -78,5 +79,8 @@ class ProduceStats(msgspec.Struct, frozen=True):
 
 
 class BrokerStats(msgspec.Struct, frozen=True):
+    """A broker's counters: its requests, its read path and its WAL writer (None before start)."""
+
     produce: ProduceStats
     fetch: FetchStats
+    wal: WalStats | None

@@ -1,0 +1,473 @@
+"""`DisklessBroker`: the produce, fetch and list-offsets surface a prototype broker calls.
+
+A broker owns a WAL writer (the write path) and a fetch reader (the read path) over an object store
+and a batch coordinator that it shares with every other broker; it owns neither of those and does
+not close them.
+
+    produce(partition -> batch bytes)
+      1. validate every partition on its own (framing, CRC, counts, size, producer-id mapping)
+      2. hand the valid batches to the WAL writer, in the order the requests arrived
+      3. answer every partition: the coordinator's result, or the validation error
+
+Order matters: a producer pipelines up to five requests per connection and the coordinator
+sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
+`produce` was called, even when an earlier one had to wait for topic metadata: each request takes a
+ticket synchronously on entry and hands its batches to the writer only after its predecessor has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import msgspec
+
+from diskless._fetch import (
+    COALESCE_GAP_BYTES_MAX_DEFAULT,
+    GETS_INFLIGHT_MAX_DEFAULT,
+    FetchReader,
+)
+from diskless._results import (
+    BrokerStats,
+    FetchResult,
+    ListOffsetsResult,
+    ProduceResult,
+    ProduceStats,
+)
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition
+from diskless.clock import Clock, SystemClock
+from diskless.coordinator import (
+    BatchCoordinator,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    ListOffsetsRequest,
+    TopicConfig,
+    TopicDescription,
+)
+from diskless.errors import BrokerClosedError, CoordinatorError
+from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
+from diskless.storage import ObjectStore
+from diskless.wal import SegmentCache, WalConfig, WalEntry, WalWriter
+
+_log = logging.getLogger(__name__)
+
+ACKS_ALL: Final = -1
+ACKS_NONE: Final = 0
+ACKS_LEADER: Final = 1
+_ACKS_VALID: Final = frozenset({ACKS_ALL, ACKS_NONE, ACKS_LEADER})
+
+
+class BrokerConfig(msgspec.Struct, frozen=True):
+    """Settings of one broker. Byte and time limits carry their unit in the name."""
+
+    wal: WalConfig = msgspec.field(default_factory=WalConfig)
+    request_timeout_ms: int = 30_000
+    """The produce timeout when a call gives none."""
+    fetch_max_bytes: int = 52_428_800
+    """Kafka's fetch.max.bytes default: the whole response when a call gives none."""
+    fetch_partition_max_bytes: int = 1_048_576
+    """Kafka's max.partition.fetch.bytes default."""
+    fetch_gets_inflight_max: int = GETS_INFLIGHT_MAX_DEFAULT
+    """Ranged GETs one fetch keeps in flight at most."""
+    fetch_coalesce_gap_bytes_max: int = COALESCE_GAP_BYTES_MAX_DEFAULT
+    """Read through gaps up to this size between needed ranges of one object (one GET instead of
+    two). 0 merges only ranges that touch."""
+    topic_metadata_ttl_ms: int = 30_000
+    """How long topic configs and partition counts are trusted before asking the coordinator."""
+
+    def __post_init__(self) -> None:
+        if self.request_timeout_ms < 0:
+            raise ValueError(f"request_timeout_ms must be >= 0, got {self.request_timeout_ms}")
+        if self.fetch_max_bytes < 0 or self.fetch_partition_max_bytes < 0:
+            raise ValueError("fetch byte limits must be >= 0")
+        if self.fetch_gets_inflight_max < 1:
+            raise ValueError("fetch_gets_inflight_max must be >= 1")
+        if self.fetch_coalesce_gap_bytes_max < 0:
+            raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
+        if self.topic_metadata_ttl_ms < 0:
+            raise ValueError("topic_metadata_ttl_ms must be >= 0")
+
+
+class _CachedTopic(msgspec.Struct):
+    description: TopicDescription
+    expires_at: float
+    """Monotonic seconds of the broker's clock."""
+
+
+class DisklessBroker:
+    """One broker of a diskless cluster; use `async with` (or `start()` and `close()`).
+
+    Starting registers the broker with the coordinator, which hands out its broker epoch (a commit
+    from an older incarnation is fenced), and starts its WAL writer. Closing waits for
+    acks=0 writes still under way and flushes everything buffered.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        config: BrokerConfig | None = None,
+        *,
+        rack: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._broker_id = broker_id
+        self._rack = rack
+        self._store = store
+        self._coordinator = coordinator
+        self._config = config if config is not None else BrokerConfig()
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._cache = SegmentCache(self._config.wal.segment_cache_bytes_max)
+        self._reader = FetchReader(
+            store,
+            coordinator,
+            cache=self._cache,
+            gets_inflight_max=self._config.fetch_gets_inflight_max,
+            coalesce_gap_bytes_max=self._config.fetch_coalesce_gap_bytes_max,
+        )
+        self._writer: WalWriter | None = None
+        self._broker_epoch = -1
+        self._closing = False
+        self._closed = asyncio.Event()
+        self._topics: dict[str, _CachedTopic] = {}
+        self._admitted: asyncio.Future[None] | None = None
+        """Resolved once the latest produce call handed its batches to the writer (its ticket)."""
+        self._background: set[asyncio.Task[dict[TopicPartition, ProduceResult]]] = set()
+        self._produce_stats: dict[str, int] = dict.fromkeys(ProduceStats.__struct_fields__, 0)
+
+    # --- identity and lifecycle ---------------------------------------------------------------
+    @property
+    def broker_id(self) -> int:
+        return self._broker_id
+
+    @property
+    def rack(self) -> str | None:
+        return self._rack
+
+    @property
+    def broker_epoch(self) -> int:
+        """The epoch the coordinator handed out at start; -1 before."""
+        return self._broker_epoch
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._config
+
+    @property
+    def started(self) -> bool:
+        return self._writer is not None
+
+    async def start(self) -> None:
+        """Register with the coordinator and start the WAL writer. Idempotent."""
+        if self._closing:
+            raise BrokerClosedError(f"broker {self._broker_id} is closed")
+        if self._writer is not None:
+            return
+        epoch = await self._coordinator.register_broker(self._broker_id)
+        if self._writer is not None or self._closing:  # re-validate after the await
+            return
+        writer = WalWriter(
+            broker_id=self._broker_id,
+            broker_epoch=epoch,
+            store=self._store,
+            coordinator=self._coordinator,
+            config=self._config.wal,
+            clock=self._clock,
+            cache=self._cache,
+        )
+        await writer.start()
+        self._broker_epoch = epoch
+        self._writer = writer
+        _log.info("broker %d (rack %s) started at epoch %d", self._broker_id, self._rack, epoch)
+
+    async def close(self) -> None:
+        """Stop taking requests, finish acks=0 writes, flush the WAL. Idempotent."""
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            while self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+            if self._writer is not None:
+                await self._writer.close(flush=True)
+        finally:
+            self._closed.set()
+
+    async def __aenter__(self) -> DisklessBroker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _require_running(self) -> WalWriter:
+        if self._closing:
+            raise BrokerClosedError(f"broker {self._broker_id} is closed")
+        if self._writer is None:
+            raise RuntimeError("DisklessBroker.start() must be awaited first")
+        return self._writer
+
+    # --- produce ------------------------------------------------------------------------------
+    async def produce(
+        self,
+        partitions: Mapping[TopicPartition, bytes | bytearray | memoryview],
+        *,
+        acks: int = ACKS_ALL,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Kafka Produce: one record batch per partition; a result per partition.
+
+        Every partition is validated on its own and fails alone. acks=1 behaves as acks=-1 (an
+        ack always means durable and sequenced); acks=0 returns {} at once while the write goes
+        on in the background (awaited by `close`). Raises BrokerClosedError after `close`.
+        """
+        writer = self._require_running()
+        if acks not in _ACKS_VALID:
+            self._count_produce(len(partitions), failed=len(partitions), accepted_bytes=0)
+            message = f"acks must be -1, 0 or 1, not {acks}"
+            return {
+                tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS, error_message=message)
+                for tp in partitions
+            }
+        timeout_s = (
+            timeout_ms if timeout_ms is not None else self._config.request_timeout_ms
+        ) / 1000
+        # Take the ticket now, synchronously, so that arrival order is write order.
+        previous = self._admitted
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admitted = mine
+        request = self._produce(writer, dict(partitions), timeout_s, previous, mine)
+        if acks == ACKS_NONE:
+            task = asyncio.create_task(request, name=f"produce-acks0-b{self._broker_id}")
+            self._background.add(task)
+            task.add_done_callback(self._background_done)
+            return {}
+        return await request
+
+    def _background_done(self, task: asyncio.Task[dict[TopicPartition, ProduceResult]]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            _log.warning("acks=0 produce on broker %d failed: %r", self._broker_id, error)
+
+    async def _produce(
+        self,
+        writer: WalWriter,
+        partitions: dict[TopicPartition, bytes | bytearray | memoryview],
+        timeout_s: float,
+        previous: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+    ) -> dict[TopicPartition, ProduceResult]:
+        try:
+            results, entries = await self._validate(partitions)
+            if previous is not None:
+                await previous  # never fails: tickets are only ever resolved with None
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+        # No await between resolving the ticket and entering the writer: `write` appends its
+        # entries to the active segment before it first yields (or queues FIFO for admission).
+        written = await writer.write(entries, timeout_s=timeout_s) if entries else []
+        assert len(written) == len(entries), (len(written), len(entries))
+        for entry, outcome in zip(entries, written, strict=True):
+            results[entry.topic_partition] = ProduceResult(
+                outcome.error,
+                base_offset=outcome.base_offset,
+                log_append_time=outcome.log_append_time,
+                log_start_offset=outcome.log_start_offset,
+                error_message=outcome.error_message,
+            )
+        assert results.keys() == partitions.keys()
+        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
+        accepted = sum(entry.header.size for entry in entries)
+        self._count_produce(len(partitions), failed=failed, accepted_bytes=accepted)
+        return {tp: results[tp] for tp in partitions}
+
+    async def _validate(
+        self, partitions: Mapping[TopicPartition, bytes | bytearray | memoryview]
+    ) -> tuple[dict[TopicPartition, ProduceResult], list[WalEntry]]:
+        """Per-partition checks: the errors found, and the valid batches to write."""
+        topics, unavailable = await self._describe({tp.topic for tp in partitions}, partitions)
+        results: dict[TopicPartition, ProduceResult] = {}
+        valid: dict[TopicPartition, BatchHeader] = {}
+        for tp, data in partitions.items():
+            description = topics.get(tp.topic)
+            if description is None:
+                if tp.topic in unavailable:
+                    results[tp] = ProduceResult(
+                        ErrorCode.KAFKA_STORAGE_ERROR, error_message=unavailable[tp.topic]
+                    )
+                else:
+                    results[tp] = _unknown(tp)
+                continue
+            if not 0 <= tp.partition < description.partitions:
+                results[tp] = _unknown(tp)
+                continue
+            parsed = parse_produce_payload(data, description.config.max_message_bytes)
+            if isinstance(parsed, InvalidBatch):
+                results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
+            else:
+                valid[tp] = parsed
+        # KIP-890: one request carries transactional batches of at most one (producer, epoch).
+        transactional = {
+            (h.producer_id, h.producer_epoch) for h in valid.values() if h.is_transactional
+        }
+        if len(transactional) > 1:
+            message = f"transactional batches of {len(transactional)} producer ids/epochs"
+            for tp, header in list(valid.items()):
+                if header.is_transactional:
+                    results[tp] = ProduceResult(
+                        ErrorCode.INVALID_PRODUCER_ID_MAPPING, error_message=message
+                    )
+                    del valid[tp]
+        return results, [WalEntry(tp, header) for tp, header in valid.items()]
+
+    async def _describe(
+        self, names: set[str], partitions: Mapping[TopicPartition, object]
+    ) -> tuple[dict[str, TopicDescription], dict[str, str]]:
+        """Topic descriptions from the cache, refreshed (one call) for the names it cannot answer.
+
+        A name is refreshed when it is not cached, its entry expired, or a requested partition is
+        beyond its cached partition count (the topic may have grown). Returns the descriptions
+        found and, when the coordinator failed, why for each name left without one.
+        """
+        now = self._clock.monotonic()
+        found: dict[str, TopicDescription] = {}
+        refresh: set[str] = set()
+        for name in names:
+            cached = self._topics.get(name)
+            if cached is None or cached.expires_at <= now:
+                refresh.add(name)
+            else:
+                found[name] = cached.description
+        for tp in partitions:
+            known = found.get(tp.topic)
+            if known is not None and tp.partition >= known.partitions:
+                refresh.add(tp.topic)
+        if not refresh:
+            return found, {}
+        try:
+            descriptions = await self._coordinator.describe_topics(sorted(refresh))
+        except CoordinatorError as e:
+            # Serve what is cached, even expired; the rest fail retriably.
+            unavailable: dict[str, str] = {}
+            for name in refresh:
+                cached = self._topics.get(name)
+                if cached is not None:
+                    found[name] = cached.description
+                else:
+                    unavailable[name] = f"topic metadata unavailable: {e}"
+            return found, unavailable
+        expires_at = self._clock.monotonic() + self._config.topic_metadata_ttl_ms / 1000
+        returned = {d.name: d for d in descriptions if d.name in refresh}
+        for name in refresh:
+            description = returned.get(name)
+            if description is None:  # unknown (or deleted): never cached, so creation shows
+                self._topics.pop(name, None)
+                found.pop(name, None)
+            else:
+                self._topics[name] = _CachedTopic(description, expires_at)
+                found[name] = description
+        return found, {}
+
+    def _count_produce(self, partitions: int, *, failed: int, accepted_bytes: int) -> None:
+        self._produce_stats["requests"] += 1
+        self._produce_stats["partitions"] += partitions
+        self._produce_stats["partitions_failed"] += failed
+        self._produce_stats["bytes_accepted"] += accepted_bytes
+
+    # --- fetch and list offsets ---------------------------------------------------------------
+    async def fetch(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        max_bytes: int | None = None,
+        partition_max_bytes: int | None = None,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> dict[TopicPartition, FetchResult]:
+        """Kafka Fetch: record batches from each partition's offset (see `FetchResult`)."""
+        self._require_running()
+        return await self._reader.fetch(
+            offsets,
+            max_bytes=max_bytes if max_bytes is not None else self._config.fetch_max_bytes,
+            partition_max_bytes=(
+                partition_max_bytes
+                if partition_max_bytes is not None
+                else self._config.fetch_partition_max_bytes
+            ),
+            isolation_level=isolation_level,
+        )
+
+    async def list_offsets(
+        self,
+        timestamps: Mapping[TopicPartition, int],
+        *,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        """Kafka ListOffsets: an `OffsetSpec` sentinel or a timestamp (ms) per partition."""
+        self._require_running()
+        requests = [ListOffsetsRequest(tp, ts, isolation_level) for tp, ts in timestamps.items()]
+        if not requests:
+            return {}
+        try:
+            responses = await self._coordinator.list_offsets(requests)
+        except CoordinatorError:
+            return {
+                r.topic_partition: ListOffsetsResult(ErrorCode.KAFKA_STORAGE_ERROR)
+                for r in requests
+            }
+        assert len(responses) == len(requests), (len(responses), len(requests))
+        return {
+            request.topic_partition: ListOffsetsResult(
+                response.error, offset=response.offset, timestamp=response.timestamp
+            )
+            for request, response in zip(requests, responses, strict=True)
+        }
+
+    # --- administration pass-throughs ---------------------------------------------------------
+    async def create_topic(
+        self, name: str, partitions: int, config: TopicConfig | None = None
+    ) -> bool:
+        """Create a topic in the coordinator; False if it already exists."""
+        self._topics.pop(name, None)
+        return await self._coordinator.create_topic(name, partitions, config)
+
+    async def create_partitions(self, name: str, total_partitions: int) -> None:
+        self._topics.pop(name, None)
+        await self._coordinator.create_partitions(name, total_partitions)
+
+    async def delete_topics(self, names: Sequence[str]) -> None:
+        for name in names:
+            self._topics.pop(name, None)
+        await self._coordinator.delete_topics(names)
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        return await self._coordinator.describe_topics(names)
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, DeleteRecordsResponse]:
+        """Kafka DeleteRecords: advance each partition's log start offset (-1: high watermark)."""
+        requests = [DeleteRecordsRequest(tp, offset) for tp, offset in offsets.items()]
+        responses = await self._coordinator.delete_records(requests) if requests else []
+        assert len(responses) == len(requests)
+        return {r.topic_partition: s for r, s in zip(requests, responses, strict=True)}
+
+    # --- observation --------------------------------------------------------------------------
+    @property
+    def stats(self) -> BrokerStats:
+        """A snapshot of the broker's counters (a property, like `WalWriter.stats`)."""
+        return BrokerStats(
+            produce=ProduceStats(**self._produce_stats),
+            fetch=self._reader.stats(),
+            wal=self._writer.stats if self._writer is not None else None,
+        )
+
+
+def _unknown(tp: TopicPartition) -> ProduceResult:
+    return ProduceResult(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown partition {tp}"
+    )
