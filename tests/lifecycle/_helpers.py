@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from diskless import ManualClock, TopicPartition
+from diskless import Clock, ManualClock, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
     DeleteRecordsRequest,
     FileState,
-    InMemoryBatchCoordinator,
 )
 from diskless.lifecycle import FileManager, FileManagerConfig
 from diskless.storage import ListPage, MemoryObjectStore, ObjectStore, StoreStats
@@ -94,9 +93,16 @@ class Cluster:
         return FileManager(self.store, self.coordinator, config(**overrides), self.clock)
 
 
-async def cluster(store: ObjectStore | None = None, clock: ManualClock | None = None) -> Cluster:
+CoordinatorFactory = Callable[[Clock], BatchCoordinator]
+
+
+async def cluster(
+    new_coordinator: CoordinatorFactory,
+    store: ObjectStore | None = None,
+    clock: ManualClock | None = None,
+) -> Cluster:
     clock = clock if clock is not None else ManualClock()
-    coordinator = InMemoryBatchCoordinator(clock=clock)
+    coordinator = new_coordinator(clock)
     await coordinator.create_topic(TOPIC, 1)
     epoch = await coordinator.register_broker(BROKER)
     return Cluster(
@@ -145,3 +151,22 @@ class YieldingStore(ObjectStore):
 
     def stats(self) -> StoreStats:
         return self.inner.stats()
+
+
+async def settle(clock: ManualClock, timeout_s: float = 10.0) -> None:
+    """Wait (in real time) until some task sleeps on `clock` again: a backend that works in
+    threads (SQLite) finishes its calls before virtual time may move on."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while clock.next_deadline() is None:
+        assert loop.time() < deadline, "nothing went back to sleep on the virtual clock"
+        await asyncio.sleep(0.001)
+
+
+async def run_virtual(clock: ManualClock, seconds: float, step_s: float) -> None:
+    """Move virtual time forward `seconds` in steps, letting sleepers finish their work."""
+    steps = round(seconds / step_s)
+    for _ in range(steps):
+        await settle(clock)
+        await clock.advance(step_s)
+    await settle(clock)

@@ -17,17 +17,21 @@ from tests.lifecycle._helpers import (
     GRACE_MS,
     PREFIX,
     UNREFERENCED_GRACE_MS,
+    CoordinatorFactory,
     YieldingStore,
     cluster,
     config,
+    run_virtual,
 )
 
 SECOND = 1.0
 
 
 # --- orphans ----------------------------------------------------------------------------------
-async def test_orphan_is_condemned_only_after_grace_and_deleted_after_that() -> None:
-    c = await cluster()
+async def test_orphan_is_condemned_only_after_grace_and_deleted_after_that(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     orphan = await c.upload()
 
@@ -55,8 +59,8 @@ async def test_orphan_is_condemned_only_after_grace_and_deleted_after_that() -> 
     assert (stats.orphaned_objects, stats.orphaned_bytes, stats.deleted_objects) == (0, 0, 1)
 
 
-async def test_condemned_orphan_cannot_be_committed() -> None:
-    c = await cluster()
+async def test_condemned_orphan_cannot_be_committed(new_coordinator: CoordinatorFactory) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     orphan = await c.upload()
     await c.clock.advance(GRACE_MS / 1000 + 1)
@@ -67,8 +71,10 @@ async def test_condemned_orphan_cannot_be_committed() -> None:
     assert await c.state(orphan) is FileState.CONDEMNED
 
 
-async def test_committed_objects_are_never_deleted_while_live() -> None:
-    c = await cluster()
+async def test_committed_objects_are_never_deleted_while_live(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     live = [await c.committed() for _ in range(5)]
     for _ in range(10):
@@ -82,8 +88,10 @@ async def test_committed_objects_are_never_deleted_while_live() -> None:
     assert manager.stats().live_bytes == 500
 
 
-async def test_unreferenced_objects_are_deleted_after_their_grace() -> None:
-    c = await cluster()
+async def test_unreferenced_objects_are_deleted_after_their_grace(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     keys = [await c.committed(size=200) for _ in range(3)]
     await c.unreference_all()
@@ -104,8 +112,10 @@ async def test_unreferenced_objects_are_deleted_after_their_grace() -> None:
     assert manager.stats().unreferenced_objects == 0
 
 
-async def test_object_without_a_key_time_ages_by_last_modified() -> None:
-    c = await cluster()
+async def test_object_without_a_key_time_ages_by_last_modified(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     foreign = f"{PREFIX}not-a-wal-key"
     await c.store.put(foreign, b"x" * 10)
@@ -119,8 +129,8 @@ async def test_object_without_a_key_time_ages_by_last_modified() -> None:
 
 
 # --- the watermark ----------------------------------------------------------------------------
-async def test_watermark_skips_reconciled_keys() -> None:
-    c = await cluster()
+async def test_watermark_skips_reconciled_keys(new_coordinator: CoordinatorFactory) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager(list_page_objects_max=10)
     old = [await c.committed() for _ in range(50)]
     await c.clock.advance(GRACE_MS / 1000 + 1)
@@ -143,8 +153,10 @@ async def test_watermark_skips_reconciled_keys() -> None:
     assert await c.keys() == sorted(old + new)
 
 
-async def test_watermark_stops_at_unresolved_orphan_until_it_is_deleted() -> None:
-    c = await cluster()
+async def test_watermark_stops_at_unresolved_orphan_until_it_is_deleted(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     await c.committed()
     orphan = await c.upload()
@@ -163,8 +175,8 @@ async def test_watermark_stops_at_unresolved_orphan_until_it_is_deleted() -> Non
     assert manager.stats().reconciliation_lag_ms == GRACE_MS
 
 
-async def test_watermark_never_passes_now_minus_grace() -> None:
-    c = await cluster()
+async def test_watermark_never_passes_now_minus_grace(new_coordinator: CoordinatorFactory) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager()
     young = await c.upload()  # unknown and within its grace: maybe its commit is on its way
     await c.clock.advance(3 * SECOND)
@@ -176,8 +188,10 @@ async def test_watermark_never_passes_now_minus_grace() -> None:
     assert await c.state(young) is FileState.CONDEMNED
 
 
-async def test_rescan_finds_an_orphan_that_appeared_below_the_watermark() -> None:
-    c = await cluster()
+async def test_rescan_finds_an_orphan_that_appeared_below_the_watermark(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager(rescan_interval_ms=60_000, rescan_objects_per_cycle_max=5)
     for _ in range(12):
         await c.committed()
@@ -202,8 +216,10 @@ async def test_rescan_finds_an_orphan_that_appeared_below_the_watermark() -> Non
 
 
 # --- bounded work -----------------------------------------------------------------------------
-async def test_each_cycle_does_bounded_work_and_all_orphans_go_eventually() -> None:
-    c = await cluster()
+async def test_each_cycle_does_bounded_work_and_all_orphans_go_eventually(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager(
         list_objects_per_cycle_max=30,
         list_page_objects_max=10,
@@ -228,10 +244,12 @@ async def test_each_cycle_does_bounded_work_and_all_orphans_go_eventually() -> N
     assert manager.stats().deleted_objects == 100
 
 
-async def test_failed_deletes_are_not_forgotten_and_are_retried() -> None:
+async def test_failed_deletes_are_not_forgotten_and_are_retried(
+    new_coordinator: CoordinatorFactory,
+) -> None:
     clock = ManualClock()
     store = YieldingStore(MemoryObjectStore(clock))
-    c = await cluster(store=store, clock=clock)
+    c = await cluster(new_coordinator, store=store, clock=clock)
     manager = c.manager()
     keys = [await c.committed() for _ in range(4)]
     await c.unreference_all()
@@ -252,10 +270,12 @@ async def test_failed_deletes_are_not_forgotten_and_are_retried() -> None:
     assert manager.stats().delete_failures == 2
 
 
-async def test_a_failing_store_fails_the_step_not_the_cycle() -> None:
+async def test_a_failing_store_fails_the_step_not_the_cycle(
+    new_coordinator: CoordinatorFactory,
+) -> None:
     clock = ManualClock()
     faulty = FaultyObjectStore(MemoryObjectStore(clock), random.Random(1), clock=clock)
-    c = await cluster(store=faulty, clock=clock)
+    c = await cluster(new_coordinator, store=faulty, clock=clock)
     manager = c.manager()
     key = await c.committed()
     await c.unreference_all()
@@ -273,9 +293,9 @@ async def test_a_failing_store_fails_the_step_not_the_cycle() -> None:
 
 
 # --- several managers -------------------------------------------------------------------------
-async def test_two_managers_concurrently_agree() -> None:
+async def test_two_managers_concurrently_agree(new_coordinator: CoordinatorFactory) -> None:
     clock = ManualClock()
-    c = await cluster(store=YieldingStore(MemoryObjectStore(clock)), clock=clock)
+    c = await cluster(new_coordinator, store=YieldingStore(MemoryObjectStore(clock)), clock=clock)
     one, two = c.manager(list_page_objects_max=7), c.manager(list_page_objects_max=5)
     doomed = [await c.committed() for _ in range(20)]
     await c.unreference_all()
@@ -296,12 +316,14 @@ async def test_two_managers_concurrently_agree() -> None:
 
 
 # --- running in the background ----------------------------------------------------------------
-async def test_start_runs_cycles_every_period_and_close_stops_them() -> None:
-    c = await cluster()
+async def test_start_runs_cycles_every_period_and_close_stops_them(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = c.manager(period_ms=1_000)
     orphan = await c.upload()
     manager.start()
-    await c.clock.run_until_idle(max_seconds=(GRACE_MS + UNREFERENCED_GRACE_MS) / 1000 + 3)
+    await run_virtual(c.clock, (GRACE_MS + UNREFERENCED_GRACE_MS) / 1000 + 3, step_s=1.0)
     assert manager.stats().cycles >= 15
     assert await c.keys() == []
     assert await c.state(orphan) is None
@@ -313,9 +335,10 @@ async def test_start_runs_cycles_every_period_and_close_stops_them() -> None:
 
 
 async def test_background_loop_survives_coordinator_failures(
+    new_coordinator: CoordinatorFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    c = await cluster()
+    c = await cluster(new_coordinator)
     failures = 3
     real = c.coordinator.files_to_delete
 
@@ -331,7 +354,7 @@ async def test_background_loop_survives_coordinator_failures(
     await c.unreference_all()
     with caplog.at_level(logging.WARNING, logger="diskless.lifecycle"):
         async with c.manager(period_ms=1_000) as manager:
-            await c.clock.run_until_idle(max_seconds=UNREFERENCED_GRACE_MS / 1000 + 5)
+            await run_virtual(c.clock, UNREFERENCED_GRACE_MS / 1000 + 5, step_s=1.0)
     assert failures == 0
     assert manager.stats().cycle_errors == 3
     assert await c.state(key) is None
@@ -383,8 +406,10 @@ def test_required_orphan_grace_covers_every_upload_attempt_and_the_commit() -> N
         )
 
 
-async def test_manager_without_config_uses_safe_defaults() -> None:
-    c = await cluster()
+async def test_manager_without_config_uses_safe_defaults(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
     manager = FileManager(c.store, c.coordinator, clock=c.clock)
     assert manager.config.orphan_grace_ms > (
         manager.config.commit_deadline_ms + manager.config.clock_skew_max_ms

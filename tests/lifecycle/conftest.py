@@ -1,0 +1,34 @@
+"""Every lifecycle test that takes `new_coordinator` runs against both coordinator backends."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from diskless.clock import Clock
+from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, SqliteBatchCoordinator
+from tests.lifecycle._helpers import CoordinatorFactory
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def new_coordinator(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[CoordinatorFactory]:
+    made: list[BatchCoordinator] = []
+
+    def make(clock: Clock) -> BatchCoordinator:
+        coordinator: BatchCoordinator
+        if request.param == "memory":
+            coordinator = InMemoryBatchCoordinator(clock=clock)
+        else:
+            coordinator = SqliteBatchCoordinator(
+                tmp_path / f"coordinator-{len(made)}.db", clock=clock
+            )
+        made.append(coordinator)
+        return coordinator
+
+    yield make
+    for coordinator in made:
+        await coordinator.close()
