@@ -1,0 +1,174 @@
+"""The race the grace exists for: a commit still in flight while the file manager runs.
+
+A broker uploads an object and its commit stalls (held at a gate in the coordinator). While the
+commit can still succeed — within the grace — the manager must leave the object alone. Once the
+grace has passed the manager condemns it, and the late commit must then be rejected: the produce
+gets an error, nothing is acknowledged, and the object is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+from kafka.record.default_records import DefaultRecordBatch
+
+from diskless import ErrorCode, ManualClock
+from diskless._broker import BrokerConfig, DisklessBroker
+from diskless.coordinator import BatchCoordinator, CommitBatch, CommitBatchResult, FileState
+from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.errors import ObjectKeyConflictError
+from diskless.storage import MemoryObjectStore
+from diskless.wal import WalConfig
+from tests.lifecycle._helpers import (
+    GRACE_MS,
+    TP,
+    UNREFERENCED_GRACE_MS,
+    Cluster,
+    CoordinatorFactory,
+    cluster,
+    settle,
+)
+from tests.wal._helpers import build_batch, decode_values
+
+READER_BROKER = 99  # reads through its own broker: a cold cache, so bytes come from the store
+
+
+class GatedCoordinator(FaultyBatchCoordinator):
+    """Holds every commit at a gate until the test opens it; records how commits ended."""
+
+    def __init__(self, inner: BatchCoordinator) -> None:
+        super().__init__(inner, random.Random(0))
+        self.gate = asyncio.Event()
+        self.arrived = asyncio.Event()
+        self.outcomes: list[BaseException | None] = []
+
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        self.arrived.set()
+        await self.gate.wait()
+        try:
+            results = await self.inner.commit_file(
+                object_key, broker_id, broker_epoch, file_size, batches
+            )
+        except BaseException as error:
+            self.outcomes.append(error)
+            raise
+        self.outcomes.append(None)
+        return results
+
+
+async def _stalled_produce(
+    new_coordinator: CoordinatorFactory,
+) -> tuple[Cluster, GatedCoordinator, DisklessBroker, asyncio.Task[object], str]:
+    """A produce whose object is uploaded and whose commit waits at the gate."""
+    clock = ManualClock()
+    c = await cluster(new_coordinator, store=MemoryObjectStore(clock), clock=clock)
+    gated = GatedCoordinator(c.coordinator)
+    broker = DisklessBroker(
+        1,
+        c.store,
+        gated,
+        BrokerConfig(wal=WalConfig(commit_interval_ms=10), request_timeout_ms=3_600_000),
+        clock=clock,
+    )
+    await broker.start()
+    produce: asyncio.Task[object] = asyncio.create_task(
+        broker.produce({TP: build_batch([b"in-flight"])})
+    )
+    while not gated.arrived.is_set():
+        await settle(clock)
+        await clock.advance(0.01)
+    [key] = await c.keys()
+    assert await c.state(key) is None  # uploaded, not committed
+    return c, gated, broker, produce, key
+
+
+async def _read_all(c: Cluster) -> list[bytes | None]:
+    async with DisklessBroker(READER_BROKER, c.store, c.coordinator, clock=c.clock) as reader:
+        fetched = await reader.fetch({TP: 0})
+    values: list[bytes | None] = []
+    data = fetched[TP].records
+    position = 0
+    while position < len(data):
+        length = int.from_bytes(data[position + 8 : position + 12], "big", signed=True)
+        batch = data[position : position + 12 + length]
+        _, batch_values = decode_values(batch)
+        assert DefaultRecordBatch(batch).validate_crc()
+        values.extend(batch_values)
+        position += 12 + length
+    return values
+
+
+async def test_in_flight_commit_within_grace_is_never_disturbed(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c, gated, broker, produce, key = await _stalled_produce(new_coordinator)
+    manager = c.manager()
+    for _ in range(4):  # cycles all through the grace, the commit still stalled
+        await clock_advance(c, (GRACE_MS - 1_500) / 4000)
+        report = await manager.run_cycle()
+        assert report.orphans_condemned == 0
+        assert report.deleted_objects == 0
+        assert await c.state(key) is None
+        assert await c.keys() == [key]
+
+    gated.gate.set()
+    result = await produce
+    assert isinstance(result, dict)
+    assert result[TP].error == ErrorCode.NONE
+    assert result[TP].base_offset == 0
+    assert gated.outcomes == [None]
+
+    for _ in range(3):  # long after: a committed object stays
+        await clock_advance(c, (GRACE_MS + UNREFERENCED_GRACE_MS) / 1000)
+        await manager.run_cycle()
+    assert await c.keys() == [key]
+    assert await c.state(key) is FileState.LIVE
+    assert await _read_all(c) == [b"in-flight"]
+    await broker.close()
+
+
+async def test_commit_after_condemnation_is_rejected_and_not_acknowledged(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c, gated, broker, produce, key = await _stalled_produce(new_coordinator)
+    manager = c.manager()
+    await clock_advance(c, GRACE_MS / 1000 + 1)
+    report = await manager.run_cycle()
+    assert report.orphans_condemned == 1
+    assert await c.state(key) is FileState.CONDEMNED
+
+    gated.gate.set()  # the zombie commit arrives after all
+    result = await produce
+    assert isinstance(result, dict)
+    assert result[TP].error == ErrorCode.KAFKA_STORAGE_ERROR
+    assert result[TP].base_offset == -1
+    [outcome] = gated.outcomes
+    assert isinstance(outcome, ObjectKeyConflictError)
+
+    await clock_advance(c, UNREFERENCED_GRACE_MS / 1000 + 1)
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 1
+    assert await c.keys() == []
+    assert await c.state(key) is None
+    assert await _read_all(c) == []  # nothing was acknowledged, nothing is readable
+    await broker.close()
+
+
+async def clock_advance(c: Cluster, seconds: float) -> None:
+    await settle_quietly(c)
+    await c.clock.advance(seconds)
+
+
+async def settle_quietly(c: Cluster) -> None:
+    """Let thread-backed coordinator calls finish; the broker's timers keep something asleep."""
+    for _ in range(20):
+        await asyncio.sleep(0.001)
