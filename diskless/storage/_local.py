@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -59,7 +60,8 @@ class LocalObjectStore(ObjectStore):
     Blocking I/O runs in worker threads so the event loop keeps serving.
 
     Limits: a key cannot also be a directory of other keys (`a/b` and `a/b/c`), which S3 allows;
-    such a put raises StorageError. Temp files left by a crash stay on disk but are never listed.
+    such a put raises StorageError. Temp files left by a crash are never listed; call
+    `remove_stale_temp_files` (e.g. at start-up) to reclaim their space.
     Empty directories left by deletes are kept (a few per prefix; removing them races with puts).
     """
 
@@ -135,6 +137,35 @@ class LocalObjectStore(ObjectStore):
         except OSError as exc:
             raise StorageError(f"local delete failed: {exc.strerror or exc}") from exc
         return list(paths)
+
+    async def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
+        """Delete temp files a crash left behind; returns how many.
+
+        Only files older than `older_than_s` go, so writes in progress are never pulled from
+        under a concurrent put.
+        """
+        if older_than_s < 0:
+            raise ValueError("older_than_s must not be negative")
+        try:
+            return await asyncio.to_thread(self._remove_stale_sync, older_than_s)
+        except OSError as exc:
+            raise StorageError(f"local temp sweep failed: {exc.strerror or exc}") from exc
+
+    def _remove_stale_sync(self, older_than_s: float) -> int:
+        cutoff_ns = time.time_ns() - int(older_than_s * 1e9)
+        removed = 0
+        for directory, _, names in os.walk(self._root):
+            for name in names:
+                if not name.startswith(TEMP_MARKER):
+                    continue
+                path = os.path.join(directory, name)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(path, follow_symlinks=False).st_mtime_ns <= cutoff_ns:
+                        os.unlink(path)
+                        removed += 1
+        if removed:
+            logger.info("removed %d stale temp files under %s", removed, self._root)
+        return removed
 
     def _path(self, key: str) -> Path:
         validate_key(key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,17 @@ async def test_delete_of_a_directory_key_is_a_no_op(root: Path) -> None:
     await store.put("d/child", b"x")
     assert await store.delete_many(["d"]) == ["d"]
     assert await store.get("d/child") == b"x"
+
+
+async def test_stale_temp_files_are_swept_and_fresh_ones_kept(root: Path) -> None:
+    store = LocalObjectStore(root)
+    await store.put("p/a", b"1")
+    stale = root / "p" / f"{_local.TEMP_MARKER}crashed"
+    fresh = root / f"{_local.TEMP_MARKER}in-flight"
+    stale.write_bytes(b"partial")
+    fresh.write_bytes(b"partial")
+    hour_ago = time.time() - 3600
+    os.utime(stale, (hour_ago, hour_ago))
+    assert await store.remove_stale_temp_files(older_than_s=600) == 1
+    assert not stale.exists() and fresh.exists()
+    assert files_under(root) == [f"{_local.TEMP_MARKER}in-flight", "p/a"]
