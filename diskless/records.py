@@ -34,6 +34,7 @@ MAGIC: Final = 2
 SEQUENCE_MAX: Final = 2**31 - 1
 
 _BASE_OFFSET_AT: Final = 0
+_LENGTH_AT: Final = 8
 _CRC_AT: Final = 17
 _ATTRIBUTES_AT: Final = 21
 _MAX_TIMESTAMP_AT: Final = 35
@@ -47,6 +48,7 @@ COMPRESSION_CODECS_MAX: Final = 4
 """none, gzip, snappy, lz4, zstd; 5 to 7 are not codecs."""
 
 _INT64: Final = struct.Struct(">q")
+_INT32: Final = struct.Struct(">i")
 _INT16: Final = struct.Struct(">h")
 _UINT32: Final = struct.Struct(">I")
 
@@ -213,7 +215,7 @@ def parse_batch(
     remaining = len(buffer) - position
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
         return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"{remaining} bytes cannot hold a batch")
-    (length,) = struct.unpack_from(">i", buffer, position + 8)
+    (length,) = _INT32.unpack_from(buffer, position + _LENGTH_AT)
     if length < RECORD_OVERHEAD_MIN:
         return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} is too small")
     if length + LOG_OVERHEAD > remaining:
@@ -249,6 +251,24 @@ def validate_client_batch(header: BatchHeader, max_message_bytes: int) -> Invali
     Record-level contents (keys, headers, compressed payloads) are not decoded: the broker
     stores batches opaquely and the CRC already guards their integrity.
     """
+    # Fast path: when every check but the CRC passes, only the CRC can fail; otherwise the
+    # ordered checks below find the first failure exactly as Kafka reports it.
+    attributes = header.attributes
+    producer_id = header.producer_id
+    records_count = header.records_count
+    if (
+        header.length + LOG_OVERHEAD <= max_message_bytes
+        and header.base_offset == 0
+        and records_count > 0
+        and header.last_offset_delta + 1 == records_count
+        and not attributes & (CONTROL_BIT | TIMESTAMP_TYPE_BIT)
+        and attributes & COMPRESSION_MASK <= COMPRESSION_CODECS_MAX
+        and (producer_id <= NO_PRODUCER_ID or header.base_sequence >= 0)
+        and (producer_id > NO_PRODUCER_ID or not attributes & TRANSACTIONAL_BIT)
+    ):
+        if header.crc_valid():
+            return None
+        return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, "CRC-32C mismatch")
     if header.size > max_message_bytes:
         return InvalidBatch(
             ErrorCode.MESSAGE_TOO_LARGE,
@@ -292,7 +312,11 @@ def parse_produce_payload(
 
     Produce v3+ carries exactly one batch per partition; anything else is INVALID_RECORD.
     """
-    batches = split_batches(data)
+    buffer = _byte_view(data)
+    first = parse_batch(buffer)
+    if isinstance(first, BatchHeader) and first.size == len(buffer):  # the common case
+        return validate_client_batch(first, max_message_bytes) or first
+    batches = split_batches(buffer)
     if isinstance(batches, InvalidBatch):
         return batches
     if len(batches) != 1:
@@ -315,7 +339,7 @@ def set_log_append_time(batch: bytearray | memoryview, append_time: int, positio
     Kafka leaves baseTimestamp alone; readers take every record's timestamp from maxTimestamp.
     """
     view = memoryview(batch)
-    (length,) = struct.unpack_from(">i", view, position + 8)
+    (length,) = _INT32.unpack_from(view, position + _LENGTH_AT)
     (attributes,) = _INT16.unpack_from(view, position + _ATTRIBUTES_AT)
     _INT16.pack_into(view, position + _ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_BIT)
     _INT64.pack_into(view, position + _MAX_TIMESTAMP_AT, append_time)
