@@ -15,6 +15,8 @@ from typing import Any, TypedDict
 from aiobotocore.session import AioSession
 from moto.server import ThreadedMotoServer
 
+from diskless.storage import S3ObjectStore
+
 REGION = "us-east-1"
 
 
@@ -47,10 +49,28 @@ def running_s3_server() -> Iterator[str]:
             wsgi.server_close()
 
 
+_session: AioSession | None = None
+
+
+def shared_session() -> AioSession:
+    """One botocore session for every test client: loading its models once saves ~0.3 s each."""
+    global _session
+    if _session is None:
+        _session = AioSession()
+    return _session
+
+
+def s3_store(endpoint_url: str, bucket: str, **options: Any) -> S3ObjectStore:
+    """An S3ObjectStore on the test server with dummy credentials; `options` go to it as is."""
+    return S3ObjectStore(
+        bucket, endpoint_url=endpoint_url, session=shared_session(), **S3_CREDENTIALS, **options
+    )
+
+
 @contextlib.asynccontextmanager
 async def s3_client(endpoint_url: str) -> Any:
     """A raw aiobotocore client, for test set-up and for looking behind a store's back."""
-    async with AioSession().create_client(
+    async with shared_session().create_client(
         "s3",
         endpoint_url=endpoint_url,
         region_name=REGION,

@@ -82,6 +82,8 @@ class S3ObjectStore(ObjectStore):
     The client is created on first use (under a lock, so concurrent first calls share one) and
     released by `close()` or by leaving `async with`; a closed store raises RuntimeError.
     Credentials come from the arguments, else botocore's usual chain (env, profile, IMDS).
+    Stores built from one `session` share its loaded service models, which makes each client
+    cheap (a fresh session costs a few hundred ms of JSON loading).
     botocore's own retries are off: `RetryingObjectStore` owns the retry policy so that a
     simulation can see and replay it. Large objects go up as concurrent multipart parts.
     """
@@ -102,6 +104,7 @@ class S3ObjectStore(ObjectStore):
         max_pool_connections: int = 32,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
+        session: AioSession | None = None,
     ) -> None:
         if not bucket:
             raise ValueError("bucket is required")
@@ -132,6 +135,7 @@ class S3ObjectStore(ObjectStore):
                 response_checksum_validation="when_required",
             ),
         }
+        self._session = session if session is not None else AioSession()
         self._client: Any = None
         self._exit_stack: AsyncExitStack | None = None
         self._lock = asyncio.Lock()
@@ -275,7 +279,7 @@ class S3ObjectStore(ObjectStore):
                 stack = AsyncExitStack()
                 with _boundary("connect", ""):
                     self._client = await stack.enter_async_context(
-                        AioSession().create_client("s3", **self._client_kwargs)
+                        self._session.create_client("s3", **self._client_kwargs)
                     )
                 self._exit_stack = stack
             return self._client

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from diskless.errors import InvalidRangeError, ObjectNotFoundError
-from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, S3ObjectStore
-from tests._s3server import S3_CREDENTIALS, create_bucket
+from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
+from tests._s3server import create_bucket, s3_store
 
 MIB = 1024 * 1024
 PART = 5 * MIB  # the S3 store's part size here, so big objects span several parts
@@ -30,12 +30,11 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         backend = LocalObjectStore(tmp_path / "objects")
     else:
         endpoint = request.getfixturevalue("s3_endpoint")
-        backend = S3ObjectStore(
+        backend = s3_store(
+            endpoint,
             await create_bucket(endpoint),
-            endpoint_url=endpoint,
             multipart_threshold=PART,
             multipart_part_size=PART,
-            **S3_CREDENTIALS,
         )
     try:
         yield backend

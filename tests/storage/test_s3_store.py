@@ -11,13 +11,9 @@ import pytest
 
 from diskless.errors import ObjectNotFoundError, StorageError, StorageTimeoutError
 from diskless.storage import S3ObjectStore
-from tests._s3server import S3_CREDENTIALS, s3_client
+from tests._s3server import s3_client, s3_store
 
 MIB = 1024 * 1024
-
-
-def s3_store(endpoint: str, bucket: str, **options: Any) -> S3ObjectStore:
-    return S3ObjectStore(bucket, endpoint_url=endpoint, **S3_CREDENTIALS, **options)
 
 
 @pytest.fixture
