@@ -1,8 +1,10 @@
 """A real S3 HTTP endpoint (moto's server mode) for any test package to run stores against.
 
-with running_s3_server() as endpoint_url:
-    bucket = await create_bucket(endpoint_url)
-    store = S3ObjectStore(bucket, endpoint_url=endpoint_url, **S3_CREDENTIALS)
+Usage (a session-scoped fixture for the server, a fresh bucket per test):
+
+    with running_s3_server() as endpoint_url:
+        async with s3_store(endpoint_url, await create_bucket(endpoint_url)) as store:
+            ...
 """
 
 from __future__ import annotations
