@@ -1,0 +1,79 @@
+"""Start a local diskless Kafka cluster: `python -m diskless.kafka_server --brokers 3 --racks 3
+--data-dir DIR [--topic NAME:PARTITIONS ...]`.
+
+Objects go to DIR/objects (LocalObjectStore), batch metadata to DIR/coordinator.sqlite
+(SqliteBatchCoordinator). Prints the bootstrap addresses, overall and per rack, then serves until
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from diskless.coordinator import SqliteBatchCoordinator
+from diskless.kafka_server._cluster import KafkaCluster
+from diskless.storage import LocalObjectStore
+
+
+def _topic(spec: str) -> tuple[str, int]:
+    name, _, partitions = spec.rpartition(":")
+    if not name or not partitions.isdigit() or int(partitions) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME:PARTITIONS, got {spec!r}")
+    return name, int(partitions)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m diskless.kafka_server", description=__doc__)
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--racks", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument(
+        "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
+    )
+    parser.add_argument("--topic", type=_topic, action="append", default=[], metavar="NAME:N")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def _run(args: argparse.Namespace) -> None:
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    store = LocalObjectStore(args.data_dir / "objects")
+    coordinator = SqliteBatchCoordinator(args.data_dir / "coordinator.sqlite")
+    ports = [args.base_port + i for i in range(args.brokers)] if args.base_port else None
+    try:
+        async with KafkaCluster(
+            store, coordinator, brokers=args.brokers, racks=args.racks, ports=ports
+        ) as cluster:
+            for name, partitions in args.topic:
+                created = await cluster.create_topic(name, partitions)
+                print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
+            print(f"bootstrap.servers={cluster.bootstrap()}")
+            for rack in cluster.racks:
+                print(f"  {rack}: {cluster.bootstrap(rack)}")
+            sys.stdout.flush()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError):
+                    loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+    finally:
+        await coordinator.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.brokers < 1 or args.racks < 1:
+        raise SystemExit("--brokers and --racks must be >= 1")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(_run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""A local cluster: N brokers in one process sharing one object store and one batch coordinator.
+
+Broker i is in rack `rack-(i mod racks)` and listens on its own port of 127.0.0.1. The brokers
+share, besides the store and the coordinator, the cluster's membership view, its transaction front
+end (producer ids and transactions) and its group coordinator, so any broker can answer any
+coordinator request. `kill` takes a broker's listener down abruptly, as a crash would look to its
+clients; its `DisklessBroker` then flushes what it had accepted (a commit whose answer the client
+never saw: the client retries elsewhere and idempotence makes that retry a duplicate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from diskless._broker import BrokerConfig, DisklessBroker
+from diskless.coordinator import BatchCoordinator, TopicConfig
+from diskless.kafka_server._groups import GroupCoordinator
+from diskless.kafka_server._metadata import ClusterView
+from diskless.kafka_server._server import BrokerServer, ServerConfig
+from diskless.kafka_server._txn import TransactionFront
+from diskless.storage import ObjectStore
+
+_log = logging.getLogger(__name__)
+
+
+def rack_name(index: int) -> str:
+    return f"rack-{index}"
+
+
+class KafkaCluster:
+    """`async with KafkaCluster(store, coordinator, brokers=3, racks=3) as cluster: ...`"""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        *,
+        brokers: int = 3,
+        racks: int = 3,
+        ports: Sequence[int] | None = None,
+        broker_config: BrokerConfig | None = None,
+        server_config: ServerConfig | None = None,
+        cluster_id: str = "diskless-local",
+    ) -> None:
+        if brokers < 1 or racks < 1:
+            raise ValueError("a cluster needs at least one broker and one rack")
+        if ports is not None and len(ports) != brokers:
+            raise ValueError(f"{len(ports)} ports for {brokers} brokers")
+        self._store = store
+        self._coordinator = coordinator
+        self._broker_count = brokers
+        self._racks = racks
+        self._ports = list(ports) if ports is not None else [0] * brokers
+        self._broker_config = broker_config
+        self._server_config = server_config
+        self.view = ClusterView(cluster_id)
+        self.transactions = TransactionFront(coordinator)
+        self.groups = GroupCoordinator()
+        self.servers: dict[int, BrokerServer] = {}
+        self._killed: set[int] = set()
+
+    @property
+    def coordinator(self) -> BatchCoordinator:
+        return self._coordinator
+
+    async def start(self) -> None:
+        await self.transactions.start()
+        await self.groups.start()
+        for broker_id in range(self._broker_count):
+            broker = DisklessBroker(
+                broker_id,
+                self._store,
+                self._coordinator,
+                self._broker_config,
+                rack=rack_name(broker_id % self._racks),
+            )
+            await broker.start()
+            server = BrokerServer(
+                broker,
+                self.view,
+                self.transactions,
+                self.groups,
+                port=self._ports[broker_id],
+                config=self._server_config,
+            )
+            self.servers[broker_id] = server
+            await server.start()
+
+    async def close(self) -> None:
+        for server in self.servers.values():
+            await server.close()
+        await asyncio.gather(*(s.broker.close() for s in self.servers.values()))
+        await self.groups.close()
+        await self.transactions.close()
+
+    async def __aenter__(self) -> KafkaCluster:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def create_topic(
+        self, name: str, partitions: int, config: TopicConfig | None = None
+    ) -> bool:
+        return await self._coordinator.create_topic(name, partitions, config)
+
+    def bootstrap(self, rack: str | None = None) -> str:
+        """`host:port,...` of the live brokers (of `rack` when given)."""
+        return ",".join(
+            f"{b.host}:{b.port}" for b in self.view.brokers() if rack is None or b.rack == rack
+        )
+
+    @property
+    def racks(self) -> list[str]:
+        return [rack_name(i) for i in range(min(self._racks, self._broker_count))]
+
+    async def kill(self, broker_id: int) -> None:
+        """Reset the broker's connections and stop its listener, then let its WAL drain."""
+        server = self.servers[broker_id]
+        _log.warning("killing broker %d", broker_id)
+        await server.abort()
+        self._killed.add(broker_id)
+        await server.broker.close()

@@ -1,0 +1,135 @@
+"""Kafka wire framing and message codec over kio's generated schemas.
+
+A Kafka request on the wire is `int32 size` followed by `size` bytes: a request header (api key,
+api version, correlation id, client id; plus tagged fields from header v2, used by flexible
+versions) and the request body. A response is `int32 size`, a response header (correlation id;
+tagged fields from header v1) and the body. kio knows, for every (api key, version) it models,
+the body schema and which header version goes with it; this module only adds the framing, the
+limits, and errors that say what was wrong with a frame.
+
+ApiVersions is the one exception to the header rule: its response always uses header v0, so that a
+client can read the answer to a version it sent before knowing what the broker supports (kio's
+ApiVersionsResponse schemas already say so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+import sys
+from typing import Any, Final, NamedTuple
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+
+FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
+"""Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
+FRAME_SIZE: Final = struct.Struct(">i")
+FIXED_HEADER: Final = struct.Struct(">hhi")
+"""api key, api version, correlation id: the same in every request header version."""
+
+
+class FrameError(Exception):
+    """A request that cannot be decoded; the connection is closed after logging `str(self)`."""
+
+
+class RequestPrefix(NamedTuple):
+    """The part of every request header that does not depend on the header version."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+class DecodedRequest(NamedTuple):
+    prefix: RequestPrefix
+    client_id: str | None
+    body: Any
+    """A kio request entity of the schema for (api key, api version)."""
+
+
+def read_prefix(frame: bytes) -> RequestPrefix:
+    if len(frame) < FIXED_HEADER.size:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = FIXED_HEADER.unpack_from(frame)
+    return RequestPrefix(api_key, api_version, correlation_id)
+
+
+def request_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's request class for (api key, version), or None when kio does not model it."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+def response_schema(api_key: int, api_version: int) -> type[Any]:
+    return load_response_schema(api_key, api_version)
+
+
+def decode_request(frame: bytes, schema: type[Any]) -> DecodedRequest:
+    """Parse the header and body of `frame` with `schema`; FrameError when they do not parse.
+
+    The body must use the whole frame: trailing bytes mean the client and the broker disagree
+    on the schema, and answering would only make the disagreement harder to see.
+    """
+    prefix = read_prefix(frame)
+    header_schema: type[RequestHeaderV1] | type[RequestHeaderV2] = schema.__header_schema__
+    try:
+        header, header_size = entity_reader(header_schema)(frame, 0)
+        body, body_size = entity_reader(schema)(frame, header_size)
+    except Exception as e:  # kio raises many kinds (ValueError, IndexError, UnicodeError, ...)
+        raise FrameError(
+            f"api key {prefix.api_key} v{prefix.api_version} does not decode: {e!r}"
+        ) from None
+    if header_size + body_size != len(frame):
+        raise FrameError(
+            f"api key {prefix.api_key} v{prefix.api_version}: "
+            f"{len(frame) - header_size - body_size} bytes after the body"
+        )
+    return DecodedRequest(prefix, header.client_id, body)
+
+
+def encode_response(correlation_id: int, body: Any) -> bytes:
+    """The framed response: size prefix, the header version the schema uses, the body."""
+    buffer = io.BytesIO()
+    buffer.write(b"\x00\x00\x00\x00")
+    header_schema = type(body).__header_schema__
+    header: ResponseHeaderV0 | ResponseHeaderV1
+    if header_schema is ResponseHeaderV1:
+        header = ResponseHeaderV1(correlation_id=i32(correlation_id))
+        entity_writer(ResponseHeaderV1)(buffer, header)
+    else:
+        assert header_schema is ResponseHeaderV0, header_schema
+        header = ResponseHeaderV0(correlation_id=i32(correlation_id))
+        entity_writer(ResponseHeaderV0)(buffer, header)
+    entity_writer(type(body))(buffer, body)
+    data = bytearray(buffer.getbuffer())
+    FRAME_SIZE.pack_into(data, 0, len(data) - FRAME_SIZE.size)
+    return bytes(data)
+
+
+def build(schema: type[Any], **values: Any) -> Any:
+    """An instance of a kio entity from the values its version has; others are dropped.
+
+    Handlers describe a response once for all versions and let the schema pick its fields.
+    """
+    names = {f.name for f in dataclasses.fields(schema)}
+    return schema(**{name: value for name, value in values.items() if name in names})
+
+
+def nested(schema: type[Any], name: str) -> type[Any]:
+    """A nested entity class defined next to `schema` (same API and version)."""
+    found = getattr(sys.modules[schema.__module__], name)
+    assert isinstance(found, type), (schema, name)
+    return found
+
+
+def has_field(schema: type[Any], name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(schema))

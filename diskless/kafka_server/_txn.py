@@ -1,0 +1,249 @@
+"""Producer ids and transactions for the Kafka front end: one per cluster, shared by its brokers.
+
+The library's `TransactionCoordinator` implements transaction version 2 (KIP-890): every
+transaction end bumps the producer epoch, the next transaction restarts at sequence 0, and a late
+batch of an ended transaction is stale. The clients this prototype serves speak the client side of
+transaction version 1 (librdkafka and kafka-python have no TV2): the producer keeps the epoch that
+InitProducerId gave it across transactions, keeps counting sequences per partition, and the
+EndTxn response (v0-v3) carries no new epoch.
+
+`TransactionFront` bridges the two, per transactional producer, without changing either side:
+- AddPartitionsToTxn and EndTxn carry the client's epoch; the front end substitutes the
+  coordinator's current epoch for it, and takes the bumped epoch from each EndTxn result.
+- A transactional batch at the client's epoch is rewritten before it reaches the broker: the
+  coordinator's current epoch replaces the client's, and the base sequence is shifted so that each
+  coordinator epoch starts at 0 on every partition (the shift per partition is the client
+  sequence that followed the last acknowledged batch when the epoch began). The CRC is
+  recomputed; a batch whose CRC was already wrong is left alone for the broker to refuse.
+A TV1 client only ends a transaction once every batch of it is acknowledged, so the shift is
+known whenever a batch of the next transaction arrives. The bridge state lives in this process,
+like the transaction coordinator's: one front end per cluster.
+
+When the batch coordinator does not (yet) implement `TransactionParticipant`, idempotent producers
+still get producer ids (from `_LocalProducerIds`) and transactional requests are refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+import crc32c
+
+from diskless._types import ErrorCode, TopicPartition
+from diskless.clock import Clock, SystemClock
+from diskless.coordinator import BatchCoordinator
+from diskless.records import SEQUENCE_MAX
+from diskless.txn._coordinator import EndTxnResult, InitProducerIdResult, TransactionCoordinator
+from diskless.txn._participant import TransactionParticipant
+
+_log = logging.getLogger(__name__)
+
+_PRODUCER_AT: Final = 43
+_EPOCH_AT: Final = 51
+_SEQUENCE_AT: Final = 53
+_ATTRIBUTES_AT: Final = 21
+_CRC_AT: Final = 17
+_BATCH_HEADER_BYTES: Final = 61
+_TRANSACTIONAL_BIT: Final = 0x10
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+_UINT32: Final = struct.Struct(">I")
+_INT64: Final = struct.Struct(">q")
+_SEQUENCE_MODULUS: Final = SEQUENCE_MAX + 1
+
+TRANSACTIONS_UNAVAILABLE: Final = "the batch coordinator does not implement TransactionParticipant"
+
+
+def _is_participant(coordinator: object) -> bool:
+    return all(
+        callable(getattr(coordinator, name, None))
+        for name in ("allocate_producer_ids", "add_partitions_to_txn", "end_transaction")
+    )
+
+
+class _LocalProducerIds:
+    """Producer ids for idempotent producers when the coordinator cannot allocate them.
+
+    Ids start at the wall clock in milliseconds shifted left by 10 bits, so that a restarted
+    cluster on the same data directory does not hand out an id it used before (unless clocks go
+    backwards). Transactions are refused: they need the participant's markers.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._next = clock.now_ms() << 10
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        first = self._next
+        self._next += count
+        return first
+
+    async def add_partitions_to_txn(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        return [ErrorCode.INVALID_TXN_STATE] * len(partitions)
+
+    async def end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        return [ErrorCode.INVALID_TXN_STATE] * len(partitions)
+
+
+class _Bridge:
+    """The TV1 view of one transactional producer (see the module docstring)."""
+
+    __slots__ = ("client_epoch", "next_sequence", "producer_id", "sequence_base", "server_epoch")
+
+    def __init__(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.client_epoch = epoch
+        self.server_epoch = epoch
+        self.sequence_base: dict[TopicPartition, int] = {}
+        self.next_sequence: dict[TopicPartition, int] = {}
+
+
+class Rewrite:
+    """A batch the bridge rewrote: what to learn when its produce is acknowledged."""
+
+    __slots__ = ("bridge", "client_next_sequence", "topic_partition")
+
+    def __init__(self, bridge: _Bridge, tp: TopicPartition, client_next_sequence: int) -> None:
+        self.bridge = bridge
+        self.topic_partition = tp
+        self.client_next_sequence = client_next_sequence
+
+
+class TransactionFront:
+    """InitProducerId, AddPartitionsToTxn, EndTxn and the batch rewriting they imply."""
+
+    def __init__(self, coordinator: BatchCoordinator, *, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self.transactions_available = _is_participant(coordinator)
+        participant: TransactionParticipant
+        if self.transactions_available:
+            participant = coordinator  # type: ignore[assignment]  # checked by _is_participant
+        else:
+            _log.warning("transactions unavailable: %s", TRANSACTIONS_UNAVAILABLE)
+            participant = _LocalProducerIds(self._clock)
+        self._coordinator = TransactionCoordinator(participant, clock=self._clock)
+        self._by_transactional_id: dict[str, _Bridge] = {}
+        self._by_producer_id: dict[int, _Bridge] = {}
+
+    async def start(self) -> None:
+        await self._coordinator.start()
+
+    async def close(self) -> None:
+        await self._coordinator.close()
+
+    @property
+    def coordinator(self) -> TransactionCoordinator:
+        return self._coordinator
+
+    # --- the coordinator APIs -----------------------------------------------------------------
+    async def init_producer_id(
+        self, transactional_id: str | None, timeout_ms: int
+    ) -> InitProducerIdResult:
+        if transactional_id is not None and not self.transactions_available:
+            return InitProducerIdResult(ErrorCode.INVALID_TXN_STATE)
+        result = await self._coordinator.init_producer_id(transactional_id, timeout_ms)
+        if transactional_id is not None and result.error is ErrorCode.NONE:
+            old = self._by_transactional_id.pop(transactional_id, None)
+            if old is not None:
+                self._by_producer_id.pop(old.producer_id, None)
+            bridge = _Bridge(result.producer_id, result.producer_epoch)
+            self._by_transactional_id[transactional_id] = bridge
+            self._by_producer_id[result.producer_id] = bridge
+        return result
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        client_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        epoch = self._server_epoch(transactional_id, producer_id, client_epoch)
+        return await self._coordinator.add_partitions(
+            transactional_id, producer_id, epoch, partitions
+        )
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, client_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        bridge = self._by_transactional_id.get(transactional_id)
+        epoch = self._server_epoch(transactional_id, producer_id, client_epoch)
+        result = await self._coordinator.end_txn(transactional_id, producer_id, epoch, commit)
+        if result.error is not ErrorCode.NONE or bridge is None:
+            return result
+        # Re-validate after the await: a concurrent InitProducerId may have replaced the bridge.
+        if self._by_transactional_id.get(transactional_id) is not bridge:
+            return result
+        if result.producer_id != bridge.producer_id:
+            # The epoch overflowed and the coordinator moved to a new producer id; a TV1 client
+            # cannot follow, so make it start over (it re-initializes on a fatal epoch error).
+            _log.warning("producer %d exhausted its epochs", producer_id)
+            self._by_producer_id.pop(bridge.producer_id, None)
+            del self._by_transactional_id[transactional_id]
+            return EndTxnResult(ErrorCode.PRODUCER_FENCED)
+        bridge.server_epoch = result.producer_epoch
+        bridge.sequence_base = dict(bridge.next_sequence)
+        return result
+
+    def _server_epoch(self, transactional_id: str, producer_id: int, client_epoch: int) -> int:
+        bridge = self._by_transactional_id.get(transactional_id)
+        if bridge is None or bridge.producer_id != producer_id:
+            return client_epoch
+        if client_epoch != bridge.client_epoch:
+            return client_epoch  # stale or unknown: the coordinator answers it as such
+        return bridge.server_epoch
+
+    # --- the produce path ---------------------------------------------------------------------
+    def rewrite_batch(self, tp: TopicPartition, records: bytes) -> tuple[bytes, Rewrite | None]:
+        """The batch as the coordinator must see it, and what to learn from its ack.
+
+        Synchronous on purpose: produce requests must reach the broker in arrival order.
+        """
+        if not self._by_producer_id or len(records) < _BATCH_HEADER_BYTES:
+            return records, None
+        (attributes,) = _INT16.unpack_from(records, _ATTRIBUTES_AT)
+        if not attributes & _TRANSACTIONAL_BIT:
+            return records, None
+        (producer_id,) = _INT64.unpack_from(records, _PRODUCER_AT)
+        bridge = self._by_producer_id.get(producer_id)
+        if bridge is None:
+            return records, None
+        (epoch,) = _INT16.unpack_from(records, _EPOCH_AT)
+        if epoch != bridge.client_epoch:
+            return records, None
+        (length,) = _INT32.unpack_from(records, 8)
+        end = length + 12
+        if end != len(records):
+            return records, None
+        (crc,) = _UINT32.unpack_from(records, _CRC_AT)
+        if crc32c.crc32c(memoryview(records)[_ATTRIBUTES_AT:end]) != crc:
+            return records, None
+        (sequence,) = _INT32.unpack_from(records, _SEQUENCE_AT)
+        (last_offset_delta,) = _INT32.unpack_from(records, 23)
+        base = bridge.sequence_base.get(tp, 0)
+        server_sequence = (sequence - base) % _SEQUENCE_MODULUS
+        rewrite = Rewrite(bridge, tp, (sequence + last_offset_delta + 1) % _SEQUENCE_MODULUS)
+        if bridge.server_epoch == epoch and server_sequence == sequence:
+            return records, rewrite
+        batch = bytearray(records)
+        _INT16.pack_into(batch, _EPOCH_AT, bridge.server_epoch)
+        _INT32.pack_into(batch, _SEQUENCE_AT, server_sequence)
+        _UINT32.pack_into(batch, _CRC_AT, crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+        return bytes(batch), rewrite
+
+    @staticmethod
+    def acknowledged(rewrite: Rewrite) -> None:
+        """A rewritten batch was appended (or was a duplicate): the client moves past it."""
+        rewrite.bridge.next_sequence[rewrite.topic_partition] = rewrite.client_next_sequence
