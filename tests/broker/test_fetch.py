@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskless._fetch import FetchReader, Span, coalesce
@@ -338,6 +338,7 @@ spans = st.lists(
 )
 
 
+@settings(deadline=None)
 @given(spans, st.integers(min_value=0, max_value=20))
 def test_coalesce_covers_every_range_with_disjoint_spans(ranges: list[Span], gap: int) -> None:
     merged = coalesce(ranges, gap)

@@ -36,6 +36,7 @@ def _partitions(count: int, topic: str = "orders") -> list[TopicPartition]:
     return [TopicPartition(topic, p) for p in range(count)]
 
 
+@settings(deadline=None)
 @given(partitions, client_racks, broker_sets, st.randoms(use_true_random=False))
 def test_choice_does_not_depend_on_broker_order(
     tp: TopicPartition, rack: str | None, brokers: list[BrokerNode], rng: object
@@ -45,6 +46,7 @@ def test_choice_does_not_depend_on_broker_order(
     assert produce_broker(tp, rack, brokers) == produce_broker(tp, rack, shuffled)
 
 
+@settings(deadline=None)
 @given(partitions, client_racks, broker_sets)
 def test_choice_stays_in_the_client_rack_when_it_has_brokers(
     tp: TopicPartition, rack: str | None, brokers: list[BrokerNode]
@@ -57,7 +59,7 @@ def test_choice_stays_in_the_client_rack_when_it_has_brokers(
         assert chosen in {b.broker_id for b in brokers}
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(client_racks, broker_sets, st.data())
 def test_removing_a_broker_moves_only_its_partitions(
     rack: str | None, brokers: list[BrokerNode], data: st.DataObject
@@ -80,7 +82,7 @@ def test_removing_a_broker_moves_only_its_partitions(
         assert moved == {tp for tp in tps if before[tp] == removed.broker_id}
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(
     client_racks, broker_sets, st.integers(min_value=1001, max_value=2000), st.sampled_from(RACKS)
 )
@@ -98,7 +100,7 @@ def test_adding_a_broker_moves_partitions_only_to_it(
             assert after[tp] == before[tp] or after[tp] == new_id
 
 
-@settings(max_examples=30)
+@settings(max_examples=30, deadline=None)
 @given(
     st.lists(st.integers(min_value=0, max_value=10_000), min_size=2, max_size=8, unique=True),
     topics,
