@@ -11,8 +11,9 @@ not close them.
 
 Order matters: a producer pipelines up to five requests per connection and the coordinator
 sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
-`produce` was called, even when an earlier one had to wait for topic metadata: each request takes a
-ticket synchronously on entry and hands its batches to the writer only after its predecessor has.
+`produce` started, even when an earlier one had to wait for topic metadata: each request takes a
+ticket synchronously when its coroutine starts running (at once when the caller awaits it) and hands
+its batches to the writer only after its predecessor has.
 """
 
 from __future__ import annotations

@@ -1,0 +1,157 @@
+"""Fetch throughput with ranged reads coalesced per object, against one GET per batch.
+
+    .venv/bin/python -m benchmarks.bench_fetch [--partitions N] [--batches N]
+        [--rounds-per-object N] [--latency-ms MS]
+
+A broker writes small batches spread over many partitions (so every WAL object holds batches of
+many partitions, as in production); then a consumer-style loop fetches every partition from offset
+0 to its high watermark, all partitions in each fetch, through a store that adds a fixed latency to
+every request (object storage is latency-bound, not bandwidth-bound). The segment cache is off, so
+every byte comes from the store. The baseline is the same read path with coalescing replaced by one
+ranged GET per batch. Reported: records/s, GETs issued and bytes read for both, and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from collections.abc import Iterable
+from unittest import mock
+
+from diskless import _fetch
+from diskless._broker import BrokerConfig, DisklessBroker
+from diskless._fetch import FetchReader, Span
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
+from diskless.wal import WalConfig
+from tests.broker._kafka import build_batch
+
+RECORDS_PER_BATCH = 4
+RECORD_BYTES = 100
+FETCH_MAX_BYTES = 50 * 1024 * 1024
+PARTITION_MAX_BYTES = 1024 * 1024
+
+
+async def populate(
+    store: ObjectStore,
+    coordinator: BatchCoordinator,
+    partitions: int,
+    batches: int,
+    rounds_per_object: int,
+) -> list[TopicPartition]:
+    tps = [TopicPartition("bench", p) for p in range(partitions)]
+    await coordinator.create_topic("bench", partitions)
+    rng = random.Random(7)
+    payload = rng.randbytes(RECORD_BYTES)
+    config = BrokerConfig(wal=WalConfig(commit_interval_ms=10))
+    batch = build_batch([payload] * RECORDS_PER_BATCH)
+    async with DisklessBroker(0, store, coordinator, config) as broker:
+        rounds = batches // partitions
+        for first in range(0, rounds, rounds_per_object):
+            # Each wave of requests (one batch for every partition each) lands in one object, so
+            # objects interleave all partitions as they do in production.
+            wave = [
+                broker.produce(dict.fromkeys(tps, batch))
+                for _ in range(min(rounds_per_object, rounds - first))
+            ]
+            for results in await asyncio.gather(*wave):
+                assert all(r.error == ErrorCode.NONE for r in results.values())
+    return tps
+
+
+def one_span_per_batch(ranges: Iterable[Span], gap_bytes_max: int = 0) -> list[Span]:
+    """The baseline: no merging, each batch's range is its own GET."""
+    return sorted(set(ranges))
+
+
+async def read_everything(reader: FetchReader, tps: list[TopicPartition]) -> tuple[int, float]:
+    """Records read and seconds taken to fetch every partition to its high watermark."""
+    position = dict.fromkeys(tps, 0)
+    records = 0
+    started = time.perf_counter()
+    while True:
+        results = await reader.fetch(
+            {tp: position[tp] for tp in tps},
+            max_bytes=FETCH_MAX_BYTES,
+            partition_max_bytes=PARTITION_MAX_BYTES,
+        )
+        progressed = False
+        for tp, result in results.items():
+            assert result.error == ErrorCode.NONE, result
+            if result.records:
+                # Count by offsets: the last batch's end is base offset + records in this fetch.
+                before = position[tp]
+                position[tp] = _end_offset(result.records)
+                records += position[tp] - before
+                progressed = True
+        if not progressed:
+            return records, time.perf_counter() - started
+
+
+def _end_offset(records: bytes) -> int:
+    """The offset after the last batch of a fetch response (base offset + last offset delta + 1)."""
+    position, end = 0, 0
+    view = memoryview(records)
+    while position < len(view):
+        base = int.from_bytes(view[position : position + 8], "big", signed=True)
+        length = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
+        delta = int.from_bytes(view[position + 23 : position + 27], "big", signed=True)
+        end = base + delta + 1
+        position += 12 + length
+    return end
+
+
+async def measure(
+    inner: MemoryObjectStore,
+    coordinator: BatchCoordinator,
+    tps: list[TopicPartition],
+    latency_s: float,
+    coalesced: bool,
+) -> tuple[int, float, int, int]:
+    store = FaultyObjectStore(inner, random.Random(0), latency_s=latency_s)
+    reader = FetchReader(store, coordinator, cache=None, gets_inflight_max=16)
+    before = inner.stats()
+    if coalesced:
+        records, elapsed = await read_everything(reader, tps)
+    else:
+        with mock.patch.object(_fetch, "coalesce", one_span_per_batch):
+            records, elapsed = await read_everything(reader, tps)
+    used = inner.stats().minus(before)
+    return records, elapsed, used.ranged_gets, used.bytes_out
+
+
+async def main(partitions: int, batches: int, rounds_per_object: int, latency_ms: float) -> None:
+    inner = MemoryObjectStore()
+    coordinator = InMemoryBatchCoordinator()
+    tps = await populate(inner, coordinator, partitions, batches, rounds_per_object)
+    objects = sum(1 for _ in [o async for o in inner.list_all("wal/")])
+    print(
+        f"{partitions} partitions, {batches // partitions * partitions} batches of "
+        f"{RECORDS_PER_BATCH} x {RECORD_BYTES} B records in {objects} objects; "
+        f"store latency {latency_ms:.1f} ms per request, 16 GETs in flight, no segment cache"
+    )
+    rows = {}
+    for label, coalesced in (("one GET per batch", False), ("coalesced per object", True)):
+        records, elapsed, gets, nbytes = await measure(
+            inner, coordinator, tps, latency_ms / 1000, coalesced
+        )
+        rows[label] = records / elapsed
+        print(
+            f"{label:<22} {records:>8} records {elapsed:7.2f} s {records / elapsed:11.0f} rec/s "
+            f"{gets:>7} GETs {nbytes / 1024 / 1024:8.2f} MiB"
+        )
+    ratio = rows["coalesced per object"] / rows["one GET per batch"]
+    print(f"speed-up of coalescing: {ratio:.1f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=4096)
+    parser.add_argument("--rounds-per-object", type=int, default=8)
+    parser.add_argument("--latency-ms", type=float, default=5.0)
+    args = parser.parse_args()
+    asyncio.run(main(args.partitions, args.batches, args.rounds_per_object, args.latency_ms))
