@@ -19,6 +19,7 @@ UNSUPPORTED_VERSION and the supported ranges, so the client can retry with a ver
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import Any, Final
 
@@ -100,6 +101,8 @@ class BrokerServer:
         self._port = port
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.produce_requests: collections.Counter[str] = collections.Counter()
+        """Produce requests answered by this broker, per client id: where routing sent whom."""
 
     @property
     def broker_id(self) -> int:
@@ -240,6 +243,8 @@ class BrokerServer:
         schema = request_schema(key, version)
         assert schema is not None, (key, version)  # every advertised version is modelled
         request = decode_request(frame, schema)
+        if key == ApiKey.PRODUCE:
+            self.produce_requests[request.client_id or ""] += 1
         handler = HANDLERS[ApiKey(key)]
         return asyncio.ensure_future(
             self._answer(handler(self, connection, version, request.body), prefix.correlation_id)

@@ -1,0 +1,91 @@
+"""A raw Kafka wire client for protocol tests: kio-encoded requests, and bytes of any shape."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import struct
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from diskless.kafka_server import BrokerServer
+
+_SIZE = struct.Struct(">i")
+
+
+def encode_request(body: Any, correlation_id: int, client_id: str | None = "wire-test") -> bytes:
+    """A framed request: size, the header version of the body's schema, the body."""
+    buffer = io.BytesIO()
+    header_schema = type(body).__header_schema__
+    header = header_schema(
+        request_api_key=i16(type(body).__api_key__),
+        request_api_version=i16(type(body).__version__),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    assert header_schema in (RequestHeaderV1, RequestHeaderV2)
+    entity_writer(header_schema)(buffer, header)
+    entity_writer(type(body))(buffer, body)
+    payload = buffer.getvalue()
+    return _SIZE.pack(len(payload)) + payload
+
+
+class WireClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._correlation = 0
+
+    @classmethod
+    async def connect(cls, server: BrokerServer) -> WireClient:
+        address = server.address
+        reader, writer = await asyncio.open_connection(address.host, address.port)
+        return cls(reader, writer)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read_frame(self, timeout_s: float = 10.0) -> bytes | None:
+        """The next response frame, or None when the server closed the connection."""
+        try:
+            size_bytes = await asyncio.wait_for(self.reader.readexactly(4), timeout_s)
+            (size,) = _SIZE.unpack(size_bytes)
+            return await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+
+    async def request(self, body: Any) -> Any:
+        """Send `body`, read the answer; returns the decoded response entity."""
+        self._correlation += 1
+        correlation_id = self._correlation
+        await self.send_raw(encode_request(body, correlation_id))
+        frame = await self.read_frame()
+        assert frame is not None, "the server closed the connection"
+        return decode_response(
+            frame, type(body).__api_key__, type(body).__version__, correlation_id
+        )
+
+
+def decode_response(frame: bytes, api_key: int, version: int, correlation_id: int) -> Any:
+    schema = load_response_schema(api_key, version)
+    (got,) = struct.unpack_from(">i", frame)
+    assert got == correlation_id, (got, correlation_id)
+    offset = 4
+    if schema.__header_schema__ is ResponseHeaderV1:
+        _, offset = entity_reader(ResponseHeaderV1)(frame, 0)
+    body, size = entity_reader(schema)(frame, offset)
+    assert offset + size == len(frame), "trailing bytes after the response body"
+    return body
