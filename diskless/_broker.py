@@ -185,7 +185,8 @@ class DisklessBroker:
         _log.info("broker %d (rack %s) started at epoch %d", self._broker_id, self._rack, epoch)
 
     async def close(self) -> None:
-        """Stop taking requests, finish acks=0 writes, flush the WAL. Idempotent."""
+        """Stop taking requests, let those already started reach the WAL (acks=0 ones included),
+        flush it. Idempotent; the store and the coordinator stay open (the caller owns them)."""
         if self._closing:
             await self._closed.wait()
             return
@@ -193,6 +194,10 @@ class DisklessBroker:
         try:
             while self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
+            # Requests that started before close (e.g. waiting for topic metadata) still reach the
+            # writer: the last ticket resolves once every earlier request has handed over.
+            if self._admitted is not None:
+                await self._admitted
             if self._writer is not None:
                 await self._writer.close(flush=True)
         finally:

@@ -264,6 +264,26 @@ async def test_a_request_waiting_for_metadata_is_not_overtaken(
     assert (two[T0].error, two[T0].base_offset) == (ErrorCode.NONE, 2)
 
 
+async def test_close_lets_started_requests_reach_the_wal(
+    coordinator: CountingCoordinator,
+) -> None:
+    broker = DisklessBroker(1, MemoryObjectStore(), coordinator, FAST)
+    await broker.start()
+    gate = asyncio.Event()
+    coordinator.gate = gate
+    started = asyncio.create_task(broker.produce({T0: build_batch([b"late"])}))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    closing = asyncio.create_task(broker.close())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not closing.done()
+    gate.set()
+    await closing
+    result = await started
+    assert (result[T0].error, result[T0].base_offset) == (ErrorCode.NONE, 0)
+
+
 async def test_log_append_time_is_reported_only_for_such_topics(broker: DisklessBroker) -> None:
     lat = TopicPartition("lat", 0)
     results = await broker.produce({lat: build_batch([b"x"]), T0: build_batch([b"y"])})
