@@ -240,17 +240,16 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             tp = batch.topic_partition
             if tp not in partitions and (state := self.partition(tp)) is not None:
                 partitions[tp] = state
-        producers: dict[tuple[TopicPartition, int], ProducerEntry] = {}
-        for key in producer_keys(batches):
-            state = partitions.get(key[0])
-            if state is not None and (entry := self._producers[state.key].get(key[1])):
+        producers: dict[tuple[int, int], ProducerEntry] = {}
+        for key in producer_keys(batches, partitions):
+            if (entry := self._producers[key[0]].get(key[1])) is not None:
                 producers[key] = entry
         plan = plan_commit(object_key, batches, partitions, producers, now, self._expiration_ms)
         # Apply: nothing below can fail, so the commit is all or nothing.
         for batch_row in plan.new_batches:
             self._logs[batch_row.partition_key].append(batch_row)
-        for (tp, pid), entry in plan.producers.items():
-            self._producers[partitions[tp].key][pid] = entry
+        for (partition_key, pid), entry in plan.producers.items():
+            self._producers[partition_key][pid] = entry
         for tp, new_state in plan.partitions.items():
             old = partitions[tp]
             old.high_watermark = new_state.high_watermark

@@ -3,6 +3,10 @@
 A backend loads a snapshot of the partitions and producers a commit touches, calls `plan_commit`,
 then stores the plan's mutations in one atomic step. Since the rules run here and only here, every
 backend gives the same results for the same operations by construction.
+
+This is the hottest code of the coordinator (every committed batch passes through it once), so
+the loop keeps its state in locals and plain lists; the rules themselves are those of
+`diskless.txn`, called per batch.
 """
 
 from __future__ import annotations
@@ -15,17 +19,34 @@ from diskless._types import NO_PRODUCER_ID, ErrorCode, TimestampType, TopicParti
 from diskless.coordinator._api import CommitBatch, CommitBatchResult
 from diskless.coordinator._rows import PartitionState, StoredBatch
 from diskless.txn import (
+    SEQUENCE_MAX,
     Duplicate,
     ProducerEntry,
     RetainedBatch,
     check_append,
     is_expired,
-    last_sequence_of,
     record_append,
 )
 
-ProducerKey = tuple[TopicPartition, int]
-"""(partition, producer id): the key of a producer entry."""
+ProducerKey = tuple[int, int]
+"""(partition key, producer id): the key of a producer entry."""
+
+_SEQUENCE_MODULUS = SEQUENCE_MAX + 1
+_NONE = ErrorCode.NONE
+_LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+
+
+class _Work:
+    """A partition's counters while a commit is being planned."""
+
+    __slots__ = ("high_watermark", "log_append", "running_max", "size", "state")
+
+    def __init__(self, state: PartitionState) -> None:
+        self.state = state
+        self.high_watermark = state.high_watermark
+        self.size = state.size_bytes
+        self.running_max = state.ts_running_max
+        self.log_append = state.config.timestamp_type == _LOG_APPEND_TIME
 
 
 class CommitPlan(msgspec.Struct):
@@ -40,9 +61,17 @@ class CommitPlan(msgspec.Struct):
     """Every partition the commit appended to, in its new state (copies; inputs are untouched)."""
 
 
-def producer_keys(batches: Sequence[CommitBatch]) -> set[ProducerKey]:
+def producer_keys(
+    batches: Sequence[CommitBatch], partitions: Mapping[TopicPartition, PartitionState]
+) -> set[ProducerKey]:
     """The producer entries a backend must load before planning a commit of `batches`."""
-    return {(b.topic_partition, b.producer_id) for b in batches if b.producer_id != NO_PRODUCER_ID}
+    keys = set()
+    for b in batches:
+        if b.producer_id != NO_PRODUCER_ID:
+            state = partitions.get(b.topic_partition)
+            if state is not None:
+                keys.add((state.key, b.producer_id))
+    return keys
 
 
 def plan_commit(
@@ -56,33 +85,39 @@ def plan_commit(
     """Check and sequence `batches` in order against a snapshot of the state they touch.
 
     `partitions` holds every existing partition the batches name (absent ones are unknown);
-    `producers` holds the stored entry of every key in `producer_keys(batches)` that has one.
+    `producers` holds the stored entry of every key in `producer_keys(...)` that has one.
     """
     results: list[CommitBatchResult] = []
     new_batches: list[StoredBatch] = []
-    working: dict[TopicPartition, PartitionState] = {}
+    working: dict[TopicPartition, _Work] = {}
     entries: dict[ProducerKey, ProducerEntry | None] = {}
     changed: set[ProducerKey] = set()
+    append_result = results.append
+    append_batch = new_batches.append
     for batch in batches:
         tp = batch.topic_partition
-        state = working.get(tp)
-        if state is None:
+        work = working.get(tp)
+        if work is None:
             original = partitions.get(tp)
             if original is None:
-                results.append(
+                append_result(
                     CommitBatchResult(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         error_message=f"unknown partition {tp}",
                     )
                 )
                 continue
-            state = working[tp] = msgspec.structs.replace(original)
-        log_append = state.config.timestamp_type == TimestampType.LOG_APPEND_TIME
-        assert batch.record_count > 0, batch
+            work = working[tp] = _Work(original)
+        state = work.state
+        high_watermark = work.high_watermark
+        log_append = work.log_append
+        count = batch.record_count
+        assert count > 0, batch
         pid = batch.producer_id
+        epoch = batch.producer_epoch
         entry: ProducerEntry | None = None
-        pkey = (tp, pid)
         if pid != NO_PRODUCER_ID:
+            pkey = (state.key, pid)
             if pkey in entries:
                 entry = entries[pkey]
             else:
@@ -90,16 +125,16 @@ def plan_commit(
                 if entry is not None and is_expired(entry, now_ms, producer_id_expiration_ms):
                     entry = None
                 entries[pkey] = entry
-            last_seq = last_sequence_of(batch.base_sequence, batch.record_count)
-            verdict = check_append(
-                entry, batch.producer_epoch, batch.base_sequence, last_seq, batch.is_transactional
-            )
+            first_seq = batch.base_sequence
+            assert 0 <= first_seq <= SEQUENCE_MAX, batch
+            last_seq = (first_seq + count - 1) % _SEQUENCE_MODULUS
+            verdict = check_append(entry, epoch, first_seq, last_seq, batch.is_transactional)
             if verdict is not None:
                 if isinstance(verdict, Duplicate):
                     original_batch = verdict.original
-                    results.append(
+                    append_result(
                         CommitBatchResult(
-                            ErrorCode.NONE,
+                            _NONE,
                             base_offset=original_batch.first_offset,
                             log_append_time=original_batch.timestamp if log_append else -1,
                             log_start_offset=state.log_start_offset,
@@ -107,7 +142,7 @@ def plan_commit(
                         )
                     )
                 else:
-                    results.append(
+                    append_result(
                         CommitBatchResult(
                             verdict.error,
                             log_start_offset=state.log_start_offset,
@@ -115,43 +150,43 @@ def plan_commit(
                         )
                     )
                 continue
-        base_offset = state.high_watermark
-        last_offset = base_offset + batch.record_count - 1
+        last_offset = high_watermark + count - 1
         timestamp = now_ms if log_append else batch.max_timestamp
-        running_max = max(state.ts_running_max, timestamp)
-        new_batches.append(
+        running_max = work.running_max
+        if timestamp > running_max:
+            running_max = work.running_max = timestamp
+        append_batch(
             StoredBatch(
-                partition_key=state.key,
-                base_offset=base_offset,
-                last_offset=last_offset,
-                object_key=object_key,
-                byte_offset=batch.byte_offset,
-                size=batch.size,
-                max_timestamp=batch.max_timestamp,
-                log_append_time=now_ms if log_append else -1,
-                timestamp=timestamp,
-                ts_running_max=running_max,
-                producer_id=pid,
-                producer_epoch=batch.producer_epoch,
+                state.key,
+                high_watermark,
+                last_offset,
+                object_key,
+                batch.byte_offset,
+                batch.size,
+                batch.max_timestamp,
+                now_ms if log_append else -1,
+                timestamp,
+                running_max,
+                pid,
+                epoch,
             )
         )
-        state.high_watermark = last_offset + 1
-        state.size_bytes += batch.size
-        state.ts_running_max = running_max
+        work.high_watermark = last_offset + 1
+        work.size += batch.size
         if pid != NO_PRODUCER_ID:
             entries[pkey] = record_append(
                 entry,
                 pid,
-                batch.producer_epoch,
-                RetainedBatch(batch.base_sequence, last_seq, base_offset, last_offset, timestamp),
+                epoch,
+                RetainedBatch(first_seq, last_seq, high_watermark, last_offset, timestamp),
                 now_ms,
                 batch.is_transactional,
             )
             changed.add(pkey)
-        results.append(
+        append_result(
             CommitBatchResult(
-                ErrorCode.NONE,
-                base_offset=base_offset,
+                _NONE,
+                base_offset=high_watermark,
                 log_append_time=now_ms if log_append else -1,
                 log_start_offset=state.log_start_offset,
             )
@@ -162,10 +197,17 @@ def plan_commit(
         changed_entry = entries[key]
         assert changed_entry is not None
         changed_entries[key] = changed_entry
-    touched = {b.partition_key for b in new_batches}
-    return CommitPlan(
-        results=results,
-        new_batches=new_batches,
-        producers=changed_entries,
-        partitions={tp: s for tp, s in working.items() if s.key in touched},
-    )
+    new_states: dict[TopicPartition, PartitionState] = {}
+    for tp, work in working.items():
+        state = work.state
+        if work.high_watermark != state.high_watermark:
+            new_states[tp] = PartitionState(
+                state.key,
+                tp,
+                state.config,
+                work.high_watermark,
+                state.log_start_offset,
+                work.size,
+                work.running_max,
+            )
+    return CommitPlan(results, new_batches, changed_entries, new_states)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import os
 import random
@@ -67,8 +66,8 @@ CACHE_KIB_MAX = 16 * 1024
 """The page cache per connection: bounds memory however large the database grows."""
 READ_CHUNK_ROWS_MAX = 256
 """Rows fetched per query when a reader walks batches lazily."""
-JSON_PARAM_ROWS_MAX = 10_000
-"""Keys passed per json_each() parameter when loading state for a commit."""
+KEYS_PER_QUERY_MAX = 4096
+"""Keys looked up per statement when loading state for a commit (2 parameters each)."""
 
 _FILE_STATE_CODES = {FileState.LIVE: 0, FileState.UNREFERENCED: 1, FileState.CONDEMNED: 2}
 _FILE_STATES = {code: state for state, code in _FILE_STATE_CODES.items()}
@@ -96,16 +95,18 @@ def _is_busy(error: sqlite3.Error) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-def _partition_from_row(row: Sequence[Any]) -> PartitionState:
-    config = TopicConfig(TimestampType(row[3]), row[4], row[5], row[6])
+def _partition_from_row(
+    row: Sequence[Any], configs: dict[tuple[Any, ...], TopicConfig] | None = None
+) -> PartitionState:
+    """A partition from a `_PARTITION_COLUMNS` row; `configs` shares configs between rows."""
+    config_key = (row[3], row[4], row[5], row[6])
+    config = None if configs is None else configs.get(config_key)
+    if config is None:
+        config = TopicConfig(TimestampType(row[3]), row[4], row[5], row[6])
+        if configs is not None:
+            configs[config_key] = config
     return PartitionState(
-        key=row[0],
-        topic_partition=TopicPartition(row[1], row[2]),
-        config=config,
-        high_watermark=row[7],
-        log_start_offset=row[8],
-        size_bytes=row[9],
-        ts_running_max=row[10],
+        row[0], TopicPartition(row[1], row[2]), config, row[7], row[8], row[9], row[10]
     )
 
 
@@ -129,6 +130,22 @@ _ENTRY_COLUMNS = (
     "producer_id, producer_epoch, last_timestamp, last_update_ms, coordinator_epoch,"
     " txn_first_offset, batches"
 )
+
+
+def _keyed_lookups(
+    select: str, keys: Sequence[tuple[Any, Any]], filler: tuple[Any, Any]
+) -> Iterator[tuple[str, list[Any]]]:
+    """Statements that look `keys` up through a `k(a, b)` VALUES table, one index probe each.
+
+    Key lists are padded with `filler` (which matches nothing) to a power of two, so that a few
+    statement texts serve every commit and stay in the statement cache.
+    """
+    for i in range(0, len(keys), KEYS_PER_QUERY_MAX):
+        chunk = list(keys[i : i + KEYS_PER_QUERY_MAX])
+        size = 1 << (len(chunk) - 1).bit_length() if chunk else 0
+        chunk.extend([filler] * (size - len(chunk)))
+        values = ", ".join(["(?, ?)"] * size)
+        yield f"WITH k(a, b) AS (VALUES {values}) {select}", [x for key in chunk for x in key]
 
 
 class _Reads:
@@ -430,7 +447,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             row = conn.execute("SELECT state FROM files WHERE key = ?", (object_key,)).fetchone()
             check_object_key(object_key, None if row is None else _FILE_STATES[row[0]])
             partitions = self._load_partitions(conn, {b.topic_partition for b in batches})
-            producers = self._load_producers(conn, partitions, producer_keys(batches))
+            producers = self._load_producers(conn, producer_keys(batches, partitions))
             plan = plan_commit(object_key, batches, partitions, producers, now, self._expiration_ms)
             live = len(plan.new_batches)
             file_id = conn.execute(
@@ -463,7 +480,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     _UPSERT_PRODUCER,
                     [
                         (
-                            partitions[tp].key,
+                            partition_id,
                             e.producer_id,
                             e.producer_epoch,
                             e.last_timestamp,
@@ -472,7 +489,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                             e.current_txn_first_offset,
                             _RETAINED_ENCODER.encode(e.batches),
                         )
-                        for (tp, _), e in plan.producers.items()
+                        for (partition_id, _), e in plan.producers.items()
                     ],
                 )
             conn.executemany(
@@ -493,38 +510,32 @@ class SqliteBatchCoordinator(BatchCoordinator):
     ) -> dict[TopicPartition, PartitionState]:
         """The existing partitions among `tps`, in a few queries whatever their number."""
         found: dict[TopicPartition, PartitionState] = {}
-        keys = sorted(tps)
-        for i in range(0, len(keys), JSON_PARAM_ROWS_MAX):
-            param = json.dumps(keys[i : i + JSON_PARAM_ROWS_MAX])
-            for row in conn.execute(
-                f"SELECT {_PARTITION_COLUMNS} FROM json_each(?) j"
-                " JOIN topics t ON t.name = j.value ->> 0"
-                " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = j.value ->> 1",
-                (param,),
-            ):
-                state = _partition_from_row(row)
+        configs: dict[tuple[Any, ...], TopicConfig] = {}
+        for sql, params in _keyed_lookups(
+            f"SELECT {_PARTITION_COLUMNS} FROM k JOIN topics t ON t.name = k.a"
+            " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.b",
+            sorted(tps),
+            ("", -1),
+        ):
+            for row in conn.execute(sql, params):
+                state = _partition_from_row(row, configs)
                 found[state.topic_partition] = state
         return found
 
     @staticmethod
     def _load_producers(
-        conn: sqlite3.Connection,
-        partitions: dict[TopicPartition, PartitionState],
-        keys: set[ProducerKey],
+        conn: sqlite3.Connection, keys: set[ProducerKey]
     ) -> dict[ProducerKey, ProducerEntry]:
         """The stored entries of the producers a commit names, in a few queries."""
-        by_id = {state.key: tp for tp, state in partitions.items()}
-        wanted = sorted((partitions[tp].key, pid) for tp, pid in keys if tp in partitions)
         found: dict[ProducerKey, ProducerEntry] = {}
-        for i in range(0, len(wanted), JSON_PARAM_ROWS_MAX):
-            param = json.dumps(wanted[i : i + JSON_PARAM_ROWS_MAX])
-            for row in conn.execute(
-                f"SELECT p.partition_id, {_ENTRY_COLUMNS} FROM json_each(?) j"
-                " JOIN producers p ON p.partition_id = j.value ->> 0"
-                " AND p.producer_id = j.value ->> 1",
-                (param,),
-            ):
-                found[(by_id[row[0]], row[1])] = _entry_from_row(row[1:])
+        for sql, params in _keyed_lookups(
+            f"SELECT p.partition_id, {_ENTRY_COLUMNS} FROM k JOIN producers p"
+            " ON p.partition_id = k.a AND p.producer_id = k.b",
+            sorted(keys),
+            (-1, -1),
+        ):
+            for row in conn.execute(sql, params):
+                found[(row[0], row[1])] = _entry_from_row(row[1:])
         return found
 
     # --- the read path ------------------------------------------------------------------------

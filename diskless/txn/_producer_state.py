@@ -39,7 +39,7 @@ PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 60 * 60 * 1000
 """Kafka's `producer.id.expiration.ms` default: producer state lives a day after its last write."""
 
 
-class RetainedBatch(NamedTuple):
+class RetainedBatch(msgspec.Struct, frozen=True, array_like=True):
     """A recent batch of a producer, as needed to answer a retried (duplicate) send."""
 
     first_seq: int
@@ -151,8 +151,10 @@ def record_append(
     """The producer's entry after appending `batch` (which `check_append` accepted)."""
     if entry is None or entry.producer_epoch != producer_epoch:
         retained: tuple[RetainedBatch, ...] = (batch,)
+    elif len(entry.batches) < PRODUCER_BATCHES_RETAINED_MAX:
+        retained = (*entry.batches, batch)
     else:
-        retained = (*entry.batches[-(PRODUCER_BATCHES_RETAINED_MAX - 1) :], batch)
+        retained = (*entry.batches[1 - PRODUCER_BATCHES_RETAINED_MAX :], batch)
     assert len(retained) <= PRODUCER_BATCHES_RETAINED_MAX
     txn_first_offset = None if entry is None else entry.current_txn_first_offset
     if is_transactional and txn_first_offset is None:
