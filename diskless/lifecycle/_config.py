@@ -92,6 +92,9 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Files asked of `files_to_delete` per cycle."""
     delete_batch_objects_max: int = DELETE_KEYS_MAX
     """Keys per `delete_many` call."""
+    pending_orphans_max: int = 10_000
+    """Condemned orphans awaiting deletion that the listing skips and re-checks by name; past
+    this many, the listing holds at the oldest of them instead."""
     rescan_interval_ms: int | None = 3_600_000
     """How often to list the prefix again from its start, below the watermark, to catch objects
     that appeared after the watermark passed them (a zombie's late upload, a skewed clock, keys
@@ -133,6 +136,9 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
         )
         _check_between(
             "delete_batch_objects_max", self.delete_batch_objects_max, 1, DELETE_KEYS_MAX
+        )
+        _check_between(
+            "pending_orphans_max", self.pending_orphans_max, 0, LIST_OBJECTS_PER_CYCLE_MAX
         )
         _check_between(
             "rescan_objects_per_cycle_max",

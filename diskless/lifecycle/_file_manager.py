@@ -77,6 +77,7 @@ class FileManager:
         frontier, rescan, sweep = ListingPass(), ListingPass(), SweepPass()
         errors = 0
         try:
+            await self._reconciler.recheck_pending(frontier)
             await self._reconciler.scan_frontier(now_ms, frontier)
         except (StorageError, CoordinatorError):
             errors += 1
@@ -91,7 +92,10 @@ class FileManager:
         except (StorageError, CoordinatorError):
             errors += 1
             logger.warning("sweep failed", exc_info=True)
-        watermark_ms = self._reconciler.advance_watermark(frontier, now_ms, sweep.deleted)
+        deleted_bytes = sum(
+            size or self._reconciler.orphan_deleted(key) for key, size in sweep.deleted.items()
+        )
+        watermark_ms = self._reconciler.advance(frontier, now_ms, sweep.deleted)
         books: FileStats | None = None
         try:
             books = await self._coordinator.file_stats()
@@ -103,7 +107,7 @@ class FileManager:
             objects_listed=frontier.objects_listed + rescan.objects_listed,
             orphans_condemned=frontier.condemned + rescan.condemned,
             deleted_objects=len(sweep.deleted),
-            deleted_bytes=sweep.deleted_bytes,
+            deleted_bytes=deleted_bytes,
             delete_failures=sweep.failures,
             errors=errors,
             watermark_ms=watermark_ms,
@@ -145,7 +149,7 @@ class FileManager:
             live_objects=books.live_objects,
             live_bytes=books.live_bytes,
             orphaned_objects=books.condemned_objects,
-            orphaned_bytes=books.condemned_bytes,
+            orphaned_bytes=max(books.condemned_bytes, self._reconciler.orphan_bytes),
             unreferenced_objects=books.unreferenced_objects,
             unreferenced_bytes=books.unreferenced_bytes,
             cycles=old.cycles + 1,

@@ -27,8 +27,8 @@ _DELETABLE = frozenset({FileState.UNREFERENCED, FileState.CONDEMNED})
 class SweepPass:
     """What one sweep did; filled as it goes, so a failure mid-way keeps what was done."""
 
-    deleted: set[str] = field(default_factory=set)
-    deleted_bytes: int = 0
+    deleted: dict[str, int] = field(default_factory=dict)
+    """Deleted and forgotten keys -> their size in the coordinator's books (0 if unknown)."""
     failures: int = 0
     file_info_calls: int = 0
 
@@ -87,8 +87,7 @@ class Sweeper:
         if not confirmed:
             return
         await self._coordinator.forget_files(confirmed)
-        done.deleted.update(confirmed)
-        done.deleted_bytes += sum(sizes[key] for key in confirmed)
+        done.deleted.update((key, sizes[key]) for key in confirmed)
         logger.debug("deleted and forgot %d objects", len(confirmed))
 
 

@@ -167,12 +167,52 @@ async def test_watermark_stops_at_unresolved_orphan_until_it_is_deleted(
     await manager.run_cycle()  # condemns it; deletion waits for the unreferenced grace
     assert manager.watermark_ms == orphan_ms
     assert manager.stats().reconciliation_lag_ms == c.clock.now_ms() - orphan_ms
+    # Waiting out its grace, the orphan is re-checked by name, not by listing everything again.
+    await c.clock.advance(SECOND)
+    report = await manager.run_cycle()
+    assert (report.objects_listed, report.deleted_objects) == (0, 0)
+    assert manager.watermark_ms == orphan_ms
 
     await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
     report = await manager.run_cycle()
     assert report.deleted_objects == 1
     assert manager.watermark_ms == c.clock.now_ms() - GRACE_MS
     assert manager.stats().reconciliation_lag_ms == GRACE_MS
+
+
+async def test_too_many_pending_orphans_hold_the_listing_at_the_oldest(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
+    manager = c.manager(pending_orphans_max=0)
+    orphan = await c.upload()
+    await c.committed()
+    await c.clock.advance(GRACE_MS / 1000 + 1)
+    assert (await manager.run_cycle()).orphans_condemned == 1
+    report = await manager.run_cycle()
+    assert report.objects_listed == 2  # listed again from the orphan on
+    await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
+    await manager.run_cycle()
+    assert orphan not in await c.keys()
+    assert (await manager.run_cycle()).objects_listed == 0
+
+
+async def test_an_orphan_deleted_by_another_manager_releases_the_watermark(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
+    slow, fast = c.manager(), c.manager(unreferenced_grace_ms=0)
+    orphan = await c.upload()
+    await c.clock.advance(GRACE_MS / 1000 + 1)
+    assert (await slow.run_cycle()).orphans_condemned == 1
+    assert slow.watermark_ms < c.clock.now_ms() - GRACE_MS
+    await c.clock.advance(SECOND)
+    assert (await fast.run_cycle()).deleted_objects == 1  # deleted and forgotten by the other
+    assert await c.state(orphan) is None
+    report = await slow.run_cycle()
+    assert report.deleted_objects == 0
+    assert slow.watermark_ms == c.clock.now_ms() - GRACE_MS
+    assert slow.stats().orphaned_bytes == 0
 
 
 async def test_watermark_never_passes_now_minus_grace(new_coordinator: CoordinatorFactory) -> None:
