@@ -1,0 +1,439 @@
+"""Verification: read every partition back through `broker.fetch` and audit it against the acks.
+
+For each partition, every acknowledged record must be present exactly once at its acknowledged
+offset (same producer, same producer sequence, same value), offsets must run contiguously from
+the log start to the high watermark, no (producer, sequence) may appear twice, and each producer's
+records must appear in its sequence order. Records present but never acknowledged (a request
+that timed out after its batch was committed) are counted, not failed: Kafka allows them.
+
+The audit (`check_partition`) is a pure function so that tests can tamper with its inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import zlib
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+import msgspec
+
+from benchmarks.harness.env import open_broker, open_coordinator, open_store
+from benchmarks.harness.execute import kafka_records, parse_record_key, record_value
+from benchmarks.harness.spec import RunSpec, WorkloadSpec
+from benchmarks.harness.workload import all_partitions, broker_nodes
+from diskless import ErrorCode, IsolationLevel, TopicPartition
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+FETCH_BYTES_MAX: Final = 52_428_800
+PARTITION_FETCH_BYTES_MAX: Final = 1_048_576
+"""Kafka's consumer defaults (fetch.max.bytes, max.partition.fetch.bytes)."""
+PROBLEMS_KEPT_MAX: Final = 5
+READER_BROKER_ID_BASE: Final = 10_000
+"""Read-back brokers get ids far from the workload's, so they fence nobody."""
+EMPTY_FETCHES_MAX: Final = 3
+
+
+class ExpectedBatch(NamedTuple):
+    """An acknowledged batch: its records sit at base_offset .. base_offset + records - 1."""
+
+    base_offset: int
+    records: int
+    producer_id: int
+    producer_seq: int
+    value_bytes: int
+
+
+class ReadRecord(NamedTuple):
+    """One record read back: its offset, its batch's producer id, and its key and value."""
+
+    offset: int
+    batch_producer_id: int
+    key_producer_id: int
+    key_seq: int
+    value_bytes: int
+    value_ok: bool
+    """Whether the value is the deterministic filler of its sequence."""
+
+
+class PartitionVerdict(msgspec.Struct, kw_only=True):
+    topic: str
+    partition: int
+    expected_records: int
+    read_records: int
+    read_bytes: int
+    log_start_offset: int
+    high_watermark: int
+    missing: int = 0
+    mismatched: int = 0
+    duplicate_offsets: int = 0
+    duplicate_records: int = 0
+    gaps: int = 0
+    order_violations: int = 0
+    overlapping_acks: int = 0
+    unacknowledged_present: int = 0
+    read_errors: int = 0
+    problems: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.missing
+            or self.mismatched
+            or self.duplicate_offsets
+            or self.duplicate_records
+            or self.gaps
+            or self.order_violations
+            or self.overlapping_acks
+            or self.read_errors
+        )
+
+    def note(self, problem: str) -> None:
+        if len(self.problems) < PROBLEMS_KEPT_MAX:
+            self.problems.append(problem)
+
+
+def check_partition(
+    tp: TopicPartition,
+    expected: Iterable[ExpectedBatch],
+    records: list[ReadRecord],
+    log_start_offset: int,
+    high_watermark: int,
+    read_bytes: int = 0,
+    read_errors: int = 0,
+) -> PartitionVerdict:
+    """Audit one partition's read-back records against its acknowledged batches."""
+    verdict = PartitionVerdict(
+        topic=tp.topic,
+        partition=tp.partition,
+        expected_records=0,
+        read_records=len(records),
+        read_bytes=read_bytes,
+        log_start_offset=log_start_offset,
+        high_watermark=high_watermark,
+        read_errors=read_errors,
+    )
+    if read_errors:
+        verdict.note(f"{read_errors} fetch errors")
+    # What the acks promise, offset by offset.
+    promised: dict[int, tuple[int, int, int]] = {}
+    for batch in expected:
+        for i in range(batch.records):
+            offset = batch.base_offset + i
+            if offset in promised:
+                verdict.overlapping_acks += 1
+                verdict.note(f"offset {offset} acknowledged twice")
+            promised[offset] = (batch.producer_id, batch.producer_seq + i, batch.value_bytes)
+    verdict.expected_records = len(promised)
+
+    by_offset: dict[int, ReadRecord] = {}
+    for record in records:
+        if record.offset in by_offset:
+            verdict.duplicate_offsets += 1
+            verdict.note(f"offset {record.offset} read twice")
+        by_offset[record.offset] = record
+    # Contiguity: exactly the offsets [log start, high watermark), each once.
+    present = sorted(by_offset)
+    if present and (present[0] != log_start_offset or present[-1] != high_watermark - 1):
+        verdict.gaps += 1
+        verdict.note(
+            f"read offsets {present[0]}..{present[-1]}, log is "
+            f"{log_start_offset}..{high_watermark - 1}"
+        )
+    if not present and high_watermark > log_start_offset:
+        verdict.gaps += 1
+        verdict.note(f"nothing read, log is {log_start_offset}..{high_watermark - 1}")
+    for previous, current in itertools.pairwise(present):
+        if current != previous + 1:
+            verdict.gaps += 1
+            verdict.note(f"gap between offsets {previous} and {current}")
+
+    for offset, (producer_id, seq, value_bytes) in promised.items():
+        found = by_offset.get(offset)
+        if found is None:
+            verdict.missing += 1
+            verdict.note(f"acknowledged offset {offset} (producer {producer_id} #{seq}) missing")
+        elif (
+            found.batch_producer_id != producer_id
+            or found.key_producer_id != producer_id
+            or found.key_seq != seq
+            or found.value_bytes != value_bytes
+            or not found.value_ok
+        ):
+            verdict.mismatched += 1
+            verdict.note(
+                f"offset {offset}: expected producer {producer_id} #{seq}, read producer "
+                f"{found.key_producer_id} #{found.key_seq} (value ok: {found.value_ok})"
+            )
+    verdict.unacknowledged_present = sum(1 for offset in by_offset if offset not in promised)
+
+    identities = Counter((r.key_producer_id, r.key_seq) for r in by_offset.values())
+    for (producer_id, seq), count in identities.items():
+        if count > 1:
+            verdict.duplicate_records += count - 1
+            verdict.note(f"producer {producer_id} #{seq} stored {count} times")
+    last_seq: dict[int, int] = {}
+    for offset in present:
+        record = by_offset[offset]
+        previous_seq = last_seq.get(record.key_producer_id)
+        if previous_seq is not None and record.key_seq <= previous_seq:
+            verdict.order_violations += 1
+            verdict.note(
+                f"offset {offset}: producer {record.key_producer_id} #{record.key_seq} "
+                f"after #{previous_seq}"
+            )
+        last_seq[record.key_producer_id] = record.key_seq
+    return verdict
+
+
+def decode_records(blob: bytes) -> tuple[list[ReadRecord], int]:
+    """Records of fetched bytes (kafka-python decodes them) and the next offset to fetch."""
+    _, memory_records = kafka_records()
+    out: list[ReadRecord] = []
+    next_offset = -1
+    records = memory_records(blob)
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            break
+        if not batch.validate_crc():
+            raise ValueError(f"CRC mismatch in batch at offset {batch.base_offset}")
+        next_offset = max(next_offset, batch.base_offset + batch.last_offset_delta + 1)
+        if batch.is_control_batch:
+            continue
+        producer_id = batch.producer_id
+        for record in batch:
+            key_producer, seq = parse_record_key(bytes(record.key))
+            value = bytes(record.value) if record.value is not None else b""
+            out.append(
+                ReadRecord(
+                    record.offset,
+                    producer_id,
+                    key_producer,
+                    seq,
+                    len(value),
+                    value == record_value(len(value), seq),
+                )
+            )
+    return out, next_offset
+
+
+class _Cursor:
+    """Where a partition's read-back stands."""
+
+    __slots__ = ("empty", "high_watermark", "log_start", "offset", "read_bytes", "records")
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.high_watermark = -1
+        self.log_start = 0
+        self.read_bytes = 0
+        self.records: list[ReadRecord] = []
+        self.empty = 0
+
+
+async def read_partitions(
+    broker: Any, partitions: list[TopicPartition]
+) -> dict[TopicPartition, _Cursor | str]:
+    """Read partitions from their start to their high watermark, all in each fetch, as one
+    consumer does (FETCH_BYTES_MAX per fetch, PARTITION_FETCH_BYTES_MAX per partition).
+
+    A partition's answer is its cursor, or an error message when it could not be read. Records
+    below the requested offset (a batch may start earlier) are dropped, as a client does.
+    """
+    cursors = {tp: _Cursor() for tp in partitions}
+    out: dict[TopicPartition, _Cursor | str] = {}
+    while cursors:
+        answers = await broker.fetch(
+            {tp: c.offset for tp, c in cursors.items()},
+            max_bytes=FETCH_BYTES_MAX,
+            partition_max_bytes=PARTITION_FETCH_BYTES_MAX,
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+        )
+        for tp, cursor in list(cursors.items()):
+            answer = answers[tp]
+            if answer.error != ErrorCode.NONE:
+                out[tp] = f"fetch at {cursor.offset}: {ErrorCode(answer.error).name}"
+                del cursors[tp]
+                continue
+            cursor.high_watermark = answer.high_watermark
+            cursor.log_start = answer.log_start_offset
+            if cursor.offset >= cursor.high_watermark:
+                out[tp] = cursors.pop(tp)
+                continue
+            cursor.read_bytes += len(answer.records)
+            try:
+                records, next_offset = decode_records(answer.records)
+            except ValueError as exc:
+                out[tp] = f"fetch at {cursor.offset}: {exc}"
+                del cursors[tp]
+                continue
+            cursor.records.extend(r for r in records if r.offset >= cursor.offset)
+            if next_offset > cursor.offset:
+                cursor.offset = next_offset
+                cursor.empty = 0
+            elif not answer.records:
+                cursor.empty += 1
+                if cursor.empty >= EMPTY_FETCHES_MAX:
+                    out[tp] = f"fetch at {cursor.offset} < hw {cursor.high_watermark}: no data"
+                    del cursors[tp]
+    return out
+
+
+Groups = list[tuple[TopicPartition, list[ExpectedBatch]]]
+
+
+def verify_task(
+    task: int, groups: Groups, spec: WorkloadSpec, run: RunSpec
+) -> tuple[list[PartitionVerdict], dict[str, int]]:
+    """Read back and audit `groups`; also return the task's object-store counters."""
+    return asyncio.run(_verify_task(task, groups, spec, run))
+
+
+async def _verify_task(
+    task: int, groups: Groups, spec: WorkloadSpec, run: RunSpec
+) -> tuple[list[PartitionVerdict], dict[str, int]]:
+    store = open_store(run.store)
+    coordinator = open_coordinator(run)
+    rack = broker_nodes(spec)[task % spec.brokers].rack or ""
+    verdicts: list[PartitionVerdict] = []
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(store.close)
+        stack.push_async_callback(coordinator.close)
+        broker = await stack.enter_async_context(
+            open_broker(READER_BROKER_ID_BASE + task, rack, store, coordinator, run)
+        )
+        read = await read_partitions(broker, [tp for tp, _ in groups])
+        for tp, expected in groups:
+            cursor = read[tp]
+            if isinstance(cursor, str):
+                verdict = check_partition(tp, expected, [], 0, 0, read_errors=1)
+                verdict.note(cursor)
+            else:
+                verdict = check_partition(
+                    tp,
+                    expected,
+                    cursor.records,
+                    cursor.log_start,
+                    cursor.high_watermark,
+                    cursor.read_bytes,
+                )
+            verdicts.append(verdict)
+        stats = store.stats()
+    return verdicts, msgspec.structs.asdict(stats)
+
+
+class Verification(msgspec.Struct, kw_only=True):
+    passed: bool
+    partitions: int
+    partitions_failed: int
+    expected_records: int
+    read_records: int
+    read_bytes: int
+    unacknowledged_present: int
+    missing: int
+    mismatched: int
+    duplicates: int
+    gaps: int
+    order_violations: int
+    problems: list[str]
+    store: dict[str, int]
+    verdicts: list[PartitionVerdict]
+
+
+def summarize(
+    verdicts: list[PartitionVerdict], store_stats: Iterable[dict[str, int]] = ()
+) -> Verification:
+    """The run's verdict: passed only if every partition was read and audited clean."""
+    real = list(verdicts)
+    store: dict[str, int] = {}
+    for stats in store_stats:
+        for name, value in stats.items():
+            store[name] = store.get(name, 0) + value
+    failed = [v for v in real if not v.ok]
+    problems = [f"{v.topic}-{v.partition}: {p}" for v in failed for p in v.problems][:20]
+    return Verification(
+        passed=bool(real) and not failed,
+        partitions=len(real),
+        partitions_failed=len(failed),
+        expected_records=sum(v.expected_records for v in real),
+        read_records=sum(v.read_records for v in real),
+        read_bytes=sum(v.read_bytes for v in real),
+        unacknowledged_present=sum(v.unacknowledged_present for v in real),
+        missing=sum(v.missing for v in real),
+        mismatched=sum(v.mismatched for v in real),
+        duplicates=sum(v.duplicate_offsets + v.duplicate_records for v in real),
+        gaps=sum(v.gaps for v in real),
+        order_violations=sum(v.order_violations for v in real),
+        problems=problems,
+        store=store,
+        verdicts=sorted(real, key=lambda v: (v.topic, v.partition)),
+    )
+
+
+def expected_by_partition(
+    acked: Iterable[Any], spec: WorkloadSpec
+) -> list[tuple[TopicPartition, list[ExpectedBatch]]]:
+    """Every partition of the workload with its acknowledged batches (local, for tests)."""
+    groups: dict[TopicPartition, list[ExpectedBatch]] = {tp: [] for tp in all_partitions(spec)}
+    for row in acked:
+        groups[TopicPartition(row.topic, row.partition)].append(
+            ExpectedBatch(
+                row.base_offset, row.records, row.producer_id, row.producer_seq, row.value_bytes
+            )
+        )
+    return list(groups.items())
+
+
+def verify(
+    spark: SparkSession, results: DataFrame, spec: WorkloadSpec, run: RunSpec
+) -> Verification:
+    """The read-back job: partitions spread over Spark tasks, each auditing its own."""
+    from pyspark.sql import functions as F
+
+    tasks = spec.effective_tasks
+    acked = results.filter((F.col("kind") == "batch") & (F.col("error") == 0)).select(
+        "topic", "partition", "base_offset", "records", "producer_id", "producer_seq", "value_bytes"
+    )
+    expected = acked.groupBy("topic", "partition").agg(
+        F.collect_list(
+            F.struct("base_offset", "records", "producer_id", "producer_seq", "value_bytes")
+        ).alias("batches")
+    )
+    everything = spark.createDataFrame(
+        [(tp.topic, tp.partition) for tp in all_partitions(spec)], "topic string, partition int"
+    )
+    joined = everything.join(expected, ["topic", "partition"], "left")
+
+    def run_partition(index: int, rows: Iterable[Any]) -> list[tuple[str, Any]]:
+        groups = [
+            (
+                TopicPartition(row.topic, row.partition),
+                [ExpectedBatch(*b) for b in (row.batches or [])],
+            )
+            for row in rows
+        ]
+        verdicts, store_stats = verify_task(index, groups, spec, run)
+        return [("verdict", v) for v in verdicts] + [("store", store_stats)]
+
+    keyed = joined.rdd.map(lambda row: (_spread(row.topic, row.partition, tasks), row))
+    out = (
+        keyed.partitionBy(tasks, lambda key: key)
+        .map(lambda pair: pair[1])
+        .mapPartitionsWithIndex(run_partition)
+        .collect()
+    )
+    return summarize(
+        [payload for kind, payload in out if kind == "verdict"],
+        [payload for kind, payload in out if kind == "store"],
+    )
+
+
+def _spread(topic: str, partition: int, tasks: int) -> int:
+    """A stable task for a partition (Python's str hash differs between worker processes)."""
+    return zlib.crc32(f"{topic}-{partition}".encode()) % tasks
