@@ -57,8 +57,11 @@ class CommitBatch(msgspec.Struct, frozen=True):
     is_transactional: bool = False
 
 
-class CommitBatchResult(msgspec.Struct, frozen=True):
-    """The outcome of one CommitBatch. A duplicate is success with the original offsets."""
+class CommitBatchResult(msgspec.Struct, frozen=True, gc=False):
+    """The outcome of one CommitBatch. A duplicate is success with the original offsets.
+
+    (`gc=False`: one is made per committed batch and none can be part of a reference cycle.)
+    """
 
     error: ErrorCode
     base_offset: int = -1
@@ -68,7 +71,7 @@ class CommitBatchResult(msgspec.Struct, frozen=True):
     duplicate: bool = False
 
 
-class BatchInfo(msgspec.Struct, frozen=True):
+class BatchInfo(msgspec.Struct, frozen=True, gc=False):
     """Where a committed batch lives and which offsets it holds.
 
     A transaction marker exists only as metadata: `control` is set, `object_key` is empty and

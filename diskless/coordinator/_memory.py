@@ -35,7 +35,7 @@ from diskless.coordinator._api import (
     TopicDescription,
 )
 from diskless.coordinator._checks import check_broker_epoch, check_new_topic, check_object_key
-from diskless.coordinator._planner import plan_commit, producer_keys
+from diskless.coordinator._planner import plan_commit
 from diskless.coordinator._rows import PartitionState, StoredBatch
 from diskless.coordinator._snapshots import producer_snapshot
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT, ProducerEntry, is_expired
@@ -118,6 +118,26 @@ class _File(msgspec.Struct):
         return FileInfo(key, self.state, self.size, self.since_ms)
 
 
+class _PartitionView:
+    """The planner's view of the partitions: a lookup, not a copy."""
+
+    def __init__(self, coordinator: InMemoryBatchCoordinator) -> None:
+        self._coordinator = coordinator
+
+    def get(self, tp: TopicPartition, /) -> PartitionState | None:
+        return self._coordinator.partition(tp)
+
+
+class _ProducerView:
+    """The planner's view of the producer entries: a lookup, not a copy."""
+
+    def __init__(self, producers: dict[int, dict[int, ProducerEntry]]) -> None:
+        self._producers = producers
+
+    def get(self, key: tuple[int, int], /) -> ProducerEntry | None:
+        return self._producers[key[0]].get(key[1])
+
+
 class InMemoryBatchCoordinator(BatchCoordinator):
     """A batch coordinator whose state lives in this process's memory."""
 
@@ -135,6 +155,8 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         self._brokers: dict[int, int] = {}
         self._next_partition_key = 1
         self._closed = False
+        self._partition_view = _PartitionView(self)
+        self._producer_view = _ProducerView(self._producers)
 
     # --- lookups ------------------------------------------------------------------------------
     def partition(self, tp: TopicPartition) -> PartitionState | None:
@@ -235,23 +257,19 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         existing = self._files.get(object_key)
         check_object_key(object_key, None if existing is None else existing.state)
         now = self._clock.now_ms()
-        partitions: dict[TopicPartition, PartitionState] = {}
-        for batch in batches:
-            tp = batch.topic_partition
-            if tp not in partitions and (state := self.partition(tp)) is not None:
-                partitions[tp] = state
-        producers: dict[tuple[int, int], ProducerEntry] = {}
-        for key in producer_keys(batches, partitions):
-            if (entry := self._producers[key[0]].get(key[1])) is not None:
-                producers[key] = entry
-        plan = plan_commit(object_key, batches, partitions, producers, now, self._expiration_ms)
+        # The planner reads live state through these views and returns copies, so nothing
+        # changes until the plan is applied below.
+        plan = plan_commit(
+            object_key, batches, self._partition_view, self._producer_view, now, self._expiration_ms
+        )
         # Apply: nothing below can fail, so the commit is all or nothing.
         for batch_row in plan.new_batches:
             self._logs[batch_row.partition_key].append(batch_row)
         for (partition_key, pid), entry in plan.producers.items():
             self._producers[partition_key][pid] = entry
         for tp, new_state in plan.partitions.items():
-            old = partitions[tp]
+            old = self.partition(tp)
+            assert old is not None and old.key == new_state.key
             old.high_watermark = new_state.high_watermark
             old.size_bytes = new_state.size_bytes
             old.ts_running_max = new_state.ts_running_max

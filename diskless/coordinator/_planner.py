@@ -11,7 +11,8 @@ the loop keeps its state in locals and plain lists; the rules themselves are tho
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -31,9 +32,21 @@ from diskless.txn import (
 ProducerKey = tuple[int, int]
 """(partition key, producer id): the key of a producer entry."""
 
+K_contra = TypeVar("K_contra", contravariant=True)
+V_co = TypeVar("V_co", covariant=True)
+
+
+class Lookup(Protocol[K_contra, V_co]):
+    """What the planner needs of a snapshot: a dict, or a backend's own view of its state."""
+
+    def get(self, key: K_contra, /) -> V_co | None: ...
+
+
 _SEQUENCE_MODULUS = SEQUENCE_MAX + 1
 _NONE = ErrorCode.NONE
 _LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+_UNLOADED = ProducerEntry(-1, -1)
+"""Marks a producer entry not looked up yet (None means looked up and absent)."""
 
 
 class _Work:
@@ -62,7 +75,7 @@ class CommitPlan(msgspec.Struct):
 
 
 def producer_keys(
-    batches: Sequence[CommitBatch], partitions: Mapping[TopicPartition, PartitionState]
+    batches: Sequence[CommitBatch], partitions: Lookup[TopicPartition, PartitionState]
 ) -> set[ProducerKey]:
     """The producer entries a backend must load before planning a commit of `batches`."""
     keys = set()
@@ -77,15 +90,16 @@ def producer_keys(
 def plan_commit(
     object_key: str,
     batches: Sequence[CommitBatch],
-    partitions: Mapping[TopicPartition, PartitionState],
-    producers: Mapping[ProducerKey, ProducerEntry],
+    partitions: Lookup[TopicPartition, PartitionState],
+    producers: Lookup[ProducerKey, ProducerEntry],
     now_ms: int,
     producer_id_expiration_ms: int,
 ) -> CommitPlan:
     """Check and sequence `batches` in order against a snapshot of the state they touch.
 
     `partitions` holds every existing partition the batches name (absent ones are unknown);
-    `producers` holds the stored entry of every key in `producer_keys(...)` that has one.
+    `producers` holds the stored entry of every key in `producer_keys(...)` that has one. Both
+    are only read, once per key, and never while the plan is being applied.
     """
     results: list[CommitBatchResult] = []
     new_batches: list[StoredBatch] = []
@@ -118,9 +132,8 @@ def plan_commit(
         entry: ProducerEntry | None = None
         if pid != NO_PRODUCER_ID:
             pkey = (state.key, pid)
-            if pkey in entries:
-                entry = entries[pkey]
-            else:
+            entry = entries.get(pkey, _UNLOADED)
+            if entry is _UNLOADED:
                 entry = producers.get(pkey)
                 if entry is not None and is_expired(entry, now_ms, producer_id_expiration_ms):
                     entry = None
@@ -186,9 +199,9 @@ def plan_commit(
         append_result(
             CommitBatchResult(
                 _NONE,
-                base_offset=high_watermark,
-                log_append_time=now_ms if log_append else -1,
-                log_start_offset=state.log_start_offset,
+                high_watermark,  # base offset
+                now_ms if log_append else -1,  # log-append time
+                state.log_start_offset,
             )
         )
     assert len(results) == len(batches)

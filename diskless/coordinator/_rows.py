@@ -27,7 +27,7 @@ class PartitionState(msgspec.Struct):
         return self.high_watermark
 
 
-class StoredBatch(msgspec.Struct, frozen=True, array_like=True):
+class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """One committed batch as stored by a backend."""
 
     partition_key: int

@@ -39,7 +39,7 @@ PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 60 * 60 * 1000
 """Kafka's `producer.id.expiration.ms` default: producer state lives a day after its last write."""
 
 
-class RetainedBatch(msgspec.Struct, frozen=True, array_like=True):
+class RetainedBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A recent batch of a producer, as needed to answer a retried (duplicate) send."""
 
     first_seq: int
@@ -49,7 +49,7 @@ class RetainedBatch(msgspec.Struct, frozen=True, array_like=True):
     timestamp: int
 
 
-class ProducerEntry(msgspec.Struct, frozen=True):
+class ProducerEntry(msgspec.Struct, frozen=True, gc=False):
     """The state of one producer on one partition. Immutable: updates return a new entry."""
 
     producer_id: int
@@ -127,7 +127,10 @@ def check_append(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"a new epoch {producer_epoch} must start at sequence 0, not {first_seq}",
             )
-    elif not in_sequence(entry.last_sequence, first_seq):
+    elif not (  # in_sequence(entry.last_sequence, first_seq), inlined: this runs per batch
+        first_seq == (last := entry.batches[-1].last_seq if entry.batches else NO_SEQUENCE) + 1
+        or (first_seq == 0 and last == SEQUENCE_MAX)
+    ):
         return Rejected(
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
             f"sequence {first_seq} does not follow {entry.last_sequence} (epoch {producer_epoch})",
@@ -160,11 +163,11 @@ def record_append(
     if is_transactional and txn_first_offset is None:
         txn_first_offset = batch.first_offset
     return ProducerEntry(
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        batches=retained,
-        last_timestamp=batch.timestamp,
-        last_update_ms=now_ms,
-        coordinator_epoch=-1 if entry is None else entry.coordinator_epoch,
-        current_txn_first_offset=txn_first_offset,
+        producer_id,
+        producer_epoch,
+        retained,
+        batch.timestamp,  # last_timestamp
+        now_ms,  # last_update_ms
+        -1 if entry is None else entry.coordinator_epoch,
+        txn_first_offset,
     )
