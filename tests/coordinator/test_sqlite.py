@@ -11,7 +11,7 @@ from diskless._types import TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import FindBatchesRequest, SqliteBatchCoordinator
 from diskless.coordinator._sqlite_schema import SCHEMA_VERSION
-from diskless.errors import CoordinatorUnavailableError
+from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 
 from ._helpers import Committer, batch
 
@@ -70,3 +70,59 @@ async def test_closed_coordinator_refuses_work(tmp_path: Path) -> None:
     await coordinator.close()
     with pytest.raises(RuntimeError):
         await coordinator.describe_topics()
+
+
+class _FailingCommit:
+    """A connection stand-in whose COMMIT fails, as when the disk goes away at that moment."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._conn.execute(sql, *args)  # type: ignore[arg-type]
+
+    def executemany(self, sql: str, *args: object) -> sqlite3.Cursor:
+        return self._conn.executemany(sql, *args)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+async def test_failed_commit_statement_is_an_unknown_outcome(tmp_path: Path) -> None:
+    coordinator = SqliteBatchCoordinator(tmp_path / "c.db")
+    try:
+        await coordinator.create_topic("t", 1)
+        c = Committer(coordinator)
+        await c.one(batch(TP))
+        real = coordinator._conn
+        assert real is not None
+        coordinator._conn = _FailingCommit(real)  # type: ignore[assignment]
+        with pytest.raises(CommitOutcomeUnknownError):
+            await c.one(batch(TP))
+        coordinator._conn = real
+        (response,) = await coordinator.find_batches([FindBatchesRequest(TP, 0, 1 << 20)], 1 << 20)
+        assert response.high_watermark == 1  # rolled back here; another outcome was possible
+    finally:
+        await coordinator.close()
+
+
+async def test_busy_database_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    coordinator = SqliteBatchCoordinator(path, busy_timeout_ms=10, busy_retry_s=0.2)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        await coordinator.create_topic("t", 1)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        with pytest.raises(CoordinatorUnavailableError):
+            await coordinator.create_topic("u", 1)
+        blocker.execute("ROLLBACK")
+        assert await coordinator.create_topic("u", 1)
+    finally:
+        blocker.close()
+        await coordinator.close()
