@@ -121,6 +121,11 @@ class KafkaCluster:
     def racks(self) -> list[str]:
         return [rack_name(i) for i in range(min(self._racks, self._broker_count))]
 
+    @property
+    def live(self) -> list[BrokerServer]:
+        """The servers not killed."""
+        return [s for b, s in self.servers.items() if b not in self._killed]
+
     async def kill(self, broker_id: int) -> None:
         """Reset the broker's connections and stop its listener, then let its WAL drain."""
         server = self.servers[broker_id]

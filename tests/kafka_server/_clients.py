@@ -73,8 +73,13 @@ def confluent_produce(
     *,
     rack: str | None = None,
     extra: Mapping[str, object] | None = None,
+    acknowledged: list[int] | None = None,
 ) -> list[int]:
-    """An idempotent librdkafka producer (acks=all, 5 in flight); the sequences acknowledged."""
+    """An idempotent librdkafka producer (acks=all, 5 in flight); the sequences acknowledged.
+
+    Acknowledged sequences are appended to `acknowledged` as they come (another thread may
+    watch its length to time a fault).
+    """
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "client.id": name,
@@ -88,8 +93,10 @@ def confluent_produce(
         config["client.rack"] = rack
     config.update(extra or {})
     producer = Producer(config)
-    acknowledged: list[int] = []
+    if acknowledged is None:
+        acknowledged = []
     failures: list[KafkaError] = []
+    acked = acknowledged
 
     def delivered(error: KafkaError | None, message: object) -> None:
         if error is not None:
@@ -104,7 +111,7 @@ def confluent_produce(
                     value=data,
                     partition=sequence % partitions,
                     on_delivery=lambda e, m, s=sequence: (
-                        delivered(e, m) if e is not None else acknowledged.append(s)
+                        delivered(e, m) if e is not None else acked.append(s)
                     ),
                 )
                 break

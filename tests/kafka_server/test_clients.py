@@ -26,7 +26,7 @@ PARTITIONS = 12
 
 
 async def end_offsets(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, int]:
-    broker = next(iter(cluster.servers.values())).broker
+    broker = cluster.live[0].broker
     results = await broker.list_offsets(
         {TopicPartition(topic, p): OffsetSpec.LATEST for p in range(partitions)}
     )

@@ -1,0 +1,63 @@
+"""A broker dies mid-run; idempotent producers carry on through the others, losing nothing.
+
+Integration test. Killing resets every connection of the broker at once, answered or not, and
+stops its listener; what its WAL had accepted still commits (a response lost on the way, as when a
+broker crashes after the commit). Producers retry the unanswered batches elsewhere, where the
+coordinator recognises them as duplicates; metadata from the live brokers names new leaders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from diskless.kafka_server import KafkaCluster
+from tests.kafka_server._clients import confluent_consume, confluent_produce
+from tests.kafka_server.test_clients import end_offsets
+
+PARTITIONS = 12
+PER_PRODUCER = 20_000
+VICTIM = 0
+
+
+async def test_producers_survive_a_broker_kill_without_loss_or_duplicates(
+    cluster: KafkaCluster,
+) -> None:
+    topic = "survivors"
+    await cluster.create_topic(topic, PARTITIONS)
+    racks = cluster.racks
+    names = [f"producer-{rack}" for rack in racks]
+    acked: list[list[int]] = [[] for _ in racks]
+    producing = [
+        asyncio.create_task(
+            asyncio.to_thread(
+                confluent_produce,
+                cluster.bootstrap(rack),
+                topic,
+                name,
+                PER_PRODUCER,
+                PARTITIONS,
+                rack=rack,
+                # Small batches keep many requests in flight when the broker dies.
+                extra={"batch.num.messages": 200, "linger.ms": 1},
+                acknowledged=progress,
+            )
+        )
+        for rack, name, progress in zip(racks, names, acked, strict=True)
+    ]
+    victim = cluster.servers[VICTIM]
+    while not victim.produce_requests or min(len(a) for a in acked) < PER_PRODUCER // 4:
+        assert not any(t.done() for t in producing), "a producer finished before the kill"
+        await asyncio.sleep(0.01)
+    requests_before_kill = sum(victim.produce_requests.values())
+    await cluster.kill(VICTIM)
+    results = await asyncio.gather(*producing)
+    assert requests_before_kill > 0
+    assert sum(victim.produce_requests.values()) == requests_before_kill
+    for result in results:
+        assert sorted(result) == list(range(PER_PRODUCER))
+    ends = await end_offsets(cluster, topic, PARTITIONS)
+    assert sum(ends.values()) == PER_PRODUCER * len(racks)
+    audit = await asyncio.to_thread(confluent_consume, cluster.bootstrap(), topic, ends)
+    audit.check(dict(zip(names, results, strict=True)))
+    # The live brokers took over the produce path.
+    assert all(cluster.servers[b].produce_requests for b in cluster.servers if b != VICTIM)
