@@ -38,8 +38,6 @@ class ListingPass:
     objects_listed: int = 0
     file_info_calls: int = 0
     condemned: int = 0
-    young_ms: dict[str, int] = field(default_factory=dict)
-    """Timed keys unknown to the coordinator and within their grace: key -> key time."""
     condemned_ms: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Timed keys found or made CONDEMNED: key -> (key time, listed size)."""
     last_listed_ms: int | None = None
@@ -152,8 +150,6 @@ class Reconciler:
             limit = found.last_listed_ms  # keys of that same ms may be unlisted yet
         else:
             return self.watermark_ms
-        if found.young_ms:
-            limit = min(limit, min(found.young_ms.values()))
         if len(self._pending) > config.pending_orphans_max:
             # Too many to track by name: hold the cursor at the oldest so that they are listed
             # (and so re-checked) again, rather than grow this set without bound.
@@ -230,8 +226,8 @@ class Reconciler:
                 born_ms = created_ms if created_ms is not None else listed.last_modified_ms
                 if born_ms < horizon:
                     to_condemn.append(key)
-                elif created_ms is not None:
-                    found.young_ms[key] = created_ms
+                # else: within its grace. Its key time is >= now - grace, and the cursor never
+                # passes that, so the next cycles list it again.
         if to_condemn:
             condemned = await self._coordinator.condemn_objects(to_condemn)
             unexpected = set(condemned) - set(to_condemn)

@@ -457,3 +457,23 @@ async def test_manager_without_config_uses_safe_defaults(
     await c.upload()
     await c.clock.advance(60)
     assert (await manager.run_cycle()).orphans_condemned == 0
+
+
+async def test_a_live_file_offered_for_deletion_is_kept(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    """Defence in depth: a coordinator bug listing a LIVE file must not cost its data."""
+    c = await cluster(new_coordinator)
+    live = await c.committed()
+    real = c.coordinator.file_info
+
+    async def files_to_delete(older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
+        return [info for info in await real([live]) if info is not None]
+
+    c.coordinator.files_to_delete = files_to_delete  # type: ignore[method-assign]
+    manager = c.manager()
+    await c.clock.advance(GRACE_MS / 1000 + UNREFERENCED_GRACE_MS / 1000)
+    report = await manager.run_cycle()
+    assert report.deleted_objects == 0
+    assert await c.keys() == [live]
+    assert await c.state(live) is FileState.LIVE
