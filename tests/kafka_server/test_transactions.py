@@ -1,0 +1,274 @@
+"""Transactions through the Kafka front end.
+
+- Unit tests of the transaction-version-1 bridge (`TransactionFront`) against a recording
+  participant: epochs substituted, batches rewritten with a valid CRC, sequences restarted.
+- An integration test of librdkafka's transactional protocol flow through the bridge, with a
+  participant that accepts everything (no markers): every client call succeeds and the coordinator
+  sees one epoch per transaction, each starting at sequence 0.
+- The acceptance test, gated on the batch coordinators implementing `TransactionParticipant`:
+  committed and aborted transactions, read back by read_committed consumers (librdkafka and
+  kafka-python), which must see exactly the committed records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from confluent_kafka import Producer
+
+from diskless import ErrorCode, TopicPartition
+from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.kafka_server import KafkaCluster, TransactionFront
+from diskless.records import BatchHeader, parse_batch
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server._clients import Audit, confluent_consume, value
+from tests.kafka_server.conftest import broker_config, server_config
+from tests.kafka_server.test_clients import end_offsets
+from tests.wal._helpers import build_batch
+
+PARTITIONS = 3
+TRANSACTIONS = 6
+RECORDS_PER_TRANSACTION = 90
+
+PARTICIPANT_READY = all(
+    hasattr(InMemoryBatchCoordinator, name)
+    for name in ("allocate_producer_ids", "add_partitions_to_txn", "end_transaction")
+)
+needs_participant = pytest.mark.skipif(
+    not PARTICIPANT_READY,
+    reason="InMemoryBatchCoordinator does not implement TransactionParticipant yet "
+    "(allocate_producer_ids / add_partitions_to_txn / end_transaction): no markers, no LSO",
+)
+
+
+class RecordingParticipant(InMemoryBatchCoordinator):
+    """A coordinator whose participant side accepts everything and records the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_producer_id = 5000
+        self.added: list[tuple[int, int, list[TopicPartition]]] = []
+        self.ended: list[tuple[int, int, int, bool]] = []
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        first = self.next_producer_id
+        self.next_producer_id += count
+        return first
+
+    async def add_partitions_to_txn(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        self.added.append((producer_id, producer_epoch, list(partitions)))
+        return [ErrorCode.NONE] * len(partitions)
+
+    async def end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        self.ended.append((producer_id, producer_epoch, marker_epoch, commit))
+        return [ErrorCode.NONE] * len(partitions)
+
+
+def _header(data: bytes) -> BatchHeader:
+    parsed = parse_batch(data)
+    assert isinstance(parsed, BatchHeader), parsed
+    return parsed
+
+
+def _transactional_batch(producer_id: int, epoch: int, sequence: int, count: int) -> bytes:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        batch_size=1 << 20,
+    )
+    for offset in range(count):
+        builder.append(offset, timestamp=1_700_000_000_000, key=None, value=b"x", headers=[])
+    return bytes(builder.build())
+
+
+# --- the bridge, unit level ---------------------------------------------------------------------
+async def test_bridge_maps_client_epoch_and_restarts_sequences_after_each_end() -> None:
+    participant = RecordingParticipant()
+    front = TransactionFront(participant)
+    tp = TopicPartition("t", 0)
+    init = await front.init_producer_id("tx", 60_000)
+    assert init.error is ErrorCode.NONE
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    assert await front.add_partitions("tx", pid, epoch, [tp]) == {tp: ErrorCode.NONE}
+    first = _transactional_batch(pid, epoch, 0, 10)
+    same, rewrite = front.rewrite_batch(tp, first)
+    assert same == first and rewrite is not None  # epoch 0, sequence 0: nothing to change
+    front.acknowledged(rewrite)
+    assert (await front.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.NONE
+
+    # The client keeps its epoch and continues at sequence 10; the coordinator is at epoch+1.
+    assert await front.add_partitions("tx", pid, epoch, [tp]) == {tp: ErrorCode.NONE}
+    assert participant.added[-1][:2] == (pid, epoch + 1)
+    second = _transactional_batch(pid, epoch, 10, 5)
+    rewritten, rewrite = front.rewrite_batch(tp, second)
+    header = _header(rewritten)
+    assert (header.producer_epoch, header.base_sequence) == (epoch + 1, 0)
+    assert header.crc_valid() and header.records_count == 5
+    assert rewrite is not None
+    front.acknowledged(rewrite)
+    assert (await front.end_txn("tx", pid, epoch, commit=False)).error is ErrorCode.NONE
+    assert [e[1:] for e in participant.ended] == [
+        (epoch, epoch + 1, True),
+        (epoch + 1, epoch + 2, False),
+    ]
+
+    third, _ = front.rewrite_batch(tp, _transactional_batch(pid, epoch, 15, 1))
+    assert (_header(third).producer_epoch, _header(third).base_sequence) == (epoch + 2, 0)
+
+
+async def test_bridge_leaves_other_batches_alone() -> None:
+    front = TransactionFront(RecordingParticipant())
+    tp = TopicPartition("t", 0)
+    init = await front.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    idempotent = build_batch([b"a"], producer_id=pid, producer_epoch=0, base_sequence=0)
+    assert front.rewrite_batch(tp, idempotent) == (idempotent, None)
+    stranger = _transactional_batch(pid + 1, 0, 0, 1)
+    assert front.rewrite_batch(tp, stranger) == (stranger, None)
+    stale = _transactional_batch(pid, 7, 0, 1)
+    assert front.rewrite_batch(tp, stale) == (stale, None)
+    corrupt = bytearray(_transactional_batch(pid, 0, 3, 1))
+    corrupt[-1] ^= 0xFF
+    assert front.rewrite_batch(tp, bytes(corrupt)) == (bytes(corrupt), None)
+
+
+async def test_without_a_participant_idempotence_works_and_transactions_are_refused() -> None:
+    front = TransactionFront(InMemoryBatchCoordinator())
+    if front.transactions_available:
+        pytest.skip("the coordinator implements the participant now")
+    idempotent = await front.init_producer_id(None, 60_000)
+    assert idempotent.error is ErrorCode.NONE and idempotent.producer_id >= 0
+    assert (await front.init_producer_id("tx", 60_000)).error is ErrorCode.INVALID_TXN_STATE
+
+
+# --- librdkafka through the bridge --------------------------------------------------------------
+@pytest.fixture
+async def recording_cluster() -> AsyncIterator[tuple[KafkaCluster, RecordingParticipant]]:
+    participant = RecordingParticipant()
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        participant,
+        broker_config=broker_config(),
+        server_config=server_config(),
+    ) as running:
+        yield running, participant
+
+
+def _transactional_run(
+    bootstrap: str, topic: str, transactional_id: str, outcomes: Sequence[bool]
+) -> None:
+    """Transactions of RECORDS_PER_TRANSACTION records each, committed or aborted in turn."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "client.id": transactional_id,
+        }
+    )
+    producer.init_transactions(30)
+    for index, commit in enumerate(outcomes):
+        producer.begin_transaction()
+        for r in range(RECORDS_PER_TRANSACTION):
+            producer.produce(
+                topic,
+                value=value(f"t{index}", r),
+                partition=r % PARTITIONS,
+            )
+        assert producer.flush(30) == 0  # on the broker before the outcome is decided
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+
+async def test_librdkafka_transactions_flow_through_the_bridge(
+    recording_cluster: tuple[KafkaCluster, RecordingParticipant],
+) -> None:
+    cluster, participant = recording_cluster
+    await cluster.create_topic("tx", PARTITIONS)
+    outcomes = [i % 2 == 0 for i in range(TRANSACTIONS)]
+    await asyncio.to_thread(_transactional_run, cluster.bootstrap("rack-0"), "tx", "tx-a", outcomes)
+    pids = {pid for pid, _, _ in participant.added}
+    assert len(pids) == 1
+    # One coordinator epoch per transaction, though the client never changed its own.
+    assert [epoch for _, epoch, _ in participant.added] == list(range(TRANSACTIONS))
+    assert [(e[1], e[2], e[3]) for e in participant.ended] == [
+        (epoch, epoch + 1, commit) for epoch, commit in enumerate(outcomes)
+    ]
+    for p in range(PARTITIONS):
+        (snapshot,) = await participant.describe_producers(TopicPartition("tx", p))
+        assert snapshot.producer_epoch == TRANSACTIONS - 1
+        assert snapshot.retained_batches[0][0] == 0  # the last transaction restarted at 0
+    ends = await end_offsets(cluster, "tx", PARTITIONS)
+    assert sum(ends.values()) == TRANSACTIONS * RECORDS_PER_TRANSACTION
+
+
+# --- the acceptance test, once the participant exists -------------------------------------------
+def _kafka_python_read_committed(bootstrap: str, topic: str, ends: dict[int, int]) -> Audit:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KpTopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+    )
+    audit = Audit()
+    consumer.assign([KpTopicPartition(topic, p) for p in ends])
+    for message in consumer:
+        audit.add(message.partition, message.offset, message.value)
+    consumer.close()
+    return audit
+
+
+@needs_participant
+async def test_read_committed_consumers_see_exactly_the_committed_transactions(
+    cluster: KafkaCluster,
+) -> None:
+    topic = "committed"
+    await cluster.create_topic(topic, PARTITIONS)
+    outcomes = [i % 3 != 1 for i in range(TRANSACTIONS)]  # commit, abort, commit, ...
+    await asyncio.to_thread(
+        _transactional_run, cluster.bootstrap("rack-1"), topic, "tx-b", outcomes
+    )
+    ends = await end_offsets(cluster, topic, PARTITIONS)
+    committed = {
+        f"t{i}": range(RECORDS_PER_TRANSACTION) for i, commit in enumerate(outcomes) if commit
+    }
+    everything = {f"t{i}": range(RECORDS_PER_TRANSACTION) for i in range(TRANSACTIONS)}
+    librdkafka = await asyncio.to_thread(
+        confluent_consume, cluster.bootstrap("rack-1"), topic, ends, isolation="read_committed"
+    )
+    librdkafka.check(committed)
+    kafka_python = await asyncio.to_thread(
+        _kafka_python_read_committed, cluster.bootstrap("rack-2"), topic, ends
+    )
+    kafka_python.check(committed)
+    uncommitted = await asyncio.to_thread(
+        confluent_consume, cluster.bootstrap("rack-0"), topic, ends
+    )
+    uncommitted.check(everything)
