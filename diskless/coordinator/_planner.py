@@ -49,19 +49,6 @@ _UNLOADED = ProducerEntry(-1, -1)
 """Marks a producer entry not looked up yet (None means looked up and absent)."""
 
 
-class _Work:
-    """A partition's counters while a commit is being planned."""
-
-    __slots__ = ("high_watermark", "log_append", "running_max", "size", "state")
-
-    def __init__(self, state: PartitionState) -> None:
-        self.state = state
-        self.high_watermark = state.high_watermark
-        self.size = state.size_bytes
-        self.running_max = state.ts_running_max
-        self.log_append = state.config.timestamp_type == _LOG_APPEND_TIME
-
-
 class CommitPlan(msgspec.Struct):
     """The results of a commit and the mutations that persist it."""
 
@@ -103,15 +90,17 @@ def plan_commit(
     """
     results: list[CommitBatchResult] = []
     new_batches: list[StoredBatch] = []
-    working: dict[TopicPartition, _Work] = {}
+    # Copies of the touched partitions, advanced batch by batch; the inputs stay untouched.
+    working: dict[TopicPartition, PartitionState] = {}
+    appended: set[TopicPartition] = set()
     entries: dict[ProducerKey, ProducerEntry | None] = {}
     changed: set[ProducerKey] = set()
     append_result = results.append
     append_batch = new_batches.append
     for batch in batches:
         tp = batch.topic_partition
-        work = working.get(tp)
-        if work is None:
+        state = working.get(tp)
+        if state is None:
             original = partitions.get(tp)
             if original is None:
                 append_result(
@@ -121,10 +110,17 @@ def plan_commit(
                     )
                 )
                 continue
-            work = working[tp] = _Work(original)
-        state = work.state
-        high_watermark = work.high_watermark
-        log_append = work.log_append
+            state = working[tp] = PartitionState(
+                original.key,
+                tp,
+                original.config,
+                original.high_watermark,
+                original.log_start_offset,
+                original.size_bytes,
+                original.ts_running_max,
+            )
+        high_watermark = state.high_watermark
+        log_append = state.config.timestamp_type == _LOG_APPEND_TIME
         count = batch.record_count
         assert count > 0, batch
         pid = batch.producer_id
@@ -165,9 +161,9 @@ def plan_commit(
                 continue
         last_offset = high_watermark + count - 1
         timestamp = now_ms if log_append else batch.max_timestamp
-        running_max = work.running_max
+        running_max = state.ts_running_max
         if timestamp > running_max:
-            running_max = work.running_max = timestamp
+            running_max = state.ts_running_max = timestamp
         append_batch(
             StoredBatch(
                 state.key,
@@ -184,8 +180,9 @@ def plan_commit(
                 epoch,
             )
         )
-        work.high_watermark = last_offset + 1
-        work.size += batch.size
+        state.high_watermark = last_offset + 1
+        state.size_bytes += batch.size
+        appended.add(tp)
         if pid != NO_PRODUCER_ID:
             entries[pkey] = record_append(
                 entry,
@@ -210,17 +207,5 @@ def plan_commit(
         changed_entry = entries[key]
         assert changed_entry is not None
         changed_entries[key] = changed_entry
-    new_states: dict[TopicPartition, PartitionState] = {}
-    for tp, work in working.items():
-        state = work.state
-        if work.high_watermark != state.high_watermark:
-            new_states[tp] = PartitionState(
-                state.key,
-                tp,
-                state.config,
-                work.high_watermark,
-                state.log_start_offset,
-                work.size,
-                work.running_max,
-            )
+    new_states = {tp: working[tp] for tp in appended}
     return CommitPlan(results, new_batches, changed_entries, new_states)
