@@ -1,0 +1,154 @@
+"""Metadata sends each client's produce requests to its rack's produce representative.
+
+Integration tests on a 6-broker, 3-rack cluster (two brokers per rack), through a raw client.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode as WireError
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+from diskless import TopicPartition
+from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server._codec import build
+from diskless.routing import BrokerNode, produce_broker
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server._wire import WireClient
+from tests.kafka_server.conftest import broker_config, server_config
+
+TOPIC = "routed"
+PARTITIONS = 24
+
+
+@pytest.fixture
+async def six() -> AsyncIterator[KafkaCluster]:
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        InMemoryBatchCoordinator(),
+        brokers=6,
+        racks=3,
+        broker_config=broker_config(),
+        server_config=server_config(),
+    ) as running:
+        await running.create_topic(TOPIC, PARTITIONS)
+        yield running
+
+
+def _metadata(*names: str) -> MetadataRequest:
+    return MetadataRequest(
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def _fetch_with_rack(rack: str) -> Any:
+    partition = build(
+        fetch_v12.FetchPartition,
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    return build(
+        fetch_v12.FetchRequest,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(fetch_v12.FetchTopic(topic=TOPIC, partitions=(partition,)),),
+        forgotten_topics_data=(),
+        rack_id=rack,
+    )
+
+
+def _leaders(response: Any) -> dict[int, tuple[int, int]]:
+    (topic,) = response.topics
+    assert topic.error_code == WireError.none
+    return {p.partition_index: (p.leader_id, p.leader_epoch) for p in topic.partitions}
+
+
+def _nodes(cluster: KafkaCluster) -> list[BrokerNode]:
+    return [BrokerNode(b.broker_id, b.rack) for b in cluster.view.brokers()]
+
+
+async def test_each_broker_names_the_representatives_of_its_own_rack(six: KafkaCluster) -> None:
+    nodes = _nodes(six)
+    racks = {b.broker_id: b.rack for b in six.view.brokers()}
+    for server in six.servers.values():
+        client = await WireClient.connect(server)
+        try:
+            response = await client.request(_metadata(TOPIC))
+        finally:
+            await client.close()
+        assert {(b.node_id, b.rack) for b in response.brokers} == set(racks.items())
+        leaders = _leaders(response)
+        assert len(leaders) == PARTITIONS
+        for partition, (leader, epoch) in leaders.items():
+            expected = produce_broker(TopicPartition(TOPIC, partition), server.rack, nodes)
+            assert leader == expected
+            assert racks[leader] == server.rack
+            assert epoch == six.view.generation
+        # Both brokers of the rack represent some partitions (rendezvous spreads them).
+        assert len({leader for leader, _ in leaders.values()}) == 2
+
+
+async def test_a_consumer_rack_from_fetch_overrides_the_broker_rack(six: KafkaCluster) -> None:
+    server = six.servers[0]
+    assert server.rack == "rack-0"
+    client = await WireClient.connect(server)
+    try:
+        fetched = await client.request(_fetch_with_rack("rack-2"))
+        assert fetched.responses[0].partitions[0].error_code == WireError.none
+        leaders = _leaders(await client.request(_metadata(TOPIC)))
+    finally:
+        await client.close()
+    nodes = _nodes(six)
+    for partition, (leader, _) in leaders.items():
+        assert leader == produce_broker(TopicPartition(TOPIC, partition), "rack-2", nodes)
+        assert six.view.get(leader) is not None
+        assert six.view.get(leader).rack == "rack-2"  # type: ignore[union-attr]
+
+
+async def test_leaders_move_off_a_dead_broker_with_a_higher_epoch(six: KafkaCluster) -> None:
+    async def leaders_from(broker_id: int) -> dict[int, tuple[int, int]]:
+        client = await WireClient.connect(six.servers[broker_id])
+        try:
+            return _leaders(await client.request(_metadata(TOPIC)))
+        finally:
+            await client.close()
+
+    before = await leaders_from(0)
+    assert {leader for leader, _ in before.values()} == {0, 3}
+    await six.kill(3)
+    after = await leaders_from(0)
+    for partition, (leader, epoch) in after.items():
+        assert leader == 0
+        assert epoch > before[partition][1]
+    # Other racks' views are unchanged but for the epoch.
+    assert {p: leader for p, (leader, _) in (await leaders_from(1)).items()} == {
+        p: produce_broker(TopicPartition(TOPIC, p), "rack-1", _nodes(six))
+        for p in range(PARTITIONS)
+    }
+
+
+async def test_unknown_topics_are_reported_per_topic(six: KafkaCluster) -> None:
+    client = await WireClient.connect(six.servers[1])
+    try:
+        response = await client.request(_metadata("nope", TOPIC))
+    finally:
+        await client.close()
+    errors = {t.name: t.error_code for t in response.topics}
+    assert errors == {"nope": WireError.unknown_topic_or_partition, TOPIC: WireError.none}
