@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import operator
 from collections.abc import Iterator, Sequence
 
 import msgspec
@@ -44,16 +45,19 @@ _COMPACT_MIN = 1024
 """Deleted list heads are compacted once they are this long and half of the list."""
 
 
+_base_offset = operator.attrgetter("base_offset")
+_running_max = operator.attrgetter("ts_running_max")
+
+
 class _Log:
-    """One partition's batches. Offsets only grow, so append-only lists are already sorted.
+    """One partition's batches. Offsets (and running max timestamps) only grow, so the
+    append-only list is sorted by both and bisection finds either in O(log n).
 
     Deleting from the front only moves `head`; the dead prefix is dropped once it is large, which
     keeps deletion amortized O(1) and lookups O(log n) by bisection.
     """
 
     def __init__(self) -> None:
-        self.bases: list[int] = []
-        self.running_max: list[int] = []
         self.rows: list[StoredBatch] = []
         self.head = 0
         # Batches by non-increasing timestamp, earliest first among equals: the front is the
@@ -64,9 +68,7 @@ class _Log:
         return len(self.rows) - self.head
 
     def append(self, batch: StoredBatch) -> None:
-        assert not self.bases or batch.base_offset > self.bases[-1]
-        self.bases.append(batch.base_offset)
-        self.running_max.append(batch.ts_running_max)
+        assert not self.rows or batch.base_offset > self.rows[-1].last_offset
         self.rows.append(batch)
         queue = self.max_queue
         while queue and queue[-1].timestamp < batch.timestamp:
@@ -83,19 +85,18 @@ class _Log:
         if self.max_queue and self.max_queue[0] is batch:
             self.max_queue.popleft()
         if self.head >= _COMPACT_MIN and self.head * 2 >= len(self.rows):
-            del self.bases[: self.head]
-            del self.running_max[: self.head]
             del self.rows[: self.head]
             self.head = 0
         return batch
 
     def from_offset(self, offset: int) -> Iterator[StoredBatch]:
-        index = max(self.head, bisect.bisect_right(self.bases, offset, lo=self.head) - 1)
+        index = bisect.bisect_right(self.rows, offset, lo=self.head, key=_base_offset) - 1
+        index = max(self.head, index)
         for i in range(index, len(self.rows)):
             yield self.rows[i]
 
     def first_running_max_at_least(self, ts: int) -> StoredBatch | None:
-        index = bisect.bisect_left(self.running_max, ts, lo=self.head)
+        index = bisect.bisect_left(self.rows, ts, lo=self.head, key=_running_max)
         return self.rows[index] if index < len(self.rows) else None
 
     def max_timestamp(self) -> StoredBatch | None:
