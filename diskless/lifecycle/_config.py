@@ -8,17 +8,21 @@ commit attempt, plus the worst clock skew between that broker and the manager:
 
     orphan_grace_ms > commit_deadline_ms + clock_skew_max_ms
 
-`commit_deadline_ms` is the WAL writer's bound, from the moment the key is named:
+For `diskless.wal.WalWriter`, which names a segment's object when it rotates the segment:
 
-    commit_deadline_ms >= upload_attempts * (upload_attempt_timeout + upload_backoff_max)
-                          + commit_timeout (all commit attempts)
+    commit_deadline_ms >= upload_attempts * upload_attempt_timeout
+                          + the backoffs between attempts (upload_backoff_ms, doubling)
+                          + the wait for the previous segment's commit (commits go in order;
+                            that segment was named earlier, so its own deadline bounds it)
+                          + the commit call's own timeout
 
-and, since the writer never acknowledges a request after its timeout, a commit issued later than
-the produce request timeout serves nobody: a writer that gives up on a segment at the request
-timeout keeps `commit_deadline_ms` close to that timeout. `required_orphan_grace_ms` computes the
-bound from those figures. Condemnation makes a late commit fail with ObjectKeyConflictError, so
-even a commit that outlives the grace is rejected (never acknowledged) while the coordinator
-still holds the condemned record, i.e. for `unreferenced_grace_ms` after condemnation.
+`upload_attempt_timeout` is the store's per-attempt deadline (e.g. RetryingObjectStore's
+`timeout_per_attempt_s` times its attempts) and the commit timeout the coordinator's. A produce
+request gives up at its `request_timeout_ms`, but the writer may still commit after that, so the
+request timeout alone does not bound the commit. `required_orphan_grace_ms` computes the bound
+from these figures. Condemnation makes a late commit fail with ObjectKeyConflictError, so even a
+commit that outlives the grace is rejected (never acknowledged) while the coordinator still holds
+the condemned record, i.e. for at least `unreferenced_grace_ms` after condemnation.
 """
 
 from __future__ import annotations
@@ -45,10 +49,11 @@ def required_orphan_grace_ms(
     rotation_interval_ms: int = 0,
     clock_skew_max_ms: int = 0,
 ) -> int:
-    """The smallest safe `orphan_grace_ms` for a writer with these limits (exclusive bound + 1).
+    """The smallest safe `orphan_grace_ms` for a writer with these limits.
 
-    `rotation_interval_ms` counts when the writer names an object as its segment opens rather
-    than when it closes (the key time is then up to one commit interval before the upload).
+    `upload_backoff_max_ms` is the longest sleep between two attempts (a bound for each one).
+    `rotation_interval_ms` counts for a writer that names an object when its segment opens
+    rather than when it rotates (WalWriter names it at rotation: leave it 0).
     """
     for name, value in (
         ("upload_attempts_max", upload_attempts_max),

@@ -92,8 +92,11 @@ class FileManager:
         except (StorageError, CoordinatorError):
             errors += 1
             logger.warning("sweep failed", exc_info=True)
+        # The coordinator's books carry no size for a condemned file: use the listed one.
+        listed = {key: size for key, (_, size) in frontier.condemned_ms.items()}
         deleted_bytes = sum(
-            size or self._reconciler.orphan_deleted(key) for key, size in sweep.deleted.items()
+            size or listed.get(key) or self._reconciler.orphan_deleted(key)
+            for key, size in sweep.deleted.items()
         )
         watermark_ms = self._reconciler.advance(frontier, now_ms, sweep.deleted)
         books: FileStats | None = None

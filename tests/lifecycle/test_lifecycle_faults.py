@@ -264,8 +264,11 @@ async def test_storage_holds_exactly_the_live_objects_after_faults(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("real_store", ["local", "s3"], indirect=True)
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize(
+    ("real_store", "requests"), [("local", 20_000), ("s3", 6_000)], indirect=["real_store"]
+)
 async def test_storage_holds_exactly_the_live_objects_after_many_faults(
-    real_store: ObjectStore, new_coordinator: CoordinatorFactory
+    real_store: ObjectStore, new_coordinator: CoordinatorFactory, requests: int
 ) -> None:
-    await _check_fault_run(real_store, new_coordinator, requests=20_000)
+    await _check_fault_run(real_store, new_coordinator, requests=requests)
