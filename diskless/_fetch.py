@@ -99,7 +99,11 @@ class _CorruptBatch(Exception):
 
 
 class FetchReader:
-    """Serves fetches for one broker. Shares the store, coordinator and cache it is given."""
+    """Serves fetches for one broker. Shares the store, coordinator and cache it is given.
+
+    `gets_inflight_max` bounds the ranged GETs in flight across all of this reader's concurrent
+    fetches, not per fetch: a burst of consumers cannot open unbounded connections to storage.
+    """
 
     def __init__(
         self,
@@ -184,7 +188,7 @@ class FetchReader:
                 continue
             results[tp] = self._assemble(tp, response, batches, index, data, isolation_level)
         assert results.keys() == offsets.keys()
-        return results
+        return {tp: results[tp] for tp in offsets}  # in request order
 
     # --- reading ------------------------------------------------------------------------------
     async def _read_spans(self, spans: Sequence[Span]) -> dict[Span, bytes | StorageError]:
