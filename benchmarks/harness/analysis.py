@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from benchmarks.harness.execute import TaskStats
+from benchmarks.harness.execute import KIND_BATCH, ResultRow, TaskStats
 from benchmarks.harness.spec import MB
 
 if TYPE_CHECKING:
@@ -90,20 +90,45 @@ def _latency_aggregates(column: str) -> list[Any]:
     ]
 
 
-def latency_of(spark: SparkSession, values: Sequence[float]) -> Latency:
-    """Percentiles of plain values (commit and upload latencies), computed by Spark too."""
+def _series_aggregates(spark: SparkSession, series: dict[str, Sequence[float]]) -> list[Any]:
+    """Count, mean, percentiles (the latency quantiles, then p90), max, min and sum per series."""
+    from pyspark.sql import functions as F
+
+    values = [(kind, float(v)) for kind, vs in series.items() for v in vs]
     if not values:
-        return Latency(count=0, mean=0.0, p50=0.0, p95=0.0, p99=0.0, p999=0.0, max=0.0)
-    frame = spark.createDataFrame([(float(v),) for v in values], "ms double")
-    return _latency_from_row(frame.agg(*_latency_aggregates("ms")).first())
+        return []
+    quantiles = ", ".join(str(q) for q in (0.5, 0.9, *QUANTILES[1:]))
+    frame = spark.createDataFrame(values, "kind string, v double")
+    rows = (
+        frame.groupBy("kind")
+        .agg(
+            F.count("v").alias("n"),
+            F.mean("v").alias("mean"),
+            F.expr(f"percentile(v, array({quantiles}))").alias("q"),
+            F.max("v").alias("max"),
+            F.min("v").alias("min"),
+            F.sum("v").alias("total"),
+        )
+        .collect()
+    )
+    out = []
+    for row in rows:
+        q = list(row["q"])
+        # Latency rows want (p50, p95, p99, p999); object rows want (p50, p90).
+        fields = row.asDict()
+        fields["q"] = [q[0], q[1]] if row["kind"] == "objects" else [q[0], *q[2:]]
+        out.append(fields)
+    return out
 
 
 def analyze(
     spark: SparkSession,
     results: DataFrame,
+    batch_rows: Sequence[ResultRow],
     tasks: Sequence[TaskStats],
     objects: Sequence[tuple[str, int]],
 ) -> Analysis:
+    """The run's figures; `batch_rows` (the rows `results` was made from) feed only the plots."""
     from pyspark.sql import functions as F
 
     batches = results.filter(F.col("kind") == "batch")
@@ -122,26 +147,25 @@ def analyze(
     t0 = float(totals["t0"] or 0.0)
     duration = max(float(totals["t1"] or 0.0) - t0, 1e-9)
 
+    # One job for every request latency figure: per broker, and overall (the rollup's null row).
     requests = batches.groupBy("request_id").agg(
         F.first("broker_id").alias("broker_id"),
         F.first("latency_ms").alias("latency_ms"),
         F.min(ok.cast("int")).alias("ok"),
     )
-    requests.cache()
-    request_totals = requests.agg(
-        F.count("*").alias("n"), F.sum(1 - F.col("ok")).alias("failed")
-    ).first()
-    assert request_totals is not None
-    overall = requests.agg(*_latency_aggregates("latency_ms")).first()
+    rolled = (
+        requests.rollup("broker_id")
+        .agg(*_latency_aggregates("latency_ms"), F.sum(1 - F.col("ok")).alias("failed"))
+        .collect()
+    )
+    overall = next(row for row in rolled if row["broker_id"] is None)
     per_broker = {
         str(row["broker_id"]): _latency_from_row(row)
-        for row in requests.groupBy("broker_id")
-        .agg(*_latency_aggregates("latency_ms"))
-        .orderBy("broker_id")
-        .collect()
+        for row in sorted(
+            (row for row in rolled if row["broker_id"] is not None),
+            key=lambda row: int(row["broker_id"]),
+        )
     }
-    latencies = sorted(float(r[0]) for r in requests.select("latency_ms").collect())
-    requests.unpersist()
 
     by_second = (
         batches.filter(ok)
@@ -151,26 +175,26 @@ def analyze(
         .collect()
     )
 
+    # One job for the three plain series: object sizes, commit and upload latencies.
+    commit_ms = [ms for task in tasks for ms in task.commit_ms]
+    put_ms = [ms for task in tasks for ms in task.put_ms]
     sizes = [size for _, size in objects]
-    if sizes:
-        frame = spark.createDataFrame([(int(s),) for s in sizes], "size long")
-        row = frame.agg(
-            F.count("*").alias("n"),
-            F.sum("size").alias("total"),
-            F.mean("size").alias("mean"),
-            F.expr("percentile(size, array(0.5, 0.9))").alias("q"),
-            F.max("size").alias("max"),
-            F.min("size").alias("min"),
-        ).first()
-        assert row is not None
+    series = {
+        row["kind"]: row
+        for row in _series_aggregates(
+            spark, {"objects": [float(s) for s in sizes], "commit": commit_ms, "upload": put_ms}
+        )
+    }
+    object_row = series.get("objects")
+    if object_row is not None:
         object_sizes = ObjectSizes(
-            count=int(row["n"]),
-            total_bytes=int(row["total"]),
-            mean_bytes=float(row["mean"]),
-            p50_bytes=float(row["q"][0]),
-            p90_bytes=float(row["q"][1]),
-            max_bytes=int(row["max"]),
-            min_bytes=int(row["min"]),
+            count=int(object_row["n"]),
+            total_bytes=round(object_row["total"]),
+            mean_bytes=float(object_row["mean"]),
+            p50_bytes=float(object_row["q"][0]),
+            p90_bytes=float(object_row["q"][1]),
+            max_bytes=round(object_row["max"]),
+            min_bytes=round(object_row["min"]),
         )
     else:
         object_sizes = ObjectSizes(
@@ -182,11 +206,12 @@ def analyze(
             max_bytes=0,
             min_bytes=0,
         )
-
-    commit_ms = [ms for task in tasks for ms in task.commit_ms]
+    no_latency = Latency(count=0, mean=0.0, p50=0.0, p95=0.0, p99=0.0, p999=0.0, max=0.0)
     commit_batches = [n for task in tasks for n in task.commit_batches]
-    put_ms = [ms for task in tasks for ms in task.put_ms]
-    requests_sent = int(request_totals["n"])
+    requests_sent = int(overall["n"])
+    latencies = sorted(
+        {row.request_id: row.latency_ms for row in batch_rows if row.kind == KIND_BATCH}.values()
+    )
     return Analysis(
         batches_sent=sent,
         batches_acked=acked,
@@ -194,7 +219,7 @@ def analyze(
         records_acked=int(totals["records"] or 0),
         bytes_acked=int(totals["bytes"] or 0),
         requests_sent=requests_sent,
-        requests_failed=int(request_totals["failed"] or 0),
+        requests_failed=int(overall["failed"] or 0),
         duration_s=duration,
         mb_per_s=int(totals["bytes"] or 0) / MB / duration,
         batches_per_s=acked / duration,
@@ -205,8 +230,8 @@ def analyze(
         throughput_by_second=[(int(r["second"]), int(r["bytes"]) / MB) for r in by_second],
         objects=object_sizes,
         object_sizes=sorted(sizes),
-        commit_ms=latency_of(spark, commit_ms),
+        commit_ms=_latency_from_row(series["commit"]) if "commit" in series else no_latency,
         batches_per_commit=sum(commit_batches) / len(commit_batches) if commit_batches else 0.0,
-        upload_ms=latency_of(spark, put_ms),
+        upload_ms=_latency_from_row(series["upload"]) if "upload" in series else no_latency,
         request_latencies_ms=latencies,
     )

@@ -1,6 +1,7 @@
 """`python -m benchmarks.harness`: generate, execute, verify, analyse, price and report a run.
 
-Exit status: 0 when every run verified, 1 when a verification failed, 2 on bad arguments.
+Exit status: 0 when every run verified, 1 when a verification failed, 2 on bad arguments,
+3 when the run itself failed (the error is printed), 4 when Spark would not stop.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime
 import itertools
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from tqdm import tqdm as Tqdm
 
 WAL_PREFIX: Final = "wal/"
+SPARK_STOP_TIMEOUT_S: Final = 60.0
 PHASES: Final = (
     "spark",
     "topics",
@@ -215,13 +218,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[WorkloadSpec, Options, dict[
 class _Progress:
     """A phase bar, and during execution a bar of MB landed in the (local) object store."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, phases: int = len(PHASES)) -> None:
         self.enabled = enabled
         self.bar: Tqdm | None = None
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=len(PHASES), desc="bench", unit="phase", leave=False)
+            self.bar = tqdm(total=phases, desc="bench", unit="phase", leave=False)
         self.times: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -261,6 +264,7 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
 
     def write(self, text: str) -> None:
         if self.bar is not None:
@@ -361,7 +365,7 @@ def run_once(
             verification = verify(spark, results, spec, run)
         with progress.phase("analyse"):
             objects = asyncio.run(_list_objects(store, WAL_PREFIX))
-            analysis = analyze(spark, results, tasks, objects)
+            analysis = analyze(spark, results, rows, tasks, objects)
         results.unpersist()
         with progress.phase("baselines"):
             put = put_baseline(
@@ -419,25 +423,48 @@ def _finish(report: RunReport, directory: Path, progress: _Progress) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     spec, options, sweep = parse_args(argv)
-    progress = _Progress(options.progress)
+    progress = _Progress(options.progress, phases=1 + len(PHASES[1:]) * _combinations(sweep))
+    spark: SparkSession | None = None
     try:
         with progress.phase("spark"):
             from benchmarks.harness.spark import start_spark
 
             spark = start_spark(spec.effective_tasks)
-        try:
-            if not sweep:
-                report = run_once(spark, spec, options, "default run", progress).report
-                _finish(report, options.report_dir, progress)
-                progress.close()
-                print(summary_table(report))
-                print(f"report: {options.report_dir}")
-                return 0 if report.verification.passed else 1
+        if sweep:
             return _sweep(spark, spec, options, sweep, progress)
-        finally:
-            spark.stop()
+        report = run_once(spark, spec, options, "default run", progress).report
+        _finish(report, options.report_dir, progress)
+        progress.close()
+        print(summary_table(report))
+        print(f"report: {options.report_dir}")
+        return 0 if report.verification.passed else 1
+    except Exception as exc:
+        progress.close()
+        print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
     finally:
         progress.close()
+        if spark is not None:
+            _stop_spark(spark)
+
+
+def _combinations(sweep: dict[str, list[str]]) -> int:
+    count = 1
+    for values in sweep.values():
+        count *= len(values)
+    return count
+
+
+def _stop_spark(spark: SparkSession) -> None:
+    """Stop Spark, but never let a wedged JVM or worker hold the process hostage."""
+    stopper = threading.Thread(target=spark.stop, daemon=True)
+    stopper.start()
+    stopper.join(SPARK_STOP_TIMEOUT_S)
+    if stopper.is_alive():
+        print(f"Spark did not stop within {SPARK_STOP_TIMEOUT_S} s; exiting", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(4)
 
 
 def _sweep(

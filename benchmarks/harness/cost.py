@@ -1,6 +1,7 @@
 """The cost model: what producing one GB costs with diskless topics and with classic Kafka.
 
-Diskless, per GB produced (GB = 10^9 bytes of acknowledged record batches):
+Diskless, per GB produced (GB = 10^9 bytes of acknowledged record batches); "write" is PUTs plus
+storage, "with one read" adds the GETs:
     PUT $   = PUT requests per GB  x put_per_1000 / 1000    (measured: every billed PUT-class
                                                              request of the produce phase)
     GET $   = GET requests per GB  x get_per_1000 / 1000    (measured: one consumer reading every
@@ -46,11 +47,16 @@ class CostModel(msgspec.Struct, frozen=True, kw_only=True):
     diskless_put_usd_per_gb: float
     diskless_get_usd_per_gb: float
     diskless_storage_usd_per_gb: float
+    diskless_write_usd_per_gb: float
+    """The produce path alone: PUTs and storage, what classic Kafka's replication is set against."""
     diskless_usd_per_gb: float
+    """Writes plus one cold full read (GETs)."""
     classic_cross_az_gb_per_gb: float
     classic_usd_per_gb: float
+    classic_over_diskless_write: float
+    """How many times more classic Kafka pays than diskless writes (inf when those are free)."""
     classic_over_diskless: float
-    """How many times more classic Kafka pays (inf when diskless costs nothing)."""
+    """How many times more classic Kafka pays than diskless writes plus one read."""
 
 
 def classic_cross_az_gb_per_gb(rates: CostRates) -> float:
@@ -74,7 +80,8 @@ def cost_model(inputs: CostInputs, rates: CostRates) -> CostModel:
     storage_usd = (
         stored_gb_per_gb * rates.storage_gb_month * rates.retention_hours / HOURS_PER_MONTH
     )
-    diskless = put_usd + get_usd + storage_usd
+    write = put_usd + storage_usd
+    diskless = write + get_usd
     cross_az = classic_cross_az_gb_per_gb(rates)
     classic = cross_az * rates.cross_az_per_gb
     return CostModel(
@@ -86,9 +93,11 @@ def cost_model(inputs: CostInputs, rates: CostRates) -> CostModel:
         diskless_put_usd_per_gb=put_usd,
         diskless_get_usd_per_gb=get_usd,
         diskless_storage_usd_per_gb=storage_usd,
+        diskless_write_usd_per_gb=write,
         diskless_usd_per_gb=diskless,
         classic_cross_az_gb_per_gb=cross_az,
         classic_usd_per_gb=classic,
+        classic_over_diskless_write=classic / write if write > 0 else math.inf,
         classic_over_diskless=classic / diskless if diskless > 0 else math.inf,
     )
 
@@ -98,7 +107,8 @@ ASSUMPTIONS: Final = [
     "Diskless PUTs: every billed PUT-class request of the produce phase, as counted by the "
     "object store client (a multipart upload counts create + parts + complete).",
     "Diskless GETs: one consumer reading every partition once from object storage, cold cache "
-    "(the verification read-back).",
+    "(the verification read-back: every partition in each fetch, Kafka's default fetch sizes); "
+    "their count is the read path's ranged GETs, so it depends on how it coalesces ranges.",
     "Diskless cross-AZ: none; producers send to their rack's representative broker and object "
     "storage replicates across AZs without transfer charges.",
     "Classic Kafka cross-AZ GB per GB = (RF - ceil(RF/AZs)) replica copies + (AZs-1)/AZs of "

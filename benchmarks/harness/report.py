@@ -45,8 +45,11 @@ class Headline(msgspec.Struct, frozen=True, kw_only=True):
     commits_of_raw_sqlite: float
     batches_per_s: float
     raw_sqlite_rows_per_s: float
+    write_usd_per_gb: float
     usd_per_gb: float
+    """Writes plus one cold full read."""
     classic_usd_per_gb: float
+    classic_over_diskless_write: float
     classic_over_diskless: float
 
 
@@ -85,8 +88,10 @@ def headline(analysis: Analysis, cost: CostModel, baselines: Baselines) -> Headl
         commits_of_raw_sqlite=_ratio(commits_per_s, baselines.sqlite.txns_per_s),
         batches_per_s=analysis.batches_per_s,
         raw_sqlite_rows_per_s=baselines.sqlite.rows_per_s,
+        write_usd_per_gb=cost.diskless_write_usd_per_gb,
         usd_per_gb=cost.diskless_usd_per_gb,
         classic_usd_per_gb=cost.classic_usd_per_gb,
+        classic_over_diskless_write=cost.classic_over_diskless_write,
         classic_over_diskless=cost.classic_over_diskless,
     )
 
@@ -125,8 +130,10 @@ def headline_lines(report: RunReport) -> list[str]:
         f"Coordinator commits: {h.commits_per_s:.1f}/s "
         f"(raw SQLite limit {h.raw_sqlite_txns_per_s:,.0f} txn/s: {h.commits_of_raw_sqlite:.1%}); "
         f"batches {h.batches_per_s:,.0f}/s (raw SQLite {h.raw_sqlite_rows_per_s:,.0f} rows/s)",
-        f"Cost per GB: {_usd(h.usd_per_gb)} diskless vs {_usd(h.classic_usd_per_gb)} classic "
-        f"cross-AZ replication ({_times(h.classic_over_diskless)} more)",
+        f"Cost per GB: {_usd(h.write_usd_per_gb)} diskless writes vs "
+        f"{_usd(h.classic_usd_per_gb)} classic cross-AZ replication "
+        f"({_times(h.classic_over_diskless_write)} more); with one cold read-back "
+        f"{_usd(h.usd_per_gb)} ({_times(h.classic_over_diskless)})",
         f"Verification: {'PASSED' if v.passed else 'FAILED'} "
         f"({v.read_records:,} records read back, {v.expected_records:,} acknowledged, "
         f"{v.partitions_failed} of {v.partitions} partitions failed)",
@@ -202,7 +209,8 @@ def markdown(report: RunReport) -> str:
         f"| diskless GET (one full read) | {c.gets_per_gb:.1f} | "
         f"{_usd(c.diskless_get_usd_per_gb)} |",
         f"| diskless storage | | {_usd(c.diskless_storage_usd_per_gb)} |",
-        f"| **diskless total** | | **{_usd(c.diskless_usd_per_gb)}** |",
+        f"| **diskless writes (PUT + storage)** | | **{_usd(c.diskless_write_usd_per_gb)}** |",
+        f"| diskless writes + one read | | {_usd(c.diskless_usd_per_gb)} |",
         f"| classic cross-AZ ({c.classic_cross_az_gb_per_gb:.3f} GB per GB) | | "
         f"**{_usd(c.classic_usd_per_gb)}** |",
         "",
@@ -336,7 +344,8 @@ SWEEP_COLUMNS: Final = (
     ("p99 ms", lambda h: f"{h.p99_ms:.1f}"),
     ("objects/GB", lambda h: f"{h.objects_per_gb:.1f}"),
     ("PUTs/GB", lambda h: f"{h.puts_per_gb:.1f}"),
-    ("$/GB", lambda h: _usd(h.usd_per_gb)),
+    ("write $/GB", lambda h: _usd(h.write_usd_per_gb)),
+    ("+read $/GB", lambda h: _usd(h.usd_per_gb)),
     ("classic $/GB", lambda h: _usd(h.classic_usd_per_gb)),
 )
 

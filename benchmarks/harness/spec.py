@@ -123,7 +123,7 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     topics: int = 1
     partitions: int = 24
     """Partitions per topic."""
-    producers: int = 12
+    producers: int = 24
     transactional_share: float = 0.0
     """Share of producers flagged transactional. Transactions are not driven yet: such producers
     run as idempotent producers (the report says so)."""
@@ -133,8 +133,8 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     key_skew: float = 0.8
     max_in_flight: int = 5
     rate_mb_s: float = 0.0
-    total_mb: float = 400.0
-    duration_s: float = 75.0
+    total_mb: float = 600.0
+    duration_s: float = 45.0
     acks: int = -1
     timeout_ms: int = 30_000
 

@@ -41,8 +41,10 @@ def test_default_rates_price_two_gb_by_hand() -> None:
     assert model.diskless_put_usd_per_gb == pytest.approx(125 * 0.005 / 1000)  # $0.000625
     assert model.diskless_get_usd_per_gb == pytest.approx(5_000 * 0.0004 / 1000)  # $0.002
     assert model.diskless_storage_usd_per_gb == 0.0  # storage is not priced by default
+    assert model.diskless_write_usd_per_gb == pytest.approx(0.000625)
     assert model.diskless_usd_per_gb == pytest.approx(0.002625)
     assert model.classic_usd_per_gb == pytest.approx((2 + 2 / 3) * 0.02)  # $0.05333
+    assert model.classic_over_diskless_write == pytest.approx(0.0533333 / 0.000625, rel=1e-5)
     assert model.classic_over_diskless == pytest.approx(0.0533333 / 0.002625, rel=1e-5)
 
 
@@ -57,12 +59,13 @@ def test_storage_is_priced_per_hour_of_retention() -> None:
     rates = CostRates(storage_gb_month=0.023, retention_hours=73.0)
     model = cost_model(inputs, rates)
     assert model.diskless_storage_usd_per_gb == pytest.approx(0.023 * 73 / 730)  # $0.0023
-    assert model.diskless_usd_per_gb == pytest.approx(0.0023)
+    assert model.diskless_write_usd_per_gb == model.diskless_usd_per_gb == pytest.approx(0.0023)
 
 
 def test_free_diskless_is_infinitely_cheaper_and_nothing_produced_is_an_error() -> None:
     free = CostInputs(produced_bytes=10, put_requests=0, get_requests=0, objects=0, stored_bytes=0)
     assert math.isinf(cost_model(free, CostRates()).classic_over_diskless)
+    assert math.isinf(cost_model(free, CostRates()).classic_over_diskless_write)
     with pytest.raises(ValueError, match="nothing to price"):
         cost_model(
             CostInputs(produced_bytes=0, put_requests=1, get_requests=0, objects=1, stored_bytes=1),

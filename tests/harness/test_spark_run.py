@@ -1,0 +1,202 @@
+"""A tiny workload through a real local Spark session, checked against what it really produced.
+
+One Spark session serves the module. The report's numbers are recomputed from the execution rows
+the tasks returned and from reading every partition back independently (a fresh broker in this
+process), and must match exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import pytest
+
+from benchmarks.harness import workload as workloads
+from benchmarks.harness.cli import Options, RunOutcome, run_once
+from benchmarks.harness.env import open_broker, open_coordinator, open_store
+from benchmarks.harness.execute import KIND_BATCH, kafka_records
+from benchmarks.harness.report import (
+    LATENCY_PLOT,
+    OBJECTS_PLOT,
+    RESULTS_FILE,
+    SUMMARY_FILE,
+    THROUGHPUT_PLOT,
+    write_report,
+)
+from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
+from diskless import TopicPartition
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [
+    pytest.mark.spark,
+    # py4j leaves its gateway sockets to the garbage collector (ResourceWarning on unclosed
+    # sockets), and Spark's Python side still calls a few deprecated stdlib APIs; both come from
+    # inside pyspark/py4j, not from the harness.
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:pyspark.*"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:py4j.*"),
+]
+
+TINY = WorkloadSpec(
+    brokers=2,
+    racks=2,
+    tasks=2,
+    partitions=6,
+    producers=4,
+    total_mb=3.0,
+    duration_s=60.0,
+    partitions_per_round=3,
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    from benchmarks.harness.spark import start_spark
+
+    session = start_spark(2, app_name="diskless-harness-test")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def outcome(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> RunOutcome:
+    options = Options(
+        report_dir=tmp_path_factory.mktemp("report"),
+        data_dir=tmp_path_factory.mktemp("data"),
+        keep_data=True,
+        store=StoreSpec(kind="local", durable=False),
+        wal={"commit_interval_ms": 50, "buffer_max_bytes": 256 * 1024},
+        rates=CostRates(),
+        workload_path=None,
+        save_workload=None,
+        put_baseline_s=0.3,
+        sqlite_baseline_s=0.3,
+        progress=False,
+    )
+    result = run_once(spark, TINY, options, "test run")
+    write_report(result.report, options.report_dir)
+    return result
+
+
+def _read_everything(data_dir: Path, spec: WorkloadSpec) -> dict[TopicPartition, list[bytes]]:
+    """Every partition's batches, fetched by a broker of our own (not the harness's reader)."""
+    run = RunSpec(
+        store=StoreSpec(kind="local", root=str(data_dir / "objects"), durable=False),
+        coordinator_path=str(data_dir / "coordinator.sqlite"),
+    )
+    _, memory_records = kafka_records()
+
+    async def read() -> dict[TopicPartition, list[bytes]]:
+        store, coordinator = open_store(run.store), open_coordinator(run)
+        out: dict[TopicPartition, list[bytes]] = {}
+        async with open_broker(99, "az1", store, coordinator, run) as broker:
+            for tp in workloads.all_partitions(spec):
+                offset, batches = 0, []
+                while True:
+                    answer = (await broker.fetch({tp: offset}))[tp]
+                    if offset >= answer.high_watermark:
+                        break
+                    records = memory_records(answer.records)
+                    while (batch := records.next_batch()) is not None:
+                        if batch.base_offset >= offset:
+                            batches.append(bytes(batch._buffer))
+                            offset = batch.base_offset + batch.last_offset_delta + 1
+                out[tp] = batches
+        await store.close()
+        await coordinator.close()
+        return out
+
+    return asyncio.run(read())
+
+
+def test_the_report_counts_exactly_what_the_tasks_acknowledged(outcome: RunOutcome) -> None:
+    report, rows = outcome.report, outcome.rows
+    batches = [r for r in rows if r.kind == KIND_BATCH]
+    planned = list(workloads.generate_rows(TINY))
+    assert len(batches) == len(planned), "every planned batch was sent"
+    acked = [r for r in batches if r.error == 0]
+    assert len(acked) == len(batches), report.errors
+    a = report.analysis
+    assert a.batches_sent == len(batches)
+    assert a.batches_acked == len(acked)
+    assert a.records_acked == sum(r.records for r in acked) == sum(r.records for r in planned)
+    assert a.bytes_acked == sum(r.batch_bytes for r in acked)
+    assert a.requests_sent == len({r.request_id for r in batches})
+    assert a.latency_ms.count == a.requests_sent
+    assert sum(mb for _, mb in a.throughput_by_second) * 1e6 == pytest.approx(a.bytes_acked)
+    assert report.cost.produced_gb * 1e9 == pytest.approx(a.bytes_acked)
+
+
+def test_reading_back_independently_finds_the_same_records_bytes_and_objects(
+    outcome: RunOutcome,
+) -> None:
+    report = outcome.report
+    read = _read_everything(outcome.data_dir, TINY)
+    read_batches = [b for batches in read.values() for b in batches]
+    assert sum(len(b) for b in read_batches) == report.analysis.bytes_acked
+    assert len(read_batches) == report.analysis.batches_acked
+    v = report.verification
+    assert v.passed, v.problems
+    assert v.read_records == v.expected_records == report.analysis.records_acked
+    assert v.read_bytes >= report.analysis.bytes_acked
+
+    async def listing() -> list[tuple[str, int]]:
+        store = open_store(StoreSpec(root=str(outcome.data_dir / "objects")))
+        found = [(i.key, i.size) async for i in store.list_all("wal/")]
+        await store.close()
+        return found
+
+    objects = asyncio.run(listing())
+    assert report.analysis.objects.count == len(objects) > 0
+    assert report.analysis.objects.total_bytes == sum(size for _, size in objects)
+    # Local objects are single PUTs: PUTs per GB is objects per GB.
+    assert report.cost.puts_per_gb == pytest.approx(report.cost.objects_per_gb)
+    assert report.analysis.commit_ms.count == len(objects)
+
+
+def test_the_report_files_are_written(outcome: RunOutcome, tmp_path: Path) -> None:
+    directory = tmp_path / "again"
+    write_report(outcome.report, directory)
+    results = json.loads((directory / RESULTS_FILE).read_text())
+    assert results["headline"]["mb_per_s"] == pytest.approx(outcome.report.analysis.mb_per_s)
+    assert results["verification"]["passed"] is True
+    summary = (directory / SUMMARY_FILE).read_text()
+    for line in (
+        "Sustained throughput:",
+        "p99 produce latency:",
+        "Objects per GB:",
+        "PUTs per GB:",
+        "Cost per GB:",
+        "Verification: PASSED",
+        "raw PUT limit",
+        "raw SQLite limit",
+    ):
+        assert line in summary
+    for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT):
+        png = (directory / name).read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 1000
+
+
+def test_generation_in_spark_is_seeded_and_round_trips_through_parquet(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    def collect(spec: WorkloadSpec) -> list[tuple[object, ...]]:
+        frame = workloads.generate(spark, spec)
+        return sorted(tuple(r) for r in frame.collect())
+
+    small = msgspec.structs.replace(TINY, total_mb=0.5)
+    first = collect(small)
+    assert first == collect(small)
+    assert first == sorted(tuple(r) for r in workloads.generate_rows(small))
+    assert first != collect(msgspec.structs.replace(small, seed=small.seed + 1))
+    workloads.save(workloads.generate(spark, small), small, tmp_path / "w")
+    frame, spec = workloads.load(spark, tmp_path / "w")
+    assert spec == small
+    assert sorted(tuple(r) for r in frame.collect()) == first
