@@ -151,6 +151,8 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         self._expiration_ms = producer_id_expiration_ms
         self._topics: dict[str, _Topic] = {}
         self._logs: dict[int, _Log] = {}
+        self._states: dict[int, PartitionState] = {}
+        """Partition states by key (the same objects as in `_topics`)."""
         self._producers: dict[int, dict[int, ProducerEntry]] = {}
         self._files: dict[str, _File] = {}
         self._brokers: dict[int, int] = {}
@@ -196,9 +198,9 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         for index in range(len(topic.partitions), total):
             key = self._next_partition_key
             self._next_partition_key += 1
-            topic.partitions.append(
-                PartitionState(key, TopicPartition(topic.name, index), topic.config)
-            )
+            state = PartitionState(key, TopicPartition(topic.name, index), topic.config)
+            topic.partitions.append(state)
+            self._states[key] = state
             self._logs[key] = _Log()
             self._producers[key] = {}
 
@@ -233,6 +235,7 @@ class InMemoryBatchCoordinator(BatchCoordinator):
                 continue
             for state in topic.partitions:
                 log = self._logs.pop(state.key)
+                del self._states[state.key]
                 while len(log):
                     self._release(log.pop_oldest(), now)
                 del self._producers[state.key]
@@ -268,9 +271,8 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             self._logs[batch_row.partition_key].append(batch_row)
         for (partition_key, pid), entry in plan.producers.items():
             self._producers[partition_key][pid] = entry
-        for tp, new_state in plan.partitions.items():
-            old = self.partition(tp)
-            assert old is not None and old.key == new_state.key
+        for new_state in plan.partitions.values():
+            old = self._states[new_state.key]
             old.high_watermark = new_state.high_watermark
             old.size_bytes = new_state.size_bytes
             old.ts_running_max = new_state.ts_running_max
