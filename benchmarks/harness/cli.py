@@ -34,6 +34,7 @@ from benchmarks.harness.execute import (
     describe_errors,
     execute,
     results_frame,
+    task_audit,
 )
 from benchmarks.harness.execute import task_stats as parse_task_stats
 from benchmarks.harness.report import (
@@ -88,6 +89,7 @@ class Options(msgspec.Struct, kw_only=True):
     put_baseline_s: float
     sqlite_baseline_s: float
     progress: bool
+    memory_coordinator: bool = False
 
 
 # --- the argument parser ------------------------------------------------------------------------
@@ -149,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--put-baseline-s", type=float, default=4.0, help="raw PUT baseline length")
     e.add_argument("--sqlite-baseline-s", type=float, default=3.0, help="raw SQLite baseline")
     e.add_argument("--no-progress", action="store_true", help="no progress bars")
+    e.add_argument(
+        "--memory-coordinator",
+        action="store_true",
+        help="in-memory batch coordinator instead of a SQLite file (single-task runs only)",
+    )
     c = parser.add_argument_group("cost model rates")
     rates = CostRates()
     for name in CostRates.__struct_fields__:
@@ -208,7 +215,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[WorkloadSpec, Options, dict[
         put_baseline_s=args.put_baseline_s,
         sqlite_baseline_s=args.sqlite_baseline_s,
         progress=not args.no_progress,
+        memory_coordinator=args.memory_coordinator,
     )
+    if options.memory_coordinator and spec.effective_tasks != 1:
+        parser.error("--memory-coordinator needs a single task: add --tasks 1")
     return spec, options, sweep
 
 
@@ -315,6 +325,12 @@ class RunOutcome(NamedTuple):
     data_dir: Path
 
 
+MEMORY_NOTE: Final = (
+    "In-memory coordinator: the read-back ran in the execution task through a producing broker, "
+    "whose segment cache still held recent objects, so GETs per GB understate a cold read."
+)
+
+
 def run_once(
     spark: SparkSession,
     spec: WorkloadSpec,
@@ -341,12 +357,15 @@ def run_once(
             store = msgspec.structs.replace(store, prefix=prefix)
         run = RunSpec(
             store=store,
-            coordinator_path=str(data_dir / "coordinator.sqlite"),
+            coordinator_path=""
+            if options.memory_coordinator
+            else str(data_dir / "coordinator.sqlite"),
             wal=options.wal,
             run_dir=str(data_dir),
         )
         with progress.phase("topics"):
-            asyncio.run(_create_topics(run, spec))
+            if run.coordinator_path:  # (an in-memory coordinator is its task's own)
+                asyncio.run(_create_topics(run, spec))
         with progress.phase("workload"):
             if options.workload_path is not None:
                 frame, spec = workloads.load(spark, options.workload_path)
@@ -362,7 +381,8 @@ def run_once(
         tasks = [parse_task_stats(r) for r in rows if r.kind == KIND_TASK]
         results = results_frame(spark, rows).cache()
         with progress.phase("verify"):
-            verification = verify(spark, results, spec, run)
+            in_task = next((task_audit(t) for t in tasks if t.audit is not None), None)
+            verification = verify(spark, results, spec, run, in_task)
         with progress.phase("analyse"):
             objects = asyncio.run(_list_objects(store, WAL_PREFIX))
             analysis = analyze(spark, results, rows, tasks, objects)
@@ -395,7 +415,11 @@ def run_once(
             workload=spec,
             wal=options.wal,
             store=store_label(run),
-            coordinator=f"SQLite file shared by {spec.effective_tasks} Spark tasks",
+            coordinator=(
+                "in-memory (one task)"
+                if options.memory_coordinator
+                else f"SQLite file shared by {spec.effective_tasks} Spark task(s)"
+            ),
             rates=options.rates,
             headline=headline(analysis, cost, baselines),
             analysis=analysis,
@@ -404,7 +428,7 @@ def run_once(
             baselines=baselines,
             verification=verification,
             errors=describe_errors(rows),
-            notes=list(NOTES),
+            notes=list(NOTES) + ([MEMORY_NOTE] if options.memory_coordinator else []),
             phases_s=dict(progress.times),
         )
         return RunOutcome(report, rows, data_dir)

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
-from benchmarks.harness.env import LatencyLog, open_broker, open_coordinator, open_store
+from benchmarks.harness.env import (
+    LatencyLog,
+    create_topics,
+    open_broker,
+    open_coordinator,
+    open_store,
+)
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from benchmarks.harness.workload import WorkloadRow, brokers_of_task
 from diskless import ErrorCode, TopicPartition
@@ -161,6 +167,8 @@ class TaskStats(msgspec.Struct, kw_only=True):
     commit_batches: list[int]
     store: dict[str, int]
     broker_stats: dict[str, Any]
+    audit: Any = None
+    """In-memory coordinator runs only: (verdicts, read store counters) of the in-task audit."""
 
 
 def run_task(
@@ -193,6 +201,8 @@ async def _run_task(
     store = open_store(run.store, puts)
     coordinator = open_coordinator(run, commits)
     nodes = brokers_of_task(spec, task)
+    if not run.coordinator_path:  # a private in-memory coordinator starts empty
+        await create_topics(coordinator, spec)
     results: list[ResultRow] = []
     sent = 0
     async with contextlib.AsyncExitStack() as stack:
@@ -216,6 +226,9 @@ async def _run_task(
         ended_ts = time.time()
         store_used = store.stats().minus(store_before)
         broker_stats = {str(bid): _stats_of(b) for bid, b in brokers.items()}
+        audit_result = None
+        if not run.coordinator_path:  # nobody else can see this coordinator: audit here
+            audit_result = await _audit_in_task(results, spec, store, brokers)
     stats = TaskStats(
         task=task,
         brokers=sorted(brokers),
@@ -231,9 +244,20 @@ async def _run_task(
         commit_batches=commits.sizes,
         store=msgspec.structs.asdict(store_used),
         broker_stats=broker_stats,
+        audit=audit_result,
     )
     results.append(_task_row(task, stats))
     return results
+
+
+async def _audit_in_task(
+    results: list[ResultRow], spec: WorkloadSpec, store: Any, brokers: dict[int, Any]
+) -> Any:
+    from benchmarks.harness.verify import audit, expected_by_partition
+
+    acked = [r for r in results if r.kind == KIND_BATCH and r.error == 0]
+    groups = expected_by_partition(acked, spec)
+    return await audit(next(iter(brokers.values())), store, groups)
 
 
 def _group_by_request(rows: list[WorkloadRow]) -> Iterator[tuple[int, list[WorkloadRow]]]:
@@ -366,6 +390,16 @@ def _task_row(task: int, stats: TaskStats) -> ResultRow:
 
 def task_stats(row: Any) -> TaskStats:
     return msgspec.json.decode(row.stats_json, type=TaskStats)
+
+
+def task_audit(stats: TaskStats) -> Any:
+    """The in-task audit of an in-memory coordinator run, decoded: (verdicts, store counters)."""
+    from benchmarks.harness.verify import PartitionVerdict
+
+    if stats.audit is None:
+        return None
+    verdicts, store_stats = stats.audit
+    return msgspec.convert(verdicts, list[PartitionVerdict]), dict(store_stats)
 
 
 # --- Spark ----------------------------------------------------------------------------------

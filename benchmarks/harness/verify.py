@@ -26,6 +26,7 @@ from benchmarks.harness.execute import kafka_records, parse_record_key, record_v
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from benchmarks.harness.workload import all_partitions, broker_nodes
 from diskless import ErrorCode, IsolationLevel, TopicPartition
+from diskless.storage import ObjectStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -301,31 +302,38 @@ async def _verify_task(
     store = open_store(run.store)
     coordinator = open_coordinator(run)
     rack = broker_nodes(spec)[task % spec.brokers].rack or ""
-    verdicts: list[PartitionVerdict] = []
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(store.close)
         stack.push_async_callback(coordinator.close)
         broker = await stack.enter_async_context(
             open_broker(READER_BROKER_ID_BASE + task, rack, store, coordinator, run)
         )
-        read = await read_partitions(broker, [tp for tp, _ in groups])
-        for tp, expected in groups:
-            cursor = read[tp]
-            if isinstance(cursor, str):
-                verdict = check_partition(tp, expected, [], 0, 0, read_errors=1)
-                verdict.note(cursor)
-            else:
-                verdict = check_partition(
-                    tp,
-                    expected,
-                    cursor.records,
-                    cursor.log_start,
-                    cursor.high_watermark,
-                    cursor.read_bytes,
-                )
-            verdicts.append(verdict)
-        stats = store.stats()
-    return verdicts, msgspec.structs.asdict(stats)
+        return await audit(broker, store, groups)
+
+
+async def audit(
+    broker: Any, store: ObjectStore, groups: Groups
+) -> tuple[list[PartitionVerdict], dict[str, int]]:
+    """Read `groups` back through `broker` and audit each; also the store requests it took."""
+    before = store.stats()
+    read = await read_partitions(broker, [tp for tp, _ in groups])
+    verdicts: list[PartitionVerdict] = []
+    for tp, expected in groups:
+        cursor = read[tp]
+        if isinstance(cursor, str):
+            verdict = check_partition(tp, expected, [], 0, 0, read_errors=1)
+            verdict.note(cursor)
+        else:
+            verdict = check_partition(
+                tp,
+                expected,
+                cursor.records,
+                cursor.log_start,
+                cursor.high_watermark,
+                cursor.read_bytes,
+            )
+        verdicts.append(verdict)
+    return verdicts, msgspec.structs.asdict(store.stats().minus(before))
 
 
 class Verification(msgspec.Struct, kw_only=True):
@@ -391,10 +399,24 @@ def expected_by_partition(
 
 
 def verify(
-    spark: SparkSession, results: DataFrame, spec: WorkloadSpec, run: RunSpec
+    spark: SparkSession,
+    results: DataFrame,
+    spec: WorkloadSpec,
+    run: RunSpec,
+    in_task: tuple[list[PartitionVerdict], dict[str, int]] | None = None,
 ) -> Verification:
-    """The read-back job: partitions spread over Spark tasks, each auditing its own."""
+    """The read-back job: partitions spread over Spark tasks, each auditing its own.
+
+    An in-memory coordinator lives only in its execution task, so such a (single-task) run was
+    read back and audited there, through one of its brokers; `in_task` holds those results.
+    """
     from pyspark.sql import functions as F
+
+    if not run.coordinator_path:
+        if in_task is None:
+            raise ValueError("an in-memory coordinator run must be audited in its task")
+        verdicts, store_stats = in_task
+        return summarize(verdicts, [store_stats])
 
     tasks = spec.effective_tasks
     acked = results.filter((F.col("kind") == "batch") & (F.col("error") == 0)).select(
