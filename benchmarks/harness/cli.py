@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
@@ -59,7 +59,6 @@ from benchmarks.harness.verify import verify
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from tqdm import tqdm as Tqdm
 
 WAL_PREFIX: Final = "wal/"
 SPARK_STOP_TIMEOUT_S: Final = 60.0
@@ -230,9 +229,9 @@ class _Progress:
 
     def __init__(self, enabled: bool, phases: int = len(PHASES)) -> None:
         self.enabled = enabled
-        self.bar: Tqdm | None = None
+        self.bar: Any = None
         if enabled:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped]
 
             self.bar = tqdm(total=phases, desc="bench", unit="phase", leave=False)
         self.times: dict[str, float] = {}

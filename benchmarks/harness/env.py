@@ -10,6 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from benchmarks.harness.spec import RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.workload import all_partitions, topic_name
 from diskless.coordinator import (
@@ -44,6 +46,7 @@ class LatencyLog:
 def open_store(spec: StoreSpec, puts: LatencyLog | None = None) -> ObjectStore:
     """The store named by `spec`; when `puts` is given, every put's latency is logged in it."""
     base: type[ObjectStore]
+    args: tuple[Any, ...]
     kwargs: dict[str, Any]
     if spec.kind == "local":
         base, args, kwargs = LocalObjectStore, (spec.root,), {"durable": spec.durable}
@@ -53,7 +56,7 @@ def open_store(spec: StoreSpec, puts: LatencyLog | None = None) -> ObjectStore:
     if puts is None:
         return base(*args, **kwargs)
 
-    async def put(self: ObjectStore, key: str, data: bytes | bytearray | memoryview) -> None:
+    async def put(self: Any, key: str, data: bytes | bytearray | memoryview) -> None:
         started = time.perf_counter()
         await base.put(self, key, data)
         puts.add(started, memoryview(data).nbytes)
@@ -75,7 +78,7 @@ def open_coordinator(run: RunSpec, commits: LatencyLog | None = None) -> BatchCo
         return base(*args)
 
     async def commit_file(
-        self: BatchCoordinator,
+        self: Any,
         object_key: str,
         broker_id: int,
         broker_epoch: int,
@@ -105,5 +108,5 @@ def open_broker(
     broker_id: int, rack: str, store: ObjectStore, coordinator: BatchCoordinator, run: RunSpec
 ) -> DisklessBroker:
     """A broker with the run's WAL overrides (not started: use it with `async with`)."""
-    config = BrokerConfig(wal=WalConfig(**run.wal))
+    config = BrokerConfig(wal=msgspec.convert(run.wal, WalConfig))
     return DisklessBroker(broker_id, store, coordinator, config, rack=rack)

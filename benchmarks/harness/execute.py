@@ -408,7 +408,9 @@ def task_audit(stats: TaskStats) -> Any:
 def result_schema() -> StructType:
     from pyspark.sql.types import StructType
 
-    return StructType.fromDDL(", ".join(f"{name} {kind}" for name, kind in RESULT_COLUMNS))
+    schema = StructType.fromDDL(", ".join(f"{name} {kind}" for name, kind in RESULT_COLUMNS))
+    assert isinstance(schema, StructType)
+    return schema
 
 
 def execute(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -325,20 +325,16 @@ def write_report(report: RunReport, directory: Path) -> list[Path]:
     paths = [directory / name for name in (RESULTS_FILE, SUMMARY_FILE)]
     paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
     paths[1].write_text(markdown(report))
-    plots = [
-        (LATENCY_PLOT, plot_latency_cdf, report.analysis.request_latencies_ms),
-        (THROUGHPUT_PLOT, plot_throughput, report.analysis.throughput_by_second),
-        (OBJECTS_PLOT, plot_object_sizes, report.analysis.object_sizes),
-    ]
-    for name, plot, data in plots:
-        plot(directory / name, data)  # type: ignore[operator]
-        paths.append(directory / name)
+    plot_latency_cdf(directory / LATENCY_PLOT, report.analysis.request_latencies_ms)
+    plot_throughput(directory / THROUGHPUT_PLOT, report.analysis.throughput_by_second)
+    plot_object_sizes(directory / OBJECTS_PLOT, report.analysis.object_sizes)
+    paths += [directory / name for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT)]
     return paths
 
 
 # --- sweeps -----------------------------------------------------------------------------------
 
-SWEEP_COLUMNS: Final = (
+SWEEP_COLUMNS: Final[tuple[tuple[str, Callable[[Headline], str]], ...]] = (
     ("MB/s", lambda h: f"{h.mb_per_s:.2f}"),
     ("% raw PUT", lambda h: f"{h.mb_per_s_of_raw_put:.0%}"),
     ("p99 ms", lambda h: f"{h.p99_ms:.1f}"),

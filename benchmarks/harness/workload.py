@@ -244,7 +244,9 @@ def generate_rows(spec: WorkloadSpec) -> Iterator[WorkloadRow]:
 def workload_schema() -> StructType:
     from pyspark.sql.types import StructType
 
-    return StructType.fromDDL(", ".join(f"{name} {kind}" for name, kind in WORKLOAD_COLUMNS))
+    schema = StructType.fromDDL(", ".join(f"{name} {kind}" for name, kind in WORKLOAD_COLUMNS))
+    assert isinstance(schema, StructType)
+    return schema
 
 
 def generate(spark: SparkSession, spec: WorkloadSpec) -> DataFrame:

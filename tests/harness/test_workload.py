@@ -15,6 +15,7 @@ from benchmarks.harness.spec import (
     parse_size,
 )
 from benchmarks.harness.workload import (
+    WorkloadRow,
     all_partitions,
     brokers_of_task,
     generate_rows,
@@ -36,7 +37,7 @@ def test_different_seed_different_rows() -> None:
 
 
 def test_each_producer_numbers_its_sequences_contiguously_per_partition_and_overall() -> None:
-    by_producer: dict[int, list] = collections.defaultdict(list)
+    by_producer: dict[int, list[WorkloadRow]] = collections.defaultdict(list)
     for row in generate_rows(SMALL):
         by_producer[row.producer_index].append(row)
     assert len(by_producer) == SMALL.producers
@@ -56,7 +57,7 @@ def test_a_request_goes_to_the_rack_representative_and_holds_one_batch_per_parti
     spec = msgspec.structs.replace(SMALL, brokers=6, racks=3, partitions_per_round=6)
     from benchmarks.harness.workload import broker_nodes
 
-    requests: dict[int, list] = collections.defaultdict(list)
+    requests: dict[int, list[WorkloadRow]] = collections.defaultdict(list)
     for row in generate_rows(spec):
         requests[row.request_id].append(row)
         tp = TopicPartition(row.topic, row.partition)
