@@ -3,7 +3,9 @@
 Enough of Kafka's classic group protocol for clients to subscribe and commit: JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch. Deliberate simplifications, all visible to a
 client only as extra rebalances:
-- no MEMBER_ID_REQUIRED round (KIP-394): a joining member gets its id in the first answer;
+- a join without a member id gets MEMBER_ID_REQUIRED and a fresh id (KIP-394) from JoinGroup v4
+  on; older versions get the id with their first answer. Pending ids are kept, unbounded, for the
+  life of the process (a prototype; Kafka expires them after the session timeout);
 - no static membership (group instance ids are ignored);
 - a rebalance completes as soon as every known member has rejoined, or when the longest
   rebalance timeout of the members runs out (the others are dropped);
@@ -80,6 +82,8 @@ class _Group:
         self.protocol: str | None = None
         self.leader = ""
         self.members: dict[str, _Member] = {}
+        self.pending: set[str] = set()
+        """Member ids handed out with MEMBER_ID_REQUIRED, not yet used to join."""
         self.offsets: dict[TopicPartition, tuple[int, str | None]] = {}
         self.completion: asyncio.TimerHandle | None = None
 
@@ -122,17 +126,26 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]],
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
+        require_known_member_id: bool = False,
     ) -> JoinOutcome:
+        """JoinGroup; `require_known_member_id` from v4 on (a client may send its first join
+        twice, and each anonymous join would otherwise become a member of its own)."""
         group = self._group(group_id)
         if not protocols:
             return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
         if group.members and group.protocol_type != protocol_type:
             return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
-        if member_id and member_id not in group.members:
-            return JoinOutcome(WireError.unknown_member_id, member_id=member_id)
         if not member_id:
             member_id = f"{group_id}-member-{next(self._member_ids)}"
+            if require_known_member_id:
+                group.pending.add(member_id)
+                return JoinOutcome(WireError.member_id_required, member_id=member_id)
             group.members[member_id] = _Member(member_id)
+        elif member_id in group.pending:
+            group.pending.discard(member_id)
+            group.members[member_id] = _Member(member_id)
+        elif member_id not in group.members:
+            return JoinOutcome(WireError.unknown_member_id, member_id=member_id)
         member = group.members[member_id]
         group.protocol_type = protocol_type
         member.protocols = protocols

@@ -575,6 +575,7 @@ async def handle_join_group(
         rebalance_timeout_ms=_millis(
             getattr(request, "rebalance_timeout", request.session_timeout)
         ),
+        require_known_member_id=version >= 4,
     )
     schema = _response(ApiKey.JOIN_GROUP, version)
     member_entry = nested(schema, "JoinGroupResponseMember")
@@ -584,7 +585,7 @@ async def handle_join_group(
         error_code=wire(outcome.error),
         generation_id=outcome.generation,
         protocol_type=request.protocol_type,
-        protocol_name=outcome.protocol,
+        protocol_name=outcome.protocol or "",
         leader=outcome.leader,
         member_id=outcome.member_id,
         members=tuple(
