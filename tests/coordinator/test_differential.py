@@ -92,6 +92,8 @@ op_st = st.one_of(
     st.tuples(st.just("files"), st.integers(0, 60_000)),
     st.tuples(st.just("forget"), st.integers(0, 60_000)),
     st.tuples(st.just("producers"), partition_st),
+    st.tuples(st.just("grow"), st.sampled_from(sorted(TOPICS)), st.integers(-1, 3)),
+    st.tuples(st.just("recreate"), st.sampled_from(sorted(TOPICS))),
 )
 
 
@@ -227,6 +229,15 @@ class Scenario:
             await self.both(lambda c: c.forget_files(keys))
         elif kind == "producers":
             await self.both(lambda c: c.describe_producers(op[1]))
+        elif kind == "grow":
+            (described,) = await self.both(lambda c: c.describe_topics([op[1]]))
+            total = described.partitions + op[2]
+            await self.both(lambda c: c.create_partitions(op[1], total))
+        elif kind == "recreate":
+            count, config = TOPICS[op[1]]
+            await self.both(lambda c: c.delete_topics([op[1]]))
+            await self.both(lambda c: c.create_topic(op[1], count, config))
+            self.last = {k: v for k, v in self.last.items() if k[0].topic != op[1]}
 
 
 async def _run_scenario(ops: list[tuple[Any, ...]], directory: Path) -> None:
