@@ -42,6 +42,7 @@ from diskless._types import ErrorCode
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator, CommitBatch, CommitBatchResult
 from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
+from diskless.records import TRANSACTIONAL_BIT
 from diskless.storage import ObjectStore
 from diskless.wal._cache import SegmentCache
 from diskless.wal._format import IndexRow, WalEntry, encode_footer
@@ -122,7 +123,7 @@ class WalStats(msgspec.Struct, frozen=True):
 class _Request:
     """One `write` call: its results fill in as its entries' segments resolve."""
 
-    __slots__ = ("deadline", "expired", "future", "pending", "results", "waiter")
+    __slots__ = ("deadline", "expired", "future", "pending", "placed", "results", "waiter")
 
     def __init__(self, count: int, deadline: float, future: asyncio.Future[None]) -> None:
         self.results: list[CommitBatchResult | None] = [None] * count
@@ -131,6 +132,8 @@ class _Request:
         self.future = future
         self.expired = False
         self.waiter: asyncio.Future[CommitBatchResult | None] | None = None
+        self.placed: list[tuple[_Segment, int]] = []
+        """Where its entries went, to copy them out of a segment still open when it returns."""
 
 
 class _Segment:
@@ -139,18 +142,22 @@ class _Segment:
     __slots__ = (
         "batch_bytes",
         "batches",
-        "buffer",
+        "data",
         "done",
         "key",
         "number",
         "opened_at",
+        "parts",
         "resolved",
         "slots",
     )
 
     def __init__(self, opened_at: float) -> None:
         self.opened_at = opened_at
-        self.buffer = bytearray()
+        self.parts: list[memoryview | bytes] = []
+        """The batches, by reference to the callers' buffers until rotation joins them."""
+        self.data = b""
+        """The whole object (batches + footer), built once at rotation: the only copy."""
         self.batches: list[CommitBatch] = []
         self.slots: list[tuple[_Request, int]] = []
         self.batch_bytes = 0
@@ -374,6 +381,20 @@ class WalWriter:
             self._writes_open -= 1
             if not request.future.done():  # our caller cancelled us
                 request.future.cancel()
+            self._detach(request)
+
+    def _detach(self, request: _Request) -> None:
+        """Copy the request's batches out of the caller's buffers if the segment is still open.
+
+        Only a request that returns early (timeout, cancellation) can leave batches in the active
+        segment; they are its last entries, so the common case costs one comparison.
+        """
+        placed = request.placed
+        active = self._active
+        while placed and placed[-1][0] is active:
+            segment, at = placed.pop()
+            segment.parts[at] = bytes(segment.parts[at])
+        request.placed = []
 
     def _append(
         self, entry: WalEntry, size: int, request: _Request, index: int, buffer_max: int
@@ -387,8 +408,9 @@ class WalWriter:
             segment = self._active = _Segment(self._clock.monotonic())
             self._timer_wakeup.set()
         header = entry.header
-        view = header.bytes_view()
-        assert len(view) == size
+        position = header.position
+        view = header.buffer[position : position + size]  # header.bytes_view(), inlined
+        request.placed.append((segment, len(segment.parts)))
         segment.batches.append(
             CommitBatch(
                 topic_partition=entry.topic_partition,
@@ -400,13 +422,12 @@ class WalWriter:
                 producer_id=header.producer_id,
                 producer_epoch=header.producer_epoch,
                 base_sequence=header.base_sequence,
-                is_transactional=header.is_transactional,
+                is_transactional=bool(header.attributes & TRANSACTIONAL_BIT),
             )
         )
-        segment.buffer += view
+        segment.parts.append(view)
         segment.batch_bytes += size
         segment.slots.append((request, index))
-        assert len(segment.buffer) == segment.batch_bytes
         if segment.batch_bytes >= buffer_max:
             self._rotate("size")
 
@@ -498,7 +519,10 @@ class WalWriter:
             )
             for batch in segment.batches
         ]
-        segment.buffer += encode_footer(rows)
+        segment.parts.append(encode_footer(rows))
+        segment.data = b"".join(segment.parts)
+        segment.parts = []
+        assert len(segment.data) > segment.batch_bytes
         segment.done = asyncio.get_running_loop().create_future()
         previous = self._last_done
         self._last_done = segment.done
@@ -508,7 +532,7 @@ class WalWriter:
             segment.number,
             reason,
             len(segment.batches),
-            len(segment.buffer),
+            len(segment.data),
             segment.key,
         )
         task = asyncio.create_task(
@@ -586,7 +610,7 @@ class WalWriter:
             segment.resolved = True
             self._release(segment.batch_bytes)
             segment.done.set_result(None)
-            segment.buffer = bytearray()  # the cache holds its own reference when it keeps one
+            segment.data = b""  # the cache holds its own reference when it keeps one
             segment.batches = []
             segment.slots = []
 
@@ -596,7 +620,7 @@ class WalWriter:
             started = self._clock.monotonic()
             for attempt in range(1, attempts + 1):
                 try:
-                    await self._store.put(segment.key, segment.buffer)
+                    await self._store.put(segment.key, segment.data)
                 except Exception as error:
                     self._upload_attempts_failed += 1
                     log.warning(
@@ -612,8 +636,8 @@ class WalWriter:
                     continue
                 self._upload_latency.append(self._clock.monotonic() - started)
                 self._objects_uploaded += 1
-                self._object_bytes_uploaded += len(segment.buffer)
-                self._cache.put(segment.key, segment.buffer)
+                self._object_bytes_uploaded += len(segment.data)
+                self._cache.put(segment.key, segment.data)
                 return True
         log.error("giving up on %s after %d attempts", segment.key, attempts)
         return False
@@ -623,7 +647,7 @@ class WalWriter:
         started = self._clock.monotonic()
         try:
             results = await self._coordinator.commit_file(
-                segment.key, self._broker_id, self._broker_epoch, len(segment.buffer), batches
+                segment.key, self._broker_id, self._broker_epoch, len(segment.data), batches
             )
         except BrokerFencedError:
             log.error(

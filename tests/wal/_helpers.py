@@ -34,13 +34,13 @@ def build_batch(
     return bytes(builder.build())
 
 
-def header_of(data: bytes) -> BatchHeader:
+def header_of(data: bytes | bytearray) -> BatchHeader:
     parsed = parse_batch(data)
     assert isinstance(parsed, BatchHeader), parsed
     return parsed
 
 
-def entry(topic_partition: TopicPartition, data: bytes) -> WalEntry:
+def entry(topic_partition: TopicPartition, data: bytes | bytearray) -> WalEntry:
     return WalEntry(topic_partition, header_of(data))
 
 

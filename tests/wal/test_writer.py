@@ -590,3 +590,19 @@ async def test_sqlite_coordinator_and_local_store(tmp_path: object) -> None:
     finally:
         await coordinator.close()
         await store.close()
+
+
+async def test_a_timed_out_batch_no_longer_borrows_the_callers_buffer() -> None:
+    """Batches are referenced until rotation; a request returning earlier gets them copied."""
+    rig = Rig(WalConfig(commit_interval_ms=10_000))
+    await rig.topic()
+    writer = await rig.writer()
+    original = build_batch([b"keep me"])
+    buffer = bytearray(original)
+    (result,) = await drive(rig.clock, writer.write([entry(TP0, buffer)], timeout_s=1.0))
+    assert result.error == ErrorCode.REQUEST_TIMED_OUT
+    buffer[:] = bytes(len(buffer))  # the caller reuses its buffer
+    await writer.close(flush=True)
+    (key,) = await _objects(rig)
+    assert (await rig.memory.get(key))[: len(original)] == original
+    assert [values for _, values in await rig.read_partition(TP0)] == [[b"keep me"]]
