@@ -1,0 +1,362 @@
+"""The WAL write pipeline: throughput, latency added by the library, objects per GB.
+
+    .venv/bin/python -m benchmarks.bench_produce [--seconds S]
+
+(a) Throughput, memory store + in-memory coordinator, 1 KiB and 64 KiB batches, many concurrent
+    single-batch requests through one WalWriter. Baseline in the same run: concatenate the same
+    batches into buffer-sized objects and PUT them into the same kind of store.
+(b) Latency with commit_interval_ms=250 and 100 ms of injected store latency (FaultyObjectStore):
+    for every request, library-added = total - interval wait - store - coordinator, where the
+    interval wait runs from the call to the start of its segment's successful PUT, and store and
+    coordinator are the PUT and commit_file durations measured around the calls.
+(c) Objects per GB (10^9 bytes) at default settings under a saturating load (store discards data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import time
+import warnings
+from collections.abc import Sequence
+
+from diskless import TopicPartition
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    InMemoryBatchCoordinator,
+)
+from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.records import BatchHeader, parse_batch
+from diskless.storage import FaultyObjectStore, ListPage, MemoryObjectStore, ObjectStore
+from diskless.wal import WalConfig, WalEntry, WalWriter
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+KIB = 1024
+MIB = 1024 * KIB
+TOPIC = "bench"
+PARTITIONS = 64
+OBJECTS_LOAD_CONCURRENCY = 2048
+TARGET_RAW_RATIO_64K = 0.5
+TARGET_ADDED_P99_MS = 5.0
+TARGET_OBJECTS_PER_GB = 130
+
+
+def build_batch(size: int, seed: int) -> bytes:
+    """A valid one-record batch of about `size` bytes (kafka-python builder, random value)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    value = random.Random(seed).randbytes(max(0, size - 72))
+    builder.append(0, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def entries_for(size: int, count: int = 64) -> list[WalEntry]:
+    out = []
+    for i in range(count):
+        header = parse_batch(build_batch(size, i))
+        assert isinstance(header, BatchHeader)
+        out.append(WalEntry(TopicPartition(TOPIC, i % PARTITIONS), header))
+    return out
+
+
+async def new_coordinator() -> tuple[InMemoryBatchCoordinator, int]:
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic(TOPIC, PARTITIONS)
+    return coordinator, await coordinator.register_broker(1)
+
+
+# --- (a) throughput ----------------------------------------------------------------------------
+async def produce_throughput(
+    size: int, total_bytes: int, per_request: int, concurrency: int
+) -> tuple[int, int, float]:
+    """(batches, bytes, seconds) pushing `total_bytes` of `size`-byte batches through a writer.
+
+    `concurrency` requests of `per_request` batches stay in flight: enough to fill segments by
+    size, as a loaded broker does, rather than waiting for the interval.
+    """
+    entries = entries_for(size)
+    batch_size = entries[0].header.size
+    count = max(1, total_bytes // batch_size // per_request) * per_request
+    requests = [
+        [entries[(i + j) % len(entries)] for j in range(per_request)] for i in range(len(entries))
+    ]
+    coordinator, epoch = await new_coordinator()
+    writer = WalWriter(
+        broker_id=1, broker_epoch=epoch, store=MemoryObjectStore(), coordinator=coordinator
+    )
+    await writer.start()
+    remaining = count
+
+    async def producer(i: int) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= per_request
+            i += 1
+            results = await writer.write(requests[i % len(requests)], timeout_s=60)
+            assert all(result.error == 0 for result in results), results
+
+    started = time.perf_counter()
+    await asyncio.gather(*(producer(i) for i in range(concurrency)))
+    await writer.close(flush=True)
+    elapsed = time.perf_counter() - started
+    stats = writer.stats
+    assert stats.batches_committed == count, stats
+    return count, count * batch_size, elapsed
+
+
+async def raw_throughput(size: int, total_bytes: int, per_request: int) -> tuple[int, int, float]:
+    """The same batches concatenated into buffer-sized objects and PUT into a MemoryObjectStore."""
+    entries = entries_for(size)
+    batch_size = entries[0].header.size
+    count = max(1, total_bytes // batch_size // per_request) * per_request
+    per_object = max(1, WalConfig().buffer_max_bytes // batch_size)
+    store = MemoryObjectStore()
+    views = [e.header.bytes_view() for e in entries]
+    started = time.perf_counter()
+    done = 0
+    number = 0
+    while done < count:
+        n = min(per_object, count - done)
+        await store.put(f"raw/{number:08d}", b"".join(views[i % len(views)] for i in range(n)))
+        done += n
+        number += 1
+    elapsed = time.perf_counter() - started
+    return count, count * batch_size, elapsed
+
+
+# --- (b) latency -------------------------------------------------------------------------------
+class TimedStore(ObjectStore):
+    """Records the start and end of each key's last successful PUT."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.puts: dict[str, tuple[float, float]] = {}
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        started = time.perf_counter()
+        await self.inner.put(key, data)
+        self.puts[key] = (started, time.perf_counter())
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        return await self.inner.get_range(key, start, end)
+
+    async def list_page(
+        self,
+        prefix: str,
+        token: str | None = None,
+        limit: int = 1000,
+        start_after: str | None = None,
+    ) -> ListPage:
+        return await self.inner.list_page(prefix, token, limit, start_after)
+
+    async def delete_many(self, keys: Sequence[str]) -> list[str]:
+        return await self.inner.delete_many(keys)
+
+
+class TimedCoordinator(FaultyBatchCoordinator):
+    """Records each commit's duration and which (partition, offset) it placed in which object."""
+
+    def __init__(self, inner: BatchCoordinator) -> None:
+        super().__init__(inner, random.Random(0))
+        self.commits: dict[str, tuple[float, float]] = {}
+        self.placed: dict[tuple[TopicPartition, int], str] = {}
+
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        started = time.perf_counter()
+        results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+        self.commits[object_key] = (started, time.perf_counter())
+        for batch, result in zip(batches, results, strict=True):
+            self.placed[batch.topic_partition, result.base_offset] = object_key
+        return results
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+async def produce_latency(seconds: float) -> dict[str, list[float]]:
+    inner, epoch = await new_coordinator()
+    coordinator = TimedCoordinator(inner)
+    store = TimedStore(FaultyObjectStore(MemoryObjectStore(), random.Random(1), latency_s=0.100))
+    writer = WalWriter(
+        broker_id=1,
+        broker_epoch=epoch,
+        store=store,
+        coordinator=coordinator,
+        config=WalConfig(commit_interval_ms=250),
+    )
+    await writer.start()
+    entries = entries_for(KIB)
+    samples: list[tuple[float, float, TopicPartition, int]] = []
+    deadline = time.perf_counter() + seconds
+    rng = random.Random(2)
+
+    async def producer(n: int) -> None:
+        i = n
+        while time.perf_counter() < deadline:
+            entry = entries[i % len(entries)]
+            i += 1
+            started = time.perf_counter()
+            (result,) = await writer.write([entry], timeout_s=30)
+            finished = time.perf_counter()
+            assert result.error == 0, result
+            samples.append((started, finished, entry.topic_partition, result.base_offset))
+            await asyncio.sleep(rng.uniform(0, 0.02))
+
+    await asyncio.gather(*(producer(n) for n in range(200)))
+    await writer.close(flush=True)
+    names = ("total", "interval", "store", "coordinator", "added", "commit_wait", "completion")
+    parts: dict[str, list[float]] = {name: [] for name in names}
+    for started, finished, tp, offset in samples:
+        key = coordinator.placed[tp, offset]
+        put_start, put_end = store.puts[key]
+        commit_start, commit_end = coordinator.commits[key]
+        total = finished - started
+        interval = put_start - started
+        stored = put_end - put_start
+        committed = commit_end - commit_start
+        parts["total"].append(total)
+        parts["interval"].append(interval)
+        parts["store"].append(stored)
+        parts["coordinator"].append(committed)
+        parts["added"].append(total - interval - stored - committed)
+        parts["commit_wait"].append(commit_start - put_end)
+        parts["completion"].append(finished - commit_end)
+    return parts
+
+
+# --- (c) objects per GB ------------------------------------------------------------------------
+class DiscardingStore(ObjectStore):
+    """Counts PUTs and bytes and keeps nothing, so gigabytes can flow through memory."""
+
+    def __init__(self) -> None:
+        self.objects = 0
+        self.bytes = 0
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        self.objects += 1
+        self.bytes += len(data)
+
+    async def get(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+    async def list_page(
+        self,
+        prefix: str,
+        token: str | None = None,
+        limit: int = 1000,
+        start_after: str | None = None,
+    ) -> ListPage:
+        return ListPage(objects=[], next_token=None)
+
+    async def delete_many(self, keys: Sequence[str]) -> list[str]:
+        return list(keys)
+
+
+async def objects_per_gb(total_bytes: int) -> tuple[int, int, float]:
+    coordinator, epoch = await new_coordinator()
+    store = DiscardingStore()
+    writer = WalWriter(broker_id=1, broker_epoch=epoch, store=store, coordinator=coordinator)
+    await writer.start()
+    rng = random.Random(3)
+    entries = [e for size in (KIB, 16 * KIB, 64 * KIB) for e in entries_for(size, 16)]
+    sent = 0
+
+    async def producer() -> None:
+        nonlocal sent
+        while sent < total_bytes:
+            entry = entries[rng.randrange(len(entries))]
+            sent += entry.header.size
+            (result,) = await writer.write([entry], timeout_s=60)
+            assert result.error == 0, result
+
+    await asyncio.gather(*(producer() for _ in range(OBJECTS_LOAD_CONCURRENCY)))
+    await writer.close(flush=True)
+    stats = writer.stats
+    return store.objects, stats.object_bytes_uploaded, store.objects / (sent / 1e9)
+
+
+async def main(seconds: float) -> None:
+    print(
+        "(a) produce throughput: WalWriter vs raw concat+PUT, memory store, in-memory coordinator"
+    )
+    ratio_64k = 0.0
+    for size, total, per_request, concurrency in (
+        (KIB, 128 * MIB, 16, 1024),
+        (64 * KIB, 512 * MIB, 1, 512),
+    ):
+        gc.collect()
+        batches, nbytes, elapsed = await produce_throughput(size, total, per_request, concurrency)
+        gc.collect()
+        raw_batches, raw_bytes, raw_elapsed = await raw_throughput(size, total, per_request)
+        wal_mbs, raw_mbs = nbytes / elapsed / 1e6, raw_bytes / raw_elapsed / 1e6
+        ratio = wal_mbs / raw_mbs
+        if size == 64 * KIB:
+            ratio_64k = ratio
+        print(
+            f"  {size // KIB:>3} KiB batches: wal {batches / elapsed:>10,.0f} batches/s "
+            f"{wal_mbs:>8,.1f} MB/s | raw {raw_batches / raw_elapsed:>10,.0f} batches/s "
+            f"{raw_mbs:>8,.1f} MB/s | ratio {ratio:.1%}"
+        )
+    verdict = "PASS" if ratio_64k >= TARGET_RAW_RATIO_64K else "FAIL"
+    print(f"  target >= {TARGET_RAW_RATIO_64K:.0%} of raw at 64 KiB: {verdict}")
+
+    print(
+        f"\n(b) produce latency, commit_interval_ms=250, store latency 100 ms, {seconds:.0f}s load"
+    )
+    parts = await produce_latency(seconds)
+    print(f"  samples: {len(parts['total'])}")
+    for name in ("total", "interval", "store", "coordinator", "added", "commit_wait", "completion"):
+        values = sorted(parts[name])
+        print(
+            f"  {name:>12}: p50 {percentile(values, 0.5) * 1000:8.2f} ms  "
+            f"p99 {percentile(values, 0.99) * 1000:8.2f} ms  "
+            f"p999 {percentile(values, 0.999) * 1000:8.2f} ms"
+        )
+    added_p99 = percentile(sorted(parts["added"]), 0.99) * 1000
+    verdict = "PASS" if added_p99 <= TARGET_ADDED_P99_MS else "FAIL"
+    print(f"  target library-added p99 <= {TARGET_ADDED_P99_MS} ms: {verdict}")
+
+    print("\n(c) objects per GB at default settings (8 MiB / 250 ms), saturating load")
+    objects, object_bytes, per_gb = await objects_per_gb(1024 * MIB)
+    verdict = "PASS" if per_gb <= TARGET_OBJECTS_PER_GB else "FAIL"
+    print(
+        f"  {objects} objects, {object_bytes / 1e9:.2f} GB written: {per_gb:.1f} objects/GB "
+        f"(ideal {1e9 / WalConfig().buffer_max_bytes:.1f}); target <= {TARGET_OBJECTS_PER_GB}: "
+        f"{verdict}"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="latency load duration")
+    args = parser.parse_args()
+    asyncio.run(main(args.seconds))
