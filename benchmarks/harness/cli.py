@@ -44,6 +44,7 @@ from benchmarks.harness.report import (
     headline,
     store_label,
     summary_table,
+    task_summary,
     write_report,
     write_sweep,
 )
@@ -429,6 +430,7 @@ def run_once(
             errors=describe_errors(rows),
             notes=list(NOTES) + ([MEMORY_NOTE] if options.memory_coordinator else []),
             phases_s=dict(progress.times),
+            tasks=[task_summary(t) for t in tasks],
         )
         return RunOutcome(report, rows, data_dir)
     finally:

@@ -12,6 +12,7 @@ import msgspec
 from benchmarks.harness.analysis import Analysis, Latency
 from benchmarks.harness.baselines import PutBaseline, SqliteBaseline
 from benchmarks.harness.cost import CostModel
+from benchmarks.harness.execute import TaskStats
 from benchmarks.harness.spec import CostRates, RunSpec, WorkloadSpec
 from benchmarks.harness.verify import Verification
 
@@ -70,6 +71,42 @@ class RunReport(msgspec.Struct, kw_only=True):
     errors: dict[str, int]
     notes: list[str]
     phases_s: dict[str, float]
+    tasks: list[TaskSummary] = msgspec.field(default_factory=list)
+
+
+class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One execution task: its share of the load and its brokers' own counters."""
+
+    task: int
+    brokers: list[int]
+    producers: int
+    requests_planned: int
+    requests_sent: int
+    build_s: float
+    seconds: float
+    store: dict[str, int]
+    broker_stats: dict[str, Any]
+    """Each broker's `stats` (produce, fetch, WAL), latency sample lists left out."""
+
+
+def task_summary(stats: TaskStats) -> TaskSummary:
+    return TaskSummary(
+        task=stats.task,
+        brokers=stats.brokers,
+        producers=stats.producers,
+        requests_planned=stats.requests_planned,
+        requests_sent=stats.requests_sent,
+        build_s=stats.build_s,
+        seconds=stats.ended_ts - stats.started_ts,
+        store=stats.store,
+        broker_stats=_without_samples(stats.broker_stats),
+    )
+
+
+def _without_samples(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_samples(v) for k, v in value.items() if not k.endswith("_latency_s")}
+    return value
 
 
 def headline(analysis: Analysis, cost: CostModel, baselines: Baselines) -> Headline:
@@ -140,6 +177,19 @@ def headline_lines(report: RunReport) -> list[str]:
     ]
 
 
+def _task_lines(tasks: Sequence[TaskSummary]) -> list[str]:
+    lines = []
+    for t in tasks:
+        unsent = t.requests_planned - t.requests_sent
+        lines.append(
+            f"- task {t.task}: brokers {t.brokers}, {t.producers} producers, "
+            f"{t.requests_sent:,} of {t.requests_planned:,} planned requests sent"
+            + (f" ({unsent:,} left at the duration cap)" if unsent else "")
+            + f", {t.seconds:.1f} s producing after {t.build_s:.1f} s building batches"
+        )
+    return lines
+
+
 def _latency_row(name: str, lat: Latency) -> str:
     return (
         f"| {name} | {lat.count:,} | {lat.mean:.1f} | {lat.p50:.1f} | {lat.p95:.1f} | "
@@ -183,6 +233,8 @@ def markdown(report: RunReport) -> str:
         f"| {a.requests_sent:,} | {a.batches_acked:,} | {a.batches_failed:,} | "
         f"{a.records_acked:,} | {a.bytes_acked / 1e6:,.1f} | {a.duration_s:.1f} | "
         f"{a.mb_per_s:.2f} | {a.batches_per_s:,.0f} | {a.requests_per_s:,.0f} |",
+        "",
+        *_task_lines(report.tasks),
         "",
         "## Latency (ms)",
         "",

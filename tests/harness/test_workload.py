@@ -24,7 +24,15 @@ from benchmarks.harness.workload import (
 from diskless import TopicPartition
 from diskless.routing import produce_broker
 
-SMALL = WorkloadSpec(total_mb=3.0, producers=6, partitions=8, topics=2)
+SMALL = WorkloadSpec(
+    total_mb=3.0,
+    producers=6,
+    partitions=8,
+    topics=2,
+    batch_records="uniform:8:48",
+    record_bytes="lognormal:1KiB:0.5",
+    partitions_per_round=4,
+)
 
 
 def test_same_seed_same_rows() -> None:
