@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diskless._broker import BrokerConfig, DisklessBroker
 from diskless._fetch import FetchReader, Span, coalesce
 from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
 from diskless.coordinator import (
@@ -17,9 +18,11 @@ from diskless.coordinator import (
     BatchInfo,
     FindBatchesRequest,
     FindBatchesResponse,
+    InMemoryBatchCoordinator,
 )
 from diskless.errors import CoordinatorUnavailableError
 from diskless.storage import MemoryObjectStore
+from diskless.wal import WalConfig
 from tests.broker._kafka import build_batch, decode, records_of
 
 A = TopicPartition("a", 0)
@@ -352,3 +355,25 @@ def test_coalesce_covers_every_range_with_disjoint_spans(ranges: list[Span], gap
     assert sum(s.end - s.start for s in merged) <= sum(r.end - r.start for r in ranges) + gap * len(
         ranges
     )
+
+
+async def test_a_broker_serves_its_own_recent_writes_from_its_segment_cache() -> None:
+    store = MemoryObjectStore()
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 2)
+    config = BrokerConfig(wal=WalConfig(commit_interval_ms=5))
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    async with (
+        DisklessBroker(1, store, coordinator, config) as writer,
+        DisklessBroker(2, store, coordinator, config) as other,
+    ):
+        await writer.produce({t0: build_batch([b"x"]), t1: build_batch([b"y"])})
+        before = store.stats()
+        own = await writer.fetch({t0: 0, t1: 0})
+        assert store.stats().minus(before).ranged_gets == 0
+        assert writer.stats.fetch.cache_hits == 1
+        theirs = await other.fetch({t0: 0, t1: 0})
+        assert store.stats().minus(before).ranged_gets == 1  # both partitions, one object, one GET
+    for results in (own, theirs):
+        assert [r.value for r in records_of(results[t0].records)] == [b"x"]
+        assert [r.value for r in records_of(results[t1].records)] == [b"y"]
