@@ -27,7 +27,7 @@ from benchmarks.harness import workload as workloads
 from benchmarks.harness.analysis import analyze
 from benchmarks.harness.baselines import put_baseline, sqlite_baseline
 from benchmarks.harness.cost import ASSUMPTIONS, CostInputs, cost_model
-from benchmarks.harness.env import create_topics, open_coordinator, open_store
+from benchmarks.harness.env import create_topics, open_coordinator, open_store, wal_config
 from benchmarks.harness.execute import (
     KIND_TASK,
     ResultRow,
@@ -421,7 +421,7 @@ def run_once(
                 else f"SQLite file shared by {spec.effective_tasks} Spark task(s)"
             ),
             rates=options.rates,
-            headline=headline(analysis, cost, baselines),
+            headline=headline(analysis, cost, baselines, wal_config(run).buffer_max_bytes),
             analysis=analysis,
             cost=cost,
             cost_assumptions=list(ASSUMPTIONS),

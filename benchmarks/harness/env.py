@@ -104,9 +104,14 @@ async def create_topics(coordinator: BatchCoordinator, spec: WorkloadSpec) -> No
     assert len(all_partitions(spec)) == spec.topics * spec.partitions
 
 
+def wal_config(run: RunSpec) -> WalConfig:
+    """The library's WAL defaults with the run's overrides."""
+    return msgspec.convert(run.wal, WalConfig)
+
+
 def open_broker(
     broker_id: int, rack: str, store: ObjectStore, coordinator: BatchCoordinator, run: RunSpec
 ) -> DisklessBroker:
     """A broker with the run's WAL overrides (not started: use it with `async with`)."""
-    config = BrokerConfig(wal=msgspec.convert(run.wal, WalConfig))
+    config = BrokerConfig(wal=wal_config(run))
     return DisklessBroker(broker_id, store, coordinator, config, rack=rack)

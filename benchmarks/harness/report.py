@@ -13,7 +13,7 @@ from benchmarks.harness.analysis import Analysis, Latency
 from benchmarks.harness.baselines import PutBaseline, SqliteBaseline
 from benchmarks.harness.cost import CostModel
 from benchmarks.harness.execute import TaskStats
-from benchmarks.harness.spec import CostRates, RunSpec, WorkloadSpec
+from benchmarks.harness.spec import GB, CostRates, RunSpec, WorkloadSpec
 from benchmarks.harness.verify import Verification
 
 RESULTS_FILE: Final = "results.json"
@@ -40,6 +40,8 @@ class Headline(msgspec.Struct, frozen=True, kw_only=True):
     p99_ms: float
     raw_put_p99_ms: float
     objects_per_gb: float
+    objects_per_gb_floor: float
+    """GB / buffer_max_bytes: every object a full segment (fewer objects cannot carry a GB)."""
     puts_per_gb: float
     commits_per_s: float
     raw_sqlite_txns_per_s: float
@@ -109,7 +111,10 @@ def _without_samples(value: Any) -> Any:
     return value
 
 
-def headline(analysis: Analysis, cost: CostModel, baselines: Baselines) -> Headline:
+def headline(
+    analysis: Analysis, cost: CostModel, baselines: Baselines, buffer_max_bytes: int
+) -> Headline:
+    """The headline figures; `buffer_max_bytes` (the WAL's rotation size) sets the objects floor."""
     commits = analysis.commit_ms.count
     commits_per_s = commits / analysis.duration_s if analysis.duration_s > 0 else 0.0
     return Headline(
@@ -119,6 +124,7 @@ def headline(analysis: Analysis, cost: CostModel, baselines: Baselines) -> Headl
         p99_ms=analysis.latency_ms.p99,
         raw_put_p99_ms=baselines.put.latency_p99_ms,
         objects_per_gb=cost.objects_per_gb,
+        objects_per_gb_floor=GB / buffer_max_bytes,
         puts_per_gb=cost.puts_per_gb,
         commits_per_s=commits_per_s,
         raw_sqlite_txns_per_s=baselines.sqlite.txns_per_s,
@@ -162,8 +168,9 @@ def headline_lines(report: RunReport) -> list[str]:
         f"Sustained throughput: {h.mb_per_s:.1f} MB/s "
         f"(raw PUT limit {h.raw_put_mb_per_s:.1f} MB/s: {h.mb_per_s_of_raw_put:.0%})",
         f"p99 produce latency: {h.p99_ms:.1f} ms (raw PUT p99 {h.raw_put_p99_ms:.1f} ms)",
-        f"Objects per GB: {h.objects_per_gb:.1f}",
-        f"PUTs per GB: {h.puts_per_gb:.1f}",
+        f"Objects per GB: {h.objects_per_gb:.1f} (floor at full segments "
+        f"{h.objects_per_gb_floor:.1f})",
+        f"PUTs per GB: {h.puts_per_gb:.1f} (PUT cost {_usd(h.write_usd_per_gb)}/GB with storage)",
         f"Coordinator commits: {h.commits_per_s:.1f}/s "
         f"(raw SQLite limit {h.raw_sqlite_txns_per_s:,.0f} txn/s: {h.commits_of_raw_sqlite:.1%}); "
         f"batches {h.batches_per_s:,.0f}/s (raw SQLite {h.raw_sqlite_rows_per_s:,.0f} rows/s)",

@@ -13,6 +13,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from diskless.wal import WalConfig
+
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
 GIB: Final = 1024 * MIB
@@ -209,22 +211,13 @@ class CostRates(msgspec.Struct, frozen=True, kw_only=True):
     azs: int = 3
 
 
-SWEEPABLE_WAL_FIELDS: Final = frozenset(
-    {
-        "buffer_max_bytes",
-        "commit_interval_ms",
-        "uploads_inflight_max",
-        "inflight_bytes_max",
-    }
-)
-
-
 def apply_overrides(
     workload: WorkloadSpec, wal: dict[str, int], overrides: dict[str, str]
 ) -> tuple[WorkloadSpec, dict[str, int]]:
     """Set `name=value` overrides: WorkloadSpec fields by name, anything else on the WAL config.
 
-    Values are converted to the field's type; WAL values accept size units ('8MiB').
+    Values are converted to the field's type; WAL values accept size units ('8MiB'), and the
+    resulting WAL configuration is checked by WalConfig itself.
     """
     fields: dict[str, Any] = {}
     new_wal = dict(wal)
@@ -240,8 +233,11 @@ def apply_overrides(
                 fields[name] = float(text)
             else:
                 fields[name] = text
-        else:
+        elif name in WalConfig.__struct_fields__:
             new_wal[name] = parse_size(text)
+        else:
+            raise ValueError(f"{name!r} is neither a workload field nor a WalConfig field")
     result = msgspec.structs.replace(workload, **fields)
     result.validate()
+    msgspec.convert(new_wal, WalConfig)  # ValueError from WalConfig's own checks
     return result, new_wal

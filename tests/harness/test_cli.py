@@ -51,6 +51,8 @@ def test_sweep_lists_every_value_per_name() -> None:
         ["--brokers", "2"],  # fewer brokers than racks
         ["--sweep", "producers=0"],
         ["--wal", "commit_interval_ms"],
+        ["--wal", "comit_interval_ms=100"],  # a typo is not silently ignored
+        ["--wal", "buffer_max_bytes=128MiB"],  # more than inflight_bytes_max: WalConfig refuses
         ["--s3-endpoint", "http://localhost:9000"],  # no bucket
     ],
 )
