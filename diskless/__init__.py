@@ -1,5 +1,23 @@
-"""diskless: Kafka's leaderless produce path for diskless topics, as an asyncio library."""
+"""diskless: Kafka's leaderless produce path for diskless topics, as an asyncio library.
 
+Any broker accepts produce requests for any partition: batches from all partitions share one WAL
+segment, uploaded as one object, whose batch coordinates a batch coordinator then sequences.
+Start with `DisklessBroker`; the subpackages hold the pluggable parts:
+`diskless.storage` (object stores), `diskless.coordinator` (batch coordinators),
+`diskless.txn` (producer rules and the transaction coordinator), `diskless.wal` (the write
+pipeline), `diskless.lifecycle` (garbage collection and retention), `diskless.records` (the Kafka
+record batch codec), `diskless.routing` (produce representatives), `diskless.errors`.
+"""
+
+from diskless._broker import BrokerConfig, DisklessBroker
+from diskless._results import (
+    BrokerStats,
+    FetchResult,
+    FetchStats,
+    ListOffsetsResult,
+    ProduceResult,
+    ProduceStats,
+)
 from diskless._types import (
     ControlType,
     ErrorCode,
@@ -9,8 +27,41 @@ from diskless._types import (
     TopicPartition,
 )
 from diskless.clock import Clock, ManualClock, SystemClock
+from diskless.coordinator import (
+    BatchCoordinator,
+    InMemoryBatchCoordinator,
+    SqliteBatchCoordinator,
+    TopicConfig,
+)
+from diskless.errors import (
+    BrokerClosedError,
+    CoordinatorError,
+    DisklessError,
+    StorageError,
+)
+from diskless.lifecycle import (
+    FileManager,
+    FileManagerConfig,
+    RetentionScheduler,
+    RetentionSchedulerConfig,
+)
+from diskless.routing import BrokerNode, produce_assignment, produce_broker
+from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, S3ObjectStore
+from diskless.txn._coordinator import TransactionCoordinator
+from diskless.wal import WalConfig
 
 __all__ = [
+    # the broker facade
+    "BrokerConfig",
+    "DisklessBroker",
+    "WalConfig",
+    # results
+    "BrokerStats",
+    "FetchResult",
+    "FetchStats",
+    "ListOffsetsResult",
+    "ProduceResult",
+    "ProduceStats",
     # Kafka vocabulary
     "ControlType",
     "ErrorCode",
@@ -18,8 +69,33 @@ __all__ = [
     "OffsetSpec",
     "TimestampType",
     "TopicPartition",
+    # pluggable parts
+    "BatchCoordinator",
+    "InMemoryBatchCoordinator",
+    "LocalObjectStore",
+    "MemoryObjectStore",
+    "ObjectStore",
+    "S3ObjectStore",
+    "SqliteBatchCoordinator",
+    "TopicConfig",
+    # transactions
+    "TransactionCoordinator",
+    # routing
+    "BrokerNode",
+    "produce_assignment",
+    "produce_broker",
+    # object lifecycle
+    "FileManager",
+    "FileManagerConfig",
+    "RetentionScheduler",
+    "RetentionSchedulerConfig",
     # time
     "Clock",
     "ManualClock",
     "SystemClock",
+    # infrastructure errors
+    "BrokerClosedError",
+    "CoordinatorError",
+    "DisklessError",
+    "StorageError",
 ]
