@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kio.schema.errors import ErrorCode as WireError
 
+from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, has_field, nested, response_schema
@@ -41,6 +42,14 @@ Handler = Callable[["BrokerServer", "Connection", int, Any], Awaitable[Any]]
 
 def wire(code: ErrorCode | int) -> WireError:
     return WireError(int(code))
+
+
+def _isolation(value: int) -> IsolationLevel | None:
+    """The isolation level of a request, None when it names none (answered INVALID_REQUEST)."""
+    try:
+        return IsolationLevel(value)
+    except ValueError:
+        return None
 
 
 def _millis(value: datetime.timedelta) -> int:
@@ -235,18 +244,22 @@ async def handle_fetch(
     rack_id = getattr(request, "rack_id", "")
     if rack_id:
         connection.client_rack = rack_id
-    isolation = IsolationLevel(int(request.isolation_level))
+    isolation = _isolation(int(request.isolation_level))
     offsets: dict[TopicPartition, int] = {}
     partition_max_bytes = 0
     for topic in request.topics:
         for partition in topic.partitions:
             offsets[TopicPartition(topic.topic, partition.partition)] = int(partition.fetch_offset)
             partition_max_bytes = max(partition_max_bytes, int(partition.partition_max_bytes))
-    max_bytes = int(request.max_bytes) if has_field(type(request), "max_bytes") else None
+    # Negative budgets read as empty ones, as in Kafka.
+    max_bytes = max(int(request.max_bytes), 0) if has_field(type(request), "max_bytes") else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(_millis(request.max_wait), server.config.fetch_wait_ms_max) / 1000
     min_bytes = int(request.min_bytes)
-    while True:
+    results: dict[TopicPartition, FetchResult] = {}
+    if isolation is None:
+        results = dict.fromkeys(offsets, FetchResult(ErrorCode.INVALID_REQUEST))
+    while isolation is not None:
         try:
             results = await server.broker.fetch(
                 offsets,
@@ -324,17 +337,20 @@ async def handle_fetch(
 async def handle_list_offsets(
     server: BrokerServer, connection: Connection, version: int, request: Any
 ) -> Any:
-    isolation = IsolationLevel(int(getattr(request, "isolation_level", 0)))
+    isolation = _isolation(int(getattr(request, "isolation_level", 0)))
     timestamps = {
         TopicPartition(topic.name, p.partition_index): int(p.timestamp)
         for topic in request.topics
         for p in topic.partitions
     }
-    try:
-        results = await server.broker.list_offsets(timestamps, isolation_level=isolation)
-    except DisklessError as e:
-        _log.warning("list offsets on broker %d failed: %r", server.broker_id, e)
-        results = {}
+    results: dict[TopicPartition, ListOffsetsResult] = {}
+    if isolation is None:
+        results = dict.fromkeys(timestamps, ListOffsetsResult(ErrorCode.INVALID_REQUEST))
+    else:
+        try:
+            results = await server.broker.list_offsets(timestamps, isolation_level=isolation)
+        except DisklessError as e:
+            _log.warning("list offsets on broker %d failed: %r", server.broker_id, e)
     schema = _response(ApiKey.LIST_OFFSETS, version)
     topic_entry = nested(schema, "ListOffsetsTopicResponse")
     partition_entry = nested(schema, "ListOffsetsPartitionResponse")

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import struct
+from typing import Any
 
 import hypothesis
 import pytest
@@ -24,7 +25,8 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.serial import entity_reader
 
 from diskless.kafka_server import SUPPORTED_VERSIONS, ApiKey, KafkaCluster
-from tests.kafka_server._wire import WireClient, encode_request
+from tests.kafka_server._strategies import TOPICS, requests
+from tests.kafka_server._wire import WireClient, decode_response, encode_request
 
 FUZZ_SEED = int(os.environ.get("KAFKA_FUZZ_SEED", random.randrange(2**32)))
 
@@ -217,6 +219,7 @@ async def test_fuzzed_requests_never_break_the_broker(
     cluster: KafkaCluster, caplog: pytest.LogCaptureFixture, frames: list[bytes]
 ) -> None:
     print(f"fuzz seed: {FUZZ_SEED} (set KAFKA_FUZZ_SEED to replay)")
+    caplog.clear()  # one fixture for all examples: each example judges only its own logs
     client = await WireClient.connect(cluster.servers[0])
     try:
         with caplog.at_level(logging.ERROR, logger="diskless.kafka_server"):
@@ -232,3 +235,32 @@ async def test_fuzzed_requests_never_break_the_broker(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
     await asyncio.wait_for(_api_versions_ok(cluster), 10)
+
+
+@hypothesis.seed(FUZZ_SEED)
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=requests())
+async def test_well_formed_requests_of_every_api_are_answered_without_handler_errors(
+    cluster: KafkaCluster, caplog: pytest.LogCaptureFixture, body: Any
+) -> None:
+    print(f"fuzz seed: {FUZZ_SEED} (set KAFKA_FUZZ_SEED to replay)")
+    caplog.clear()  # one fixture for all examples: each example judges only its own logs
+    await cluster.create_topic(TOPICS[0], 2)
+    key, version = type(body).__api_key__, type(body).__version__
+    client = await WireClient.connect(cluster.servers[1])
+    try:
+        with caplog.at_level(logging.ERROR, logger="diskless.kafka_server"):
+            await client.send_raw(encode_request(body, 5))
+            frame = await client.read_frame(timeout_s=0.5)
+    except TimeoutError:
+        frame = None  # acks=0 produce, or a group member waiting for others: no answer yet
+    finally:
+        await client.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+    if frame is not None:
+        decode_response(frame, key, version, 5)  # a well-formed answer to that request
