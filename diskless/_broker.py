@@ -184,14 +184,21 @@ class DisklessBroker:
         self._writer = writer
         _log.info("broker %d (rack %s) started at epoch %d", self._broker_id, self._rack, epoch)
 
-    async def close(self) -> None:
+    async def close(self, *, flush: bool = True) -> None:
         """Stop taking requests, let those already started reach the WAL (acks=0 ones included),
-        flush it. Idempotent; the store and the coordinator stay open (the caller owns them)."""
+        flush it. Idempotent; the store and the coordinator stay open (the caller owns them).
+
+        `flush=False` is a crash stop: buffered and in-flight segments fail (their requests get
+        errors, nothing unacknowledged is committed later), and uploaded-but-uncommitted objects
+        are left for the file manager, as when a broker process dies.
+        """
         if self._closing:
             await self._closed.wait()
             return
         self._closing = True
         try:
+            if not flush and self._writer is not None:
+                await self._writer.close(flush=False)
             while self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
             # Requests that started before close (e.g. waiting for topic metadata) still reach the

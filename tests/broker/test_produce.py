@@ -11,7 +11,12 @@ import pytest
 
 from diskless._broker import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, OffsetSpec, TimestampType, TopicPartition
-from diskless.coordinator import InMemoryBatchCoordinator, TopicConfig, TopicDescription
+from diskless.coordinator import (
+    InMemoryBatchCoordinator,
+    ListOffsetsRequest,
+    TopicConfig,
+    TopicDescription,
+)
 from diskless.errors import BrokerClosedError
 from diskless.records import set_log_append_time
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
@@ -282,6 +287,26 @@ async def test_close_lets_started_requests_reach_the_wal(
     await closing
     result = await started
     assert (result[T0].error, result[T0].base_offset) == (ErrorCode.NONE, 0)
+
+
+async def test_crash_close_fails_buffered_requests_and_commits_nothing(
+    coordinator: CountingCoordinator,
+) -> None:
+    slow = BrokerConfig(wal=WalConfig(commit_interval_ms=60_000, upload_attempts=1))
+    store = MemoryObjectStore()
+    broker = DisklessBroker(1, store, coordinator, slow)
+    await broker.start()
+    pending = asyncio.create_task(broker.produce({T0: _idempotent([b"buffered"])}))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not pending.done()  # waiting in the active segment for its rotation
+    await broker.close(flush=False)
+    result = await pending
+    assert result[T0].error is not ErrorCode.NONE
+    assert result[T0].error.retriable or result[T0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    [latest] = await coordinator.list_offsets([ListOffsetsRequest(T0, OffsetSpec.LATEST)])
+    assert latest.offset == 0
+    assert (await store.list_page("")).objects == []
 
 
 async def test_log_append_time_is_reported_only_for_such_topics(broker: DisklessBroker) -> None:
