@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import struct
 import time
 import warnings
@@ -446,7 +445,3 @@ def describe_errors(rows: Iterable[ResultRow]) -> dict[str, int]:
             label = name or str(row.error)
             counts[label] = counts.get(label, 0) + 1
     return dict(sorted(counts.items()))
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)

@@ -129,13 +129,13 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     transactional_share: float = 0.0
     """Share of producers flagged transactional. Transactions are not driven yet: such producers
     run as idempotent producers (the report says so)."""
-    record_bytes: str = "lognormal:1KiB:0.5"
-    batch_records: str = "uniform:16:96"
+    record_bytes: str = "lognormal:2KiB:0.5"
+    batch_records: str = "uniform:8:56"
     partitions_per_round: int = 6
     key_skew: float = 0.8
     max_in_flight: int = 5
     rate_mb_s: float = 0.0
-    total_mb: float = 1000.0
+    total_mb: float = 2000.0
     duration_s: float = 60.0
     acks: int = -1
     timeout_ms: int = 30_000
