@@ -4,8 +4,9 @@ Broker i is in rack `rack-(i mod racks)` and listens on its own port of 127.0.0.
 share, besides the store and the coordinator, the cluster's membership view, its transaction front
 end (producer ids and transactions) and its group coordinator, so any broker can answer any
 coordinator request. `kill` takes a broker's listener down abruptly, as a crash would look to its
-clients; its `DisklessBroker` then flushes what it had accepted (a commit whose answer the client
-never saw: the client retries elsewhere and idempotence makes that retry a duplicate).
+clients. Its `DisklessBroker` then either flushes what it had accepted (`flush=True`: commits whose
+answers the clients never saw, so their retries elsewhere are duplicates) or fails it
+(`flush=False`, a process crash: nothing unanswered is committed, the retries are first writes).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.kafka_server._groups import GroupCoordinator
 from diskless.kafka_server._metadata import ClusterView
@@ -126,10 +127,10 @@ class KafkaCluster:
         """The servers not killed."""
         return [s for b, s in self.servers.items() if b not in self._killed]
 
-    async def kill(self, broker_id: int) -> None:
-        """Reset the broker's connections and stop its listener, then let its WAL drain."""
+    async def kill(self, broker_id: int, *, flush: bool = True) -> None:
+        """Reset the broker's connections and stop its listener; then drain or drop its WAL."""
         server = self.servers[broker_id]
-        _log.warning("killing broker %d", broker_id)
+        _log.warning("killing broker %d (flush=%s)", broker_id, flush)
         await server.abort()
         self._killed.add(broker_id)
-        await server.broker.close()
+        await server.broker.close(flush=flush)

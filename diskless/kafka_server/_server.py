@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless._broker import DisklessBroker
+from diskless import DisklessBroker
 from diskless.kafka_server._codec import (
     FRAME_BYTES_MAX,
     FRAME_SIZE,

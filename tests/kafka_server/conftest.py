@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from diskless._broker import BrokerConfig
+from diskless import BrokerConfig
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.storage import MemoryObjectStore

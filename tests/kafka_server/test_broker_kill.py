@@ -1,14 +1,17 @@
 """A broker dies mid-run; idempotent producers carry on through the others, losing nothing.
 
 Integration test. Killing resets every connection of the broker at once, answered or not, and
-stops its listener; what its WAL had accepted still commits (a response lost on the way, as when a
-broker crashes after the commit). Producers retry the unanswered batches elsewhere, where the
-coordinator recognises them as duplicates; metadata from the live brokers names new leaders.
+stops its listener. Then either what its WAL had accepted still commits (`flush`: responses lost
+on the way, so the producers' retries elsewhere are duplicates the coordinator must recognise) or
+it fails (`crash`: nothing unanswered is committed, the retries are first writes). Either way the
+metadata from the live brokers names new leaders and every record lands exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 
 from diskless.kafka_server import KafkaCluster
 from tests.kafka_server._clients import confluent_consume, confluent_produce
@@ -19,8 +22,9 @@ PER_PRODUCER = 20_000
 VICTIM = 0
 
 
+@pytest.mark.parametrize("flush", [True, False], ids=["flush", "crash"])
 async def test_producers_survive_a_broker_kill_without_loss_or_duplicates(
-    cluster: KafkaCluster,
+    cluster: KafkaCluster, flush: bool
 ) -> None:
     topic = "survivors"
     await cluster.create_topic(topic, PARTITIONS)
@@ -49,7 +53,7 @@ async def test_producers_survive_a_broker_kill_without_loss_or_duplicates(
         assert not any(t.done() for t in producing), "a producer finished before the kill"
         await asyncio.sleep(0.01)
     requests_before_kill = sum(victim.produce_requests.values())
-    await cluster.kill(VICTIM)
+    await cluster.kill(VICTIM, flush=flush)
     results = await asyncio.gather(*producing)
     assert requests_before_kill > 0
     assert sum(victim.produce_requests.values()) == requests_before_kill

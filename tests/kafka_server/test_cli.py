@@ -10,16 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import warnings
 from pathlib import Path
+
+from tests.kafka_server._kafka_python import KafkaConsumer, KafkaProducer, KpTopicPartition
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka import KafkaConsumer, KafkaProducer
-        from kafka import TopicPartition as KpTopicPartition
-
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     futures = [producer.send("cli", value=b"%d" % i, partition=i % 2) for i in range(50)]
     for future in futures:

@@ -8,7 +8,6 @@ per-partition producer order.
 from __future__ import annotations
 
 import asyncio
-import warnings
 
 import pytest
 
@@ -21,6 +20,7 @@ from tests.kafka_server._clients import (
     split_evenly,
     value,
 )
+from tests.kafka_server._kafka_python import KafkaConsumer, KafkaProducer, KpTopicPartition
 
 PARTITIONS = 12
 
@@ -83,13 +83,6 @@ async def test_confluent_idempotent_producers_in_three_racks_1m_records(
 
 
 def _kafka_python_round_trip(bootstrap: str, topic: str, count: int) -> Audit:
-    # kafka-python is imported here, in the worker thread, where its import-time warnings are
-    # filtered: the suite turns warnings into errors, and they concern the library, not us.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka import KafkaConsumer, KafkaProducer
-        from kafka import TopicPartition as KpTopicPartition
-
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, client_id="kafka-python"
     )

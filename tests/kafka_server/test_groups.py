@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import warnings
 
 from confluent_kafka import Consumer, Producer
 from kio.schema.errors import ErrorCode as WireError
@@ -17,6 +16,7 @@ from kio.schema.errors import ErrorCode as WireError
 from diskless import TopicPartition
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._groups import GroupCoordinator
+from tests.kafka_server._kafka_python import KafkaConsumer
 
 PARTITIONS = 6
 RECORDS = 3000
@@ -154,10 +154,6 @@ async def test_librdkafka_consumers_share_a_topic_through_a_group(cluster: Kafka
 
 
 def _kafka_python_group(bootstrap: str) -> int:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka import KafkaConsumer
-
     consumer = KafkaConsumer(
         "grouped",
         bootstrap_servers=bootstrap,
