@@ -75,7 +75,7 @@ class BulkLoader:
                 ),
             ).fetchone()
             self.next_object += 1
-            rows = []
+            rows: list[tuple[int, ...]] = []
             for i in range(BATCHES_PER_OBJECT):
                 partition = self.rng.randrange(PARTITIONS)
                 base = self.high_watermarks[partition]
