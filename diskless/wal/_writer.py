@@ -41,7 +41,12 @@ import msgspec
 from diskless._types import ErrorCode
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator, CommitBatch, CommitBatchResult
-from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
+from diskless.errors import (
+    BrokerClosedError,
+    BrokerFencedError,
+    CoordinatorError,
+    StorageTimeoutError,
+)
 from diskless.records import TRANSACTIONAL_BIT
 from diskless.storage import ObjectStore
 from diskless.wal._cache import SegmentCache
@@ -70,6 +75,8 @@ class WalConfig(msgspec.Struct, frozen=True):
     upload_attempts: int = 3
     upload_backoff_ms: int = 100
     """Sleep before the second attempt; doubles for each further attempt."""
+    upload_timeout_ms: int = 30_000
+    """An upload attempt still running after this long counts as failed."""
     object_prefix: str = DEFAULT_OBJECT_PREFIX
     segment_cache_bytes_max: int = 32 * 1024 * 1024
     """Size of the SegmentCache a writer creates when none is given (0 disables caching)."""
@@ -88,6 +95,8 @@ class WalConfig(msgspec.Struct, frozen=True):
             )
         if self.upload_attempts < 1:
             raise ValueError(f"upload_attempts must be >= 1, got {self.upload_attempts}")
+        if self.upload_timeout_ms < 1:
+            raise ValueError(f"upload_timeout_ms must be >= 1, got {self.upload_timeout_ms}")
         if self.upload_backoff_ms < 0:
             raise ValueError(f"upload_backoff_ms must be >= 0, got {self.upload_backoff_ms}")
         if self.object_prefix and not self.object_prefix.endswith("/"):
@@ -430,6 +439,8 @@ class WalWriter:
         segment.slots.append((request, index))
         if segment.batch_bytes >= buffer_max:
             self._rotate("size")
+        elif self._admission:  # a writer admitted ahead of others may now block them
+            self._rotate_if_blocking_admission()
 
     def _resolve(self, request: _Request, index: int, result: CommitBatchResult) -> None:
         if request.future.done():
@@ -465,6 +476,7 @@ class WalWriter:
         )
         self._admission.append((size, waiter))
         request.waiter = waiter
+        self._rotate_if_blocking_admission()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -489,6 +501,25 @@ class WalWriter:
             queue.popleft()
             self._take(want)
             waiter.set_result(None)
+        if queue:
+            self._rotate_if_blocking_admission()
+
+    def _rotate_if_blocking_admission(self) -> None:
+        """Rotate now if the first queued writer cannot fit until the active segment is gone.
+
+        Queued writers block everyone behind them, so the active segment cannot grow meanwhile;
+        waiting for the interval timer would only add latency (and, with small limits, let
+        requests time out in a queue that drains one interval at a time).
+        """
+        active = self._active
+        if active is None:
+            return
+        for want, waiter in self._admission:
+            if waiter.done():
+                continue
+            if active.batch_bytes + want > self._config.inflight_bytes_max:
+                self._rotate("backpressure")
+            return
 
     def _fail_admission_waiters(self, result: CommitBatchResult) -> None:
         while self._admission:
@@ -620,7 +651,7 @@ class WalWriter:
             started = self._clock.monotonic()
             for attempt in range(1, attempts + 1):
                 try:
-                    await self._store.put(segment.key, segment.data)
+                    await self._put_within_timeout(segment)
                 except Exception as error:
                     self._upload_attempts_failed += 1
                     log.warning(
@@ -641,6 +672,28 @@ class WalWriter:
                 return True
         log.error("giving up on %s after %d attempts", segment.key, attempts)
         return False
+
+    async def _put_within_timeout(self, segment: _Segment) -> None:
+        """One PUT attempt, abandoned after `upload_timeout_ms` of the writer's clock.
+
+        Commits go in rotation order, so a PUT that never returns would stall every later
+        segment; the timeout turns it into a failed attempt (the object may still appear: an
+        orphan for the file manager, since its key is never committed).
+        """
+        put = asyncio.ensure_future(self._store.put(segment.key, segment.data))
+        timer = asyncio.ensure_future(self._clock.sleep(self._config.upload_timeout_ms / 1000))
+        try:
+            await asyncio.wait([put, timer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not put.done():
+                put.cancel()
+                await asyncio.wait([put])
+        if put.cancelled():
+            raise StorageTimeoutError(
+                f"PUT of {segment.key} took over {self._config.upload_timeout_ms} ms"
+            )
+        put.result()
 
     async def _commit(self, segment: _Segment) -> None:
         batches = segment.batches

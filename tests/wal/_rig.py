@@ -54,10 +54,12 @@ class GatedStore(ObjectStore):
         self.gated = True
         self.waiting: list[tuple[str, asyncio.Event]] = []
         self.put_keys: list[str] = []
+        self.stuck: set[str] = set()
+        """Keys whose PUTs hang even when the store is no longer gated."""
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
         self.put_keys.append(key)
-        if self.gated:
+        if self.gated or key in self.stuck:
             gate = asyncio.Event()
             self.waiting.append((key, gate))
             await gate.wait()

@@ -271,6 +271,7 @@ async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
         inflight_bytes_max=buffer_max * rng.randint(1, 4),
         upload_attempts=rng.randint(1, 3),
         upload_backoff_ms=rng.choice([5, 50]),
+        upload_timeout_ms=rng.choice([300, 1000, 30_000]),
     )
     sim = Scenario(
         seed=seed,

@@ -606,3 +606,60 @@ async def test_a_timed_out_batch_no_longer_borrows_the_callers_buffer() -> None:
     (key,) = await _objects(rig)
     assert (await rig.memory.get(key))[: len(original)] == original
     assert [values for _, values in await rig.read_partition(TP0)] == [[b"keep me"]]
+
+
+async def test_a_hung_upload_attempt_times_out_and_later_segments_still_commit() -> None:
+    config = WalConfig(
+        buffer_max_bytes=500, upload_attempts=2, upload_backoff_ms=100, upload_timeout_ms=1000
+    )
+    rig = Rig(config)
+    gated = GatedStore(MemoryObjectStore(rig.clock))  # PUTs hang until opened
+    await rig.topic()
+    writer = await rig.writer(store=gated)
+    started = rig.clock.monotonic()
+    hung = asyncio.ensure_future(writer.write([entry(TP0, sized_batch(500))], timeout_s=60))
+    await settle()
+    later = asyncio.ensure_future(writer.write([entry(TP0, sized_batch(500))], timeout_s=60))
+    await settle()
+    gated.stuck.add(gated.waiting[0][0])  # the first segment's PUTs never return
+    gated.gated = False  # later PUTs go through; the two already waiting stay stuck
+    await drive(rig.clock, asyncio.gather(hung, later))
+    (result,) = hung.result()
+    assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
+    assert _ok(later.result()) == [0]
+    # Two attempts of 1 s each and one 100 ms backoff, on the virtual clock.
+    assert rig.clock.monotonic() - started == pytest.approx(2.1)
+    assert writer.stats.upload_attempts_failed == 3  # hung: 2, later: 1 (its first attempt)
+    assert writer.stats.segments_upload_failed == 1
+    await rig.close()
+
+
+async def test_writers_blocked_by_the_active_segment_rotate_it_without_waiting() -> None:
+    """Queued writers freeze the active segment, so it rotates at once instead of at the timer."""
+    config = WalConfig(buffer_max_bytes=600, inflight_bytes_max=600, commit_interval_ms=10_000)
+    rig = Rig(config)
+    gated = GatedStore(MemoryObjectStore(rig.clock))
+    await rig.topic()
+    writer = await rig.writer(store=gated)
+    start = rig.clock.monotonic()
+
+    def send(size: int) -> asyncio.Future[list[CommitBatchResult]]:
+        return asyncio.ensure_future(writer.write([entry(TP0, sized_batch(size))], timeout_s=60))
+
+    first = send(500)
+    await settle()
+    second = send(200)  # blocked by `first` in the active segment: rotates it
+    await settle()
+    assert len(gated.waiting) == 1
+    third = send(500)  # blocked behind `second`, which is not even admitted yet
+    await settle()
+    gated.gated = False
+    gated.open(gated.waiting[0][0])
+    await settle()
+    # `second` was admitted and appended; `third` cannot fit beside it: rotate, no timer needed.
+    assert [_ok(w.result()) for w in (first, second)] == [[0], [1]]
+    assert not third.done()
+    await writer.close(flush=True)
+    assert _ok(third.result()) == [2]
+    assert rig.clock.monotonic() == start
+    assert writer.stats.segments_rotated == 3
