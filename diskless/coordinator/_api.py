@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -55,6 +56,11 @@ class CommitBatch(msgspec.Struct, frozen=True):
     producer_epoch: int
     base_sequence: int
     is_transactional: bool = False
+    lease_id: int | None = None
+    """The transaction lease the broker took before the batch entered its WAL segment
+    (`BatchCoordinator.acquire_txn_leases`); the commit releases it. A transactional batch with a
+    lease commits while the lease is live; one without commits only while its transaction's
+    registration is ONGOING (no end has begun)."""
 
 
 class CommitBatchResult(msgspec.Struct, frozen=True, gc=False):
@@ -96,6 +102,9 @@ class FindBatchesRequest(msgspec.Struct, frozen=True):
     topic_partition: TopicPartition
     offset: int
     max_bytes: int
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    """READ_COMMITTED returns batches below the last stable offset only, with the aborted
+    transactions overlapping them."""
 
 
 class FindBatchesResponse(msgspec.Struct, frozen=True):
@@ -104,6 +113,26 @@ class FindBatchesResponse(msgspec.Struct, frozen=True):
     log_start_offset: int = -1
     high_watermark: int = -1
     last_stable_offset: int = -1
+    aborted_transactions: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    """READ_COMMITTED: (producer id, first offset) of every aborted transaction overlapping the
+    returned batches (last offset >= the fetch offset, first offset < the end of the batches)."""
+
+
+class LeaseRequest(NamedTuple):
+    """A transactional batch about to enter a broker's WAL segment."""
+
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+
+
+class LeaseResult(msgspec.Struct, frozen=True):
+    """A granted lease (error NONE) or why the batch may not be written."""
+
+    error: ErrorCode
+    lease_id: int = -1
+    expires_ms: int = -1
+    """The coordinator's clock: a commit at or after this time is rejected."""
 
 
 class ListOffsetsRequest(msgspec.Struct, frozen=True):
@@ -216,6 +245,53 @@ class BatchCoordinator(abc.ABC):
 
         Raises BrokerFencedError for a stale epoch and ObjectKeyConflictError for a key already
         committed or condemned; in both cases nothing is recorded.
+        """
+
+    # --- transactions (the partitions' side; `diskless.txn.TransactionParticipant`) ------------
+    @abc.abstractmethod
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve `count` consecutive producer ids, durably; returns the first one."""
+
+    @abc.abstractmethod
+    async def add_partitions_to_txn(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        """Register (producer, epoch) as having an ongoing transaction on each partition (KIP-890).
+
+        UNKNOWN_TOPIC_OR_PARTITION for an unknown partition; INVALID_PRODUCER_EPOCH for an epoch
+        older than the producer's on that partition. `result[i]` answers `partitions[i]`.
+        """
+
+    @abc.abstractmethod
+    async def acquire_txn_leases(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        requests: Sequence[LeaseRequest],
+        ttl_ms: int,
+    ) -> list[LeaseResult]:
+        """Leases for transactional batches about to enter a WAL segment: the commit barrier.
+
+        A lease is granted only while the (producer, epoch) registration is ONGOING
+        (INVALID_TXN_STATE otherwise, INVALID_PRODUCER_EPOCH for a stale epoch); it expires
+        `ttl_ms` later on the coordinator's clock. An end of the transaction waits until each of
+        its leases is released by a commit or has expired. Raises BrokerFencedError for a stale
+        broker epoch. `result[i]` answers `requests[i]`.
+        """
+
+    @abc.abstractmethod
+    async def end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        """Write COMMIT or ABORT markers once no batch of the transaction can still land.
+
+        See `diskless.txn.TransactionParticipant.end_transaction`.
         """
 
     # --- the read path ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import (
     BatchCoordinator,
@@ -20,6 +20,8 @@ from diskless.coordinator._api import (
     FileStats,
     FindBatchesRequest,
     FindBatchesResponse,
+    LeaseRequest,
+    LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ProducerSnapshot,
@@ -104,6 +106,36 @@ class FaultyBatchCoordinator(BatchCoordinator):
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
     ) -> list[FindBatchesResponse]:
         return await self.inner.find_batches(requests, fetch_max_bytes)
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        return await self.inner.allocate_producer_ids(count)
+
+    async def add_partitions_to_txn(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        return await self.inner.add_partitions_to_txn(producer_id, producer_epoch, partitions)
+
+    async def acquire_txn_leases(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        requests: Sequence[LeaseRequest],
+        ttl_ms: int,
+    ) -> list[LeaseResult]:
+        return await self.inner.acquire_txn_leases(broker_id, broker_epoch, requests, ttl_ms)
+
+    async def end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        return await self.inner.end_transaction(
+            producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
+        )
 
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]

@@ -7,14 +7,16 @@ only stores.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import collections
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 
 import msgspec
+from sortedcontainers import SortedDict
 
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import _reads
 from diskless.coordinator._api import (
@@ -28,6 +30,8 @@ from diskless.coordinator._api import (
     FileStats,
     FindBatchesRequest,
     FindBatchesResponse,
+    LeaseRequest,
+    LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ProducerSnapshot,
@@ -37,8 +41,24 @@ from diskless.coordinator._api import (
 )
 from diskless.coordinator._checks import check_broker_epoch, check_new_topic, check_object_key
 from diskless.coordinator._planner import plan_commit
-from diskless.coordinator._rows import PartitionState, StoredBatch
+from diskless.coordinator._rows import (
+    AbortedTxn,
+    PartitionState,
+    StoredBatch,
+    TxnLease,
+    TxnRegistration,
+)
 from diskless.coordinator._snapshots import producer_snapshot
+from diskless.coordinator._txn import (
+    COMMIT_AGE_MAX_MS_DEFAULT,
+    LEASE_TTL_MS_MAX,
+    MarkerPlan,
+    check_commit_age,
+    check_lease_grant,
+    check_registration,
+    plan_marker,
+    run_end_transaction,
+)
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT, ProducerEntry, is_expired
 
 _COMPACT_MIN = 1024
@@ -47,6 +67,7 @@ _COMPACT_MIN = 1024
 
 _base_offset = operator.attrgetter("base_offset")
 _running_max = operator.attrgetter("ts_running_max")
+_marker_offset = operator.attrgetter("last_offset")
 
 
 class _Log:
@@ -139,6 +160,16 @@ class _ProducerView:
         return self._producers[key[0]].get(key[1])
 
 
+class _RegistrationView:
+    """The planner's view of the transaction registrations."""
+
+    def __init__(self, registrations: dict[int, dict[int, TxnRegistration]]) -> None:
+        self._registrations = registrations
+
+    def get(self, key: tuple[int, int], /) -> TxnRegistration | None:
+        return self._registrations[key[0]].get(key[1])
+
+
 class InMemoryBatchCoordinator(BatchCoordinator):
     """A batch coordinator whose state lives in this process's memory."""
 
@@ -146,9 +177,25 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         self,
         clock: Clock | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        *,
+        commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
+        object_prefix: str = "wal/",
     ) -> None:
+        """`commit_age_max_ms`: see `SqliteBatchCoordinator` (None: no bound)."""
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._expiration_ms = producer_id_expiration_ms
+        self._commit_age_max_ms = commit_age_max_ms
+        self._object_prefix = object_prefix
+        # Transactions: registrations and leases by partition key, the ongoing-transaction index
+        # (first offset -> producer id, the LSO) and the aborted-transaction index per partition.
+        self._next_producer_id = 0
+        self._registrations: dict[int, dict[int, TxnRegistration]] = {}
+        self._leases: dict[int, TxnLease] = {}
+        self._leases_by_producer: dict[tuple[int, int], set[int]] = {}
+        self._next_lease_id = 1
+        self._ongoing: dict[int, SortedDict] = {}
+        self._aborted: dict[int, list[AbortedTxn]] = {}
+        self._release_waiters: list[asyncio.Future[None]] = []
         self._topics: dict[str, _Topic] = {}
         self._logs: dict[int, _Log] = {}
         self._states: dict[int, PartitionState] = {}
@@ -160,6 +207,7 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         self._closed = False
         self._partition_view = _PartitionView(self)
         self._producer_view = _ProducerView(self._producers)
+        self._registration_view = _RegistrationView(self._registrations)
 
     # --- lookups ------------------------------------------------------------------------------
     def partition(self, tp: TopicPartition) -> PartitionState | None:
@@ -176,6 +224,11 @@ class InMemoryBatchCoordinator(BatchCoordinator):
 
     def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
         return self._logs[state.key].first_running_max_at_least(ts)
+
+    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
+        aborted = self._aborted[state.key]
+        start = bisect.bisect_left(aborted, offset, key=_marker_offset)
+        return iter(aborted[start:])
 
     def _check_open(self) -> None:
         if self._closed:
@@ -203,6 +256,9 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             self._states[key] = state
             self._logs[key] = _Log()
             self._producers[key] = {}
+            self._registrations[key] = {}
+            self._ongoing[key] = SortedDict()
+            self._aborted[key] = []
 
     async def create_partitions(self, name: str, total_partitions: int) -> None:
         self._check_open()
@@ -239,6 +295,10 @@ class InMemoryBatchCoordinator(BatchCoordinator):
                 while len(log):
                     self._release(log.pop_oldest(), now)
                 del self._producers[state.key]
+                for pid in self._registrations.pop(state.key):
+                    self._drop_leases(state.key, pid, None)
+                del self._ongoing[state.key]
+                del self._aborted[state.key]
 
     # --- brokers ------------------------------------------------------------------------------
     async def register_broker(self, broker_id: int) -> int:
@@ -261,10 +321,18 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         existing = self._files.get(object_key)
         check_object_key(object_key, None if existing is None else existing.state)
         now = self._clock.now_ms()
+        check_commit_age(object_key, self._object_prefix, now, self._commit_age_max_ms)
         # The planner reads live state through these views and returns copies, so nothing
         # changes until the plan is applied below.
         plan = plan_commit(
-            object_key, batches, self._partition_view, self._producer_view, now, self._expiration_ms
+            object_key,
+            batches,
+            self._partition_view,
+            self._producer_view,
+            now,
+            self._expiration_ms,
+            self._registration_view,
+            self._leases,
         )
         # Apply: nothing below can fail, so the commit is all or nothing.
         for batch_row in plan.new_batches:
@@ -276,11 +344,246 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             old.high_watermark = new_state.high_watermark
             old.size_bytes = new_state.size_bytes
             old.ts_running_max = new_state.ts_running_max
+        for partition_key, first_offset, pid in plan.opened_txns:
+            self._ongoing[partition_key][first_offset] = pid
+            self._refresh_lso(partition_key)
+        if plan.released_leases:
+            for lease_id in plan.released_leases:
+                self._drop_lease(lease_id)
+            self._signal_release()
         live = len(plan.new_batches)
         self._files[object_key] = _File(
             FileState.LIVE if live else FileState.UNREFERENCED, file_size, now, live
         )
         return plan.results
+
+    # --- transactions -------------------------------------------------------------------------
+    async def allocate_producer_ids(self, count: int) -> int:
+        self._check_open()
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        first = self._next_producer_id
+        self._next_producer_id += count
+        return first
+
+    def _live_entry(self, partition_key: int, producer_id: int) -> ProducerEntry | None:
+        entry = self._producers[partition_key].get(producer_id)
+        if entry is not None and is_expired(entry, self._clock.now_ms(), self._expiration_ms):
+            return None
+        return entry
+
+    async def add_partitions_to_txn(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        self._check_open()
+        results = []
+        for tp in partitions:
+            state = self.partition(tp)
+            if state is None:
+                results.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            registrations = self._registrations[state.key]
+            error, new = check_registration(
+                self._live_entry(state.key, producer_id),
+                registrations.get(producer_id),
+                producer_epoch,
+            )
+            if new is not None:
+                registrations[producer_id] = new
+                self._drop_leases(state.key, producer_id, new.producer_epoch - 1)
+            results.append(error)
+        return results
+
+    async def acquire_txn_leases(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        requests: Sequence[LeaseRequest],
+        ttl_ms: int,
+    ) -> list[LeaseResult]:
+        self._check_open()
+        if not 0 < ttl_ms <= LEASE_TTL_MS_MAX:
+            raise ValueError(f"ttl_ms must be in (0, {LEASE_TTL_MS_MAX}], got {ttl_ms}")
+        check_broker_epoch(broker_id, broker_epoch, self._brokers.get(broker_id))
+        expires = self._clock.now_ms() + ttl_ms
+        results = []
+        for tp, producer_id, producer_epoch in requests:
+            state = self.partition(tp)
+            if state is None:
+                results.append(LeaseResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            error = check_lease_grant(
+                self._live_entry(state.key, producer_id),
+                self._registrations[state.key].get(producer_id),
+                producer_epoch,
+            )
+            if error is not ErrorCode.NONE:
+                results.append(LeaseResult(error))
+                continue
+            lease_id = self._next_lease_id
+            self._next_lease_id += 1
+            self._leases[lease_id] = TxnLease(
+                lease_id, state.key, producer_id, producer_epoch, expires
+            )
+            self._leases_by_producer.setdefault((state.key, producer_id), set()).add(lease_id)
+            results.append(LeaseResult(ErrorCode.NONE, lease_id, expires))
+        return results
+
+    async def end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        self._check_open()
+        return await run_end_transaction(
+            self,
+            self._clock,
+            producer_id,
+            producer_epoch,
+            marker_epoch,
+            commit,
+            coordinator_epoch,
+            partitions,
+        )
+
+    async def _txn_begin_end(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        self._check_open()
+        results = []
+        for tp in partitions:
+            state = self.partition(tp)
+            if state is None:
+                results.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            registrations = self._registrations[state.key]
+            registration = registrations.get(producer_id)
+            if registration is not None and registration.producer_epoch == producer_epoch:
+                registrations[producer_id] = TxnRegistration(producer_epoch, ending=True)
+            results.append(ErrorCode.NONE)
+        return results
+
+    async def _txn_lease_deadline(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> int | None:
+        self._check_open()
+        now = self._clock.now_ms()
+        earliest: int | None = None
+        for tp in partitions:
+            state = self.partition(tp)
+            if state is None:
+                continue
+            for lease_id in self._leases_by_producer.get((state.key, producer_id), ()):
+                lease = self._leases[lease_id]
+                if (
+                    lease.producer_epoch == producer_epoch
+                    and lease.expires_ms > now
+                    and (earliest is None or lease.expires_ms < earliest)
+                ):
+                    earliest = lease.expires_ms
+        return earliest
+
+    def _txn_release_signal(self) -> Awaitable[None] | None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._release_waiters.append(waiter)
+        return waiter
+
+    def _signal_release(self) -> None:
+        waiters, self._release_waiters = self._release_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _txn_write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        self._check_open()
+        now = self._clock.now_ms()
+        # Plan every partition first (nothing changes), then apply: all or nothing.
+        plans: dict[TopicPartition, tuple[PartitionState, MarkerPlan] | ErrorCode] = {}
+        for tp in dict.fromkeys(partitions):
+            state = self.partition(tp)
+            if state is None:
+                plans[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            ongoing = self._ongoing[state.key]
+            next_first = next(
+                (first for first, pid in ongoing.items()[:2] if pid != producer_id), None
+            )
+            plans[tp] = (
+                state,
+                plan_marker(
+                    state,
+                    self._live_entry(state.key, producer_id),
+                    self._registrations[state.key].get(producer_id),
+                    producer_id,
+                    producer_epoch,
+                    marker_epoch,
+                    commit,
+                    coordinator_epoch,
+                    now,
+                    next_first,
+                ),
+            )
+        for planned in plans.values():
+            if isinstance(planned, ErrorCode):
+                continue
+            state, plan = planned
+            if plan.marker is None:
+                continue
+            key = state.key
+            assert plan.state is not None and plan.entry is not None
+            self._logs[key].append(plan.marker)
+            state.high_watermark = plan.state.high_watermark
+            state.size_bytes = plan.state.size_bytes
+            state.ts_running_max = plan.state.ts_running_max
+            self._producers[key][producer_id] = plan.entry
+            if plan.closed_txn_first_offset is not None:
+                closed = self._ongoing[key].pop(plan.closed_txn_first_offset, None)
+                assert closed == producer_id, (closed, producer_id)
+            if plan.aborted is not None:
+                self._aborted[key].append(plan.aborted)
+            registrations = self._registrations[key]
+            registration = registrations.get(producer_id)
+            if registration is not None and registration.producer_epoch <= producer_epoch:
+                del registrations[producer_id]
+            self._drop_leases(key, producer_id, producer_epoch)
+            self._refresh_lso(key)
+        return [
+            planned if isinstance(planned, ErrorCode) else planned[1].error
+            for planned in (plans[tp] for tp in partitions)
+        ]
+
+    def _refresh_lso(self, partition_key: int) -> None:
+        ongoing = self._ongoing[partition_key]
+        self._states[partition_key].txn_first_offset = ongoing.keys()[0] if ongoing else None
+
+    def _drop_lease(self, lease_id: int) -> None:
+        lease = self._leases.pop(lease_id, None)
+        if lease is not None:
+            self._leases_by_producer[(lease.partition_key, lease.producer_id)].discard(lease_id)
+
+    def _drop_leases(self, partition_key: int, producer_id: int, epoch_max: int | None) -> None:
+        """Drop the producer's leases on a partition up to `epoch_max` (None: all)."""
+        ids = self._leases_by_producer.get((partition_key, producer_id))
+        if not ids:
+            return
+        for lease_id in list(ids):
+            if epoch_max is None or self._leases[lease_id].producer_epoch <= epoch_max:
+                del self._leases[lease_id]
+                ids.discard(lease_id)
+        if not ids:
+            del self._leases_by_producer[(partition_key, producer_id)]
 
     # --- the read path ------------------------------------------------------------------------
     async def find_batches(
@@ -297,7 +600,9 @@ class InMemoryBatchCoordinator(BatchCoordinator):
 
     # --- deletion -----------------------------------------------------------------------------
     def _release(self, batch: StoredBatch, now_ms: int) -> None:
-        """Drop a deleted batch's reference to its file."""
+        """Drop a deleted batch's reference to its file (a marker has none)."""
+        if not batch.object_key:
+            return
         file = self._files[batch.object_key]
         assert file.state is FileState.LIVE and file.live_batches > 0, file
         file.live_batches -= 1
@@ -316,6 +621,10 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             self._release(batch, now_ms)
             deleted.append(batch)
         state.log_start_offset = new_start
+        aborted = self._aborted[state.key]
+        gone = bisect.bisect_left(aborted, new_start, key=_marker_offset)
+        if gone:
+            del aborted[:gone]
         return deleted
 
     async def delete_records(

@@ -18,7 +18,8 @@ import msgspec
 
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TimestampType, TopicPartition
 from diskless.coordinator._api import CommitBatch, CommitBatchResult
-from diskless.coordinator._rows import PartitionState, StoredBatch
+from diskless.coordinator._rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
+from diskless.coordinator._txn import check_txn_commit
 from diskless.txn import (
     SEQUENCE_MAX,
     Duplicate,
@@ -47,6 +48,8 @@ _NONE = ErrorCode.NONE
 _LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 _UNLOADED = ProducerEntry(-1, -1)
 """Marks a producer entry not looked up yet (None means looked up and absent)."""
+_NO_REGISTRATIONS: dict[ProducerKey, TxnRegistration] = {}
+_NO_LEASES: dict[int, TxnLease] = {}
 
 
 class CommitPlan(msgspec.Struct):
@@ -59,6 +62,11 @@ class CommitPlan(msgspec.Struct):
     """Every producer entry the commit changed, in its new state."""
     partitions: dict[TopicPartition, PartitionState]
     """Every partition the commit appended to, in its new state (copies; inputs are untouched)."""
+    opened_txns: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
+    """(partition key, first offset, producer id) of the transactions the commit opened: the
+    ongoing-transaction index (the LSO) gains them."""
+    released_leases: list[int] = msgspec.field(default_factory=list)
+    """Lease ids the commit's batches carried: released whatever each batch's outcome."""
 
 
 def producer_keys(
@@ -74,6 +82,22 @@ def producer_keys(
     return keys
 
 
+def txn_keys(
+    batches: Sequence[CommitBatch], partitions: Lookup[TopicPartition, PartitionState]
+) -> tuple[set[ProducerKey], set[int]]:
+    """The registrations and leases a backend must load before planning a commit of `batches`."""
+    keys = set()
+    leases = set()
+    for b in batches:
+        if b.is_transactional and b.producer_id != NO_PRODUCER_ID:
+            state = partitions.get(b.topic_partition)
+            if state is not None:
+                keys.add((state.key, b.producer_id))
+        if b.lease_id is not None:
+            leases.add(b.lease_id)
+    return keys, leases
+
+
 def plan_commit(
     object_key: str,
     batches: Sequence[CommitBatch],
@@ -81,12 +105,15 @@ def plan_commit(
     producers: Lookup[ProducerKey, ProducerEntry],
     now_ms: int,
     producer_id_expiration_ms: int,
+    registrations: Lookup[ProducerKey, TxnRegistration] = _NO_REGISTRATIONS,
+    leases: Lookup[int, TxnLease] = _NO_LEASES,
 ) -> CommitPlan:
     """Check and sequence `batches` in order against a snapshot of the state they touch.
 
     `partitions` holds every existing partition the batches name (absent ones are unknown);
-    `producers` holds the stored entry of every key in `producer_keys(...)` that has one. Both
-    are only read, once per key, and never while the plan is being applied.
+    `producers` holds the stored entry of every key in `producer_keys(...)` that has one;
+    `registrations` and `leases` those of `txn_keys(...)`. All are only read, and never while the
+    plan is being applied.
     """
     results: list[CommitBatchResult] = []
     new_batches: list[StoredBatch] = []
@@ -95,9 +122,13 @@ def plan_commit(
     appended: set[TopicPartition] = set()
     entries: dict[ProducerKey, ProducerEntry | None] = {}
     changed: set[ProducerKey] = set()
+    opened_txns: list[tuple[int, int, int]] = []
+    released_leases: list[int] = []
     append_result = results.append
     append_batch = new_batches.append
     for batch in batches:
+        if batch.lease_id is not None:
+            released_leases.append(batch.lease_id)
         tp = batch.topic_partition
         state = working.get(tp)
         if state is None:
@@ -138,6 +169,17 @@ def plan_commit(
             assert 0 <= first_seq <= SEQUENCE_MAX, batch
             last_seq = (first_seq + count - 1) % _SEQUENCE_MODULUS
             verdict = check_append(entry, epoch, first_seq, last_seq, batch.is_transactional)
+            if verdict is None and batch.is_transactional:
+                lease_id = batch.lease_id
+                verdict = check_txn_commit(
+                    registrations.get(pkey),
+                    lease_id,
+                    None if lease_id is None else leases.get(lease_id),
+                    state.key,
+                    pid,
+                    epoch,
+                    now_ms,
+                )
             if verdict is not None:
                 if isinstance(verdict, Duplicate):
                     original_batch = verdict.original
@@ -184,6 +226,8 @@ def plan_commit(
         state.size_bytes += batch.size
         appended.add(tp)
         if pid != NO_PRODUCER_ID:
+            if batch.is_transactional and (entry is None or entry.current_txn_first_offset is None):
+                opened_txns.append((state.key, high_watermark, pid))
             entries[pkey] = record_append(
                 entry,
                 pid,
@@ -208,4 +252,6 @@ def plan_commit(
         assert changed_entry is not None
         changed_entries[key] = changed_entry
     new_states = {tp: working[tp] for tp in appended}
-    return CommitPlan(results, new_batches, changed_entries, new_states)
+    return CommitPlan(
+        results, new_batches, changed_entries, new_states, opened_txns, released_leases
+    )

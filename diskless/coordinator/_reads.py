@@ -18,7 +18,7 @@ from diskless.coordinator._api import (
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
-from diskless.coordinator._rows import PartitionState, StoredBatch
+from diskless.coordinator._rows import AbortedTxn, PartitionState, StoredBatch
 
 
 class ReadSource(Protocol):
@@ -40,6 +40,10 @@ class ReadSource(Protocol):
         """The first stored batch whose `ts_running_max` is >= `ts`."""
         ...
 
+    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
+        """Aborted transactions whose marker (last offset) is at or after `offset`, in order."""
+        ...
+
 
 def find_batches(
     source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
@@ -48,7 +52,9 @@ def find_batches(
 
     A batch larger than what is left is returned alone only when nothing has been returned yet in
     the whole response, so that a consumer always makes progress and never gets more than one
-    oversized batch.
+    oversized batch. READ_COMMITTED stops at the last stable offset (the LSO is always the first
+    offset of a batch: the open transaction's first one) and lists the aborted transactions
+    overlapping what it returns.
     """
     responses: list[FindBatchesResponse] = []
     remaining = fetch_max_bytes
@@ -65,9 +71,13 @@ def find_batches(
         budget = max(0, min(request.max_bytes, remaining))
         taken: list[BatchInfo] = []
         used = 0
-        if offset < state.high_watermark:
+        committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+        end = state.last_stable_offset if committed else state.high_watermark
+        if offset < end:
             timestamp_type = state.config.timestamp_type
             for batch in source.batches_from(state, offset):
+                if batch.base_offset >= end:
+                    break
                 if used + batch.size <= budget:
                     taken.append(batch.to_info(timestamp_type))
                     used += batch.size
@@ -79,13 +89,24 @@ def find_batches(
             assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
         remaining = max(0, remaining - used)
         returned_any = returned_any or bool(taken)
-        responses.append(_fetch_response(ErrorCode.NONE, taken, state))
+        aborted: list[tuple[int, int]] = []
+        if committed and taken:
+            upper = taken[-1].last_offset + 1
+            aborted = [
+                (a.producer_id, a.first_offset)
+                for a in source.aborted_from(state, offset)
+                if a.first_offset < upper
+            ]
+        responses.append(_fetch_response(ErrorCode.NONE, taken, state, aborted))
     assert len(responses) == len(requests)
     return responses
 
 
 def _fetch_response(
-    error: ErrorCode, batches: list[BatchInfo], state: PartitionState
+    error: ErrorCode,
+    batches: list[BatchInfo],
+    state: PartitionState,
+    aborted: list[tuple[int, int]] | None = None,
 ) -> FindBatchesResponse:
     return FindBatchesResponse(
         error,
@@ -93,6 +114,7 @@ def _fetch_response(
         log_start_offset=state.log_start_offset,
         high_watermark=state.high_watermark,
         last_stable_offset=state.last_stable_offset,
+        aborted_transactions=aborted if aborted is not None else [],
     )
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import msgspec
 
-from diskless._types import TimestampType, TopicPartition
+from diskless._types import ControlType, TimestampType, TopicPartition
 from diskless.coordinator._api import BatchInfo, TopicConfig
 
 
@@ -20,11 +22,16 @@ class PartitionState(msgspec.Struct):
     """Sum of the sizes of the batches still stored (for size retention)."""
     ts_running_max: int = -1
     """The largest batch timestamp ever appended (feeds the by-timestamp index)."""
+    txn_first_offset: int | None = None
+    """The first offset of the earliest ongoing transaction (from the ongoing-transaction index)."""
 
     @property
     def last_stable_offset(self) -> int:
-        """The LSO; equal to the high watermark until transactions keep an index of their own."""
-        return self.high_watermark
+        """Kafka's LSO: the earliest ongoing transaction's first offset if below the high
+        watermark, else the high watermark; never below the log start offset."""
+        first = self.txn_first_offset
+        lso = self.high_watermark if first is None or first > self.high_watermark else first
+        return max(lso, self.log_start_offset)
 
 
 class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -44,8 +51,27 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """max(timestamp) over this batch and every earlier batch of the partition, deleted or not."""
     producer_id: int
     producer_epoch: int
+    control: int = -1
+    """-1 for data; a `ControlType` for a transaction marker (then `object_key` is empty)."""
+    coordinator_epoch: int = 0
+    """The transaction coordinator's epoch written in a marker."""
 
     def to_info(self, timestamp_type: TimestampType) -> BatchInfo:
+        if self.control >= 0:
+            return BatchInfo(
+                object_key="",
+                byte_offset=0,
+                size=self.size,
+                base_offset=self.base_offset,
+                last_offset=self.last_offset,
+                timestamp_type=timestamp_type,
+                log_append_time=self.log_append_time,
+                max_timestamp=self.max_timestamp,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                control=ControlType(self.control),
+                coordinator_epoch=self.coordinator_epoch,
+            )
         return BatchInfo(
             object_key=self.object_key,
             byte_offset=self.byte_offset,
@@ -58,3 +84,31 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
         )
+
+
+class TxnRegistration(msgspec.Struct, frozen=True, gc=False):
+    """KIP-890 verification: (producer, epoch) has a transaction on a partition."""
+
+    producer_epoch: int
+    ending: bool = False
+    """An end has begun (phase 1 of `end_transaction`): no new lease is granted."""
+
+
+class TxnLease(msgspec.Struct, frozen=True, gc=False):
+    """A transactional batch on its way to a commit; the marker waits for it."""
+
+    lease_id: int
+    partition_key: int
+    producer_id: int
+    producer_epoch: int
+    expires_ms: int
+
+
+class AbortedTxn(NamedTuple):
+    """An entry of a partition's aborted-transaction index (Kafka's AbortedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    """The offset of the ABORT marker."""
+    last_stable_offset: int

@@ -20,12 +20,12 @@ import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 
-from diskless._types import TimestampType, TopicPartition
+from diskless._types import ErrorCode, TimestampType, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import _reads
 from diskless.coordinator._api import (
@@ -39,6 +39,8 @@ from diskless.coordinator._api import (
     FileStats,
     FindBatchesRequest,
     FindBatchesResponse,
+    LeaseRequest,
+    LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ProducerSnapshot,
@@ -47,10 +49,25 @@ from diskless.coordinator._api import (
     TopicDescription,
 )
 from diskless.coordinator._checks import check_broker_epoch, check_new_topic, check_object_key
-from diskless.coordinator._planner import ProducerKey, plan_commit, producer_keys
-from diskless.coordinator._rows import PartitionState, StoredBatch
+from diskless.coordinator._planner import ProducerKey, plan_commit, producer_keys, txn_keys
+from diskless.coordinator._rows import (
+    AbortedTxn,
+    PartitionState,
+    StoredBatch,
+    TxnLease,
+    TxnRegistration,
+)
 from diskless.coordinator._snapshots import producer_snapshot
 from diskless.coordinator._sqlite_schema import SchemaTooNewError, migrate
+from diskless.coordinator._txn import (
+    COMMIT_AGE_MAX_MS_DEFAULT,
+    LEASE_TTL_MS_MAX,
+    check_commit_age,
+    check_lease_grant,
+    check_registration,
+    plan_marker,
+    run_end_transaction,
+)
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT, ProducerEntry, RetainedBatch, is_expired
 
@@ -74,15 +91,20 @@ _FILE_STATES = {code: state for state, code in _FILE_STATE_CODES.items()}
 _LIVE, _UNREFERENCED, _CONDEMNED = 0, 1, 2
 
 _BATCH_COLUMNS = (
-    "b.partition_id, b.base_offset, b.last_offset, f.key, b.byte_offset, b.size, b.max_timestamp,"
-    " b.log_append_time, b.timestamp, b.ts_running_max, b.producer_id, b.producer_epoch"
+    "b.partition_id, b.base_offset, b.last_offset, coalesce(f.key, ''), b.byte_offset, b.size,"
+    " b.max_timestamp, b.log_append_time, b.timestamp, b.ts_running_max, b.producer_id,"
+    " b.producer_epoch, b.control, b.coordinator_epoch"
 )
-_BATCH_FROM = "batches b JOIN files f ON f.file_id = b.file_id"
+# Markers have no file (file_id 0, which no file has): hence the outer join.
+_BATCH_FROM = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
+_MARKER_FILE_ID = 0
+_TXN_TABLES = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 _PARTITION_COLUMNS = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max"
+    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
+    " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id)"
 )
-_INSERT_BATCH = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_BATCH = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_PRODUCER = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _RETAINED_ENCODER = msgspec.msgpack.Encoder()
 _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
@@ -106,7 +128,7 @@ def _partition_from_row(
         if configs is not None:
             configs[config_key] = config
     return PartitionState(
-        row[0], TopicPartition(row[1], row[2]), config, row[7], row[8], row[9], row[10]
+        row[0], TopicPartition(row[1], row[2]), config, row[7], row[8], row[9], row[10], row[11]
     )
 
 
@@ -200,6 +222,20 @@ class _Reads:
         ).fetchone()
         return None if row is None else _batch_from_row(row)
 
+    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
+        after = offset - 1
+        while True:
+            rows = self._conn.execute(
+                "SELECT producer_id, first_offset, last_offset, lso FROM aborted_txns"
+                " WHERE partition_id = ? AND last_offset > ? ORDER BY last_offset LIMIT ?",
+                (state.key, after, READ_CHUNK_ROWS_MAX),
+            ).fetchall()
+            for r in rows:
+                yield AbortedTxn(*r)
+            if len(rows) < READ_CHUNK_ROWS_MAX:
+                return
+            after = rows[-1][2]
+
 
 class SqliteBatchCoordinator(BatchCoordinator):
     """A batch coordinator stored in one SQLite file, which several processes may share."""
@@ -211,8 +247,19 @@ class SqliteBatchCoordinator(BatchCoordinator):
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT,
         busy_retry_s: float = BUSY_RETRY_S_MAX,
+        *,
+        commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
+        object_prefix: str = "wal/",
     ) -> None:
+        """`commit_age_max_ms` bounds how late a commit may land: `commit_file` rejects a key
+        (named `{object_prefix}{created_ms}-b…`, as `diskless.wal` names them) created more than
+        that long ago by this coordinator's clock (ObjectKeyConflictError), so the file manager
+        may condemn an unknown object once `orphan_grace_ms > commit_age_max_ms + clock skew`.
+        The WAL writer's budget from naming an object to its commit (upload attempts, timeouts,
+        backoffs, the commit) must fit inside it. None disables the bound."""
         self._path = os.fspath(path)
+        self._commit_age_max_ms = commit_age_max_ms
+        self._object_prefix = object_prefix
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._expiration_ms = producer_id_expiration_ms
         self._busy_timeout_ms = busy_timeout_ms
@@ -409,6 +456,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     ).fetchall()
                     conn.execute("DELETE FROM batches WHERE partition_id = ?", (pid,))
                     conn.execute("DELETE FROM producers WHERE partition_id = ?", (pid,))
+                    for table in _TXN_TABLES:
+                        conn.execute(f"DELETE FROM {table} WHERE partition_id = ?", (pid,))
                     self._release_files(conn, released, now)
                 conn.execute("DELETE FROM partitions WHERE topic_id = ?", (row[0],))
                 conn.execute("DELETE FROM topics WHERE topic_id = ?", (row[0],))
@@ -446,9 +495,24 @@ class SqliteBatchCoordinator(BatchCoordinator):
             check_broker_epoch(broker_id, broker_epoch, None if row is None else row[0])
             row = conn.execute("SELECT state FROM files WHERE key = ?", (object_key,)).fetchone()
             check_object_key(object_key, None if row is None else _FILE_STATES[row[0]])
+            check_commit_age(object_key, self._object_prefix, now, self._commit_age_max_ms)
             partitions = self._load_partitions(conn, {b.topic_partition for b in batches})
             producers = self._load_producers(conn, producer_keys(batches, partitions))
-            plan = plan_commit(object_key, batches, partitions, producers, now, self._expiration_ms)
+            registration_keys, lease_ids = txn_keys(batches, partitions)
+            registrations = (
+                self._load_registrations(conn, registration_keys) if registration_keys else {}
+            )
+            leases = self._load_leases(conn, lease_ids) if lease_ids else {}
+            plan = plan_commit(
+                object_key,
+                batches,
+                partitions,
+                producers,
+                now,
+                self._expiration_ms,
+                registrations,
+                leases,
+            )
             live = len(plan.new_batches)
             file_id = conn.execute(
                 "INSERT INTO files (key, state, size, since_ms, live_batches)"
@@ -471,10 +535,19 @@ class SqliteBatchCoordinator(BatchCoordinator):
                         b.ts_running_max,
                         b.producer_id,
                         b.producer_epoch,
+                        b.control,
+                        b.coordinator_epoch,
                     )
                     for b in plan.new_batches
                 ],
             )
+            if plan.opened_txns:
+                conn.executemany("INSERT INTO ongoing_txns VALUES (?, ?, ?)", plan.opened_txns)
+            if plan.released_leases:
+                conn.executemany(
+                    "DELETE FROM txn_leases WHERE lease_id = ?",
+                    [(lease_id,) for lease_id in plan.released_leases],
+                )
             if plan.producers:
                 conn.executemany(
                     _UPSERT_PRODUCER,
@@ -538,6 +611,324 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 found[(row[0], row[1])] = _entry_from_row(row[1:])
         return found
 
+    @staticmethod
+    def _load_registrations(
+        conn: sqlite3.Connection, keys: set[ProducerKey]
+    ) -> dict[ProducerKey, TxnRegistration]:
+        found: dict[ProducerKey, TxnRegistration] = {}
+        for sql, params in _keyed_lookups(
+            "SELECT r.partition_id, r.producer_id, r.producer_epoch, r.ending FROM k JOIN"
+            " txn_registrations r ON r.partition_id = k.a AND r.producer_id = k.b",
+            sorted(keys),
+            (-1, -1),
+        ):
+            for row in conn.execute(sql, params):
+                found[(row[0], row[1])] = TxnRegistration(row[2], bool(row[3]))
+        return found
+
+    @staticmethod
+    def _load_leases(conn: sqlite3.Connection, lease_ids: set[int]) -> dict[int, TxnLease]:
+        found: dict[int, TxnLease] = {}
+        ids = sorted(lease_ids)
+        for i in range(0, len(ids), KEYS_PER_QUERY_MAX):
+            chunk = ids[i : i + KEYS_PER_QUERY_MAX]
+            marks = ", ".join(["?"] * len(chunk))
+            for row in conn.execute(
+                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms"
+                f" FROM txn_leases WHERE lease_id IN ({marks})",
+                chunk,
+            ):
+                found[row[0]] = TxnLease(*row)
+        return found
+
+    def _live_entry(
+        self, conn: sqlite3.Connection, partition_id: int, producer_id: int, now_ms: int
+    ) -> ProducerEntry | None:
+        row = conn.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM producers WHERE partition_id = ? AND producer_id = ?",
+            (partition_id, producer_id),
+        ).fetchone()
+        if row is None:
+            return None
+        entry = _entry_from_row(row)
+        return None if is_expired(entry, now_ms, self._expiration_ms) else entry
+
+    @staticmethod
+    def _registration(
+        conn: sqlite3.Connection, partition_id: int, producer_id: int
+    ) -> TxnRegistration | None:
+        row = conn.execute(
+            "SELECT producer_epoch, ending FROM txn_registrations"
+            " WHERE partition_id = ? AND producer_id = ?",
+            (partition_id, producer_id),
+        ).fetchone()
+        return None if row is None else TxnRegistration(row[0], bool(row[1]))
+
+    # --- transactions -------------------------------------------------------------------------
+    async def allocate_producer_ids(self, count: int) -> int:
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+
+        def allocate(conn: sqlite3.Connection) -> int:
+            (end,) = conn.execute(
+                "INSERT INTO meta VALUES ('next_producer_id', ?1) ON CONFLICT (name)"
+                " DO UPDATE SET value = value + ?1 RETURNING value",
+                (count,),
+            ).fetchone()
+            return int(end) - count
+
+        return await self._run(lambda: self._write(allocate))
+
+    async def add_partitions_to_txn(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        now = self._clock.now_ms()
+
+        def add(conn: sqlite3.Connection) -> list[ErrorCode]:
+            known = self._load_partitions(conn, set(partitions))
+            results = []
+            for tp in partitions:
+                state = known.get(tp)
+                if state is None:
+                    results.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                error, new = check_registration(
+                    self._live_entry(conn, state.key, producer_id, now),
+                    self._registration(conn, state.key, producer_id),
+                    producer_epoch,
+                )
+                if new is not None:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO txn_registrations VALUES (?, ?, ?, 0)",
+                        (state.key, producer_id, new.producer_epoch),
+                    )
+                    conn.execute(
+                        "DELETE FROM txn_leases WHERE partition_id = ? AND producer_id = ?"
+                        " AND producer_epoch < ?",
+                        (state.key, producer_id, new.producer_epoch),
+                    )
+                results.append(error)
+            return results
+
+        return await self._run(lambda: self._write(add))
+
+    async def acquire_txn_leases(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        requests: Sequence[LeaseRequest],
+        ttl_ms: int,
+    ) -> list[LeaseResult]:
+        if not 0 < ttl_ms <= LEASE_TTL_MS_MAX:
+            raise ValueError(f"ttl_ms must be in (0, {LEASE_TTL_MS_MAX}], got {ttl_ms}")
+        now = self._clock.now_ms()
+        expires = now + ttl_ms
+        requests = list(requests)
+
+        def acquire(conn: sqlite3.Connection) -> list[LeaseResult]:
+            row = conn.execute(
+                "SELECT epoch FROM brokers WHERE broker_id = ?", (broker_id,)
+            ).fetchone()
+            check_broker_epoch(broker_id, broker_epoch, None if row is None else row[0])
+            known = self._load_partitions(conn, {r[0] for r in requests})
+            results = []
+            for tp, producer_id, producer_epoch in requests:
+                state = known.get(tp)
+                if state is None:
+                    results.append(LeaseResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                error = check_lease_grant(
+                    self._live_entry(conn, state.key, producer_id, now),
+                    self._registration(conn, state.key, producer_id),
+                    producer_epoch,
+                )
+                if error is not ErrorCode.NONE:
+                    results.append(LeaseResult(error))
+                    continue
+                lease_id = conn.execute(
+                    "INSERT INTO txn_leases (partition_id, producer_id, producer_epoch, expires_ms)"
+                    " VALUES (?, ?, ?, ?)",
+                    (state.key, producer_id, producer_epoch, expires),
+                ).lastrowid
+                assert lease_id is not None
+                results.append(LeaseResult(ErrorCode.NONE, lease_id, expires))
+            return results
+
+        return await self._run(lambda: self._write(acquire))
+
+    async def end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        return await run_end_transaction(
+            self,
+            self._clock,
+            producer_id,
+            producer_epoch,
+            marker_epoch,
+            commit,
+            coordinator_epoch,
+            partitions,
+        )
+
+    async def _txn_begin_end(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        def begin(conn: sqlite3.Connection) -> list[ErrorCode]:
+            known = self._load_partitions(conn, set(partitions))
+            conn.executemany(
+                "UPDATE txn_registrations SET ending = 1"
+                " WHERE partition_id = ? AND producer_id = ? AND producer_epoch = ?",
+                [(state.key, producer_id, producer_epoch) for state in known.values()],
+            )
+            return [
+                ErrorCode.NONE if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                for tp in partitions
+            ]
+
+        return await self._run(lambda: self._write(begin))
+
+    async def _txn_lease_deadline(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> int | None:
+        now = self._clock.now_ms()
+
+        def deadline(conn: sqlite3.Connection) -> int | None:
+            known = self._load_partitions(conn, set(partitions))
+            earliest: int | None = None
+            for sql, params in _keyed_lookups(
+                "SELECT min(l.expires_ms) FROM k JOIN txn_leases l"
+                " ON l.partition_id = k.a AND l.producer_id = k.b"
+                " WHERE l.producer_epoch = ? AND l.expires_ms > ?",
+                sorted((state.key, producer_id) for state in known.values()),
+                (-1, -1),
+            ):
+                (found,) = conn.execute(sql, [*params, producer_epoch, now]).fetchone()
+                if found is not None and (earliest is None or found < earliest):
+                    earliest = int(found)
+            return earliest
+
+        return await self._run(lambda: self._read(deadline))
+
+    def _txn_release_signal(self) -> Awaitable[None] | None:
+        return None  # commits may come from other processes: poll
+
+    async def _txn_write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        now = self._clock.now_ms()
+
+        def write(conn: sqlite3.Connection) -> list[ErrorCode]:
+            known = self._load_partitions(conn, set(partitions))
+            outcome: dict[TopicPartition, ErrorCode] = {}
+            for tp in dict.fromkeys(partitions):
+                state = known.get(tp)
+                if state is None:
+                    outcome[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                key = state.key
+                row = conn.execute(
+                    "SELECT first_offset FROM ongoing_txns WHERE partition_id = ?"
+                    " AND producer_id <> ? ORDER BY first_offset LIMIT 1",
+                    (key, producer_id),
+                ).fetchone()
+                registration = self._registration(conn, key, producer_id)
+                plan = plan_marker(
+                    state,
+                    self._live_entry(conn, key, producer_id, now),
+                    registration,
+                    producer_id,
+                    producer_epoch,
+                    marker_epoch,
+                    commit,
+                    coordinator_epoch,
+                    now,
+                    None if row is None else row[0],
+                )
+                outcome[tp] = plan.error
+                if plan.marker is None:
+                    continue
+                assert plan.state is not None and plan.entry is not None
+                m = plan.marker
+                conn.execute(
+                    _INSERT_BATCH,
+                    (
+                        m.partition_key,
+                        m.base_offset,
+                        m.last_offset,
+                        _MARKER_FILE_ID,
+                        m.byte_offset,
+                        m.size,
+                        m.max_timestamp,
+                        m.log_append_time,
+                        m.timestamp,
+                        m.ts_running_max,
+                        m.producer_id,
+                        m.producer_epoch,
+                        m.control,
+                        m.coordinator_epoch,
+                    ),
+                )
+                conn.execute(
+                    "UPDATE partitions SET high_watermark = ?, size_bytes = ?, ts_running_max = ?"
+                    " WHERE partition_id = ?",
+                    (
+                        plan.state.high_watermark,
+                        plan.state.size_bytes,
+                        plan.state.ts_running_max,
+                        key,
+                    ),
+                )
+                e = plan.entry
+                conn.execute(
+                    _UPSERT_PRODUCER,
+                    (
+                        key,
+                        e.producer_id,
+                        e.producer_epoch,
+                        e.last_timestamp,
+                        e.last_update_ms,
+                        e.coordinator_epoch,
+                        e.current_txn_first_offset,
+                        _RETAINED_ENCODER.encode(e.batches),
+                    ),
+                )
+                if plan.closed_txn_first_offset is not None:
+                    conn.execute(
+                        "DELETE FROM ongoing_txns WHERE partition_id = ? AND first_offset = ?",
+                        (key, plan.closed_txn_first_offset),
+                    )
+                if plan.aborted is not None:
+                    a = plan.aborted
+                    conn.execute(
+                        "INSERT INTO aborted_txns VALUES (?, ?, ?, ?, ?)",
+                        (key, a.last_offset, a.producer_id, a.first_offset, a.last_stable_offset),
+                    )
+                conn.execute(
+                    "DELETE FROM txn_registrations WHERE partition_id = ? AND producer_id = ?"
+                    " AND producer_epoch <= ?",
+                    (key, producer_id, producer_epoch),
+                )
+                conn.execute(
+                    "DELETE FROM txn_leases WHERE partition_id = ? AND producer_id = ?"
+                    " AND producer_epoch <= ?",
+                    (key, producer_id, producer_epoch),
+                )
+            return [outcome[tp] for tp in partitions]
+
+        return await self._run(lambda: self._write(write))
+
     # --- the read path ------------------------------------------------------------------------
     async def find_batches(
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
@@ -591,6 +982,10 @@ class SqliteBatchCoordinator(BatchCoordinator):
             "UPDATE partitions SET log_start_offset = ?, size_bytes = size_bytes - ?"
             " WHERE partition_id = ?",
             (new_start, freed, state.key),
+        )
+        conn.execute(
+            "DELETE FROM aborted_txns WHERE partition_id = ? AND last_offset < ?",
+            (state.key, new_start),
         )
         return freed
 

@@ -217,13 +217,20 @@ async def test_non_idempotent_batches_skip_checks(c: Committer) -> None:
 
 
 async def test_non_transactional_batch_during_transaction(c: Committer) -> None:
+    assert await c.coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
     opened = await c.one(batch(TP, pid=1, epoch=0, seq=0, txn=True))
     assert (await c.one(batch(TP, pid=1, epoch=0, seq=1, txn=True))).error == OK
     result = await c.one(batch(TP, pid=1, epoch=0, seq=2))
     assert result.error == ErrorCode.INVALID_TXN_STATE
     (snapshot,) = await c.coordinator.describe_producers(TP)
     assert snapshot.current_txn_first_offset == opened.base_offset == 0
-    assert (await fetch(c.coordinator, 0)).last_stable_offset == 2  # no LSO index yet
+    assert (await fetch(c.coordinator, 0)).last_stable_offset == 0  # the open transaction
+
+
+async def test_transactional_batch_needs_a_registration(c: Committer) -> None:
+    result = await c.one(batch(TP, pid=1, epoch=0, seq=0, txn=True))
+    assert result.error == ErrorCode.INVALID_TXN_STATE
+    assert await c.coordinator.describe_producers(TP) == []
 
 
 async def test_producer_state_expires(c: Committer, clock: ManualClock) -> None:
@@ -242,6 +249,7 @@ async def test_producer_state_expires(c: Committer, clock: ManualClock) -> None:
 
 
 async def test_open_transaction_never_expires(c: Committer, clock: ManualClock) -> None:
+    assert await c.coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
     await c.one(batch(TP, pid=1, epoch=0, seq=0, txn=True))
     await clock.advance(3 * EXPIRATION_MS / 1000)
     await c.coordinator.enforce_retention()

@@ -1,0 +1,311 @@
+"""Transaction rules of the partitions' side, shared by every backend (which only stores).
+
+The batch coordinator plays the partition leader's transactional role (DESIGN §4):
+
+- **Verification** (KIP-890): `add_partitions_to_txn` registers (producer, epoch) as having an
+  ongoing transaction on a partition; only a registered pair may write transactional batches.
+- **Leases** (the commit barrier): a broker takes a lease for each transactional batch before the
+  batch enters a WAL segment. A lease is granted only while the registration is ONGOING, and it
+  expires `ttl` later on the coordinator's clock; the commit of the batch releases it. A commit
+  whose lease expired, or which arrives after the marker, is rejected: never merged behind it.
+- **Ending** (`run_end_transaction`, written once over `TxnEndBackend`):
+  1. atomically mark the registration ENDING: from now on no new lease is granted;
+  2. wait, through the injected clock, until no live lease of (producer, epoch) remains on those
+     partitions (each is released by its commit or expires; none can be added), so every batch
+     still on its way has landed or can no longer land;
+  3. atomically write the markers (`plan_marker`): one offset at the high watermark, the producer
+     entry moves to the marker epoch with no retained batches (TV2: the next transaction starts
+     at sequence 0), the ongoing transaction leaves the LSO index, an ABORT enters the
+     aborted-transaction index, and the registration and any expired leases are dropped.
+- **LSO**: ongoing transactions are indexed per partition by first offset; the LSO is the
+  earliest one (`PartitionState.last_stable_offset`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Final, Protocol
+
+import msgspec
+
+from diskless._types import ControlType, ErrorCode, TimestampType, TopicPartition
+from diskless.clock import Clock
+from diskless.coordinator._rows import (
+    AbortedTxn,
+    PartitionState,
+    StoredBatch,
+    TxnLease,
+    TxnRegistration,
+)
+from diskless.errors import ObjectKeyConflictError
+from diskless.records import build_control_batch
+from diskless.txn import ProducerEntry, Rejected
+
+LEASE_POLL_INTERVAL_S: Final = 0.02
+"""How often an end re-checks for leases released by commits (when no release signal exists)."""
+LEASE_TTL_MS_MAX: Final = 60 * 60 * 1000
+"""A longer lease is a configuration error: an end may wait that long for a dead broker."""
+COMMIT_AGE_MAX_MS_DEFAULT: Final = 240_000
+"""The oldest object (by the creation time in its key) that a commit may still name."""
+
+CONTROL_BATCH_BYTES: Final = len(
+    build_control_batch(
+        base_offset=0,
+        producer_id=0,
+        producer_epoch=0,
+        control_type=ControlType.COMMIT,
+        coordinator_epoch=0,
+        timestamp=0,
+    )
+)
+"""The size of a synthesized marker: what it counts for fetch budgets and size retention."""
+
+
+def stored_epoch(entry: ProducerEntry | None, registration: TxnRegistration | None) -> int:
+    """The newest epoch the partition knows of the producer."""
+    return max(
+        -1 if entry is None else entry.producer_epoch,
+        -1 if registration is None else registration.producer_epoch,
+    )
+
+
+def check_registration(
+    entry: ProducerEntry | None, registration: TxnRegistration | None, producer_epoch: int
+) -> tuple[ErrorCode, TxnRegistration | None]:
+    """AddPartitionsToTxn on one partition: the error, and the registration to store (if new)."""
+    if producer_epoch < stored_epoch(entry, registration):
+        return ErrorCode.INVALID_PRODUCER_EPOCH, None
+    if registration is not None and registration.producer_epoch == producer_epoch:
+        if registration.ending:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, None
+        return ErrorCode.NONE, None  # already registered
+    return ErrorCode.NONE, TxnRegistration(producer_epoch)
+
+
+def check_lease_grant(
+    entry: ProducerEntry | None, registration: TxnRegistration | None, producer_epoch: int
+) -> ErrorCode:
+    """May a transactional batch of (producer, epoch) enter a WAL segment now?"""
+    if producer_epoch < stored_epoch(entry, registration):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if registration is None or registration.producer_epoch != producer_epoch:
+        return ErrorCode.INVALID_TXN_STATE
+    if registration.ending:
+        return ErrorCode.INVALID_TXN_STATE
+    return ErrorCode.NONE
+
+
+def check_txn_commit(
+    registration: TxnRegistration | None,
+    lease_id: int | None,
+    lease: TxnLease | None,
+    partition_key: int,
+    producer_id: int,
+    producer_epoch: int,
+    now_ms: int,
+) -> Rejected | None:
+    """The transactional part of committing a batch, after the producer checks passed."""
+    if registration is None or registration.producer_epoch != producer_epoch:
+        return Rejected(
+            ErrorCode.INVALID_TXN_STATE,
+            f"producer {producer_id} epoch {producer_epoch} has no ongoing transaction here",
+        )
+    if lease_id is None:
+        if registration.ending:
+            return Rejected(ErrorCode.INVALID_TXN_STATE, "the transaction is ending")
+        return None
+    if (
+        lease is None
+        or lease.partition_key != partition_key
+        or lease.producer_id != producer_id
+        or lease.producer_epoch != producer_epoch
+    ):
+        return Rejected(ErrorCode.INVALID_TXN_STATE, f"lease {lease_id} is not held")
+    if lease.expires_ms <= now_ms:
+        return Rejected(ErrorCode.INVALID_TXN_STATE, f"lease {lease_id} expired")
+    return None
+
+
+def check_commit_age(
+    object_key: str, prefix: str, now_ms: int, commit_age_max_ms: int | None
+) -> None:
+    """A commit may not name an object created more than `commit_age_max_ms` ago.
+
+    This bounds how late a commit can land, which the file manager's orphan grace relies on
+    (`orphan_grace_ms > commit_age_max_ms + clock skew`). Keys without an encoded creation time
+    (not named by `diskless.wal`) are exempt. Raises ObjectKeyConflictError.
+    """
+    if commit_age_max_ms is None:
+        return
+    from diskless.wal._keys import object_key_time_ms  # here: diskless.wal imports us
+
+    created_ms = object_key_time_ms(object_key, prefix)
+    if created_ms is not None and created_ms < now_ms - commit_age_max_ms:
+        raise ObjectKeyConflictError(
+            f"object {object_key!r} was created {now_ms - created_ms} ms ago, more than "
+            f"commit_age_max_ms ({commit_age_max_ms}); the file manager may reclaim it"
+        )
+
+
+class MarkerPlan(msgspec.Struct):
+    """What writing one marker changes; `marker` None means nothing to write."""
+
+    error: ErrorCode
+    marker: StoredBatch | None = None
+    state: PartitionState | None = None
+    """The partition after the marker (a copy)."""
+    entry: ProducerEntry | None = None
+    closed_txn_first_offset: int | None = None
+    """The ongoing transaction that leaves the LSO index."""
+    aborted: AbortedTxn | None = None
+
+
+def plan_marker(
+    state: PartitionState,
+    entry: ProducerEntry | None,
+    registration: TxnRegistration | None,
+    producer_id: int,
+    producer_epoch: int,
+    marker_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    now_ms: int,
+    next_ongoing_first_offset: int | None,
+) -> MarkerPlan:
+    """The marker of (producer, epoch) on one partition, as Kafka's partition leader writes it.
+
+    `next_ongoing_first_offset` is the first offset of the earliest ongoing transaction of
+    another producer on the partition (None if none): the LSO recorded for an abort.
+    """
+    assert marker_epoch > producer_epoch, (marker_epoch, producer_epoch)
+    if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+        return MarkerPlan(ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+    registered = registration is not None and registration.producer_epoch == producer_epoch
+    if not registered:
+        if registration is not None and registration.producer_epoch > producer_epoch:
+            return MarkerPlan(ErrorCode.INVALID_PRODUCER_EPOCH)
+        if entry is not None and entry.producer_epoch >= marker_epoch:
+            return MarkerPlan(ErrorCode.NONE)  # written already: a retried end
+    if entry is not None and entry.producer_epoch > marker_epoch:
+        return MarkerPlan(ErrorCode.INVALID_PRODUCER_EPOCH)
+    offset = state.high_watermark
+    log_append = state.config.timestamp_type == TimestampType.LOG_APPEND_TIME
+    running_max = max(state.ts_running_max, now_ms)
+    marker = StoredBatch(
+        state.key,
+        offset,
+        offset,
+        "",
+        0,
+        CONTROL_BATCH_BYTES,
+        now_ms,  # max timestamp
+        now_ms if log_append else -1,
+        now_ms,  # timestamp
+        running_max,
+        producer_id,
+        marker_epoch,
+        int(ControlType.COMMIT if commit else ControlType.ABORT),
+        coordinator_epoch,
+    )
+    new_state = PartitionState(
+        state.key,
+        state.topic_partition,
+        state.config,
+        offset + 1,
+        state.log_start_offset,
+        state.size_bytes + CONTROL_BATCH_BYTES,
+        running_max,
+    )
+    first = None if entry is None else entry.current_txn_first_offset
+    aborted = None
+    if not commit and first is not None:
+        lso = next_ongoing_first_offset if next_ongoing_first_offset is not None else offset + 1
+        aborted = AbortedTxn(producer_id, first, offset, lso)
+    new_entry = ProducerEntry(
+        producer_id,
+        marker_epoch,
+        (),
+        -1 if entry is None else entry.last_timestamp,
+        now_ms,
+        coordinator_epoch,
+        None,
+    )
+    return MarkerPlan(ErrorCode.NONE, marker, new_state, new_entry, first, aborted)
+
+
+class TxnEndBackend(Protocol):
+    """The storage steps of `run_end_transaction`; each is one atomic step of the backend."""
+
+    async def _txn_begin_end(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> list[ErrorCode]:
+        """Phase 1: mark the registrations of (producer, epoch) ENDING; unknown partitions fail."""
+        ...
+
+    async def _txn_lease_deadline(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> int | None:
+        """The earliest expiry (ms) of a live lease of (producer, epoch) there; None if none."""
+        ...
+
+    def _txn_release_signal(self) -> Awaitable[None] | None:
+        """Something that completes when a lease is released, or None to poll."""
+        ...
+
+    async def _txn_write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        """Phase 3: `plan_marker` on every partition and store the plans, atomically."""
+        ...
+
+
+async def run_end_transaction(
+    backend: TxnEndBackend,
+    clock: Clock,
+    producer_id: int,
+    producer_epoch: int,
+    marker_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    partitions: Sequence[TopicPartition],
+) -> list[ErrorCode]:
+    """The commit barrier, then the markers (see the module docstring)."""
+    if marker_epoch <= producer_epoch:
+        return [ErrorCode.INVALID_PRODUCER_EPOCH] * len(partitions)
+    errors = await backend._txn_begin_end(producer_id, producer_epoch, partitions)
+    assert len(errors) == len(partitions)
+    known = [tp for tp, error in zip(partitions, errors, strict=True) if error is ErrorCode.NONE]
+    # Phase 2: no lease can be added any more, so this waits at most one lease TTL.
+    while known:
+        deadline_ms = await backend._txn_lease_deadline(producer_id, producer_epoch, known)
+        if deadline_ms is None:
+            break
+        delay_s = min(max(0.0, (deadline_ms - clock.now_ms()) / 1000), LEASE_POLL_INTERVAL_S)
+        signal = backend._txn_release_signal()
+        if signal is None:
+            await clock.sleep(delay_s)
+            continue
+        sleeper = asyncio.ensure_future(clock.sleep(delay_s))
+        released = asyncio.ensure_future(signal)
+        try:
+            await asyncio.wait([sleeper, released], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            released.cancel()
+    if not known:
+        return errors
+    written = await backend._txn_write_markers(
+        producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, known
+    )
+    assert len(written) == len(known)
+    by_tp = dict(zip(known, written, strict=True))
+    results = [by_tp.get(tp, error) for tp, error in zip(partitions, errors, strict=True)]
+    assert len(results) == len(partitions)
+    return results
