@@ -23,7 +23,20 @@ Error codes written into results (all retriable for Kafka clients):
 
 Backpressure: in-flight bytes (buffered + uploading + committing batch bytes) never exceed
 `inflight_bytes_max`; a `write` waits, first come first served, until its next batch fits. A
-single batch larger than the limit is admitted only when nothing else is in flight.
+single batch larger than the limit is admitted only when nothing else is in flight. When the
+first queued writer could not fit even once everything else drained, the active segment rotates
+at once rather than at its timer.
+
+Copies: a batch is referenced (a memoryview of the caller's buffer) until its segment rotates,
+then joined with the others and the footer into one `bytes` object: one copy per batch, and the
+same object is uploaded and kept in the SegmentCache. A `write` that returns before rotation
+(timeout, cancellation) first copies its batches out, so callers may reuse their buffers as soon
+as `write` returns.
+
+Timeouts are enforced by one watcher task on the injected clock (not one timer per request); an
+upload attempt longer than `upload_timeout_ms` counts as failed, so a hung PUT cannot stall the
+ordered commits of later segments forever. Commits have no timeout of their own: abandoning a
+commit would not stop it from being applied.
 """
 
 from __future__ import annotations
@@ -408,7 +421,7 @@ class WalWriter:
     def _append(
         self, entry: WalEntry, size: int, request: _Request, index: int, buffer_max: int
     ) -> None:
-        """Copy one admitted batch into the active segment: the only copy of its bytes."""
+        """Add one admitted batch to the active segment, by reference; rotation copies it once."""
         segment = self._active
         if segment is not None and segment.batch_bytes + size > buffer_max:
             self._rotate("size")
