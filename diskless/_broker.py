@@ -6,8 +6,11 @@ not close them.
 
     produce(partition -> batch bytes)
       1. validate every partition on its own (framing, CRC, counts, size, producer-id mapping)
-      2. hand the valid batches to the WAL writer, in the order the requests arrived
-      3. answer every partition: the coordinator's result, or the validation error
+      2. take a transaction lease for every transactional batch, in one coordinator call: only a
+         batch whose (producer, epoch) is registered in an ongoing transaction may enter the WAL,
+         and the transaction's end waits for the lease (the commit barrier)
+      3. hand the valid batches to the WAL writer, in the order the requests arrived
+      4. answer every partition: the coordinator's result, or the validation error
 
 Order matters: a producer pipelines up to five requests per connection and the coordinator
 sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
@@ -43,14 +46,16 @@ from diskless.coordinator import (
     BatchCoordinator,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    LeaseRequest,
     ListOffsetsRequest,
     TopicConfig,
     TopicDescription,
 )
-from diskless.errors import BrokerClosedError, CoordinatorError
+from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
 from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
 from diskless.storage import ObjectStore
 from diskless.wal import SegmentCache, WalConfig, WalEntry, WalWriter
+from diskless.wal._writer import UPLOAD_BACKOFF_EXPONENT_MAX
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +63,25 @@ ACKS_ALL: Final = -1
 ACKS_NONE: Final = 0
 ACKS_LEADER: Final = 1
 _ACKS_VALID: Final = frozenset({ACKS_ALL, ACKS_NONE, ACKS_LEADER})
+TXN_LEASE_MARGIN_MS: Final = 10_000
+"""Beyond the upload budget: waiting for earlier segments' commits, and the commit call itself."""
+
+
+def txn_lease_budget_ms(wal: WalConfig, margin_ms: int = TXN_LEASE_MARGIN_MS) -> int:
+    """How long a transactional batch may take from entering a WAL segment to its commit.
+
+    The segment fills for up to `commit_interval_ms`, then its upload takes up to
+    `upload_attempts` attempts of `upload_timeout_ms` each with the doubling backoffs between
+    them, then the commit waits for earlier segments and runs (`margin_ms`). A transaction lease
+    must last at least this long, or a healthy broker's batch would find its lease expired.
+    """
+    backoffs: int = sum(
+        wal.upload_backoff_ms * (1 << min(attempt, UPLOAD_BACKOFF_EXPONENT_MAX))
+        for attempt in range(wal.upload_attempts - 1)
+    )
+    return (
+        wal.commit_interval_ms + wal.upload_attempts * wal.upload_timeout_ms + backoffs + margin_ms
+    )
 
 
 class BrokerConfig(msgspec.Struct, frozen=True):
@@ -77,6 +101,17 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     two). 0 merges only ranges that touch."""
     topic_metadata_ttl_ms: int = 30_000
     """How long topic configs and partition counts are trusted before asking the coordinator."""
+    txn_lease_ttl_ms: int | None = None
+    """The transaction lease taken for each transactional batch before it enters the WAL (the
+    commit barrier: a transaction end waits for it). None: `txn_lease_budget_ms(wal)`. It must be
+    at least the WAL's budget without the margin, and stays well below the coordinator's
+    commit-age bound. An end may wait this long for the batches of a broker that died."""
+
+    @property
+    def txn_lease_ms(self) -> int:
+        if self.txn_lease_ttl_ms is not None:
+            return self.txn_lease_ttl_ms
+        return txn_lease_budget_ms(self.wal)
 
     def __post_init__(self) -> None:
         if self.request_timeout_ms < 0:
@@ -89,6 +124,13 @@ class BrokerConfig(msgspec.Struct, frozen=True):
             raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
         if self.topic_metadata_ttl_ms < 0:
             raise ValueError("topic_metadata_ttl_ms must be >= 0")
+        if self.txn_lease_ttl_ms is not None:
+            floor = txn_lease_budget_ms(self.wal, margin_ms=0)
+            if self.txn_lease_ttl_ms < floor:
+                raise ValueError(
+                    f"txn_lease_ttl_ms ({self.txn_lease_ttl_ms}) must cover the WAL's upload "
+                    f"budget ({floor} ms): a healthy broker's batch would outlive its lease"
+                )
 
 
 class _CachedTopic(msgspec.Struct):
@@ -336,7 +378,50 @@ class DisklessBroker:
                         ErrorCode.INVALID_PRODUCER_ID_MAPPING, error_message=message
                     )
                     del valid[tp]
-        return results, [WalEntry(tp, header) for tp, header in valid.items()]
+        leases = await self._acquire_leases(valid, results)
+        return results, [WalEntry(tp, header, leases.get(tp)) for tp, header in valid.items()]
+
+    async def _acquire_leases(
+        self, valid: dict[TopicPartition, BatchHeader], results: dict[TopicPartition, ProduceResult]
+    ) -> dict[TopicPartition, int]:
+        """Leases for the transactional batches in `valid`; those refused move to `results`."""
+        requests = [
+            LeaseRequest(tp, header.producer_id, header.producer_epoch)
+            for tp, header in valid.items()
+            if header.is_transactional
+        ]
+        if not requests:
+            return {}
+        refusal: ProduceResult | None = None
+        try:
+            granted = await self._coordinator.acquire_txn_leases(
+                self._broker_id, self._broker_epoch, requests, self._config.txn_lease_ms
+            )
+        except BrokerFencedError as e:
+            refusal = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=f"{e}")
+        except CoordinatorError as e:
+            refusal = ProduceResult(
+                ErrorCode.KAFKA_STORAGE_ERROR, error_message=f"transaction lease unavailable: {e}"
+            )
+        if refusal is not None:
+            for request in requests:
+                results[request.topic_partition] = refusal
+                del valid[request.topic_partition]
+            return {}
+        assert len(granted) == len(requests), (len(granted), len(requests))
+        leases: dict[TopicPartition, int] = {}
+        for request, lease in zip(requests, granted, strict=True):
+            tp = request.topic_partition
+            if lease.error is ErrorCode.NONE:
+                leases[tp] = lease.lease_id
+            else:
+                results[tp] = ProduceResult(
+                    lease.error,
+                    error_message=f"producer {request.producer_id} epoch "
+                    f"{request.producer_epoch} may not write transactionally here",
+                )
+                del valid[tp]
+        return leases
 
     async def _describe(
         self, names: set[str], partitions: Mapping[TopicPartition, object]

@@ -146,7 +146,8 @@ class FetchReader:
             raise ValueError("fetch byte budgets must not be negative")
         self._stats["fetches"] += 1
         requests = [
-            FindBatchesRequest(tp, offset, partition_max_bytes) for tp, offset in offsets.items()
+            FindBatchesRequest(tp, offset, partition_max_bytes, isolation_level)
+            for tp, offset in offsets.items()
         ]
         if not requests:
             return {}
@@ -301,15 +302,19 @@ def aborted_transactions(
 ) -> list[tuple[int, int]]:
     """(producer id, first offset) of aborted transactions overlapping the returned batches.
 
-    Only READ_COMMITTED fetches carry the list. The coordinator does not index aborted
-    transactions yet, so the list is empty; when it does, its `FindBatchesResponse` carries them
-    and this function keeps those overlapping [batches[0].base_offset, batches[-1].last_offset].
+    Only READ_COMMITTED fetches carry the list. The coordinator's index answers it (aborted
+    transactions whose marker is at or after the fetch offset and whose first offset is below the
+    end of the returned batches); this keeps those overlapping what is actually returned.
     """
     if isolation_level != IsolationLevel.READ_COMMITTED or not batches:
         return []
     first_offset, last_offset = batches[0].base_offset, batches[-1].last_offset
-    assert first_offset <= last_offset <= response.last_stable_offset or not batches
-    return []
+    assert first_offset <= last_offset < response.last_stable_offset, (last_offset, response)
+    return [
+        (producer_id, txn_first_offset)
+        for producer_id, txn_first_offset in response.aborted_transactions
+        if txn_first_offset <= last_offset
+    ]
 
 
 def _synthesize_marker(info: BatchInfo) -> bytes:

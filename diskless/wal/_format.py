@@ -49,6 +49,8 @@ class WalEntry(NamedTuple):
     topic_partition: TopicPartition
     header: BatchHeader
     """Already validated by the caller; `header.bytes_view()` is the batch."""
+    lease_id: int | None = None
+    """The transaction lease taken for a transactional batch (copied into its CommitBatch)."""
 
 
 class SegmentIndexEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -108,10 +110,10 @@ def encode_segment(entries: Sequence[WalEntry]) -> tuple[bytes, list[SegmentInde
     parts: list[bytes | memoryview] = []
     index: list[SegmentIndexEntry] = []
     position = 0
-    for topic_partition, header in entries:
-        view = header.bytes_view()
+    for entry in entries:
+        view = entry.header.bytes_view()
         parts.append(view)
-        index.append(index_entry(topic_partition, header, position))
+        index.append(index_entry(entry.topic_partition, entry.header, position))
         position += len(view)
     parts.append(encode_footer(index))
     return b"".join(parts), index

@@ -445,6 +445,7 @@ class WalWriter:
                 producer_epoch=header.producer_epoch,
                 base_sequence=header.base_sequence,
                 is_transactional=bool(header.attributes & TRANSACTIONAL_BIT),
+                lease_id=entry.lease_id,
             )
         )
         segment.parts.append(view)
