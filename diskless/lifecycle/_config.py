@@ -23,6 +23,15 @@ request timeout alone does not bound the commit. `required_orphan_grace_ms` comp
 from these figures. Condemnation makes a late commit fail with ObjectKeyConflictError, so even a
 commit that outlives the grace is rejected (never acknowledged) while the coordinator still holds
 the condemned record, i.e. for at least `unreferenced_grace_ms` after condemnation.
+
+The coordinators also bound how late any commit may land, whatever the writer does: `commit_file`
+rejects a key whose encoded creation time is more than `commit_age_max_ms` older than the
+coordinator's clock (default 240 000 ms). That bound holds even for a stalled (zombie) broker, so
+
+    orphan_grace_ms > commit_age_max_ms + clock_skew_max_ms
+
+is sufficient on its own (the skew being the worst difference between the coordinator's clock and
+this manager's). Set `commit_age_max_ms` to the coordinator's value to have it checked.
 """
 
 from __future__ import annotations
@@ -85,7 +94,10 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
     commit_deadline_ms: int = 120_000
     """The writer's bound from naming an object to the end of its last commit attempt."""
     clock_skew_max_ms: int = 30_000
-    """The worst clock difference between any broker and this manager."""
+    """The worst clock difference between any broker (or the coordinator) and this manager."""
+    commit_age_max_ms: int | None = None
+    """The coordinator's commit-age bound (its `commit_age_max_ms`), when known: the grace must
+    exceed it plus the skew. None: only `commit_deadline_ms` is checked."""
     unreferenced_grace_ms: int = 60_000
     """Time a file stays UNREFERENCED (fetches in progress may still read it) or CONDEMNED
     (late commits are still rejected by name) before it is deleted and forgotten."""
@@ -128,6 +140,14 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"orphan_grace_ms ({self.orphan_grace_ms}) must exceed commit_deadline_ms "
                 f"({self.commit_deadline_ms}) + clock_skew_max_ms ({self.clock_skew_max_ms}): "
                 "an object whose commit may still be in flight must never be condemned"
+            )
+        if self.commit_age_max_ms is not None and (
+            self.orphan_grace_ms <= self.commit_age_max_ms + self.clock_skew_max_ms
+        ):
+            raise ValueError(
+                f"orphan_grace_ms ({self.orphan_grace_ms}) must exceed the coordinator's "
+                f"commit_age_max_ms ({self.commit_age_max_ms}) + clock_skew_max_ms "
+                f"({self.clock_skew_max_ms}): a commit may land that late"
             )
         _check_between(
             "list_objects_per_cycle_max",

@@ -365,3 +365,22 @@ def test_default_prefix_matches_the_wal() -> None:
     for cls in (InMemoryBatchCoordinator, SqliteBatchCoordinator):
         default = inspect.signature(cls.__init__).parameters["object_prefix"].default
         assert default == DEFAULT_OBJECT_PREFIX
+
+
+def test_commit_age_bound_relations() -> None:
+    from diskless._broker import BrokerConfig, txn_lease_budget_ms
+    from diskless.coordinator._txn import COMMIT_AGE_MAX_MS_DEFAULT
+    from diskless.lifecycle import FileManagerConfig
+    from diskless.wal import WalConfig
+
+    # The WAL's whole budget (and so a healthy lease) fits inside the commit-age bound...
+    assert txn_lease_budget_ms(WalConfig()) < COMMIT_AGE_MAX_MS_DEFAULT
+    assert BrokerConfig().txn_lease_ms == txn_lease_budget_ms(WalConfig())
+    # ...and the file manager's default grace exceeds the bound plus the skew.
+    assert FileManagerConfig(commit_age_max_ms=COMMIT_AGE_MAX_MS_DEFAULT).orphan_grace_ms > (
+        COMMIT_AGE_MAX_MS_DEFAULT
+    )
+    with pytest.raises(ValueError, match="commit_age_max_ms"):
+        FileManagerConfig(orphan_grace_ms=250_000, commit_age_max_ms=COMMIT_AGE_MAX_MS_DEFAULT)
+    with pytest.raises(ValueError, match="txn_lease_ttl_ms"):
+        BrokerConfig(txn_lease_ttl_ms=1_000)
