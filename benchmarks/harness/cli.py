@@ -440,6 +440,12 @@ def run_once(
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def succeeded(report: RunReport) -> bool:
+    """Verified, and something was acknowledged (a run where every request failed proves
+    nothing, even though nothing acknowledged went missing)."""
+    return report.verification.passed and report.analysis.batches_acked > 0
+
+
 def _finish(report: RunReport, directory: Path, progress: _Progress) -> None:
     with progress.phase("report"):
         report.phases_s = dict(progress.times)
@@ -462,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress.close()
         print(summary_table(report))
         print(f"report: {options.report_dir}")
-        return 0 if report.verification.passed else 1
+        return 0 if succeeded(report) else 1
     except Exception as exc:
         progress.close()
         print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -516,7 +522,7 @@ def _sweep(
             SweepPoint(
                 settings=settings,
                 report_dir=str(directory),
-                verified=report.verification.passed,
+                verified=succeeded(report),
                 headline=report.headline,
             )
         )

@@ -14,6 +14,7 @@ import msgspec
 
 from benchmarks.harness.spec import RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.workload import all_partitions, topic_name
+from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
@@ -24,11 +25,6 @@ from diskless.coordinator import (
 )
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
-
-try:  # the facade's public names, once re-exported at the top level
-    from diskless import BrokerConfig, DisklessBroker  # type: ignore[attr-defined]
-except ImportError:
-    from diskless._broker import BrokerConfig, DisklessBroker
 
 
 class LatencyLog:

@@ -164,7 +164,17 @@ def _times(value: float) -> str:
 def headline_lines(report: RunReport) -> list[str]:
     h = report.headline
     v = report.verification
+    failed = sum(report.errors.values())
+    errors = (
+        [
+            f"Errors: {failed:,} batches failed: "
+            + ", ".join(f"{k} {n:,}" for k, n in report.errors.items())
+        ]
+        if failed
+        else []
+    )
     return [
+        *errors,
         f"Sustained throughput: {h.mb_per_s:.1f} MB/s "
         f"(raw PUT limit {h.raw_put_mb_per_s:.1f} MB/s: {h.mb_per_s_of_raw_put:.0%})",
         f"p99 produce latency: {h.p99_ms:.1f} ms (raw PUT p99 {h.raw_put_p99_ms:.1f} ms)",
