@@ -10,4 +10,13 @@ Pipeline, one module per stage:
     baselines   raw PUT and raw SQLite insert rates on this machine, same run
     report      JSON, Markdown, PNG plots, printed summary, sweep comparison
     cli         argparse front end and orchestration
+
+Examples:
+    python -m benchmarks.harness                      # the default run, report in reports/<time>/
+    python -m benchmarks.harness --producers 48 --rate-mb-s 50 --duration-s 60
+    python -m benchmarks.harness --wal commit_interval_ms=100 buffer_max_bytes=4MiB
+    python -m benchmarks.harness --sweep commit_interval_ms=100,250 buffer_max_bytes=1MiB,8MiB
+    python -m benchmarks.harness --save-workload w.parquet      # then: --workload w.parquet
+    python -m benchmarks.harness --s3-endpoint http://localhost:9000 --bucket bench
+    python -m benchmarks.harness --tasks 1 --memory-coordinator
 """

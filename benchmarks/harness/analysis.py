@@ -59,6 +59,9 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms_by_broker: dict[str, Latency]
     throughput_by_second: list[tuple[int, float]]
     """(second since the first send, MB acknowledged in that second)."""
+    steady_mb_per_s: float
+    """The median of the per-second figures without the first and last second (ramp-up and
+    drain); the whole-window figure when the run is shorter than three seconds."""
     objects: ObjectSizes
     object_sizes: list[int]
     commit_ms: Latency
@@ -208,6 +211,9 @@ def analyze(
         )
     no_latency = Latency(count=0, mean=0.0, p50=0.0, p95=0.0, p99=0.0, p999=0.0, max=0.0)
     commit_batches = [n for task in tasks for n in task.commit_batches]
+    per_second = [(int(r["second"]), int(r["bytes"]) / MB) for r in by_second]
+    inner = sorted(mb for _, mb in per_second[1:-1])
+    steady = inner[len(inner) // 2] if inner else int(totals["bytes"] or 0) / MB / duration
     requests_sent = int(overall["n"])
     latencies = sorted(
         {row.request_id: row.latency_ms for row in batch_rows if row.kind == KIND_BATCH}.values()
@@ -227,7 +233,8 @@ def analyze(
         records_per_s=int(totals["records"] or 0) / duration,
         latency_ms=_latency_from_row(overall),
         latency_ms_by_broker=per_broker,
-        throughput_by_second=[(int(r["second"]), int(r["bytes"]) / MB) for r in by_second],
+        throughput_by_second=per_second,
+        steady_mb_per_s=steady,
         objects=object_sizes,
         object_sizes=sorted(sizes),
         commit_ms=_latency_from_row(series["commit"]) if "commit" in series else no_latency,

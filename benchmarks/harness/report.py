@@ -251,6 +251,8 @@ def markdown(report: RunReport) -> str:
         f"{a.records_acked:,} | {a.bytes_acked / 1e6:,.1f} | {a.duration_s:.1f} | "
         f"{a.mb_per_s:.2f} | {a.batches_per_s:,.0f} | {a.requests_per_s:,.0f} |",
         "",
+        f"Steady state (median second, ramp-up and drain left out): {a.steady_mb_per_s:.1f} MB/s.",
+        "",
         *_task_lines(report.tasks),
         "",
         "## Latency (ms)",
