@@ -18,6 +18,7 @@ from pathlib import Path
 
 from diskless.coordinator import SqliteBatchCoordinator
 from diskless.kafka_server._cluster import KafkaCluster
+from diskless.kafka_server._server import ServerConfig
 from diskless.storage import LocalObjectStore
 
 
@@ -37,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
         "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
     )
     parser.add_argument("--topic", type=_topic, action="append", default=[], metavar="NAME:N")
+    parser.add_argument(
+        "--auto-create-partitions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="create unknown topics with N partitions when a client asks (0: never)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -47,8 +55,14 @@ async def _run(args: argparse.Namespace) -> None:
     coordinator = SqliteBatchCoordinator(args.data_dir / "coordinator.sqlite")
     ports = [args.base_port + i for i in range(args.brokers)] if args.base_port else None
     try:
+        server_config = ServerConfig(auto_create_topic_partitions=args.auto_create_partitions)
         async with KafkaCluster(
-            store, coordinator, brokers=args.brokers, racks=args.racks, ports=ports
+            store,
+            coordinator,
+            brokers=args.brokers,
+            racks=args.racks,
+            ports=ports,
+            server_config=server_config,
         ) as cluster:
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions)
@@ -69,8 +83,8 @@ async def _run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    if args.brokers < 1 or args.racks < 1:
-        raise SystemExit("--brokers and --racks must be >= 1")
+    if args.brokers < 1 or args.racks < 1 or args.auto_create_partitions < 0:
+        raise SystemExit("--brokers and --racks must be >= 1, --auto-create-partitions >= 0")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     asyncio.run(_run(args))
 

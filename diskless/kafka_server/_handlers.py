@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition
+from diskless.coordinator import TopicDescription
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, has_field, nested, response_schema
 from diskless.kafka_server._metadata import topic_id
@@ -35,6 +37,7 @@ _log = logging.getLogger(__name__)
 _NO_THROTTLE: Final = datetime.timedelta(0)
 _KEY_TYPE_GROUP: Final = 0
 _KEY_TYPE_TRANSACTION: Final = 1
+_LEGAL_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 Handler = Callable[["BrokerServer", "Connection", int, Any], Awaitable[Any]]
 """(server, connection, api version, request) -> response entity, or None for no response."""
@@ -101,6 +104,9 @@ async def handle_metadata(
             requested = requested or []
         known = {d.name: d for d in descriptions}
         names = sorted(known) if requested is None else list(dict.fromkeys(requested))
+        missing = [name for name in names if name not in known]
+        if missing and _may_create(server, version, request):
+            known.update(await _create_topics(server, missing))
         rack = connection.client_rack if connection.client_rack is not None else server.rack
         for name in names:
             description = known.get(name)
@@ -156,6 +162,29 @@ async def handle_metadata(
         controller_id=server.broker_id,
         topics=tuple(topics),
     )
+
+
+def _may_create(server: BrokerServer, version: int, request: Any) -> bool:
+    allowed = bool(request.allow_auto_topic_creation) if version >= 4 else True
+    return allowed and server.config.auto_create_topic_partitions > 0
+
+
+async def _create_topics(server: BrokerServer, names: list[str]) -> dict[str, TopicDescription]:
+    """Create what can be created; names the coordinator refuses stay unknown."""
+    partitions = server.config.auto_create_topic_partitions
+    for name in names:
+        if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
+            continue  # Kafka's topic name rules; the topic stays unknown
+        try:
+            if await server.broker.create_topic(name, partitions):
+                _log.info("created topic %r with %d partitions on first use", name, partitions)
+        except (DisklessError, ValueError) as e:
+            _log.warning("metadata: cannot create topic %r: %r", name, e)
+    try:
+        return {d.name: d for d in await server.broker.describe_topics(names)}
+    except DisklessError as e:
+        _log.warning("metadata: describing created topics failed: %r", e)
+        return {}
 
 
 # --- Produce --------------------------------------------------------------------------------------

@@ -55,6 +55,9 @@ class ServerConfig(msgspec.Struct, frozen=True):
     """Caps a Fetch's max_wait: how long an empty fetch may be held before answering."""
     fetch_poll_ms: int = 10
     """How often a held fetch asks the coordinator again (any broker may append)."""
+    auto_create_topic_partitions: int = 0
+    """Metadata for an unknown topic creates it with this many partitions when the client allows
+    it (Kafka's auto.create.topics.enable with num.partitions); 0 never creates."""
 
     def __post_init__(self) -> None:
         if not 0 < self.frame_bytes_max <= 2**31 - 1:
@@ -63,6 +66,8 @@ class ServerConfig(msgspec.Struct, frozen=True):
             raise ValueError("requests_inflight_max must be >= 1")
         if self.fetch_wait_ms_max < 0 or self.fetch_poll_ms < 1:
             raise ValueError("fetch_wait_ms_max must be >= 0 and fetch_poll_ms >= 1")
+        if self.auto_create_topic_partitions < 0:
+            raise ValueError("auto_create_topic_partitions must be >= 0")
 
 
 class Connection:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 import crc32c
 
@@ -129,7 +129,7 @@ class TransactionFront:
         self.transactions_available = _is_participant(coordinator)
         participant: TransactionParticipant
         if self.transactions_available:
-            participant = coordinator  # type: ignore[assignment]  # checked by _is_participant
+            participant = cast(TransactionParticipant, coordinator)
         else:
             _log.warning("transactions unavailable: %s", TRANSACTIONS_UNAVAILABLE)
             participant = _LocalProducerIds(self._clock)

@@ -16,7 +16,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 
 from diskless import TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
-from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._codec import build
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
@@ -41,10 +41,10 @@ async def six() -> AsyncIterator[KafkaCluster]:
         yield running
 
 
-def _metadata(*names: str) -> MetadataRequest:
+def _metadata(*names: str, create: bool = False) -> MetadataRequest:
     return MetadataRequest(
         topics=tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names),
-        allow_auto_topic_creation=False,
+        allow_auto_topic_creation=create,
         include_topic_authorized_operations=False,
     )
 
@@ -152,3 +152,27 @@ async def test_unknown_topics_are_reported_per_topic(six: KafkaCluster) -> None:
         await client.close()
     errors = {t.name: t.error_code for t in response.topics}
     assert errors == {"nope": WireError.unknown_topic_or_partition, TOPIC: WireError.none}
+
+
+async def test_auto_creation_creates_legal_names_when_enabled() -> None:
+    coordinator = InMemoryBatchCoordinator()
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        coordinator,
+        brokers=1,
+        racks=1,
+        broker_config=broker_config(),
+        server_config=ServerConfig(auto_create_topic_partitions=4),
+    ) as cluster:
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            refused = await client.request(_metadata("new-topic"))
+            response = await client.request(_metadata("new-topic", "bad/name", create=True))
+        finally:
+            await client.close()
+        assert refused.topics[0].error_code == WireError.unknown_topic_or_partition
+        topics = {t.name: t for t in response.topics}
+        assert topics["new-topic"].error_code == WireError.none
+        assert len(topics["new-topic"].partitions) == 4
+        assert topics["bad/name"].error_code == WireError.unknown_topic_or_partition
+        assert [d.name for d in await coordinator.describe_topics()] == ["new-topic"]

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 import pytest
 from confluent_kafka import Producer
 
 from diskless import ErrorCode, TopicPartition
-from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
@@ -62,7 +63,7 @@ class RecordingParticipant(InMemoryBatchCoordinator):
 
     async def allocate_producer_ids(self, count: int) -> int:
         if PARTICIPANT_READY:
-            return await super().allocate_producer_ids(count)  # type: ignore[safe-super]
+            return await super().allocate_producer_ids(count)
         first = self.next_producer_id
         self.next_producer_id += count
         return first
@@ -72,9 +73,7 @@ class RecordingParticipant(InMemoryBatchCoordinator):
     ) -> list[ErrorCode]:
         self.added.append((producer_id, producer_epoch, list(partitions)))
         if PARTICIPANT_READY:
-            return await super().add_partitions_to_txn(  # type: ignore[safe-super]
-                producer_id, producer_epoch, partitions
-            )
+            return await super().add_partitions_to_txn(producer_id, producer_epoch, partitions)
         return [ErrorCode.NONE] * len(partitions)
 
     async def end_transaction(
@@ -88,7 +87,7 @@ class RecordingParticipant(InMemoryBatchCoordinator):
     ) -> list[ErrorCode]:
         self.ended.append((producer_id, producer_epoch, marker_epoch, commit))
         if PARTICIPANT_READY:
-            return await super().end_transaction(  # type: ignore[safe-super]
+            return await super().end_transaction(
                 producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
             )
         return [ErrorCode.NONE] * len(partitions)
@@ -118,6 +117,7 @@ def _transactional_batch(producer_id: int, epoch: int, sequence: int, count: int
 # --- the bridge, unit level ---------------------------------------------------------------------
 async def test_bridge_maps_client_epoch_and_restarts_sequences_after_each_end() -> None:
     participant = RecordingParticipant()
+    await participant.create_topic("t", 1)
     front = TransactionFront(participant)
     tp = TopicPartition("t", 0)
     init = await front.init_producer_id("tx", 60_000)
@@ -168,11 +168,15 @@ async def test_bridge_leaves_other_batches_alone() -> None:
 
 
 async def test_without_a_participant_idempotence_works_and_transactions_are_refused() -> None:
-    front = TransactionFront(InMemoryBatchCoordinator())
-    if front.transactions_available:
-        pytest.skip("the coordinator implements the participant now")
+    class NotAParticipant:
+        """A coordinator from before the participant methods (duck-typed, as the front sees it)."""
+
+    front = TransactionFront(cast(BatchCoordinator, NotAParticipant()))
+    assert not front.transactions_available
     idempotent = await front.init_producer_id(None, 60_000)
     assert idempotent.error is ErrorCode.NONE and idempotent.producer_id >= 0
+    second = await front.init_producer_id(None, 60_000)
+    assert second.producer_id != idempotent.producer_id
     assert (await front.init_producer_id("tx", 60_000)).error is ErrorCode.INVALID_TXN_STATE
 
 
