@@ -17,10 +17,8 @@ EndTxn response (v0-v3) carries no new epoch.
   recomputed; a batch whose CRC was already wrong is left alone for the broker to refuse.
 A TV1 client only ends a transaction once every batch of it is acknowledged, so the shift is
 known whenever a batch of the next transaction arrives. The bridge state lives in this process,
-like the transaction coordinator's: one front end per cluster.
-
-When the batch coordinator does not (yet) implement `TransactionParticipant`, idempotent producers
-still get producer ids (from `_LocalProducerIds`) and transactional requests are refused.
+like the transaction coordinator's: one front end per cluster. The batch coordinator is the
+participant (it allocates producer ids, registers partitions and places markers).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Sequence
-from typing import Final, cast
+from typing import Final
 
 import crc32c
 
@@ -36,8 +34,7 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.records import SEQUENCE_MAX
-from diskless.txn._coordinator import EndTxnResult, InitProducerIdResult, TransactionCoordinator
-from diskless.txn._participant import TransactionParticipant
+from diskless.txn import EndTxnResult, InitProducerIdResult, TransactionCoordinator
 
 _log = logging.getLogger(__name__)
 
@@ -53,48 +50,6 @@ _INT32: Final = struct.Struct(">i")
 _UINT32: Final = struct.Struct(">I")
 _INT64: Final = struct.Struct(">q")
 _SEQUENCE_MODULUS: Final = SEQUENCE_MAX + 1
-
-TRANSACTIONS_UNAVAILABLE: Final = "the batch coordinator does not implement TransactionParticipant"
-
-
-def _is_participant(coordinator: object) -> bool:
-    return all(
-        callable(getattr(coordinator, name, None))
-        for name in ("allocate_producer_ids", "add_partitions_to_txn", "end_transaction")
-    )
-
-
-class _LocalProducerIds:
-    """Producer ids for idempotent producers when the coordinator cannot allocate them.
-
-    Ids start at the wall clock in milliseconds shifted left by 10 bits, so that a restarted
-    cluster on the same data directory does not hand out an id it used before (unless clocks go
-    backwards). Transactions are refused: they need the participant's markers.
-    """
-
-    def __init__(self, clock: Clock) -> None:
-        self._next = clock.now_ms() << 10
-
-    async def allocate_producer_ids(self, count: int) -> int:
-        first = self._next
-        self._next += count
-        return first
-
-    async def add_partitions_to_txn(
-        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
-    ) -> list[ErrorCode]:
-        return [ErrorCode.INVALID_TXN_STATE] * len(partitions)
-
-    async def end_transaction(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        marker_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        partitions: Sequence[TopicPartition],
-    ) -> list[ErrorCode]:
-        return [ErrorCode.INVALID_TXN_STATE] * len(partitions)
 
 
 class _Bridge:
@@ -125,15 +80,7 @@ class TransactionFront:
     """InitProducerId, AddPartitionsToTxn, EndTxn and the batch rewriting they imply."""
 
     def __init__(self, coordinator: BatchCoordinator, *, clock: Clock | None = None) -> None:
-        self._clock = clock or SystemClock()
-        self.transactions_available = _is_participant(coordinator)
-        participant: TransactionParticipant
-        if self.transactions_available:
-            participant = cast(TransactionParticipant, coordinator)
-        else:
-            _log.warning("transactions unavailable: %s", TRANSACTIONS_UNAVAILABLE)
-            participant = _LocalProducerIds(self._clock)
-        self._coordinator = TransactionCoordinator(participant, clock=self._clock)
+        self._coordinator = TransactionCoordinator(coordinator, clock=clock or SystemClock())
         self._by_transactional_id: dict[str, _Bridge] = {}
         self._by_producer_id: dict[int, _Bridge] = {}
 
@@ -151,8 +98,6 @@ class TransactionFront:
     async def init_producer_id(
         self, transactional_id: str | None, timeout_ms: int
     ) -> InitProducerIdResult:
-        if transactional_id is not None and not self.transactions_available:
-            return InitProducerIdResult(ErrorCode.INVALID_TXN_STATE)
         result = await self._coordinator.init_producer_id(transactional_id, timeout_ms)
         if transactional_id is not None and result.error is ErrorCode.NONE:
             old = self._by_transactional_id.pop(transactional_id, None)

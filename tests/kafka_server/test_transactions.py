@@ -1,26 +1,25 @@
 """Transactions through the Kafka front end.
 
-- Unit tests of the transaction-version-1 bridge (`TransactionFront`) against a recording
-  participant: epochs substituted, batches rewritten with a valid CRC, sequences restarted.
-- An integration test of librdkafka's transactional protocol flow through the bridge, with a
-  participant that accepts everything (no markers): every client call succeeds and the coordinator
-  sees one epoch per transaction, each starting at sequence 0.
-- The acceptance test, gated on the batch coordinators implementing `TransactionParticipant`:
-  committed and aborted transactions, read back by read_committed consumers (librdkafka and
-  kafka-python), which must see exactly the committed records.
+- Unit tests of the transaction-version-1 bridge (`TransactionFront`) over the in-memory
+  coordinator: epochs substituted, batches rewritten with a valid CRC, sequences restarted.
+- An integration test of librdkafka's transactional protocol flow through the bridge: every
+  client call succeeds and the coordinator sees one epoch per transaction (markers at the next),
+  each transaction starting at sequence 0.
+- The acceptance test: committed and aborted transactions, read back by read_committed consumers
+  (librdkafka and kafka-python), which must see exactly the committed records, and by a
+  read_uncommitted one, which sees them all.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from typing import cast
 
 import pytest
 from confluent_kafka import Producer
 
 from diskless import ErrorCode, TopicPartition
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
@@ -38,43 +37,20 @@ PARTITIONS = 3
 TRANSACTIONS = 6
 RECORDS_PER_TRANSACTION = 90
 
-_PARTICIPANT_METHODS = ("allocate_producer_ids", "add_partitions_to_txn", "end_transaction")
-PARTICIPANT_READY = all(
-    callable(getattr(InMemoryBatchCoordinator, name, None))
-    and name not in getattr(InMemoryBatchCoordinator, "__abstractmethods__", frozenset())
-    for name in _PARTICIPANT_METHODS
-)
-needs_participant = pytest.mark.skipif(
-    not PARTICIPANT_READY,
-    reason="InMemoryBatchCoordinator does not implement TransactionParticipant yet "
-    "(allocate_producer_ids / add_partitions_to_txn / end_transaction): no markers, no LSO",
-)
-
 
 class RecordingParticipant(InMemoryBatchCoordinator):
-    """Records the participant calls; passes them on once the coordinator implements them, and
-    accepts everything (no markers) until then."""
+    """The in-memory coordinator, recording the transaction coordinator's calls to it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.next_producer_id = 5000
         self.added: list[tuple[int, int, list[TopicPartition]]] = []
         self.ended: list[tuple[int, int, int, bool]] = []
-
-    async def allocate_producer_ids(self, count: int) -> int:
-        if PARTICIPANT_READY:
-            return await super().allocate_producer_ids(count)
-        first = self.next_producer_id
-        self.next_producer_id += count
-        return first
 
     async def add_partitions_to_txn(
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
     ) -> list[ErrorCode]:
         self.added.append((producer_id, producer_epoch, list(partitions)))
-        if PARTICIPANT_READY:
-            return await super().add_partitions_to_txn(producer_id, producer_epoch, partitions)
-        return [ErrorCode.NONE] * len(partitions)
+        return await super().add_partitions_to_txn(producer_id, producer_epoch, partitions)
 
     async def end_transaction(
         self,
@@ -86,11 +62,9 @@ class RecordingParticipant(InMemoryBatchCoordinator):
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
         self.ended.append((producer_id, producer_epoch, marker_epoch, commit))
-        if PARTICIPANT_READY:
-            return await super().end_transaction(
-                producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
-            )
-        return [ErrorCode.NONE] * len(partitions)
+        return await super().end_transaction(
+            producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
+        )
 
 
 def _header(data: bytes) -> BatchHeader:
@@ -167,19 +141,6 @@ async def test_bridge_leaves_other_batches_alone() -> None:
     assert front.rewrite_batch(tp, bytes(corrupt)) == (bytes(corrupt), None)
 
 
-async def test_without_a_participant_idempotence_works_and_transactions_are_refused() -> None:
-    class NotAParticipant:
-        """A coordinator from before the participant methods (duck-typed, as the front sees it)."""
-
-    front = TransactionFront(cast(BatchCoordinator, NotAParticipant()))
-    assert not front.transactions_available
-    idempotent = await front.init_producer_id(None, 60_000)
-    assert idempotent.error is ErrorCode.NONE and idempotent.producer_id >= 0
-    second = await front.init_producer_id(None, 60_000)
-    assert second.producer_id != idempotent.producer_id
-    assert (await front.init_producer_id("tx", 60_000)).error is ErrorCode.INVALID_TXN_STATE
-
-
 # --- librdkafka through the bridge --------------------------------------------------------------
 @pytest.fixture
 async def recording_cluster() -> AsyncIterator[tuple[KafkaCluster, RecordingParticipant]]:
@@ -236,12 +197,9 @@ async def test_librdkafka_transactions_flow_through_the_bridge(
     ]
     for p in range(PARTITIONS):
         (snapshot,) = await participant.describe_producers(TopicPartition("tx", p))
-        # The last transaction's epoch, or the marker's once markers are written (TV2).
-        assert snapshot.producer_epoch in (TRANSACTIONS - 1, TRANSACTIONS)
-        if snapshot.retained_batches:
-            assert snapshot.retained_batches[0][0] == 0  # the last transaction restarted at 0
+        assert snapshot.producer_epoch == TRANSACTIONS  # the last marker's epoch (TV2)
     ends = await end_offsets(cluster, "tx", PARTITIONS)
-    markers = TRANSACTIONS * PARTITIONS if PARTICIPANT_READY else 0
+    markers = TRANSACTIONS * PARTITIONS
     assert sum(ends.values()) == TRANSACTIONS * RECORDS_PER_TRANSACTION + markers
 
 
@@ -262,7 +220,6 @@ def _kafka_python_read_committed(bootstrap: str, topic: str, ends: dict[int, int
     return audit
 
 
-@needs_participant
 async def test_read_committed_consumers_see_exactly_the_committed_transactions(
     cluster: KafkaCluster,
 ) -> None:
