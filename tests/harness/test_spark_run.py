@@ -34,15 +34,9 @@ from diskless import TopicPartition
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [
-    pytest.mark.spark,
-    # py4j leaves its gateway sockets to the garbage collector (ResourceWarning on unclosed
-    # sockets), and Spark's Python side still calls a few deprecated stdlib APIs; both come from
-    # inside pyspark/py4j, not from the harness.
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:pyspark.*"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:py4j.*"),
-]
+# No warning filter is needed: the harness silences kafka-python's one import-time deprecation
+# itself, and this Spark session raises none under filterwarnings=error.
+pytestmark = pytest.mark.spark
 
 TINY = WorkloadSpec(
     brokers=2,
