@@ -1,10 +1,20 @@
 """A Kafka-protocol prototype broker on the diskless library.
 
-Unmodified Kafka clients produce to and consume from `DisklessBroker`s through this package: each
-broker gets a Kafka listener (`BrokerServer`), several brokers form a `KafkaCluster` sharing one
-object store and one batch coordinator, and Metadata sends every client's produce requests to its
-rack's produce representative (see `_metadata`). Start one from a shell with
-`python -m diskless.kafka_server --brokers 3 --racks 3 --data-dir DIR`.
+Unmodified Kafka clients (librdkafka, kafka-python, aiokafka, ...) produce to and consume from
+`DisklessBroker`s through this package. Each broker gets a Kafka listener on 127.0.0.1
+(`BrokerServer`); a `KafkaCluster` runs several in one process, sharing one object store and one
+batch coordinator. From a shell:
+
+    python -m diskless.kafka_server --brokers 3 --racks 3 --data-dir DIR [--topic NAME:N]
+
+Where to read on:
+- `_versions`: the advertised API versions and why each range ends where it does;
+- `_metadata`: how Metadata routes each client's produce requests to its rack's produce
+  representative (there is no partition leader on the write path);
+- `_server`: framing, ordering, and when a connection is closed rather than answered;
+- `_txn`: transactions, and the bridge from the clients' transaction version 1 to the library's
+  transaction version 2;
+- `_groups`: the minimal consumer-group coordinator.
 """
 
 from diskless.kafka_server._cluster import KafkaCluster, rack_name
@@ -14,13 +24,17 @@ from diskless.kafka_server._txn import TransactionFront
 from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
 
 __all__ = [
-    "SUPPORTED_VERSIONS",
-    "ApiKey",
-    "BrokerAddress",
+    # running brokers
     "BrokerServer",
-    "ClusterView",
     "KafkaCluster",
     "ServerConfig",
-    "TransactionFront",
     "rack_name",
+    # membership and routing
+    "BrokerAddress",
+    "ClusterView",
+    # transactions
+    "TransactionFront",
+    # the protocol surface
+    "SUPPORTED_VERSIONS",
+    "ApiKey",
 ]
