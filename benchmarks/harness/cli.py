@@ -309,8 +309,6 @@ async def _create_topics(run: RunSpec, spec: WorkloadSpec) -> None:
 
 
 NOTES: Final = [
-    "Transactional producers are not driven yet: producers in the transactional share run as "
-    "idempotent producers, and read_committed is not checked.",
     "Producers do not retry failed requests; a failed batch leaves its producer's later batches "
     "on that partition out of sequence (reported as errors, not verification failures).",
     "Latency is measured in the producer's task around `broker.produce` (same process as the "
@@ -323,6 +321,17 @@ class RunOutcome(NamedTuple):
     rows: list[ResultRow]
     """Every batch's timing and result, and each task's counters, as the tasks returned them."""
     data_dir: Path
+
+
+def transactions_note(spec: WorkloadSpec) -> str:
+    if spec.transactional_share == 0:
+        return "No transactional producers (--transactional-share 0): read_committed not checked."
+    return (
+        f"{spec.transactional_share:.0%} of producers are transactional (Kafka transaction "
+        f"version 2, {spec.txn_requests} requests per transaction, {spec.txn_abort_share:.0%} "
+        "aborted as planned by the seed, and any with a failed batch): one library "
+        "TransactionCoordinator per Spark task, over the shared batch coordinator."
+    )
 
 
 MEMORY_NOTE: Final = (
@@ -428,7 +437,8 @@ def run_once(
             baselines=baselines,
             verification=verification,
             errors=describe_errors(rows),
-            notes=list(NOTES) + ([MEMORY_NOTE] if options.memory_coordinator else []),
+            notes=[transactions_note(spec), *NOTES]
+            + ([MEMORY_NOTE] if options.memory_coordinator else []),
             phases_s=dict(progress.times),
             tasks=[task_summary(t) for t in tasks],
         )

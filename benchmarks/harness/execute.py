@@ -29,6 +29,7 @@ from benchmarks.harness.env import (
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from benchmarks.harness.workload import WorkloadRow, brokers_of_task
 from diskless import ErrorCode, TopicPartition
+from diskless.txn import TransactionCoordinator
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,11 +54,20 @@ RESULT_COLUMNS: Final = (
     ("error", "int"),
     ("error_message", "string"),
     ("base_offset", "long"),
+    ("wire_producer_id", "long"),
+    ("producer_epoch", "int"),
+    ("txn_index", "int"),
+    ("txn_outcome", "int"),
     ("stats_json", "string"),
 )
 KIND_BATCH: Final = "batch"
 KIND_TASK: Final = "task"
 SEND_FAILED: Final = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+TXN_NONE: Final = -1
+TXN_ABORTED: Final = 0
+TXN_COMMITTED: Final = 1
+TXN_UNKNOWN: Final = 2
+TXN_TIMEOUT_MS: Final = 60_000
 _KEY: Final = struct.Struct(">qq")
 _FILLER: Final = bytes(range(256)) * 1024
 
@@ -81,6 +91,13 @@ class ResultRow(NamedTuple):
     error: int
     error_message: str | None
     base_offset: int
+    wire_producer_id: int
+    """The producer id in the batch header: the workload's for idempotent producers, the one
+    InitProducerId handed out for transactional ones (`producer_id` stays the workload's)."""
+    producer_epoch: int
+    txn_index: int
+    txn_outcome: int
+    """TXN_NONE (idempotent), TXN_COMMITTED, TXN_ABORTED, or TXN_UNKNOWN (the end failed)."""
     stats_json: str | None
 
 
@@ -117,15 +134,22 @@ def kafka_records() -> tuple[Any, Any]:
     return DefaultRecordBatchBuilder, MemoryRecords
 
 
-def build_batch(row: WorkloadRow, timestamp_ms: int) -> bytes:
-    """The record batch of a workload row, built by kafka-python (an independent codec)."""
+def build_batch(row: WorkloadRow, timestamp_ms: int, wire: tuple[int, int] | None = None) -> bytes:
+    """The record batch of a workload row, built by kafka-python (an independent codec).
+
+    `wire` is the (producer id, epoch) to put in the header when it is not the row's own (a
+    transactional producer's come from InitProducerId); keys always carry the row's producer id.
+    """
     builder_class, _ = kafka_records()
+    producer_id, producer_epoch = (
+        wire if wire is not None else (row.producer_id, row.producer_epoch)
+    )
     builder = builder_class(
         magic=2,
         compression_type=0,
-        is_transactional=False,
-        producer_id=row.producer_id,
-        producer_epoch=row.producer_epoch,
+        is_transactional=row.txn_index >= 0,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
         base_sequence=row.base_sequence,
         batch_size=1 << 30,
     )
@@ -147,6 +171,9 @@ class _Request(NamedTuple):
     send_offset_ms: float
     rows: list[WorkloadRow]
     batches: dict[TopicPartition, bytes]
+    wire_producer_id: int
+    producer_epoch: int
+    txn_index: int
 
 
 class TaskStats(msgspec.Struct, kw_only=True):
@@ -180,22 +207,6 @@ def run_task(
 async def _run_task(
     task: int, rows: list[WorkloadRow], spec: WorkloadSpec, run: RunSpec
 ) -> list[ResultRow]:
-    build_started = time.perf_counter()
-    timestamp_ms = int(time.time() * 1000)
-    by_producer: dict[int, list[_Request]] = {}
-    rows.sort(key=lambda r: (r.request_id, r.topic, r.partition))
-    for request_id, group in _group_by_request(rows):
-        first = group[0]
-        assert first.task == task, (first.task, task)
-        batches = {
-            TopicPartition(r.topic, r.partition): build_batch(r, timestamp_ms) for r in group
-        }
-        assert len(batches) == len(group), "a request holds one batch per partition"
-        by_producer.setdefault(first.producer_index, []).append(
-            _Request(request_id, first.broker_id, first.send_offset_ms, group, batches)
-        )
-    build_s = time.perf_counter() - build_started
-
     puts, commits = LatencyLog(), LatencyLog()
     store = open_store(run.store, puts)
     coordinator = open_coordinator(run, commits)
@@ -203,7 +214,7 @@ async def _run_task(
     if not run.coordinator_path:  # a private in-memory coordinator starts empty
         await create_topics(coordinator, spec)
     results: list[ResultRow] = []
-    sent = 0
+    outcomes: dict[tuple[int, int], int] = {}
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(store.close)
         stack.push_async_callback(coordinator.close)
@@ -211,20 +222,33 @@ async def _run_task(
         for node in nodes:
             broker = open_broker(node.broker_id, node.rack or "", store, coordinator, run)
             brokers[node.broker_id] = await stack.enter_async_context(broker)
+        transactions = await stack.enter_async_context(TransactionCoordinator(coordinator))
+        build_started = time.perf_counter()
+        by_producer = await _build_requests(task, rows, spec, transactions)
+        build_s = time.perf_counter() - build_started
         store_before = store.stats()
         started_ts = time.time()
         started = time.perf_counter()
         deadline = started + spec.duration_s
         counts = await asyncio.gather(
             *(
-                _run_producer(task, requests, brokers, spec, started, deadline, results)
+                _run_producer(
+                    task, requests, brokers, spec, started, deadline, results, transactions,
+                    outcomes,
+                )
                 for requests in by_producer.values()
             )
-        )
+        )  # fmt: skip
         sent = sum(counts)
         ended_ts = time.time()
         store_used = store.stats().minus(store_before)
         broker_stats = {str(bid): _stats_of(b) for bid, b in brokers.items()}
+        results = [
+            r._replace(txn_outcome=outcomes.get((r.producer_id, r.txn_index), TXN_UNKNOWN))
+            if r.txn_index >= 0
+            else r
+            for r in results
+        ]
         audit_result = None
         if not run.coordinator_path:  # nobody else can see this coordinator: audit here
             audit_result = await _audit_in_task(results, spec, store, brokers)
@@ -247,6 +271,57 @@ async def _run_task(
     )
     results.append(_task_row(task, stats))
     return results
+
+
+async def _build_requests(
+    task: int, rows: list[WorkloadRow], spec: WorkloadSpec, transactions: TransactionCoordinator
+) -> dict[int, list[_Request]]:
+    """Every producer's requests with their batches built, in send order.
+
+    A transactional producer first gets its producer id from InitProducerId; transaction k then
+    runs at the initial epoch + k (transaction version 2 bumps the epoch at every end).
+    """
+    timestamp_ms = int(time.time() * 1000)
+    wire: dict[int, tuple[int, int]] = {}
+    by_producer: dict[int, list[_Request]] = {}
+    rows.sort(key=lambda r: (r.request_id, r.topic, r.partition))
+    for request_id, group in _group_by_request(rows):
+        first = group[0]
+        assert first.task == task, (first.task, task)
+        if first.txn_index >= 0 and first.producer_index not in wire:
+            init = await transactions.init_producer_id(
+                transactional_id(spec, first.producer_index), TXN_TIMEOUT_MS
+            )
+            if init.error != ErrorCode.NONE:
+                raise RuntimeError(f"InitProducerId failed: {ErrorCode(init.error).name}")
+            wire[first.producer_index] = (init.producer_id, init.producer_epoch)
+        if first.txn_index >= 0:
+            producer_id, epoch0 = wire[first.producer_index]
+            identity = (producer_id, epoch0 + first.txn_index)
+        else:
+            identity = (first.producer_id, first.producer_epoch)
+        batches = {
+            TopicPartition(r.topic, r.partition): build_batch(r, timestamp_ms, identity)
+            for r in group
+        }
+        assert len(batches) == len(group), "a request holds one batch per partition"
+        by_producer.setdefault(first.producer_index, []).append(
+            _Request(
+                request_id,
+                first.broker_id,
+                first.send_offset_ms,
+                group,
+                batches,
+                identity[0],
+                identity[1],
+                first.txn_index,
+            )
+        )
+    return by_producer
+
+
+def transactional_id(spec: WorkloadSpec, producer: int) -> str:
+    return f"bench-{spec.seed}-producer-{producer}"
 
 
 async def _audit_in_task(
@@ -278,16 +353,32 @@ async def _run_producer(
     started: float,
     deadline: float,
     out: list[ResultRow],
+    transactions: TransactionCoordinator,
+    outcomes: dict[tuple[int, int], int],
 ) -> int:
     """Send a producer's requests in order, `max_in_flight` outstanding per broker; count sent.
 
     Requests are handed to the broker in sequence order: each send is a task created in order,
-    and asyncio starts tasks first come first served.
+    and asyncio starts tasks first come first served. A transactional producer adds each
+    transaction's partitions first, and ends it (commit, or abort as planned or after a failed
+    batch) once all its requests are answered.
     """
     slots = {broker_id: asyncio.Semaphore(spec.max_in_flight) for broker_id in brokers}
     pending: set[asyncio.Task[None]] = set()
     sent = 0
+    txn_index = -1
+    answered: dict[int, bool] = {}
     for request in requests:
+        if request.txn_index != txn_index:
+            if txn_index >= 0:
+                await _end_transaction(
+                    spec, requests, txn_index, pending, transactions, outcomes, answered
+                )
+            txn_index = request.txn_index
+            if txn_index >= 0 and not await _begin_transaction(
+                spec, requests, txn_index, transactions
+            ):
+                break
         if request.send_offset_ms >= 0:
             delay = started + request.send_offset_ms / 1000.0 - time.perf_counter()
             if delay > 0:
@@ -297,19 +388,79 @@ async def _run_producer(
         if time.perf_counter() >= deadline:
             slot.release()
             break
-        sending = asyncio.create_task(_send(task, request, brokers[request.broker_id], spec, out))
+        sending = asyncio.create_task(
+            _send(task, request, brokers[request.broker_id], spec, out, answered)
+        )
         sending.add_done_callback(lambda _, slot=slot: slot.release())  # type: ignore[misc]
         pending.add(sending)
         sending.add_done_callback(pending.discard)
         sent += 1
+    if txn_index >= 0:
+        await _end_transaction(spec, requests, txn_index, pending, transactions, outcomes, answered)
     if pending:
         await asyncio.gather(*pending)
     return sent
 
 
-async def _send(
-    task: int, request: _Request, broker: Any, spec: WorkloadSpec, out: list[ResultRow]
+async def _begin_transaction(
+    spec: WorkloadSpec,
+    requests: list[_Request],
+    txn_index: int,
+    transactions: TransactionCoordinator,
+) -> bool:
+    mine = [r for r in requests if r.txn_index == txn_index]
+    first = mine[0]
+    partitions = list(dict.fromkeys(tp for r in mine for tp in r.batches))
+    added = await transactions.add_partitions(
+        transactional_id(spec, first.rows[0].producer_index),
+        first.wire_producer_id,
+        first.producer_epoch,
+        partitions,
+    )
+    return all(error == ErrorCode.NONE for error in added.values())
+
+
+async def _end_transaction(
+    spec: WorkloadSpec,
+    requests: list[_Request],
+    txn_index: int,
+    pending: set[asyncio.Task[None]],
+    transactions: TransactionCoordinator,
+    outcomes: dict[tuple[int, int], int],
+    answered: dict[int, bool],
 ) -> None:
+    """Wait for the transaction's requests, then commit it (if planned and all acked) or abort."""
+    if pending:
+        await asyncio.gather(*pending)
+    first = next(r for r in requests if r.txn_index == txn_index)
+    row = first.rows[0]
+    acks = [
+        answered[r.request_id]
+        for r in requests
+        if r.txn_index == txn_index and r.request_id in answered
+    ]
+    commit = row.txn_commit and bool(acks) and all(acks)
+    ended = await transactions.end_txn(
+        transactional_id(spec, row.producer_index),
+        first.wire_producer_id,
+        first.producer_epoch,
+        commit,
+    )
+    outcome = (
+        (TXN_COMMITTED if commit else TXN_ABORTED) if ended.error == ErrorCode.NONE else TXN_UNKNOWN
+    )
+    outcomes[(row.producer_id, txn_index)] = outcome
+
+
+async def _send(
+    task: int,
+    request: _Request,
+    broker: Any,
+    spec: WorkloadSpec,
+    out: list[ResultRow],
+    answered: dict[int, bool],
+) -> None:
+    """One produce request; its batches' rows go to `out`, whether all were acked to `answered`."""
     send_ts = time.time()
     started = time.perf_counter()
     try:
@@ -317,6 +468,11 @@ async def _send(
         failure: str | None = None
     except Exception as exc:  # an infrastructure failure fails every batch of the request
         answers, failure = {}, f"{type(exc).__name__}: {exc}"
+    answered[request.request_id] = (
+        failure is None
+        and all(answer.error == ErrorCode.NONE for answer in answers.values())
+        and len(answers) == len(request.batches)
+    )
     latency_ms = (time.perf_counter() - started) * 1000.0
     ack_ts = send_ts + latency_ms / 1000.0
     for row in request.rows:
@@ -347,6 +503,10 @@ async def _send(
                 error=error,
                 error_message=message,
                 base_offset=base_offset,
+                wire_producer_id=request.wire_producer_id,
+                producer_epoch=request.producer_epoch,
+                txn_index=request.txn_index,
+                txn_outcome=TXN_NONE,
                 stats_json=None,
             )
         )
@@ -383,6 +543,10 @@ def _task_row(task: int, stats: TaskStats) -> ResultRow:
         error=0,
         error_message=None,
         base_offset=-1,
+        wire_producer_id=-1,
+        producer_epoch=-1,
+        txn_index=-1,
+        txn_outcome=TXN_NONE,
         stats_json=msgspec.json.encode(stats).decode(),
     )
 

@@ -309,6 +309,16 @@ def markdown(report: RunReport) -> str:
         f"({v.read_bytes / 1e6:,.1f} MB), missing {v.missing}, mismatched {v.mismatched}, "
         f"duplicates {v.duplicates}, gaps {v.gaps}, order violations {v.order_violations}, "
         f"present but unacknowledged {v.unacknowledged_present}",
+        *(
+            [
+                f"- read_committed: {v.committed_read:,} records shown, "
+                f"{v.committed_expected:,} acknowledged idempotent or committed; missing "
+                f"{v.committed_missing}, aborted or unacknowledged shown {v.committed_extra}; "
+                f"{v.markers:,} transaction markers"
+            ]
+            if v.read_committed_checked
+            else ["- read_committed: not checked (no transactional producers)"]
+        ),
         *[f"- problem: {p}" for p in v.problems],
         "",
         "## Errors",

@@ -127,8 +127,11 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Partitions per topic."""
     producers: int = 24
     transactional_share: float = 0.0
-    """Share of producers flagged transactional. Transactions are not driven yet: such producers
-    run as idempotent producers (the report says so)."""
+    """Share of producers that are transactional (Kafka transaction version 2)."""
+    txn_requests: int = 8
+    """Produce requests per transaction of a transactional producer."""
+    txn_abort_share: float = 0.2
+    """Share of transactions a transactional producer aborts instead of committing (seeded)."""
     record_bytes: str = "lognormal:2KiB:0.5"
     batch_records: str = "uniform:8:56"
     partitions_per_round: int = 6
@@ -150,6 +153,10 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("every rack needs a broker: brokers must be >= racks")
         if not 0.0 <= self.transactional_share <= 1.0:
             raise ValueError("transactional_share must be in [0, 1]")
+        if not 0.0 <= self.txn_abort_share <= 1.0:
+            raise ValueError("txn_abort_share must be in [0, 1]")
+        if self.txn_requests < 1:
+            raise ValueError("txn_requests must be at least 1")
         if not 1 <= self.partitions_per_round <= self.topics * self.partitions:
             raise ValueError("partitions_per_round must be in [1, total partitions]")
         if self.key_skew < 0:

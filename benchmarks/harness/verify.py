@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import struct
 import zlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
@@ -38,6 +39,8 @@ PROBLEMS_KEPT_MAX: Final = 5
 READER_BROKER_ID_BASE: Final = 10_000
 """Read-back brokers get ids far from the workload's, so they fence nobody."""
 EMPTY_FETCHES_MAX: Final = 3
+_CONTROL_KEY: Final = struct.Struct(">hh")
+"""A control record's key: version, type (0 abort, 1 commit)."""
 
 
 class ExpectedBatch(NamedTuple):
@@ -48,6 +51,11 @@ class ExpectedBatch(NamedTuple):
     producer_id: int
     producer_seq: int
     value_bytes: int
+    wire_producer_id: int = -1
+    """The producer id in the batch header (-1: the same as `producer_id`)."""
+    visible: bool = True
+    """Whether read_committed must show it: idempotent, or its transaction committed."""
+    transactional: bool = False
 
 
 class ReadRecord(NamedTuple):
@@ -60,6 +68,15 @@ class ReadRecord(NamedTuple):
     value_bytes: int
     value_ok: bool
     """Whether the value is the deterministic filler of its sequence."""
+    transactional: bool = False
+
+
+class Marker(NamedTuple):
+    """A transaction marker (control batch) read back."""
+
+    offset: int
+    producer_id: int
+    commit: bool
 
 
 class PartitionVerdict(msgspec.Struct, kw_only=True):
@@ -78,6 +95,12 @@ class PartitionVerdict(msgspec.Struct, kw_only=True):
     order_violations: int = 0
     overlapping_acks: int = 0
     unacknowledged_present: int = 0
+    markers: int = 0
+    committed_expected: int = 0
+    committed_read: int = 0
+    committed_missing: int = 0
+    committed_extra: int = 0
+    """read_committed showed a record of an aborted transaction or one never acknowledged."""
     read_errors: int = 0
     problems: list[str] = msgspec.field(default_factory=list)
 
@@ -91,6 +114,8 @@ class PartitionVerdict(msgspec.Struct, kw_only=True):
             or self.gaps
             or self.order_violations
             or self.overlapping_acks
+            or self.committed_missing
+            or self.committed_extra
             or self.read_errors
         )
 
@@ -107,8 +132,14 @@ def check_partition(
     high_watermark: int,
     read_bytes: int = 0,
     read_errors: int = 0,
+    markers: Sequence[Marker] = (),
+    committed: list[ReadRecord] | None = None,
 ) -> PartitionVerdict:
-    """Audit one partition's read-back records against its acknowledged batches."""
+    """Audit one partition's read-back records against its acknowledged batches.
+
+    `records` and `markers` come from a read_uncommitted read; `committed`, when given, is what
+    a read_committed read showed after Kafka's client-side filtering of aborted transactions.
+    """
     verdict = PartitionVerdict(
         topic=tp.topic,
         partition=tp.partition,
@@ -122,15 +153,20 @@ def check_partition(
     if read_errors:
         verdict.note(f"{read_errors} fetch errors")
     # What the acks promise, offset by offset.
-    promised: dict[int, tuple[int, int, int]] = {}
+    promised: dict[int, tuple[int, int, int, int]] = {}
+    visible: set[int] = set()
     for batch in expected:
+        wire = batch.wire_producer_id if batch.wire_producer_id >= 0 else batch.producer_id
         for i in range(batch.records):
             offset = batch.base_offset + i
             if offset in promised:
                 verdict.overlapping_acks += 1
                 verdict.note(f"offset {offset} acknowledged twice")
-            promised[offset] = (batch.producer_id, batch.producer_seq + i, batch.value_bytes)
+            promised[offset] = (batch.producer_id, batch.producer_seq + i, batch.value_bytes, wire)
+            if batch.visible:
+                visible.add(offset)
     verdict.expected_records = len(promised)
+    verdict.markers = len(markers)
 
     by_offset: dict[int, ReadRecord] = {}
     for record in records:
@@ -138,8 +174,12 @@ def check_partition(
             verdict.duplicate_offsets += 1
             verdict.note(f"offset {record.offset} read twice")
         by_offset[record.offset] = record
-    # Contiguity: exactly the offsets [log start, high watermark), each once.
-    present = sorted(by_offset)
+    # Contiguity: exactly the offsets [log start, high watermark), each once (markers included).
+    for marker in markers:
+        if marker.offset in by_offset:
+            verdict.duplicate_offsets += 1
+            verdict.note(f"offset {marker.offset} holds a record and a marker")
+    present = sorted(set(by_offset) | {m.offset for m in markers})
     if present and (present[0] != log_start_offset or present[-1] != high_watermark - 1):
         verdict.gaps += 1
         verdict.note(
@@ -154,13 +194,13 @@ def check_partition(
             verdict.gaps += 1
             verdict.note(f"gap between offsets {previous} and {current}")
 
-    for offset, (producer_id, seq, value_bytes) in promised.items():
+    for offset, (producer_id, seq, value_bytes, wire) in promised.items():
         found = by_offset.get(offset)
         if found is None:
             verdict.missing += 1
             verdict.note(f"acknowledged offset {offset} (producer {producer_id} #{seq}) missing")
         elif (
-            found.batch_producer_id != producer_id
+            found.batch_producer_id != wire
             or found.key_producer_id != producer_id
             or found.key_seq != seq
             or found.value_bytes != value_bytes
@@ -179,7 +219,7 @@ def check_partition(
             verdict.duplicate_records += count - 1
             verdict.note(f"producer {producer_id} #{seq} stored {count} times")
     last_seq: dict[int, int] = {}
-    for offset in present:
+    for offset in sorted(by_offset):
         record = by_offset[offset]
         previous_seq = last_seq.get(record.key_producer_id)
         if previous_seq is not None and record.key_seq <= previous_seq:
@@ -189,13 +229,39 @@ def check_partition(
                 f"after #{previous_seq}"
             )
         last_seq[record.key_producer_id] = record.key_seq
+    if committed is not None:
+        _check_committed(verdict, committed, visible, by_offset)
     return verdict
 
 
-def decode_records(blob: bytes) -> tuple[list[ReadRecord], int]:
-    """Records of fetched bytes (kafka-python decodes them) and the next offset to fetch."""
+def _check_committed(
+    verdict: PartitionVerdict,
+    committed: list[ReadRecord],
+    visible: set[int],
+    uncommitted: dict[int, ReadRecord],
+) -> None:
+    """read_committed must show exactly the acknowledged idempotent and committed records."""
+    shown = {r.offset: r for r in committed}
+    verdict.committed_expected = len(visible)
+    verdict.committed_read = len(shown)
+    for offset in sorted(visible - shown.keys()):
+        verdict.committed_missing += 1
+        verdict.note(f"read_committed misses acknowledged committed offset {offset}")
+    for offset in sorted(shown.keys() - visible):
+        record = uncommitted.get(offset)
+        if record is not None and not record.transactional and offset not in visible:
+            # an unacknowledged idempotent record (a timed-out request that did commit)
+            continue
+        verdict.committed_extra += 1
+        verdict.note(f"read_committed shows offset {offset}, aborted or never acknowledged")
+
+
+def decode_records(blob: bytes) -> tuple[list[ReadRecord], int, list[Marker]]:
+    """Records of fetched bytes (kafka-python decodes them), the next offset to fetch, and the
+    transaction markers met."""
     _, memory_records = kafka_records()
     out: list[ReadRecord] = []
+    markers: list[Marker] = []
     next_offset = -1
     records = memory_records(blob)
     while True:
@@ -205,9 +271,13 @@ def decode_records(blob: bytes) -> tuple[list[ReadRecord], int]:
         if not batch.validate_crc():
             raise ValueError(f"CRC mismatch in batch at offset {batch.base_offset}")
         next_offset = max(next_offset, batch.base_offset + batch.last_offset_delta + 1)
-        if batch.is_control_batch:
-            continue
         producer_id = batch.producer_id
+        if batch.is_control_batch:
+            for record in batch:
+                _, control_type = _CONTROL_KEY.unpack(bytes(record.key)[: _CONTROL_KEY.size])
+                markers.append(Marker(record.offset, producer_id, control_type == 1))
+            continue
+        transactional = bool(batch.is_transactional)
         for record in batch:
             key_producer, seq = parse_record_key(bytes(record.key))
             value = bytes(record.value) if record.value is not None else b""
@@ -219,30 +289,76 @@ def decode_records(blob: bytes) -> tuple[list[ReadRecord], int]:
                     seq,
                     len(value),
                     value == record_value(len(value), seq),
+                    transactional,
                 )
             )
-    return out, next_offset
+    return out, next_offset, markers
+
+
+def committed_view(
+    records: list[ReadRecord], markers: list[Marker], aborted: list[tuple[int, int]]
+) -> list[ReadRecord]:
+    """What a Kafka consumer delivers under read_committed: records of a producer are dropped
+    from an aborted transaction's first offset up to that producer's ABORT marker."""
+    starts = sorted((first, producer) for producer, first in aborted)
+    events = sorted(
+        [(r.offset, 0, r) for r in records] + [(m.offset, 1, m) for m in markers],
+        key=lambda event: event[0],
+    )
+    active: set[int] = set()
+    shown: list[ReadRecord] = []
+    next_start = 0
+    for offset, kind, item in events:
+        while next_start < len(starts) and starts[next_start][0] <= offset:
+            active.add(starts[next_start][1])
+            next_start += 1
+        if kind == 1:
+            assert isinstance(item, Marker)
+            if not item.commit:
+                active.discard(item.producer_id)
+            continue
+        assert isinstance(item, ReadRecord)
+        if item.transactional and item.batch_producer_id in active:
+            continue
+        shown.append(item)
+    return shown
 
 
 class _Cursor:
     """Where a partition's read-back stands."""
 
-    __slots__ = ("empty", "high_watermark", "log_start", "offset", "read_bytes", "records")
+    __slots__ = (
+        "aborted",
+        "empty",
+        "high_watermark",
+        "last_stable",
+        "log_start",
+        "markers",
+        "offset",
+        "read_bytes",
+        "records",
+    )
 
     def __init__(self) -> None:
         self.offset = 0
         self.high_watermark = -1
+        self.last_stable = -1
         self.log_start = 0
         self.read_bytes = 0
         self.records: list[ReadRecord] = []
+        self.markers: list[Marker] = []
+        self.aborted: list[tuple[int, int]] = []
         self.empty = 0
 
 
 async def read_partitions(
-    broker: Any, partitions: list[TopicPartition]
+    broker: Any,
+    partitions: list[TopicPartition],
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
 ) -> dict[TopicPartition, _Cursor | str]:
-    """Read partitions from their start to their high watermark, all in each fetch, as one
-    consumer does (FETCH_BYTES_MAX per fetch, PARTITION_FETCH_BYTES_MAX per partition).
+    """Read partitions from their start to their high watermark (read_committed: to their last
+    stable offset), all in each fetch, as one consumer does (FETCH_BYTES_MAX per fetch,
+    PARTITION_FETCH_BYTES_MAX per partition).
 
     A partition's answer is its cursor, or an error message when it could not be read. Records
     below the requested offset (a batch may start earlier) are dropped, as a client does.
@@ -254,7 +370,7 @@ async def read_partitions(
             {tp: c.offset for tp, c in cursors.items()},
             max_bytes=FETCH_BYTES_MAX,
             partition_max_bytes=PARTITION_FETCH_BYTES_MAX,
-            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            isolation_level=isolation,
         )
         for tp, cursor in list(cursors.items()):
             answer = answers[tp]
@@ -263,25 +379,33 @@ async def read_partitions(
                 del cursors[tp]
                 continue
             cursor.high_watermark = answer.high_watermark
+            cursor.last_stable = answer.last_stable_offset
             cursor.log_start = answer.log_start_offset
-            if cursor.offset >= cursor.high_watermark:
+            end = (
+                answer.last_stable_offset
+                if isolation == IsolationLevel.READ_COMMITTED
+                else answer.high_watermark
+            )
+            if cursor.offset >= end:
                 out[tp] = cursors.pop(tp)
                 continue
             cursor.read_bytes += len(answer.records)
+            cursor.aborted.extend(tuple(a) for a in answer.aborted_transactions)
             try:
-                records, next_offset = decode_records(answer.records)
+                records, next_offset, markers = decode_records(answer.records)
             except ValueError as exc:
                 out[tp] = f"fetch at {cursor.offset}: {exc}"
                 del cursors[tp]
                 continue
             cursor.records.extend(r for r in records if r.offset >= cursor.offset)
+            cursor.markers.extend(m for m in markers if m.offset >= cursor.offset)
             if next_offset > cursor.offset:
                 cursor.offset = next_offset
                 cursor.empty = 0
             elif not answer.records:
                 cursor.empty += 1
                 if cursor.empty >= EMPTY_FETCHES_MAX:
-                    out[tp] = f"fetch at {cursor.offset} < hw {cursor.high_watermark}: no data"
+                    out[tp] = f"fetch at {cursor.offset} < end {end}: no data"
                     del cursors[tp]
     return out
 
@@ -314,24 +438,51 @@ async def _verify_task(
 async def audit(
     broker: Any, store: ObjectStore, groups: Groups
 ) -> tuple[list[PartitionVerdict], dict[str, int]]:
-    """Read `groups` back through `broker` and audit each; also the store requests it took."""
+    """Read `groups` back through `broker` and audit each; also the store requests it took.
+
+    When any acknowledged batch is transactional, the partitions are read a second time with
+    read_committed and that view is audited too.
+    """
     before = store.stats()
-    read = await read_partitions(broker, [tp for tp, _ in groups])
+    partitions = [tp for tp, _ in groups]
+    read = await read_partitions(broker, partitions)
+    transactional = any(b.transactional for _, batches in groups for b in batches)
+    committed = (
+        await read_partitions(broker, partitions, IsolationLevel.READ_COMMITTED)
+        if transactional
+        else {}
+    )
     verdicts: list[PartitionVerdict] = []
     for tp, expected in groups:
         cursor = read[tp]
         if isinstance(cursor, str):
             verdict = check_partition(tp, expected, [], 0, 0, read_errors=1)
             verdict.note(cursor)
-        else:
-            verdict = check_partition(
-                tp,
-                expected,
-                cursor.records,
-                cursor.log_start,
-                cursor.high_watermark,
-                cursor.read_bytes,
-            )
+            verdicts.append(verdict)
+            continue
+        view: list[ReadRecord] | None = None
+        problem = None
+        if transactional:
+            rc = committed[tp]
+            if isinstance(rc, str):
+                problem = f"read_committed: {rc}"
+            else:
+                view = committed_view(rc.records, rc.markers, rc.aborted)
+                if rc.last_stable != rc.high_watermark:
+                    problem = f"last stable offset {rc.last_stable} < hw {rc.high_watermark}"
+        verdict = check_partition(
+            tp,
+            expected,
+            cursor.records,
+            cursor.log_start,
+            cursor.high_watermark,
+            cursor.read_bytes,
+            read_errors=1 if problem else 0,
+            markers=cursor.markers,
+            committed=view,
+        )
+        if problem:
+            verdict.note(problem)
         verdicts.append(verdict)
     return verdicts, msgspec.structs.asdict(store.stats().minus(before))
 
@@ -349,13 +500,21 @@ class Verification(msgspec.Struct, kw_only=True):
     duplicates: int
     gaps: int
     order_violations: int
+    markers: int = 0
+    read_committed_checked: bool = False
+    committed_expected: int = 0
+    committed_read: int = 0
+    committed_missing: int = 0
+    committed_extra: int = 0
     problems: list[str]
     store: dict[str, int]
     verdicts: list[PartitionVerdict]
 
 
 def summarize(
-    verdicts: list[PartitionVerdict], store_stats: Iterable[dict[str, int]] = ()
+    verdicts: list[PartitionVerdict],
+    store_stats: Iterable[dict[str, int]] = (),
+    read_committed: bool = False,
 ) -> Verification:
     """The run's verdict: passed only if every partition was read and audited clean."""
     real = list(verdicts)
@@ -378,9 +537,29 @@ def summarize(
         duplicates=sum(v.duplicate_offsets + v.duplicate_records for v in real),
         gaps=sum(v.gaps for v in real),
         order_violations=sum(v.order_violations for v in real),
+        markers=sum(v.markers for v in real),
+        read_committed_checked=read_committed,
+        committed_expected=sum(v.committed_expected for v in real),
+        committed_read=sum(v.committed_read for v in real),
+        committed_missing=sum(v.committed_missing for v in real),
+        committed_extra=sum(v.committed_extra for v in real),
         problems=problems,
         store=store,
         verdicts=sorted(real, key=lambda v: (v.topic, v.partition)),
+    )
+
+
+def expected_batch(row: Any) -> ExpectedBatch:
+    """An acknowledged result row as the audit expects it."""
+    return ExpectedBatch(
+        row.base_offset,
+        row.records,
+        row.producer_id,
+        row.producer_seq,
+        row.value_bytes,
+        row.wire_producer_id,
+        row.txn_index < 0 or row.txn_outcome == 1,
+        row.txn_index >= 0,
     )
 
 
@@ -390,11 +569,7 @@ def expected_by_partition(
     """Every partition of the workload with its acknowledged batches (local, for tests)."""
     groups: dict[TopicPartition, list[ExpectedBatch]] = {tp: [] for tp in all_partitions(spec)}
     for row in acked:
-        groups[TopicPartition(row.topic, row.partition)].append(
-            ExpectedBatch(
-                row.base_offset, row.records, row.producer_id, row.producer_seq, row.value_bytes
-            )
-        )
+        groups[TopicPartition(row.topic, row.partition)].append(expected_batch(row))
     return list(groups.items())
 
 
@@ -416,15 +591,22 @@ def verify(
         if in_task is None:
             raise ValueError("an in-memory coordinator run must be audited in its task")
         verdicts, store_stats = in_task
-        return summarize(verdicts, [store_stats])
+        return summarize(verdicts, [store_stats], spec.transactional_share > 0)
 
     tasks = spec.effective_tasks
-    acked = results.filter((F.col("kind") == "batch") & (F.col("error") == 0)).select(
-        "topic", "partition", "base_offset", "records", "producer_id", "producer_seq", "value_bytes"
-    )
+    acked = results.filter((F.col("kind") == "batch") & (F.col("error") == 0))
     expected = acked.groupBy("topic", "partition").agg(
         F.collect_list(
-            F.struct("base_offset", "records", "producer_id", "producer_seq", "value_bytes")
+            F.struct(
+                "base_offset",
+                "records",
+                "producer_id",
+                "producer_seq",
+                "value_bytes",
+                "wire_producer_id",
+                ((F.col("txn_index") < 0) | (F.col("txn_outcome") == 1)).alias("visible"),
+                (F.col("txn_index") >= 0).alias("transactional"),
+            )
         ).alias("batches")
     )
     everything = spark.createDataFrame(
@@ -453,6 +635,7 @@ def verify(
     return summarize(
         [payload for kind, payload in out if kind == "verdict"],
         [payload for kind, payload in out if kind == "store"],
+        spec.transactional_share > 0,
     )
 
 

@@ -59,6 +59,8 @@ WORKLOAD_COLUMNS: Final = (
     ("value_bytes", "int"),
     ("base_sequence", "int"),
     ("producer_seq", "long"),
+    ("txn_index", "int"),
+    ("txn_commit", "boolean"),
 )
 
 
@@ -85,6 +87,11 @@ class WorkloadRow(NamedTuple):
     """The batch's idempotent sequence: records this producer sent to this partition before."""
     producer_seq: int
     """Producer-wide number of the batch's first record; record i carries producer_seq + i."""
+    txn_index: int
+    """The producer's transaction this batch belongs to (-1: an idempotent producer). Under
+    transaction version 2 every transaction has its own epoch and starts at sequence 0."""
+    txn_commit: bool
+    """Whether the producer means to commit that transaction (False: abort it)."""
 
 
 assert tuple(WorkloadRow._fields) == tuple(name for name, _ in WORKLOAD_COLUMNS)
@@ -189,6 +196,7 @@ def generate_producer(spec: WorkloadSpec, producer: int) -> list[WorkloadRow]:
     target_bytes = spec.total_mb * MB / spec.producers
     rate_bytes_per_ms = spec.rate_mb_s * MB / spec.producers / 1000.0
     sequences: dict[TopicPartition, int] = {}
+    txn_commits: list[bool] = []
     producer_seq = 0
     request_index = 0
     sent_bytes = 0.0
@@ -200,6 +208,12 @@ def generate_producer(spec: WorkloadSpec, producer: int) -> list[WorkloadRow]:
         for broker_id in sorted(by_broker):
             send_offset_ms = sent_bytes / rate_bytes_per_ms if rate_bytes_per_ms > 0 else -1.0
             request_id = producer * REQUEST_ID_STRIDE + request_index
+            txn_index = -1
+            if transactional:
+                txn_index = request_index // spec.txn_requests
+                if txn_index == len(txn_commits):  # a new transaction: new epoch, sequences at 0
+                    txn_commits.append(rng.random() >= spec.txn_abort_share)
+                    sequences.clear()
             for tp in sorted(by_broker[broker_id]):
                 record_bytes = min(max(record_dist.sample(rng), KEY_BYTES), RECORD_BYTES_MAX)
                 per_record = record_bytes + RECORD_OVERHEAD_BYTES
@@ -210,7 +224,7 @@ def generate_producer(spec: WorkloadSpec, producer: int) -> list[WorkloadRow]:
                         request_id=request_id,
                         producer_index=producer,
                         producer_id=producer_id,
-                        producer_epoch=0,
+                        producer_epoch=max(txn_index, 0),
                         transactional=transactional,
                         rack=rack_label,
                         task=task,
@@ -223,6 +237,8 @@ def generate_producer(spec: WorkloadSpec, producer: int) -> list[WorkloadRow]:
                         value_bytes=record_bytes - KEY_BYTES,
                         base_sequence=base_sequence,
                         producer_seq=producer_seq,
+                        txn_index=txn_index,
+                        txn_commit=txn_commits[txn_index] if transactional else True,
                     )
                 )
                 sequences[tp] = base_sequence + records

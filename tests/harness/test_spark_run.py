@@ -19,7 +19,7 @@ import pytest
 from benchmarks.harness import workload as workloads
 from benchmarks.harness.cli import Options, RunOutcome, run_once
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
-from benchmarks.harness.execute import KIND_BATCH, kafka_records
+from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED, kafka_records
 from benchmarks.harness.report import (
     LATENCY_PLOT,
     OBJECTS_PLOT,
@@ -47,6 +47,9 @@ TINY = WorkloadSpec(
     total_mb=3.0,
     duration_s=60.0,
     partitions_per_round=3,
+    transactional_share=0.5,
+    txn_requests=4,
+    txn_abort_share=0.3,
 )
 
 
@@ -100,7 +103,8 @@ def _read_everything(data_dir: Path, spec: WorkloadSpec) -> dict[TopicPartition,
                     records = memory_records(answer.records)
                     while (batch := records.next_batch()) is not None:
                         if batch.base_offset >= offset:
-                            batches.append(bytes(batch._buffer))
+                            if not batch.is_control_batch:  # markers are not produced bytes
+                                batches.append(bytes(batch._buffer))
                             offset = batch.base_offset + batch.last_offset_delta + 1
                 out[tp] = batches
         await store.close()
@@ -139,6 +143,19 @@ def test_reading_back_independently_finds_the_same_records_bytes_and_objects(
     v = report.verification
     assert v.passed, v.problems
     assert v.read_records == v.expected_records == report.analysis.records_acked
+    # Half the producers are transactional: read_committed shows exactly the committed part.
+    rows = [r for r in outcome.rows if r.kind == KIND_BATCH and r.error == 0]
+    transactions = {(r.producer_id, r.txn_index): r.txn_outcome for r in rows if r.txn_index >= 0}
+    # A marker on every partition of every transaction.
+    marked = {
+        (r.producer_index, r.txn_index, r.topic, r.partition)
+        for r in workloads.generate_rows(TINY)
+        if r.txn_index >= 0
+    }
+    assert v.read_committed_checked and v.markers == len(marked) > 0
+    assert set(transactions.values()) == {TXN_ABORTED, TXN_COMMITTED}
+    visible = sum(r.records for r in rows if r.txn_index < 0 or r.txn_outcome == TXN_COMMITTED)
+    assert v.committed_read == v.committed_expected == visible < v.expected_records
     assert v.read_bytes >= report.analysis.bytes_acked
 
     async def listing() -> list[tuple[str, int]]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from benchmarks.harness.execute import build_batch, record_value
 from benchmarks.harness.verify import (
     ExpectedBatch,
+    Marker,
     PartitionVerdict,
     ReadRecord,
     check_partition,
+    committed_view,
     decode_records,
     summarize,
 )
@@ -131,11 +133,13 @@ def test_decode_reads_kafka_python_batches_at_their_offsets() -> None:
         value_bytes=50,
         base_sequence=0,
         producer_seq=10,
+        txn_index=-1,
+        txn_commit=True,
     )
     blob = bytearray(build_batch(row, 1_700_000_000_000))
     blob[0:8] = (40).to_bytes(8, "big")  # the read path rewrites the base offset, outside the CRC
-    records, next_offset = decode_records(bytes(blob))
-    assert next_offset == 43
+    records, next_offset, markers = decode_records(bytes(blob))
+    assert next_offset == 43 and markers == []
     assert [(r.offset, r.key_producer_id, r.key_seq, r.value_bytes) for r in records] == [
         (40, 1000, 10, 50),
         (41, 1000, 11, 50),
@@ -143,3 +147,55 @@ def test_decode_reads_kafka_python_batches_at_their_offsets() -> None:
     ]
     assert all(r.value_ok and r.batch_producer_id == 1000 for r in records)
     assert record_value(50, 10)[:2] == bytes([10, 11])
+
+
+# --- transactions: producer 2000 (wire id 7) commits offsets 0-1, aborts 3-4; markers at 2 and 5;
+# an idempotent producer 1000 writes offset 6.
+TXN_EXPECTED = [
+    ExpectedBatch(0, 2, 2000, 0, 20, wire_producer_id=7, visible=True, transactional=True),
+    ExpectedBatch(3, 2, 2000, 2, 20, wire_producer_id=7, visible=False, transactional=True),
+    ExpectedBatch(6, 1, 1000, 0, 20),
+]
+TXN_MARKERS = [Marker(2, 7, commit=True), Marker(5, 7, commit=False)]
+
+
+def _txn_read() -> list[ReadRecord]:
+    return [
+        ReadRecord(0, 7, 2000, 0, 20, True, True),
+        ReadRecord(1, 7, 2000, 1, 20, True, True),
+        ReadRecord(3, 7, 2000, 2, 20, True, True),
+        ReadRecord(4, 7, 2000, 3, 20, True, True),
+        ReadRecord(6, 1000, 1000, 0, 20, True, False),
+    ]
+
+
+def test_committed_view_drops_an_aborted_transaction_up_to_its_marker() -> None:
+    shown = committed_view(_txn_read(), TXN_MARKERS, aborted=[(7, 3)])
+    assert [r.offset for r in shown] == [0, 1, 6]
+
+
+def test_read_committed_showing_exactly_the_committed_records_passes() -> None:
+    records = _txn_read()
+    view = committed_view(records, TXN_MARKERS, aborted=[(7, 3)])
+    verdict = check_partition(TP, TXN_EXPECTED, records, 0, 7, markers=TXN_MARKERS, committed=view)
+    assert verdict.ok, verdict.problems
+    assert (verdict.committed_expected, verdict.committed_read, verdict.markers) == (3, 3, 2)
+
+
+def test_read_committed_showing_an_aborted_record_fails() -> None:
+    records = _txn_read()
+    view = committed_view(records, TXN_MARKERS, aborted=[])  # the abort went unreported
+    verdict = check_partition(TP, TXN_EXPECTED, records, 0, 7, markers=TXN_MARKERS, committed=view)
+    assert not verdict.ok and verdict.committed_extra == 2
+
+
+def test_read_committed_hiding_a_committed_record_fails() -> None:
+    records = _txn_read()
+    view = committed_view(records, TXN_MARKERS, aborted=[(7, 0)])  # the commit reported aborted
+    verdict = check_partition(TP, TXN_EXPECTED, records, 0, 7, markers=TXN_MARKERS, committed=view)
+    assert not verdict.ok and verdict.committed_missing == 2
+
+
+def test_a_missing_marker_leaves_a_gap() -> None:
+    verdict = check_partition(TP, TXN_EXPECTED, _txn_read(), 0, 7, markers=TXN_MARKERS[:1])
+    assert not verdict.ok and verdict.gaps == 1

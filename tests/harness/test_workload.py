@@ -75,6 +75,23 @@ def test_a_request_goes_to_the_rack_representative_and_holds_one_batch_per_parti
         assert len({r.broker_id for r in rows}) == 1
 
 
+def test_transactional_producers_restart_sequences_and_bump_epochs_per_transaction() -> None:
+    spec = msgspec.structs.replace(SMALL, transactional_share=0.5, txn_requests=3)
+    rows = list(generate_rows(spec))
+    transactional = [r for r in rows if r.transactional]
+    assert {r.producer_index for r in transactional} == {0, 1, 2}
+    assert all(r.txn_index == -1 and r.producer_epoch == 0 for r in rows if not r.transactional)
+    next_base: dict[tuple[int, int, str, int], int] = collections.defaultdict(int)
+    for row in transactional:
+        assert row.txn_index == row.request_index // 3
+        assert row.producer_epoch == row.txn_index
+        key = (row.producer_index, row.txn_index, row.topic, row.partition)
+        assert row.base_sequence == next_base[key]  # each transaction starts at sequence 0
+        next_base[key] += row.records
+    outcomes = {(r.producer_index, r.txn_index): r.txn_commit for r in transactional}
+    assert set(outcomes.values()) == {True, False}  # 20% of transactions abort by default
+
+
 def test_every_producer_and_its_brokers_live_in_exactly_one_task() -> None:
     spec = WorkloadSpec(brokers=3, racks=3, tasks=2, producers=12)
     assert spec.effective_tasks == 2
