@@ -12,7 +12,9 @@ import asyncio
 import pytest
 
 from diskless import OffsetSpec, TopicPartition
+from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
+from diskless.storage import MemoryObjectStore
 from tests.kafka_server._clients import (
     Audit,
     confluent_consume,
@@ -21,6 +23,7 @@ from tests.kafka_server._clients import (
     value,
 )
 from tests.kafka_server._kafka_python import KafkaConsumer, KafkaProducer, KpTopicPartition
+from tests.kafka_server.conftest import broker_config, server_config
 
 PARTITIONS = 12
 
@@ -67,6 +70,23 @@ async def confluent_round_trip(cluster: KafkaCluster, topic: str, total: int) ->
             if client_id in names:
                 assert client_id == f"producer-{server.rack}", (client_id, server.rack, requests)
     assert all(server.produce_requests for server in cluster.servers.values())
+
+
+async def test_six_brokers_each_producer_writes_only_to_its_rack_representatives() -> None:
+    """Two brokers per rack: each rack's producer spreads over both, and never leaves its rack."""
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        InMemoryBatchCoordinator(),
+        brokers=6,
+        racks=3,
+        broker_config=broker_config(),
+        server_config=server_config(),
+    ) as six:
+        await confluent_round_trip(six, "six", 30_000)
+        for rack in six.racks:
+            servers = [s for s in six.servers.values() if s.rack == rack]
+            assert len(servers) == 2
+            assert all(s.produce_requests[f"producer-{rack}"] > 0 for s in servers)
 
 
 async def test_confluent_idempotent_producers_in_three_racks_100k_records(
