@@ -121,7 +121,7 @@ async def fetch_all(
     broker: DisklessBroker, tp: TopicPartition, isolation: IsolationLevel
 ) -> list[tuple[bytes, list[tuple[int, int]]]]:
     """Every fetch response of one partition from offset 0 to its end: (records, aborted)."""
-    responses = []
+    responses: list[tuple[bytes, list[tuple[int, int]]]] = []
     offset = 0
     while True:
         result = (await broker.fetch({tp: offset}, isolation_level=isolation))[tp]
@@ -188,7 +188,7 @@ async def test_read_committed_sees_exactly_the_committed_transactions(
                     batch_data, batch_markers = decode_all(records)
                     data.extend(batch_data)
                     markers.extend(batch_markers)
-                assert sorted(d.value for d in data) == sorted(
+                assert sorted(d.value or b"" for d in data) == sorted(
                     v for a in acked if a.tp == tp for v in a.values
                 )
                 assert sorted((m.producer_id, m.commit) for m in markers) == sorted(

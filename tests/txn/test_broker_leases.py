@@ -1,0 +1,128 @@
+"""DisklessBroker.produce and transaction leases: one coordinator call per request, per-partition
+failures, the lease id carried to the commit (integration, both backends)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from diskless._broker import BrokerConfig, DisklessBroker
+from diskless._types import ErrorCode, TopicPartition
+from diskless.clock import ManualClock
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    LeaseRequest,
+    LeaseResult,
+)
+from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.errors import CoordinatorUnavailableError
+from diskless.storage import MemoryObjectStore
+from diskless.wal import WalConfig
+from tests.broker._kafka import build_batch
+
+from .conftest import drive
+
+T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
+OK = ErrorCode.NONE
+CONFIG = BrokerConfig(wal=WalConfig(commit_interval_ms=10))
+
+
+class Watching(FaultyBatchCoordinator):
+    """Counts lease calls, records committed batches, and can fail the lease call."""
+
+    def __init__(self, inner: BatchCoordinator) -> None:
+        super().__init__(inner, random.Random(0))
+        self.lease_calls: list[list[LeaseRequest]] = []
+        self.committed: list[CommitBatch] = []
+        self.fail_leases = False
+
+    async def acquire_txn_leases(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        requests: Sequence[LeaseRequest],
+        ttl_ms: int,
+    ) -> list[LeaseResult]:
+        self.lease_calls.append(list(requests))
+        if self.fail_leases:
+            raise CoordinatorUnavailableError("injected")
+        return await super().acquire_txn_leases(broker_id, broker_epoch, requests, ttl_ms)
+
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        self.committed.extend(batches)
+        return await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+
+
+def txn(pid: int, seq: int = 0, epoch: int = 0) -> bytes:
+    return build_batch(
+        [b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True
+    )
+
+
+@pytest.fixture
+async def watching(coordinator: BatchCoordinator) -> Watching:
+    assert await coordinator.create_topic("t", 3)
+    return Watching(coordinator)
+
+
+async def test_one_lease_call_per_request_and_per_partition_refusals(
+    watching: Watching, clock: ManualClock
+) -> None:
+    assert await watching.add_partitions_to_txn(5, 0, [T0]) == [OK]
+    async with DisklessBroker(1, MemoryObjectStore(), watching, CONFIG, clock=clock) as broker:
+        results = await drive(
+            clock, broker.produce({T0: txn(5), T1: txn(5), T2: build_batch([b"plain"])})
+        )
+        assert {tp: r.error for tp, r in results.items()} == {
+            T0: OK,
+            T1: ErrorCode.INVALID_TXN_STATE,  # not registered there
+            T2: OK,
+        }
+        assert [[r.topic_partition for r in call] for call in watching.lease_calls] == [[T0, T1]]
+        (leased,) = [b for b in watching.committed if b.is_transactional]
+        assert leased.topic_partition == T0 and leased.lease_id is not None
+        plain = [b for b in watching.committed if not b.is_transactional]
+        assert [b.lease_id for b in plain] == [None]
+        # The commit released the lease: the end does not wait.
+        started = clock.now_ms()
+        assert await drive(clock, watching.end_transaction(5, 0, 1, True, 0, [T0])) == [OK]
+        assert clock.now_ms() - started < 1000
+
+
+async def test_no_lease_call_without_transactional_batches(
+    watching: Watching, clock: ManualClock
+) -> None:
+    async with DisklessBroker(1, MemoryObjectStore(), watching, CONFIG, clock=clock) as broker:
+        results = await drive(clock, broker.produce({T0: build_batch([b"a"])}))
+        assert results[T0].error is OK
+        assert watching.lease_calls == []
+
+
+async def test_a_failed_lease_call_fails_only_the_transactional_partitions(
+    watching: Watching, clock: ManualClock
+) -> None:
+    assert await watching.add_partitions_to_txn(5, 0, [T0]) == [OK]
+    watching.fail_leases = True
+    async with DisklessBroker(1, MemoryObjectStore(), watching, CONFIG, clock=clock) as broker:
+        results = await drive(clock, broker.produce({T0: txn(5), T2: build_batch([b"plain"])}))
+        assert results[T0].error is ErrorCode.KAFKA_STORAGE_ERROR
+        assert results[T2].error is OK
+
+
+async def test_a_fenced_broker_gets_no_lease(watching: Watching, clock: ManualClock) -> None:
+    assert await watching.add_partitions_to_txn(5, 0, [T0]) == [OK]
+    async with DisklessBroker(1, MemoryObjectStore(), watching, CONFIG, clock=clock) as broker:
+        await watching.register_broker(1)  # a newer incarnation of broker 1
+        results = await drive(clock, broker.produce({T0: txn(5)}))
+        assert results[T0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
