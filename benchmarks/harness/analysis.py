@@ -57,6 +57,8 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
     records_per_s: float
     latency_ms: Latency
     latency_ms_by_broker: dict[str, Latency]
+    latency_ms_by_producer_kind: dict[str, Latency]
+    """Requests of idempotent and of transactional producers."""
     throughput_by_second: list[tuple[int, float]]
     """(second since the first send, MB acknowledged in that second)."""
     steady_mb_per_s: float
@@ -155,12 +157,21 @@ def analyze(
         F.first("broker_id").alias("broker_id"),
         F.first("latency_ms").alias("latency_ms"),
         F.min(ok.cast("int")).alias("ok"),
+        F.max((F.col("txn_index") >= 0).cast("int")).alias("transactional"),
     )
+    requests.cache()
+    by_kind = {
+        ("transactional" if row["transactional"] else "idempotent"): _latency_from_row(row)
+        for row in requests.groupBy("transactional")
+        .agg(*_latency_aggregates("latency_ms"))
+        .collect()
+    }
     rolled = (
         requests.rollup("broker_id")
         .agg(*_latency_aggregates("latency_ms"), F.sum(1 - F.col("ok")).alias("failed"))
         .collect()
     )
+    requests.unpersist()
     overall = next(row for row in rolled if row["broker_id"] is None)
     per_broker = {
         str(row["broker_id"]): _latency_from_row(row)
@@ -233,6 +244,7 @@ def analyze(
         records_per_s=int(totals["records"] or 0) / duration,
         latency_ms=_latency_from_row(overall),
         latency_ms_by_broker=per_broker,
+        latency_ms_by_producer_kind=dict(sorted(by_kind.items())),
         throughput_by_second=per_second,
         steady_mb_per_s=steady,
         objects=object_sizes,

@@ -261,6 +261,10 @@ def markdown(report: RunReport) -> str:
         "|---|---|---|---|---|---|---|---|",
         _latency_row("produce (all brokers)", a.latency_ms),
         *[_latency_row(f"produce, broker {k}", lat) for k, lat in a.latency_ms_by_broker.items()],
+        *[
+            _latency_row(f"produce, {kind} producers", lat)
+            for kind, lat in a.latency_ms_by_producer_kind.items()
+        ],
         _latency_row("coordinator commit", a.commit_ms),
         _latency_row("object upload (PUT)", a.upload_ms),
         "",

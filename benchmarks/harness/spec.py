@@ -126,7 +126,7 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     partitions: int = 24
     """Partitions per topic."""
     producers: int = 24
-    transactional_share: float = 0.0
+    transactional_share: float = 0.25
     """Share of producers that are transactional (Kafka transaction version 2)."""
     txn_requests: int = 8
     """Produce requests per transaction of a transactional producer."""

@@ -438,7 +438,8 @@ async def _verify_task(
 async def audit(
     broker: Any, store: ObjectStore, groups: Groups
 ) -> tuple[list[PartitionVerdict], dict[str, int]]:
-    """Read `groups` back through `broker` and audit each; also the store requests it took.
+    """Read `groups` back through `broker` and audit each; also the store requests of the first
+    (read_uncommitted) full read.
 
     When any acknowledged batch is transactional, the partitions are read a second time with
     read_committed and that view is audited too.
@@ -446,6 +447,7 @@ async def audit(
     before = store.stats()
     partitions = [tp for tp, _ in groups]
     read = await read_partitions(broker, partitions)
+    first_read = store.stats().minus(before)  # the cost model prices one full read
     transactional = any(b.transactional for _, batches in groups for b in batches)
     committed = (
         await read_partitions(broker, partitions, IsolationLevel.READ_COMMITTED)
@@ -484,7 +486,7 @@ async def audit(
         if problem:
             verdict.note(problem)
         verdicts.append(verdict)
-    return verdicts, msgspec.structs.asdict(store.stats().minus(before))
+    return verdicts, msgspec.structs.asdict(first_read)
 
 
 class Verification(msgspec.Struct, kw_only=True):

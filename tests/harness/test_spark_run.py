@@ -128,6 +128,10 @@ def test_the_report_counts_exactly_what_the_tasks_acknowledged(outcome: RunOutco
     assert a.bytes_acked == sum(r.batch_bytes for r in acked)
     assert a.requests_sent == len({r.request_id for r in batches})
     assert a.latency_ms.count == a.requests_sent
+    assert sum(lat.count for lat in a.latency_ms_by_broker.values()) == a.requests_sent
+    kinds = a.latency_ms_by_producer_kind
+    assert set(kinds) == {"idempotent", "transactional"}
+    assert sum(lat.count for lat in kinds.values()) == a.requests_sent
     assert sum(mb for _, mb in a.throughput_by_second) * 1e6 == pytest.approx(a.bytes_acked)
     assert report.cost.produced_gb * 1e9 == pytest.approx(a.bytes_acked)
 

@@ -32,6 +32,7 @@ SMALL = WorkloadSpec(
     batch_records="uniform:8:48",
     record_bytes="lognormal:1KiB:0.5",
     partitions_per_round=4,
+    transactional_share=0.0,
 )
 
 
