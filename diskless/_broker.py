@@ -6,9 +6,10 @@ not close them.
 
     produce(partition -> batch bytes)
       1. validate every partition on its own (framing, CRC, counts, size, producer-id mapping)
-      2. take a transaction lease for every transactional batch, in one coordinator call: only a
-         batch whose (producer, epoch) is registered in an ongoing transaction may enter the WAL,
-         and the transaction's end waits for the lease (the commit barrier)
+      2. take a transaction lease for every transactional batch, in one coordinator call (shared
+         with concurrent requests: see `_LeaseGroup`): only a batch whose (producer, epoch) is
+         registered in an ongoing transaction may enter the WAL, and the transaction's end waits
+         for the lease (the commit barrier)
       3. hand the valid batches to the WAL writer, in the order the requests arrived
       4. answer every partition: the coordinator's result, or the validation error
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -47,6 +48,7 @@ from diskless.coordinator import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     LeaseRequest,
+    LeaseResult,
     ListOffsetsRequest,
     TopicConfig,
     TopicDescription,
@@ -133,6 +135,56 @@ class BrokerConfig(msgspec.Struct, frozen=True):
                 )
 
 
+class _LeaseGroup:
+    """Joins the lease requests of concurrent produce calls into one coordinator call at a time.
+
+    While a call is in flight, new requests queue; when it returns, everything queued goes in the
+    next call (group commit), so a loaded broker makes far fewer calls than it has requests.
+    `results[i]` answers `requests[i]` for each caller; a failure of the call fails its callers.
+    """
+
+    def __init__(self, acquire: Callable[[list[LeaseRequest]], Awaitable[list[LeaseResult]]]):
+        self._acquire = acquire
+        self._queued: list[tuple[list[LeaseRequest], asyncio.Future[list[LeaseResult]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def acquire(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
+        future: asyncio.Future[list[LeaseResult]] = asyncio.get_running_loop().create_future()
+        self._queued.append((requests, future))
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain(), name="txn-lease-group")
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queued:
+                group, self._queued = self._queued, []
+                flat = [request for requests, _ in group for request in requests]
+                try:
+                    results = await self._acquire(flat)
+                except Exception as error:  # every caller of this call sees the failure
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                except BaseException:
+                    for _, future in group:
+                        future.cancel()
+                    raise
+                assert len(results) == len(flat), (len(results), len(flat))
+                start = 0
+                for requests, future in group:
+                    end = start + len(requests)
+                    if not future.done():
+                        future.set_result(results[start:end])
+                    start = end
+        finally:
+            self._task = None
+            for _, future in self._queued:  # only left here when this task was cancelled
+                future.cancel()
+            self._queued = []
+
+
 class _CachedTopic(msgspec.Struct):
     description: TopicDescription
     expires_at: float
@@ -180,6 +232,7 @@ class DisklessBroker:
         """Resolved once the latest produce call handed its batches to the writer (its ticket)."""
         self._background: set[asyncio.Task[dict[TopicPartition, ProduceResult]]] = set()
         self._produce_stats: dict[str, int] = dict.fromkeys(ProduceStats.__struct_fields__, 0)
+        self._leases = _LeaseGroup(self._acquire_lease_group)
 
     # --- identity and lifecycle ---------------------------------------------------------------
     @property
@@ -394,9 +447,7 @@ class DisklessBroker:
             return {}
         refusal: ProduceResult | None = None
         try:
-            granted = await self._coordinator.acquire_txn_leases(
-                self._broker_id, self._broker_epoch, requests, self._config.txn_lease_ms
-            )
+            granted = await self._leases.acquire(requests)
         except BrokerFencedError as e:
             refusal = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=f"{e}")
         except CoordinatorError as e:
@@ -422,6 +473,11 @@ class DisklessBroker:
                 )
                 del valid[tp]
         return leases
+
+    async def _acquire_lease_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
+        return await self._coordinator.acquire_txn_leases(
+            self._broker_id, self._broker_epoch, requests, self._config.txn_lease_ms
+        )
 
     async def _describe(
         self, names: set[str], partitions: Mapping[TopicPartition, object]

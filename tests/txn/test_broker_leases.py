@@ -3,6 +3,7 @@ failures, the lease id carried to the commit (integration, both backends)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
 
@@ -126,3 +127,17 @@ async def test_a_fenced_broker_gets_no_lease(watching: Watching, clock: ManualCl
         await watching.register_broker(1)  # a newer incarnation of broker 1
         results = await drive(clock, broker.produce({T0: txn(5)}))
         assert results[T0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_concurrent_requests_share_lease_calls(
+    watching: Watching, clock: ManualClock
+) -> None:
+    for pid, tp in ((5, T0), (6, T1), (7, T2)):
+        assert await watching.add_partitions_to_txn(pid, 0, [tp]) == [OK]
+    async with DisklessBroker(1, MemoryObjectStore(), watching, CONFIG, clock=clock) as broker:
+        requests = [broker.produce({tp: txn(pid)}) for pid, tp in ((5, T0), (6, T1), (7, T2))]
+        results = await drive(clock, asyncio.gather(*requests))
+        assert [r[tp].error for r, tp in zip(results, (T0, T1, T2), strict=True)] == [OK] * 3
+        assert sum(len(call) for call in watching.lease_calls) == 3
+        assert len(watching.lease_calls) < 3  # grouped
+        assert len({b.lease_id for b in watching.committed}) == 3
