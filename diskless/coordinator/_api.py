@@ -244,7 +244,10 @@ class BatchCoordinator(abc.ABC):
         """Commit one uploaded object's batches atomically; `result[i]` answers `batches[i]`.
 
         Raises BrokerFencedError for a stale epoch and ObjectKeyConflictError for a key already
-        committed or condemned; in both cases nothing is recorded.
+        committed or condemned, or one whose encoded creation time is older than the backend's
+        `commit_age_max_ms` (the bound the file manager's orphan grace relies on); in every case
+        nothing is recorded. Transactional batches are checked against their registration and
+        lease (`CommitBatch.lease_id`); the commit releases the leases its batches carry.
         """
 
     # --- transactions (the partitions' side; `diskless.txn.TransactionParticipant`) ------------
