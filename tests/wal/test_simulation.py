@@ -113,8 +113,9 @@ class Scenario:
 
 
 class Producer:
-    """An idempotent producer: up to 5 requests in flight; on any error it drains, then resends
-    every unacknowledged batch in order, one request at a time, before pipelining again."""
+    """An idempotent producer: at most 5 requests from its oldest unacknowledged one on; on any
+    error it drains, then resends every unacknowledged batch in order, one request at a time,
+    before pipelining again."""
 
     def __init__(self, sim: Scenario, producer_id: int, partitions: list[TopicPartition]) -> None:
         self.sim = sim
@@ -122,6 +123,7 @@ class Producer:
         self.partitions = partitions
         self.next_sequence = dict.fromkeys(partitions, 0)
         self.requests: list[list[Batch]] = []
+        self.oldest_unacked = 0
 
     def new_request(self, *, every_partition: bool = False) -> list[Batch]:
         rng = self.sim.rng
@@ -173,6 +175,21 @@ class Producer:
                     break  # start over from the first unacknowledged batch
             await self.sim.clock.sleep(0.01)  # retry.backoff.ms
 
+    def window(self) -> int:
+        """Requests from the oldest not fully acknowledged one to the newest.
+
+        Requests to different brokers complete out of order, so counting unanswered requests is
+        not enough: a later batch acknowledged while an earlier one is still pending (and perhaps
+        committed, its answer lost) pushes that one towards the edge of the coordinator's window
+        of 5 retained batches. Kafka's guarantee needs at most 5 batches from the oldest
+        unacknowledged one on.
+        """
+        while self.oldest_unacked < len(self.requests) and all(
+            b.acked_offset is not None for b in self.requests[self.oldest_unacked]
+        ):
+            self.oldest_unacked += 1
+        return len(self.requests) - self.oldest_unacked
+
     async def run(self, request_count: int) -> None:
         rng = self.sim.rng
         # The first request goes alone and covers every partition: a producer without state on a
@@ -182,9 +199,10 @@ class Producer:
         inflight: set[asyncio.Task[bool]] = set()
         failed = False
         for _ in range(request_count - 1):
-            while len(inflight) >= IN_FLIGHT_MAX or (failed and inflight):
+            while inflight and (self.window() >= IN_FLIGHT_MAX or failed):
                 done, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                 failed = failed or not all(t.result() for t in done)
+            failed = failed or self.window() >= IN_FLIGHT_MAX
             if failed:
                 await self.resend_unacked()
                 failed = False
