@@ -56,6 +56,8 @@ class ExpectedBatch(NamedTuple):
     visible: bool = True
     """Whether read_committed must show it: idempotent, or its transaction committed."""
     transactional: bool = False
+    outcome_known: bool = True
+    """False when ending its transaction failed: read_committed may then show it or not."""
 
 
 class ReadRecord(NamedTuple):
@@ -155,6 +157,7 @@ def check_partition(
     # What the acks promise, offset by offset.
     promised: dict[int, tuple[int, int, int, int]] = {}
     visible: set[int] = set()
+    unknown: set[int] = set()
     for batch in expected:
         wire = batch.wire_producer_id if batch.wire_producer_id >= 0 else batch.producer_id
         for i in range(batch.records):
@@ -163,7 +166,9 @@ def check_partition(
                 verdict.overlapping_acks += 1
                 verdict.note(f"offset {offset} acknowledged twice")
             promised[offset] = (batch.producer_id, batch.producer_seq + i, batch.value_bytes, wire)
-            if batch.visible:
+            if not batch.outcome_known:
+                unknown.add(offset)
+            elif batch.visible:
                 visible.add(offset)
     verdict.expected_records = len(promised)
     verdict.markers = len(markers)
@@ -230,7 +235,9 @@ def check_partition(
             )
         last_seq[record.key_producer_id] = record.key_seq
     if committed is not None:
-        _check_committed(verdict, committed, visible, by_offset)
+        _check_committed(
+            verdict, [r for r in committed if r.offset not in unknown], visible, by_offset
+        )
     return verdict
 
 
@@ -562,6 +569,7 @@ def expected_batch(row: Any) -> ExpectedBatch:
         row.wire_producer_id,
         row.txn_index < 0 or row.txn_outcome == 1,
         row.txn_index >= 0,
+        row.txn_index < 0 or row.txn_outcome in (0, 1),
     )
 
 
@@ -608,6 +616,7 @@ def verify(
                 "wire_producer_id",
                 ((F.col("txn_index") < 0) | (F.col("txn_outcome") == 1)).alias("visible"),
                 (F.col("txn_index") >= 0).alias("transactional"),
+                ((F.col("txn_index") < 0) | F.col("txn_outcome").isin(0, 1)).alias("outcome_known"),
             )
         ).alias("batches")
     )

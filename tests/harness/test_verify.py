@@ -199,3 +199,12 @@ def test_read_committed_hiding_a_committed_record_fails() -> None:
 def test_a_missing_marker_leaves_a_gap() -> None:
     verdict = check_partition(TP, TXN_EXPECTED, _txn_read(), 0, 7, markers=TXN_MARKERS[:1])
     assert not verdict.ok and verdict.gaps == 1
+
+
+def test_a_transaction_whose_end_failed_may_show_or_not() -> None:
+    records = _txn_read()
+    unknown = [b._replace(outcome_known=False) if b.base_offset == 3 else b for b in TXN_EXPECTED]
+    for aborted in ([(7, 3)], []):  # hidden, or shown: both are acceptable
+        view = committed_view(records, TXN_MARKERS, aborted=aborted)
+        verdict = check_partition(TP, unknown, records, 0, 7, markers=TXN_MARKERS, committed=view)
+        assert verdict.ok, verdict.problems
