@@ -138,7 +138,7 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     key_skew: float = 0.8
     max_in_flight: int = 5
     rate_mb_s: float = 0.0
-    total_mb: float = 2000.0
+    total_mb: float = 1500.0
     duration_s: float = 60.0
     acks: int = -1
     timeout_ms: int = 30_000
