@@ -8,7 +8,8 @@
    transaction (commit) after TXN_REQUESTS requests; idempotent producers send the same requests.
 2. end_transaction latency with ENDS_PARTITIONS partitions in open transactions (ENDS producers,
    each with data on PARTITIONS_PER_TXN distinct partitions), against the baseline of a plain
-   commit of the same number of batches (PARTITIONS_PER_TXN) on the same coordinator.
+   commit of the same number of batches (PARTITIONS_PER_TXN) on the same coordinator; then one
+   transaction spanning all ENDS_PARTITIONS partitions against a plain commit of as many batches.
 
 Memory backends use the in-memory store and coordinator; sqlite uses a local directory store and
 the SQLite coordinator (synchronous=FULL) in a temporary directory. Wall-clock figures; run on an
@@ -30,6 +31,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import crc32c
+import msgspec
 
 from diskless._broker import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, TopicPartition
@@ -222,6 +224,36 @@ async def end_latency(kind: str) -> tuple[list[float], list[float]]:
     return ends, commits
 
 
+async def end_latency_wide(kind: str, rounds: int = 5) -> tuple[list[float], list[float]]:
+    """Latencies (s) of ending ONE transaction over ENDS_PARTITIONS partitions, and of a plain
+    commit of ENDS_PARTITIONS batches, `rounds` times each."""
+    async with backends(kind) as (_, coordinator):
+        await coordinator.create_topic("wide", ENDS_PARTITIONS)
+        epoch = await coordinator.register_broker(1)
+        pid = await coordinator.allocate_producer_ids(1)
+        tps = [TopicPartition("wide", p) for p in range(ENDS_PARTITIONS)]
+        ends = []
+        commits = []
+        for n in range(rounds):
+            errors = await coordinator.add_partitions_to_txn(pid, n, tps)
+            assert set(errors) == {ErrorCode.NONE}
+            batches = [
+                msgspec.structs.replace(_commit_batch(tp, pid, txn=True), producer_epoch=n)
+                for tp in tps
+            ]
+            results = await coordinator.commit_file(f"w/{n}", 1, epoch, 1000, batches)
+            assert {r.error for r in results} == {ErrorCode.NONE}
+            started = time.perf_counter()
+            errors = await coordinator.end_transaction(pid, n, n + 1, True, 0, tps)
+            ends.append(time.perf_counter() - started)
+            assert set(errors) == {ErrorCode.NONE}
+            plain = [_commit_batch(tp) for tp in tps]
+            started = time.perf_counter()
+            await coordinator.commit_file(f"p/{n}", 1, epoch, 1000, plain)
+            commits.append(time.perf_counter() - started)
+    return ends, commits
+
+
 async def main(seconds: float, kinds: list[str]) -> None:
     print(f"# bench_txn  cpus={os.cpu_count()}  load={os.getloadavg()[0]:.2f}")
     print(
@@ -249,6 +281,17 @@ async def main(seconds: float, kinds: list[str]) -> None:
             f" p99 {_p(ends, 0.99) * 1e3:7.2f} ms | commit p50"
             f" {statistics.median(commits) * 1e3:7.2f} ms p99 {_p(commits, 0.99) * 1e3:7.2f} ms"
             f" | p99 ratio {_p(ends, 0.99) / _p(commits, 0.99):5.2f}"
+        )
+    print(
+        f"## one transaction over {ENDS_PARTITIONS} partitions: end_transaction vs a plain commit"
+        f" of {ENDS_PARTITIONS} batches (5 rounds: median / max)"
+    )
+    for kind in kinds:
+        ends, commits = await end_latency_wide(kind)
+        print(
+            f"{kind:7s} end_txn {statistics.median(ends) * 1e3:8.1f} / {max(ends) * 1e3:8.1f} ms"
+            f" | commit {statistics.median(commits) * 1e3:8.1f} / {max(commits) * 1e3:8.1f} ms"
+            f" | median ratio {statistics.median(ends) / statistics.median(commits):5.2f}"
         )
 
 
