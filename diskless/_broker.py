@@ -53,6 +53,7 @@ from diskless.coordinator import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.coordinator._txn import LEASE_TTL_MS_MAX
 from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
 from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
 from diskless.storage import ObjectStore
@@ -126,6 +127,11 @@ class BrokerConfig(msgspec.Struct, frozen=True):
             raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
         if self.topic_metadata_ttl_ms < 0:
             raise ValueError("topic_metadata_ttl_ms must be >= 0")
+        if self.txn_lease_ms > LEASE_TTL_MS_MAX:
+            raise ValueError(
+                f"the transaction lease ({self.txn_lease_ms} ms) exceeds {LEASE_TTL_MS_MAX} ms:"
+                " an end would wait that long for the batches of a dead broker"
+            )
         if self.txn_lease_ttl_ms is not None:
             floor = txn_lease_budget_ms(self.wal, margin_ms=0)
             if self.txn_lease_ttl_ms < floor:

@@ -384,3 +384,12 @@ def test_commit_age_bound_relations() -> None:
         FileManagerConfig(orphan_grace_ms=250_000, commit_age_max_ms=COMMIT_AGE_MAX_MS_DEFAULT)
     with pytest.raises(ValueError, match="txn_lease_ttl_ms"):
         BrokerConfig(txn_lease_ttl_ms=1_000)
+
+
+def test_lease_longer_than_the_coordinator_allows_is_a_config_error() -> None:
+    from diskless._broker import BrokerConfig
+    from diskless.coordinator._txn import LEASE_TTL_MS_MAX
+
+    with pytest.raises(ValueError, match="exceeds"):
+        BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX + 1)
+    assert BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX).txn_lease_ms == LEASE_TTL_MS_MAX
