@@ -393,3 +393,28 @@ def test_lease_longer_than_the_coordinator_allows_is_a_config_error() -> None:
     with pytest.raises(ValueError, match="exceeds"):
         BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX + 1)
     assert BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX).txn_lease_ms == LEASE_TTL_MS_MAX
+
+
+async def test_end_in_one_sqlite_instance_waits_for_a_lease_held_through_another(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Two coordinators on one file (as two broker processes would): the barrier polls."""
+    broker_side = SqliteBatchCoordinator(tmp_path / "shared.db", clock=clock)
+    txn_side = SqliteBatchCoordinator(tmp_path / "shared.db", clock=clock)
+    try:
+        assert await broker_side.create_topic("t", 1)
+        c = Committer(broker_side)
+        assert await txn_side.add_partitions_to_txn(1, 0, [TP]) == [OK]
+        held = await lease(c, 1, 0)
+        ending = asyncio.ensure_future(txn_side.end_transaction(1, 0, 1, False, 0, [TP]))
+        await step(clock, 30)
+        assert not ending.done()
+        landed = await c.one(leased(batch(TP, pid=1, epoch=0, seq=0, txn=True), held))
+        assert landed.error == OK and landed.base_offset == 0
+        assert await drive(clock, ending) == [OK]
+        response = await find(broker_side, isolation=COMMITTED)
+        assert [b.control for b in response.batches] == [None, ControlType.ABORT]
+        assert response.aborted_transactions == [(1, 0)]
+    finally:
+        await broker_side.close()
+        await txn_side.close()
