@@ -61,9 +61,11 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
     """Requests of idempotent and of transactional producers."""
     throughput_by_second: list[tuple[int, float]]
     """(second since the first send, MB acknowledged in that second)."""
-    steady_mb_per_s: float
-    """The median of the per-second figures without the first and last second (ramp-up and
-    drain); the whole-window figure when the run is shorter than three seconds."""
+    all_active_s: float
+    """From the first send until the first producer ran out of requests: every producer busy."""
+    all_active_mb_per_s: float
+    """Acknowledged MB per second within `all_active_s` (the sustained figure: afterwards fewer
+    and fewer producers keep the brokers busy, so the whole-run average understates capacity)."""
     objects: ObjectSizes
     object_sizes: list[int]
     commit_ms: Latency
@@ -181,6 +183,19 @@ def analyze(
         )
     }
 
+    # Sustained: while every producer still had requests to send.
+    end_row = (
+        batches.groupBy("producer_id").agg(F.max("ack_ts").alias("done")).agg(F.min("done")).first()
+    )
+    all_active_end = float(end_row[0]) if end_row is not None and end_row[0] is not None else t0
+    all_active_s = max(all_active_end - t0, 1e-9)
+    bytes_row = (
+        batches.filter(ok & (F.col("ack_ts") <= F.lit(all_active_end)))
+        .agg(F.sum("batch_bytes"))
+        .first()
+    )
+    all_active_bytes = int(bytes_row[0] or 0) if bytes_row is not None else 0
+
     by_second = (
         batches.filter(ok)
         .groupBy(F.floor(F.col("ack_ts") - F.lit(t0)).cast("int").alias("second"))
@@ -223,8 +238,6 @@ def analyze(
     no_latency = Latency(count=0, mean=0.0, p50=0.0, p95=0.0, p99=0.0, p999=0.0, max=0.0)
     commit_batches = [n for task in tasks for n in task.commit_batches]
     per_second = [(int(r["second"]), int(r["bytes"]) / MB) for r in by_second]
-    inner = sorted(mb for _, mb in per_second[1:-1])
-    steady = inner[len(inner) // 2] if inner else int(totals["bytes"] or 0) / MB / duration
     requests_sent = int(overall["n"])
     latencies = sorted(
         {row.request_id: row.latency_ms for row in batch_rows if row.kind == KIND_BATCH}.values()
@@ -246,7 +259,8 @@ def analyze(
         latency_ms_by_broker=per_broker,
         latency_ms_by_producer_kind=dict(sorted(by_kind.items())),
         throughput_by_second=per_second,
-        steady_mb_per_s=steady,
+        all_active_s=all_active_s,
+        all_active_mb_per_s=all_active_bytes / MB / all_active_s,
         objects=object_sizes,
         object_sizes=sorted(sizes),
         commit_ms=_latency_from_row(series["commit"]) if "commit" in series else no_latency,

@@ -133,6 +133,9 @@ def test_the_report_counts_exactly_what_the_tasks_acknowledged(outcome: RunOutco
     assert set(kinds) == {"idempotent", "transactional"}
     assert sum(lat.count for lat in kinds.values()) == a.requests_sent
     assert sum(mb for _, mb in a.throughput_by_second) * 1e6 == pytest.approx(a.bytes_acked)
+    assert 0 < a.all_active_s <= a.duration_s
+    assert report.headline.mb_per_s == a.all_active_mb_per_s
+    assert report.headline.whole_run_mb_per_s == a.mb_per_s
     assert report.cost.produced_gb * 1e9 == pytest.approx(a.bytes_acked)
 
 
@@ -180,7 +183,9 @@ def test_the_report_files_are_written(outcome: RunOutcome, tmp_path: Path) -> No
     directory = tmp_path / "again"
     write_report(outcome.report, directory)
     results = json.loads((directory / RESULTS_FILE).read_text())
-    assert results["headline"]["mb_per_s"] == pytest.approx(outcome.report.analysis.mb_per_s)
+    assert results["headline"]["mb_per_s"] == pytest.approx(
+        outcome.report.analysis.all_active_mb_per_s
+    )
     assert results["verification"]["passed"] is True
     summary = (directory / SUMMARY_FILE).read_text()
     for line in (
