@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# kafka-python's package import uses the deprecated importlib.resources.read_text, which the
-# suite's filterwarnings=error would turn into a collection error; the record codec is unaffected.
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record import MemoryRecords
-    from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 CREATE_TIME_MS = 1_700_000_000_000
 

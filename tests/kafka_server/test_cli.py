@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.kafka_server._kafka_python import KafkaConsumer, KafkaProducer, KpTopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:

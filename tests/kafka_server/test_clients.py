@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
 
 from diskless import OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
@@ -22,7 +24,6 @@ from tests.kafka_server._clients import (
     split_evenly,
     value,
 )
-from tests.kafka_server._kafka_python import KafkaConsumer, KafkaProducer, KpTopicPartition
 from tests.kafka_server.conftest import broker_config, server_config
 
 PARTITIONS = 12

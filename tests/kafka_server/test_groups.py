@@ -11,12 +11,12 @@ import threading
 import time
 
 from confluent_kafka import Consumer, Producer
+from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless import TopicPartition
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._groups import GroupCoordinator
-from tests.kafka_server._kafka_python import KafkaConsumer
 
 PARTITIONS = 6
 RECORDS = 3000

@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.fetch.v12 import request as fetch_v12
 
 from diskless import ErrorCode, TopicPartition
@@ -29,11 +32,6 @@ from diskless.kafka_server._codec import build
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
 from tests.kafka_server._clients import Audit, confluent_consume, value
-from tests.kafka_server._kafka_python import (
-    DefaultRecordBatchBuilder,
-    KafkaConsumer,
-    KpTopicPartition,
-)
 from tests.kafka_server._wire import WireClient
 from tests.kafka_server.conftest import broker_config, server_config
 from tests.kafka_server.test_clients import end_offsets
