@@ -45,6 +45,7 @@ from diskless._types import ErrorCode, IsolationLevel, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
+    CommitBatchResult,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     LeaseRequest,
@@ -66,6 +67,10 @@ ACKS_ALL: Final = -1
 ACKS_NONE: Final = 0
 ACKS_LEADER: Final = 1
 _ACKS_VALID: Final = frozenset({ACKS_ALL, ACKS_NONE, ACKS_LEADER})
+_SEGMENT_FAILED: Final = frozenset(
+    {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}
+)
+"""WAL writer outcomes after which a batch's segment is resolved without its commit."""
 TXN_LEASE_MARGIN_MS: Final = 10_000
 """Beyond the upload budget: waiting for earlier segments' commits, and the commit call itself."""
 
@@ -239,6 +244,7 @@ class DisklessBroker:
         self._background: set[asyncio.Task[dict[TopicPartition, ProduceResult]]] = set()
         self._produce_stats: dict[str, int] = dict.fromkeys(ProduceStats.__struct_fields__, 0)
         self._leases = _LeaseGroup(self._acquire_lease_group)
+        self._releases: set[asyncio.Task[None]] = set()
 
     # --- identity and lifecycle ---------------------------------------------------------------
     @property
@@ -308,6 +314,8 @@ class DisklessBroker:
                 await self._admitted
             if self._writer is not None:
                 await self._writer.close(flush=True)
+            while self._releases:
+                await asyncio.gather(*self._releases, return_exceptions=True)
         finally:
             self._closed.set()
 
@@ -394,6 +402,7 @@ class DisklessBroker:
                 log_start_offset=outcome.log_start_offset,
                 error_message=outcome.error_message,
             )
+        self._release_failed_leases(entries, written)
         assert results.keys() == partitions.keys()
         failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
         accepted = sum(entry.header.size for entry in entries)
@@ -479,6 +488,29 @@ class DisklessBroker:
                 )
                 del valid[tp]
         return leases
+
+    def _release_failed_leases(
+        self, entries: Sequence[WalEntry], written: Sequence[CommitBatchResult]
+    ) -> None:
+        """Give back the leases of batches whose segment failed (upload, commit, fencing,
+        shutdown), in the background: an end of their transaction then need not wait for the
+        leases to expire. A timed-out request keeps them: its batch may still be committed."""
+        failed = [
+            entry.lease_id
+            for entry, outcome in zip(entries, written, strict=True)
+            if entry.lease_id is not None and outcome.error in _SEGMENT_FAILED
+        ]
+        if not failed:
+            return
+        task = asyncio.create_task(self._release_leases(failed), name="txn-lease-release")
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release_leases(self, lease_ids: list[int]) -> None:
+        try:
+            await self._coordinator.release_txn_leases(lease_ids)
+        except CoordinatorError as error:  # they expire anyway
+            _log.warning("releasing %d transaction leases failed: %r", len(lease_ids), error)
 
     async def _acquire_lease_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
         return await self._coordinator.acquire_txn_leases(

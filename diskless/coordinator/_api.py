@@ -283,6 +283,12 @@ class BatchCoordinator(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
+        """Give up leases whose batches will not be committed (their segment failed), so that
+        an end need not wait for them to expire. Unknown ids are ignored. Always safe: a commit
+        naming a released lease is rejected."""
+
+    @abc.abstractmethod
     async def end_transaction(
         self,
         producer_id: int,

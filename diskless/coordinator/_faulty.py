@@ -124,6 +124,9 @@ class FaultyBatchCoordinator(BatchCoordinator):
     ) -> list[LeaseResult]:
         return await self.inner.acquire_txn_leases(broker_id, broker_epoch, requests, ttl_ms)
 
+    async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
+        await self.inner.release_txn_leases(lease_ids)
+
     async def end_transaction(
         self,
         producer_id: int,

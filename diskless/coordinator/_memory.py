@@ -429,6 +429,13 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             results.append(LeaseResult(ErrorCode.NONE, lease_id, expires))
         return results
 
+    async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
+        self._check_open()
+        for lease_id in lease_ids:
+            self._drop_lease(lease_id)
+        if lease_ids:
+            self._signal_release()
+
     async def end_transaction(
         self,
         producer_id: int,

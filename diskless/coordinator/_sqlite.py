@@ -776,6 +776,16 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
         return await self._run(lambda: self._write_volatile(acquire))
 
+    async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
+        ids = [(lease_id,) for lease_id in lease_ids]
+        if not ids:
+            return
+
+        def release(conn: sqlite3.Connection) -> None:
+            conn.executemany("DELETE FROM txn_leases WHERE lease_id = ?", ids)
+
+        await self._run(lambda: self._write_volatile(release))
+
     async def end_transaction(
         self,
         producer_id: int,

@@ -141,3 +141,40 @@ async def test_concurrent_requests_share_lease_calls(
         assert sum(len(call) for call in watching.lease_calls) == 3
         assert len(watching.lease_calls) < 3  # grouped
         assert len({b.lease_id for b in watching.committed}) == 3
+
+
+async def test_a_failed_segment_gives_its_leases_back(
+    watching: Watching, clock: ManualClock
+) -> None:
+    from diskless.storage._faulty import FaultyObjectStore
+
+    assert await watching.add_partitions_to_txn(5, 0, [T0]) == [OK]
+    store = FaultyObjectStore(MemoryObjectStore(), random.Random(0), put_fail_rate=1.0)
+    async with DisklessBroker(1, store, watching, CONFIG, clock=clock) as broker:
+        results = await drive(clock, broker.produce({T0: txn(5)}))
+        assert results[T0].error is ErrorCode.KAFKA_STORAGE_ERROR
+    # The abort does not wait for the lease to expire (about 100 s with the default WAL).
+    started = clock.now_ms()
+    assert await drive(clock, watching.end_transaction(5, 0, 1, False, 0, [T0])) == [OK]
+    assert clock.now_ms() - started < 1000
+    assert CONFIG.txn_lease_ms > 60_000
+
+
+async def test_released_leases_cannot_commit(watching: Watching, clock: ManualClock) -> None:
+    assert await watching.add_partitions_to_txn(5, 0, [T0]) == [OK]
+    epoch = await watching.register_broker(1)
+    (lease,) = await watching.acquire_txn_leases(1, epoch, [LeaseRequest(T0, 5, 0)], 60_000)
+    await watching.release_txn_leases([lease.lease_id, 424242])  # unknown ids are ignored
+    from tests.coordinator._helpers import batch
+
+    (result,) = await watching.commit_file(
+        "k", 1, epoch, 100, [batch(T0, pid=5, epoch=0, seq=0, txn=True)]
+    )
+    assert result.error is OK  # without a lease: allowed while ONGOING
+    import msgspec
+
+    leased = msgspec.structs.replace(
+        batch(T0, pid=5, epoch=0, seq=1, txn=True), lease_id=lease.lease_id
+    )
+    (late,) = await watching.commit_file("k2", 1, epoch, 100, [leased])
+    assert late.error is ErrorCode.INVALID_TXN_STATE
