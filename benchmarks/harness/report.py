@@ -205,7 +205,7 @@ def _task_lines(tasks: Sequence[TaskSummary]) -> list[str]:
         lines.append(
             f"- task {t.task}: brokers {t.brokers}, {t.producers} producers, "
             f"{t.requests_sent:,} of {t.requests_planned:,} planned requests sent"
-            + (f" ({unsent:,} left at the duration cap)" if unsent else "")
+            + (f" ({unsent:,} not sent: duration cap or a refused transaction)" if unsent else "")
             + f", {t.seconds:.1f} s producing after {t.build_s:.1f} s building batches"
         )
     return lines
