@@ -11,7 +11,7 @@ import asyncio
 import bisect
 import collections
 import operator
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import msgspec
 from sortedcontainers import SortedDict
@@ -195,7 +195,8 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         self._next_lease_id = 1
         self._ongoing: dict[int, SortedDict] = {}
         self._aborted: dict[int, list[AbortedTxn]] = {}
-        self._release_waiters: list[asyncio.Future[None]] = []
+        self._released: asyncio.Future[None] | None = None
+        """Resolved (and replaced) whenever a lease is released: wakes ends waiting for one."""
         self._topics: dict[str, _Topic] = {}
         self._logs: dict[int, _Log] = {}
         self._states: dict[int, PartitionState] = {}
@@ -494,16 +495,15 @@ class InMemoryBatchCoordinator(BatchCoordinator):
                     earliest = lease.expires_ms
         return earliest
 
-    def _txn_release_signal(self) -> Awaitable[None] | None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._release_waiters.append(waiter)
-        return waiter
+    def _txn_release_signal(self) -> asyncio.Future[None] | None:
+        if self._released is None or self._released.done():
+            self._released = asyncio.get_running_loop().create_future()
+        return self._released
 
     def _signal_release(self) -> None:
-        waiters, self._release_waiters = self._release_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        released, self._released = self._released, None
+        if released is not None and not released.done():
+            released.set_result(None)
 
     async def _txn_write_markers(
         self,

@@ -20,7 +20,7 @@ import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -845,7 +845,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
         return await self._run(lambda: self._read(deadline))
 
-    def _txn_release_signal(self) -> Awaitable[None] | None:
+    def _txn_release_signal(self) -> asyncio.Future[None] | None:
         return None  # commits may come from other processes: poll
 
     async def _txn_write_markers(

@@ -24,7 +24,7 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Final, Protocol
 
 import msgspec
@@ -249,8 +249,8 @@ class TxnEndBackend(Protocol):
         """The earliest expiry (ms) of a live lease of (producer, epoch) there; None if none."""
         ...
 
-    def _txn_release_signal(self) -> Awaitable[None] | None:
-        """Something that completes when a lease is released, or None to poll."""
+    def _txn_release_signal(self) -> asyncio.Future[None] | None:
+        """A future (shared: never cancel it) resolved when a lease is released; None to poll."""
         ...
 
     async def _txn_write_markers(
@@ -293,12 +293,10 @@ async def run_end_transaction(
             await clock.sleep(delay_s)
             continue
         sleeper = asyncio.ensure_future(clock.sleep(delay_s))
-        released = asyncio.ensure_future(signal)
         try:
-            await asyncio.wait([sleeper, released], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([sleeper, signal], return_when=asyncio.FIRST_COMPLETED)
         finally:
             sleeper.cancel()
-            released.cancel()
     if not known:
         return errors
     written = await backend._txn_write_markers(
