@@ -28,7 +28,9 @@ BATCH_BYTES_MAX: Final = 900 * KIB
 """Batches stay below the default max.message.bytes (1 MiB) with room for record overhead."""
 REQUEST_ID_STRIDE: Final = 1 << 32
 """request_id = producer_index * stride + request_index: unique and sortable per producer."""
-PRODUCER_ID_BASE: Final = 1000
+PRODUCER_ID_BASE: Final = 10**12
+"""Idempotent producers number themselves from here, far above the ids the coordinator hands
+out to transactional producers (blocks of 1000 from 0), so the two can never collide."""
 
 _SIZE_PATTERN: Final = re.compile(r"(?i)^\s*([0-9]*\.?[0-9]+)\s*(b|kib|kb|mib|mb|gib|gb)?\s*$")
 _SIZE_UNITS: Final = {
