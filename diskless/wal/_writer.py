@@ -244,9 +244,13 @@ class WalWriter:
 
         self._inflight_bytes = 0
         self._inflight_bytes_max_observed = 0
-        self._admission: collections.deque[tuple[int, asyncio.Future[CommitBatchResult | None]]] = (
-            collections.deque()
-        )
+        self._admission: collections.deque[
+            tuple[int, asyncio.Future[CommitBatchResult | None], _Request]
+        ] = collections.deque()
+        self._admitting: _Request | None = None
+        """The request whose queued batch was admitted and that still places the rest of its
+        batches: nobody else is admitted meanwhile, so one producer's pipelined requests reach
+        the segments in the order they arrived, partition by partition."""
 
         self._deadlines: list[tuple[float, int, _Request]] = []
         self._deadline_numbers = itertools.count()
@@ -384,7 +388,7 @@ class WalWriter:
             buffer_max = self._config.buffer_max_bytes
             for index, entry in enumerate(entries):
                 size = entry.header.size
-                if not self._admit_now(size):
+                if not self._admit_now(size, request):
                     refusal = await self._admit_wait(size, request)
                     if refusal is None and (self._closing or self._fenced or request.expired):
                         # Admitted, but the world changed while we waited: validate again.
@@ -395,11 +399,13 @@ class WalWriter:
                             self._resolve(request, rest, refusal)
                         break
                 self._append(entry, size, request, index, buffer_max)
+            self._end_turn(request)
             await request.future
             results = request.results
             assert request.pending == 0 and None not in results
             return cast("list[CommitBatchResult]", results)
         finally:
+            self._end_turn(request)
             self._writes_open -= 1
             if not request.future.done():  # our caller cancelled us
                 request.future.cancel()
@@ -466,11 +472,20 @@ class WalWriter:
             request.future.set_result(None)
 
     # --- backpressure -------------------------------------------------------------------------
-    def _admit_now(self, size: int) -> bool:
-        if self._admission or not self._fits(size):
+    def _admit_now(self, size: int, request: _Request) -> bool:
+        """Admit at once if nobody is ahead: no queued writer, no other request mid-admission."""
+        if self._admitting is not request and (self._admission or self._admitting is not None):
+            return False
+        if not self._fits(size):
             return False
         self._take(size)
         return True
+
+    def _end_turn(self, request: _Request) -> None:
+        """The request has placed (or given up) all its batches: let the next writer in."""
+        if self._admitting is request:
+            self._admitting = None
+            self._grant()
 
     def _fits(self, size: int) -> bool:
         return (
@@ -488,7 +503,10 @@ class WalWriter:
         waiter: asyncio.Future[CommitBatchResult | None] = (
             asyncio.get_running_loop().create_future()
         )
-        self._admission.append((size, waiter))
+        if self._admitting is request:
+            self._admission.appendleft((size, waiter, request))  # it keeps its turn
+        else:
+            self._admission.append((size, waiter, request))
         request.waiter = waiter
         self._rotate_if_blocking_admission()
         try:
@@ -504,17 +522,25 @@ class WalWriter:
         """Return in-flight bytes and admit queued writers, first come first served."""
         self._inflight_bytes -= size
         assert self._inflight_bytes >= 0, self._inflight_bytes
+        self._grant()
+
+    def _grant(self) -> None:
+        """Admit the first queued writer if it fits and no other request holds the turn."""
         queue = self._admission
         while queue:
-            want, waiter = queue[0]
+            want, waiter, owner = queue[0]
             if waiter.done():
                 queue.popleft()
                 continue
+            if self._admitting is not None and self._admitting is not owner:
+                break
             if not self._fits(want):
                 break
             queue.popleft()
             self._take(want)
+            self._admitting = owner
             waiter.set_result(None)
+            break  # the owner places its batch before anyone else is considered
         if queue:
             self._rotate_if_blocking_admission()
 
@@ -528,7 +554,7 @@ class WalWriter:
         active = self._active
         if active is None:
             return
-        for want, waiter in self._admission:
+        for want, waiter, _ in self._admission:
             if waiter.done():
                 continue
             if active.batch_bytes + want > self._config.inflight_bytes_max:
@@ -537,7 +563,7 @@ class WalWriter:
 
     def _fail_admission_waiters(self, result: CommitBatchResult) -> None:
         while self._admission:
-            _, waiter = self._admission.popleft()
+            _, waiter, _ = self._admission.popleft()
             if not waiter.done():
                 waiter.set_result(result)
 
@@ -805,6 +831,7 @@ class WalWriter:
         waiter = request.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(_TIMED_OUT)
+            self._grant()  # its queue place is free: the next writer may fit
 
     # --- observability ------------------------------------------------------------------------
     @property

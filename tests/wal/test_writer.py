@@ -361,6 +361,57 @@ async def test_backpressure_bounds_inflight_bytes_under_a_flood() -> None:
     await rig.close()
 
 
+async def test_backpressure_keeps_each_producers_pipelined_requests_in_order() -> None:
+    """Requests that queue for space are admitted whole, in arrival order: a later request of
+    the same producer never slips a batch in ahead of an earlier one on any partition."""
+    rig = Rig(WalConfig(buffer_max_bytes=1000, inflight_bytes_max=2000, commit_interval_ms=20))
+    slow = FaultyObjectStore(rig.memory, random.Random(5), clock=rig.clock, latency_s=0.05)
+    await rig.topic(partitions=3)
+    writer = await rig.writer(store=slow)
+    producers, requests_each, partitions = 6, 12, [TopicPartition("t", p) for p in range(3)]
+    shuffle = random.Random(11)
+
+    def request(producer: int, number: int) -> list[WalEntry]:
+        order = shuffle.sample(partitions, len(partitions))  # requests list partitions freely
+        return [
+            entry(
+                tp,
+                sized_batch(
+                    150 + 40 * ((producer + number + tp.partition) % 3),
+                    tag=number,
+                    producer_id=100 + producer,
+                    producer_epoch=0,
+                    base_sequence=number,
+                ),
+            )
+            for tp in order
+        ]
+
+    # Requests enter `write` in round-robin producer order, each producer's in sequence order.
+    entries_of: dict[int, list[list[TopicPartition]]] = {p: [] for p in range(producers)}
+    writes = []
+    for number in range(requests_each):
+        for producer in range(producers):
+            entries = request(producer, number)
+            entries_of[producer].append([e.topic_partition for e in entries])
+            writes.append(writer.write(entries, timeout_s=600))
+    results = await drive(rig.clock, asyncio.gather(*writes))
+    for result in results:
+        _ok(result)
+    assert writer.stats.inflight_bytes_max_observed <= 2000
+    for producer in range(producers):
+        mine = results[producer::producers]
+        for tp in partitions:
+            offsets = [
+                result[index].base_offset
+                for number, result in enumerate(mine)
+                for index, placed in enumerate(entries_of[producer][number])
+                if placed == tp
+            ]
+            assert offsets == sorted(offsets), (producer, tp, offsets)
+    await rig.close()
+
+
 async def test_a_single_entry_above_the_limit_is_admitted_alone() -> None:
     rig = Rig(WalConfig(buffer_max_bytes=1000, inflight_bytes_max=1000))
     await rig.topic()
