@@ -46,6 +46,14 @@ BATCHES_PER_CASE_MAX = 200_000
 TOPIC = "bench"
 
 
+# The batch columns every schema version has (later migrations add columns with defaults).
+_INSERT_BATCH_ROW = (
+    "INSERT INTO batches (partition_id, base_offset, last_offset, file_id, byte_offset, size,"
+    " max_timestamp, log_append_time, timestamp, ts_running_max, producer_id, producer_epoch)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 class Workload:
     """Objects of batches with valid producer sequences, the same for every backend."""
 
@@ -203,9 +211,7 @@ def run_baseline(path: Path, batches_per_object: int, seconds: float, every_row:
                 " VALUES (?, ?, 0, ?, 0, ?)",
                 rows.file,
             )
-            conn.executemany(
-                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.batches
-            )
+            conn.executemany(_INSERT_BATCH_ROW, rows.batches)
             if every_row:
                 conn.executemany(
                     "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

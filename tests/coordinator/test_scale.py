@@ -38,6 +38,14 @@ RECORDS_PER_BATCH = 10
 TOPIC = "scale"
 
 
+# The batch columns every schema version has (later migrations add columns with defaults).
+_INSERT_BATCH_ROW = (
+    "INSERT INTO batches (partition_id, base_offset, last_offset, file_id, byte_offset, size,"
+    " max_timestamp, log_append_time, timestamp, ts_running_max, producer_id, producer_epoch)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 def _peak_rss_bytes() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -110,9 +118,7 @@ class BulkLoader:
             # In index order: every index of `batches` leads with the partition, so sorted rows
             # touch each page once per transaction instead of at random.
             rows.sort()
-            self.conn.executemany(
-                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
-            )
+            self.conn.executemany(_INSERT_BATCH_ROW, rows)
             self.conn.executemany(
                 "UPDATE partitions SET high_watermark = ?,"
                 " size_bytes = ? * ?, ts_running_max = ? WHERE partition_id = ?",
