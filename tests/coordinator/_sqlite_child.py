@@ -22,8 +22,12 @@ TOPIC = "crash"
 PARTITIONS = 4
 
 
+LINE_END = " $"
+"""Ends every complete journal line: a line torn by SIGKILL lacks it and is not trusted."""
+
+
 def _append(journal: int, line: str) -> None:
-    os.write(journal, line.encode() + b"\n")
+    os.write(journal, (line + LINE_END + "\n").encode())
     os.fsync(journal)
 
 
@@ -31,6 +35,7 @@ async def main(db: str, journal_path: str, broker_id: int, seed: int, commits: i
     rng = random.Random(seed)
     coordinator = SqliteBatchCoordinator(db)
     journal = os.open(journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(journal, b"\n")  # a previous incarnation may have died mid-line: start a new one
     try:
         await coordinator.create_topic(TOPIC, PARTITIONS)
         epoch = await coordinator.register_broker(broker_id)

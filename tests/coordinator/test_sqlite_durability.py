@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ._sqlite_child import PARTITIONS, TOPIC
+from ._sqlite_child import LINE_END, PARTITIONS, TOPIC
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS_DEFAULT = 50
@@ -47,14 +47,17 @@ def _spawn(
 
 
 def _read_journal(journal: Path) -> tuple[dict[str, int], dict[str, list[list[int]]]]:
-    """Intents (key -> batch count) and acknowledgements (key -> results); a torn last line is
-    ignored, since the process may die while writing it."""
+    """Intents (key -> batch count) and acknowledgements (key -> results). A process may die
+    while writing a line, and its successor appends after the torn bytes, so only lines that
+    carry the end marker are trusted."""
     intents: dict[str, int] = {}
     acks: dict[str, list[list[int]]] = {}
     if not journal.exists():
         return intents, acks
-    for line in journal.read_text().split("\n")[:-1]:
-        kind, key, payload = line.split(" ", 2)
+    for line in journal.read_text().split("\n"):
+        if not line.endswith(LINE_END):
+            continue
+        kind, key, payload = line.removesuffix(LINE_END).split(" ", 2)
         if kind == "I":
             intents[key] = int(payload)
         else:
