@@ -47,7 +47,7 @@ from diskless.lifecycle import (
 )
 from diskless.routing import BrokerNode, produce_assignment, produce_broker
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, S3ObjectStore
-from diskless.txn._coordinator import TransactionCoordinator
+from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
 
 __all__ = [
