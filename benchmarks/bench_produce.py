@@ -35,7 +35,13 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.records import BatchHeader, parse_batch
-from diskless.storage import FaultyObjectStore, ListPage, MemoryObjectStore, ObjectStore
+from diskless.storage import (
+    FaultyObjectStore,
+    ForwardingObjectStore,
+    ListPage,
+    MemoryObjectStore,
+    ObjectStore,
+)
 from diskless.wal import WalConfig, WalEntry, WalWriter
 
 with warnings.catch_warnings():
@@ -175,35 +181,17 @@ async def raw_throughput(size: int, total_bytes: int, per_request: int) -> tuple
 
 
 # --- (b) latency -------------------------------------------------------------------------------
-class TimedStore(ObjectStore):
+class TimedStore(ForwardingObjectStore):
     """Records the start and end of each key's last successful PUT."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.puts: dict[str, tuple[float, float]] = {}
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
         started = time.perf_counter()
         await self.inner.put(key, data)
         self.puts[key] = (started, time.perf_counter())
-
-    async def get(self, key: str) -> bytes:
-        return await self.inner.get(key)
-
-    async def get_range(self, key: str, start: int, end: int) -> bytes:
-        return await self.inner.get_range(key, start, end)
-
-    async def list_page(
-        self,
-        prefix: str,
-        token: str | None = None,
-        limit: int = 1000,
-        start_after: str | None = None,
-    ) -> ListPage:
-        return await self.inner.list_page(prefix, token, limit, start_after)
-
-    async def delete_many(self, keys: Sequence[str]) -> list[str]:
-        return await self.inner.delete_many(keys)
 
 
 class TimedCoordinator(FaultyBatchCoordinator):

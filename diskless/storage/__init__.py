@@ -2,6 +2,7 @@
 
 from diskless.storage._base import ListPage, ObjectInfo, ObjectStore
 from diskless.storage._faulty import Fault, FaultyObjectStore, StoreOp
+from diskless.storage._forwarding import ForwardingObjectStore
 from diskless.storage._local import LocalObjectStore
 from diskless.storage._memory import MemoryObjectStore
 from diskless.storage._retry import RetryingObjectStore
@@ -21,6 +22,7 @@ __all__ = [
     # wrappers
     "Fault",
     "FaultyObjectStore",
+    "ForwardingObjectStore",
     "RetryingObjectStore",
     "StoreOp",
 ]

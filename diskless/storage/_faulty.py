@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from diskless.clock import Clock, SystemClock
 from diskless.errors import StorageError
 from diskless.storage._base import ListPage, ObjectStore
-from diskless.storage._stats import StoreStats
+from diskless.storage._forwarding import ForwardingObjectStore
 
 
 class StoreOp(enum.Enum):
@@ -38,7 +38,7 @@ class InjectedFaultError(StorageError):
 Latency = float | Callable[[random.Random], float]
 
 
-class FaultyObjectStore(ObjectStore):
+class FaultyObjectStore(ForwardingObjectStore):
     """Wraps `inner` and makes chosen operations fail, lose their ack or run slow.
 
     Faults come first from an explicit per-operation schedule (`schedule`), then from the
@@ -68,7 +68,7 @@ class FaultyObjectStore(ObjectStore):
             raise ValueError("fault rates must be probabilities in [0, 1]")
         if put_fail_rate + put_lost_ack_rate > 1.0:
             raise ValueError("put_fail_rate + put_lost_ack_rate must not exceed 1")
-        self._inner = inner
+        super().__init__(inner)
         self._rng = rng
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._latency_s = latency_s
@@ -85,10 +85,6 @@ class FaultyObjectStore(ObjectStore):
             op: collections.deque() for op in StoreOp
         }
         self.injected: collections.Counter[tuple[StoreOp, Fault]] = collections.Counter()
-
-    @property
-    def inner(self) -> ObjectStore:
-        return self._inner
 
     def schedule(self, op: StoreOp, *faults: Fault) -> None:
         """The next calls of `op` get these faults, in order, before probabilities apply again."""
@@ -124,12 +120,6 @@ class FaultyObjectStore(ObjectStore):
         deleted = await self._inner.delete_many(keys)
         self._after(StoreOp.DELETE, f"{len(keys)} keys", fault)
         return deleted
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-    def stats(self) -> StoreStats:
-        return self._inner.stats()
 
     def _choose(self, op: StoreOp) -> tuple[Fault, float]:
         """Draw this call's fault and latency; always the same number of rng draws per call."""

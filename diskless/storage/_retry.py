@@ -11,7 +11,7 @@ from typing import TypeVar
 from diskless.clock import Clock, SystemClock
 from diskless.errors import StorageError, StorageTimeoutError
 from diskless.storage._base import ListPage, ObjectStore
-from diskless.storage._stats import StoreStats
+from diskless.storage._forwarding import ForwardingObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ T = TypeVar("T")
 ATTEMPTS_MAX = 20  # more than this hides an outage behind minutes of backoff
 
 
-class RetryingObjectStore(ObjectStore):
+class RetryingObjectStore(ForwardingObjectStore):
     """Retries retriable StorageErrors of `inner`; the last attempt's typed error is re-raised.
 
     Not retried: ObjectNotFoundError and InvalidRangeError (retrying cannot change the answer),
@@ -47,17 +47,13 @@ class RetryingObjectStore(ObjectStore):
             raise ValueError("need 0 <= base_delay_s <= max_delay_s")
         if timeout_per_attempt_s is not None and timeout_per_attempt_s <= 0:
             raise ValueError("timeout_per_attempt_s must be positive or None")
-        self._inner = inner
+        super().__init__(inner)
         self._attempts = attempts
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._timeout_s = timeout_per_attempt_s
         self._rng = rng if rng is not None else random.Random()
-
-    @property
-    def inner(self) -> ObjectStore:
-        return self._inner
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
         await self._retry("put", key, lambda: self._inner.put(key, data))
@@ -83,12 +79,6 @@ class RetryingObjectStore(ObjectStore):
         return await self._retry(
             "delete", f"{len(keys)} keys", lambda: self._inner.delete_many(keys)
         )
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-    def stats(self) -> StoreStats:
-        return self._inner.stats()
 
     def backoff_s(self, retry: int) -> float:
         """The wait before retry number `retry` (1-based); draws from the rng."""

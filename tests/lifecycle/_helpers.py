@@ -15,7 +15,12 @@ from diskless.coordinator import (
     FileState,
 )
 from diskless.lifecycle import FileManager, FileManagerConfig
-from diskless.storage import ListPage, MemoryObjectStore, ObjectStore, StoreStats
+from diskless.storage import (
+    ForwardingObjectStore,
+    ListPage,
+    MemoryObjectStore,
+    ObjectStore,
+)
 from diskless.wal._keys import DEFAULT_OBJECT_PREFIX, new_object_key
 
 PREFIX = DEFAULT_OBJECT_PREFIX
@@ -110,12 +115,12 @@ async def cluster(
     )
 
 
-class YieldingStore(ObjectStore):
+class YieldingStore(ForwardingObjectStore):
     """Delegates to `inner`, yielding to the event loop around every call so that concurrent
     managers interleave at each await; `fail_deletes_of` makes chosen keys' deletes not happen."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fail_deletes_of: set[str] = set()
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
@@ -148,9 +153,6 @@ class YieldingStore(ObjectStore):
         deleted = await self.inner.delete_many(allowed)
         await asyncio.sleep(0)
         return deleted
-
-    def stats(self) -> StoreStats:
-        return self.inner.stats()
 
 
 async def settle(clock: ManualClock, timeout_s: float = 10.0) -> None:

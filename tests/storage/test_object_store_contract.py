@@ -1,4 +1,5 @@
-"""Integration: one contract every object store honours (memory, local files, S3 over HTTP).
+"""Integration: one contract every object store honours (memory, local files, S3 over HTTP),
+and that a forwarding wrapper keeps, calls, counters and all.
 
 Empty objects are allowed everywhere: `get` returns b"" and no ranged read of one is valid.
 """
@@ -13,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from diskless.errors import InvalidRangeError, ObjectNotFoundError
-from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
+from diskless.storage import (
+    ForwardingObjectStore,
+    LocalObjectStore,
+    MemoryObjectStore,
+    ObjectStore,
+)
 from tests._s3server import create_bucket, s3_store
 
 MIB = 1024 * 1024
@@ -21,13 +27,15 @@ PART = 5 * MIB  # the S3 store's part size here, so big objects span several par
 BIG = 11 * MIB + 123  # three parts, the last one short
 
 
-@pytest.fixture(params=["memory", "local", "s3"])
+@pytest.fixture(params=["memory", "local", "s3", "forwarding"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
     backend: ObjectStore
     if request.param == "memory":
         backend = MemoryObjectStore()
     elif request.param == "local":
         backend = LocalObjectStore(tmp_path / "objects")
+    elif request.param == "forwarding":
+        backend = ForwardingObjectStore(MemoryObjectStore())
     else:
         endpoint = request.getfixturevalue("s3_endpoint")
         backend = s3_store(

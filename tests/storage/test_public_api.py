@@ -9,6 +9,7 @@ def test_all_is_exactly_the_public_surface() -> None:
     assert sorted(diskless.storage.__all__) == [
         "Fault",
         "FaultyObjectStore",
+        "ForwardingObjectStore",
         "ListPage",
         "LocalObjectStore",
         "MemoryObjectStore",

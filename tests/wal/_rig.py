@@ -17,7 +17,7 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.records import set_base_offset
-from diskless.storage import ListPage, MemoryObjectStore, ObjectStore
+from diskless.storage import ForwardingObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig, WalWriter
 from tests.wal._helpers import decode_values
 
@@ -46,11 +46,11 @@ class RecordingCoordinator(FaultyBatchCoordinator):
         return results
 
 
-class GatedStore(ObjectStore):
+class GatedStore(ForwardingObjectStore):
     """Delegates to `inner`; while `gated`, every PUT waits until the test opens its gate."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gated = True
         self.waiting: list[tuple[str, asyncio.Event]] = []
         self.put_keys: list[str] = []
@@ -71,24 +71,6 @@ class GatedStore(ObjectStore):
                 gate.set()
                 return
         raise AssertionError(f"no PUT of {key} is waiting")
-
-    async def get(self, key: str) -> bytes:
-        return await self.inner.get(key)
-
-    async def get_range(self, key: str, start: int, end: int) -> bytes:
-        return await self.inner.get_range(key, start, end)
-
-    async def list_page(
-        self,
-        prefix: str,
-        token: str | None = None,
-        limit: int = 1000,
-        start_after: str | None = None,
-    ) -> ListPage:
-        return await self.inner.list_page(prefix, token, limit, start_after)
-
-    async def delete_many(self, keys: Sequence[str]) -> list[str]:
-        return await self.inner.delete_many(keys)
 
 
 async def settle(rounds: int = 20) -> None:
