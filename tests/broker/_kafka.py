@@ -20,8 +20,10 @@ def build_batch(
     base_sequence: int = -1,
     transactional: bool = False,
     timestamp_ms: int = CREATE_TIME_MS,
+    timestamp_step: int = 1,
 ) -> bytes:
-    """A v2 batch, base offset 0, as a Kafka producer sends it."""
+    """A v2 batch, base offset 0, as a Kafka producer sends it; record i is stamped
+    `timestamp_ms + i * timestamp_step`."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
@@ -29,11 +31,13 @@ def build_batch(
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        batch_size=1 << 24,
+        batch_size=1 << 30,
     )
     for i, value in enumerate(values):
         key = keys[i] if keys is not None else None
-        assert builder.append(i, timestamp=timestamp_ms + i, key=key, value=value, headers=[])
+        assert builder.append(
+            i, timestamp=timestamp_ms + i * timestamp_step, key=key, value=value, headers=[]
+        )
     return bytes(builder.build())
 
 

@@ -22,7 +22,6 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.fetch.v12 import request as fetch_v12
 
 from diskless import ErrorCode, TopicPartition
@@ -31,6 +30,7 @@ from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.kafka_server._codec import build
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
+from tests.broker._kafka import build_batch as broker_batch
 from tests.kafka_server._clients import Audit, confluent_consume, value
 from tests.kafka_server._wire import WireClient
 from tests.kafka_server.conftest import broker_config, server_config
@@ -78,18 +78,14 @@ def _header(data: bytes) -> BatchHeader:
 
 
 def _transactional_batch(producer_id: int, epoch: int, sequence: int, count: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=True,
+    return broker_batch(
+        [b"x"] * count,
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=sequence,
-        batch_size=1 << 20,
+        transactional=True,
+        timestamp_step=0,
     )
-    for offset in range(count):
-        builder.append(offset, timestamp=1_700_000_000_000, key=None, value=b"x", headers=[])
-    return bytes(builder.build())
 
 
 # --- the bridge, unit level ---------------------------------------------------------------------

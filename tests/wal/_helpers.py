@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 
 from diskless import TopicPartition
 from diskless.records import BatchHeader, parse_batch
 from diskless.wal import WalEntry
+from tests.broker import _kafka
 
 TIMESTAMP_MS = 1_700_000_000_000
 
@@ -19,19 +20,15 @@ def build_batch(
     base_sequence: int = -1,
     timestamp_ms: int = TIMESTAMP_MS,
 ) -> bytes:
-    """A client batch (base offset 0) holding `values`, built by kafka-python."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
+    """A client batch (base offset 0) holding `values`, every record stamped `timestamp_ms`."""
+    return _kafka.build_batch(
+        values,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        batch_size=1 << 30,
+        timestamp_ms=timestamp_ms,
+        timestamp_step=0,
     )
-    for offset, value in enumerate(values):
-        builder.append(offset, timestamp=timestamp_ms, key=None, value=value, headers=[])
-    return bytes(builder.build())
 
 
 def header_of(data: bytes | bytearray) -> BatchHeader:
