@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import TracebackType
 
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator, FileStats
 from diskless.errors import CoordinatorError, StorageError
 from diskless.lifecycle._config import FileManagerConfig
-from diskless.lifecycle._periodic import Periodic
+from diskless.lifecycle._periodic import Periodic, PeriodicService
 from diskless.lifecycle._reconcile import ListingPass, Reconciler
 from diskless.lifecycle._stats import CycleReport, FileManagerStats
 from diskless.lifecycle._sweep import Sweeper, SweepPass
@@ -30,7 +29,7 @@ from diskless.storage._base import ObjectStore
 logger = logging.getLogger(__name__)
 
 
-class FileManager:
+class FileManager(PeriodicService):
     """Reclaims orphaned and unreferenced objects of one WAL prefix; see the module docstring."""
 
     def __init__(
@@ -170,29 +169,3 @@ class FileManager:
             watermark_ms=report.watermark_ms,
             reconciliation_lag_ms=now_ms - report.watermark_ms,
         )
-
-    # --- running in the background ------------------------------------------------------------
-    def start(self) -> None:
-        """Run cycles every `period_ms` in a background task until `close`."""
-        self._periodic.start()
-
-    async def run_forever(self) -> None:
-        """Run cycles every `period_ms` in the calling task until cancelled."""
-        await self._periodic.run_forever()
-
-    async def close(self) -> None:
-        """Stop the background task (if any) and wait for it; the store and coordinator stay
-        open: they belong to the caller."""
-        await self._periodic.close()
-
-    async def __aenter__(self) -> FileManager:
-        self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()

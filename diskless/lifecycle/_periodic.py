@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Self
 
 from diskless.clock import Clock
 from diskless.errors import DisklessError
@@ -66,3 +68,36 @@ class Periodic:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise  # our caller is being cancelled too: do not swallow that
+
+
+class PeriodicService:
+    """Start/stop plumbing of a service whose work is one `Periodic` job.
+
+    The service's store and coordinator stay open on close: they belong to the caller.
+    """
+
+    _periodic: Periodic
+
+    def start(self) -> None:
+        """Run the job every period in a background task until `close`."""
+        self._periodic.start()
+
+    async def run_forever(self) -> None:
+        """Run the job every period in the calling task until cancelled."""
+        await self._periodic.run_forever()
+
+    async def close(self) -> None:
+        """Stop the background task (if any) and wait for it."""
+        await self._periodic.close()
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()

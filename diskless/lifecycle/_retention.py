@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import TracebackType
 
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator
 from diskless.lifecycle._config import RetentionSchedulerConfig
-from diskless.lifecycle._periodic import Periodic
+from diskless.lifecycle._periodic import Periodic, PeriodicService
 from diskless.lifecycle._stats import RetentionRun, RetentionStats
 
 logger = logging.getLogger(__name__)
 
 
-class RetentionScheduler:
+class RetentionScheduler(PeriodicService):
     """Runs retention every `period_ms`; safe on several brokers (the coordinator decides)."""
 
     def __init__(
@@ -86,24 +85,3 @@ class RetentionScheduler:
             bytes_deleted=old.bytes_deleted + size,
             runs_with_work_left=old.runs_with_work_left + (1 if more else 0),
         )
-
-    def start(self) -> None:
-        self._periodic.start()
-
-    async def run_forever(self) -> None:
-        await self._periodic.run_forever()
-
-    async def close(self) -> None:
-        await self._periodic.close()
-
-    async def __aenter__(self) -> RetentionScheduler:
-        self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()

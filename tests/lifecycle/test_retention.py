@@ -45,6 +45,23 @@ class ScriptedRetention(FaultyBatchCoordinator):
         return result
 
 
+async def test_as_a_context_manager_it_runs_every_period_and_stops_on_exit(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    c = await cluster(new_coordinator)
+    scripted = ScriptedRetention(c.coordinator, [None])  # the first run fails, later runs go on
+    config = RetentionSchedulerConfig(period_ms=1_000)
+    async with RetentionScheduler(scripted, config, c.clock) as scheduler:
+        await c.clock.advance(0)
+        assert len(scripted.asked) == 1  # a run at start
+        await c.clock.advance(2.5)
+        assert len(scripted.asked) == 3  # and one a period
+    await c.clock.advance(10)
+    assert len(scripted.asked) == 3  # none after the scheduler closed
+    stats = scheduler.stats()
+    assert (stats.runs, stats.run_errors) == (3, 1)
+
+
 async def test_a_run_loops_while_more_within_its_budget(
     new_coordinator: CoordinatorFactory,
 ) -> None:
