@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime
 import io
 import struct
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
@@ -16,6 +19,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from diskless.kafka_server import BrokerServer
+from diskless.kafka_server._codec import build
 
 _SIZE = struct.Struct(">i")
 
@@ -89,3 +93,36 @@ def decode_response(frame: bytes, api_key: int, version: int, correlation_id: in
     body, size = entity_reader(schema)(frame, offset)
     assert offset + size == len(frame), "trailing bytes after the response body"
     return body
+
+
+def fetch_request(topic: str, partitions: int, *, isolation_level: int = 0, rack: str = "") -> Any:
+    """A Fetch v12 from offset 0 of partitions 0..partitions-1, without a fetch session."""
+    entry = build(
+        fetch_v12.FetchPartition,
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    return build(
+        fetch_v12.FetchRequest,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            fetch_v12.FetchTopic(
+                topic=topic,
+                partitions=tuple(
+                    dataclasses.replace(entry, partition=p) for p in range(partitions)
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id=rack,
+    )

@@ -5,22 +5,19 @@ Integration tests on a 6-broker, 3-rack cluster (two brokers per rack), through 
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode as WireError
-from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from diskless import TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
-from diskless.kafka_server._codec import build
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import WireClient
+from tests.kafka_server._wire import WireClient, fetch_request
 from tests.kafka_server.conftest import broker_config, server_config
 
 TOPIC = "routed"
@@ -46,31 +43,6 @@ def _metadata(*names: str, create: bool = False) -> MetadataRequest:
         topics=tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names),
         allow_auto_topic_creation=create,
         include_topic_authorized_operations=False,
-    )
-
-
-def _fetch_with_rack(rack: str) -> Any:
-    partition = build(
-        fetch_v12.FetchPartition,
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
-    )
-    return build(
-        fetch_v12.FetchRequest,
-        replica_id=-1,
-        max_wait=datetime.timedelta(0),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(fetch_v12.FetchTopic(topic=TOPIC, partitions=(partition,)),),
-        forgotten_topics_data=(),
-        rack_id=rack,
     )
 
 
@@ -110,7 +82,7 @@ async def test_a_consumer_rack_from_fetch_overrides_the_broker_rack(six: KafkaCl
     assert server.rack == "rack-0"
     client = await WireClient.connect(server)
     try:
-        fetched = await client.request(_fetch_with_rack("rack-2"))
+        fetched = await client.request(fetch_request(TOPIC, 1, rack="rack-2"))
         assert fetched.responses[0].partitions[0].error_code == WireError.none
         leaders = _leaders(await client.request(_metadata(TOPIC)))
     finally:

@@ -13,26 +13,21 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from kio.schema.fetch.v12 import request as fetch_v12
 
 from diskless import ErrorCode, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, TransactionFront
-from diskless.kafka_server._codec import build
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
 from tests.broker._kafka import build_batch as broker_batch
 from tests.kafka_server._clients import Audit, confluent_consume, value
-from tests.kafka_server._wire import WireClient
+from tests.kafka_server._wire import WireClient, fetch_request
 from tests.kafka_server.conftest import broker_config, server_config
 from tests.kafka_server.test_clients import end_offsets
 from tests.wal._helpers import build_batch
@@ -248,38 +243,6 @@ async def test_read_committed_consumers_see_exactly_the_committed_transactions(
     uncommitted.check(everything)
 
 
-def _fetch_read_committed(topic: str, partitions: int) -> Any:
-    entry = build(
-        fetch_v12.FetchPartition,
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
-    )
-    return build(
-        fetch_v12.FetchRequest,
-        replica_id=-1,
-        max_wait=datetime.timedelta(0),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=1,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            fetch_v12.FetchTopic(
-                topic=topic,
-                partitions=tuple(
-                    dataclasses.replace(entry, partition=p) for p in range(partitions)
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-
-
 async def test_an_open_transaction_holds_the_last_stable_offset(cluster: KafkaCluster) -> None:
     await cluster.create_topic("open", 1)
     producer = Producer(
@@ -293,13 +256,17 @@ async def test_an_open_transaction_holds_the_last_stable_offset(cluster: KafkaCl
     client = await WireClient.connect(cluster.servers[2])
     try:
         (partition,) = (
-            (await client.request(_fetch_read_committed("open", 1))).responses[0].partitions
+            (await client.request(fetch_request("open", 1, isolation_level=1)))
+            .responses[0]
+            .partitions
         )
         assert (partition.high_watermark, partition.last_stable_offset) == (10, 0)
         assert not partition.records  # nothing at or past the LSO is returned
         await asyncio.to_thread(producer.commit_transaction, 30)
         (partition,) = (
-            (await client.request(_fetch_read_committed("open", 1))).responses[0].partitions
+            (await client.request(fetch_request("open", 1, isolation_level=1)))
+            .responses[0]
+            .partitions
         )
         assert (partition.high_watermark, partition.last_stable_offset) == (11, 11)
         assert partition.aborted_transactions == ()
