@@ -88,10 +88,12 @@ async def end(
     commit: bool,
     partitions: list[TopicPartition],
     coordinator_epoch: int = 0,
+    step_s: float = 0.01,
 ) -> list[ErrorCode]:
     return await drive(
         clock,
         coordinator.end_transaction(pid, epoch, epoch + 1, commit, coordinator_epoch, partitions),
+        step_s,
     )
 
 
@@ -230,7 +232,8 @@ async def test_end_waits_until_an_abandoned_lease_expires(c: Committer, clock: M
     assert await coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
     lease_id = await lease(c, 1, 0)
     started = clock.now_ms()
-    assert await end(coordinator, clock, 1, 0, False, [TP]) == [OK]
+    # Coarse virtual steps: the end polls for the lease through a whole TTL.
+    assert await end(coordinator, clock, 1, 0, False, [TP], step_s=0.5) == [OK]
     assert clock.now_ms() - started >= TTL_MS
     late = await c.one(leased(batch(TP, pid=1, epoch=0, seq=0, txn=True), lease_id))
     assert late.error == ErrorCode.INVALID_PRODUCER_EPOCH  # the marker bumped the epoch
