@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -61,6 +61,7 @@ from diskless.storage import ObjectStore
 from diskless.wal import SegmentCache, WalConfig, WalEntry, WalWriter
 from diskless.wal._writer import UPLOAD_BACKOFF_EXPONENT_MAX
 
+_T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 
 ACKS_ALL: Final = -1
@@ -383,16 +384,23 @@ class DisklessBroker:
         previous: asyncio.Future[None] | None,
         mine: asyncio.Future[None],
     ) -> dict[TopicPartition, ProduceResult]:
+        deadline = self._clock.monotonic() + timeout_s
         try:
-            results, entries = await self._validate(partitions)
-            if previous is not None:
-                await previous  # never fails: tickets are only ever resolved with None
+            checked = await self._before_deadline(
+                self._validate_in_turn(partitions, previous), deadline
+            )
         finally:
             if not mine.done():
                 mine.set_result(None)
+        remaining_s = deadline - self._clock.monotonic()
+        if checked is None or (checked[1] and remaining_s <= 0):
+            # The coordinator did not answer in time: nothing was handed to the WAL.
+            self._count_produce(len(partitions), failed=len(partitions), accepted_bytes=0)
+            return dict.fromkeys(partitions, _TIMED_OUT)
+        results, entries = checked
         # No await between resolving the ticket and entering the writer: `write` appends its
         # entries to the active segment before it first yields (or queues FIFO for admission).
-        written = await writer.write(entries, timeout_s=timeout_s) if entries else []
+        written = await writer.write(entries, timeout_s=remaining_s) if entries else []
         assert len(written) == len(entries), (len(written), len(entries))
         for entry, outcome in zip(entries, written, strict=True):
             results[entry.topic_partition] = ProduceResult(
@@ -408,6 +416,38 @@ class DisklessBroker:
         accepted = sum(entry.header.size for entry in entries)
         self._count_produce(len(partitions), failed=failed, accepted_bytes=accepted)
         return {tp: results[tp] for tp in partitions}
+
+    async def _validate_in_turn(
+        self,
+        partitions: Mapping[TopicPartition, bytes | bytearray | memoryview],
+        previous: asyncio.Future[None] | None,
+    ) -> tuple[dict[TopicPartition, ProduceResult], list[WalEntry]]:
+        """Validate, then wait until the request before this one has reached the writer."""
+        checked = await self._validate(partitions)
+        if previous is not None:
+            # Shielded: giving up on our deadline must not cancel the predecessor's ticket.
+            await asyncio.shield(previous)  # never fails: tickets only resolve with None
+        return checked
+
+    async def _before_deadline(self, work: Awaitable[_T], deadline: float) -> _T | None:
+        """`work`'s result, or None (and `work` cancelled) if `deadline` passes first.
+
+        The coordinator calls of validation (topic metadata, transaction leases) would otherwise
+        let a request outlive its timeout. Work that finishes at once, as it does when metadata
+        is cached, sets no alarm.
+        """
+        task = asyncio.ensure_future(work)
+        await asyncio.sleep(0)  # the task's first step: usually all of it
+        if task.done():
+            return task.result()
+        alarm = asyncio.ensure_future(self._clock.sleep(deadline - self._clock.monotonic()))
+        try:
+            await asyncio.wait((task, alarm), return_when=asyncio.FIRST_COMPLETED)
+            return task.result() if task.done() else None
+        finally:
+            alarm.cancel()
+            task.cancel()  # a no-op when finished
+            await asyncio.gather(task, alarm, return_exceptions=True)
 
     async def _validate(
         self, partitions: Mapping[TopicPartition, bytes | bytearray | memoryview]
@@ -657,6 +697,11 @@ class DisklessBroker:
             fetch=self._reader.stats(),
             wal=self._writer.stats if self._writer is not None else None,
         )
+
+
+_TIMED_OUT: Final = ProduceResult(
+    ErrorCode.REQUEST_TIMED_OUT, error_message="the request timed out before reaching the WAL"
+)
 
 
 def _unknown(tp: TopicPartition) -> ProduceResult:

@@ -11,6 +11,7 @@ import pytest
 
 from diskless._broker import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, OffsetSpec, TimestampType, TopicPartition
+from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import (
     InMemoryBatchCoordinator,
     ListOffsetsRequest,
@@ -287,6 +288,34 @@ async def test_close_lets_started_requests_reach_the_wal(
     await closing
     result = await started
     assert (result[T0].error, result[T0].base_offset) == (ErrorCode.NONE, 0)
+
+
+async def test_a_hung_coordinator_cannot_hold_a_request_past_its_timeout(
+    coordinator: CountingCoordinator,
+) -> None:
+    clock = ManualClock(start_ms=SystemClock().now_ms())  # the coordinator keeps real time
+    gate = coordinator.gate = asyncio.Event()  # the first metadata call never answers...
+    broker = DisklessBroker(1, MemoryObjectStore(clock), coordinator, FAST, clock=clock)
+    await broker.start()
+    stuck = asyncio.create_task(broker.produce({T0: _idempotent([b"a"])}, timeout_ms=2_000))
+    behind = asyncio.create_task(
+        broker.produce({T0: _idempotent([b"b"], base_sequence=1)}, timeout_ms=2_000)
+    )
+    await clock.advance(1.999)
+    assert not stuck.done() and not behind.done()
+    await clock.advance(0.001)
+    for request in (stuck, behind):  # ...so both time out, the second behind the first
+        result = await request
+        assert result[T0].error is ErrorCode.REQUEST_TIMED_OUT, result
+    gate.set()
+    [latest] = await coordinator.list_offsets([ListOffsetsRequest(T0, OffsetSpec.LATEST)])
+    assert latest.offset == 0  # nothing reached the WAL
+    pending = asyncio.create_task(broker.produce({T0: _idempotent([b"c"])}))
+    while not pending.done():  # the WAL rotates on the virtual clock
+        await clock.advance(0.005)
+    later = pending.result()
+    assert (later[T0].error, later[T0].base_offset) == (ErrorCode.NONE, 0)
+    await broker.close()
 
 
 async def test_crash_close_fails_buffered_requests_and_commits_nothing(
