@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 import time
-import warnings
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -26,7 +24,9 @@ from benchmarks.harness.env import (
     open_coordinator,
     open_store,
 )
+from benchmarks.harness.records import build_batch
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
+from benchmarks.harness.verify import PartitionVerdict, audit, expected_by_partition
 from benchmarks.harness.workload import WorkloadRow, brokers_of_task
 from diskless import ErrorCode, TopicPartition
 from diskless.txn import TransactionCoordinator
@@ -68,8 +68,6 @@ TXN_ABORTED: Final = 0
 TXN_COMMITTED: Final = 1
 TXN_UNKNOWN: Final = 2
 TXN_TIMEOUT_MS: Final = 60_000
-_KEY: Final = struct.Struct(">qq")
-_FILLER: Final = bytes(range(256)) * 1024
 
 
 class ResultRow(NamedTuple):
@@ -102,67 +100,6 @@ class ResultRow(NamedTuple):
 
 
 assert tuple(ResultRow._fields) == tuple(name for name, _ in RESULT_COLUMNS)
-
-
-def record_key(producer_id: int, producer_seq: int) -> bytes:
-    return _KEY.pack(producer_id, producer_seq)
-
-
-def parse_record_key(key: bytes) -> tuple[int, int]:
-    producer_id, producer_seq = _KEY.unpack(key)
-    return producer_id, producer_seq
-
-
-def record_value(value_bytes: int, producer_seq: int) -> bytes:
-    """Deterministic filler: a record's value starts at its sequence's place in a 256-cycle."""
-    start = producer_seq % 256
-    return _FILLER[start : start + value_bytes]
-
-
-def kafka_records() -> tuple[Any, Any]:
-    """kafka-python's (DefaultRecordBatchBuilder, MemoryRecords): the independent codec.
-
-    Importing `kafka` the first time loads its protocol schemas through a deprecated
-    `importlib.resources` call; that one warning is silenced here.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message=r"(read|open)_text is deprecated", category=DeprecationWarning
-        )
-        from kafka.record import MemoryRecords
-        from kafka.record.default_records import DefaultRecordBatchBuilder
-    return DefaultRecordBatchBuilder, MemoryRecords
-
-
-def build_batch(row: WorkloadRow, timestamp_ms: int, wire: tuple[int, int] | None = None) -> bytes:
-    """The record batch of a workload row, built by kafka-python (an independent codec).
-
-    `wire` is the (producer id, epoch) to put in the header when it is not the row's own (a
-    transactional producer's come from InitProducerId); keys always carry the row's producer id.
-    """
-    builder_class, _ = kafka_records()
-    producer_id, producer_epoch = (
-        wire if wire is not None else (row.producer_id, row.producer_epoch)
-    )
-    builder = builder_class(
-        magic=2,
-        compression_type=0,
-        is_transactional=row.txn_index >= 0,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=row.base_sequence,
-        batch_size=1 << 30,
-    )
-    for i in range(row.records):
-        seq = row.producer_seq + i
-        builder.append(
-            i,
-            timestamp=timestamp_ms,
-            key=record_key(row.producer_id, seq),
-            value=record_value(row.value_bytes, seq),
-            headers=[],
-        )
-    return bytes(builder.build())
 
 
 class _Request(NamedTuple):
@@ -327,8 +264,6 @@ def transactional_id(spec: WorkloadSpec, producer: int) -> str:
 async def _audit_in_task(
     results: list[ResultRow], spec: WorkloadSpec, store: Any, brokers: dict[int, Any]
 ) -> Any:
-    from benchmarks.harness.verify import audit, expected_by_partition
-
     acked = [r for r in results if r.kind == KIND_BATCH and r.error == 0]
     groups = expected_by_partition(acked, spec)
     return await audit(next(iter(brokers.values())), store, groups)
@@ -557,8 +492,6 @@ def task_stats(row: Any) -> TaskStats:
 
 def task_audit(stats: TaskStats) -> Any:
     """The in-task audit of an in-memory coordinator run, decoded: (verdicts, store counters)."""
-    from benchmarks.harness.verify import PartitionVerdict
-
     if stats.audit is None:
         return None
     verdicts, store_stats = stats.audit

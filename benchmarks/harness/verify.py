@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import msgspec
 
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
-from benchmarks.harness.execute import kafka_records, parse_record_key, record_value
+from benchmarks.harness.records import kafka_records, parse_record_key, record_value
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from benchmarks.harness.workload import all_partitions, broker_nodes
 from diskless import ErrorCode, IsolationLevel, TopicPartition

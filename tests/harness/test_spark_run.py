@@ -19,7 +19,8 @@ import pytest
 from benchmarks.harness import workload as workloads
 from benchmarks.harness.cli import Options, RunOutcome, run_once
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
-from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED, kafka_records
+from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED
+from benchmarks.harness.records import kafka_records
 from benchmarks.harness.report import (
     LATENCY_PLOT,
     OBJECTS_PLOT,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.execute import build_batch, record_value
+from benchmarks.harness.records import build_batch, record_value
 from benchmarks.harness.verify import (
     ExpectedBatch,
     Marker,
