@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -256,14 +255,7 @@ async def simulate(seed: int, transactions: int) -> World:
     return world
 
 
-def _seeds(count: int, first: int = 0) -> list[int]:
-    replay = os.environ.get("DISKLESS_SIM_SEED")
-    if replay:
-        return [int(replay)]
-    return list(range(first, first + count))
-
-
-@pytest.mark.parametrize("seed", _seeds(SEEDS_DEFAULT))
+@pytest.mark.seeds(SEEDS_DEFAULT)
 async def test_txn_simulation(seed: int) -> None:
     print(f"seed={seed}")
     world = await simulate(seed, transactions=4)
@@ -271,7 +263,7 @@ async def test_txn_simulation(seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", _seeds(SEEDS_SLOW, first=20_000_000))
+@pytest.mark.seeds(SEEDS_SLOW, first=20_000_000)
 async def test_txn_simulation_long(seed: int) -> None:
     print(f"seed={seed}")
     await simulate(seed, transactions=15)

@@ -13,14 +13,13 @@ store (decoded with kafka-python) and checks:
 - no writer ever had more than `inflight_bytes_max` bytes in flight (or one larger batch alone).
 
 Replay one seed:  DISKLESS_SIM_SEED=1234 .venv/bin/python -m pytest tests/wal/test_simulation.py -s
-(a seed of the long variant: add --run-slow -k long).
+(a seed of the long variant: add --run-slow -k long; `--sim-seeds N` runs N seeds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import random
 from dataclasses import dataclass, field
 
@@ -338,13 +337,6 @@ async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
     return sim
 
 
-def _seeds(count: int, first: int = 0) -> list[int]:
-    replay = os.environ.get("DISKLESS_SIM_SEED")
-    if replay:
-        return [int(replay)]
-    return list(range(first, first + count))
-
-
 async def _run(seed: int, requests_per_producer: int) -> None:
     """Every failure names its seed, including those raised outside the auditor's asserts."""
     try:
@@ -357,14 +349,14 @@ async def _run(seed: int, requests_per_producer: int) -> None:
         raise AssertionError(f"seed={seed}: {error!r}") from error
 
 
-@pytest.mark.parametrize("seed", _seeds(SEEDS_DEFAULT))
+@pytest.mark.seeds(SEEDS_DEFAULT)
 async def test_simulation(seed: int) -> None:
     print(f"seed={seed}")
     await _run(seed, requests_per_producer=12)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", _seeds(SEEDS_SLOW, first=10_000_000))
+@pytest.mark.seeds(SEEDS_SLOW, first=10_000_000)
 async def test_simulation_long(seed: int) -> None:
     print(f"seed={seed}")
     await _run(seed, requests_per_producer=60)
