@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from diskless.clock import ManualClock
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, SqliteBatchCoordinator
+from diskless.coordinator import BatchCoordinator
+from tests._backends import BACKENDS, open_coordinator
 
 EXPIRATION_MS = 60 * 60 * 1000
 """Producer-state expiry used by the suite: one hour, so tests can jump past it."""
@@ -19,17 +20,13 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=BACKENDS)
 async def coordinator(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
 ) -> AsyncIterator[BatchCoordinator]:
-    backend: BatchCoordinator
-    if request.param == "memory":
-        backend = InMemoryBatchCoordinator(clock=clock, producer_id_expiration_ms=EXPIRATION_MS)
-    else:
-        backend = SqliteBatchCoordinator(
-            tmp_path / "coordinator.db", clock=clock, producer_id_expiration_ms=EXPIRATION_MS
-        )
+    backend = open_coordinator(
+        request.param, tmp_path, clock, producer_id_expiration_ms=EXPIRATION_MS
+    )
     try:
         yield backend
     finally:

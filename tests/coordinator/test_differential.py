@@ -25,12 +25,11 @@ from diskless.coordinator import (
     CommitBatch,
     DeleteRecordsRequest,
     FindBatchesRequest,
-    InMemoryBatchCoordinator,
     ListOffsetsRequest,
-    SqliteBatchCoordinator,
     TopicConfig,
 )
 from diskless.txn import SEQUENCE_MAX
+from tests._backends import BACKENDS, open_coordinator
 
 from ._helpers import BASE_TS
 
@@ -116,7 +115,8 @@ class Scenario:
                 outcomes.append(("ok", await call(backend)))
             except Exception as error:  # compared below: both must fail the same way
                 outcomes.append(("raised", type(error)))
-        assert outcomes[0] == outcomes[1], outcomes
+        for backend, outcome in zip(BACKENDS[1:], outcomes[1:], strict=True):
+            assert outcome == outcomes[0], f"{backend} differs from {BACKENDS[0]}: {outcomes}"
         return outcomes[0][1]
 
     def make_batch(self, spec: tuple[Any, ...], byte_offset: int) -> CommitBatch:
@@ -242,11 +242,9 @@ class Scenario:
 
 async def _run_scenario(ops: list[tuple[Any, ...]], directory: Path) -> None:
     clock = ManualClock(BASE_TS)
-    backends: list[BatchCoordinator] = [
-        InMemoryBatchCoordinator(clock=clock, producer_id_expiration_ms=EXPIRATION_MS),
-        SqliteBatchCoordinator(
-            directory / "c.db", clock=clock, producer_id_expiration_ms=EXPIRATION_MS
-        ),
+    backends = [
+        open_coordinator(backend, directory, clock, producer_id_expiration_ms=EXPIRATION_MS)
+        for backend in BACKENDS
     ]
     try:
         scenario = Scenario(backends, clock)

@@ -8,25 +8,20 @@ from pathlib import Path
 import pytest
 
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, SqliteBatchCoordinator
+from diskless.coordinator import BatchCoordinator
+from tests._backends import BACKENDS, open_coordinator
 from tests._s3server import running_s3_server
 from tests.lifecycle._helpers import CoordinatorFactory
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=BACKENDS)
 async def new_coordinator(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[CoordinatorFactory]:
     made: list[BatchCoordinator] = []
 
     def make(clock: Clock) -> BatchCoordinator:
-        coordinator: BatchCoordinator
-        if request.param == "memory":
-            coordinator = InMemoryBatchCoordinator(clock=clock)
-        else:
-            coordinator = SqliteBatchCoordinator(
-                tmp_path / f"coordinator-{len(made)}.db", clock=clock
-            )
+        coordinator = open_coordinator(request.param, tmp_path, clock, f"coordinator-{len(made)}")
         made.append(coordinator)
         return coordinator
 

@@ -10,7 +10,8 @@ from typing import TypeVar
 import pytest
 
 from diskless.clock import ManualClock
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, SqliteBatchCoordinator
+from diskless.coordinator import BatchCoordinator
+from tests._backends import BACKENDS, open_coordinator
 
 T = TypeVar("T")
 
@@ -20,15 +21,11 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=BACKENDS)
 async def coordinator(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
 ) -> AsyncIterator[BatchCoordinator]:
-    backend: BatchCoordinator
-    if request.param == "memory":
-        backend = InMemoryBatchCoordinator(clock=clock)
-    else:
-        backend = SqliteBatchCoordinator(tmp_path / "coordinator.db", clock=clock)
+    backend = open_coordinator(request.param, tmp_path, clock)
     try:
         yield backend
     finally:
