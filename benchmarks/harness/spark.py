@@ -1,4 +1,9 @@
-"""A quiet local Spark session whose Python workers run this interpreter and see this repo."""
+"""A quiet local Spark session whose Python workers run this interpreter and see this repo.
+
+The driver JVM's own console output (JVM warnings, Spark's start-up banner and its log) goes to
+`spark-driver.log` in a temporary directory, not to the harness's terminal; errors still reach the
+harness as Python exceptions.
+"""
 
 from __future__ import annotations
 
@@ -43,21 +48,30 @@ def start_spark(cores: int, app_name: str = "diskless-bench") -> SparkSession:
         f"--driver-java-options -Dlog4j2.configurationFile={log_config} pyspark-shell",
     )
 
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(max(2, cores)))
-        .config("spark.default.parallelism", str(max(2, cores)))
-        .config("spark.driver.memory", "2g")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.python.worker.faulthandler.enabled", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "false")
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .getOrCreate()
+    conf = (
+        SparkConf()
+        .setMaster(f"local[{cores}]")
+        .setAppName(app_name)
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.sql.shuffle.partitions", str(max(2, cores)))
+        .set("spark.default.parallelism", str(max(2, cores)))
+        .set("spark.driver.memory", "2g")
+        .set("spark.python.worker.reuse", "true")
+        .set("spark.python.worker.faulthandler.enabled", "true")
+        .set("spark.sql.execution.arrow.pyspark.enabled", "false")
+        .set("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )
+    if SparkContext._active_spark_context is None:
+        with (log_dir / "spark-driver.log").open("ab") as driver_log:
+            gateway = launch_gateway(
+                conf, popen_kwargs={"stdout": driver_log, "stderr": driver_log}
+            )
+        SparkContext(conf=conf, gateway=gateway)
+    spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

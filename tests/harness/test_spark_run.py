@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,7 @@ from benchmarks.harness.report import (
     THROUGHPUT_PLOT,
     write_report,
 )
+from benchmarks.harness.spark import REPO_ROOT
 from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
 from diskless import TopicPartition
 
@@ -221,3 +224,23 @@ def test_generation_in_spark_is_seeded_and_round_trips_through_parquet(
     frame, spec = workloads.load(spark, tmp_path / "w")
     assert spec == small
     assert sorted(tuple(r) for r in frame.collect()) == first
+
+
+def test_starting_spark_prints_nothing_on_the_terminal() -> None:
+    """The JVM's banner and log lines go to the driver log, not to the harness's stderr."""
+    script = (
+        "from benchmarks.harness.spark import start_spark\n"
+        "spark = start_spark(1)\n"
+        "assert spark.range(5).count() == 5\n"
+        "spark.stop()\n"
+    )
+    started = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    assert started.stderr == "" and started.stdout == "", (started.stdout, started.stderr)
