@@ -97,10 +97,23 @@ async def end(
     )
 
 
-def test_both_backends_are_transaction_participants(tmp_path: Path) -> None:
-    memory: TransactionParticipant = InMemoryBatchCoordinator()
-    sqlite: TransactionParticipant = SqliteBatchCoordinator(tmp_path / "c.db")
-    assert memory is not sqlite
+def test_both_backends_are_transaction_participants() -> None:
+    """Every participant operation is a coroutine of every backend, with the protocol's names."""
+    import inspect
+
+    operations = {
+        name: inspect.signature(member)
+        for name, member in vars(TransactionParticipant).items()
+        if inspect.iscoroutinefunction(member)
+    }
+    assert operations
+    for backend in (InMemoryBatchCoordinator, SqliteBatchCoordinator):
+        for name, signature in operations.items():
+            implementation = getattr(backend, name)
+            assert inspect.iscoroutinefunction(implementation), (backend, name)
+            assert inspect.signature(implementation).parameters.keys() == (
+                signature.parameters.keys()
+            ), (backend, name)
 
 
 # --- producer ids ---------------------------------------------------------------------------
