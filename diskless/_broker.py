@@ -44,7 +44,7 @@ from diskless._results import (
     ProduceResult,
     ProduceStats,
 )
-from diskless._types import ErrorCode, IsolationLevel, TopicPartition
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
@@ -693,6 +693,7 @@ class DisklessBroker:
     ) -> dict[TopicPartition, ListOffsetsResult]:
         """Kafka ListOffsets: an `OffsetSpec` sentinel or a timestamp (ms) per partition."""
         self._require_running()
+        isolation_level = check_isolation_level(isolation_level)
         requests = [ListOffsetsRequest(tp, ts, isolation_level) for tp, ts in timestamps.items()]
         if not requests:
             return {}

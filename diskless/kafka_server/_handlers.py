@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless._results import FetchResult, ListOffsetsResult
-from diskless._types import ErrorCode, IsolationLevel, TopicPartition
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.coordinator import TopicDescription
 from diskless.coordinator._checks import check_topic_name
 from diskless.errors import DisklessError
@@ -49,7 +49,7 @@ def wire(code: ErrorCode | int) -> WireError:
 def _isolation(value: int) -> IsolationLevel | None:
     """The isolation level of a request, None when it names none (answered INVALID_REQUEST)."""
     try:
-        return IsolationLevel(value)
+        return check_isolation_level(value)
     except ValueError:
         return None
 
