@@ -394,6 +394,7 @@ class DisklessBroker:
         if not prepare.done():  # waiting for the coordinator or for the request before it
             self._bound(prepare, now + budget_s)
         if acks == ACKS_NONE:
+            prepare.add_done_callback(self._count_unanswered)
             return {}
         if not await self._wait_until(prepare, deadline) or prepare.cancelled():
             self._count_produce(len(owned), failed=len(owned), accepted_bytes=0)
@@ -406,6 +407,15 @@ class DisklessBroker:
         accepted = sum(entry.header.size for entry in entries)
         self._count_produce(len(owned), failed=failed, accepted_bytes=accepted)
         return {tp: results[tp] for tp in partitions}
+
+    def _count_unanswered(self, prepare: asyncio.Task[_Prepared]) -> None:
+        """Count an acks=0 request once it reached the WAL: failures known before it count."""
+        if prepare.cancelled() or prepare.exception() is not None:
+            return  # logged by `_background_done`
+        results, entries, _ = prepare.result()
+        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
+        accepted = sum(entry.header.size for entry in entries)
+        self._count_produce(len(results) + len(entries), failed=failed, accepted_bytes=accepted)
 
     @property
     def _wal_budget_s(self) -> float:

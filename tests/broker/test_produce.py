@@ -462,3 +462,10 @@ async def test_closed_broker_refuses_requests(coordinator: CountingCoordinator) 
         await broker.produce({T0: build_batch([b"a"])})
     with pytest.raises(BrokerClosedError):
         await broker.fetch({T0: 0})
+
+
+async def test_acks_zero_requests_are_counted(broker: DisklessBroker) -> None:
+    assert await broker.produce({T0: build_batch([b"a"]), T1: _corrupt_crc()}, acks=0) == {}
+    await broker.produce({T0: build_batch([b"b"])})
+    stats = broker.stats.produce
+    assert (stats.requests, stats.partitions, stats.partitions_failed) == (2, 3, 1)
