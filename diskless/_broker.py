@@ -13,6 +13,9 @@ not close them.
       3. hand the valid batches to the WAL writer, in the order the requests arrived
       4. answer every partition: the coordinator's result, or the validation error
 
+Steps 1-3 run in a task of their own: a caller whose timeout passes is answered REQUEST_TIMED_OUT
+while its request still reaches the WAL (Kafka's timeout bounds the wait, not the append).
+
 Order matters: a producer pipelines up to five requests per connection and the coordinator
 sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
 `produce` started, even when an earlier one had to wait for topic metadata: each request takes a
@@ -25,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeAlias, TypeVar, cast
 
 import msgspec
 
@@ -41,7 +44,7 @@ from diskless._results import (
     ProduceResult,
     ProduceStats,
 )
-from diskless._types import ErrorCode, IsolationLevel, TopicPartition
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
@@ -59,9 +62,13 @@ from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorErr
 from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
 from diskless.storage import ObjectStore
 from diskless.wal import SegmentCache, WalConfig, WalEntry, WalWriter
-from diskless.wal._writer import UPLOAD_BACKOFF_EXPONENT_MAX
+from diskless.wal._writer import UPLOAD_BACKOFF_EXPONENT_MAX, PendingWrite
 
 _T = TypeVar("_T")
+_Prepared: TypeAlias = tuple[
+    dict[TopicPartition, ProduceResult], list[WalEntry], PendingWrite | None
+]
+"""A request handed to the WAL: the validation errors, the valid batches, their pending write."""
 _log = logging.getLogger(__name__)
 
 ACKS_ALL: Final = -1
@@ -98,7 +105,9 @@ class BrokerConfig(msgspec.Struct, frozen=True):
 
     wal: WalConfig = msgspec.field(default_factory=WalConfig)
     request_timeout_ms: int = 30_000
-    """The produce timeout when a call gives none."""
+    """The produce timeout when a call gives none, and the least time a request's coordinator
+    calls before the WAL (topic metadata, transaction leases) may take once its caller stopped
+    waiting (Kafka's broker-side request.timeout.ms bounds its inter-broker calls likewise)."""
     fetch_max_bytes: int = 52_428_800
     """Kafka's fetch.max.bytes default: the whole response when a call gives none."""
     fetch_partition_max_bytes: int = 1_048_576
@@ -242,7 +251,9 @@ class DisklessBroker:
         self._topics: dict[str, _CachedTopic] = {}
         self._admitted: asyncio.Future[None] | None = None
         """Resolved once the latest produce call handed its batches to the writer (its ticket)."""
-        self._background: set[asyncio.Task[dict[TopicPartition, ProduceResult]]] = set()
+        self._background: set[asyncio.Task[_Prepared]] = set()
+        """Requests on their way to the WAL, whether or not their caller still waits."""
+        self._guards: set[asyncio.Task[None]] = set()
         self._produce_stats: dict[str, int] = dict.fromkeys(ProduceStats.__struct_fields__, 0)
         self._leases = _LeaseGroup(self._acquire_lease_group)
         self._releases: set[asyncio.Task[None]] = set()
@@ -307,8 +318,8 @@ class DisklessBroker:
         try:
             if not flush and self._writer is not None:
                 await self._writer.close(flush=False)
-            while self._background:
-                await asyncio.gather(*self._background, return_exceptions=True)
+            while self._background or self._guards:
+                await asyncio.gather(*self._background, *self._guards, return_exceptions=True)
             # Requests that started before close (e.g. waiting for topic metadata) still reach the
             # writer: the last ticket resolves once every earlier request has handed over.
             if self._admitted is not None:
@@ -347,6 +358,11 @@ class DisklessBroker:
         Every partition is validated on its own and fails alone. acks=1 behaves as acks=-1 (an
         ack always means durable and sequenced); acks=0 returns {} at once while the write goes
         on in the background (awaited by `close`). Raises BrokerClosedError after `close`.
+
+        As in Kafka, `timeout_ms` (even 0) bounds only the wait: partitions not answered in time
+        get REQUEST_TIMED_OUT while their write goes on, to be committed or to fail within the
+        broker's own budgets (`request_timeout_ms` for the coordinator calls before the WAL, the
+        WAL's upload budget for admission).
         """
         writer = self._require_running()
         if acks not in _ACKS_VALID:
@@ -359,48 +375,93 @@ class DisklessBroker:
         timeout_s = (
             timeout_ms if timeout_ms is not None else self._config.request_timeout_ms
         ) / 1000
+        now = self._clock.monotonic()
+        deadline = now + timeout_s
+        # The work before the WAL outlives a caller that stops waiting, within its own budget.
+        budget_s = max(timeout_s, self._config.request_timeout_ms / 1000)
+        owned = {tp: _owned(data) for tp, data in partitions.items()}
         # Take the ticket now, synchronously, so that arrival order is write order.
         previous = self._admitted
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admitted = mine
-        request = self._produce(writer, dict(partitions), timeout_s, previous, mine)
+        prepare = asyncio.create_task(
+            self._prepare(writer, owned, previous, mine, max(budget_s, self._wal_budget_s)),
+            name=f"produce-b{self._broker_id}",
+        )
+        self._background.add(prepare)
+        prepare.add_done_callback(self._background_done)
+        await asyncio.sleep(0)  # its first step: all of it when metadata is cached
+        if not prepare.done():  # waiting for the coordinator or for the request before it
+            self._bound(prepare, now + budget_s)
         if acks == ACKS_NONE:
-            task = asyncio.create_task(request, name=f"produce-acks0-b{self._broker_id}")
-            self._background.add(task)
-            task.add_done_callback(self._background_done)
+            prepare.add_done_callback(self._count_unanswered)
             return {}
-        return await request
+        if not await self._wait_until(prepare, deadline) or prepare.cancelled():
+            self._count_produce(len(owned), failed=len(owned), accepted_bytes=0)
+            return dict.fromkeys(partitions, _TIMED_OUT)
+        results, entries, pending = prepare.result()
+        if pending is not None:
+            written = await writer.wait(pending, timeout_s=deadline - self._clock.monotonic())
+            self._answer(results, entries, written)
+        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
+        accepted = sum(entry.header.size for entry in entries)
+        self._count_produce(len(owned), failed=failed, accepted_bytes=accepted)
+        return {tp: results[tp] for tp in partitions}
 
-    def _background_done(self, task: asyncio.Task[dict[TopicPartition, ProduceResult]]) -> None:
+    def _count_unanswered(self, prepare: asyncio.Task[_Prepared]) -> None:
+        """Count an acks=0 request once it reached the WAL: failures known before it count."""
+        if prepare.cancelled() or prepare.exception() is not None:
+            return  # logged by `_background_done`
+        results, entries, _ = prepare.result()
+        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
+        accepted = sum(entry.header.size for entry in entries)
+        self._count_produce(len(results) + len(entries), failed=failed, accepted_bytes=accepted)
+
+    @property
+    def _wal_budget_s(self) -> float:
+        return txn_lease_budget_ms(self._config.wal) / 1000
+
+    def _background_done(self, task: asyncio.Task[_Prepared]) -> None:
         self._background.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
-            _log.warning("acks=0 produce on broker %d failed: %r", self._broker_id, error)
+            _log.warning("produce on broker %d failed: %r", self._broker_id, error)
 
-    async def _produce(
+    async def _prepare(
         self,
         writer: WalWriter,
-        partitions: dict[TopicPartition, bytes | bytearray | memoryview],
-        timeout_s: float,
+        partitions: dict[TopicPartition, bytes | memoryview],
         previous: asyncio.Future[None] | None,
         mine: asyncio.Future[None],
-    ) -> dict[TopicPartition, ProduceResult]:
-        deadline = self._clock.monotonic() + timeout_s
+        admit_s: float,
+    ) -> _Prepared:
+        """Validate, wait for the request before this one, hand the valid batches to the WAL.
+
+        Runs as a task of its own, so that a caller giving up does not stop the write (Kafka
+        appends whatever the produce timeout; the timeout bounds the wait for acknowledgement).
+        """
         try:
-            checked = await self._before_deadline(
-                self._validate_in_turn(partitions, previous), deadline
-            )
+            results, entries = await self._validate_in_turn(partitions, previous)
         finally:
             if not mine.done():
                 mine.set_result(None)
-        remaining_s = deadline - self._clock.monotonic()
-        if checked is None or (checked[1] and remaining_s <= 0):
-            # The coordinator did not answer in time: nothing was handed to the WAL.
-            self._count_produce(len(partitions), failed=len(partitions), accepted_bytes=0)
-            return dict.fromkeys(partitions, _TIMED_OUT)
-        results, entries = checked
-        # No await between resolving the ticket and entering the writer: `write` appends its
-        # entries to the active segment before it first yields (or queues FIFO for admission).
-        written = await writer.write(entries, timeout_s=remaining_s) if entries else []
+        # No await between resolving the ticket and entering the writer: `submit` appends its
+        # entries to the active segment at once (or queues FIFO for admission).
+        pending = writer.submit(entries, admit_s=admit_s) if entries else None
+        if pending is not None:
+            pending.future.add_done_callback(lambda _: self._settle(entries, pending))
+        return results, entries, pending
+
+    def _settle(self, entries: list[WalEntry], pending: PendingWrite) -> None:
+        """Once every batch is answered (not on a caller's timeout), free failed leases."""
+        if pending.pending == 0 and None not in pending.results:
+            self._release_failed_leases(entries, cast("list[CommitBatchResult]", pending.results))
+
+    def _answer(
+        self,
+        results: dict[TopicPartition, ProduceResult],
+        entries: Sequence[WalEntry],
+        written: Sequence[CommitBatchResult],
+    ) -> None:
         assert len(written) == len(entries), (len(written), len(entries))
         for entry, outcome in zip(entries, written, strict=True):
             results[entry.topic_partition] = ProduceResult(
@@ -410,12 +471,33 @@ class DisklessBroker:
                 log_start_offset=outcome.log_start_offset,
                 error_message=outcome.error_message,
             )
-        self._release_failed_leases(entries, written)
-        assert results.keys() == partitions.keys()
-        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
-        accepted = sum(entry.header.size for entry in entries)
-        self._count_produce(len(partitions), failed=failed, accepted_bytes=accepted)
-        return {tp: results[tp] for tp in partitions}
+
+    def _bound(self, prepare: asyncio.Task[_Prepared], deadline: float) -> None:
+        """Cancel `prepare` if it has not reached the WAL by `deadline` (a hung coordinator)."""
+        guard = asyncio.create_task(self._cancel_at(prepare, deadline), name="produce-budget")
+        self._guards.add(guard)
+        guard.add_done_callback(self._guards.discard)
+
+    async def _cancel_at(self, prepare: asyncio.Task[_Prepared], deadline: float) -> None:
+        if not await self._wait_until(prepare, deadline):
+            prepare.cancel()
+            _log.warning(
+                "produce on broker %d: the coordinator did not answer in time; "
+                "the request's batches were not written",
+                self._broker_id,
+            )
+
+    async def _wait_until(self, future: asyncio.Future[_T], deadline: float) -> bool:
+        """True once `future` is done, False if `deadline` passes first; never cancels it."""
+        delay = deadline - self._clock.monotonic()
+        if future.done() or delay <= 0:
+            return future.done()
+        alarm = asyncio.ensure_future(self._clock.sleep(delay))
+        try:
+            await asyncio.wait((future, alarm), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            alarm.cancel()
+        return future.done()
 
     async def _validate_in_turn(
         self,
@@ -428,26 +510,6 @@ class DisklessBroker:
             # Shielded: giving up on our deadline must not cancel the predecessor's ticket.
             await asyncio.shield(previous)  # never fails: tickets only resolve with None
         return checked
-
-    async def _before_deadline(self, work: Awaitable[_T], deadline: float) -> _T | None:
-        """`work`'s result, or None (and `work` cancelled) if `deadline` passes first.
-
-        The coordinator calls of validation (topic metadata, transaction leases) would otherwise
-        let a request outlive its timeout. Work that finishes at once, as it does when metadata
-        is cached, sets no alarm.
-        """
-        task = asyncio.ensure_future(work)
-        await asyncio.sleep(0)  # the task's first step: usually all of it
-        if task.done():
-            return task.result()
-        alarm = asyncio.ensure_future(self._clock.sleep(deadline - self._clock.monotonic()))
-        try:
-            await asyncio.wait((task, alarm), return_when=asyncio.FIRST_COMPLETED)
-            return task.result() if task.done() else None
-        finally:
-            alarm.cancel()
-            task.cancel()  # a no-op when finished
-            await asyncio.gather(task, alarm, return_exceptions=True)
 
     async def _validate(
         self, partitions: Mapping[TopicPartition, bytes | bytearray | memoryview]
@@ -641,6 +703,7 @@ class DisklessBroker:
     ) -> dict[TopicPartition, ListOffsetsResult]:
         """Kafka ListOffsets: an `OffsetSpec` sentinel or a timestamp (ms) per partition."""
         self._require_running()
+        isolation_level = check_isolation_level(isolation_level)
         requests = [ListOffsetsRequest(tp, ts, isolation_level) for tp, ts in timestamps.items()]
         if not requests:
             return {}
@@ -700,8 +763,16 @@ class DisklessBroker:
 
 
 _TIMED_OUT: Final = ProduceResult(
-    ErrorCode.REQUEST_TIMED_OUT, error_message="the request timed out before reaching the WAL"
+    ErrorCode.REQUEST_TIMED_OUT,
+    error_message="the request timed out before reaching the WAL; it may still be written",
 )
+
+
+def _owned(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """`data`, copied unless immutable: the write may outlive the call (acks=0, a timeout)."""
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
+        return data
+    return bytes(data)
 
 
 def _unknown(tp: TopicPartition) -> ProduceResult:

@@ -23,7 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NamedTuple, Protocol
 
 from diskless._results import FetchResult, FetchStats
-from diskless._types import ErrorCode, IsolationLevel, TimestampType, TopicPartition
+from diskless._types import (
+    ErrorCode,
+    IsolationLevel,
+    TimestampType,
+    TopicPartition,
+    check_isolation_level,
+)
 from diskless.coordinator import (
     BatchCoordinator,
     BatchInfo,
@@ -144,6 +150,7 @@ class FetchReader:
         """
         if max_bytes < 0 or partition_max_bytes < 0:
             raise ValueError("fetch byte budgets must not be negative")
+        isolation_level = check_isolation_level(isolation_level)
         self._stats["fetches"] += 1
         requests = [
             FindBatchesRequest(tp, offset, partition_max_bytes, isolation_level)

@@ -78,6 +78,16 @@ class IsolationLevel(enum.IntEnum):
     READ_COMMITTED = 1
 
 
+def check_isolation_level(value: int) -> IsolationLevel:
+    """`value` as an IsolationLevel; ValueError when it names none (Kafka: INVALID_REQUEST)."""
+    try:
+        return IsolationLevel(value)
+    except ValueError:
+        raise ValueError(
+            f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), not {value!r}"
+        ) from None
+
+
 class OffsetSpec(enum.IntEnum):
     """ListOffsets sentinels; any timestamp >= 0 is a lookup by time instead."""
 

@@ -1,6 +1,10 @@
-"""Preconditions of a commit that reject it whole: broker fencing and object-key reuse."""
+"""Preconditions shared by every backend: of a commit (broker fencing, object-key reuse), and of
+a new topic (its name and partition count)."""
 
 from __future__ import annotations
+
+import re
+from typing import Final
 
 from diskless.coordinator._api import FileState
 from diskless.errors import BrokerFencedError, ObjectKeyConflictError
@@ -22,8 +26,31 @@ def check_object_key(object_key: str, state: FileState | None) -> None:
         raise ObjectKeyConflictError(f"object {object_key!r} is already {state.value}")
 
 
-def check_new_topic(name: str, partitions: int) -> None:
+TOPIC_NAME_LENGTH_MAX: Final = 249
+_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's topic name rule (`Topic.validate`): 1-249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+
+    Names reach object keys, file names and log lines, so anything else is refused here, below
+    every backend, rather than by each caller.
+    """
     if not name:
         raise ValueError("a topic needs a name")
+    if name in (".", ".."):
+        raise ValueError(f"illegal topic name {name!r}: '.' and '..' are reserved")
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        raise ValueError(
+            f"illegal topic name of {len(name)} characters: at most {TOPIC_NAME_LENGTH_MAX}"
+        )
+    if not _TOPIC_NAME.fullmatch(name):
+        raise ValueError(
+            f"illegal topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are legal"
+        )
+
+
+def check_new_topic(name: str, partitions: int) -> None:
+    check_topic_name(name)
     if partitions < 1:
         raise ValueError(f"a topic needs at least one partition, not {partitions}")

@@ -15,15 +15,15 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless._results import FetchResult, ListOffsetsResult
-from diskless._types import ErrorCode, IsolationLevel, TopicPartition
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.coordinator import TopicDescription
+from diskless.coordinator._checks import check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, has_field, nested, response_schema
 from diskless.kafka_server._metadata import topic_id
@@ -37,7 +37,6 @@ _log = logging.getLogger(__name__)
 _NO_THROTTLE: Final = datetime.timedelta(0)
 _KEY_TYPE_GROUP: Final = 0
 _KEY_TYPE_TRANSACTION: Final = 1
-_LEGAL_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 Handler = Callable[["BrokerServer", "Connection", int, Any], Awaitable[Any]]
 """(server, connection, api version, request) -> response entity, or None for no response."""
@@ -50,7 +49,7 @@ def wire(code: ErrorCode | int) -> WireError:
 def _isolation(value: int) -> IsolationLevel | None:
     """The isolation level of a request, None when it names none (answered INVALID_REQUEST)."""
     try:
-        return IsolationLevel(value)
+        return check_isolation_level(value)
     except ValueError:
         return None
 
@@ -173,7 +172,9 @@ async def _create_topics(server: BrokerServer, names: list[str]) -> dict[str, To
     """Create what can be created; names the coordinator refuses stay unknown."""
     partitions = server.config.auto_create_topic_partitions
     for name in names:
-        if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
+        try:
+            check_topic_name(name)
+        except ValueError:
             continue  # Kafka's topic name rules; the topic stays unknown
         try:
             if await server.broker.create_topic(name, partitions):

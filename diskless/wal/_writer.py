@@ -18,11 +18,12 @@ Error codes written into results (all retriable for Kafka clients):
 - NOT_LEADER_OR_FOLLOWER: this broker was fenced (a newer broker epoch exists) and refuses all
   writes from then on, or the writer shut down before the batch was appended/uploaded; clients
   refresh metadata and move to another broker.
-- REQUEST_TIMED_OUT: the request's deadline passed first. The batch may still be committed later,
-  as in Kafka; an idempotent retry is then acknowledged as a duplicate with the original offset.
+- REQUEST_TIMED_OUT: the request's deadline passed first. The deadline bounds the wait only: the
+  batch is still appended and committed (or failed) by the pipeline, as in Kafka; an idempotent
+  retry is then acknowledged as a duplicate with the original offset.
 
 Backpressure: in-flight bytes (buffered + uploading + committing batch bytes) never exceed
-`inflight_bytes_max`; a `write` waits, first come first served, until its next batch fits. A
+`inflight_bytes_max`; a request's next batch waits, first come first served, until it fits. A
 single batch larger than the limit is admitted only when nothing else is in flight. When the
 first queued writer could not fit even once everything else drained, the active segment rotates
 at once rather than at its timer.
@@ -30,8 +31,8 @@ at once rather than at its timer.
 Copies: a batch is referenced (a memoryview of the caller's buffer) until its segment rotates,
 then joined with the others and the footer into one `bytes` object: one copy per batch, and the
 same object is uploaded and kept in the SegmentCache. A `write` that returns before rotation
-(timeout, cancellation) first copies its batches out, so callers may reuse their buffers as soon
-as `write` returns.
+(timeout, cancellation) first copies its batches out, those still waiting for admission included,
+so callers may reuse their buffers as soon as `write` returns.
 
 Timeouts are enforced by one watcher task on the injected clock (not one timer per request); an
 upload attempt longer than `upload_timeout_ms` counts as failed, so a hung PUT cannot stall the
@@ -43,9 +44,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import heapq
 import itertools
 import logging
+import math
 from collections.abc import Sequence
 from typing import Final, cast
 
@@ -142,20 +145,54 @@ class WalStats(msgspec.Struct, frozen=True):
     fenced: bool
 
 
-class _Request:
-    """One `write` call: its results fill in as its entries' segments resolve."""
+class PendingWrite:
+    """One `submit`: its results fill in as its entries' segments resolve."""
 
-    __slots__ = ("deadline", "expired", "future", "pending", "placed", "results", "waiter")
+    __slots__ = (
+        "admit_by",
+        "deadline",
+        "entries",
+        "future",
+        "pending",
+        "placed",
+        "placed_count",
+        "placing",
+        "results",
+        "waiter",
+    )
 
-    def __init__(self, count: int, deadline: float, future: asyncio.Future[None]) -> None:
-        self.results: list[CommitBatchResult | None] = [None] * count
-        self.pending = count
-        self.deadline = deadline
-        self.future = future
-        self.expired = False
+    def __init__(
+        self, entries: list[WalEntry], admit_by: float, future: asyncio.Future[None]
+    ) -> None:
+        self.entries = entries
+        self.admit_by = admit_by
+        """Monotonic seconds after which entries still queued for admission are refused."""
+        self.placing = False
+        """A task is appending its remaining entries (it had to queue for admission)."""
         self.waiter: asyncio.Future[CommitBatchResult | None] | None = None
+        self.results: list[CommitBatchResult | None] = [None] * len(entries)
+        self.pending = len(entries)
+        self.deadline = math.inf
+        """Monotonic seconds at which `wait` gives up; set by `wait`."""
+        self.future = future
+        """Done once every entry is answered, or when the waiter gave up."""
+        self.placed_count = 0
+        """Entries appended (or refused) so far, in order."""
         self.placed: list[tuple[_Segment, int]] = []
         """Where its entries went, to copy them out of a segment still open when it returns."""
+
+
+def _settled(request: PendingWrite) -> bool:
+    """Neither waited for nor appending: its deadlines no longer matter."""
+    return request.future.done() and not request.placing
+
+
+def _owned(entry: WalEntry) -> WalEntry:
+    """`entry` with its batch copied out of the caller's buffer (which the caller may reuse)."""
+    header = copy.copy(entry.header)
+    header.buffer = memoryview(bytes(entry.header.bytes_view()))
+    header.position = 0
+    return entry._replace(header=header)
 
 
 class _Segment:
@@ -181,7 +218,7 @@ class _Segment:
         self.data = b""
         """The whole object (batches + footer), built once at rotation: the only copy."""
         self.batches: list[CommitBatch] = []
-        self.slots: list[tuple[_Request, int]] = []
+        self.slots: list[tuple[PendingWrite, int]] = []
         self.batch_bytes = 0
         self.number = -1
         self.key = ""
@@ -245,14 +282,16 @@ class WalWriter:
         self._inflight_bytes = 0
         self._inflight_bytes_max_observed = 0
         self._admission: collections.deque[
-            tuple[int, asyncio.Future[CommitBatchResult | None], _Request]
+            tuple[int, asyncio.Future[CommitBatchResult | None], PendingWrite]
         ] = collections.deque()
-        self._admitting: _Request | None = None
+        self._placing: set[asyncio.Task[None]] = set()
+        """Tasks appending the entries of requests that had to queue for admission."""
+        self._admitting: PendingWrite | None = None
         """The request whose queued batch was admitted and that still places the rest of its
         batches: nobody else is admitted meanwhile, so one producer's pipelined requests reach
         the segments in the order they arrived, partition by partition."""
 
-        self._deadlines: list[tuple[float, int, _Request]] = []
+        self._deadlines: list[tuple[float, int, PendingWrite]] = []
         self._deadline_numbers = itertools.count()
         self._deadline_task: asyncio.Task[None] | None = None
         self._deadline_wakeup = asyncio.Event()
@@ -334,6 +373,8 @@ class WalWriter:
         self._closing = True
         try:
             self._fail_admission_waiters(_CLOSING)
+            while self._placing:  # they refuse their remaining entries, then end
+                await asyncio.gather(*self._placing, return_exceptions=True)
             if self._active is not None:
                 if flush:
                     self._rotate("close")
@@ -363,59 +404,119 @@ class WalWriter:
     ) -> list[CommitBatchResult]:
         """Append `entries` to the WAL and wait for their commit; `results[i]` answers `entries[i]`.
 
-        Never raises for storage or coordinator failures (see the module docstring for the error
-        codes); raises BrokerClosedError once `close` has begun. Entries of one request may land
-        in different segments; each is answered by the coordinator's result for its batch.
+        `submit` then `wait`: the timeout bounds the wait only, so entries still waiting for
+        admission when it passes are appended all the same (as Kafka appends before it waits
+        for acknowledgements). Never raises for storage or coordinator failures (see the module
+        docstring for the error codes); raises BrokerClosedError once `close` has begun. Entries
+        of one request may land in different segments; each is answered by the coordinator's
+        result for its batch.
+        """
+        return await self.wait(self.submit(entries, admit_s=timeout_s), timeout_s=timeout_s)
+
+    def submit(self, entries: Sequence[WalEntry], *, admit_s: float) -> PendingWrite:
+        """Hand `entries` to the WAL now, in call order, without waiting for their commit.
+
+        Entries that fit are appended before this returns; under backpressure the rest are
+        appended by a task of the writer as room frees up, ahead of any later `submit`. Those
+        not admitted within `admit_s` are refused with REQUEST_TIMED_OUT (load shedding: a
+        pipeline that cannot drain must not queue without bound), as are all of them once the
+        writer is fenced or closed. The entries' buffers are borrowed until `wait` returns, or
+        until every entry is answered when nobody waits.
         """
         if self._closing:
             raise BrokerClosedError("the WAL writer is closed")
         if not self._started:
             raise RuntimeError("WalWriter.start() must be awaited before write()")
-        count = len(entries)
-        if count == 0:
-            return []
-        self._requests += 1
-        if self._fenced:
-            return [self._fenced_result] * count
-        request = _Request(
-            count,
-            self._clock.monotonic() + timeout_s,
+        request = PendingWrite(
+            list(entries),
+            self._clock.monotonic() + admit_s,
             asyncio.get_running_loop().create_future(),
         )
-        self._writes_open += 1
-        self._watch_deadline(request)
-        try:
-            buffer_max = self._config.buffer_max_bytes
-            for index, entry in enumerate(entries):
-                size = entry.header.size
-                if not self._admit_now(size, request):
-                    refusal = await self._admit_wait(size, request)
-                    if refusal is None and (self._closing or self._fenced or request.expired):
-                        # Admitted, but the world changed while we waited: validate again.
-                        self._release(size)
-                        refusal = self._fenced_result if self._fenced else _CLOSING
-                    if refusal is not None:
-                        for rest in range(index, count):
-                            self._resolve(request, rest, refusal)
-                        break
-                self._append(entry, size, request, index, buffer_max)
-            self._end_turn(request)
-            await request.future
-            results = request.results
-            assert request.pending == 0 and None not in results
-            return cast("list[CommitBatchResult]", results)
-        finally:
-            self._end_turn(request)
-            self._writes_open -= 1
-            if not request.future.done():  # our caller cancelled us
-                request.future.cancel()
-            self._detach(request)
+        self._requests += 1
+        if not entries:
+            request.future.set_result(None)
+        elif self._fenced:
+            for index in range(len(entries)):
+                self._resolve(request, index, self._fenced_result)
+        elif self._place_admitted(request):
+            request.placing = True
+            self._watch_deadline(request, request.admit_by)
+            task = asyncio.create_task(self._place_rest(request), name="wal-admission")
+            self._placing.add(task)
+            task.add_done_callback(self._placing.discard)
+        return request
 
-    def _detach(self, request: _Request) -> None:
-        """Copy the request's batches out of the caller's buffers if the segment is still open.
+    async def wait(self, request: PendingWrite, *, timeout_s: float) -> list[CommitBatchResult]:
+        """The results of a `submit`, or REQUEST_TIMED_OUT for those not in after `timeout_s`.
+
+        Returning early (timeout, cancellation) leaves the entries to the pipeline, which still
+        commits or fails them; their batches are copied first, so the caller may reuse its
+        buffers at once.
+        """
+        if not request.future.done():
+            request.deadline = self._clock.monotonic() + timeout_s
+            self._writes_open += 1
+            try:
+                if timeout_s <= 0:
+                    self._expire(request)
+                else:
+                    self._watch_deadline(request, request.deadline)
+                    await request.future
+            finally:
+                self._writes_open -= 1
+                if not request.future.done():  # our caller cancelled us
+                    request.future.cancel()
+                self._detach(request)
+        results = request.results
+        assert request.pending == 0 and None not in results
+        return cast("list[CommitBatchResult]", results)
+
+    def _place_admitted(self, request: PendingWrite) -> bool:
+        """Append the request's entries while they are admitted at once; True if some remain."""
+        entries = request.entries
+        buffer_max = self._config.buffer_max_bytes
+        while request.placed_count < len(entries):
+            index = request.placed_count
+            entry = entries[index]
+            size = entry.header.size
+            if not self._admit_now(size, request):
+                return True
+            self._append(entry, size, request, index, buffer_max)
+            request.placed_count += 1
+        self._end_turn(request)
+        return False
+
+    async def _place_rest(self, request: PendingWrite) -> None:
+        """Queue for room, first come first served, and append the request's remaining entries."""
+        entries = request.entries
+        try:
+            while True:
+                index = request.placed_count
+                size = entries[index].header.size
+                refusal = await self._admit_wait(size, request)
+                if refusal is None and (self._closing or self._fenced):
+                    # Admitted, but the world changed while we waited.
+                    self._release(size)
+                    refusal = self._fenced_result if self._fenced else _CLOSING
+                if refusal is not None:
+                    for rest in range(index, len(entries)):
+                        self._resolve(request, rest, refusal)
+                    request.placed_count = len(entries)
+                    return
+                self._append(entries[index], size, request, index, self._config.buffer_max_bytes)
+                request.placed_count += 1
+                if not self._place_admitted(request):
+                    return
+        finally:
+            request.placing = False
+            self._end_turn(request)
+
+    def _detach(self, request: PendingWrite) -> None:
+        """Copy the request's batches out of the caller's buffers: those in the open segment,
+        and those not yet appended.
 
         Only a request that returns early (timeout, cancellation) can leave batches in the active
-        segment; they are its last entries, so the common case costs one comparison.
+        segment; they are its last appended entries, so the common case costs one comparison.
         """
         placed = request.placed
         active = self._active
@@ -423,9 +524,12 @@ class WalWriter:
             segment, at = placed.pop()
             segment.parts[at] = bytes(segment.parts[at])
         request.placed = []
+        entries = request.entries
+        for index in range(request.placed_count, len(entries)):
+            entries[index] = _owned(entries[index])
 
     def _append(
-        self, entry: WalEntry, size: int, request: _Request, index: int, buffer_max: int
+        self, entry: WalEntry, size: int, request: PendingWrite, index: int, buffer_max: int
     ) -> None:
         """Add one admitted batch to the active segment, by reference; rotation copies it once."""
         segment = self._active
@@ -462,7 +566,7 @@ class WalWriter:
         elif self._admission:  # a writer admitted ahead of others may now block them
             self._rotate_if_blocking_admission()
 
-    def _resolve(self, request: _Request, index: int, result: CommitBatchResult) -> None:
+    def _resolve(self, request: PendingWrite, index: int, result: CommitBatchResult) -> None:
         if request.future.done():
             return  # timed out or abandoned: the result arrives too late for anyone
         assert request.results[index] is None, index
@@ -472,7 +576,7 @@ class WalWriter:
             request.future.set_result(None)
 
     # --- backpressure -------------------------------------------------------------------------
-    def _admit_now(self, size: int, request: _Request) -> bool:
+    def _admit_now(self, size: int, request: PendingWrite) -> bool:
         """Admit at once if nobody is ahead: no queued writer, no other request mid-admission."""
         if self._admitting is not request and (self._admission or self._admitting is not None):
             return False
@@ -481,7 +585,7 @@ class WalWriter:
         self._take(size)
         return True
 
-    def _end_turn(self, request: _Request) -> None:
+    def _end_turn(self, request: PendingWrite) -> None:
         """The request has placed (or given up) all its batches: let the next writer in."""
         if self._admitting is request:
             self._admitting = None
@@ -498,7 +602,7 @@ class WalWriter:
         if self._inflight_bytes > self._inflight_bytes_max_observed:
             self._inflight_bytes_max_observed = self._inflight_bytes
 
-    async def _admit_wait(self, size: int, request: _Request) -> CommitBatchResult | None:
+    async def _admit_wait(self, size: int, request: PendingWrite) -> CommitBatchResult | None:
         """Queue for `size` in-flight bytes; None once admitted, else why the entry is refused."""
         waiter: asyncio.Future[CommitBatchResult | None] = (
             asyncio.get_running_loop().create_future()
@@ -785,16 +889,17 @@ class WalWriter:
         self._fail_active(self._fenced_result)
 
     # --- deadlines ----------------------------------------------------------------------------
-    def _watch_deadline(self, request: _Request) -> None:
+    def _watch_deadline(self, request: PendingWrite, at: float) -> None:
+        """Call `_due` for `request` at `at` (its wait's deadline or its admission deadline)."""
         heap = self._deadlines
         if len(heap) >= DEADLINES_COMPACT_MIN and len(heap) > 2 * self._writes_open:
-            heap[:] = [item for item in heap if not item[2].future.done()]
+            heap[:] = [item for item in heap if not _settled(item[2])]
             heapq.heapify(heap)
-        heapq.heappush(heap, (request.deadline, next(self._deadline_numbers), request))
+        heapq.heappush(heap, (at, next(self._deadline_numbers), request))
         sleeper = self._deadline_sleeper
         if sleeper is None:
             self._deadline_wakeup.set()
-        elif request.deadline < self._deadline_target:
+        elif at < self._deadline_target:
             sleeper.cancel()
 
     async def _deadline_loop(self) -> None:
@@ -802,10 +907,9 @@ class WalWriter:
         heap = self._deadlines
         while True:
             now = self._clock.monotonic()
-            while heap and (heap[0][2].future.done() or heap[0][0] <= now):
+            while heap and (_settled(heap[0][2]) or heap[0][0] <= now):
                 _, _, request = heapq.heappop(heap)
-                if not request.future.done():
-                    self._expire(request)
+                self._due(request, now)
             if not heap:
                 self._deadline_wakeup.clear()
                 await self._deadline_wakeup.wait()
@@ -819,8 +923,16 @@ class WalWriter:
                 sleeper.cancel()
                 self._deadline_sleeper = None
 
-    def _expire(self, request: _Request) -> None:
-        request.expired = True
+    def _due(self, request: PendingWrite, now: float) -> None:
+        waiter = request.waiter
+        if request.admit_by <= now and waiter is not None and not waiter.done():
+            waiter.set_result(_TIMED_OUT)  # its remaining entries are refused
+            self._grant()  # its queue place is free: the next writer may fit
+        if request.deadline <= now and not request.future.done():
+            self._expire(request)
+
+    def _expire(self, request: PendingWrite) -> None:
+        """Answer what is not yet answered with REQUEST_TIMED_OUT; the entries carry on."""
         self._requests_timed_out += 1
         results = request.results
         for index, result in enumerate(results):
@@ -828,10 +940,6 @@ class WalWriter:
                 results[index] = _TIMED_OUT
         request.pending = 0
         request.future.set_result(None)
-        waiter = request.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(_TIMED_OUT)
-            self._grant()  # its queue place is free: the next writer may fit
 
     # --- observability ------------------------------------------------------------------------
     @property

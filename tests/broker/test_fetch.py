@@ -377,3 +377,18 @@ async def test_a_broker_serves_its_own_recent_writes_from_its_segment_cache() ->
     for results in (own, theirs):
         assert [r.value for r in records_of(results[t0].records)] == [b"x"]
         assert [r.value for r in records_of(results[t1].records)] == [b"y"]
+
+
+@pytest.mark.parametrize("level", [5, -1, 2])
+async def test_an_unknown_isolation_level_is_refused(level: int) -> None:
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    t0 = TopicPartition("t", 0)
+    async with DisklessBroker(1, MemoryObjectStore(), coordinator) as broker:
+        with pytest.raises(ValueError, match="isolation_level"):
+            await broker.fetch({t0: 0}, isolation_level=cast(IsolationLevel, level))
+        with pytest.raises(ValueError, match="isolation_level"):
+            await broker.list_offsets({t0: -1}, isolation_level=cast(IsolationLevel, level))
+        assert (await broker.fetch({t0: 0}, isolation_level=IsolationLevel(1)))[t0].error is (
+            ErrorCode.NONE
+        )

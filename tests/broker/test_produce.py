@@ -295,27 +295,92 @@ async def test_a_hung_coordinator_cannot_hold_a_request_past_its_timeout(
 ) -> None:
     clock = ManualClock(start_ms=SystemClock().now_ms())  # the coordinator keeps real time
     gate = coordinator.gate = asyncio.Event()  # the first metadata call never answers...
-    broker = DisklessBroker(1, MemoryObjectStore(clock), coordinator, FAST, clock=clock)
+    config = BrokerConfig(wal=FAST.wal, request_timeout_ms=5_000)
+    broker = DisklessBroker(1, MemoryObjectStore(clock), coordinator, config, clock=clock)
     await broker.start()
-    stuck = asyncio.create_task(broker.produce({T0: _idempotent([b"a"])}, timeout_ms=2_000))
-    behind = asyncio.create_task(
-        broker.produce({T0: _idempotent([b"b"], base_sequence=1)}, timeout_ms=2_000)
-    )
+    stuck = asyncio.create_task(broker.produce({T0: build_batch([b"a"])}, timeout_ms=2_000))
+    behind = asyncio.create_task(broker.produce({T0: build_batch([b"b"])}, timeout_ms=2_000))
     await clock.advance(1.999)
     assert not stuck.done() and not behind.done()
     await clock.advance(0.001)
     for request in (stuck, behind):  # ...so both time out, the second behind the first
         result = await request
         assert result[T0].error is ErrorCode.REQUEST_TIMED_OUT, result
+    # The request's own budget (request_timeout_ms) then ends its wait for the coordinator.
+    await clock.advance(3.0)
     gate.set()
+    await clock.advance(0.1)
     [latest] = await coordinator.list_offsets([ListOffsetsRequest(T0, OffsetSpec.LATEST)])
-    assert latest.offset == 0  # nothing reached the WAL
-    pending = asyncio.create_task(broker.produce({T0: _idempotent([b"c"])}))
+    assert latest.offset == 1  # only the request behind it was written
+    fetched = await broker.fetch({T0: 0})
+    assert [r.value for r in records_of(fetched[T0].records)] == [b"b"]
+    pending = asyncio.create_task(broker.produce({T0: build_batch([b"c"])}))
     while not pending.done():  # the WAL rotates on the virtual clock
         await clock.advance(0.005)
     later = pending.result()
-    assert (later[T0].error, later[T0].base_offset) == (ErrorCode.NONE, 0)
+    assert (later[T0].error, later[T0].base_offset) == (ErrorCode.NONE, 1)
     await broker.close()
+
+
+async def test_a_request_whose_caller_timed_out_still_reaches_the_wal_in_order(
+    coordinator: CountingCoordinator,
+) -> None:
+    clock = ManualClock(start_ms=SystemClock().now_ms())
+    gate = coordinator.gate = asyncio.Event()  # a slow metadata call, answered within budget
+    broker = DisklessBroker(1, MemoryObjectStore(clock), coordinator, FAST, clock=clock)
+    await broker.start()
+    first = asyncio.create_task(broker.produce({T0: _idempotent([b"a"])}, timeout_ms=1_000))
+    second = asyncio.create_task(
+        broker.produce({T0: _idempotent([b"b"], base_sequence=1)}, timeout_ms=1_000)
+    )
+    await clock.advance(1.0)
+    assert (await first)[T0].error is ErrorCode.REQUEST_TIMED_OUT
+    assert (await second)[T0].error is ErrorCode.REQUEST_TIMED_OUT
+    gate.set()
+    retry = asyncio.create_task(broker.produce({T0: _idempotent([b"a"])}))
+    while not retry.done():
+        await clock.advance(0.005)
+    # The retry is a duplicate: the timed-out request was committed first, at offset 0.
+    assert (retry.result()[T0].error, retry.result()[T0].base_offset) == (ErrorCode.NONE, 0)
+    fetched = await broker.fetch({T0: 0})
+    assert fetched[T0].high_watermark == 2
+    assert [r.value for r in records_of(fetched[T0].records)] == [b"a", b"b"]
+    await broker.close()
+
+
+async def test_acks_zero_with_timeout_zero_is_written(broker: DisklessBroker) -> None:
+    # The metadata is not cached yet, so the request cannot reach the WAL within 0 ms.
+    assert await broker.produce({T0: _idempotent([b"a"])}, acks=0, timeout_ms=0) == {}
+    last = await broker.produce({T0: _idempotent([b"b"], base_sequence=1)})
+    assert (last[T0].error, last[T0].base_offset) == (ErrorCode.NONE, 1)
+    fetched = await broker.fetch({T0: 0})
+    assert fetched[T0].high_watermark == 2
+    assert [r.value for r in records_of(fetched[T0].records)] == [b"a", b"b"]
+
+
+async def test_acks_all_with_timeout_zero_times_out_yet_is_committed(
+    broker: DisklessBroker,
+) -> None:
+    timed_out = await broker.produce({T0: _idempotent([b"a"])}, timeout_ms=0)
+    assert timed_out[T0].error is ErrorCode.REQUEST_TIMED_OUT, timed_out
+    # Validation answers at once even so (metadata is cached now).
+    again = await broker.produce({T0: _idempotent([b"b"], 1), T1: _corrupt_crc()}, timeout_ms=0)
+    assert again[T0].error is ErrorCode.REQUEST_TIMED_OUT
+    assert again[T1].error is ErrorCode.CORRUPT_MESSAGE
+    retry = await broker.produce({T0: _idempotent([b"a"])})
+    assert (retry[T0].error, retry[T0].base_offset) == (ErrorCode.NONE, 0)  # a duplicate
+    fetched = await broker.fetch({T0: 0})
+    assert fetched[T0].high_watermark == 2
+    assert [r.value for r in records_of(fetched[T0].records)] == [b"a", b"b"]
+
+
+async def test_a_reused_buffer_does_not_change_an_acks_zero_write(broker: DisklessBroker) -> None:
+    buffer = bytearray(build_batch([b"keep me"]))
+    assert await broker.produce({T0: buffer}, acks=0) == {}
+    buffer[:] = bytes(len(buffer))  # the caller reuses its buffer at once
+    assert (await broker.produce({T0: build_batch([b"next"])}))[T0].base_offset == 1
+    fetched = await broker.fetch({T0: 0})
+    assert [r.value for r in records_of(fetched[T0].records)] == [b"keep me", b"next"]
 
 
 async def test_crash_close_fails_buffered_requests_and_commits_nothing(
@@ -397,3 +462,10 @@ async def test_closed_broker_refuses_requests(coordinator: CountingCoordinator) 
         await broker.produce({T0: build_batch([b"a"])})
     with pytest.raises(BrokerClosedError):
         await broker.fetch({T0: 0})
+
+
+async def test_acks_zero_requests_are_counted(broker: DisklessBroker) -> None:
+    assert await broker.produce({T0: build_batch([b"a"]), T1: _corrupt_crc()}, acks=0) == {}
+    await broker.produce({T0: build_batch([b"b"])})
+    stats = broker.stats.produce
+    assert (stats.requests, stats.partitions, stats.partitions_failed) == (2, 3, 1)

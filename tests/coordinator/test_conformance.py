@@ -458,6 +458,35 @@ async def test_topics(coordinator: BatchCoordinator) -> None:
     assert (await c.one(batch(TopicPartition("a", 3)))).error == OK
 
 
+ILLEGAL_TOPIC_NAMES = {
+    "empty": "",
+    "slash": "a/b",
+    "path": "../../etc",
+    "dot": ".",
+    "dot dot": "..",
+    "too long": "x" * 250,
+    "nul": "a\x00b",
+    "non-ascii": "caf\u00e9",
+    "space": "a b",
+    "newline": "a\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ILLEGAL_TOPIC_NAMES))
+async def test_an_illegal_topic_name_is_refused(coordinator: BatchCoordinator, kind: str) -> None:
+    name = ILLEGAL_TOPIC_NAMES[kind]
+    with pytest.raises(ValueError, match="topic"):
+        await coordinator.create_topic(name, 1)
+    assert await coordinator.describe_topics() == []
+
+
+async def test_kafkas_legal_topic_names_are_accepted(coordinator: BatchCoordinator) -> None:
+    names = ["a", "x" * 249, "A-Z_a.z-0.9", "...", "_", "-"]
+    for name in names:
+        assert await coordinator.create_topic(name, 1), name
+    assert sorted(d.name for d in await coordinator.describe_topics()) == sorted(names)
+
+
 async def test_delete_topics(coordinator: BatchCoordinator) -> None:
     await coordinator.create_topic("a", 2)
     await coordinator.create_topic("b", 1)

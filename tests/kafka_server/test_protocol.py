@@ -26,7 +26,7 @@ from kio.serial import entity_reader
 
 from diskless.kafka_server import SUPPORTED_VERSIONS, ApiKey, KafkaCluster
 from tests.kafka_server._strategies import TOPICS, requests
-from tests.kafka_server._wire import WireClient, decode_response, encode_request
+from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
 
 FUZZ_SEED = int(os.environ.get("KAFKA_FUZZ_SEED", random.randrange(2**32)))
 
@@ -264,3 +264,18 @@ async def test_well_formed_requests_of_every_api_are_answered_without_handler_er
     assert not errors, [r.getMessage() for r in errors]
     if frame is not None:
         decode_response(frame, key, version, 5)  # a well-formed answer to that request
+
+
+async def test_a_fetch_with_an_unknown_isolation_level_is_answered_invalid_request(
+    cluster: KafkaCluster,
+) -> None:
+    await cluster.create_topic("iso", 1)
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        response = await client.request(fetch_request("iso", 1, isolation_level=5))
+        (partition,) = response.responses[0].partitions
+        assert partition.error_code == WireError.invalid_request
+        committed = await client.request(fetch_request("iso", 1, isolation_level=1))
+        assert committed.responses[0].partitions[0].error_code == WireError.none
+    finally:
+        await client.close()

@@ -473,6 +473,35 @@ async def test_a_write_waiting_for_admission_times_out_on_time() -> None:
     await rig.close()
 
 
+async def test_a_submit_queued_for_admission_is_written_after_its_wait_ends() -> None:
+    """The wait's timeout bounds the wait only: a queued entry is still appended when room frees
+    up, within its own admission budget, and its caller's buffer may be reused meanwhile."""
+    rig = Rig(WalConfig(buffer_max_bytes=500, inflight_bytes_max=500))
+    gated = GatedStore(MemoryObjectStore(rig.clock))
+    await rig.topic()
+    writer = await rig.writer(store=gated)
+    blocker = asyncio.ensure_future(writer.write([entry(TP0, sized_batch(500))], timeout_s=60))
+    await settle()
+    original = build_batch([b"queued"])
+    buffer = bytearray(original)
+    pending = writer.submit([entry(TP1, buffer)], admit_s=60)
+    waiting = asyncio.ensure_future(writer.wait(pending, timeout_s=1.5))
+    await rig.clock.advance(1.5)
+    await settle()
+    assert [r.error for r in waiting.result()] == [ErrorCode.REQUEST_TIMED_OUT]
+    buffer[:] = bytes(len(buffer))  # the caller reuses its buffer
+    gated.open(gated.waiting[0][0])
+    await settle()
+    assert _ok(blocker.result()) == [0]
+    gated.gated = False
+    for key, _ in gated.waiting[1:]:
+        gated.open(key)
+    await drive(rig.clock, writer.close(flush=True))
+    read = await rig.read_partition(TP1, store=gated)
+    assert [values for _, values in read] == [[b"queued"]]
+    await rig.close()
+
+
 # --- shutdown ---------------------------------------------------------------------------------
 async def test_close_flushes_buffered_entries() -> None:
     rig = Rig(WalConfig(commit_interval_ms=10_000))
