@@ -133,6 +133,10 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
     not named by this library). None disables it."""
     rescan_objects_per_cycle_max: int = 1_000
     """Objects listed per cycle by a rescan in progress."""
+    temp_sweep_interval_ms: int | None = 3_600_000
+    """How often to reclaim the temp files of killed uploads (`ObjectStore.
+    remove_stale_temp_files`: a local store's; S3 leaves none), first in the first cycle. Only
+    files older than `orphan_grace_ms` go: their writer gave up on them long ago. None: never."""
 
     def __post_init__(self) -> None:
         if not self.prefix.endswith("/"):
@@ -195,6 +199,8 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
         )
         if self.rescan_interval_ms is not None and self.rescan_interval_ms < self.period_ms:
             raise ValueError("rescan_interval_ms must be None or >= period_ms")
+        if self.temp_sweep_interval_ms is not None and self.temp_sweep_interval_ms < self.period_ms:
+            raise ValueError("temp_sweep_interval_ms must be None or >= period_ms")
 
 
 class RetentionSchedulerConfig(msgspec.Struct, frozen=True, kw_only=True):
