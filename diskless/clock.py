@@ -10,7 +10,11 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    """Wall time for timestamps, monotonic time for deadlines, and sleeping."""
+    """Wall time for timestamps, monotonic time for deadlines, and sleeping.
+
+    `now_ms` and `monotonic` may be called from any thread (a coordinator reads the clock on its
+    worker thread, inside its transaction); `sleep` only from the event loop.
+    """
 
     def now_ms(self) -> int:
         """Wall-clock milliseconds since the epoch (record timestamps, retention)."""
@@ -40,6 +44,9 @@ class SystemClock:
 
 class ManualClock:
     """A virtual clock: time moves only when `advance` (or `run_until_idle`) is called.
+
+    Reading it from another thread is safe: the time is one float, replaced whole and never
+    moved backwards.
 
     Sleepers wake in deadline order; ties wake in the order they went to sleep, so a simulation
     driven by a seed replays exactly.

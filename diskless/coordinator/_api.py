@@ -205,7 +205,18 @@ class ProducerSnapshot(msgspec.Struct, frozen=True):
 
 
 class BatchCoordinator(abc.ABC):
-    """Sequences batches from all brokers: assigns offsets and enforces producer rules."""
+    """Sequences batches from all brokers: assigns offsets and enforces producer rules.
+
+    Every backend guarantees:
+    - Reads never wait behind writes: `find_batches`, `list_offsets`, `describe_topics`,
+      `describe_producers` and the file queries see the last applied write even while another
+      write (of this process or another one) waits for, or holds, the store's write lock, so a
+      stalled commit cannot stall fetches.
+    - Each write decides on the time at which it applies: it reads the injected clock inside its
+      atomic step, not when it is called, so a write that waited (behind other work or another
+      process's lock) checks commit age, lease and producer expiry, retention and stamps file
+      states with the time it actually lands.
+    """
 
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -5,8 +5,12 @@
 - Each commit is one `BEGIN IMMEDIATE` transaction: the high watermark is read and advanced under
   the database's write lock, so concurrent processes never assign the same offset.
 - WAL journal with `synchronous=FULL`: a commit acknowledged to the caller survives power loss.
-- All sqlite work runs on one worker thread per coordinator, which owns the connection, so the
-  event loop never blocks on disk.
+- Writes run on one worker thread per coordinator, which owns the write connection, so the
+  event loop never blocks on disk. Reads run on their own threads and connections: WAL lets them
+  read the last commit while a write (ours, or another process's) holds the lock, so a fetch
+  never waits behind a commit that is waiting for the lock.
+- Every write reads the clock inside its transaction, after the write lock is taken: its time
+  checks (commit age, lease and producer expiry, retention) hold at the moment it applies.
 - The rules are those of `_planner`, `_reads` and `diskless.txn`; this module only stores.
 """
 
@@ -18,6 +22,7 @@ import logging
 import os
 import random
 import sqlite3
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -85,6 +90,8 @@ READ_CHUNK_ROWS_MAX = 256
 """Rows fetched per query when a reader walks batches lazily."""
 KEYS_PER_QUERY_MAX = 4096
 """Keys looked up per statement when loading state for a commit (2 parameters each)."""
+READER_THREADS = 2
+"""Threads (each with its own connection) serving read-only operations beside the writer."""
 
 _FILE_STATE_CODES = {FileState.LIVE: 0, FileState.UNREFERENCED: 1, FileState.CONDEMNED: 2}
 _FILE_STATES = {code: state for state, code in _FILE_STATE_CODES.items()}
@@ -268,6 +275,13 @@ class SqliteBatchCoordinator(BatchCoordinator):
             max_workers=1, thread_name_prefix="diskless-sqlite"
         )
         self._conn: sqlite3.Connection | None = None
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=READER_THREADS, thread_name_prefix="diskless-sqlite-read"
+        )
+        self._reader_local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_conns_lock = threading.Lock()
+        self._schema_ready = False
         self._closed = False
 
     # --- plumbing (worker thread) -------------------------------------------------------------
@@ -288,7 +302,24 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 conn.close()
                 raise
             self._conn = conn
+            self._schema_ready = True
         return self._conn
+
+    def _reader_connection(self) -> sqlite3.Connection:
+        """This reader thread's connection (read-only; the writer has set up the file)."""
+        conn: sqlite3.Connection | None = getattr(self._reader_local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self._path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute(f"PRAGMA cache_size = -{CACHE_KIB_MAX}")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute("PRAGMA query_only = ON")
+            with self._reader_conns_lock:
+                self._reader_conns.append(conn)
+            self._reader_local.conn = conn
+        return conn
 
     def _retry_busy(self, fn: Callable[[], T]) -> T:
         """Run `fn`, retrying with jittered backoff while another process holds the lock."""
@@ -304,8 +335,11 @@ class SqliteBatchCoordinator(BatchCoordinator):
             delay = min(delay * 2, 0.1)
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn` in one read transaction: a consistent snapshot across its queries."""
-        conn = self._connection()
+        """Run `fn` in one read transaction: a consistent snapshot across its queries.
+
+        On a reader thread; a write holding the lock does not block it (WAL).
+        """
+        conn = self._reader_connection()
 
         def attempt() -> T:
             conn.execute("BEGIN")
@@ -378,6 +412,15 @@ class SqliteBatchCoordinator(BatchCoordinator):
             raise RuntimeError("the coordinator is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, fn)
+
+    async def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run the read-only `fn` in one read transaction on a reader thread."""
+        if not self._schema_ready:  # the writer creates (or migrates) the file first, once
+            await self._run(self._connection)
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._call, lambda: self._read(fn))
 
     # --- topics -------------------------------------------------------------------------------
     async def create_topic(
@@ -452,12 +495,12 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 for r in rows
             ]
 
-        return await self._run(lambda: self._read(describe))
+        return await self._run_read(describe)
 
     async def delete_topics(self, names: Sequence[str]) -> None:
-        now = self._clock.now_ms()
 
         def delete(conn: sqlite3.Connection) -> None:
+            now = self._clock.now_ms()
             for name in names:
                 row = conn.execute("SELECT topic_id FROM topics WHERE name = ?", (name,)).fetchone()
                 if row is None:
@@ -506,9 +549,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
         batches: Sequence[CommitBatch],
     ) -> list[CommitBatchResult]:
         batches = list(batches)
-        now = self._clock.now_ms()
 
         def commit(conn: sqlite3.Connection) -> list[CommitBatchResult]:
+            now = self._clock.now_ms()
             row = conn.execute(
                 "SELECT epoch FROM brokers WHERE broker_id = ?", (broker_id,)
             ).fetchone()
@@ -702,9 +745,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
     async def add_partitions_to_txn(
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
     ) -> list[ErrorCode]:
-        now = self._clock.now_ms()
 
         def add(conn: sqlite3.Connection) -> list[ErrorCode]:
+            now = self._clock.now_ms()
             known = self._load_partitions(conn, set(partitions))
             results = []
             for tp in partitions:
@@ -741,11 +784,11 @@ class SqliteBatchCoordinator(BatchCoordinator):
     ) -> list[LeaseResult]:
         if not 0 < ttl_ms <= LEASE_TTL_MS_MAX:
             raise ValueError(f"ttl_ms must be in (0, {LEASE_TTL_MS_MAX}], got {ttl_ms}")
-        now = self._clock.now_ms()
-        expires = now + ttl_ms
         requests = list(requests)
 
         def acquire(conn: sqlite3.Connection) -> list[LeaseResult]:
+            now = self._clock.now_ms()
+            expires = now + ttl_ms
             row = conn.execute(
                 "SELECT epoch FROM brokers WHERE broker_id = ?", (broker_id,)
             ).fetchone()
@@ -826,9 +869,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
     async def _txn_lease_deadline(
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
     ) -> int | None:
-        now = self._clock.now_ms()
 
         def deadline(conn: sqlite3.Connection) -> int | None:
+            now = self._clock.now_ms()
             known = self._load_partitions(conn, set(partitions))
             earliest: int | None = None
             for sql, params in _keyed_lookups(
@@ -843,7 +886,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     earliest = int(found)
             return earliest
 
-        return await self._run(lambda: self._read(deadline))
+        return await self._run_read(deadline)
 
     def _txn_release_signal(self) -> asyncio.Future[None] | None:
         return None  # commits may come from other processes: poll
@@ -857,9 +900,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
         coordinator_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
-        now = self._clock.now_ms()
 
         def write(conn: sqlite3.Connection) -> list[ErrorCode]:
+            now = self._clock.now_ms()
             known = self._load_partitions(conn, set(partitions))
             outcome: dict[TopicPartition, ErrorCode] = {}
             for tp in dict.fromkeys(partitions):
@@ -963,18 +1006,14 @@ class SqliteBatchCoordinator(BatchCoordinator):
     async def find_batches(
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
     ) -> list[FindBatchesResponse]:
-        return await self._run(
-            lambda: self._read(
-                lambda conn: _reads.find_batches(_Reads(conn), requests, fetch_max_bytes)
-            )
+        return await self._run_read(
+            lambda conn: _reads.find_batches(_Reads(conn), requests, fetch_max_bytes)
         )
 
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]
     ) -> list[ListOffsetsResponse]:
-        return await self._run(
-            lambda: self._read(lambda conn: _reads.list_offsets(_Reads(conn), requests))
-        )
+        return await self._run_read(lambda conn: _reads.list_offsets(_Reads(conn), requests))
 
     # --- deletion -----------------------------------------------------------------------------
     @staticmethod
@@ -1022,9 +1061,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
     async def delete_records(
         self, requests: Sequence[DeleteRecordsRequest]
     ) -> list[DeleteRecordsResponse]:
-        now = self._clock.now_ms()
 
         def delete(conn: sqlite3.Connection) -> list[DeleteRecordsResponse]:
+            now = self._clock.now_ms()
             reads = _Reads(conn)
             responses = []
             for request in requests:
@@ -1038,9 +1077,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
         return await self._run(lambda: self._write(delete))
 
     async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
-        now = self._clock.now_ms()
 
         def enforce(conn: sqlite3.Connection) -> RetentionResult:
+            now = self._clock.now_ms()
             reads = _Reads(conn)
             states = [
                 _partition_from_row(row)
@@ -1077,9 +1116,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
     # --- object lifecycle ---------------------------------------------------------------------
     async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
-        now = self._clock.now_ms()
 
         def condemn(conn: sqlite3.Connection) -> list[str]:
+            now = self._clock.now_ms()
             conn.executemany(
                 "INSERT OR IGNORE INTO files (key, state, size, since_ms, live_batches)"
                 " VALUES (?, 2, 0, ?, 0)",
@@ -1102,7 +1141,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             ).fetchall()
             return [FileInfo(r[0], _FILE_STATES[r[1]], r[2], r[3]) for r in rows]
 
-        return await self._run(lambda: self._read(select))
+        return await self._run_read(select)
 
     async def forget_files(self, keys: Sequence[str]) -> None:
         def forget(conn: sqlite3.Connection) -> None:
@@ -1120,7 +1159,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 out.append(None if r is None else FileInfo(r[0], _FILE_STATES[r[1]], r[2], r[3]))
             return out
 
-        return await self._run(lambda: self._read(info))
+        return await self._run_read(info)
 
     async def file_stats(self) -> FileStats:
         def stats(conn: sqlite3.Connection) -> FileStats:
@@ -1138,13 +1177,13 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 condemned_bytes=counts[_CONDEMNED][1],
             )
 
-        return await self._run(lambda: self._read(stats))
+        return await self._run_read(stats)
 
     # --- inspection ---------------------------------------------------------------------------
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
-        now = self._clock.now_ms()
 
         def describe(conn: sqlite3.Connection) -> list[ProducerSnapshot]:
+            now = self._clock.now_ms()
             state = _Reads(conn).partition(topic_partition)
             if state is None:
                 return []
@@ -1160,7 +1199,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 producer_snapshot(e) for e in entries if not is_expired(e, now, self._expiration_ms)
             ]
 
-        return await self._run(lambda: self._read(describe))
+        return await self._run_read(describe)
 
     async def close(self) -> None:
         if self._closed:
@@ -1177,3 +1216,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
             await loop.run_in_executor(self._executor, close)
         finally:
             self._executor.shutdown(wait=True)
+            self._readers.shutdown(wait=True)
+            with self._reader_conns_lock:
+                readers, self._reader_conns = self._reader_conns, []
+            for conn in readers:
+                conn.close()

@@ -31,7 +31,21 @@ coordinator's clock (default 240 000 ms). That bound holds even for a stalled (z
     orphan_grace_ms > commit_age_max_ms + clock_skew_max_ms
 
 is sufficient on its own (the skew being the worst difference between the coordinator's clock and
-this manager's). Set `commit_age_max_ms` to the coordinator's value to have it checked.
+this manager's). Set `commit_age_max_ms` to the coordinator's value to have it checked. The
+coordinators read their clock for that check inside the commit's transaction, so a commit that
+waited (behind other work or another process's lock) is judged by when it lands, not when it was
+sent.
+
+A condemned record rejects a late commit by name until the sweep forgets it. Its `since_ms` is
+stamped by the coordinator's clock but aged by this manager's, which may run `clock_skew_max_ms`
+ahead, so the record lives only `unreferenced_grace_ms - clock_skew_max_ms` of the coordinator's
+time (and an UNREFERENCED file stays readable that long for fetches in progress). Hence
+
+    unreferenced_grace_ms > clock_skew_max_ms
+
+is required: below it a manager may delete the object and forget its record at once, and a commit
+the commit-age bound does not cover (a key with no creation time in it, a coordinator without the
+bound) would then be acknowledged for a deleted object.
 """
 
 from __future__ import annotations
@@ -100,7 +114,8 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
     exceed it plus the skew. None: only `commit_deadline_ms` is checked."""
     unreferenced_grace_ms: int = 60_000
     """Time a file stays UNREFERENCED (fetches in progress may still read it) or CONDEMNED
-    (late commits are still rejected by name) before it is deleted and forgotten."""
+    (late commits are still rejected by name) before it is deleted and forgotten; must exceed
+    `clock_skew_max_ms` (see the module docstring)."""
     list_objects_per_cycle_max: int = 10_000
     """Objects listed per cycle past the watermark."""
     list_page_objects_max: int = LIST_PAGE_LIMIT_MAX
@@ -118,6 +133,10 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
     not named by this library). None disables it."""
     rescan_objects_per_cycle_max: int = 1_000
     """Objects listed per cycle by a rescan in progress."""
+    temp_sweep_interval_ms: int | None = 3_600_000
+    """How often to reclaim the temp files of killed uploads (`ObjectStore.
+    remove_stale_temp_files`: a local store's; S3 leaves none), first in the first cycle. Only
+    files older than `orphan_grace_ms` go: their writer gave up on them long ago. None: never."""
 
     def __post_init__(self) -> None:
         if not self.prefix.endswith("/"):
@@ -140,6 +159,13 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"orphan_grace_ms ({self.orphan_grace_ms}) must exceed commit_deadline_ms "
                 f"({self.commit_deadline_ms}) + clock_skew_max_ms ({self.clock_skew_max_ms}): "
                 "an object whose commit may still be in flight must never be condemned"
+            )
+        if self.unreferenced_grace_ms <= self.clock_skew_max_ms:
+            raise ValueError(
+                f"unreferenced_grace_ms ({self.unreferenced_grace_ms}) must exceed "
+                f"clock_skew_max_ms ({self.clock_skew_max_ms}): a manager whose clock runs ahead "
+                "would otherwise delete a condemned object and forget its record (which rejects "
+                "a late commit) as soon as it is condemned"
             )
         if self.commit_age_max_ms is not None and (
             self.orphan_grace_ms <= self.commit_age_max_ms + self.clock_skew_max_ms
@@ -173,6 +199,8 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
         )
         if self.rescan_interval_ms is not None and self.rescan_interval_ms < self.period_ms:
             raise ValueError("rescan_interval_ms must be None or >= period_ms")
+        if self.temp_sweep_interval_ms is not None and self.temp_sweep_interval_ms < self.period_ms:
+            raise ValueError("temp_sweep_interval_ms must be None or >= period_ms")
 
 
 class RetentionSchedulerConfig(msgspec.Struct, frozen=True, kw_only=True):

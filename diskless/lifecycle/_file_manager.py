@@ -4,7 +4,8 @@ Each cycle (bounded work, see FileManagerConfig):
   1. reconcile: list WAL objects past the watermark (and, periodically, a rescan below it),
      condemn those the coordinator never heard of once older than `orphan_grace_ms`;
   2. sweep: delete files CONDEMNED or UNREFERENCED for `unreferenced_grace_ms`, then forget them;
-  3. advance the watermark past what is resolved, and refresh the statistics.
+  3. advance the watermark past what is resolved, and refresh the statistics;
+  4. now and then, reclaim the temp files of killed uploads (`temp_sweep_interval_ms`).
 
 Safe to run several at once (one per broker, say): condemning is idempotent and decided by the
 coordinator, which never condemns a committed key and never commits a condemned one; deleting an
@@ -42,7 +43,9 @@ class FileManager(PeriodicService):
         self._config = config if config is not None else FileManagerConfig()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._coordinator = coordinator
+        self._store = store
         self._reconciler = Reconciler(store, coordinator, self._config)
+        self._next_temp_sweep_ms: int | None = None
         self._sweeper = Sweeper(store, coordinator, self._config)
         self._cycle_lock = asyncio.Lock()
         self._stats = FileManagerStats()
@@ -104,6 +107,11 @@ class FileManager(PeriodicService):
         except CoordinatorError:
             errors += 1
             logger.warning("file_stats failed", exc_info=True)
+        try:
+            await self._sweep_temp_files(now_ms)
+        except StorageError:
+            errors += 1
+            logger.warning("temp file sweep failed", exc_info=True)
         report = CycleReport(
             listing_calls=frontier.listing_calls + rescan.listing_calls,
             objects_listed=frontier.objects_listed + rescan.objects_listed,
@@ -127,6 +135,16 @@ class FileManager(PeriodicService):
                 now_ms - watermark_ms,
             )
         return report
+
+    async def _sweep_temp_files(self, now_ms: int) -> None:
+        """Remove the leftovers of uploads killed mid-write, when due."""
+        interval_ms = self._config.temp_sweep_interval_ms
+        if interval_ms is None:
+            return
+        if self._next_temp_sweep_ms is not None and now_ms < self._next_temp_sweep_ms:
+            return
+        self._next_temp_sweep_ms = now_ms + interval_ms
+        await self._store.remove_stale_temp_files(self._config.orphan_grace_ms / 1000)
 
     def _record(
         self,

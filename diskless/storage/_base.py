@@ -72,6 +72,14 @@ class ObjectStore(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release connections; the store is unusable afterwards."""
 
+    async def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
+        """Reclaim what writes killed mid-way left behind, older than `older_than_s`; returns
+        how many leftovers went. A store whose writes leave nothing behind (S3's PUT, memory)
+        has nothing to do; the file manager calls this now and then on whatever store it has."""
+        if older_than_s < 0:
+            raise ValueError("older_than_s must not be negative")
+        return 0
+
     async def list_all(
         self, prefix: str, start_after: str | None = None, page_size: int = LIST_PAGE_LIMIT_MAX
     ) -> AsyncIterator[ObjectInfo]:

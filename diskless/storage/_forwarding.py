@@ -46,5 +46,8 @@ class ForwardingObjectStore(ObjectStore):
     async def close(self) -> None:
         await self._inner.close()
 
+    async def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
+        return await self._inner.remove_stale_temp_files(older_than_s)
+
     def stats(self) -> StoreStats:
         return self._inner.stats()

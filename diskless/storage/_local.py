@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -59,6 +61,11 @@ class LocalObjectStore(ObjectStore):
     torn one. `durable=False` skips the fsyncs (benchmarks of everything but the disk).
     Blocking I/O runs in worker threads so the event loop keeps serving.
 
+    Symbolic links are not part of the store: an operation whose path goes through one (a
+    directory below the root, or the object itself) is refused with StorageError, so a link
+    planted inside the root cannot make put, get, delete or a listing reach files outside it.
+    Listings skip links. (The root itself may be a link: the caller chose it.)
+
     Limits: a key cannot also be a directory of other keys (`a/b` and `a/b/c`), which S3 allows;
     such a put raises StorageError. Temp files left by a crash are never listed; call
     `remove_stale_temp_files` (e.g. at start-up) to reclaim their space.
@@ -87,7 +94,7 @@ class LocalObjectStore(ObjectStore):
         path = self._path(key)
         self._counters.get()
         try:
-            blob = await asyncio.to_thread(path.read_bytes)
+            blob = await asyncio.to_thread(self._get_sync, path)
         except _ABSENT:
             raise ObjectNotFoundError(f"no object {key!r}") from None
         except OSError as exc:
@@ -176,7 +183,45 @@ class LocalObjectStore(ObjectStore):
         assert path.is_relative_to(self._root)
         return path
 
+    def _refuse_symlinks(self, path: Path) -> None:
+        """StorageError if a directory from the root down to `path` (inclusive) is a symlink.
+
+        One lstat per key segment; a missing segment ends the walk (nothing below it exists to
+        follow, and a put creates real directories).
+        """
+        current = self._root
+        for segment in path.relative_to(self._root).parts:
+            current = current / segment
+            try:
+                mode = os.lstat(current).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            if stat.S_ISLNK(mode):
+                raise StorageError(
+                    f"refusing {path.relative_to(self._root).as_posix()!r}: "
+                    f"{current.relative_to(self._root).as_posix()!r} is a symbolic link, which "
+                    "may lead out of the store root"
+                )
+
+    def _open_object(self, path: Path) -> int:
+        """A read-only descriptor of the object at `path`, which no symlink may lead to."""
+        self._refuse_symlinks(path.parent)
+        try:
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StorageError(
+                    f"refusing {path.relative_to(self._root).as_posix()!r}: it is a symbolic "
+                    "link, which may lead out of the store root"
+                ) from None
+            raise
+
+    def _get_sync(self, path: Path) -> bytes:
+        with open(self._open_object(path), "rb") as file:
+            return file.read()
+
     def _put_sync(self, path: Path, data: memoryview) -> None:
+        self._refuse_symlinks(path.parent)  # the object's own name is replaced, not followed
         self._make_dirs(path.parent)
         fd, temp_name = tempfile.mkstemp(prefix=TEMP_MARKER, dir=path.parent)
         try:
@@ -206,9 +251,8 @@ class LocalObjectStore(ObjectStore):
             if self._durable:
                 _fsync_dir(path.parent)
 
-    @staticmethod
-    def _get_range_sync(key: str, path: Path, start: int, end: int) -> bytes:
-        with path.open("rb") as file:
+    def _get_range_sync(self, key: str, path: Path, start: int, end: int) -> bytes:
+        with open(self._open_object(path), "rb") as file:
             size = os.fstat(file.fileno()).st_size
             check_range_within(key, start, end, size)
             file.seek(start)
@@ -221,6 +265,7 @@ class LocalObjectStore(ObjectStore):
         self, directory: str, name_prefix: str, floor: str | None, limit: int
     ) -> tuple[list[ObjectInfo], bool]:
         start = self._root.joinpath(*directory.split("/")) if directory else self._root
+        self._refuse_symlinks(start)
         key_prefix = directory + "/" if directory else ""
         objects: list[ObjectInfo] = []
         for info in self._walk(start, key_prefix, name_prefix, floor):
@@ -261,6 +306,8 @@ class LocalObjectStore(ObjectStore):
                 )
 
     def _delete_sync(self, paths: list[Path]) -> None:
+        for path in paths:  # all checked before any goes; unlink never follows the last name
+            self._refuse_symlinks(path.parent)
         touched: set[Path] = set()
         for path in paths:
             try:

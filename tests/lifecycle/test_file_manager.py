@@ -201,12 +201,14 @@ async def test_an_orphan_deleted_by_another_manager_releases_the_watermark(
     new_coordinator: CoordinatorFactory,
 ) -> None:
     c = await cluster(new_coordinator)
-    slow, fast = c.manager(), c.manager(unreferenced_grace_ms=0)
+    fast_grace_ms = config().clock_skew_max_ms + 1
+    assert fast_grace_ms < UNREFERENCED_GRACE_MS
+    slow, fast = c.manager(), c.manager(unreferenced_grace_ms=fast_grace_ms)
     orphan = await c.upload()
     await c.clock.advance(GRACE_MS / 1000 + 1)
     assert (await slow.run_cycle()).orphans_condemned == 1
     assert slow.watermark_ms < c.clock.now_ms() - GRACE_MS
-    await c.clock.advance(SECOND)
+    await c.clock.advance(fast_grace_ms / 1000 + 1)
     assert (await fast.run_cycle()).deleted_objects == 1  # deleted and forgotten by the other
     assert await c.state(orphan) is None
     report = await slow.run_cycle()
@@ -419,6 +421,8 @@ def test_config_rejects_a_grace_shorter_than_a_commit_can_take() -> None:
         {"prefix": "wal"},
         {"period_ms": 0},
         {"unreferenced_grace_ms": -1},
+        {"unreferenced_grace_ms": 0},
+        {"unreferenced_grace_ms": 1_000, "clock_skew_max_ms": 1_000},
         {"rescan_interval_ms": 10},
     ],
 )
@@ -477,3 +481,11 @@ async def test_a_live_file_offered_for_deletion_is_kept(
     assert report.deleted_objects == 0
     assert await c.keys() == [live]
     assert await c.state(live) is FileState.LIVE
+
+
+def test_config_rejects_an_unreferenced_grace_within_the_clock_skew() -> None:
+    """The condemned record lives `unreferenced_grace_ms - clock_skew_max_ms` on the
+    coordinator's clock: at or below the skew it may be forgotten as soon as it is written."""
+    with pytest.raises(ValueError, match=r"unreferenced_grace_ms .* clock_skew_max_ms"):
+        config(unreferenced_grace_ms=1_000, clock_skew_max_ms=1_000)
+    assert config(unreferenced_grace_ms=1_001, clock_skew_max_ms=1_000)

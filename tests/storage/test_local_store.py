@@ -130,3 +130,55 @@ async def test_stale_temp_files_are_swept_and_fresh_ones_kept(root: Path) -> Non
     assert await store.remove_stale_temp_files(older_than_s=600) == 1
     assert not stale.exists() and fresh.exists()
     assert files_under(root) == [f"{_local.TEMP_MARKER}in-flight", "p/a"]
+
+
+# --- symbolic links never lead out of the root ------------------------------------------------
+@pytest.fixture
+def escape(tmp_path: Path) -> tuple[LocalObjectStore, Path]:
+    """A store whose root holds `out`, a link to a directory outside it with one file."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"not an object")
+    store = LocalObjectStore(tmp_path / "root", durable=False)
+    (store.root / "out").symlink_to(outside, target_is_directory=True)
+    return store, outside
+
+
+async def test_put_through_a_symlinked_directory_is_refused(
+    escape: tuple[LocalObjectStore, Path],
+) -> None:
+    store, outside = escape
+    for key in ("out/new", "out/secret", "out/deeper/new"):
+        with pytest.raises(StorageError, match="symbolic link"):
+            await store.put(key, b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    assert (outside / "secret").read_bytes() == b"not an object"
+
+
+async def test_get_through_a_symlink_is_refused(escape: tuple[LocalObjectStore, Path]) -> None:
+    store, outside = escape
+    (store.root / "linked-file").symlink_to(outside / "secret")
+    for key in ("out/secret", "linked-file"):
+        with pytest.raises(StorageError, match="symbolic link"):
+            await store.get(key)
+        with pytest.raises(StorageError, match="symbolic link"):
+            await store.get_range(key, 0, 1)
+
+
+async def test_delete_through_a_symlinked_directory_is_refused(
+    escape: tuple[LocalObjectStore, Path],
+) -> None:
+    store, outside = escape
+    await store.put("inside", b"x")
+    with pytest.raises(StorageError, match="symbolic link"):
+        await store.delete_many(["inside", "out/secret"])
+    assert (outside / "secret").exists()
+    assert await store.get("inside") == b"x"  # checked before anything was deleted
+
+
+async def test_listing_never_enters_a_symlink(escape: tuple[LocalObjectStore, Path]) -> None:
+    store, _ = escape
+    await store.put("inside", b"x")
+    assert [info.key async for info in store.list_all("")] == ["inside"]
+    with pytest.raises(StorageError, match="symbolic link"):
+        await store.list_page("out/")
