@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 from diskless import ManualClock, TopicPartition
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
 from diskless.coordinator import CommitBatch, SqliteBatchCoordinator
 from diskless.lifecycle import FileManager, FileManagerConfig
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
-from diskless.wal._keys import DEFAULT_OBJECT_PREFIX, new_object_key
 
 TOPIC = "bench"
 PARTITIONS = 16
@@ -77,7 +77,9 @@ async def _run(store_kind: str, objects: int, orphan_percent: int, directory: Pa
         if store_kind == "memory"
         else LocalObjectStore(directory / "objects", durable=False)
     )
-    coordinator = SqliteBatchCoordinator(directory / "coordinator.db", clock=clock)
+    coordinator = SqliteBatchCoordinator(
+        directory / "coordinator.db", clock=clock, commit_age_max_ms=45_000
+    )
     try:
         await coordinator.create_topic(TOPIC, PARTITIONS)
         epoch = await coordinator.register_broker(BROKER)

@@ -37,6 +37,12 @@ from diskless._fetch import (
     GETS_INFLIGHT_MAX_DEFAULT,
     FetchReader,
 )
+from diskless._limits import (
+    LEASE_TTL_MS_MAX,
+    backoff_ms,
+    check_commit_age_covers,
+    check_object_prefix,
+)
 from diskless._results import (
     BrokerStats,
     FetchResult,
@@ -57,12 +63,10 @@ from diskless.coordinator import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.coordinator._txn import LEASE_TTL_MS_MAX
 from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
 from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
 from diskless.storage import ObjectStore
-from diskless.wal import SegmentCache, WalConfig, WalEntry, WalWriter
-from diskless.wal._writer import UPLOAD_BACKOFF_EXPONENT_MAX, PendingWrite
+from diskless.wal import PendingWrite, SegmentCache, WalConfig, WalEntry, WalWriter
 
 _T = TypeVar("_T")
 _Prepared: TypeAlias = tuple[
@@ -91,9 +95,8 @@ def txn_lease_budget_ms(wal: WalConfig, margin_ms: int = TXN_LEASE_MARGIN_MS) ->
     them, then the commit waits for earlier segments and runs (`margin_ms`). A transaction lease
     must last at least this long, or a healthy broker's batch would find its lease expired.
     """
-    backoffs: int = sum(
-        wal.upload_backoff_ms * (1 << min(attempt, UPLOAD_BACKOFF_EXPONENT_MAX))
-        for attempt in range(wal.upload_attempts - 1)
+    backoffs = sum(
+        backoff_ms(wal.upload_backoff_ms, retry) for retry in range(wal.upload_attempts - 1)
     )
     return (
         wal.commit_interval_ms + wal.upload_attempts * wal.upload_timeout_ms + backoffs + margin_ms
@@ -235,6 +238,11 @@ class DisklessBroker:
         self._store = store
         self._coordinator = coordinator
         self._config = config if config is not None else BrokerConfig()
+        bounds = coordinator.commit_bounds
+        check_object_prefix("WalConfig.object_prefix", self._config.wal.object_prefix, bounds)
+        check_commit_age_covers(
+            "the WAL's commit budget", txn_lease_budget_ms(self._config.wal), bounds
+        )
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._cache = SegmentCache(self._config.wal.segment_cache_bytes_max)
         self._reader = FetchReader(

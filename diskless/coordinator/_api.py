@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from diskless._limits import CommitBounds
 from diskless._types import (
     ControlType,
     ErrorCode,
@@ -217,6 +218,12 @@ class BatchCoordinator(abc.ABC):
       process's lock) checks commit age, lease and producer expiry, retention and stamps file
       states with the time it actually lands.
     """
+
+    @property
+    @abc.abstractmethod
+    def commit_bounds(self) -> CommitBounds:
+        """The object prefix and commit-age bound it enforces, which writers and the file
+        manager check their own budgets against (`diskless._limits`)."""
 
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod

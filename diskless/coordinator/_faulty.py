@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from diskless._limits import CommitBounds
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import (
@@ -170,6 +171,10 @@ class FaultyBatchCoordinator(BatchCoordinator):
 
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
         return await self.inner.describe_producers(topic_partition)
+
+    @property
+    def commit_bounds(self) -> CommitBounds:
+        return self.inner.commit_bounds
 
     async def close(self) -> None:
         await self.inner.close()

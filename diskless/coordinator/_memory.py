@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 import msgspec
 from sortedcontainers import SortedDict
 
+from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, LEASE_TTL_MS_MAX, CommitBounds
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX, check_commit_age
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import _reads
@@ -50,10 +52,7 @@ from diskless.coordinator._rows import (
 )
 from diskless.coordinator._snapshots import producer_snapshot
 from diskless.coordinator._txn import (
-    COMMIT_AGE_MAX_MS_DEFAULT,
-    LEASE_TTL_MS_MAX,
     MarkerPlan,
-    check_commit_age,
     check_lease_grant,
     check_registration,
     plan_marker,
@@ -179,7 +178,7 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
         *,
         commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
-        object_prefix: str = "wal/",
+        object_prefix: str = DEFAULT_OBJECT_PREFIX,
     ) -> None:
         """`commit_age_max_ms`: see `SqliteBatchCoordinator` (None: no bound)."""
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -739,6 +738,10 @@ class InMemoryBatchCoordinator(BatchCoordinator):
             for pid in sorted(entries)
             if not is_expired(entries[pid], now, self._expiration_ms)
         ]
+
+    @property
+    def commit_bounds(self) -> CommitBounds:
+        return CommitBounds(self._object_prefix, self._commit_age_max_ms)
 
     async def close(self) -> None:
         self._closed = True

@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, LEASE_TTL_MS_MAX, CommitBounds
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX, check_commit_age
 from diskless._types import ErrorCode, TimestampType, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import _reads
@@ -65,9 +67,6 @@ from diskless.coordinator._rows import (
 from diskless.coordinator._snapshots import producer_snapshot
 from diskless.coordinator._sqlite_schema import SchemaTooNewError, migrate
 from diskless.coordinator._txn import (
-    COMMIT_AGE_MAX_MS_DEFAULT,
-    LEASE_TTL_MS_MAX,
-    check_commit_age,
     check_lease_grant,
     check_registration,
     plan_marker,
@@ -256,7 +255,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         busy_retry_s: float = BUSY_RETRY_S_MAX,
         *,
         commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
-        object_prefix: str = "wal/",
+        object_prefix: str = DEFAULT_OBJECT_PREFIX,
     ) -> None:
         """`commit_age_max_ms` bounds how late a commit may land: `commit_file` rejects a key
         (named `{object_prefix}{created_ms}-b…`, as `diskless.wal` names them) created more than
@@ -1200,6 +1199,10 @@ class SqliteBatchCoordinator(BatchCoordinator):
             ]
 
         return await self._run_read(describe)
+
+    @property
+    def commit_bounds(self) -> CommitBounds:
+        return CommitBounds(self._object_prefix, self._commit_age_max_ms)
 
     async def close(self) -> None:
         if self._closed:

@@ -38,16 +38,11 @@ from diskless.coordinator._rows import (
     TxnLease,
     TxnRegistration,
 )
-from diskless.errors import ObjectKeyConflictError
 from diskless.records import build_control_batch
 from diskless.txn import ProducerEntry, Rejected
 
 LEASE_POLL_INTERVAL_S: Final = 0.02
 """How often an end re-checks for leases released by commits (when no release signal exists)."""
-LEASE_TTL_MS_MAX: Final = 60 * 60 * 1000
-"""A longer lease is a configuration error: an end may wait that long for a dead broker."""
-COMMIT_AGE_MAX_MS_DEFAULT: Final = 240_000
-"""The oldest object (by the creation time in its key) that a commit may still name."""
 
 CONTROL_BATCH_BYTES: Final = len(
     build_control_batch(
@@ -125,27 +120,6 @@ def check_txn_commit(
     if lease.expires_ms <= now_ms:
         return Rejected(ErrorCode.INVALID_TXN_STATE, f"lease {lease_id} expired")
     return None
-
-
-def check_commit_age(
-    object_key: str, prefix: str, now_ms: int, commit_age_max_ms: int | None
-) -> None:
-    """A commit may not name an object created more than `commit_age_max_ms` ago.
-
-    This bounds how late a commit can land, which the file manager's orphan grace relies on
-    (`orphan_grace_ms > commit_age_max_ms + clock skew`). Keys without an encoded creation time
-    (not named by `diskless.wal`) are exempt. Raises ObjectKeyConflictError.
-    """
-    if commit_age_max_ms is None:
-        return
-    from diskless.wal._keys import object_key_time_ms  # here: diskless.wal imports us
-
-    created_ms = object_key_time_ms(object_key, prefix)
-    if created_ms is not None and created_ms < now_ms - commit_age_max_ms:
-        raise ObjectKeyConflictError(
-            f"object {object_key!r} was created {now_ms - created_ms} ms ago, more than "
-            f"commit_age_max_ms ({commit_age_max_ms}); the file manager may reclaim it"
-        )
 
 
 class MarkerPlan(msgspec.Struct):

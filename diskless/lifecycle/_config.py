@@ -31,7 +31,7 @@ coordinator's clock (default 240 000 ms). That bound holds even for a stalled (z
     orphan_grace_ms > commit_age_max_ms + clock_skew_max_ms
 
 is sufficient on its own (the skew being the worst difference between the coordinator's clock and
-this manager's). Set `commit_age_max_ms` to the coordinator's value to have it checked. The
+this manager's). The manager checks it against its coordinator's bound when it is created. The
 coordinators read their clock for that check inside the commit's transaction, so a commit that
 waited (behind other work or another process's lock) is judged by when it lands, not when it was
 sent.
@@ -52,8 +52,8 @@ from __future__ import annotations
 
 import msgspec
 
-from diskless.storage._base import DELETE_KEYS_MAX, LIST_PAGE_LIMIT_MAX
-from diskless.wal._keys import DEFAULT_OBJECT_PREFIX
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX
+from diskless.storage import DELETE_KEYS_MAX, LIST_PAGE_LIMIT_MAX
 
 ORPHAN_GRACE_MS_MIN = 1_000  # below this no upload + commit could ever be safe
 PERIOD_MS_MIN = 1  # a virtual clock may run cycles back to back; the real default is far larger
@@ -109,9 +109,6 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The writer's bound from naming an object to the end of its last commit attempt."""
     clock_skew_max_ms: int = 30_000
     """The worst clock difference between any broker (or the coordinator) and this manager."""
-    commit_age_max_ms: int | None = None
-    """The coordinator's commit-age bound (its `commit_age_max_ms`), when known: the grace must
-    exceed it plus the skew. None: only `commit_deadline_ms` is checked."""
     unreferenced_grace_ms: int = 60_000
     """Time a file stays UNREFERENCED (fetches in progress may still read it) or CONDEMNED
     (late commits are still rejected by name) before it is deleted and forgotten; must exceed
@@ -166,14 +163,6 @@ class FileManagerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"clock_skew_max_ms ({self.clock_skew_max_ms}): a manager whose clock runs ahead "
                 "would otherwise delete a condemned object and forget its record (which rejects "
                 "a late commit) as soon as it is condemned"
-            )
-        if self.commit_age_max_ms is not None and (
-            self.orphan_grace_ms <= self.commit_age_max_ms + self.clock_skew_max_ms
-        ):
-            raise ValueError(
-                f"orphan_grace_ms ({self.orphan_grace_ms}) must exceed the coordinator's "
-                f"commit_age_max_ms ({self.commit_age_max_ms}) + clock_skew_max_ms "
-                f"({self.clock_skew_max_ms}): a commit may land that late"
             )
         _check_between(
             "list_objects_per_cycle_max",

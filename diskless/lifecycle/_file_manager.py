@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from diskless._limits import check_object_prefix, check_orphan_grace
 from diskless.clock import Clock, SystemClock
-from diskless.coordinator._api import BatchCoordinator, FileStats
+from diskless.coordinator import BatchCoordinator, FileStats
 from diskless.errors import CoordinatorError, StorageError
 from diskless.lifecycle._config import FileManagerConfig
 from diskless.lifecycle._periodic import Periodic, PeriodicService
 from diskless.lifecycle._reconcile import ListingPass, Reconciler
 from diskless.lifecycle._stats import CycleReport, FileManagerStats
 from diskless.lifecycle._sweep import Sweeper, SweepPass
-from diskless.storage._base import ObjectStore
+from diskless.storage import ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ class FileManager(PeriodicService):
         clock: Clock | None = None,
     ) -> None:
         self._config = config if config is not None else FileManagerConfig()
+        bounds = coordinator.commit_bounds
+        check_object_prefix("FileManagerConfig.prefix", self._config.prefix, bounds)
+        check_orphan_grace(self._config.orphan_grace_ms, self._config.clock_skew_max_ms, bounds)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._coordinator = coordinator
         self._store = store

@@ -22,10 +22,10 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from diskless.coordinator._api import BatchCoordinator, FileState
+from diskless._object_keys import object_key_floor, object_key_time_ms
+from diskless.coordinator import BatchCoordinator, FileState
 from diskless.lifecycle._config import FileManagerConfig
-from diskless.storage._base import ObjectInfo, ObjectStore
-from diskless.wal._keys import object_key_floor, object_key_time_ms
+from diskless.storage import ObjectInfo, ObjectStore
 
 logger = logging.getLogger(__name__)
 

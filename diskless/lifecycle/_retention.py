@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from diskless.clock import Clock, SystemClock
-from diskless.coordinator._api import BatchCoordinator
+from diskless.coordinator import BatchCoordinator
 from diskless.lifecycle._config import RetentionSchedulerConfig
 from diskless.lifecycle._periodic import Periodic, PeriodicService
 from diskless.lifecycle._stats import RetentionRun, RetentionStats

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from diskless.coordinator._api import BatchCoordinator, FileInfo, FileState
+from diskless.coordinator import BatchCoordinator, FileInfo, FileState
 from diskless.errors import StorageError
 from diskless.lifecycle._config import FileManagerConfig
-from diskless.storage._base import ObjectStore
+from diskless.storage import ObjectStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,12 @@
 """Object stores: the interface, its backends, and wrappers for retries and fault injection."""
 
-from diskless.storage._base import ListPage, ObjectInfo, ObjectStore
+from diskless.storage._base import (
+    DELETE_KEYS_MAX,
+    LIST_PAGE_LIMIT_MAX,
+    ListPage,
+    ObjectInfo,
+    ObjectStore,
+)
 from diskless.storage._faulty import Fault, FaultyObjectStore, StoreOp
 from diskless.storage._forwarding import ForwardingObjectStore
 from diskless.storage._local import LocalObjectStore
@@ -11,6 +17,8 @@ from diskless.storage._stats import StoreStats
 
 __all__ = [
     # the interface
+    "DELETE_KEYS_MAX",
+    "LIST_PAGE_LIMIT_MAX",
     "ListPage",
     "ObjectInfo",
     "ObjectStore",

@@ -12,10 +12,11 @@ from diskless.wal._format import (
     read_footer,
     read_object_index,
 )
-from diskless.wal._writer import WalConfig, WalStats, WalWriter
+from diskless.wal._writer import PendingWrite, WalConfig, WalStats, WalWriter
 
 __all__ = [
     # the writer
+    "PendingWrite",
     "WalConfig",
     "WalEntry",
     "WalStats",

@@ -54,6 +54,8 @@ from typing import Final, cast
 
 import msgspec
 
+from diskless._limits import backoff_ms
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
 from diskless._types import ErrorCode
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator, CommitBatch, CommitBatchResult
@@ -67,7 +69,6 @@ from diskless.records import TRANSACTIONAL_BIT
 from diskless.storage import ObjectStore
 from diskless.wal._cache import SegmentCache
 from diskless.wal._format import IndexRow, WalEntry, encode_footer
-from diskless.wal._keys import DEFAULT_OBJECT_PREFIX, new_object_key
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,6 @@ LATENCY_SAMPLES_MAX: Final = 4096
 """Recent upload/commit latencies kept for `stats` (oldest dropped first)."""
 DEADLINES_COMPACT_MIN: Final = 1024
 """The deadline heap is rebuilt without finished requests once it is this big and half stale."""
-UPLOAD_BACKOFF_EXPONENT_MAX: Final = 10
 
 
 class WalConfig(msgspec.Struct, frozen=True):
@@ -806,8 +806,8 @@ class WalWriter:
                         error,
                     )
                     if attempt < attempts:
-                        exponent = min(attempt - 1, UPLOAD_BACKOFF_EXPONENT_MAX)
-                        await self._clock.sleep(self._config.upload_backoff_ms * 2**exponent / 1000)
+                        retry_ms = backoff_ms(self._config.upload_backoff_ms, attempt - 1)
+                        await self._clock.sleep(retry_ms / 1000)
                     continue
                 self._upload_latency.append(self._clock.monotonic() - started)
                 self._objects_uploaded += 1

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from diskless import Clock, ManualClock, TopicPartition
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
@@ -21,7 +22,6 @@ from diskless.storage import (
     MemoryObjectStore,
     ObjectStore,
 )
-from diskless.wal._keys import DEFAULT_OBJECT_PREFIX, new_object_key
 
 PREFIX = DEFAULT_OBJECT_PREFIX
 TOPIC = "events"
@@ -31,6 +31,9 @@ BROKER = 1
 # Small graces so tests move virtual time in seconds; the relation the config checks still holds.
 GRACE_MS = 10_000
 UNREFERENCED_GRACE_MS = 5_000
+COORDINATOR_OPTIONS: dict[str, object] = {"commit_age_max_ms": None}
+"""Coordinators without a commit-age bound: the suite tests the manager's own guards (the grace,
+condemned records), which must hold alone; test_late_commit covers the bound itself."""
 
 
 def config(**overrides: object) -> FileManagerConfig:

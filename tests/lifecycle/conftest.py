@@ -11,7 +11,7 @@ from diskless.clock import Clock
 from diskless.coordinator import BatchCoordinator
 from tests._backends import BACKENDS, open_coordinator
 from tests._s3server import running_s3_server
-from tests.lifecycle._helpers import CoordinatorFactory
+from tests.lifecycle._helpers import COORDINATOR_OPTIONS, CoordinatorFactory
 
 
 @pytest.fixture(params=BACKENDS)
@@ -21,7 +21,9 @@ async def new_coordinator(
     made: list[BatchCoordinator] = []
 
     def make(clock: Clock) -> BatchCoordinator:
-        coordinator = open_coordinator(request.param, tmp_path, clock, f"coordinator-{len(made)}")
+        coordinator = open_coordinator(
+            request.param, tmp_path, clock, f"coordinator-{len(made)}", **COORDINATOR_OPTIONS
+        )
         made.append(coordinator)
         return coordinator
 

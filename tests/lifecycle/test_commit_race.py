@@ -91,8 +91,10 @@ async def _stalled_produce(
     return c, gated, broker, produce, key
 
 
-async def _read_all(c: Cluster) -> list[bytes | None]:
-    async with DisklessBroker(READER_BROKER, c.store, c.coordinator, clock=c.clock) as reader:
+async def _read_all(c: Cluster, config: BrokerConfig | None = None) -> list[bytes | None]:
+    async with DisklessBroker(
+        READER_BROKER, c.store, c.coordinator, config, clock=c.clock
+    ) as reader:
         fetched = await reader.fetch({TP: 0})
     values: list[bytes | None] = []
     data = fetched[TP].records

@@ -26,7 +26,6 @@ from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
 from tests.coordinator._lock_holder import WriteLockHolder
 from tests.lifecycle._helpers import (
-    GRACE_MS,
     TP,
     UNREFERENCED_GRACE_MS,
     Cluster,
@@ -36,7 +35,10 @@ from tests.lifecycle._helpers import (
 from tests.lifecycle.test_commit_race import GatedCoordinator, _read_all, clock_advance
 from tests.wal._helpers import build_batch
 
-COMMIT_AGE_MAX_MS = GRACE_MS - 2_000  # what the manager's grace allows (skew 1 000 ms)
+COMMIT_AGE_MAX_MS = 25_000
+"""Above the test WAL's commit budget (about 11 s), below what the manager's grace allows."""
+ORPHAN_GRACE_MS = COMMIT_AGE_MAX_MS + 2_000  # skew 1 000 ms
+WAL = WalConfig(commit_interval_ms=10, upload_timeout_ms=1_000, upload_attempts=1)
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ async def sqlite_pair(tmp_path: Path) -> AsyncIterator[tuple[Cluster, SqliteBatc
 
 
 def _manager(c: Cluster, coordinator: SqliteBatchCoordinator) -> FileManager:
-    return FileManager(c.store, coordinator, config(commit_age_max_ms=COMMIT_AGE_MAX_MS), c.clock)
+    return FileManager(c.store, coordinator, config(orphan_grace_ms=ORPHAN_GRACE_MS), c.clock)
 
 
 async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_object(
@@ -74,7 +76,7 @@ async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_obj
         1,
         c.store,
         gated,
-        BrokerConfig(wal=WalConfig(commit_interval_ms=10), request_timeout_ms=3_600_000),
+        BrokerConfig(wal=WAL, request_timeout_ms=3_600_000),
         clock=c.clock,
     )
     await broker.start()
@@ -89,7 +91,7 @@ async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_obj
         [key] = await c.keys()  # uploaded; its commit was called while the key was young
 
         manager = _manager(c, manager_handle)
-        await clock_advance(c, GRACE_MS / 1000 + 1)
+        await clock_advance(c, ORPHAN_GRACE_MS / 1000 + 1)
         assert (await manager.run_cycle()).orphans_condemned == 1
         await clock_advance(c, UNREFERENCED_GRACE_MS / 1000 + 1)
         assert (await manager.run_cycle()).deleted_objects == 1
@@ -105,7 +107,9 @@ async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_obj
     [outcome] = gated.outcomes
     assert isinstance(outcome, ObjectKeyConflictError)
     assert await c.state(key) is None
-    assert await _read_all(c) == []  # nothing acknowledged, nothing pointing at a lost object
+    assert (
+        await _read_all(c, BrokerConfig(wal=WAL)) == []
+    )  # nothing acknowledged, nothing pointing at a lost object
     await broker.close()
 
 
@@ -126,9 +130,9 @@ async def test_commit_waiting_for_another_process_lock_is_judged_when_it_lands(
 
     # The object is an orphan like any other: condemned, then deleted, never acknowledged.
     manager = _manager(c, manager_handle)
-    await c.clock.advance(GRACE_MS / 1000)
+    await c.clock.advance(ORPHAN_GRACE_MS / 1000)
     assert (await manager.run_cycle()).orphans_condemned == 1
     await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
     assert (await manager.run_cycle()).deleted_objects == 1
     assert await c.keys() == []
-    assert await _read_all(c) == []
+    assert await _read_all(c, BrokerConfig(wal=WAL)) == []

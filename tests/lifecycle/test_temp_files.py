@@ -61,7 +61,7 @@ async def test_file_manager_removes_a_killed_uploads_temp_file(tmp_path: Path) -
     assert not (root / PREFIX / "killed").exists()
 
     clock = ManualClock()
-    coordinator = InMemoryBatchCoordinator(clock=clock)
+    coordinator = InMemoryBatchCoordinator(clock=clock, commit_age_max_ms=None)
     await coordinator.create_topic(TOPIC, 1)
     manager = FileManager(store, coordinator, config(temp_sweep_interval_ms=60_000), clock)
     report = await manager.run_cycle()
@@ -82,6 +82,6 @@ async def test_stores_without_temp_files_have_nothing_to_reclaim() -> None:
     clock = ManualClock()
     store = MemoryObjectStore(clock)
     assert await store.remove_stale_temp_files(0) == 0
-    coordinator = InMemoryBatchCoordinator(clock=clock)
+    coordinator = InMemoryBatchCoordinator(clock=clock, commit_age_max_ms=None)
     report = await FileManager(store, coordinator, config(), clock).run_cycle()
     assert report.errors == 0

@@ -7,9 +7,11 @@ import diskless.storage
 
 def test_all_is_exactly_the_public_surface() -> None:
     assert sorted(diskless.storage.__all__) == [
+        "DELETE_KEYS_MAX",
         "Fault",
         "FaultyObjectStore",
         "ForwardingObjectStore",
+        "LIST_PAGE_LIMIT_MAX",
         "ListPage",
         "LocalObjectStore",
         "MemoryObjectStore",

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
 from diskless._types import ControlType, ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import (
@@ -27,7 +28,6 @@ from diskless.coordinator import (
 from diskless.coordinator._txn import CONTROL_BATCH_BYTES
 from diskless.errors import BrokerFencedError, ObjectKeyConflictError
 from diskless.txn import TransactionParticipant
-from diskless.wal._keys import DEFAULT_OBJECT_PREFIX, new_object_key
 from tests.coordinator._helpers import Committer, batch
 
 from .conftest import drive, step
@@ -385,26 +385,51 @@ def test_default_prefix_matches_the_wal() -> None:
 
 def test_commit_age_bound_relations() -> None:
     from diskless._broker import BrokerConfig, txn_lease_budget_ms
-    from diskless.coordinator._txn import COMMIT_AGE_MAX_MS_DEFAULT
-    from diskless.lifecycle import FileManagerConfig
+    from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT
+    from diskless.lifecycle import FileManager, FileManagerConfig
+    from diskless.storage import MemoryObjectStore
     from diskless.wal import WalConfig
 
     # The WAL's whole budget (and so a healthy lease) fits inside the commit-age bound...
     assert txn_lease_budget_ms(WalConfig()) < COMMIT_AGE_MAX_MS_DEFAULT
     assert BrokerConfig().txn_lease_ms == txn_lease_budget_ms(WalConfig())
     # ...and the file manager's default grace exceeds the bound plus the skew.
-    assert FileManagerConfig(commit_age_max_ms=COMMIT_AGE_MAX_MS_DEFAULT).orphan_grace_ms > (
-        COMMIT_AGE_MAX_MS_DEFAULT
-    )
-    with pytest.raises(ValueError, match="commit_age_max_ms"):
-        FileManagerConfig(orphan_grace_ms=250_000, commit_age_max_ms=COMMIT_AGE_MAX_MS_DEFAULT)
+    coordinator = InMemoryBatchCoordinator()
+    assert coordinator.commit_bounds.commit_age_max_ms == COMMIT_AGE_MAX_MS_DEFAULT
+    FileManager(MemoryObjectStore(), coordinator)
+    with pytest.raises(ValueError, match=r"orphan_grace_ms .* commit_age_max_ms"):
+        FileManager(MemoryObjectStore(), coordinator, FileManagerConfig(orphan_grace_ms=250_000))
     with pytest.raises(ValueError, match="txn_lease_ttl_ms"):
         BrokerConfig(txn_lease_ttl_ms=1_000)
 
 
+def test_settings_that_disagree_with_the_coordinator_fail_at_construction() -> None:
+    from diskless._broker import BrokerConfig
+
+    """Each link of the budget chain is checked where its two sides meet, naming both."""
+    from diskless import DisklessBroker
+    from diskless.lifecycle import FileManager, FileManagerConfig
+    from diskless.storage import MemoryObjectStore
+    from diskless.wal import WalConfig
+
+    store = MemoryObjectStore()
+    strict = InMemoryBatchCoordinator(commit_age_max_ms=60_000)
+    slow_wal = BrokerConfig(wal=WalConfig(upload_timeout_ms=30_000))  # 3 attempts: 90 s
+    with pytest.raises(ValueError, match=r"commit budget .* commit_age_max_ms"):
+        DisklessBroker(1, store, strict, slow_wal)
+    DisklessBroker(1, store, strict, BrokerConfig(wal=WalConfig(upload_timeout_ms=10_000)))
+    with pytest.raises(ValueError, match=r"object_prefix .* object_prefix"):
+        DisklessBroker(1, store, strict, BrokerConfig(wal=WalConfig(object_prefix="other/")))
+    with pytest.raises(ValueError, match=r"FileManagerConfig\.prefix .* object_prefix"):
+        FileManager(store, strict, FileManagerConfig(prefix="other/"))
+    unbounded = InMemoryBatchCoordinator(commit_age_max_ms=None)
+    DisklessBroker(1, store, unbounded, slow_wal)
+    FileManager(store, unbounded, FileManagerConfig(orphan_grace_ms=250_000))
+
+
 def test_lease_longer_than_the_coordinator_allows_is_a_config_error() -> None:
     from diskless._broker import BrokerConfig
-    from diskless.coordinator._txn import LEASE_TTL_MS_MAX
+    from diskless._limits import LEASE_TTL_MS_MAX
 
     with pytest.raises(ValueError, match="exceeds"):
         BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX + 1)

@@ -53,6 +53,7 @@ def test_public_names() -> None:
     import diskless.wal
 
     assert set(diskless.wal.__all__) == {
+        "PendingWrite",
         "WalConfig",
         "WalEntry",
         "WalStats",
