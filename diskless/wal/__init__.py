@@ -1,6 +1,7 @@
 """The write pipeline: shared WAL segments, uploads and ordered commits."""
 
 from diskless.wal._cache import SegmentCache
+from diskless.wal._config import WalConfig, WalStats
 from diskless.wal._format import (
     FORMAT_VERSION,
     TRAILER_SIZE,
@@ -8,11 +9,12 @@ from diskless.wal._format import (
     WalEntry,
     WalFormatError,
     encode_footer,
-    encode_segment,
     read_footer,
     read_object_index,
 )
-from diskless.wal._writer import PendingWrite, WalConfig, WalStats, WalWriter
+from diskless.wal._request import PendingWrite
+from diskless.wal._segment import encode_segment
+from diskless.wal._writer import WalWriter
 
 __all__ = [
     # the writer

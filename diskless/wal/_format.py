@@ -86,39 +86,6 @@ def encode_footer(index: Sequence[SegmentIndexEntry] | Sequence[IndexRow]) -> by
     return footer + trailer
 
 
-def index_entry(
-    topic_partition: TopicPartition, header: BatchHeader, byte_offset: int
-) -> SegmentIndexEntry:
-    """The footer row of a batch placed at `byte_offset`."""
-    return SegmentIndexEntry(
-        topic=topic_partition.topic,
-        partition=topic_partition.partition,
-        byte_offset=byte_offset,
-        size=header.size,
-        record_count=header.records_count,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-    )
-
-
-def encode_segment(entries: Sequence[WalEntry]) -> tuple[bytes, list[SegmentIndexEntry]]:
-    """A whole WAL object for `entries`, in order, and its index (what `read_footer` returns).
-
-    The writer builds objects incrementally; this one-shot form is for tools and tests.
-    """
-    parts: list[bytes | memoryview] = []
-    index: list[SegmentIndexEntry] = []
-    position = 0
-    for entry in entries:
-        view = entry.header.bytes_view()
-        parts.append(view)
-        index.append(index_entry(entry.topic_partition, entry.header, position))
-        position += len(view)
-    parts.append(encode_footer(index))
-    return b"".join(parts), index
-
-
 def parse_trailer(tail: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(footer length, footer CRC) from the last TRAILER_SIZE bytes of `tail`."""
     if len(tail) < TRAILER_SIZE:

@@ -346,7 +346,8 @@ async def test_backpressure_bounds_inflight_bytes_under_a_flood() -> None:
             seen.append(writer.inflight_bytes)
             return await super().commit_file(*args, **kwargs)  # type: ignore[arg-type]
 
-    writer._coordinator = Probe(rig.coordinator.inner)  # observe in-flight bytes at each commit
+    # Observe in-flight bytes at each commit.
+    writer._pipeline._coordinator = Probe(rig.coordinator.inner)
     writes = [
         writer.write([entry(TopicPartition("t", i % 4), sized_batch(300, tag=i))], timeout_s=600)
         for i in range(200)

@@ -1,0 +1,74 @@
+"""The write pipeline's limits, and the snapshot of its counters."""
+
+from __future__ import annotations
+
+import msgspec
+
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX
+
+
+class WalConfig(msgspec.Struct, frozen=True):
+    """Limits of the write pipeline. Related limits are checked against each other on creation."""
+
+    buffer_max_bytes: int = 8 * 1024 * 1024
+    """Rotate the active segment when it reaches this many bytes of batches."""
+    commit_interval_ms: int = 250
+    """...or this long after its first write."""
+    uploads_inflight_max: int = 8
+    inflight_bytes_max: int = 64 * 1024 * 1024
+    """Backpressure: `write` waits while buffered + uploading + committing bytes would exceed it."""
+    upload_attempts: int = 3
+    upload_backoff_ms: int = 100
+    """Sleep before the second attempt; doubles for each further attempt."""
+    upload_timeout_ms: int = 30_000
+    """An upload attempt still running after this long counts as failed."""
+    object_prefix: str = DEFAULT_OBJECT_PREFIX
+    segment_cache_bytes_max: int = 32 * 1024 * 1024
+    """Size of the SegmentCache a writer creates when none is given (0 disables caching)."""
+
+    def __post_init__(self) -> None:
+        if self.buffer_max_bytes < 1:
+            raise ValueError(f"buffer_max_bytes must be >= 1, got {self.buffer_max_bytes}")
+        if self.commit_interval_ms < 0:
+            raise ValueError(f"commit_interval_ms must be >= 0, got {self.commit_interval_ms}")
+        if self.uploads_inflight_max < 1:
+            raise ValueError(f"uploads_inflight_max must be >= 1, got {self.uploads_inflight_max}")
+        if self.inflight_bytes_max < self.buffer_max_bytes:
+            raise ValueError(
+                f"inflight_bytes_max ({self.inflight_bytes_max}) must be >= buffer_max_bytes "
+                f"({self.buffer_max_bytes}): a full segment must fit in flight"
+            )
+        if self.upload_attempts < 1:
+            raise ValueError(f"upload_attempts must be >= 1, got {self.upload_attempts}")
+        if self.upload_timeout_ms < 1:
+            raise ValueError(f"upload_timeout_ms must be >= 1, got {self.upload_timeout_ms}")
+        if self.upload_backoff_ms < 0:
+            raise ValueError(f"upload_backoff_ms must be >= 0, got {self.upload_backoff_ms}")
+        if self.object_prefix and not self.object_prefix.endswith("/"):
+            raise ValueError(f"object_prefix must be empty or end in '/': {self.object_prefix!r}")
+        if self.segment_cache_bytes_max < 0:
+            raise ValueError(
+                f"segment_cache_bytes_max must be >= 0, got {self.segment_cache_bytes_max}"
+            )
+
+
+class WalStats(msgspec.Struct, frozen=True):
+    """A snapshot of a writer's counters. Latencies are seconds of the writer's clock."""
+
+    segments_rotated: int
+    objects_uploaded: int
+    object_bytes_uploaded: int
+    upload_attempts_failed: int
+    segments_upload_failed: int
+    commits: int
+    commits_failed: int
+    batches_committed: int
+    """Batches answered by the coordinator (accepted, duplicate or rejected)."""
+    requests: int
+    requests_timed_out: int
+    inflight_bytes: int
+    inflight_bytes_max_observed: int
+    upload_latency_s: tuple[float, ...]
+    """The most recent successful uploads (retries included), oldest first."""
+    commit_latency_s: tuple[float, ...]
+    fenced: bool

@@ -1,0 +1,228 @@
+"""Upload then commit: each sealed segment uploads at once (bounded), and commits in order.
+
+Commit N waits for upload N and for commit N-1 only, so a slow later upload never blocks an
+earlier commit, and a producer's pipelined requests are sequenced in the order they were appended.
+An upload attempt longer than `upload_timeout_ms` counts as failed, so a hung PUT cannot stall
+the ordered commits of later segments forever. Commits have no timeout of their own: abandoning a
+commit would not stop it from being applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from diskless._limits import backoff_ms
+from diskless._types import ErrorCode
+from diskless.clock import Clock
+from diskless.coordinator import BatchCoordinator, CommitBatchResult
+from diskless.errors import BrokerFencedError, CoordinatorError, StorageTimeoutError
+from diskless.storage import ObjectStore
+from diskless.wal._cache import SegmentCache
+from diskless.wal._config import WalConfig
+from diskless.wal._request import error_result
+from diskless.wal._segment import Segment
+
+log = logging.getLogger(__name__)
+
+LATENCY_SAMPLES_MAX: Final = 4096
+"""Recent upload/commit latencies kept for `stats` (oldest dropped first)."""
+
+
+class SegmentPipeline:
+    """Runs one task per sealed segment: upload, wait for the previous segment, commit, answer.
+
+    `fenced` tells whether the broker was fenced (its segments then fail without a commit);
+    `on_fenced` is called when a commit learns it was; `release` returns a resolved segment's
+    in-flight bytes to admission.
+    """
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        broker_epoch: int,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        config: WalConfig,
+        clock: Clock,
+        cache: SegmentCache,
+        fenced_result: CommitBatchResult,
+        fenced: Callable[[], bool],
+        on_fenced: Callable[[], None],
+        release: Callable[[int], None],
+    ) -> None:
+        self._broker_id = broker_id
+        self._broker_epoch = broker_epoch
+        self._store = store
+        self._coordinator = coordinator
+        self._config = config
+        self._clock = clock
+        self._cache = cache
+        self._fenced_result = fenced_result
+        self._fenced = fenced
+        self._on_fenced = on_fenced
+        self._release = release
+        self._upload_slots = asyncio.Semaphore(config.uploads_inflight_max)
+        self._last_done: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+        self.objects_uploaded = 0
+        self.object_bytes_uploaded = 0
+        self.upload_attempts_failed = 0
+        self.segments_upload_failed = 0
+        self.commits = 0
+        self.commits_failed = 0
+        self.batches_committed = 0
+        self.upload_latency: collections.deque[float] = collections.deque(
+            maxlen=LATENCY_SAMPLES_MAX
+        )
+        self.commit_latency: collections.deque[float] = collections.deque(
+            maxlen=LATENCY_SAMPLES_MAX
+        )
+
+    def launch(self, segment: Segment) -> None:
+        """Start the sealed `segment`'s upload; its commit follows the previous segment's."""
+        segment.done = asyncio.get_running_loop().create_future()
+        previous = self._last_done
+        self._last_done = segment.done
+        task = asyncio.create_task(
+            self._run(segment, previous), name=f"wal-segment-{segment.number}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel(self) -> None:
+        """Abandon every segment under way: their batches fail with an unknown outcome."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def drain(self) -> None:
+        """Wait until every launched segment has resolved."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self, segment: Segment, previous: asyncio.Future[None] | None) -> None:
+        assert segment.done is not None
+        try:
+            uploaded = await self._upload(segment)
+            if previous is not None:
+                await asyncio.wait([previous])  # never cancels `previous` if we are cancelled
+            if self._fenced():
+                segment.fail(self._fenced_result)
+            elif not uploaded:
+                self.segments_upload_failed += 1
+                segment.fail(
+                    error_result(
+                        ErrorCode.KAFKA_STORAGE_ERROR,
+                        f"upload of {segment.key} failed after "
+                        f"{self._config.upload_attempts} attempts",
+                    )
+                )
+            else:
+                await self._commit(segment)
+        except asyncio.CancelledError:
+            segment.fail(
+                error_result(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    "the broker closed before the batch was committed; outcome unknown",
+                )
+            )
+            raise
+        except Exception:
+            log.exception("segment %s failed unexpectedly", segment.key)
+            segment.fail(
+                error_result(ErrorCode.KAFKA_STORAGE_ERROR, "internal error in the WAL writer")
+            )
+        finally:
+            segment.resolved = True
+            self._release(segment.batch_bytes)
+            segment.done.set_result(None)
+            segment.data = b""  # the cache holds its own reference when it keeps one
+            segment.batches = []
+            segment.slots = []
+
+    async def _upload(self, segment: Segment) -> bool:
+        attempts = self._config.upload_attempts
+        async with self._upload_slots:
+            started = self._clock.monotonic()
+            for attempt in range(1, attempts + 1):
+                try:
+                    await self._put_within_timeout(segment)
+                except Exception as error:
+                    self.upload_attempts_failed += 1
+                    log.warning(
+                        "upload of %s failed (attempt %d/%d): %r",
+                        segment.key,
+                        attempt,
+                        attempts,
+                        error,
+                    )
+                    if attempt < attempts:
+                        retry_ms = backoff_ms(self._config.upload_backoff_ms, attempt - 1)
+                        await self._clock.sleep(retry_ms / 1000)
+                    continue
+                self.upload_latency.append(self._clock.monotonic() - started)
+                self.objects_uploaded += 1
+                self.object_bytes_uploaded += len(segment.data)
+                self._cache.put(segment.key, segment.data)
+                return True
+        log.error("giving up on %s after %d attempts", segment.key, attempts)
+        return False
+
+    async def _put_within_timeout(self, segment: Segment) -> None:
+        """One PUT attempt, abandoned after `upload_timeout_ms` of the writer's clock (the
+        object may still appear: an orphan for the file manager, since its key is never
+        committed)."""
+        put = asyncio.ensure_future(self._store.put(segment.key, segment.data))
+        timer = asyncio.ensure_future(self._clock.sleep(self._config.upload_timeout_ms / 1000))
+        try:
+            await asyncio.wait([put, timer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not put.done():
+                put.cancel()
+                await asyncio.wait([put])
+        if put.cancelled():
+            raise StorageTimeoutError(
+                f"PUT of {segment.key} took over {self._config.upload_timeout_ms} ms"
+            )
+        put.result()
+
+    async def _commit(self, segment: Segment) -> None:
+        batches = segment.batches
+        started = self._clock.monotonic()
+        try:
+            results = await self._coordinator.commit_file(
+                segment.key, self._broker_id, self._broker_epoch, len(segment.data), batches
+            )
+        except BrokerFencedError:
+            log.error(
+                "broker %d epoch %d fenced while committing %s; refusing further writes",
+                self._broker_id,
+                self._broker_epoch,
+                segment.key,
+            )
+            self.commits_failed += 1
+            self._on_fenced()
+            segment.fail(self._fenced_result)
+            return
+        except CoordinatorError as error:
+            log.warning(
+                "commit of %s failed (%r); object left for the file manager", segment.key, error
+            )
+            self.commits_failed += 1
+            segment.fail(
+                error_result(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"commit failed or outcome unknown: {error}"
+                )
+            )
+            return
+        assert len(results) == len(batches), (len(results), len(batches))
+        self.commit_latency.append(self._clock.monotonic() - started)
+        self.commits += 1
+        self.batches_committed += len(batches)
+        segment.answer(results)

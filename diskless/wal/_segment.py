@@ -1,0 +1,120 @@
+"""A segment: the batches of one future WAL object, and the one place its footer rows are made."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from diskless.coordinator import CommitBatch, CommitBatchResult
+from diskless.records import TRANSACTIONAL_BIT
+from diskless.wal._format import IndexRow, SegmentIndexEntry, WalEntry, encode_footer
+from diskless.wal._request import PendingWrite
+
+
+class Segment:
+    """Batches by reference to the callers' buffers until `seal` joins them, with their footer,
+    into the object's bytes: one copy per batch, and the same object is uploaded and cached."""
+
+    __slots__ = (
+        "batch_bytes",
+        "batches",
+        "data",
+        "done",
+        "key",
+        "number",
+        "opened_at",
+        "parts",
+        "resolved",
+        "slots",
+    )
+
+    def __init__(self, opened_at: float) -> None:
+        self.opened_at = opened_at
+        self.parts: list[memoryview | bytes] = []
+        self.data = b""
+        """The whole object (batches + footer), built once by `seal`."""
+        self.batches: list[CommitBatch] = []
+        self.slots: list[tuple[PendingWrite, int]] = []
+        """Who waits for each batch: (request, entry index)."""
+        self.batch_bytes = 0
+        self.number = -1
+        self.key = ""
+        self.done: asyncio.Future[None] | None = None
+        """Set when the segment resolved (committed or failed): the next commit may go."""
+        self.resolved = False
+
+    def add(self, entry: WalEntry, size: int) -> int:
+        """Place `entry`'s batch (of `size` bytes) at the end; returns its part number."""
+        header = entry.header
+        position = header.position
+        view = header.buffer[position : position + size]  # header.bytes_view(), inlined
+        self.batches.append(
+            CommitBatch(
+                topic_partition=entry.topic_partition,
+                byte_offset=self.batch_bytes,
+                size=size,
+                record_count=header.records_count,
+                base_timestamp=header.base_timestamp,
+                max_timestamp=header.max_timestamp,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                is_transactional=bool(header.attributes & TRANSACTIONAL_BIT),
+                lease_id=entry.lease_id,
+            )
+        )
+        self.parts.append(view)
+        self.batch_bytes += size
+        return len(self.parts) - 1
+
+    def own_part(self, at: int) -> None:
+        """Copy part `at` out of its caller's buffer, which the caller is about to reuse."""
+        self.parts[at] = bytes(self.parts[at])
+
+    def index_rows(self) -> list[IndexRow]:
+        """The footer's rows: every batch with its partition and producer fields."""
+        return [
+            (
+                batch.topic_partition.topic,
+                batch.topic_partition.partition,
+                batch.byte_offset,
+                batch.size,
+                batch.record_count,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+            )
+            for batch in self.batches
+        ]
+
+    def seal(self) -> None:
+        """Join the batches and the footer into the object's bytes."""
+        assert not self.data
+        self.parts.append(encode_footer(self.index_rows()))
+        self.data = b"".join(self.parts)
+        self.parts = []
+        assert len(self.data) > self.batch_bytes
+
+    def fail(self, result: CommitBatchResult) -> None:
+        """Answer every waiting batch with `result`, once."""
+        if self.resolved:
+            return
+        self.resolved = True
+        for request, index in self.slots:
+            request.answer(index, result)
+
+    def answer(self, results: Sequence[CommitBatchResult]) -> None:
+        """Hand the coordinator's results to their waiters; `results[i]` answers batch i."""
+        assert len(results) == len(self.slots), (len(results), len(self.slots))
+        for (request, index), result in zip(self.slots, results, strict=True):
+            request.answer(index, result)
+
+
+def encode_segment(entries: Sequence[WalEntry]) -> tuple[bytes, list[SegmentIndexEntry]]:
+    """A whole WAL object for `entries`, in order, and its index (what `read_footer` returns),
+    built as the writer builds one; for tools and tests."""
+    segment = Segment(0.0)
+    for entry in entries:
+        segment.add(entry, entry.header.size)
+    segment.seal()
+    return segment.data, [SegmentIndexEntry(*row) for row in segment.index_rows()]

@@ -1,0 +1,188 @@
+"""Unit: each stage of the write path on its own (admission, segment, deadlines, pipeline)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from diskless import ManualClock, TopicPartition
+from diskless._types import ErrorCode
+from diskless.coordinator import CommitBatchResult, InMemoryBatchCoordinator
+from diskless.storage import FaultyObjectStore, MemoryObjectStore
+from diskless.wal import SegmentCache, WalConfig, read_footer
+from diskless.wal._admission import Admission
+from diskless.wal._deadlines import DeadlineWatcher
+from diskless.wal._pipeline import SegmentPipeline
+from diskless.wal._request import CLOSING, PendingWrite
+from diskless.wal._segment import Segment
+from tests.wal._helpers import build_batch, entry, sized_batch
+from tests.wal._rig import GatedStore, RecordingCoordinator, settle
+
+TP = TopicPartition("t", 0)
+
+
+def request(count: int = 1, admit_by: float = 1e9) -> PendingWrite:
+    batches = [sized_batch(100, tag=i) for i in range(count)]
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    return PendingWrite([entry(TP, b) for b in batches], admit_by, future)
+
+
+# --- admission ---------------------------------------------------------------------------------
+async def test_admission_grants_first_come_first_served_within_the_budget() -> None:
+    blocked: list[int] = []
+    admission = Admission(300, lambda: blocked.append(1))
+    first, second, third = request(), request(), request()
+    assert admission.admit_now(200, first)
+    admission.end_turn(first)
+    assert not admission.admit_now(200, second)  # 400 > 300
+    second_wait = asyncio.ensure_future(admission.wait(200, second))
+    third_wait = asyncio.ensure_future(admission.wait(50, third))
+    await settle()
+    assert blocked, "queued writers tell the writer, which may rotate its segment"
+    assert not second_wait.done() and not third_wait.done()  # 50 fits, but second is ahead
+    admission.release(200)
+    await settle()
+    assert second_wait.result() is None and not third_wait.done()  # second holds the turn
+    admission.end_turn(second)
+    await settle()
+    assert third_wait.result() is None
+    assert admission.inflight_bytes == 250 == admission.inflight_bytes_max_observed
+
+
+async def test_admission_admits_an_oversized_batch_alone_and_refuses_waiters_on_close() -> None:
+    admission = Admission(100, lambda: None)
+    big, other = request(), request()
+    assert admission.admit_now(500, big)  # nothing in flight: admitted alone
+    admission.end_turn(big)
+    waiting = asyncio.ensure_future(admission.wait(10, other))
+    await settle()
+    admission.refuse_all(CLOSING)
+    assert await waiting == CLOSING
+    assert admission.first_waiting() is None
+
+
+# --- segment -----------------------------------------------------------------------------------
+def test_a_sealed_segment_is_its_batches_then_a_footer_that_lists_them() -> None:
+    batches = [build_batch([b"a"]), build_batch([b"bb", b"cc"]), sized_batch(300, tag=7)]
+    segment = Segment(0.0)
+    for i, data in enumerate(batches):
+        assert segment.add(entry(TopicPartition("t", i), data), len(data)) == i
+    segment.seal()
+    assert segment.data.startswith(b"".join(batches))
+    index = read_footer(segment.data)
+    assert [(e.partition, e.byte_offset, e.size) for e in index] == [
+        (0, 0, len(batches[0])),
+        (1, len(batches[0]), len(batches[1])),
+        (2, len(batches[0]) + len(batches[1]), len(batches[2])),
+    ]
+    assert [b.byte_offset for b in segment.batches] == [e.byte_offset for e in index]
+
+
+def test_an_owned_part_no_longer_sees_the_callers_buffer() -> None:
+    buffer = bytearray(build_batch([b"value"]))
+    segment = Segment(0.0)
+    at = segment.add(entry(TP, buffer), len(buffer))
+    segment.own_part(at)
+    original = bytes(buffer)
+    buffer[-1] ^= 0xFF  # the caller reuses its buffer
+    segment.seal()
+    assert segment.data.startswith(original)
+
+
+# --- deadlines ---------------------------------------------------------------------------------
+async def test_the_watcher_calls_back_at_each_deadline_in_order_on_the_injected_clock() -> None:
+    clock = ManualClock()
+    start = clock.monotonic()
+    due: list[tuple[int, float]] = []
+    requests = [request() for _ in range(3)]
+    watcher = DeadlineWatcher(clock, lambda r, now: due.append((requests.index(r), now)), lambda: 3)
+    watcher.start("test-deadlines")
+    watcher.watch(requests[0], start + 5)
+    watcher.watch(requests[1], start + 1)
+    await settle()
+    watcher.watch(requests[2], start + 0.5)  # earlier than the one being slept for
+    for _ in range(60):
+        await clock.advance(0.1)
+        await settle(3)
+    await watcher.close()
+    assert [index for index, _ in due] == [2, 1, 0]
+    assert all(now >= start + at for (_, now), at in zip(due, (0.5, 1, 5), strict=True))
+
+
+# --- pipeline ----------------------------------------------------------------------------------
+async def test_commits_go_in_launch_order_even_when_a_later_upload_finishes_first() -> None:
+    clock = ManualClock()
+    store = GatedStore(MemoryObjectStore(clock))
+    coordinator = RecordingCoordinator(InMemoryBatchCoordinator(clock=clock))
+    await coordinator.create_topic("t", 1)
+    epoch = await coordinator.register_broker(1)
+    released: list[int] = []
+    pipeline = SegmentPipeline(
+        broker_id=1,
+        broker_epoch=epoch,
+        store=store,
+        coordinator=coordinator,
+        config=WalConfig(),
+        clock=clock,
+        cache=SegmentCache(0),
+        fenced_result=CommitBatchResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        fenced=lambda: False,
+        on_fenced=lambda: None,
+        release=released.append,
+    )
+    writes = [request(), request()]
+    segments = []
+    for number, write in enumerate(writes):
+        segment = Segment(0.0)
+        segment.add(write.entries[0], write.entries[0].header.size)
+        segment.slots.append((write, 0))
+        segment.number, segment.key = number, f"wal/{number}"
+        segment.seal()
+        pipeline.launch(segment)
+        segments.append(segment)
+    await settle()
+    store.open("wal/1")  # the later upload finishes first...
+    await settle()
+    assert coordinator.committed_keys == []  # ...but its commit waits for segment 0
+    store.open("wal/0")
+    await pipeline.drain()
+    assert coordinator.committed_keys == ["wal/0", "wal/1"]
+    assert [w.results[0].base_offset for w in writes if w.results[0]] == [0, 1]
+    assert released == [s.batch_bytes for s in segments]
+    assert pipeline.commits == 2 and pipeline.objects_uploaded == 2
+
+
+@pytest.mark.parametrize("attempts", [1, 3])
+async def test_a_segment_whose_upload_keeps_failing_fails_its_batches(attempts: int) -> None:
+    clock = ManualClock()
+    store = FaultyObjectStore(MemoryObjectStore(clock), random.Random(0), put_fail_rate=1.0)
+    coordinator = InMemoryBatchCoordinator(clock=clock)
+    pipeline = SegmentPipeline(
+        broker_id=1,
+        broker_epoch=1,
+        store=store,
+        coordinator=coordinator,
+        config=WalConfig(upload_attempts=attempts, upload_backoff_ms=10),
+        clock=clock,
+        cache=SegmentCache(0),
+        fenced_result=CommitBatchResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        fenced=lambda: False,
+        on_fenced=lambda: None,
+        release=lambda size: None,
+    )
+    write = request()
+    segment = Segment(0.0)
+    segment.add(write.entries[0], write.entries[0].header.size)
+    segment.slots.append((write, 0))
+    segment.key = "wal/x"
+    segment.seal()
+    pipeline.launch(segment)
+    for _ in range(20):
+        await clock.advance(0.05)
+        await settle(3)
+    await pipeline.drain()
+    assert write.results[0] is not None
+    assert write.results[0].error == ErrorCode.KAFKA_STORAGE_ERROR
+    assert pipeline.upload_attempts_failed == attempts and pipeline.segments_upload_failed == 1
