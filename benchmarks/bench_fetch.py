@@ -20,11 +20,10 @@ import time
 from collections.abc import Iterable
 from unittest import mock
 
-from diskless import _fetch
 from diskless._broker import BrokerConfig, DisklessBroker
-from diskless._fetch import FetchReader, Span
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.read import FetchReader, Span, _reader
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig
 from tests.broker._kafka import build_batch
@@ -117,7 +116,7 @@ async def measure(
     if coalesced:
         records, elapsed = await read_everything(reader, tps)
     else:
-        with mock.patch.object(_fetch, "coalesce", one_span_per_batch):
+        with mock.patch.object(_reader, "coalesce", one_span_per_batch):
             records, elapsed = await read_everything(reader, tps)
     used = inner.stats().minus(before)
     return records, elapsed, used.ranged_gets, used.bytes_out

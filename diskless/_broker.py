@@ -32,11 +32,6 @@ from typing import Final, TypeAlias, TypeVar, cast
 
 import msgspec
 
-from diskless._fetch import (
-    COALESCE_GAP_BYTES_MAX_DEFAULT,
-    GETS_INFLIGHT_MAX_DEFAULT,
-    FetchReader,
-)
 from diskless._limits import (
     LEASE_TTL_MS_MAX,
     backoff_ms,
@@ -64,6 +59,11 @@ from diskless.coordinator import (
     TopicDescription,
 )
 from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
+from diskless.read import (
+    COALESCE_GAP_BYTES_MAX_DEFAULT,
+    GETS_INFLIGHT_MAX_DEFAULT,
+    FetchReader,
+)
 from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalConfig, WalEntry, WalWriter

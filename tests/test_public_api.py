@@ -68,6 +68,7 @@ def test_all_is_exactly_the_public_surface() -> None:
         "diskless",
         "diskless.coordinator",
         "diskless.lifecycle",
+        "diskless.read",
         "diskless.storage",
         "diskless.txn",
         "diskless.wal",

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskless._broker import BrokerConfig, DisklessBroker
-from diskless._fetch import FetchReader, Span, coalesce
 from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
@@ -21,6 +20,7 @@ from diskless.coordinator import (
     InMemoryBatchCoordinator,
 )
 from diskless.errors import CoordinatorUnavailableError
+from diskless.read import FetchReader, Span, coalesce
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
 from tests.broker._kafka import build_batch, decode, records_of

@@ -17,10 +17,9 @@ bytes into KAFKA_STORAGE_ERROR (retriable); the rest of the fetch succeeds.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, NamedTuple, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Final, Protocol
 
 from diskless._results import FetchResult, FetchStats
 from diskless._types import (
@@ -37,10 +36,16 @@ from diskless.coordinator import (
     FindBatchesResponse,
 )
 from diskless.errors import CoordinatorError, StorageError
+from diskless.read._batches import (
+    CorruptBatch,
+    aborted_transactions,
+    check_stored_batch,
+    empty_result,
+    synthesize_marker,
+    within_isolation,
+)
+from diskless.read._spans import Span, SpanIndex, coalesce
 from diskless.records import (
-    InvalidBatch,
-    build_control_batch,
-    parse_batch,
     set_base_offset,
     set_log_append_time,
 )
@@ -56,52 +61,6 @@ class RangeCache(Protocol):
     """Recently written objects (the WAL writer's `SegmentCache`): bytes or None on a miss."""
 
     def get_range(self, key: str, start: int, end: int) -> bytes | None: ...
-
-
-class Span(NamedTuple):
-    """A coalesced byte range [start, end) of one object: read once per fetch."""
-
-    key: str
-    start: int
-    end: int
-
-
-def coalesce(ranges: Iterable[Span], gap_bytes_max: int = 0) -> list[Span]:
-    """Merge ranges of the same object that overlap, touch, or lie within `gap_bytes_max`.
-
-    Returns disjoint spans sorted by (key, start); every input range lies within exactly one.
-    """
-    assert gap_bytes_max >= 0
-    merged: list[Span] = []
-    for span in sorted(ranges):
-        assert 0 <= span.start < span.end, span
-        if merged and merged[-1].key == span.key and span.start <= merged[-1].end + gap_bytes_max:
-            last = merged[-1]
-            merged[-1] = Span(last.key, last.start, max(last.end, span.end))
-        else:
-            merged.append(span)
-    return merged
-
-
-class _SpanIndex:
-    """Finds the coalesced span holding a batch's range, and the bytes read for it."""
-
-    def __init__(self, spans: Sequence[Span]) -> None:
-        self._starts: dict[str, list[int]] = {}
-        self._spans: dict[str, list[Span]] = {}
-        for span in spans:  # sorted by (key, start)
-            self._starts.setdefault(span.key, []).append(span.start)
-            self._spans.setdefault(span.key, []).append(span)
-
-    def find(self, key: str, start: int, end: int) -> Span:
-        starts = self._starts[key]
-        span = self._spans[key][bisect.bisect_right(starts, start) - 1]
-        assert span.start <= start and end <= span.end, (span, start, end)
-        return span
-
-
-class _CorruptBatch(Exception):
-    """A stored batch failed the read-back check; its partition gets KAFKA_STORAGE_ERROR."""
 
 
 class FetchReader:
@@ -173,9 +132,9 @@ class FetchReader:
         for request, response in zip(requests, responses, strict=True):
             tp = request.topic_partition
             if response.error != ErrorCode.NONE:
-                results[tp] = _empty(response, response.error)
+                results[tp] = empty_result(response, response.error)
                 continue
-            selected[tp] = _within_isolation(response, isolation_level)
+            selected[tp] = within_isolation(response, isolation_level)
 
         spans = coalesce(
             (
@@ -187,7 +146,7 @@ class FetchReader:
             self._gap_bytes_max,
         )
         data = await self._read_spans(spans)
-        index = _SpanIndex(spans)
+        index = SpanIndex(spans)
 
         for request, response in zip(requests, responses, strict=True):
             tp = request.topic_partition
@@ -251,7 +210,7 @@ class FetchReader:
         tp: TopicPartition,
         response: FindBatchesResponse,
         batches: Sequence[BatchInfo],
-        index: _SpanIndex,
+        index: SpanIndex,
         data: Mapping[Span, bytes | StorageError],
         isolation_level: IsolationLevel,
     ) -> FetchResult:
@@ -263,21 +222,21 @@ class FetchReader:
                     span = index.find(info.object_key, start, end)
                     chunk = data[span]
                     if isinstance(chunk, StorageError):
-                        return _empty(response, ErrorCode.KAFKA_STORAGE_ERROR, f"{chunk}")
+                        return empty_result(response, ErrorCode.KAFKA_STORAGE_ERROR, f"{chunk}")
                     batch = bytearray(chunk[start - span.start : end - span.start])
-                    _check_stored_batch(batch, info)
+                    check_stored_batch(batch, info)
                     self._stats["batches_read"] += 1
                 else:
-                    batch = bytearray(_synthesize_marker(info))
+                    batch = bytearray(synthesize_marker(info))
                     self._stats["control_batches_synthesized"] += 1
                 set_base_offset(batch, info.base_offset)
                 if info.timestamp_type == TimestampType.LOG_APPEND_TIME:
                     set_log_append_time(batch, info.log_append_time)
                 out += batch
-        except _CorruptBatch as e:
+        except CorruptBatch as e:
             self._stats["corrupt_batches"] += 1
             _log.error("fetch: %s: %s", tp, e)
-            return _empty(response, ErrorCode.KAFKA_STORAGE_ERROR, f"{e}")
+            return empty_result(response, ErrorCode.KAFKA_STORAGE_ERROR, f"{e}")
         self._stats["bytes_returned"] += len(out)
         return FetchResult(
             ErrorCode.NONE,
@@ -287,84 +246,3 @@ class FetchReader:
             records=bytes(out),
             aborted_transactions=aborted_transactions(response, batches, isolation_level),
         )
-
-
-def _within_isolation(
-    response: FindBatchesResponse, isolation_level: IsolationLevel
-) -> list[BatchInfo]:
-    """READ_COMMITTED stops before the last stable offset; READ_UNCOMMITTED at the high watermark.
-
-    The LSO is always the first offset of a batch (the open transaction's first batch), so the
-    cut falls between batches.
-    """
-    if isolation_level == IsolationLevel.READ_COMMITTED:
-        return [b for b in response.batches if b.base_offset < response.last_stable_offset]
-    return list(response.batches)
-
-
-def aborted_transactions(
-    response: FindBatchesResponse,
-    batches: Sequence[BatchInfo],
-    isolation_level: IsolationLevel,
-) -> list[tuple[int, int]]:
-    """(producer id, first offset) of aborted transactions overlapping the returned batches.
-
-    Only READ_COMMITTED fetches carry the list. The coordinator's index answers it (aborted
-    transactions whose marker is at or after the fetch offset and whose first offset is below the
-    end of the returned batches); this keeps those overlapping what is actually returned.
-    """
-    if isolation_level != IsolationLevel.READ_COMMITTED or not batches:
-        return []
-    first_offset, last_offset = batches[0].base_offset, batches[-1].last_offset
-    # Below the LSO, except a batch straddling a log start offset that moved past an open
-    # transaction's first offset (the LSO is then the log start, inside that batch).
-    assert first_offset <= last_offset, (first_offset, last_offset)
-    return [
-        (producer_id, txn_first_offset)
-        for producer_id, txn_first_offset in response.aborted_transactions
-        if txn_first_offset <= last_offset
-    ]
-
-
-def _synthesize_marker(info: BatchInfo) -> bytes:
-    """The control batch of a transaction marker that exists only as coordinator metadata."""
-    assert info.control is not None, info
-    assert info.base_offset == info.last_offset, info
-    return build_control_batch(
-        base_offset=info.base_offset,
-        producer_id=info.producer_id,
-        producer_epoch=info.producer_epoch,
-        control_type=info.control,
-        coordinator_epoch=info.coordinator_epoch,
-        timestamp=info.max_timestamp if info.max_timestamp >= 0 else info.log_append_time,
-    )
-
-
-def _check_stored_batch(batch: bytearray, info: BatchInfo) -> None:
-    """The write path's checks, repeated on the bytes read back: one whole batch, valid CRC,
-    holding exactly the offsets the coordinator assigned to it."""
-    header = parse_batch(batch)
-    where = f"{info.object_key} [{info.byte_offset}, {info.byte_offset + info.size})"
-    if isinstance(header, InvalidBatch):
-        raise _CorruptBatch(f"{where}: {header.message}")
-    if header.size != len(batch):
-        raise _CorruptBatch(f"{where}: holds a batch of {header.size} bytes, not {len(batch)}")
-    if not header.crc_valid():
-        raise _CorruptBatch(f"{where}: CRC-32C mismatch")
-    if header.last_offset_delta != info.last_offset - info.base_offset:
-        raise _CorruptBatch(
-            f"{where}: batch holds {header.last_offset_delta + 1} offsets, "
-            f"the coordinator assigned {info.last_offset - info.base_offset + 1}"
-        )
-
-
-def _empty(
-    response: FindBatchesResponse, error: ErrorCode, message: str | None = None
-) -> FetchResult:
-    return FetchResult(
-        error,
-        high_watermark=response.high_watermark,
-        last_stable_offset=response.last_stable_offset,
-        log_start_offset=response.log_start_offset,
-        error_message=message,
-    )

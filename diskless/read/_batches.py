@@ -1,0 +1,96 @@
+"""What the read path decides per batch: isolation, aborted transactions, markers, and the
+write path's checks repeated on the bytes read back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from diskless._results import FetchResult
+from diskless._types import ErrorCode, IsolationLevel
+from diskless.coordinator import BatchInfo, FindBatchesResponse
+from diskless.records import InvalidBatch, build_control_batch, parse_batch
+
+
+class CorruptBatch(Exception):
+    """A stored batch failed the read-back check; its partition gets KAFKA_STORAGE_ERROR."""
+
+
+def within_isolation(
+    response: FindBatchesResponse, isolation_level: IsolationLevel
+) -> list[BatchInfo]:
+    """READ_COMMITTED stops before the last stable offset; READ_UNCOMMITTED at the high watermark.
+
+    The LSO is always the first offset of a batch (the open transaction's first batch), so the
+    cut falls between batches.
+    """
+    if isolation_level == IsolationLevel.READ_COMMITTED:
+        return [b for b in response.batches if b.base_offset < response.last_stable_offset]
+    return list(response.batches)
+
+
+def aborted_transactions(
+    response: FindBatchesResponse,
+    batches: Sequence[BatchInfo],
+    isolation_level: IsolationLevel,
+) -> list[tuple[int, int]]:
+    """(producer id, first offset) of aborted transactions overlapping the returned batches.
+
+    Only READ_COMMITTED fetches carry the list. The coordinator's index answers it (aborted
+    transactions whose marker is at or after the fetch offset and whose first offset is below the
+    end of the returned batches); this keeps those overlapping what is actually returned.
+    """
+    if isolation_level != IsolationLevel.READ_COMMITTED or not batches:
+        return []
+    first_offset, last_offset = batches[0].base_offset, batches[-1].last_offset
+    # Below the LSO, except a batch straddling a log start offset that moved past an open
+    # transaction's first offset (the LSO is then the log start, inside that batch).
+    assert first_offset <= last_offset, (first_offset, last_offset)
+    return [
+        (producer_id, txn_first_offset)
+        for producer_id, txn_first_offset in response.aborted_transactions
+        if txn_first_offset <= last_offset
+    ]
+
+
+def synthesize_marker(info: BatchInfo) -> bytes:
+    """The control batch of a transaction marker that exists only as coordinator metadata."""
+    assert info.control is not None, info
+    assert info.base_offset == info.last_offset, info
+    return build_control_batch(
+        base_offset=info.base_offset,
+        producer_id=info.producer_id,
+        producer_epoch=info.producer_epoch,
+        control_type=info.control,
+        coordinator_epoch=info.coordinator_epoch,
+        timestamp=info.max_timestamp if info.max_timestamp >= 0 else info.log_append_time,
+    )
+
+
+def check_stored_batch(batch: bytearray, info: BatchInfo) -> None:
+    """The write path's checks, repeated on the bytes read back: one whole batch, valid CRC,
+    holding exactly the offsets the coordinator assigned to it."""
+    header = parse_batch(batch)
+    where = f"{info.object_key} [{info.byte_offset}, {info.byte_offset + info.size})"
+    if isinstance(header, InvalidBatch):
+        raise CorruptBatch(f"{where}: {header.message}")
+    if header.size != len(batch):
+        raise CorruptBatch(f"{where}: holds a batch of {header.size} bytes, not {len(batch)}")
+    if not header.crc_valid():
+        raise CorruptBatch(f"{where}: CRC-32C mismatch")
+    if header.last_offset_delta != info.last_offset - info.base_offset:
+        raise CorruptBatch(
+            f"{where}: batch holds {header.last_offset_delta + 1} offsets, "
+            f"the coordinator assigned {info.last_offset - info.base_offset + 1}"
+        )
+
+
+def empty_result(
+    response: FindBatchesResponse, error: ErrorCode, message: str | None = None
+) -> FetchResult:
+    return FetchResult(
+        error,
+        high_watermark=response.high_watermark,
+        last_stable_offset=response.last_stable_offset,
+        log_start_offset=response.log_start_offset,
+        error_message=message,
+    )
