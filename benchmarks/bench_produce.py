@@ -155,7 +155,7 @@ async def produce_throughput(
     await asyncio.gather(*(producer(i) for i in range(concurrency)))
     await writer.close(flush=True)
     elapsed = time.perf_counter() - started
-    stats = writer.stats
+    stats = writer.stats()
     assert stats.batches_committed == count, stats
     return count, count * batch_size, elapsed
 
@@ -324,7 +324,7 @@ async def objects_per_gb(total_bytes: int) -> tuple[int, int, float]:
 
     await asyncio.gather(*(producer() for _ in range(OBJECTS_LOAD_CONCURRENCY)))
     await writer.close(flush=True)
-    stats = writer.stats
+    stats = writer.stats()
     return store.objects, stats.object_bytes_uploaded, store.objects / (sent / 1e9)
 
 

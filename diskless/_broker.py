@@ -760,13 +760,12 @@ class DisklessBroker:
         return {r.topic_partition: s for r, s in zip(requests, responses, strict=True)}
 
     # --- observation --------------------------------------------------------------------------
-    @property
     def stats(self) -> BrokerStats:
-        """A snapshot of the broker's counters (a property, like `WalWriter.stats`)."""
+        """A snapshot of the broker's counters."""
         return BrokerStats(
             produce=ProduceStats(**self._produce_stats),
             fetch=self._reader.stats(),
-            wal=self._writer.stats if self._writer is not None else None,
+            wal=self._writer.stats() if self._writer is not None else None,
         )
 
 

@@ -448,14 +448,8 @@ async def _send(
 
 
 def _stats_of(broker: Any) -> Any:
-    """A broker's own stats as JSON-able data, if it exposes any."""
-    stats = getattr(broker, "stats", None)
-    if stats is None:
-        return None
-    try:
-        return msgspec.to_builtins(stats() if callable(stats) else stats)
-    except (TypeError, msgspec.EncodeError):
-        return repr(stats)
+    """A broker's own stats as JSON-able data."""
+    return msgspec.to_builtins(broker.stats())
 
 
 def _task_row(task: int, stats: TaskStats) -> ResultRow:

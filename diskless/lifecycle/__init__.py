@@ -1,5 +1,6 @@
 """Object lifecycle: orphan reconciliation, safe deletion and retention scheduling."""
 
+from diskless.coordinator import FileState
 from diskless.lifecycle._config import (
     FileManagerConfig,
     RetentionSchedulerConfig,
@@ -15,6 +16,7 @@ __all__ = [
     "FileManager",
     "FileManagerConfig",
     "FileManagerStats",
+    "FileState",
     "required_orphan_grace_ms",
     # retention
     "RetentionRun",

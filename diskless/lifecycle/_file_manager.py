@@ -166,14 +166,14 @@ class FileManager(PeriodicService):
                 live_bytes=old.live_bytes,
                 unreferenced_objects=old.unreferenced_objects,
                 unreferenced_bytes=old.unreferenced_bytes,
-                condemned_objects=old.orphaned_objects,
-                condemned_bytes=old.orphaned_bytes,
+                condemned_objects=old.condemned_objects,
+                condemned_bytes=old.condemned_bytes,
             )
         self._stats = FileManagerStats(
             live_objects=books.live_objects,
             live_bytes=books.live_bytes,
-            orphaned_objects=books.condemned_objects,
-            orphaned_bytes=max(books.condemned_bytes, self._reconciler.orphan_bytes),
+            condemned_objects=books.condemned_objects,
+            condemned_bytes=max(books.condemned_bytes, self._reconciler.orphan_bytes),
             unreferenced_objects=books.unreferenced_objects,
             unreferenced_bytes=books.unreferenced_bytes,
             cycles=old.cycles + 1,

@@ -73,10 +73,6 @@ class Reconciler:
         return min(self._cursor_ms, min(created for created, _ in self._pending.values()))
 
     @property
-    def pending_orphans(self) -> int:
-        return len(self._pending)
-
-    @property
     def orphan_bytes(self) -> int:
         """Bytes of the orphans this manager condemned and nobody has deleted yet."""
         return sum(size for _, size in self._pending.values())

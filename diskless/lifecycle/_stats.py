@@ -8,15 +8,15 @@ import msgspec
 class FileManagerStats(msgspec.Struct, frozen=True, kw_only=True):
     """A file manager's view of object storage after its last cycle.
 
-    The `live_*`, `orphaned_*` and `unreferenced_*` figures are the coordinator's books (shared by
+    The `live_*`, `condemned_*` and `unreferenced_*` figures are the coordinator's books (shared by
     every manager); the cumulative counters are this manager's own work since it was created.
     """
 
     live_objects: int = 0
     live_bytes: int = 0
-    orphaned_objects: int = 0
+    condemned_objects: int = 0
     """Condemned (never committed) objects waiting for deletion."""
-    orphaned_bytes: int = 0
+    condemned_bytes: int = 0
     unreferenced_objects: int = 0
     """Committed objects no live batch references, waiting for their grace to end."""
     unreferenced_bytes: int = 0

@@ -17,7 +17,7 @@ class SegmentCache:
     Not thread-safe; one event loop owns it.
     """
 
-    __slots__ = ("_bytes_max", "_bytes_now", "_hits", "_misses", "_objects")
+    __slots__ = ("_bytes_max", "_bytes_now", "_objects")
 
     def __init__(self, bytes_max: int = SEGMENT_CACHE_BYTES_MAX_DEFAULT) -> None:
         if bytes_max < 0:
@@ -25,8 +25,6 @@ class SegmentCache:
         self._bytes_max = bytes_max
         self._bytes_now = 0
         self._objects: OrderedDict[str, bytes | bytearray] = OrderedDict()
-        self._hits = 0
-        self._misses = 0
 
     @property
     def bytes_max(self) -> int:
@@ -35,14 +33,6 @@ class SegmentCache:
     @property
     def bytes_now(self) -> int:
         return self._bytes_now
-
-    @property
-    def hits(self) -> int:
-        return self._hits
-
-    @property
-    def misses(self) -> int:
-        return self._misses
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -71,12 +61,10 @@ class SegmentCache:
         """
         data = self._objects.get(key)
         if data is None:
-            self._misses += 1
             return None
         if start < 0 or end <= start or end > len(data):
             raise InvalidRangeError(f"range [{start}, {end}) outside {key!r} ({len(data)} bytes)")
         self._objects.move_to_end(key)
-        self._hits += 1
         return bytes(memoryview(data)[start:end])
 
     def discard(self, key: str) -> None:

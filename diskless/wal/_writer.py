@@ -428,7 +428,6 @@ class WalWriter:
     def inflight_bytes(self) -> int:
         return self._admission.inflight_bytes
 
-    @property
     def stats(self) -> WalStats:
         pipeline = self._pipeline
         return WalStats(

@@ -237,7 +237,7 @@ async def test_pipelined_idempotent_producers_through_three_brokers(
 
             read = await _read_all(list(brokers.values()), partitions)
             latest = await brokers[1].list_offsets(dict.fromkeys(partitions, OffsetSpec.LATEST))
-            stats = [b.stats for b in brokers.values()]
+            stats = [b.stats() for b in brokers.values()]
 
         # --- audit ----------------------------------------------------------------------------
         expected_count: collections.Counter[TopicPartition] = collections.Counter()

@@ -371,7 +371,7 @@ async def test_a_broker_serves_its_own_recent_writes_from_its_segment_cache() ->
         before = store.stats()
         own = await writer.fetch({t0: 0, t1: 0})
         assert store.stats().minus(before).ranged_gets == 0
-        assert writer.stats.fetch.cache_hits == 1
+        assert writer.stats().fetch.cache_hits == 1
         theirs = await other.fetch({t0: 0, t1: 0})
         assert store.stats().minus(before).ranged_gets == 1  # both partitions, one object, one GET
     for results in (own, theirs):

@@ -431,7 +431,7 @@ async def test_list_offsets_and_identity(broker: DisklessBroker) -> None:
     assert offsets[TopicPartition("nope", 0)].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     latest = await broker.list_offsets({T0: OffsetSpec.LATEST})
     assert latest[T0].offset == 3
-    stats = broker.stats
+    stats = broker.stats()
     assert stats.produce.requests == 1 and stats.produce.partitions == 1
     assert stats.wal is not None
 
@@ -467,5 +467,5 @@ async def test_closed_broker_refuses_requests(coordinator: CountingCoordinator) 
 async def test_acks_zero_requests_are_counted(broker: DisklessBroker) -> None:
     assert await broker.produce({T0: build_batch([b"a"]), T1: _corrupt_crc()}, acks=0) == {}
     await broker.produce({T0: build_batch([b"b"])})
-    stats = broker.stats.produce
+    stats = broker.stats().produce
     assert (stats.requests, stats.partitions, stats.partitions_failed) == (2, 3, 1)

@@ -46,8 +46,8 @@ async def test_orphan_is_condemned_only_after_grace_and_deleted_after_that(
     assert report.orphans_condemned == 1
     assert await c.state(orphan) is FileState.CONDEMNED
     assert await c.keys() == [orphan]
-    assert manager.stats().orphaned_objects == 1
-    assert manager.stats().orphaned_bytes == 100
+    assert manager.stats().condemned_objects == 1
+    assert manager.stats().condemned_bytes == 100
 
     await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
     report = await manager.run_cycle()
@@ -56,7 +56,7 @@ async def test_orphan_is_condemned_only_after_grace_and_deleted_after_that(
     assert await c.keys() == []
     assert await c.state(orphan) is None  # forgotten once deleted
     stats = manager.stats()
-    assert (stats.orphaned_objects, stats.orphaned_bytes, stats.deleted_objects) == (0, 0, 1)
+    assert (stats.condemned_objects, stats.condemned_bytes, stats.deleted_objects) == (0, 0, 1)
 
 
 async def test_condemned_orphan_cannot_be_committed(new_coordinator: CoordinatorFactory) -> None:
@@ -214,7 +214,7 @@ async def test_an_orphan_deleted_by_another_manager_releases_the_watermark(
     report = await slow.run_cycle()
     assert report.deleted_objects == 0
     assert slow.watermark_ms == c.clock.now_ms() - GRACE_MS
-    assert slow.stats().orphaned_bytes == 0
+    assert slow.stats().condemned_bytes == 0
 
 
 async def test_watermark_never_passes_now_minus_grace(new_coordinator: CoordinatorFactory) -> None:

@@ -324,7 +324,7 @@ async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
     )
     for writer in [*sim.retired, *sim.brokers.values()]:
         await drive(clock, writer.close(flush=True))
-        stats = writer.stats
+        stats = writer.stats()
         # A batch larger than the limit is admitted alone, so that it cannot starve.
         limit = max(config.inflight_bytes_max, sim.largest_batch)
         assert stats.inflight_bytes_max_observed <= limit, sim.fail(

@@ -132,7 +132,7 @@ async def test_rotation_by_interval_after_the_first_write() -> None:
     assert first.done() and second.done()
     assert _ok(first.result()) == [0] and _ok(second.result()) == [0]
     assert len(await _objects(rig)) == 1
-    assert writer.stats.segments_rotated == 1
+    assert writer.stats().segments_rotated == 1
     await rig.close()
 
 
@@ -280,7 +280,7 @@ async def test_upload_failure_after_all_attempts_is_a_storage_error_and_later_se
     assert _ok(later.result()) == [0]
     # The two backoffs (100 ms, then 200 ms) ran on the virtual clock.
     assert rig.clock.monotonic() - started == pytest.approx(0.3)
-    stats = writer.stats
+    stats = writer.stats()
     assert stats.upload_attempts_failed == 3 and stats.segments_upload_failed == 1
     assert stats.commits == 1 and rig.coordinator.commit_calls == 1
     await rig.close()
@@ -298,7 +298,7 @@ async def test_commit_failure_or_unknown_outcome_is_a_storage_error(fault: str) 
     batch = sized_batch(500, producer_id=5, producer_epoch=0, base_sequence=0)
     (result,) = await drive(clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
     assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
-    assert writer.stats.commits_failed == 1
+    assert writer.stats().commits_failed == 1
     # The producer retries the same batch: a duplicate if the lost answer hid a commit.
     coordinator.enabled = False
     (retry,) = await drive(clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
@@ -323,7 +323,7 @@ async def test_a_fenced_broker_fails_everything_and_refuses_further_writes() -> 
     assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert "fenced" in (result.error_message or "")
     assert buffered.result()[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert writer.fenced and writer.stats.fenced
+    assert writer.fenced and writer.stats().fenced
     calls = rig.coordinator.commit_calls
     (again,) = await writer.write([entry(TP0, sized_batch(500))], timeout_s=TIMEOUT_S)
     assert again.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -355,7 +355,7 @@ async def test_backpressure_bounds_inflight_bytes_under_a_flood() -> None:
     results = await drive(rig.clock, asyncio.gather(*writes))
     for r in results:
         _ok(r)
-    stats = writer.stats
+    stats = writer.stats()
     assert stats.inflight_bytes_max_observed <= limit
     assert stats.inflight_bytes_max_observed > limit - 300 * 2  # the limit was actually reached
     assert seen and max(seen) <= limit
@@ -400,7 +400,7 @@ async def test_backpressure_keeps_each_producers_pipelined_requests_in_order() -
     results = await drive(rig.clock, asyncio.gather(*writes))
     for result in results:
         _ok(result)
-    assert writer.stats.inflight_bytes_max_observed <= 2000
+    assert writer.stats().inflight_bytes_max_observed <= 2000
     for producer in range(producers):
         mine = results[producer::producers]
         for tp in partitions:
@@ -427,7 +427,7 @@ async def test_a_single_entry_above_the_limit_is_admitted_alone() -> None:
         ),
     )
     assert [_ok(r)[0] for r in results] == [0, 1, 2]
-    assert writer.stats.inflight_bytes_max_observed == 3000
+    assert writer.stats().inflight_bytes_max_observed == 3000
     await rig.close()
 
 
@@ -447,7 +447,7 @@ async def test_a_stuck_upload_times_out_on_time() -> None:
     (result,) = stuck.result()
     assert result.error == ErrorCode.REQUEST_TIMED_OUT
     assert rig.clock.monotonic() - started == pytest.approx(2.0)
-    assert writer.stats.requests_timed_out == 1
+    assert writer.stats().requests_timed_out == 1
     # The segment carries on: once the PUT completes it commits, and a retry is a duplicate.
     gated.open(gated.waiting[0][0])
     await settle()
@@ -711,8 +711,8 @@ async def test_a_hung_upload_attempt_times_out_and_later_segments_still_commit()
     assert _ok(later.result()) == [0]
     # Two attempts of 1 s each and one 100 ms backoff, on the virtual clock.
     assert rig.clock.monotonic() - started == pytest.approx(2.1)
-    assert writer.stats.upload_attempts_failed == 3  # hung: 2, later: 1 (its first attempt)
-    assert writer.stats.segments_upload_failed == 1
+    assert writer.stats().upload_attempts_failed == 3  # hung: 2, later: 1 (its first attempt)
+    assert writer.stats().segments_upload_failed == 1
     await rig.close()
 
 
@@ -744,4 +744,4 @@ async def test_writers_blocked_by_the_active_segment_rotate_it_without_waiting()
     await writer.close(flush=True)
     assert _ok(third.result()) == [2]
     assert rig.clock.monotonic() == start
-    assert writer.stats.segments_rotated == 3
+    assert writer.stats().segments_rotated == 3
