@@ -21,12 +21,12 @@ from diskless.coordinator._api import CommitBatch, CommitBatchResult
 from diskless.coordinator._rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
 from diskless.coordinator._txn import check_txn_commit
 from diskless.txn import (
-    SEQUENCE_MAX,
     Duplicate,
     ProducerEntry,
     RetainedBatch,
     check_append,
     is_expired,
+    last_sequence_of,
     record_append,
 )
 
@@ -43,7 +43,6 @@ class Lookup(Protocol[K_contra, V_co]):
     def get(self, key: K_contra, /) -> V_co | None: ...
 
 
-_SEQUENCE_MODULUS = SEQUENCE_MAX + 1
 _NONE = ErrorCode.NONE
 _LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 _UNLOADED = ProducerEntry(-1, -1)
@@ -166,8 +165,7 @@ def plan_commit(
                     entry = None
                 entries[pkey] = entry
             first_seq = batch.base_sequence
-            assert 0 <= first_seq <= SEQUENCE_MAX, batch
-            last_seq = (first_seq + count - 1) % _SEQUENCE_MODULUS
+            last_seq = last_sequence_of(first_seq, count)
             verdict = check_append(entry, epoch, first_seq, last_seq, batch.is_transactional)
             if verdict is None and batch.is_transactional:
                 lease_id = batch.lease_id

@@ -2,6 +2,7 @@
 transaction coordinator that drives the partitions' side (`TransactionParticipant`, which both
 batch coordinators implement)."""
 
+from diskless.records import SEQUENCE_MAX
 from diskless.txn._coordinator import (
     EndTxnResult,
     InitProducerIdResult,
@@ -12,7 +13,6 @@ from diskless.txn._participant import TransactionParticipant
 from diskless.txn._producer_state import (
     PRODUCER_BATCHES_RETAINED_MAX,
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
-    SEQUENCE_MAX,
     Duplicate,
     ProducerEntry,
     Rejected,

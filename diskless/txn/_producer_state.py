@@ -28,12 +28,10 @@ from typing import NamedTuple
 import msgspec
 
 from diskless._types import NO_PRODUCER_EPOCH, NO_SEQUENCE, ErrorCode
+from diskless.records import SEQUENCE_MAX
 
 PRODUCER_BATCHES_RETAINED_MAX = 5
 """How many recent batches per producer are kept for duplicate detection (Kafka's value)."""
-
-SEQUENCE_MAX = 2**31 - 1
-"""The largest sequence number; the next one is 0."""
 
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 60 * 60 * 1000
 """Kafka's `producer.id.expiration.ms` default: producer state lives a day after its last write."""
@@ -127,10 +125,7 @@ def check_append(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"a new epoch {producer_epoch} must start at sequence 0, not {first_seq}",
             )
-    elif not (  # in_sequence(entry.last_sequence, first_seq), inlined: this runs per batch
-        first_seq == (last := entry.batches[-1].last_seq if entry.batches else NO_SEQUENCE) + 1
-        or (first_seq == 0 and last == SEQUENCE_MAX)
-    ):
+    elif not in_sequence(entry.last_sequence, first_seq):
         return Rejected(
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
             f"sequence {first_seq} does not follow {entry.last_sequence} (epoch {producer_epoch})",
