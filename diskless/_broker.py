@@ -83,6 +83,8 @@ _SEGMENT_FAILED: Final = frozenset(
     {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}
 )
 """WAL writer outcomes after which a batch's segment is resolved without its commit."""
+TXN_LEASE_TTL_FROM_WAL: Final = 0
+"""`BrokerConfig.txn_lease_ttl_ms` left at this is derived from the WAL's budget."""
 TXN_LEASE_MARGIN_MS: Final = 10_000
 """Beyond the upload budget: waiting for earlier segments' commits, and the commit call itself."""
 
@@ -122,19 +124,17 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     two). 0 merges only ranges that touch."""
     topic_metadata_ttl_ms: int = 30_000
     """How long topic configs and partition counts are trusted before asking the coordinator."""
-    txn_lease_ttl_ms: int | None = None
+    txn_lease_ttl_ms: int = TXN_LEASE_TTL_FROM_WAL
     """The transaction lease taken for each transactional batch before it enters the WAL (the
-    commit barrier: a transaction end waits for it). None: `txn_lease_budget_ms(wal)`. It must be
-    at least the WAL's budget without the margin, and stays well below the coordinator's
-    commit-age bound. An end may wait this long for the batches of a broker that died."""
-
-    @property
-    def txn_lease_ms(self) -> int:
-        if self.txn_lease_ttl_ms is not None:
-            return self.txn_lease_ttl_ms
-        return txn_lease_budget_ms(self.wal)
+    commit barrier: a transaction end waits for it). Left at TXN_LEASE_TTL_FROM_WAL (0), it is set
+    to `txn_lease_budget_ms(wal)` on construction. It must be at least the WAL's budget without
+    the margin, and stays well below the coordinator's commit-age bound. An end may wait this long
+    for the batches of a broker that died."""
 
     def __post_init__(self) -> None:
+        chosen = self.txn_lease_ttl_ms != TXN_LEASE_TTL_FROM_WAL
+        if not chosen:
+            msgspec.structs.force_setattr(self, "txn_lease_ttl_ms", txn_lease_budget_ms(self.wal))
         if self.request_timeout_ms < 0:
             raise ValueError(f"request_timeout_ms must be >= 0, got {self.request_timeout_ms}")
         if self.fetch_max_bytes < 0 or self.fetch_partition_max_bytes < 0:
@@ -145,12 +145,12 @@ class BrokerConfig(msgspec.Struct, frozen=True):
             raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
         if self.topic_metadata_ttl_ms < 0:
             raise ValueError("topic_metadata_ttl_ms must be >= 0")
-        if self.txn_lease_ms > LEASE_TTL_MS_MAX:
+        if self.txn_lease_ttl_ms > LEASE_TTL_MS_MAX:
             raise ValueError(
-                f"the transaction lease ({self.txn_lease_ms} ms) exceeds {LEASE_TTL_MS_MAX} ms:"
+                f"the transaction lease ({self.txn_lease_ttl_ms} ms) exceeds {LEASE_TTL_MS_MAX} ms:"
                 " an end would wait that long for the batches of a dead broker"
             )
-        if self.txn_lease_ttl_ms is not None:
+        if chosen:
             floor = txn_lease_budget_ms(self.wal, margin_ms=0)
             if self.txn_lease_ttl_ms < floor:
                 raise ValueError(
@@ -624,7 +624,7 @@ class DisklessBroker:
 
     async def _acquire_lease_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
         return await self._coordinator.acquire_txn_leases(
-            self._broker_id, self._broker_epoch, requests, self._config.txn_lease_ms
+            self._broker_id, self._broker_epoch, requests, self._config.txn_lease_ttl_ms
         )
 
     async def _describe(

@@ -157,7 +157,7 @@ async def test_a_failed_segment_gives_its_leases_back(
     started = clock.now_ms()
     assert await drive(clock, watching.end_transaction(5, 0, 1, False, 0, [T0])) == [OK]
     assert clock.now_ms() - started < 1000
-    assert CONFIG.txn_lease_ms > 60_000
+    assert CONFIG.txn_lease_ttl_ms > 60_000
 
 
 async def test_released_leases_cannot_commit(watching: Watching, clock: ManualClock) -> None:

@@ -392,7 +392,7 @@ def test_commit_age_bound_relations() -> None:
 
     # The WAL's whole budget (and so a healthy lease) fits inside the commit-age bound...
     assert txn_lease_budget_ms(WalConfig()) < COMMIT_AGE_MAX_MS_DEFAULT
-    assert BrokerConfig().txn_lease_ms == txn_lease_budget_ms(WalConfig())
+    assert BrokerConfig().txn_lease_ttl_ms == txn_lease_budget_ms(WalConfig())
     # ...and the file manager's default grace exceeds the bound plus the skew.
     coordinator = InMemoryBatchCoordinator()
     assert coordinator.commit_bounds.commit_age_max_ms == COMMIT_AGE_MAX_MS_DEFAULT
@@ -433,7 +433,7 @@ def test_lease_longer_than_the_coordinator_allows_is_a_config_error() -> None:
 
     with pytest.raises(ValueError, match="exceeds"):
         BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX + 1)
-    assert BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX).txn_lease_ms == LEASE_TTL_MS_MAX
+    assert BrokerConfig(txn_lease_ttl_ms=LEASE_TTL_MS_MAX).txn_lease_ttl_ms == LEASE_TTL_MS_MAX
 
 
 async def test_end_in_one_sqlite_instance_waits_for_a_lease_held_through_another(
