@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from diskless._types import TopicPartition
+from diskless import TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,

@@ -20,8 +20,7 @@ import time
 from collections.abc import Iterable
 from unittest import mock
 
-from diskless._broker import BrokerConfig, DisklessBroker
-from diskless._types import ErrorCode, TopicPartition
+from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
 from diskless.read import FetchReader, Span, _reader
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore

@@ -31,9 +31,9 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    FaultyBatchCoordinator,
     InMemoryBatchCoordinator,
 )
-from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import (
     FaultyObjectStore,

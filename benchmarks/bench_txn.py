@@ -33,8 +33,7 @@ from pathlib import Path
 import crc32c
 import msgspec
 
-from diskless._broker import BrokerConfig, DisklessBroker
-from diskless._types import ErrorCode, TopicPartition
+from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,

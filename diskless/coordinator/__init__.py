@@ -21,6 +21,8 @@ from diskless.coordinator._api import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.coordinator._checks import check_topic_name
+from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.coordinator._memory import InMemoryBatchCoordinator
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 
@@ -45,7 +47,10 @@ __all__ = [
     "RetentionResult",
     "TopicConfig",
     "TopicDescription",
+    "check_topic_name",
     # backends
     "InMemoryBatchCoordinator",
     "SqliteBatchCoordinator",
+    # fault injection, for failure tests
+    "FaultyBatchCoordinator",
 ]

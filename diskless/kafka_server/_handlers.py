@@ -22,8 +22,7 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
-from diskless.coordinator import TopicDescription
-from diskless.coordinator._checks import check_topic_name
+from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, has_field, nested, response_schema
 from diskless.kafka_server._metadata import topic_id

@@ -16,8 +16,13 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from diskless import ErrorCode, ManualClock
 from diskless._broker import BrokerConfig, DisklessBroker
-from diskless.coordinator import BatchCoordinator, CommitBatch, CommitBatchResult, FileState
-from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    FaultyBatchCoordinator,
+    FileState,
+)
 from diskless.errors import ObjectKeyConflictError
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig

@@ -26,8 +26,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from diskless import ErrorCode, TopicPartition
 from diskless._broker import BrokerConfig, DisklessBroker
-from diskless.coordinator import DeleteRecordsRequest, FileState
-from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.coordinator import DeleteRecordsRequest, FaultyBatchCoordinator, FileState
 from diskless.errors import BrokerClosedError
 from diskless.lifecycle import FileManager
 from diskless.storage import FaultyObjectStore, LocalObjectStore, ObjectStore, S3ObjectStore

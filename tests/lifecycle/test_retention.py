@@ -10,8 +10,12 @@ import pytest
 
 from diskless import ManualClock, TopicPartition
 from diskless._broker import BrokerConfig, DisklessBroker
-from diskless.coordinator import BatchCoordinator, RetentionResult, TopicConfig
-from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.coordinator import (
+    BatchCoordinator,
+    FaultyBatchCoordinator,
+    RetentionResult,
+    TopicConfig,
+)
 from diskless.errors import CoordinatorUnavailableError
 from diskless.lifecycle import RetentionScheduler, RetentionSchedulerConfig
 from diskless.storage import MemoryObjectStore

@@ -16,10 +16,10 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    FaultyBatchCoordinator,
     LeaseRequest,
     LeaseResult,
 )
-from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig

@@ -29,11 +29,11 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    FaultyBatchCoordinator,
     FindBatchesRequest,
     LeaseRequest,
     ListOffsetsRequest,
 )
-from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TransactionCoordinator, TxnState
 from diskless.wal import WalConfig

@@ -32,9 +32,9 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    FaultyBatchCoordinator,
     InMemoryBatchCoordinator,
 )
-from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.storage import MemoryObjectStore
 from diskless.storage._faulty import FaultyObjectStore
 from diskless.txn import TransactionCoordinator

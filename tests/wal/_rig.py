@@ -12,10 +12,10 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    FaultyBatchCoordinator,
     FindBatchesRequest,
     InMemoryBatchCoordinator,
 )
-from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.records import set_base_offset
 from diskless.storage import ForwardingObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig, WalWriter

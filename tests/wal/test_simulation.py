@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
-from diskless.coordinator import FindBatchesRequest, InMemoryBatchCoordinator
-from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.coordinator import (
+    FaultyBatchCoordinator,
+    FindBatchesRequest,
+    InMemoryBatchCoordinator,
+)
 from diskless.records import set_base_offset
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig, WalEntry, WalWriter
