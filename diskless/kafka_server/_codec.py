@@ -54,7 +54,7 @@ class DecodedRequest(NamedTuple):
     """A kio request entity of the schema for (api key, api version)."""
 
 
-def read_prefix(frame: bytes) -> RequestPrefix:
+def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     if len(frame) < FIXED_HEADER.size:
         raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id = FIXED_HEADER.unpack_from(frame)
@@ -73,7 +73,7 @@ def response_schema(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)
 
 
-def decode_request(frame: bytes, schema: type[Any]) -> DecodedRequest:
+def decode_request(frame: bytes | memoryview, schema: type[Any]) -> DecodedRequest:
     """Parse the header and body of `frame` with `schema`; FrameError when they do not parse.
 
     The body must use the whole frame: trailing bytes mean the client and the broker disagree
