@@ -15,7 +15,6 @@ ApiVersionsResponse schemas already say so).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import io
 import struct
 import sys
@@ -125,10 +124,15 @@ def build(schema: type[Any], **values: Any) -> Any:
     return schema(**{name: value for name, value in values.items() if name in names})
 
 
-@functools.cache
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+
 def _field_names(schema: type[Any]) -> frozenset[str]:
     """Per schema, once: `build` runs for every entry of a response (100,000 in a large one)."""
-    return frozenset(f.name for f in dataclasses.fields(schema))
+    names = _FIELD_NAMES.get(schema)
+    if names is None:
+        names = _FIELD_NAMES[schema] = frozenset(f.name for f in dataclasses.fields(schema))
+    return names
 
 
 def nested(schema: type[Any], name: str) -> type[Any]:
