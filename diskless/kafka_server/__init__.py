@@ -18,8 +18,9 @@ Where to read on:
 """
 
 from diskless.kafka_server._cluster import KafkaCluster, rack_name
+from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._metadata import BrokerAddress, ClusterView
-from diskless.kafka_server._server import BrokerServer, ServerConfig
+from diskless.kafka_server._server import BrokerServer
 from diskless.kafka_server._txn import TransactionFront
 from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
 

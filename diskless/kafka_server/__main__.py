@@ -1,5 +1,7 @@
 """Start a local diskless Kafka cluster: `python -m diskless.kafka_server --brokers 3 --racks 3
---data-dir DIR [--topic NAME:PARTITIONS ...]`.
+--data-dir DIR [--topic NAME:PARTITIONS ...] [--server-option FIELD=VALUE ...]`.
+
+`--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
 
 Objects go to DIR/objects (LocalObjectStore), batch metadata to DIR/coordinator.sqlite
 (SqliteBatchCoordinator). Prints the bootstrap addresses, overall and per rack, then serves until
@@ -16,9 +18,11 @@ import signal
 import sys
 from pathlib import Path
 
+import msgspec
+
 from diskless.coordinator import SqliteBatchCoordinator
 from diskless.kafka_server._cluster import KafkaCluster
-from diskless.kafka_server._server import ServerConfig
+from diskless.kafka_server._config import ServerConfig
 from diskless.storage import LocalObjectStore
 
 
@@ -27,6 +31,23 @@ def _topic(spec: str) -> tuple[str, int]:
     if not name or not partitions.isdigit() or int(partitions) < 1:
         raise argparse.ArgumentTypeError(f"expected NAME:PARTITIONS, got {spec!r}")
     return name, int(partitions)
+
+
+def _server_option(spec: str) -> tuple[str, str]:
+    name, _, value = spec.partition("=")
+    if name not in ServerConfig.__struct_fields__ or not value:
+        fields = ", ".join(ServerConfig.__struct_fields__)
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD one of {fields}")
+    return name, value
+
+
+def _server_config(args: argparse.Namespace) -> ServerConfig:
+    options: dict[str, object] = {"auto_create_topic_partitions": args.auto_create_partitions}
+    options.update(dict(args.server_option))
+    try:
+        return msgspec.convert(options, ServerConfig, strict=False)
+    except (msgspec.ValidationError, ValueError) as e:
+        raise SystemExit(f"--server-option: {e}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,17 +66,24 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="create unknown topics with N partitions when a client asks (0: never)",
     )
+    parser.add_argument(
+        "--server-option",
+        type=_server_option,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a ServerConfig field, e.g. connections_idle_ms_max=600000 (repeatable)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
 
-async def _run(args: argparse.Namespace) -> None:
+async def _run(args: argparse.Namespace, server_config: ServerConfig) -> None:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     store = LocalObjectStore(args.data_dir / "objects")
     coordinator = SqliteBatchCoordinator(args.data_dir / "coordinator.sqlite")
     ports = [args.base_port + i for i in range(args.brokers)] if args.base_port else None
     try:
-        server_config = ServerConfig(auto_create_topic_partitions=args.auto_create_partitions)
         async with KafkaCluster(
             store,
             coordinator,
@@ -85,8 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.brokers < 1 or args.racks < 1 or args.auto_create_partitions < 0:
         raise SystemExit("--brokers and --racks must be >= 1, --auto-create-partitions >= 0")
+    server_config = _server_config(args)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_run(args))
+    asyncio.run(_run(args, server_config))
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ from collections.abc import Sequence
 
 from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import BatchCoordinator, TopicConfig
+from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._groups import GroupCoordinator
+from diskless.kafka_server._memory import RequestMemory
 from diskless.kafka_server._metadata import ClusterView
-from diskless.kafka_server._server import BrokerServer, ServerConfig
+from diskless.kafka_server._server import BrokerServer
 from diskless.kafka_server._txn import TransactionFront
 from diskless.storage import ObjectStore
 
@@ -56,6 +58,10 @@ class KafkaCluster:
         self._ports = list(ports) if ports is not None else [0] * brokers
         self._broker_config = broker_config
         self._server_config = server_config
+        self.request_memory = RequestMemory(
+            (server_config or ServerConfig()).queued_request_bytes_max
+        )
+        """One `queued_request_bytes_max` budget for all brokers: they share one process."""
         self.view = ClusterView(cluster_id)
         self.transactions = TransactionFront(coordinator)
         self.groups = GroupCoordinator()
@@ -85,6 +91,7 @@ class KafkaCluster:
                 self.groups,
                 port=self._ports[broker_id],
                 config=self._server_config,
+                request_memory=self.request_memory,
             )
             self.servers[broker_id] = server
             await server.start()

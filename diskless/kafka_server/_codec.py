@@ -54,7 +54,7 @@ class DecodedRequest(NamedTuple):
     """A kio request entity of the schema for (api key, api version)."""
 
 
-def read_prefix(frame: bytes) -> RequestPrefix:
+def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     if len(frame) < FIXED_HEADER.size:
         raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id = FIXED_HEADER.unpack_from(frame)
@@ -73,7 +73,7 @@ def response_schema(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)
 
 
-def decode_request(frame: bytes, schema: type[Any]) -> DecodedRequest:
+def decode_request(frame: bytes | memoryview, schema: type[Any]) -> DecodedRequest:
     """Parse the header and body of `frame` with `schema`; FrameError when they do not parse.
 
     The body must use the whole frame: trailing bytes mean the client and the broker disagree
@@ -120,8 +120,19 @@ def build(schema: type[Any], **values: Any) -> Any:
 
     Handlers describe a response once for all versions and let the schema pick its fields.
     """
-    names = {f.name for f in dataclasses.fields(schema)}
+    names = _field_names(schema)
     return schema(**{name: value for name, value in values.items() if name in names})
+
+
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+
+def _field_names(schema: type[Any]) -> frozenset[str]:
+    """Per schema, once: `build` runs for every entry of a response (100,000 in a large one)."""
+    names = _FIELD_NAMES.get(schema)
+    if names is None:
+        names = _FIELD_NAMES[schema] = frozenset(f.name for f in dataclasses.fields(schema))
+    return names
 
 
 def nested(schema: type[Any], name: str) -> type[Any]:

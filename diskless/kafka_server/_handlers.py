@@ -26,6 +26,7 @@ from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, has_field, nested, response_schema
 from diskless.kafka_server._metadata import topic_id
+from diskless.kafka_server._steps import Steps
 from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
 
 if TYPE_CHECKING:
@@ -106,7 +107,9 @@ async def handle_metadata(
         if missing and _may_create(server, version, request):
             known.update(await _create_topics(server, missing))
         rack = connection.client_rack if connection.client_rack is not None else server.rack
+        steps = Steps()
         for name in names:
+            await steps.pause()
             description = known.get(name)
             if description is None:
                 topics.append(
@@ -224,8 +227,10 @@ async def handle_produce(
     topic_entry = nested(schema, "TopicProduceResponse")
     partition_entry = nested(schema, "PartitionProduceResponse")
     by_topic: dict[str, list[Any]] = {}
+    steps = Steps()
     for topic in request.topic_data:
         for data in topic.partition_data:
+            await steps.pause()
             tp = TopicPartition(topic.name, data.index)
             result = results.get(tp)
             if tp in duplicates:

@@ -5,9 +5,18 @@ producer's pipelined Produce requests reach the broker in order and overlap whil
 their commit); responses are written strictly in request order, as Kafka clients require. At
 most `requests_inflight_max` requests of one connection are under way; further reads wait.
 
-What closes a connection (always logged with the reason; other connections are unaffected):
-- a size prefix that is negative or above `frame_bytes_max`, or a frame cut short (the stream
-  cannot be resynchronized);
+What one client can cost the others is bounded (see `ServerConfig` for each limit):
+- memory: a frame's bytes are reserved from a budget shared by all connections
+  (`queued_request_bytes_max`) before its body is read, and given back once it is answered;
+- time on the event loop: a frame above `inline_frame_bytes_max` is decoded, and its response
+  encoded, in a worker thread;
+- connections: one that is idle for `connections_idle_ms_max`, or that takes longer than
+  `frame_receive_ms_max` to send a frame's body, is closed.
+
+What closes a connection (logged with the reason, at most `close_warnings_max` warnings per
+`close_warning_interval_ms`; other connections are unaffected):
+- a size prefix that is negative or above `frame_bytes_max`, or a frame cut short or too slow
+  (the stream cannot be resynchronized);
 - an API key this server does not know, or a version it does not advertise, other than
   ApiVersions: the protocol has no response shape for them, and Kafka closes too;
 - a request that does not decode with the schema of its version;
@@ -20,24 +29,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import functools
 import logging
 from typing import Any, Final
 
-import msgspec
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless import DisklessBroker
 from diskless.kafka_server._codec import (
-    FRAME_BYTES_MAX,
     FRAME_SIZE,
+    DecodedRequest,
     FrameError,
     decode_request,
     encode_response,
     read_prefix,
     request_schema,
 )
+from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._groups import GroupCoordinator
 from diskless.kafka_server._handlers import HANDLERS, api_versions_response
+from diskless.kafka_server._log_limit import RateLimitedWarnings
+from diskless.kafka_server._memory import RequestMemory, Reservation
 from diskless.kafka_server._metadata import BrokerAddress, ClusterView
 from diskless.kafka_server._txn import TransactionFront
 from diskless.kafka_server._versions import API_VERSIONS_FALLBACK, ApiKey, supported
@@ -45,44 +58,31 @@ from diskless.kafka_server._versions import API_VERSIONS_FALLBACK, ApiKey, suppo
 _log = logging.getLogger(__name__)
 
 LISTEN_HOST: Final = "127.0.0.1"
-
-
-class ServerConfig(msgspec.Struct, frozen=True):
-    frame_bytes_max: int = FRAME_BYTES_MAX
-    requests_inflight_max: int = 16
-    """Requests of one connection decoded but not yet answered."""
-    fetch_wait_ms_max: int = 5_000
-    """Caps a Fetch's max_wait: how long an empty fetch may be held before answering."""
-    fetch_poll_ms: int = 10
-    """How often a held fetch asks the coordinator again (any broker may append)."""
-    auto_create_topic_partitions: int = 0
-    """Metadata for an unknown topic creates it with this many partitions when the client allows
-    it (Kafka's auto.create.topics.enable with num.partitions); 0 never creates."""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.frame_bytes_max <= 2**31 - 1:
-            raise ValueError("frame_bytes_max must be in (0, 2**31)")
-        if self.requests_inflight_max < 1:
-            raise ValueError("requests_inflight_max must be >= 1")
-        if self.fetch_wait_ms_max < 0 or self.fetch_poll_ms < 1:
-            raise ValueError("fetch_wait_ms_max must be >= 0 and fetch_poll_ms >= 1")
-        if self.auto_create_topic_partitions < 0:
-            raise ValueError("auto_create_topic_partitions must be >= 0")
+READ_CHUNK_BYTES: Final = 256 * 1024
+"""A frame's body is read in pieces of at most this into its reserved buffer."""
 
 
 class Connection:
     """What the server learns about one client connection."""
 
-    __slots__ = ("client_rack", "peer")
+    __slots__ = ("client_rack", "last_active", "peer", "unanswered")
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, now: float) -> None:
         self.peer = peer
         self.client_rack: str | None = None
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
+        self.last_active = now
+        """Event-loop time of the last frame read or response written (for the idle timeout)."""
+        self.unanswered = 0
+        """Requests read and not yet answered: while there are some, the connection is busy."""
 
 
 class _Close(Exception):
     """Stop serving this connection after what was already answered."""
+
+
+class _Idle(Exception):
+    """The connection has been idle for `connections_idle_ms_max`: close it quietly."""
 
 
 class BrokerServer:
@@ -97,15 +97,30 @@ class BrokerServer:
         *,
         port: int = 0,
         config: ServerConfig | None = None,
+        request_memory: RequestMemory | None = None,
     ) -> None:
+        """`request_memory`: the `queued_request_bytes_max` budget, when shared with other servers
+        of the same process (a `KafkaCluster` passes one to all of its brokers)."""
         self.broker = broker
         self.cluster = cluster
         self.transactions = transactions
         self.groups = groups
         self.config = config if config is not None else ServerConfig()
+        self.request_memory = (
+            request_memory
+            if request_memory is not None
+            else RequestMemory(self.config.queued_request_bytes_max)
+        )
         self._port = port
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._codec: concurrent.futures.ThreadPoolExecutor | None = None
+        self._close_warnings = RateLimitedWarnings(
+            _log,
+            interval_s=self.config.close_warning_interval_ms / 1000,
+            burst=self.config.close_warnings_max,
+            what="connection closes",
+        )
         self.produce_requests: collections.Counter[str] = collections.Counter()
         """Produce requests answered by this broker, per client id: where routing sent whom."""
 
@@ -130,6 +145,10 @@ class BrokerServer:
     async def start(self) -> None:
         if self._server is not None:
             return
+        # One thread: the codec is pure Python under the GIL, more would not make it faster.
+        self._codec = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"kafka-codec-{self.broker_id}"
+        )
         self._server = await asyncio.start_server(self._accept, LISTEN_HOST, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
         self.cluster.join(self.address)
@@ -157,6 +176,10 @@ class BrokerServer:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await server.wait_closed()
+        self._close_warnings.flush()
+        if self._codec is not None:
+            self._codec.shutdown(wait=False, cancel_futures=True)
+            self._codec = None
         _log.info("broker %d stopped listening (abort=%s)", self.broker_id, abort)
 
     # --- connections --------------------------------------------------------------------------
@@ -169,7 +192,8 @@ class BrokerServer:
         self._connections[task] = writer
         peer = str(writer.get_extra_info("peername"))
         try:
-            await self._serve(Connection(peer), reader, writer)
+            now = asyncio.get_running_loop().time()
+            await self._serve(Connection(peer, now), reader, writer)
         except asyncio.CancelledError:
             # Only `_stop` cancels a connection; ending quietly keeps asyncio's stream callback
             # from reporting the cancellation as an error.
@@ -188,17 +212,27 @@ class BrokerServer:
         try:
             while not responder.done():
                 try:
-                    frame = await self._read_frame(reader)
+                    received = await self._read_frame(connection, reader)
+                except _Idle:
+                    _log.debug("closing idle %s on broker %d", connection.peer, self.broker_id)
+                    break
                 except _Close as e:
-                    _log.warning("closing %s on broker %d: %s", connection.peer, self.broker_id, e)
+                    self._warn_close(connection, str(e))
                     break
-                if frame is None:
+                if received is None:
                     break  # the client closed the connection
+                frame, reservation = received
                 try:
-                    answer = self._dispatch(connection, frame)
-                except FrameError as e:
-                    _log.warning("closing %s on broker %d: %s", connection.peer, self.broker_id, e)
+                    answer = await self._dispatch(connection, frame)
+                except BaseException as e:
+                    reservation.release()
+                    if not isinstance(e, FrameError):
+                        raise
+                    self._warn_close(connection, str(e))
                     break
+                del frame  # the decoded request is all that is kept
+                connection.unanswered += 1
+                answer.add_done_callback(functools.partial(self._answered, connection, reservation))
                 await pending.put(answer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -216,25 +250,88 @@ class BrokerServer:
                 if leftover is not None:
                     leftover.cancel()
 
-    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
-        try:
-            prefix = await reader.readexactly(FRAME_SIZE.size)
-        except asyncio.IncompleteReadError as e:
-            if e.partial:
-                raise _Close("connection ended inside a size prefix") from None
+    def _warn_close(self, connection: Connection, reason: str) -> None:
+        self._close_warnings.warning(
+            "closing %s on broker %d: %s", connection.peer, self.broker_id, reason
+        )
+
+    @staticmethod
+    def _answered(connection: Connection, reservation: Reservation, _: object) -> None:
+        reservation.release()
+        connection.unanswered -= 1
+        connection.last_active = asyncio.get_running_loop().time()
+
+    async def _read_frame(
+        self, connection: Connection, reader: asyncio.StreamReader
+    ) -> tuple[memoryview, Reservation] | None:
+        """The next frame, in a buffer reserved from the request memory; None at a clean EOF."""
+        prefix = await self._read_prefix(connection, reader)
+        if prefix is None:
             return None
         (size,) = FRAME_SIZE.unpack(prefix)
         if size < 0 or size > self.config.frame_bytes_max:
             raise _Close(f"frame size {size} outside [0, {self.config.frame_bytes_max}]")
+        reservation = await self.request_memory.reserve(size)
         try:
-            return await reader.readexactly(size)
-        except asyncio.IncompleteReadError as e:
-            raise _Close(f"connection ended after {len(e.partial)} of {size} bytes") from None
+            frame = await self._read_body(reader, size)
+        except BaseException:
+            reservation.release()
+            raise
+        connection.last_active = asyncio.get_running_loop().time()
+        return frame, reservation
 
-    def _dispatch(self, connection: Connection, frame: bytes) -> asyncio.Future[bytes | None]:
+    async def _read_prefix(
+        self, connection: Connection, reader: asyncio.StreamReader
+    ) -> bytes | None:
+        """Wait for a size prefix; a connection with nothing under way for too long is `_Idle`.
+
+        A cancelled `readexactly` consumes nothing, so waiting again after a timeout is safe.
+        """
+        idle_s = self.config.connections_idle_ms_max / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            deadline = connection.last_active + idle_s
+            if deadline <= loop.time():  # busy past the deadline: look again in a while
+                deadline = loop.time() + idle_s
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await reader.readexactly(FRAME_SIZE.size)
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    raise _Close("connection ended inside a size prefix") from None
+                return None
+            except TimeoutError:
+                if connection.unanswered == 0 and loop.time() >= connection.last_active + idle_s:
+                    raise _Idle from None
+                # busy (a held fetch, a join waiting for its group): busy is not idle
+
+    async def _read_body(self, reader: asyncio.StreamReader, size: int) -> memoryview:
+        """Read `size` bytes into one buffer of that size (no growth, no final copy), in time."""
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        received = 0
+        timeout_ms = self.config.frame_receive_ms_max
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                while received < size:
+                    chunk = await reader.read(min(size - received, READ_CHUNK_BYTES))
+                    if not chunk:
+                        raise _Close(f"connection ended after {received} of {size} bytes")
+                    view[received : received + len(chunk)] = chunk
+                    received += len(chunk)
+        except TimeoutError:
+            raise _Close(
+                f"frame body not received within {timeout_ms} ms ({received} of {size} bytes)"
+            ) from None
+        return view.toreadonly()  # kio reads only read-only buffers
+
+    async def _dispatch(
+        self, connection: Connection, frame: memoryview
+    ) -> asyncio.Future[bytes | None]:
         """Decode one request and start its handler; FrameError when the connection must close.
 
-        Synchronous: handlers start in the order their requests arrived.
+        Handlers start in the order their requests arrived: the caller awaits this before it
+        reads the next frame of the connection.
         """
         prefix = read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
@@ -247,18 +344,33 @@ class BrokerServer:
             raise FrameError(f"api key {key} v{version} is not supported")
         schema = request_schema(key, version)
         assert schema is not None, (key, version)  # every advertised version is modelled
-        request = decode_request(frame, schema)
+        large = len(frame) > self.config.inline_frame_bytes_max
+        request: DecodedRequest
+        if large:
+            request = await self._in_codec_thread(decode_request, frame, schema)
+        else:
+            request = decode_request(frame, schema)
         if key == ApiKey.PRODUCE:
             self.produce_requests[request.client_id or ""] += 1
         handler = HANDLERS[ApiKey(key)]
-        return asyncio.ensure_future(
-            self._answer(handler(self, connection, version, request.body), prefix.correlation_id)
-        )
+        handling = handler(self, connection, version, request.body)
+        return asyncio.ensure_future(self._answer(handling, prefix.correlation_id, large=large))
 
-    @staticmethod
-    async def _answer(handling: Any, correlation_id: int) -> bytes | None:
+    async def _answer(self, handling: Any, correlation_id: int, *, large: bool) -> bytes | None:
+        """The framed response; a large request's response is encoded off the event loop
+        (its size grows with the request's: 100,000 topics in, 100,000 out)."""
         response = await handling
-        return None if response is None else encode_response(correlation_id, response)
+        if response is None:
+            return None
+        if large:
+            data: bytes = await self._in_codec_thread(encode_response, correlation_id, response)
+            return data
+        return encode_response(correlation_id, response)
+
+    async def _in_codec_thread(self, function: Any, *args: Any) -> Any:
+        if self._codec is None:
+            raise ConnectionError("the server is closing")
+        return await asyncio.get_running_loop().run_in_executor(self._codec, function, *args)
 
     async def _respond(
         self,
@@ -283,3 +395,4 @@ class BrokerServer:
             if data is not None:
                 writer.write(data)
                 await writer.drain()
+                connection.last_active = asyncio.get_running_loop().time()
