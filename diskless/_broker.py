@@ -281,6 +281,11 @@ class DisklessBroker:
         return self._broker_epoch
 
     @property
+    def clock(self) -> Clock:
+        """The clock every timeout of this broker runs on (a simulation's virtual one, say)."""
+        return self._clock
+
+    @property
     def config(self) -> BrokerConfig:
         return self._config
 

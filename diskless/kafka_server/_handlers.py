@@ -12,11 +12,10 @@ pipelined requests must keep the order in which they arrived on the connection.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as WireError
 
@@ -25,12 +24,10 @@ from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_iso
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, has_field, nested, response_schema
+from diskless.kafka_server._context import BrokerContext, Connection
 from diskless.kafka_server._metadata import topic_id
 from diskless.kafka_server._steps import Steps
 from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
-
-if TYPE_CHECKING:
-    from diskless.kafka_server._server import BrokerServer, Connection
 
 _log = logging.getLogger(__name__)
 
@@ -38,8 +35,8 @@ _NO_THROTTLE: Final = datetime.timedelta(0)
 _KEY_TYPE_GROUP: Final = 0
 _KEY_TYPE_TRANSACTION: Final = 1
 
-Handler = Callable[["BrokerServer", "Connection", int, Any], Awaitable[Any]]
-"""(server, connection, api version, request) -> response entity, or None for no response."""
+Handler = Callable[[BrokerContext, Connection, int, Any], Awaitable[Any]]
+"""(broker context, connection, api version, request) -> response entity, or None for none."""
 
 
 def wire(code: ErrorCode | int) -> WireError:
@@ -74,14 +71,14 @@ def api_versions_response(version: int, error: WireError) -> Any:
 
 
 async def handle_api_versions(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     return api_versions_response(version, WireError.none)
 
 
 # --- Metadata -------------------------------------------------------------------------------------
 async def handle_metadata(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     schema = _response(ApiKey.METADATA, version)
     broker_entry = nested(schema, "MetadataResponseBroker")
@@ -92,11 +89,11 @@ async def handle_metadata(
         requested = None
     else:
         requested = [t.name for t in request.topics if t.name is not None]
-    brokers = server.cluster.brokers()
+    brokers = context.cluster.brokers()
     topics: list[Any] = []
     if requested is None or requested:
         try:
-            descriptions = await server.broker.describe_topics(requested)
+            descriptions = await context.broker.describe_topics(requested)
         except DisklessError as e:
             _log.warning("metadata: describing topics failed: %r", e)
             descriptions = []
@@ -104,9 +101,9 @@ async def handle_metadata(
         known = {d.name: d for d in descriptions}
         names = sorted(known) if requested is None else list(dict.fromkeys(requested))
         missing = [name for name in names if name not in known]
-        if missing and _may_create(server, version, request):
-            known.update(await _create_topics(server, missing))
-        rack = connection.client_rack if connection.client_rack is not None else server.rack
+        if missing and _may_create(context, version, request):
+            known.update(await _create_topics(context, missing))
+        rack = connection.client_rack if connection.client_rack is not None else context.rack
         steps = Steps()
         for name in names:
             await steps.pause()
@@ -124,7 +121,7 @@ async def handle_metadata(
                 )
                 continue
             tps = [TopicPartition(name, p) for p in range(description.partitions)]
-            leaders = server.cluster.leaders(tps, rack) if brokers else {}
+            leaders = context.cluster.leaders(tps, rack) if brokers else {}
             partitions = []
             for tp in tps:
                 leader = leaders.get(tp, -1)
@@ -136,7 +133,7 @@ async def handle_metadata(
                         ),
                         partition_index=tp.partition,
                         leader_id=leader,
-                        leader_epoch=server.cluster.generation,
+                        leader_epoch=context.cluster.generation,
                         replica_nodes=(leader,) if leader >= 0 else (),
                         isr_nodes=(leader,) if leader >= 0 else (),
                         offline_replicas=(),
@@ -159,32 +156,32 @@ async def handle_metadata(
             build(broker_entry, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
             for b in brokers
         ),
-        cluster_id=server.cluster.cluster_id,
-        controller_id=server.broker_id,
+        cluster_id=context.cluster.cluster_id,
+        controller_id=context.broker_id,
         topics=tuple(topics),
     )
 
 
-def _may_create(server: BrokerServer, version: int, request: Any) -> bool:
+def _may_create(context: BrokerContext, version: int, request: Any) -> bool:
     allowed = bool(request.allow_auto_topic_creation) if version >= 4 else True
-    return allowed and server.config.auto_create_topic_partitions > 0
+    return allowed and context.config.auto_create_topic_partitions > 0
 
 
-async def _create_topics(server: BrokerServer, names: list[str]) -> dict[str, TopicDescription]:
+async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
     """Create what can be created; names the coordinator refuses stay unknown."""
-    partitions = server.config.auto_create_topic_partitions
+    partitions = context.config.auto_create_topic_partitions
     for name in names:
         try:
             check_topic_name(name)
         except ValueError:
             continue  # Kafka's topic name rules; the topic stays unknown
         try:
-            if await server.broker.create_topic(name, partitions):
+            if await context.broker.create_topic(name, partitions):
                 _log.info("created topic %r with %d partitions on first use", name, partitions)
         except (DisklessError, ValueError) as e:
             _log.warning("metadata: cannot create topic %r: %r", name, e)
     try:
-        return {d.name: d for d in await server.broker.describe_topics(names)}
+        return {d.name: d for d in await context.broker.describe_topics(names)}
     except DisklessError as e:
         _log.warning("metadata: describing created topics failed: %r", e)
         return {}
@@ -192,7 +189,7 @@ async def _create_topics(server: BrokerServer, names: list[str]) -> dict[str, To
 
 # --- Produce --------------------------------------------------------------------------------------
 async def handle_produce(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     partitions: dict[TopicPartition, bytes] = {}
     duplicates: set[TopicPartition] = set()
@@ -203,7 +200,7 @@ async def handle_produce(
             if tp in partitions:
                 duplicates.add(tp)
             records = bytes(data.records) if data.records is not None else b""
-            records, rewrite = server.transactions.rewrite_batch(tp, records)
+            records, rewrite = context.transactions.rewrite_batch(tp, records)
             if rewrite is not None:
                 rewrites[tp] = rewrite
             partitions[tp] = records
@@ -211,18 +208,18 @@ async def handle_produce(
         del partitions[tp]
     acks = int(request.acks)
     # No await before this call: it fixes this request's place in the broker's write order.
-    produced = server.broker.produce(partitions, acks=acks, timeout_ms=_millis(request.timeout))
+    produced = context.broker.produce(partitions, acks=acks, timeout_ms=_millis(request.timeout))
     try:
         results = await produced
     except DisklessError as e:
-        _log.warning("produce on broker %d failed: %r", server.broker_id, e)
+        _log.warning("produce on broker %d failed: %r", context.broker_id, e)
         results = {}
     if acks == 0:
         return None  # Kafka sends no response to acks=0
     for tp, rewrite in rewrites.items():
         result = results.get(tp)
         if result is not None and result.error is ErrorCode.NONE:
-            server.transactions.acknowledged(rewrite)
+            context.transactions.acknowledged(rewrite)
     schema = _response(ApiKey.PRODUCE, version)
     topic_entry = nested(schema, "TopicProduceResponse")
     partition_entry = nested(schema, "PartitionProduceResponse")
@@ -273,7 +270,7 @@ async def handle_produce(
 
 # --- Fetch ----------------------------------------------------------------------------------------
 async def handle_fetch(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     rack_id = getattr(request, "rack_id", "")
     if rack_id:
@@ -287,29 +284,31 @@ async def handle_fetch(
             partition_max_bytes = max(partition_max_bytes, int(partition.partition_max_bytes))
     # Negative budgets read as empty ones, as in Kafka.
     max_bytes = max(int(request.max_bytes), 0) if has_field(type(request), "max_bytes") else None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(_millis(request.max_wait), server.config.fetch_wait_ms_max) / 1000
+    clock = context.broker.clock
+    deadline = (
+        clock.monotonic() + min(_millis(request.max_wait), context.config.fetch_wait_ms_max) / 1000
+    )
     min_bytes = int(request.min_bytes)
     results: dict[TopicPartition, FetchResult] = {}
     if isolation is None:
         results = dict.fromkeys(offsets, FetchResult(ErrorCode.INVALID_REQUEST))
     while isolation is not None:
         try:
-            results = await server.broker.fetch(
+            results = await context.broker.fetch(
                 offsets,
                 max_bytes=max_bytes,
                 partition_max_bytes=partition_max_bytes or None,
                 isolation_level=isolation,
             )
         except DisklessError as e:
-            _log.warning("fetch on broker %d failed: %r", server.broker_id, e)
+            _log.warning("fetch on broker %d failed: %r", context.broker_id, e)
             results = {}
             break
         total = sum(len(r.records) for r in results.values())
         errors = any(r.error is not ErrorCode.NONE for r in results.values())
-        if total >= max(min_bytes, 1) or errors or not offsets or loop.time() >= deadline:
+        if total >= max(min_bytes, 1) or errors or not offsets or clock.monotonic() >= deadline:
             break
-        await asyncio.sleep(min(server.config.fetch_poll_ms / 1000, deadline - loop.time()))
+        await clock.sleep(min(context.config.fetch_poll_ms / 1000, deadline - clock.monotonic()))
     schema = _response(ApiKey.FETCH, version)
     topic_entry = nested(schema, "FetchableTopicResponse")
     partition_entry = nested(schema, "PartitionData")
@@ -369,7 +368,7 @@ async def handle_fetch(
 
 # --- ListOffsets ----------------------------------------------------------------------------------
 async def handle_list_offsets(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     isolation = _isolation(int(getattr(request, "isolation_level", 0)))
     timestamps = {
@@ -382,9 +381,9 @@ async def handle_list_offsets(
         results = dict.fromkeys(timestamps, ListOffsetsResult(ErrorCode.INVALID_REQUEST))
     else:
         try:
-            results = await server.broker.list_offsets(timestamps, isolation_level=isolation)
+            results = await context.broker.list_offsets(timestamps, isolation_level=isolation)
         except DisklessError as e:
-            _log.warning("list offsets on broker %d failed: %r", server.broker_id, e)
+            _log.warning("list offsets on broker %d failed: %r", context.broker_id, e)
     schema = _response(ApiKey.LIST_OFFSETS, version)
     topic_entry = nested(schema, "ListOffsetsTopicResponse")
     partition_entry = nested(schema, "ListOffsetsPartitionResponse")
@@ -402,7 +401,7 @@ async def handle_list_offsets(
                     ),
                     timestamp=result.timestamp if result is not None else -1,
                     offset=result.offset if result is not None else -1,
-                    leader_epoch=server.cluster.generation,
+                    leader_epoch=context.cluster.generation,
                 )
             )
         topics.append(build(topic_entry, name=topic.name, partitions=tuple(partitions)))
@@ -411,7 +410,7 @@ async def handle_list_offsets(
 
 # --- FindCoordinator ------------------------------------------------------------------------------
 async def handle_find_coordinator(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     """Every broker coordinates every group and transactional id: they share one group
     coordinator and one transaction coordinator in this process. So the answer is the broker
@@ -422,7 +421,7 @@ async def handle_find_coordinator(
         error, message = WireError.invalid_request, f"unknown coordinator key type {key_type}"
     else:
         error, message = WireError.none, None
-    me = server.address
+    me = context.address
     node_id, host, port = (me.broker_id, me.host, me.port) if message is None else (-1, "", -1)
     if has_field(schema, "coordinators"):
         entry = nested(schema, "Coordinator")
@@ -454,10 +453,10 @@ async def handle_find_coordinator(
 
 # --- transactions ---------------------------------------------------------------------------------
 async def handle_init_producer_id(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     try:
-        result = await server.transactions.init_producer_id(
+        result = await context.transactions.init_producer_id(
             request.transactional_id, _millis(request.transaction_timeout)
         )
         error, producer_id, epoch = result.error, result.producer_id, result.producer_epoch
@@ -477,7 +476,7 @@ async def handle_init_producer_id(
 
 
 async def handle_add_partitions_to_txn(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     partitions = [
         TopicPartition(topic.name, int(p))
@@ -485,7 +484,7 @@ async def handle_add_partitions_to_txn(
         for p in topic.partitions
     ]
     try:
-        results = await server.transactions.add_partitions(
+        results = await context.transactions.add_partitions(
             request.v3_and_below_transactional_id,
             int(request.v3_and_below_producer_id),
             int(request.v3_and_below_producer_epoch),
@@ -525,10 +524,10 @@ def _txn_error(error: ErrorCode | None) -> WireError:
 
 
 async def handle_end_txn(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     try:
-        result = await server.transactions.end_txn(
+        result = await context.transactions.end_txn(
             request.transactional_id,
             int(request.producer_id),
             int(request.producer_epoch),
@@ -547,7 +546,7 @@ async def handle_end_txn(
 
 # --- groups ---------------------------------------------------------------------------------------
 async def handle_offset_commit(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     generation = int(getattr(request, "generation_id_or_member_epoch", -1))
     offsets = {
@@ -558,7 +557,7 @@ async def handle_offset_commit(
         for topic in request.topics
         for p in topic.partitions
     }
-    error = server.groups.commit_offsets(request.group_id, generation, request.member_id, offsets)
+    error = context.groups.commit_offsets(request.group_id, generation, request.member_id, offsets)
     schema = _response(ApiKey.OFFSET_COMMIT, version)
     topic_entry = nested(schema, "OffsetCommitResponseTopic")
     partition_entry = nested(schema, "OffsetCommitResponsePartition")
@@ -579,9 +578,9 @@ async def handle_offset_commit(
 
 
 async def handle_offset_fetch(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
-    committed = server.groups.committed_offsets(request.group_id)
+    committed = context.groups.committed_offsets(request.group_id)
     wanted: dict[str, list[int]]
     if request.topics is None:
         wanted = {}
@@ -614,9 +613,9 @@ async def handle_offset_fetch(
 
 
 async def handle_join_group(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
-    outcome = await server.groups.join(
+    outcome = await context.groups.join(
         group_id=request.group_id,
         member_id=request.member_id,
         protocol_type=request.protocol_type,
@@ -646,9 +645,9 @@ async def handle_join_group(
 
 
 async def handle_sync_group(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
-    error, assignment = await server.groups.sync(
+    error, assignment = await context.groups.sync(
         request.group_id,
         int(request.generation_id),
         request.member_id,
@@ -665,23 +664,25 @@ async def handle_sync_group(
 
 
 async def handle_heartbeat(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
-    error = server.groups.heartbeat(request.group_id, int(request.generation_id), request.member_id)
+    error = context.groups.heartbeat(
+        request.group_id, int(request.generation_id), request.member_id
+    )
     return build(
         _response(ApiKey.HEARTBEAT, version), throttle_time=_NO_THROTTLE, error_code=wire(error)
     )
 
 
 async def handle_leave_group(
-    server: BrokerServer, connection: Connection, version: int, request: Any
+    context: BrokerContext, connection: Connection, version: int, request: Any
 ) -> Any:
     schema = _response(ApiKey.LEAVE_GROUP, version)
     if has_field(type(request), "members"):
         member_entry = nested(schema, "MemberResponse")
         responses = []
         for member in request.members:
-            error = server.groups.leave(request.group_id, member.member_id)
+            error = context.groups.leave(request.group_id, member.member_id)
             responses.append(
                 member_entry(
                     member_id=member.member_id,
@@ -692,7 +693,7 @@ async def handle_leave_group(
         return build(
             schema, throttle_time=_NO_THROTTLE, error_code=WireError.none, members=tuple(responses)
         )
-    error = server.groups.leave(request.group_id, request.member_id)
+    error = context.groups.leave(request.group_id, request.member_id)
     return build(schema, throttle_time=_NO_THROTTLE, error_code=wire(error))
 
 

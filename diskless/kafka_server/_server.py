@@ -47,6 +47,7 @@ from diskless.kafka_server._codec import (
     request_schema,
 )
 from diskless.kafka_server._config import ServerConfig
+from diskless.kafka_server._context import Connection
 from diskless.kafka_server._groups import GroupCoordinator
 from diskless.kafka_server._handlers import HANDLERS, api_versions_response
 from diskless.kafka_server._log_limit import RateLimitedWarnings
@@ -60,21 +61,6 @@ _log = logging.getLogger(__name__)
 LISTEN_HOST: Final = "127.0.0.1"
 READ_CHUNK_BYTES: Final = 256 * 1024
 """A frame's body is read in pieces of at most this into its reserved buffer."""
-
-
-class Connection:
-    """What the server learns about one client connection."""
-
-    __slots__ = ("client_rack", "last_active", "peer", "unanswered")
-
-    def __init__(self, peer: str, now: float) -> None:
-        self.peer = peer
-        self.client_rack: str | None = None
-        """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
-        self.last_active = now
-        """Event-loop time of the last frame read or response written (for the idle timeout)."""
-        self.unanswered = 0
-        """Requests read and not yet answered: while there are some, the connection is busy."""
 
 
 class _Close(Exception):
