@@ -19,6 +19,11 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
      aborted-transaction index, and the registration and any expired leases are dropped.
 - **LSO**: ongoing transactions are indexed per partition by first offset; the LSO is the
   earliest one (`PartitionState.last_stable_offset`).
+- **Deleted topics**: deleting a topic drops its registrations and leases with its partitions, and
+  an end answers UNKNOWN_TOPIC_OR_PARTITION for a partition that no longer exists (the
+  transaction coordinator then skips it, as Kafka's does). The partition key stands for Kafka's
+  topic id: a topic re-created under the same name has no registration of a transaction begun
+  before, so `plan_marker` writes it no marker and its LSO is untouched.
 """
 
 from __future__ import annotations
@@ -150,7 +155,9 @@ def plan_marker(
     """The marker of (producer, epoch) on one partition, as Kafka's partition leader writes it.
 
     `next_ongoing_first_offset` is the first offset of the earliest ongoing transaction of
-    another producer on the partition (None if none): the LSO recorded for an abort.
+    another producer on the partition (None if none): the LSO recorded for an abort. A partition
+    with neither a registration of (producer, epoch) nor an open transaction of the producer gets
+    no marker: it holds no part of the transaction.
     """
     assert marker_epoch > producer_epoch, (marker_epoch, producer_epoch)
     if entry is not None and coordinator_epoch < entry.coordinator_epoch:
@@ -161,6 +168,10 @@ def plan_marker(
             return MarkerPlan(ErrorCode.INVALID_PRODUCER_EPOCH)
         if entry is not None and entry.producer_epoch >= marker_epoch:
             return MarkerPlan(ErrorCode.NONE)  # written already: a retried end
+        if entry is None or entry.current_txn_first_offset is None:
+            # Nothing of the transaction is here: the partition it touched was deleted (and
+            # perhaps re-created under its name). A marker would be a stray batch.
+            return MarkerPlan(ErrorCode.NONE)
     if entry is not None and entry.producer_epoch > marker_epoch:
         return MarkerPlan(ErrorCode.INVALID_PRODUCER_EPOCH)
     offset = state.high_watermark

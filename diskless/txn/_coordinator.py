@@ -45,6 +45,8 @@ class TxnState(enum.Enum):
 
 
 _PREPARED: Final = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+_MARKER_DONE: Final = frozenset({ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+"""Marker answers that complete a partition: placed, or the partition no longer exists."""
 _UNFINISHED: Final = _PREPARED | {TxnState.ONGOING}
 
 
@@ -202,7 +204,11 @@ class TransactionCoordinator:
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> EndTxnResult:
-        """Commit or abort; returns once every marker is placed (the outcome is final)."""
+        """Commit or abort; returns once every marker is placed (the outcome is final).
+
+        Partitions deleted since they were added get no marker. Every error is one of Kafka's
+        EndTxn errors.
+        """
         txn = self._txns.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
             return EndTxnResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
@@ -277,7 +283,9 @@ class TransactionCoordinator:
         """Prepare, bump the epoch (TV2), place the markers, complete. Caller holds the lock.
 
         On failure the transaction stays prepared, so that a retry (or the timeout loop)
-        finishes the same outcome: Kafka keeps sending markers until they land.
+        finishes the same outcome: Kafka keeps sending markers until they land. The error is
+        CONCURRENT_TRANSACTIONS, Kafka's EndTxn and InitProducerId answer while markers are
+        pending, which clients retry.
         """
         assert txn.state is TxnState.ONGOING or txn.state is _prepare_state(commit), txn.state
         txn.state = _prepare_state(commit)
@@ -296,12 +304,19 @@ class TransactionCoordinator:
             )
         except DisklessError:
             logger.exception("placing markers for producer %d failed", txn.producer_id)
-            return ErrorCode.KAFKA_STORAGE_ERROR
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         assert len(errors) == len(txn.partitions)
-        failed = [e for e in errors if e is not ErrorCode.NONE]
+        outcome = dict(zip(txn.partitions, errors, strict=True))
+        gone = [tp for tp, e in outcome.items() if e is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        if gone:
+            # Kafka's coordinator skips markers for partitions deleted since they were added:
+            # nothing of the transaction remains there to commit or abort.
+            logger.info("producer %d: no markers for deleted %s", txn.producer_id, gone)
+            txn.partitions = [tp for tp in txn.partitions if tp not in gone]
+        failed = {tp: e for tp, e in outcome.items() if e not in _MARKER_DONE}
         if failed:
             logger.warning("markers for producer %d failed: %s", txn.producer_id, failed)
-            return ErrorCode.KAFKA_STORAGE_ERROR
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         txn.producer_epoch = marker_epoch
         txn.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         txn.partitions = []

@@ -8,6 +8,8 @@
 - The acceptance test: committed and aborted transactions, read back by read_committed consumers
   (librdkafka and kafka-python), which must see exactly the committed records, and by a
   read_uncommitted one, which sees them all.
+- A transaction one of whose topics is deleted before the commit: librdkafka's commit succeeds,
+  the kept topic's partitions get their markers, and the id goes on working.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from diskless import ErrorCode, TopicPartition
+from diskless import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.records import BatchHeader, parse_batch
@@ -273,3 +275,51 @@ async def test_an_open_transaction_holds_the_last_stable_offset(cluster: KafkaCl
         assert len(partition.records) > 0
     finally:
         await client.close()
+
+
+async def _stable_and_end_offsets(cluster: KafkaCluster, topic: str) -> list[tuple[int, int]]:
+    """(last stable offset, high watermark) of each partition of `topic`."""
+    broker = cluster.live[0].broker
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    latest = {tp: OffsetSpec.LATEST for tp in partitions}
+    stable = await broker.list_offsets(latest, isolation_level=IsolationLevel.READ_COMMITTED)
+    ends = await broker.list_offsets(latest)
+    return [(stable[tp].offset, ends[tp].offset) for tp in partitions]
+
+
+async def test_a_transaction_ends_after_one_of_its_topics_was_deleted(
+    cluster: KafkaCluster,
+) -> None:
+    """librdkafka commits (and then aborts) across a topic deleted mid-transaction."""
+    await cluster.create_topic("kept", PARTITIONS)
+    await cluster.create_topic("deleted", PARTITIONS)
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap("rack-0"), "transactional.id": "tx-deleted"}
+    )
+    await asyncio.to_thread(producer.init_transactions, 30)
+    for commit in (True, False):
+        producer.begin_transaction()
+        for topic in ("kept", "deleted"):
+            for p in range(PARTITIONS):
+                producer.produce(topic, value=value(topic, p), partition=p)
+        assert await asyncio.to_thread(producer.flush, 30) == 0
+        if commit:
+            await cluster.coordinator.delete_topics(["deleted"])
+            await asyncio.to_thread(producer.commit_transaction, 30)
+        else:
+            await asyncio.to_thread(producer.abort_transaction, 30)
+        # One record and one marker per transaction on each partition of the kept topic.
+        offsets = await _stable_and_end_offsets(cluster, "kept")
+        assert offsets == [(2, 2)] * PARTITIONS if commit else [(4, 4)] * PARTITIONS
+        if commit:
+            # The deleted topic comes back (empty) when the next transaction writes to it.
+            await cluster.create_topic("deleted", PARTITIONS)
+    assert await _stable_and_end_offsets(cluster, "deleted") == [(2, 2)] * PARTITIONS
+    read = await asyncio.to_thread(
+        confluent_consume,
+        cluster.bootstrap("rack-1"),
+        "kept",
+        dict.fromkeys(range(PARTITIONS), 4),
+        isolation="read_committed",
+    )
+    read.check({"kept": range(PARTITIONS)})

@@ -26,6 +26,7 @@ class RecordingParticipant:
         self.markers: list[tuple[int, int, int, bool, list[TopicPartition]]] = []
         self.fail_markers = 0
         self.marker_gate: asyncio.Event | None = None
+        self.marker_errors: dict[TopicPartition, ErrorCode] = {}
 
     async def allocate_producer_ids(self, count: int) -> int:
         first, self.next_id = self.next_id, self.next_id + count
@@ -52,7 +53,7 @@ class RecordingParticipant:
             self.fail_markers -= 1
             raise CoordinatorUnavailableError("injected")
         self.markers.append((producer_id, producer_epoch, marker_epoch, commit, list(partitions)))
-        return [ErrorCode.NONE] * len(partitions)
+        return [self.marker_errors.get(tp, ErrorCode.NONE) for tp in partitions]
 
 
 @pytest.fixture
@@ -216,7 +217,7 @@ async def test_failed_markers_leave_the_transaction_prepared_until_a_retry_lands
     await tc.add_partitions("tx", pid, epoch, [TP0])
     participant.fail_markers = 1
     failed = await tc.end_txn("tx", pid, epoch, commit=True)
-    assert failed.error is ErrorCode.KAFKA_STORAGE_ERROR
+    assert failed.error is ErrorCode.CONCURRENT_TRANSACTIONS
     description = tc.describe("tx")
     assert description is not None and description.state is TxnState.PREPARE_COMMIT
     # The producer may not change its mind once the outcome is prepared.
@@ -262,3 +263,25 @@ async def test_epoch_exhaustion_moves_to_a_fresh_producer_id(
         assert epoch <= 32767
     assert (end.producer_id, end.producer_epoch) != (pid, epoch)
     assert end.producer_epoch == 0
+
+
+async def test_a_failed_partition_keeps_it_prepared_and_a_deleted_one_is_skipped(
+    tc: TransactionCoordinator, participant: RecordingParticipant
+) -> None:
+    """EndTxn answers with an EndTxn error: a partition's marker failure is not passed on."""
+    init = await tc.init_producer_id("tx")
+    pid, epoch = init.producer_id, init.producer_epoch
+    await tc.add_partitions("tx", pid, epoch, [TP0, TP1])
+    participant.marker_errors = {
+        TP0: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        TP1: ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+    }
+    failed = await tc.end_txn("tx", pid, epoch, commit=False)
+    assert failed.error is ErrorCode.CONCURRENT_TRANSACTIONS
+    description = tc.describe("tx")
+    assert description is not None and description.state is TxnState.PREPARE_ABORT
+    assert description.partitions == [TP1]  # the deleted one is dropped, as Kafka does
+    participant.marker_errors = {}
+    done = await tc.end_txn("tx", pid, epoch, commit=False)
+    assert (done.error, done.producer_epoch) == (ErrorCode.NONE, epoch + 1)
+    assert [m[4] for m in participant.markers] == [[TP0, TP1], [TP1]]
