@@ -6,7 +6,7 @@
    only), 50% and 100% of producers transactional. Transactional producers register their
    partitions, take a lease per batch (one coordinator call per request), and end every
    transaction (commit) after TXN_REQUESTS requests; idempotent producers send the same requests.
-2. end_transaction latency with ENDS_PARTITIONS partitions in open transactions (ENDS producers,
+2. write_txn_markers latency with ENDS_PARTITIONS partitions in open transactions (ENDS producers,
    each with data on PARTITIONS_PER_TXN distinct partitions), against the baseline of a plain
    commit of the same number of batches (PARTITIONS_PER_TXN) on the same coordinator; then one
    transaction spanning all ENDS_PARTITIONS partitions against a plain commit of as many batches.
@@ -125,8 +125,8 @@ async def _producer(
     records = 0
     while time.monotonic() < deadline:
         if transactional:
-            added = await tc.add_partitions(name, pid, epoch, partitions)
-            assert set(added.values()) == {ErrorCode.NONE}, added
+            added = await tc.add_partitions_to_txn(name, pid, epoch, partitions)
+            assert set(added) == {ErrorCode.NONE}, added
         for _ in range(TXN_REQUESTS):
             request = {tp: _batch(pid, epoch, sequences[tp], transactional) for tp in partitions}
             results = await broker.produce(request)
@@ -184,7 +184,7 @@ def _p(samples: list[float], q: float) -> float:
 
 
 async def end_latency(kind: str) -> tuple[list[float], list[float]]:
-    """Latencies (s) of ENDS end_transaction calls, and of ENDS plain commits of as many batches."""
+    """Latencies (s) of ENDS marker writes, and of ENDS plain commits of as many batches."""
     async with backends(kind) as (_, coordinator):
         await coordinator.create_topic("ends", ENDS_PARTITIONS)
         epoch = await coordinator.register_broker(1)
@@ -208,7 +208,7 @@ async def end_latency(kind: str) -> tuple[list[float], list[float]]:
                 for k in range(PARTITIONS_PER_TXN)
             ]
             started = time.perf_counter()
-            errors = await coordinator.end_transaction(pid, 0, 1, True, 0, tps)
+            errors = await coordinator.write_txn_markers(pid, 0, 1, True, 0, tps)
             ends.append(time.perf_counter() - started)
             assert set(errors) == {ErrorCode.NONE}
         commits = []
@@ -243,7 +243,7 @@ async def end_latency_wide(kind: str, rounds: int = 5) -> tuple[list[float], lis
             results = await coordinator.commit_file(f"w/{n}", 1, epoch, 1000, batches)
             assert {r.error for r in results} == {ErrorCode.NONE}
             started = time.perf_counter()
-            errors = await coordinator.end_transaction(pid, n, n + 1, True, 0, tps)
+            errors = await coordinator.write_txn_markers(pid, n, n + 1, True, 0, tps)
             ends.append(time.perf_counter() - started)
             assert set(errors) == {ErrorCode.NONE}
             plain = [_commit_batch(tp) for tp in tps]
@@ -269,7 +269,7 @@ async def main(seconds: float, kinds: list[str]) -> None:
                 f"  ({rate / baseline:5.2f} x baseline)"
             )
     print(
-        f"## end_transaction with {ENDS_PARTITIONS} partitions in open transactions"
+        f"## write_txn_markers with {ENDS_PARTITIONS} partitions in open transactions"
         f" ({ENDS} transactions x {PARTITIONS_PER_TXN} partitions) vs a plain commit of"
         f" {PARTITIONS_PER_TXN} batches"
     )
@@ -282,7 +282,7 @@ async def main(seconds: float, kinds: list[str]) -> None:
             f" | p99 ratio {_p(ends, 0.99) / _p(commits, 0.99):5.2f}"
         )
     print(
-        f"## one transaction over {ENDS_PARTITIONS} partitions: end_transaction vs a plain commit"
+        f"## one transaction over {ENDS_PARTITIONS} partitions: write_txn_markers vs a plain commit"
         f" of {ENDS_PARTITIONS} batches (5 rounds: median / max)"
     )
     for kind in kinds:

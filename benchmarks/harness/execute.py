@@ -346,13 +346,13 @@ async def _begin_transaction(
     mine = [r for r in requests if r.txn_index == txn_index]
     first = mine[0]
     partitions = list(dict.fromkeys(tp for r in mine for tp in r.batches))
-    added = await transactions.add_partitions(
+    added = await transactions.add_partitions_to_txn(
         transactional_id(spec, first.rows[0].producer_index),
         first.wire_producer_id,
         first.producer_epoch,
         partitions,
     )
-    return all(error == ErrorCode.NONE for error in added.values())
+    return all(error == ErrorCode.NONE for error in added)
 
 
 async def _end_transaction(

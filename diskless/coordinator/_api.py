@@ -307,7 +307,7 @@ class BatchCoordinator(abc.ABC):
         naming a released lease is rejected."""
 
     @abc.abstractmethod
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,
@@ -318,7 +318,7 @@ class BatchCoordinator(abc.ABC):
     ) -> list[ErrorCode]:
         """Write COMMIT or ABORT markers once no batch of the transaction can still land.
 
-        See `diskless.txn.TransactionParticipant.end_transaction`.
+        See `diskless.txn.TransactionParticipant.write_txn_markers`.
         """
 
     # --- the read path ------------------------------------------------------------------------

@@ -128,7 +128,7 @@ class FaultyBatchCoordinator(BatchCoordinator):
     async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
         await self.inner.release_txn_leases(lease_ids)
 
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,
@@ -137,7 +137,7 @@ class FaultyBatchCoordinator(BatchCoordinator):
         coordinator_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
-        return await self.inner.end_transaction(
+        return await self.inner.write_txn_markers(
             producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
         )
 

@@ -56,7 +56,7 @@ from diskless.coordinator._txn import (
     check_lease_grant,
     check_registration,
     plan_marker,
-    run_end_transaction,
+    run_write_txn_markers,
 )
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT, ProducerEntry, is_expired
 
@@ -436,7 +436,7 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         if lease_ids:
             self._signal_release()
 
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,
@@ -446,7 +446,7 @@ class InMemoryBatchCoordinator(BatchCoordinator):
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
         self._check_open()
-        return await run_end_transaction(
+        return await run_write_txn_markers(
             self,
             self._clock,
             producer_id,

@@ -91,7 +91,7 @@ class TxnRegistration(msgspec.Struct, frozen=True, gc=False):
 
     producer_epoch: int
     ending: bool = False
-    """An end has begun (phase 1 of `end_transaction`): no new lease is granted."""
+    """An end has begun (phase 1 of `write_txn_markers`): no new lease is granted."""
 
 
 class TxnLease(msgspec.Struct, frozen=True, gc=False):

@@ -70,7 +70,7 @@ from diskless.coordinator._txn import (
     check_lease_grant,
     check_registration,
     plan_marker,
-    run_end_transaction,
+    run_write_txn_markers,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT, ProducerEntry, RetainedBatch, is_expired
@@ -828,7 +828,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
         await self._run(lambda: self._write_volatile(release))
 
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,
@@ -837,7 +837,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         coordinator_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
-        return await run_end_transaction(
+        return await run_write_txn_markers(
             self,
             self._clock,
             producer_id,

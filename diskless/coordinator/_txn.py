@@ -8,7 +8,7 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
   batch enters a WAL segment. A lease is granted only while the registration is ONGOING, and it
   expires `ttl` later on the coordinator's clock; the commit of the batch releases it. A commit
   whose lease expired, or which arrives after the marker, is rejected: never merged behind it.
-- **Ending** (`run_end_transaction`, written once over `TxnEndBackend`):
+- **Ending** (`run_write_txn_markers`, written once over `TxnEndBackend`):
   1. atomically mark the registration ENDING: from now on no new lease is granted;
   2. wait, through the injected clock, until no live lease of (producer, epoch) remains on those
      partitions (each is released by its commit or expires; none can be added), so every batch
@@ -220,7 +220,7 @@ def plan_marker(
 
 
 class TxnEndBackend(Protocol):
-    """The storage steps of `run_end_transaction`; each is one atomic step of the backend."""
+    """The storage steps of `run_write_txn_markers`; each is one atomic step of the backend."""
 
     async def _txn_begin_end(
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
@@ -251,7 +251,7 @@ class TxnEndBackend(Protocol):
         ...
 
 
-async def run_end_transaction(
+async def run_write_txn_markers(
     backend: TxnEndBackend,
     clock: Clock,
     producer_id: int,

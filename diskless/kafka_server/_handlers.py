@@ -484,7 +484,7 @@ async def handle_add_partitions_to_txn(
         for p in topic.partitions
     ]
     try:
-        results = await context.transactions.add_partitions(
+        errors = await context.transactions.add_partitions_to_txn(
             request.v3_and_below_transactional_id,
             int(request.v3_and_below_producer_id),
             int(request.v3_and_below_producer_epoch),
@@ -492,7 +492,8 @@ async def handle_add_partitions_to_txn(
         )
     except DisklessError as e:
         _log.warning("add partitions to txn failed: %r", e)
-        results = dict.fromkeys(partitions, ErrorCode.KAFKA_STORAGE_ERROR)
+        errors = [ErrorCode.KAFKA_STORAGE_ERROR] * len(partitions)
+    results = dict(zip(partitions, errors, strict=True))
     schema = _response(ApiKey.ADD_PARTITIONS_TO_TXN, version)
     topic_entry = nested(schema, "AddPartitionsToTxnTopicResult")
     partition_entry = nested(schema, "AddPartitionsToTxnPartitionResult")

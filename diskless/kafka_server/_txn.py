@@ -108,15 +108,15 @@ class TransactionFront:
             self._by_producer_id[result.producer_id] = bridge
         return result
 
-    async def add_partitions(
+    async def add_partitions_to_txn(
         self,
         transactional_id: str,
         producer_id: int,
         client_epoch: int,
         partitions: Sequence[TopicPartition],
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> list[ErrorCode]:
         epoch = self._server_epoch(transactional_id, producer_id, client_epoch)
-        return await self._coordinator.add_partitions(
+        return await self._coordinator.add_partitions_to_txn(
             transactional_id, producer_id, epoch, partitions
         )
 

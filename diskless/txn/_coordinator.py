@@ -168,23 +168,24 @@ class TransactionCoordinator:
             await self._bump_epoch(txn)
             return InitProducerIdResult(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)
 
-    async def add_partitions(
+    async def add_partitions_to_txn(
         self,
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         partitions: Sequence[TopicPartition],
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Make `partitions` part of the ongoing transaction (opening one if needed)."""
+    ) -> list[ErrorCode]:
+        """Make `partitions` part of the ongoing transaction (opening one if needed);
+        `result[i]` answers `partitions[i]`."""
         txn = self._txns.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
-            return dict.fromkeys(partitions, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+            return [ErrorCode.INVALID_PRODUCER_ID_MAPPING] * len(partitions)
         async with txn.lock:
             error = self._check_epoch(txn, producer_epoch)
             if error is None and txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 error = ErrorCode.CONCURRENT_TRANSACTIONS
             if error is not None:
-                return dict.fromkeys(partitions, error)
+                return [error] * len(partitions)
             new = [tp for tp in dict.fromkeys(partitions) if tp not in txn.partitions]
             results = dict.fromkeys(partitions, ErrorCode.NONE)
             if new:
@@ -199,7 +200,7 @@ class TransactionCoordinator:
             if txn.partitions and txn.state is not TxnState.ONGOING:
                 txn.state = TxnState.ONGOING
                 txn.started_ms = self._clock.now_ms()
-            return results
+            return [results[tp] for tp in partitions]
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
@@ -294,7 +295,7 @@ class TransactionCoordinator:
         assert old_epoch < PRODUCER_EPOCH_MAX, old_epoch
         marker_epoch = old_epoch + 1
         try:
-            errors = await self._participant.end_transaction(
+            errors = await self._participant.write_txn_markers(
                 txn.producer_id,
                 old_epoch,
                 marker_epoch,

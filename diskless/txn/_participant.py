@@ -27,7 +27,7 @@ class TransactionParticipant(Protocol):
         """
         ...
 
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,

@@ -53,7 +53,7 @@ class RecordingParticipant(InMemoryBatchCoordinator):
         self.added.append((producer_id, producer_epoch, list(partitions)))
         return await super().add_partitions_to_txn(producer_id, producer_epoch, partitions)
 
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,
@@ -63,7 +63,7 @@ class RecordingParticipant(InMemoryBatchCoordinator):
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
         self.ended.append((producer_id, producer_epoch, marker_epoch, commit))
-        return await super().end_transaction(
+        return await super().write_txn_markers(
             producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
         )
 
@@ -95,7 +95,7 @@ async def test_bridge_maps_client_epoch_and_restarts_sequences_after_each_end() 
     assert init.error is ErrorCode.NONE
     pid, epoch = init.producer_id, init.producer_epoch
 
-    assert await front.add_partitions("tx", pid, epoch, [tp]) == {tp: ErrorCode.NONE}
+    assert await front.add_partitions_to_txn("tx", pid, epoch, [tp]) == [ErrorCode.NONE]
     first = _transactional_batch(pid, epoch, 0, 10)
     same, rewrite = front.rewrite_batch(tp, first)
     assert same == first and rewrite is not None  # epoch 0, sequence 0: nothing to change
@@ -103,7 +103,7 @@ async def test_bridge_maps_client_epoch_and_restarts_sequences_after_each_end() 
     assert (await front.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.NONE
 
     # The client keeps its epoch and continues at sequence 10; the coordinator is at epoch+1.
-    assert await front.add_partitions("tx", pid, epoch, [tp]) == {tp: ErrorCode.NONE}
+    assert await front.add_partitions_to_txn("tx", pid, epoch, [tp]) == [ErrorCode.NONE]
     assert participant.added[-1][:2] == (pid, epoch + 1)
     second = _transactional_batch(pid, epoch, 10, 5)
     rewritten, rewrite = front.rewrite_batch(tp, second)

@@ -97,7 +97,7 @@ async def test_one_lease_call_per_request_and_per_partition_refusals(
         assert [b.lease_id for b in plain] == [None]
         # The commit released the lease: the end does not wait.
         started = clock.now_ms()
-        assert await drive(clock, watching.end_transaction(5, 0, 1, True, 0, [T0])) == [OK]
+        assert await drive(clock, watching.write_txn_markers(5, 0, 1, True, 0, [T0])) == [OK]
         assert clock.now_ms() - started < 1000
 
 
@@ -155,7 +155,7 @@ async def test_a_failed_segment_gives_its_leases_back(
         assert results[T0].error is ErrorCode.KAFKA_STORAGE_ERROR
     # The abort does not wait for the lease to expire (about 100 s with the default WAL).
     started = clock.now_ms()
-    assert await drive(clock, watching.end_transaction(5, 0, 1, False, 0, [T0])) == [OK]
+    assert await drive(clock, watching.write_txn_markers(5, 0, 1, False, 0, [T0])) == [OK]
     assert clock.now_ms() - started < 1000
     assert CONFIG.txn_lease_ttl_ms > 60_000
 

@@ -66,7 +66,7 @@ async def open_txn(
     init = await tc.init_producer_id(name, 10_000)
     assert init.error is OK
     pid, epoch = init.producer_id, init.producer_epoch
-    assert await tc.add_partitions(name, pid, epoch, partitions) == dict.fromkeys(partitions, OK)
+    assert await tc.add_partitions_to_txn(name, pid, epoch, partitions) == [OK] * len(partitions)
     for tp in partitions:
         await produce(c, tp, pid, epoch, 0)
     return pid, epoch
@@ -94,7 +94,7 @@ async def check_usable_again(
     init = await tc.init_producer_id(name, 10_000)
     assert init.error is OK
     assert (init.producer_id, init.producer_epoch) == (pid, epoch)
-    assert await tc.add_partitions(name, pid, epoch, [A0]) == {A0: OK}
+    assert await tc.add_partitions_to_txn(name, pid, epoch, [A0]) == [OK]
     await produce(c, A0, pid, epoch, 0)
     ended = await drive(clock, tc.end_txn(name, pid, epoch, commit=True))
     assert (ended.error, ended.producer_epoch) == (OK, epoch + 1)
@@ -163,9 +163,9 @@ async def test_a_re_created_topic_gets_no_marker_of_its_predecessors_transaction
     assert refused.error is ErrorCode.INVALID_TXN_STATE
     # Another producer's transaction is open on the new b-0; it keeps holding the LSO.
     other = await tc.init_producer_id("other", 10_000)
-    assert await tc.add_partitions("other", other.producer_id, other.producer_epoch, [B0]) == {
-        B0: OK
-    }
+    assert await tc.add_partitions_to_txn(
+        "other", other.producer_id, other.producer_epoch, [B0]
+    ) == [OK]
     await produce(c, B0, other.producer_id, other.producer_epoch, 0)
     assert await log(coordinator, B0) == ([None], 2, 0)
     ended = await drive(clock, tc.end_txn("tx", pid, epoch, commit=True))
@@ -180,7 +180,7 @@ async def test_a_re_created_topic_gets_no_marker_of_its_predecessors_transaction
     assert ended.error is OK
     assert await log(coordinator, B0) == ([None, ControlType.COMMIT], 3, 3)
     epoch += 1
-    assert await tc.add_partitions("tx", pid, epoch, [B0]) == {B0: OK}
+    assert await tc.add_partitions_to_txn("tx", pid, epoch, [B0]) == [OK]
     await produce(c, B0, pid, epoch, 0)
     ended = await drive(clock, tc.end_txn("tx", pid, epoch, commit=False))
     assert ended.error is OK
@@ -195,7 +195,7 @@ async def test_the_participant_answers_unknown_for_deleted_and_skips_re_created_
     await produce(c, B0, 1, 0, 0)
     await coordinator.delete_topics(["b"])
     assert await coordinator.create_topic("b", 1)  # b-0 again; b-1 stays deleted
-    ended = await drive(clock, coordinator.end_transaction(1, 0, 1, False, 0, [A0, B0, B1]))
+    ended = await drive(clock, coordinator.write_txn_markers(1, 0, 1, False, 0, [A0, B0, B1]))
     assert ended == [OK, OK, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
     assert await log(coordinator, A0) == ([ControlType.ABORT], 1, 1)
     assert await log(coordinator, B0) == ([], 0, 0)

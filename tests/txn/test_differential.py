@@ -102,7 +102,7 @@ async def test_backends_agree_on_random_transactional_operations(seed: int, tmp_
                 # the same time (waiting is covered by the barrier tests).
                 await clock.advance(5.001)
                 results = [
-                    await c.end_transaction(pid, epoch, epoch + 1, commit, coordinator_epoch, tps)
+                    await c.write_txn_markers(pid, epoch, epoch + 1, commit, coordinator_epoch, tps)
                     for c in backends
                 ]
                 assert results[0] == results[1], results

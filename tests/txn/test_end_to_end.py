@@ -83,8 +83,8 @@ async def run_producer(
     pid, epoch = init.producer_id, init.producer_epoch
     for txn in range(TRANSACTIONS):
         partitions = [TopicPartition(TOPIC, p) for p in sorted(rng.sample(range(PARTITIONS), k=2))]
-        added = await tc.add_partitions(name, pid, epoch, partitions)
-        assert set(added.values()) == {ErrorCode.NONE}, added
+        added = await tc.add_partitions_to_txn(name, pid, epoch, partitions)
+        assert set(added) == {ErrorCode.NONE}, added
         sequences = dict.fromkeys(partitions, 0)
         mine: list[tuple[TopicPartition, int, tuple[bytes, ...]]] = []
         for round_ in range(ROUNDS):

@@ -92,7 +92,7 @@ async def end(
 ) -> list[ErrorCode]:
     return await drive(
         clock,
-        coordinator.end_transaction(pid, epoch, epoch + 1, commit, coordinator_epoch, partitions),
+        coordinator.write_txn_markers(pid, epoch, epoch + 1, commit, coordinator_epoch, partitions),
         step_s,
     )
 
@@ -221,7 +221,7 @@ async def test_no_lease_once_the_end_began(c: Committer, clock: ManualClock) -> 
     coordinator = c.coordinator
     assert await coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
     held = await lease(c, 1, 0)
-    ending = asyncio.ensure_future(coordinator.end_transaction(1, 0, 1, True, 0, [TP]))
+    ending = asyncio.ensure_future(coordinator.write_txn_markers(1, 0, 1, True, 0, [TP]))
     await step(clock)
     assert not ending.done()  # waits for the lease
     assert c.epoch is not None
@@ -447,7 +447,7 @@ async def test_end_in_one_sqlite_instance_waits_for_a_lease_held_through_another
         c = Committer(broker_side)
         assert await txn_side.add_partitions_to_txn(1, 0, [TP]) == [OK]
         held = await lease(c, 1, 0)
-        ending = asyncio.ensure_future(txn_side.end_transaction(1, 0, 1, False, 0, [TP]))
+        ending = asyncio.ensure_future(txn_side.write_txn_markers(1, 0, 1, False, 0, [TP]))
         await step(clock, 30)
         assert not ending.done()
         landed = await c.one(leased(batch(TP, pid=1, epoch=0, seq=0, txn=True), held))

@@ -108,8 +108,8 @@ async def tc(
 async def begin(tc: TransactionCoordinator, name: str, timeout_ms: int = 60_000) -> tuple[int, int]:
     init = await tc.init_producer_id(name, timeout_ms)
     assert init.error is OK
-    added = await tc.add_partitions(name, init.producer_id, init.producer_epoch, [TP])
-    assert added == {TP: OK}
+    added = await tc.add_partitions_to_txn(name, init.producer_id, init.producer_epoch, [TP])
+    assert added == [OK]
     return init.producer_id, init.producer_epoch
 
 
@@ -216,7 +216,7 @@ async def test_d_retry_of_an_ended_transaction_through_another_broker_is_rejecte
             retried = (await drive(clock, second.produce({TP: data})))[TP]
             assert retried.error is ErrorCode.INVALID_PRODUCER_EPOCH, retried
             epoch = ended.producer_epoch
-            assert await tc.add_partitions("retry", pid, epoch, [TP]) == {TP: OK}
+            assert await tc.add_partitions_to_txn("retry", pid, epoch, [TP]) == [OK]
         assert await read(second, COMMITTED) == [b"once"]
         assert await read(second, IsolationLevel.READ_UNCOMMITTED) == [b"once"]
 
@@ -294,7 +294,9 @@ async def test_c_lso_with_interleaved_transactions_matches_a_model(
             ended = sorted(registered[pid])
             errors = await drive(
                 clock,
-                coordinator.end_transaction(pid, epochs[pid], epochs[pid] + 1, commit_it, 0, ended),
+                coordinator.write_txn_markers(
+                    pid, epochs[pid], epochs[pid] + 1, commit_it, 0, ended
+                ),
             )
             assert errors == [OK] * len(ended)
             for tp in ended:

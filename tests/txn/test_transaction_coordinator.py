@@ -38,7 +38,7 @@ class RecordingParticipant:
         self.added.append((producer_id, producer_epoch, list(partitions)))
         return [ErrorCode.NONE] * len(partitions)
 
-    async def end_transaction(
+    async def write_txn_markers(
         self,
         producer_id: int,
         producer_epoch: int,
@@ -94,10 +94,10 @@ async def test_commit_bumps_epoch_and_places_markers_with_the_new_epoch(
 ) -> None:
     init = await tc.init_producer_id("tx", 10_000)
     pid, epoch = init.producer_id, init.producer_epoch
-    assert await tc.add_partitions("tx", pid, epoch, [TP0, TP1]) == {
-        TP0: ErrorCode.NONE,
-        TP1: ErrorCode.NONE,
-    }
+    assert await tc.add_partitions_to_txn("tx", pid, epoch, [TP0, TP1]) == [
+        ErrorCode.NONE,
+        ErrorCode.NONE,
+    ]
     assert participant.added == [(pid, epoch, [TP0, TP1])]
     end = await tc.end_txn("tx", pid, epoch, commit=True)
     assert end.error is ErrorCode.NONE
@@ -113,8 +113,8 @@ async def test_re_adding_a_partition_does_not_register_it_twice(
     tc: TransactionCoordinator, participant: RecordingParticipant
 ) -> None:
     init = await tc.init_producer_id("tx")
-    await tc.add_partitions("tx", init.producer_id, init.producer_epoch, [TP0])
-    await tc.add_partitions("tx", init.producer_id, init.producer_epoch, [TP0, TP1])
+    await tc.add_partitions_to_txn("tx", init.producer_id, init.producer_epoch, [TP0])
+    await tc.add_partitions_to_txn("tx", init.producer_id, init.producer_epoch, [TP0, TP1])
     assert [added for _, _, added in participant.added] == [[TP0], [TP1]]
 
 
@@ -122,7 +122,7 @@ async def test_reinit_aborts_the_open_transaction_and_fences_the_old_epoch(
     tc: TransactionCoordinator, participant: RecordingParticipant
 ) -> None:
     first = await tc.init_producer_id("tx")
-    await tc.add_partitions("tx", first.producer_id, first.producer_epoch, [TP0])
+    await tc.add_partitions_to_txn("tx", first.producer_id, first.producer_epoch, [TP0])
     second = await tc.init_producer_id("tx")
     assert second.producer_id == first.producer_id
     # The abort bumped once (its marker epoch), the re-init once more.
@@ -130,8 +130,8 @@ async def test_reinit_aborts_the_open_transaction_and_fences_the_old_epoch(
         (first.producer_id, first.producer_epoch, first.producer_epoch + 1, False, [TP0])
     ]
     assert second.producer_epoch == first.producer_epoch + 2
-    stale = await tc.add_partitions("tx", first.producer_id, first.producer_epoch, [TP1])
-    assert stale == {TP1: ErrorCode.PRODUCER_FENCED}
+    stale = await tc.add_partitions_to_txn("tx", first.producer_id, first.producer_epoch, [TP1])
+    assert stale == [ErrorCode.PRODUCER_FENCED]
     stale_end = await tc.end_txn("tx", first.producer_id, first.producer_epoch, commit=True)
     assert stale_end.error is ErrorCode.PRODUCER_FENCED
 
@@ -142,12 +142,12 @@ async def test_errors_for_unknown_ids_and_wrong_states(tc: TransactionCoordinato
     )
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
-    assert await tc.add_partitions("tx", pid + 1, epoch, [TP0]) == {
-        TP0: ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    }
-    assert await tc.add_partitions("tx", pid, epoch + 1, [TP0]) == {
-        TP0: ErrorCode.INVALID_PRODUCER_EPOCH
-    }
+    assert await tc.add_partitions_to_txn("tx", pid + 1, epoch, [TP0]) == [
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    ]
+    assert await tc.add_partitions_to_txn("tx", pid, epoch + 1, [TP0]) == [
+        ErrorCode.INVALID_PRODUCER_EPOCH
+    ]
     # Nothing is open yet: ending is an invalid state transition.
     assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.INVALID_TXN_STATE
     assert (await tc.init_producer_id("tx", 0)).error is ErrorCode.INVALID_REQUEST
@@ -158,7 +158,7 @@ async def test_end_txn_retry_is_answered_again_but_a_different_outcome_is_not(
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
-    await tc.add_partitions("tx", pid, epoch, [TP0])
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
     first = await tc.end_txn("tx", pid, epoch, commit=True)
     retry = await tc.end_txn("tx", pid, epoch, commit=True)
     assert retry == first
@@ -173,7 +173,7 @@ async def test_next_transaction_runs_at_the_bumped_epoch(
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
     for round_number in range(3):
-        await tc.add_partitions("tx", pid, epoch, [TP0])
+        await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
         end = await tc.end_txn("tx", pid, epoch, commit=round_number % 2 == 0)
         assert end.error is ErrorCode.NONE
         assert end.producer_epoch == epoch + 1
@@ -190,7 +190,7 @@ async def test_timeout_aborts_and_fences(
 ) -> None:
     init = await tc.init_producer_id("tx", 5_000)
     pid, epoch = init.producer_id, init.producer_epoch
-    await tc.add_partitions("tx", pid, epoch, [TP0])
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
     await clock.advance(4.0)
     assert await tc.abort_expired() == []
     await clock.advance(2.0)
@@ -204,7 +204,7 @@ async def test_timeout_loop_runs_on_the_injected_clock(
 ) -> None:
     async with tc:
         init = await tc.init_producer_id("tx", 1_000)
-        await tc.add_partitions("tx", init.producer_id, init.producer_epoch, [TP0])
+        await tc.add_partitions_to_txn("tx", init.producer_id, init.producer_epoch, [TP0])
         await clock.advance(3.0)
         assert [marker[3] for marker in participant.markers] == [False]
 
@@ -214,7 +214,7 @@ async def test_failed_markers_leave_the_transaction_prepared_until_a_retry_lands
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
-    await tc.add_partitions("tx", pid, epoch, [TP0])
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
     participant.fail_markers = 1
     failed = await tc.end_txn("tx", pid, epoch, commit=True)
     assert failed.error is ErrorCode.CONCURRENT_TRANSACTIONS
@@ -222,9 +222,9 @@ async def test_failed_markers_leave_the_transaction_prepared_until_a_retry_lands
     assert description is not None and description.state is TxnState.PREPARE_COMMIT
     # The producer may not change its mind once the outcome is prepared.
     assert (await tc.end_txn("tx", pid, epoch, commit=False)).error is (ErrorCode.INVALID_TXN_STATE)
-    assert await tc.add_partitions("tx", pid, epoch, [TP1]) == {
-        TP1: ErrorCode.CONCURRENT_TRANSACTIONS
-    }
+    assert await tc.add_partitions_to_txn("tx", pid, epoch, [TP1]) == [
+        ErrorCode.CONCURRENT_TRANSACTIONS
+    ]
     done = await tc.end_txn("tx", pid, epoch, commit=True)
     assert (done.error, done.producer_epoch) == (ErrorCode.NONE, epoch + 1)
     assert participant.markers == [(pid, epoch, epoch + 1, True, [TP0])]
@@ -235,16 +235,16 @@ async def test_concurrent_end_and_add_are_serialized(
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
-    await tc.add_partitions("tx", pid, epoch, [TP0])
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
     participant.marker_gate = asyncio.Event()
     ending = asyncio.create_task(tc.end_txn("tx", pid, epoch, commit=True))
     await asyncio.sleep(0)
-    adding = asyncio.create_task(tc.add_partitions("tx", pid, epoch, [TP1]))
+    adding = asyncio.create_task(tc.add_partitions_to_txn("tx", pid, epoch, [TP1]))
     await asyncio.sleep(0)
     participant.marker_gate.set()
     assert (await ending).error is ErrorCode.NONE
     # The add waited for the end, by which time its epoch was stale.
-    assert await adding == {TP1: ErrorCode.PRODUCER_FENCED}
+    assert await adding == [ErrorCode.PRODUCER_FENCED]
 
 
 async def test_epoch_exhaustion_moves_to_a_fresh_producer_id(
@@ -254,7 +254,7 @@ async def test_epoch_exhaustion_moves_to_a_fresh_producer_id(
     pid, epoch = init.producer_id, init.producer_epoch
     # Walk the epoch to the int16 limit through transactions.
     while True:
-        await tc.add_partitions("tx", pid, epoch, [TP0])
+        await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
         end = await tc.end_txn("tx", pid, epoch, commit=True)
         assert end.error is ErrorCode.NONE
         if end.producer_id != pid:
@@ -271,7 +271,7 @@ async def test_a_failed_partition_keeps_it_prepared_and_a_deleted_one_is_skipped
     """EndTxn answers with an EndTxn error: a partition's marker failure is not passed on."""
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
-    await tc.add_partitions("tx", pid, epoch, [TP0, TP1])
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0, TP1])
     participant.marker_errors = {
         TP0: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         TP1: ErrorCode.TRANSACTION_COORDINATOR_FENCED,

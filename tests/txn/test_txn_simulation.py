@@ -124,8 +124,8 @@ async def producer(world: World, index: int, rng: random.Random, transactions: i
         txn = world.txns[f"{name}/{k}"] = Txn(f"{name}/{k}")
         partitions = [TopicPartition(TOPIC, p) for p in sorted(rng.sample(range(PARTITIONS), k=2))]
         ok = True
-        added = await world.tc.add_partitions(name, pid, epoch, partitions)
-        ok = set(added.values()) == {ErrorCode.NONE}
+        added = await world.tc.add_partitions_to_txn(name, pid, epoch, partitions)
+        ok = set(added) == {ErrorCode.NONE}
         sequences = dict.fromkeys(partitions, 0)
         for round_ in range(rng.randint(1, 3)):
             if not ok:
