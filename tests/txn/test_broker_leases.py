@@ -40,6 +40,8 @@ class Watching(FaultyBatchCoordinator):
         self.lease_calls: list[list[LeaseRequest]] = []
         self.committed: list[CommitBatch] = []
         self.fail_leases = False
+        self.first_call_gate: asyncio.Event | None = None
+        """When set, the first lease call waits for it (so that later requests queue meanwhile)."""
 
     async def acquire_txn_leases(
         self,
@@ -49,6 +51,8 @@ class Watching(FaultyBatchCoordinator):
         ttl_ms: int,
     ) -> list[LeaseResult]:
         self.lease_calls.append(list(requests))
+        if self.first_call_gate is not None and len(self.lease_calls) == 1:
+            await self.first_call_gate.wait()
         if self.fail_leases:
             raise CoordinatorUnavailableError("injected")
         return await super().acquire_txn_leases(broker_id, broker_epoch, requests, ttl_ms)
@@ -134,9 +138,20 @@ async def test_concurrent_requests_share_lease_calls(
 ) -> None:
     for pid, tp in ((5, T0), (6, T1), (7, T2)):
         assert await watching.add_partitions_to_txn(pid, 0, [tp]) == [OK]
+    watching.first_call_gate = gate = asyncio.Event()
     async with DisklessBroker(1, MemoryObjectStore(), watching, CONFIG, clock=clock) as broker:
         requests = [broker.produce({tp: txn(pid)}) for pid, tp in ((5, T0), (6, T1), (7, T2))]
-        results = await drive(clock, asyncio.gather(*requests))
+        produced = asyncio.gather(*requests)
+        # While the first call is held, the later requests join it or queue behind it (they
+        # describe their topic first, on the coordinator's reader thread: real time).
+        for _ in range(5_000):
+            in_call = sum(len(call) for call in watching.lease_calls)
+            queued = sum(len(reqs) for reqs, _ in broker._leases._queued)
+            if in_call + queued == 3:
+                break
+            await asyncio.sleep(0.001)
+        gate.set()
+        results = await drive(clock, produced)
         assert [r[tp].error for r, tp in zip(results, (T0, T1, T2), strict=True)] == [OK] * 3
         assert sum(len(call) for call in watching.lease_calls) == 3
         assert len(watching.lease_calls) < 3  # grouped
