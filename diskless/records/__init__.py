@@ -7,6 +7,11 @@ copies a batch and never raises on hostile input: every problem is an `InvalidBa
 Kafka error the producer must see.
 """
 
+from diskless.records._compression import (
+    DECOMPRESSED_BYTES_MAX,
+    DECOMPRESSION_RATIO_MAX,
+    decompressed_bytes_max,
+)
 from diskless.records._control import (
     CONTROL_RECORD_VERSION,
     END_TXN_MARKER_VERSION,
@@ -29,14 +34,27 @@ from diskless.records._header import (
     InvalidBatch,
     last_sequence,
     parse_batch,
-    parse_produce_payload,
     set_base_offset,
     set_log_append_time,
     split_batches,
     validate_client_batch,
 )
+from diskless.records._produce import (
+    TIMESTAMP_AFTER_MAX_MS_DEFAULT,
+    TIMESTAMP_BEFORE_MAX_MS_DEFAULT,
+    RecordRules,
+    parse_produce_payload,
+)
+from diskless.records._walk import validate_records
 
 __all__ = [
+    "DECOMPRESSED_BYTES_MAX",
+    "DECOMPRESSION_RATIO_MAX",
+    "TIMESTAMP_AFTER_MAX_MS_DEFAULT",
+    "TIMESTAMP_BEFORE_MAX_MS_DEFAULT",
+    "RecordRules",
+    "decompressed_bytes_max",
+    "validate_records",
     "COMPRESSION_CODECS_MAX",
     "COMPRESSION_MASK",
     "CONTROL_BIT",

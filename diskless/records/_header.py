@@ -304,29 +304,6 @@ def validate_client_batch(header: BatchHeader, max_message_bytes: int) -> Invali
     return None
 
 
-def parse_produce_payload(
-    data: bytes | bytearray | memoryview, max_message_bytes: int
-) -> BatchHeader | InvalidBatch:
-    """The single valid batch of one partition's produce data, or the error for that partition.
-
-    Produce v3+ carries exactly one batch per partition; anything else is INVALID_RECORD.
-    """
-    buffer = _byte_view(data)
-    first = parse_batch(buffer)
-    if isinstance(first, BatchHeader) and first.size == len(buffer):  # the common case
-        return validate_client_batch(first, max_message_bytes) or first
-    batches = split_batches(buffer)
-    if isinstance(batches, InvalidBatch):
-        return batches
-    if len(batches) != 1:
-        return InvalidBatch(
-            ErrorCode.INVALID_RECORD,
-            f"a produce request must carry exactly one batch per partition, not {len(batches)}",
-        )
-    header = batches[0]
-    return validate_client_batch(header, max_message_bytes) or header
-
-
 def set_base_offset(batch: bytearray | memoryview, base_offset: int, position: int = 0) -> None:
     """Rewrite the base offset in place; it lies outside the CRC, so the CRC stays valid."""
     _INT64.pack_into(batch, position + _BASE_OFFSET_AT, base_offset)
