@@ -27,7 +27,7 @@ async def test_accepted_hostile_batches_are_consumed_by_confluent_kafka(
     refused = 0
     for _ in range(60):
         now = SystemClock().now_ms()
-        kind, hostile = mutate(rng, build(now, rng.choice(CODECS), rng.randrange(1, 6), rng=rng))
+        _, hostile = mutate(rng, build(now, rng.choice(CODECS), rng.randrange(1, 6), rng=rng))
         neighbour = build(now, rng.choice(CODECS), 3, rng=rng)
         results = await broker.produce({hostile_tp: hostile, neighbour_tp: neighbour})
         assert results[neighbour_tp].error == ErrorCode.NONE, results
