@@ -3,10 +3,16 @@
     .venv/bin/python -m benchmarks.bench_records
 
 For 1 KiB and 64 KiB batches (built by kafka-python, uncompressed, random values) it times
-`parse_produce_payload` (framing, header decode, every client check, CRC-32C over the batch) and
+`parse_produce_payload` (framing, header decode, every client check, CRC-32C over the batch), the
+same with record-level rules (every record walked), and
 `parse_batch` (framing and header decode only) next to `crc32c.crc32c` over the same bytes: the
 floor any validation must pay. Each figure is the best of several repeats over a pool of distinct
 batches (16 MiB, so that the data does not sit in a small cache); ratio = rate / crc32c rate.
+
+Then, for each codec, batches of 64 KiB of uncompressed text-like records (values of ~100 and
+~1000 bytes) compressed by kafka-python: `parse_produce_payload` with record-level rules (bounded
+decompression and the walk over every record) against the codec call alone on the same bytes;
+ratio = validation rate / raw decompression rate (target >= 0.70).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Final
 
 import crc32c
 
-from diskless.records import BatchHeader, parse_batch, parse_produce_payload
+from diskless.records import BatchHeader, RecordRules, parse_batch, parse_produce_payload
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -96,10 +102,110 @@ def run_validate(pool: Sequence[bytes]) -> None:
         validate(data, MAX_MESSAGE_BYTES)
 
 
+def run_validate_records(pool: Sequence[bytes]) -> None:
+    validate = parse_produce_payload
+    rules = RecordRules(NOW_MS)
+    for data in pool:
+        validate(data, MAX_MESSAGE_BYTES, rules)
+
+
 def run_frame(pool: Sequence[bytes]) -> None:
     frame = parse_batch
     for data in pool:
         frame(data)
+
+
+COMPRESSED_POOL_BYTES: Final = 4 * 1024 * 1024
+"""Uncompressed bytes per compressed pool."""
+NOW_MS: Final = 1_700_000_000_000
+_WORDS: Final = (b"order", b"user", b"amount", b"EUR", b"status", b"shipped", b"pending", b"item")
+
+
+def _text(rng: random.Random, size: int) -> bytes:
+    out = bytearray(b'{"event": ')
+    while len(out) < size:
+        out += b'"%s": %d, ' % (rng.choice(_WORDS), rng.randrange(100_000))
+    return bytes(out[:size])
+
+
+def build_compressed(codec: int, value_bytes: int, rng: random.Random) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    offset = 0
+    while builder.size() < 64 * 1024 - value_bytes - 64:
+        value = _text(rng, value_bytes)
+        assert builder.append(offset, NOW_MS - 1000 + offset, b"key-%d" % offset, value, [])
+        offset += 1
+    return bytes(builder.build())
+
+
+def raw_decompressor(codec: int) -> Callable[[bytes], object]:
+    """The codec call alone, as a consumer or a broker that trusts the batch would make it."""
+    import zlib
+
+    import lz4.frame
+    import zstandard
+    from kafka.codec import snappy_decode
+
+    zstd = zstandard.ZstdDecompressor()
+    calls: dict[int, Callable[[bytes], object]] = {
+        1: lambda body: zlib.decompress(body, wbits=31),
+        2: snappy_decode,  # xerial framing, as Java clients write it
+        3: lz4.frame.decompress,
+        4: lambda body: zstd.decompress(body, max_output_size=1 << 20),
+    }
+    return calls[codec]
+
+
+def compressed_section(rng: random.Random, repeats: int) -> None:
+    rules = RecordRules(NOW_MS)
+    header = (
+        f"{'codec':>7} {'value':>6} {'compr.':>8} {'raw MB/s':>10} {'valid MB/s':>11} {'ratio':>7}"
+    )
+    print()
+    print("compressed 64 KiB batches (MB/s of uncompressed records)")
+    print(header)
+    print("-" * len(header))
+    for codec, name in ((1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd")):
+        decompress = raw_decompressor(codec)
+        for value_bytes in (100, 1000):
+            pool = []
+            total = 0
+            while total < COMPRESSED_POOL_BYTES:
+                batch = build_compressed(codec, value_bytes, rng)
+                pool.append(batch)
+                total += len(decompress(batch[61:]))  # type: ignore[arg-type]
+            for data in pool:
+                assert isinstance(
+                    parse_produce_payload(data, MAX_MESSAGE_BYTES, rules), BatchHeader
+                )
+            bodies = [data[61:] for data in pool]
+
+            def run_raw(
+                items: Sequence[bytes], decompress: Callable[[bytes], object] = decompress
+            ) -> None:
+                for body in items:
+                    decompress(body)
+
+            def run_valid(items: Sequence[bytes]) -> None:
+                validate = parse_produce_payload
+                for data in items:
+                    validate(data, MAX_MESSAGE_BYTES, rules)
+
+            raw = best_seconds(run_raw, bodies, repeats)
+            valid = best_seconds(run_valid, pool, repeats)
+            compressed = sum(len(b) for b in bodies)
+            print(
+                f"{name:>7} {value_bytes:>6} {total / compressed:>7.1f}x "
+                f"{total / raw / 1e6:>10.1f} {total / valid / 1e6:>11.1f} {raw / valid:>6.2f}x"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -123,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name, run in (
             ("crc32c.crc32c", run_crc),
             ("parse_produce_payload", run_validate),
+            ("+ every record", run_validate_records),
             ("parse_batch (no CRC)", run_frame),
         ):
             seconds = baseline if run is run_crc else best_seconds(run, pool, args.repeats)
@@ -130,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{mean:>8.0f} B {name:<22} {total / seconds / 1e6:>10.1f} "
                 f"{len(pool) / seconds:>12,.0f} {baseline / seconds:>9.2f}x"
             )
+    compressed_section(rng, args.repeats)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ from diskless.read import (
     GETS_INFLIGHT_MAX_DEFAULT,
     FetchReader,
 )
-from diskless.records import BatchHeader, InvalidBatch, parse_produce_payload
+from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalConfig, WalEntry, WalWriter
 
@@ -531,6 +531,7 @@ class DisklessBroker:
         topics, unavailable = await self._describe({tp.topic for tp in partitions}, partitions)
         results: dict[TopicPartition, ProduceResult] = {}
         valid: dict[TopicPartition, BatchHeader] = {}
+        now_ms = self._clock.now_ms()
         for tp, data in partitions.items():
             description = topics.get(tp.topic)
             if description is None:
@@ -544,7 +545,14 @@ class DisklessBroker:
             if not 0 <= tp.partition < description.partitions:
                 results[tp] = _unknown(tp)
                 continue
-            parsed = parse_produce_payload(data, description.config.max_message_bytes)
+            config = description.config
+            rules = RecordRules(
+                now_ms,
+                config.timestamp_type,
+                config.message_timestamp_before_max_ms,
+                config.message_timestamp_after_max_ms,
+            )
+            parsed = parse_produce_payload(data, config.max_message_bytes, rules)
             if isinstance(parsed, InvalidBatch):
                 results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
             else:

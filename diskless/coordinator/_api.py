@@ -22,6 +22,7 @@ from diskless._types import (
     TimestampType,
     TopicPartition,
 )
+from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -33,6 +34,12 @@ class TopicConfig(msgspec.Struct, frozen=True):
     retention_ms: int = -1
     retention_bytes: int = -1
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    message_timestamp_before_max_ms: int = TIMESTAMP_BEFORE_MAX_MS_DEFAULT
+    """Kafka's message.timestamp.before.max.ms: how far before the broker's clock a CreateTime
+    record's timestamp may lie (default Long.MAX_VALUE: no bound)."""
+    message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
+    """Kafka's message.timestamp.after.max.ms: how far after the broker's clock a CreateTime
+    record's timestamp may lie (default one hour since Kafka 4.0, KIP-1030)."""
 
 
 class TopicDescription(msgspec.Struct, frozen=True):

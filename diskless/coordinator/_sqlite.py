@@ -108,7 +108,8 @@ _TXN_TABLES = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns"
 _PARTITION_COLUMNS = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
     " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
-    " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id)"
+    " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id),"
+    " t.timestamp_before_max_ms, t.timestamp_after_max_ms"
 )
 _INSERT_BATCH = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_PRODUCER = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -127,10 +128,10 @@ def _partition_from_row(
     row: Sequence[Any], configs: dict[tuple[Any, ...], TopicConfig] | None = None
 ) -> PartitionState:
     """A partition from a `_PARTITION_COLUMNS` row; `configs` shares configs between rows."""
-    config_key = (row[3], row[4], row[5], row[6])
+    config_key = (row[3], row[4], row[5], row[6], row[12], row[13])
     config = None if configs is None else configs.get(config_key)
     if config is None:
-        config = TopicConfig(TimestampType(row[3]), row[4], row[5], row[6])
+        config = TopicConfig(TimestampType(row[3]), row[4], row[5], row[6], row[12], row[13])
         if configs is not None:
             configs[config_key] = config
     return PartitionState(
@@ -433,13 +434,16 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 return False
             cursor = conn.execute(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
-                " retention_bytes, max_message_bytes) VALUES (?, 0, ?, ?, ?, ?)",
+                " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+                " timestamp_after_max_ms) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     int(cfg.timestamp_type),
                     cfg.retention_ms,
                     cfg.retention_bytes,
                     cfg.max_message_bytes,
+                    cfg.message_timestamp_before_max_ms,
+                    cfg.message_timestamp_after_max_ms,
                 ),
             )
             assert cursor.lastrowid is not None
@@ -476,7 +480,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         def describe(conn: sqlite3.Connection) -> list[TopicDescription]:
             columns = (
                 "name, partition_count, timestamp_type, retention_ms, retention_bytes,"
-                " max_message_bytes"
+                " max_message_bytes, timestamp_before_max_ms, timestamp_after_max_ms"
             )
             if names is None:
                 rows = conn.execute(f"SELECT {columns} FROM topics ORDER BY name").fetchall()
@@ -490,7 +494,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
                         found[n] = r
                 rows = [found[n] for n in names if n in found]
             return [
-                TopicDescription(r[0], r[1], TopicConfig(TimestampType(r[2]), r[3], r[4], r[5]))
+                TopicDescription(
+                    r[0], r[1], TopicConfig(TimestampType(r[2]), r[3], r[4], r[5], r[6], r[7])
+                )
                 for r in rows
             ]
 

@@ -110,6 +110,12 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (partition_id, last_offset)
         ) WITHOUT ROWID""",
     ],
+    # 3: per-topic timestamp bounds (message.timestamp.before/after.max.ms, Kafka's defaults).
+    [
+        "ALTER TABLE topics ADD COLUMN timestamp_before_max_ms INTEGER NOT NULL"
+        " DEFAULT 9223372036854775807",
+        "ALTER TABLE topics ADD COLUMN timestamp_after_max_ms INTEGER NOT NULL DEFAULT 3600000",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,4 +1,4 @@
-"""Kafka record batch v2 (magic 2): header view, validation, rewrites and control batches.
+"""Kafka record batch v2 (magic 2): framing, the 61-byte header, client checks and rewrites.
 
 A batch is the unit that moves through every stage untouched: the broker validates it, copies it
 byte-for-byte into a WAL segment, and the read path hands the same bytes back with only the base
@@ -17,7 +17,6 @@ import crc32c
 from diskless._types import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    ControlType,
     ErrorCode,
     TimestampType,
 )
@@ -305,29 +304,6 @@ def validate_client_batch(header: BatchHeader, max_message_bytes: int) -> Invali
     return None
 
 
-def parse_produce_payload(
-    data: bytes | bytearray | memoryview, max_message_bytes: int
-) -> BatchHeader | InvalidBatch:
-    """The single valid batch of one partition's produce data, or the error for that partition.
-
-    Produce v3+ carries exactly one batch per partition; anything else is INVALID_RECORD.
-    """
-    buffer = _byte_view(data)
-    first = parse_batch(buffer)
-    if isinstance(first, BatchHeader) and first.size == len(buffer):  # the common case
-        return validate_client_batch(first, max_message_bytes) or first
-    batches = split_batches(buffer)
-    if isinstance(batches, InvalidBatch):
-        return batches
-    if len(batches) != 1:
-        return InvalidBatch(
-            ErrorCode.INVALID_RECORD,
-            f"a produce request must carry exactly one batch per partition, not {len(batches)}",
-        )
-    header = batches[0]
-    return validate_client_batch(header, max_message_bytes) or header
-
-
 def set_base_offset(batch: bytearray | memoryview, base_offset: int, position: int = 0) -> None:
     """Rewrite the base offset in place; it lies outside the CRC, so the CRC stays valid."""
     _INT64.pack_into(batch, position + _BASE_OFFSET_AT, base_offset)
@@ -347,68 +323,3 @@ def set_log_append_time(batch: bytearray | memoryview, append_time: int, positio
     _UINT32.pack_into(
         view, position + _CRC_AT, crc32c.crc32c(view[position + _ATTRIBUTES_AT : end])
     )
-
-
-def _zigzag_varint(value: int) -> bytes:
-    """Kafka's signed varint (zigzag + base-128), as used inside records."""
-    encoded = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while encoded & ~0x7F:
-        out.append((encoded & 0x7F) | 0x80)
-        encoded >>= 7
-    out.append(encoded)
-    return bytes(out)
-
-
-CONTROL_RECORD_VERSION: Final = 0
-END_TXN_MARKER_VERSION: Final = 0
-
-
-def build_control_batch(
-    *,
-    base_offset: int,
-    producer_id: int,
-    producer_epoch: int,
-    control_type: ControlType,
-    coordinator_epoch: int,
-    timestamp: int,
-    partition_leader_epoch: int = -1,
-) -> bytes:
-    """A transaction marker exactly as Kafka writes it: one control record, no compression.
-
-    Mirrors `MemoryRecords.withEndTransactionMarker`: attributes transactional + control,
-    CreateTime, base sequence -1, key = (version, type), value = (version, coordinatorEpoch).
-    """
-    key = struct.pack(">hh", CONTROL_RECORD_VERSION, int(control_type))
-    value = struct.pack(">hi", END_TXN_MARKER_VERSION, coordinator_epoch)
-    body = (
-        b"\x00"  # record attributes
-        + _zigzag_varint(0)  # timestamp delta
-        + _zigzag_varint(0)  # offset delta
-        + _zigzag_varint(len(key))
-        + key
-        + _zigzag_varint(len(value))
-        + value
-        + _zigzag_varint(0)  # header count
-    )
-    record = _zigzag_varint(len(body)) + body
-    attributes = TRANSACTIONAL_BIT | CONTROL_BIT
-    after_crc = (
-        struct.pack(
-            ">hiqqqhii",
-            attributes,
-            0,  # last offset delta
-            timestamp,
-            timestamp,
-            producer_id,
-            producer_epoch,
-            NO_SEQUENCE,
-            1,  # records count
-        )
-        + record
-    )
-    length = HEADER_SIZE - LOG_OVERHEAD + len(record)
-    prefix = struct.pack(
-        ">qiibI", base_offset, length, partition_leader_epoch, MAGIC, crc32c.crc32c(after_crc)
-    )
-    return prefix + after_crc

@@ -1,0 +1,233 @@
+"""Bounded decompression of a batch's records, one function per Kafka codec.
+
+Kafka sets no limit on how far a compressed batch may expand; a broker that decompresses to
+validate must, or one small request (a "decompression bomb") could take all its memory. Every
+codec here stops producing output once the bound is passed, using the codec's streaming or
+size-aware API, so that memory stays within the bound whatever the input claims.
+
+Each function returns the decompressed bytes or an `InvalidBatch`: a payload that does not
+decompress cleanly (garbage, truncated, trailing bytes) is CORRUPT_MESSAGE, one that would expand
+past the bound is MESSAGE_TOO_LARGE (see `decompressed_bytes_max`).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Final, TypeAlias
+
+import lz4.frame
+import snappy
+import zstandard
+
+from diskless._types import ErrorCode
+from diskless.records._header import InvalidBatch
+
+DECOMPRESSION_RATIO_MAX: Final = 64
+"""A batch may expand to at most this many times the topic's max.message.bytes. Real producers
+close a batch when its compressed size reaches batch.size, so honest batches of text or JSON
+expand 3-10x and even runs of one byte stay far below 64x max.message.bytes."""
+DECOMPRESSED_BYTES_MAX: Final = 64 * 1024 * 1024
+"""Absolute cap (64 MiB) whatever max.message.bytes says, so a topic configured with a huge
+max.message.bytes cannot make one batch hold gigabytes of broker memory."""
+_FIRST_GUESS_RATIO: Final = 16
+"""First output buffer, as a multiple of the compressed size: codecs whose bounded call allocates
+the whole bound up front try this first and pay for the full bound only when it is too small."""
+_FIRST_GUESS_MIN: Final = 64 * 1024
+
+CODEC_GZIP: Final = 1
+CODEC_SNAPPY: Final = 2
+CODEC_LZ4: Final = 3
+CODEC_ZSTD: Final = 4
+CODEC_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+"""Java clients (snappy-java) frame snappy as this magic, two int32 versions, then blocks."""
+_XERIAL_HEADER_SIZE: Final = 16
+_INT32: Final = struct.Struct(">i")
+
+Payload: TypeAlias = bytes | memoryview
+
+
+def decompressed_bytes_max(max_message_bytes: int) -> int:
+    """How far one batch may expand: 64 x max.message.bytes, at most 64 MiB.
+
+    Kafka has no such bound. Exceeding it is MESSAGE_TOO_LARGE rather than CORRUPT_MESSAGE:
+    the payload is not corrupt, merely too big, and Java producers answer MESSAGE_TOO_LARGE by
+    splitting the batch and retrying, which is what an honest producer of an unusually
+    compressible batch needs.
+    """
+    return min(DECOMPRESSION_RATIO_MAX * max(max_message_bytes, 1), DECOMPRESSED_BYTES_MAX)
+
+
+def _corrupt(codec: str, detail: object) -> InvalidBatch:
+    return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"{codec} payload does not decompress: {detail}")
+
+
+def _too_large(codec: str, limit: int) -> InvalidBatch:
+    return InvalidBatch(ErrorCode.MESSAGE_TOO_LARGE, f"{codec} payload expands past {limit} bytes")
+
+
+def _first_guess(payload: Payload, limit: int) -> int:
+    return min(limit, max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(payload)))
+
+
+def decompress_gzip(payload: Payload, limit: int) -> bytes | InvalidBatch:
+    """gzip, possibly several concatenated members (Java's GZIPInputStream reads them all)."""
+    parts: list[bytes] = []
+    total = 0
+    data: Payload = payload
+    try:
+        while True:
+            inflater = zlib.decompressobj(wbits=31)
+            part = inflater.decompress(data, limit - total + 1)
+            total += len(part)
+            if total > limit:
+                return _too_large("gzip", limit)
+            parts.append(part)
+            if not inflater.eof:
+                if inflater.unconsumed_tail:  # only possible when the output limit stopped it
+                    return _too_large("gzip", limit)
+                return _corrupt("gzip", "truncated stream")
+            data = inflater.unused_data
+            if not data:
+                break
+    except zlib.error as error:
+        return _corrupt("gzip", error)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _snappy_block(block: Payload, limit: int) -> bytes | InvalidBatch:
+    """One raw snappy block, its declared (varint) length checked before decompressing."""
+    declared = 0
+    shift = 0
+    for index in range(min(5, len(block))):
+        byte = block[index]
+        declared |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    else:
+        return _corrupt("snappy", "bad length preamble")
+    if declared > limit:
+        return _too_large("snappy", limit)
+    try:
+        out = snappy.uncompress(bytes(block))
+    except Exception as error:  # the codec raises several unrelated exception types
+        return _corrupt("snappy", error)
+    if not isinstance(out, bytes):
+        out = bytes(out)
+    if len(out) != declared:
+        return _corrupt("snappy", "length preamble disagrees with the data")
+    return out
+
+
+def decompress_snappy(payload: Payload, limit: int) -> bytes | InvalidBatch:
+    """Raw snappy (librdkafka) or xerial-framed blocks (Java clients' snappy-java)."""
+    if bytes(payload[:8]) != XERIAL_MAGIC:
+        return _snappy_block(payload, limit)
+    view = memoryview(payload)
+    position = _XERIAL_HEADER_SIZE
+    if len(view) < position:
+        return _corrupt("snappy", "truncated xerial header")
+    parts: list[bytes] = []
+    total = 0
+    while position < len(view):
+        if position + 4 > len(view):
+            return _corrupt("snappy", "truncated xerial block length")
+        (size,) = _INT32.unpack_from(view, position)
+        position += 4
+        if size < 0 or position + size > len(view):
+            return _corrupt("snappy", f"xerial block of {size} bytes overruns the payload")
+        part = _snappy_block(view[position : position + size], limit - total)
+        if isinstance(part, InvalidBatch):
+            return part
+        parts.append(part)
+        total += len(part)
+        position += size
+    return b"".join(parts)
+
+
+def decompress_lz4(payload: Payload, limit: int) -> bytes | InvalidBatch:
+    """One LZ4 frame; output is pulled in bounded steps, the first one small."""
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    parts: list[bytes] = []
+    total = 0
+    step = _first_guess(payload, limit)
+    data: Payload = payload
+    try:
+        while True:
+            part = decompressor.decompress(data, max_length=min(step, limit - total + 1))
+            data = b""
+            total += len(part)
+            if total > limit:
+                return _too_large("lz4", limit)
+            parts.append(part)
+            if decompressor.eof:
+                break
+            if decompressor.needs_input:
+                return _corrupt("lz4", "truncated frame")
+            step = limit  # the first guess was short: allow the rest of the bound
+    except RuntimeError as error:
+        return _corrupt("lz4", error)
+    if decompressor.unused_data:
+        return _corrupt("lz4", "bytes after the frame")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+
+
+def _zstd_frame_size(payload: Payload) -> int | None:
+    """Bytes of the first zstd frame, from its block headers; None when they overrun."""
+    try:
+        position = zstandard.frame_header_size(payload)
+    except zstandard.ZstdError:
+        return None
+    has_checksum = payload[4] & 0x04
+    end = len(payload)
+    while position + 3 <= end:
+        header = payload[position] | payload[position + 1] << 8 | payload[position + 2] << 16
+        position += 3
+        block_type = (header >> 1) & 3
+        if block_type == 3:
+            return None
+        position += 1 if block_type == 1 else header >> 3
+        if header & 1:
+            return position + (4 if has_checksum else 0)
+    return None
+
+
+def decompress_zstd(payload: Payload, limit: int) -> bytes | InvalidBatch:
+    """Exactly one zstd frame (what Kafka clients write); no trailing bytes."""
+    if bytes(payload[:4]) != _ZSTD_MAGIC:
+        return _corrupt("zstd", "bad frame magic")
+    frame_size = _zstd_frame_size(payload)
+    if frame_size != len(payload):
+        return _corrupt("zstd", "frame does not span the payload exactly")
+    try:
+        declared = zstandard.frame_content_size(payload)
+    except zstandard.ZstdError as error:
+        return _corrupt("zstd", error)
+    if declared > limit:
+        return _too_large("zstd", limit)
+    decompressor = zstandard.ZstdDecompressor()
+    try:
+        return decompressor.decompress(payload, max_output_size=_first_guess(payload, limit))
+    except zstandard.ZstdError:
+        pass  # too small a first guess, or a bad frame: the second try says which
+    try:
+        return decompressor.decompress(payload, max_output_size=limit)
+    except zstandard.ZstdError as error:
+        if "full frame" in str(error):
+            return _too_large("zstd", limit)
+        return _corrupt("zstd", error)
+
+
+DECOMPRESSORS: Final[dict[int, Callable[[Payload, int], bytes | InvalidBatch]]] = {
+    CODEC_GZIP: decompress_gzip,
+    CODEC_SNAPPY: decompress_snappy,
+    CODEC_LZ4: decompress_lz4,
+    CODEC_ZSTD: decompress_zstd,
+}

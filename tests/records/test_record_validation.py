@@ -1,0 +1,168 @@
+"""Record-level validation (`validate_records` via `parse_produce_payload`): the probe's cases."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+
+from diskless._types import ErrorCode, TimestampType
+from diskless.records import (
+    BatchHeader,
+    InvalidBatch,
+    RecordRules,
+    decompressed_bytes_max,
+    parse_produce_payload,
+)
+from tests.records._mutate import (
+    CODEC_NAMES,
+    CODECS,
+    build,
+    decode,
+    records_of,
+    with_crc,
+    with_length,
+    with_records,
+)
+
+NOW = 1_700_000_000_000
+MAX = 1_048_588
+
+
+def _check(batch: bytes, rules: RecordRules | None = None) -> BatchHeader | InvalidBatch:
+    return parse_produce_payload(batch, MAX, rules or RecordRules(NOW))
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=CODEC_NAMES.get)
+def test_every_codec_with_headers_is_accepted(codec: int) -> None:
+    batch = build(NOW, codec, 40, headers=True)
+    assert isinstance(_check(batch), BatchHeader)
+    assert len(decode(batch)) == 40
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=CODEC_NAMES.get)
+def test_a_header_lying_about_the_count_is_refused(codec: int) -> None:
+    batch = bytearray(build(NOW, codec, 3))
+    struct.pack_into(">i", batch, 57, 5)  # records count
+    struct.pack_into(">i", batch, 23, 4)  # last offset delta
+    result = _check(with_crc(batch))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD, result
+
+
+def test_leftover_bytes_after_the_records_are_refused() -> None:
+    batch = build(NOW, 0, 3)
+    result = _check(with_records(batch, records_of(batch) + b"\x00"))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=CODEC_NAMES.get)
+def test_a_garbage_compressed_body_is_corrupt(codec: int) -> None:
+    batch = build(NOW, codec, 3)
+    garbage = with_crc(with_length(batch[:61] + b"\x1f\x8b\x08\x00garbage-not-a-stream" * 4))
+    result = _check(garbage)
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.CORRUPT_MESSAGE, result
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=CODEC_NAMES.get)
+def test_a_truncated_compressed_body_is_refused(codec: int) -> None:
+    batch = build(NOW, codec, 30)
+    result = _check(with_crc(with_length(batch[:-6])))
+    assert isinstance(result, InvalidBatch)
+    assert result.error in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD), result
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=CODEC_NAMES.get)
+def test_a_decompression_bomb_is_refused(codec: int) -> None:
+    """One record whose value is all zeros, expanding past the bound for a 100 KiB topic."""
+    from tests.records._mutate import compress
+
+    limit = decompressed_bytes_max(100 * 1024)
+    value = bytes(limit + 1)
+    record = b"\x00\x00\x00\x01" + _varint(len(value)) + value + b"\x00"
+    record = _varint(len(record)) + record
+    batch = build(NOW, codec, 1)
+    body = compress(codec, record)
+    assert len(body) < 100 * 1024 // 2  # a small batch...
+    bomb = with_crc(with_length(batch[:61] + body))
+    result = parse_produce_payload(bomb, 100 * 1024, RecordRules(NOW))
+    assert isinstance(result, InvalidBatch), result  # ...that must not expand in memory
+    assert result.error == ErrorCode.MESSAGE_TOO_LARGE, result
+
+
+def test_a_snappy_block_declaring_a_huge_length_is_refused_before_decompressing() -> None:
+    """Snappy expands at most ~21x, so its bomb is a lying length preamble."""
+    batch = build(NOW, 2, 3)
+    forged = b"\x82SNAPPY\x00" + bytes([0, 0, 0, 1, 0, 0, 0, 1]) + struct.pack(">i", 6)
+    forged += b"\xff\xff\xff\xff\x0f\x00"  # a raw block claiming 4 GiB
+    result = _check(with_crc(with_length(batch[:61] + forged)))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.MESSAGE_TOO_LARGE, result
+
+
+def test_gzip_stops_at_the_bound_without_inflating_the_rest() -> None:
+    from diskless.records._compression import decompress_gzip
+
+    bomb = zlib.compress(bytes(50_000_000), 9, wbits=31)
+    result = decompress_gzip(bomb, 1_000_000)
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def _varint(value: int) -> bytes:
+    encoded = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while encoded > 0x7F:
+        out.append(encoded & 0x7F | 0x80)
+        encoded >>= 7
+    out.append(encoded)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("offset_ms", "expected"),
+    [
+        (3_600_000 + 10, ErrorCode.INVALID_TIMESTAMP),  # more than an hour ahead
+        (3_600_000, None),  # exactly the bound
+        (-(10**12), None),  # long ago: before.max.ms defaults to no bound
+    ],
+)
+def test_create_time_bounds(offset_ms: int, expected: ErrorCode | None) -> None:
+    batch = build(NOW + offset_ms, 1, 4)
+    result = _check(batch)
+    if expected is None:
+        assert isinstance(result, BatchHeader), result
+    else:
+        assert isinstance(result, InvalidBatch) and result.error == expected, result
+
+
+def test_before_max_bounds_old_timestamps_and_log_append_time_skips_bounds() -> None:
+    batch = build(NOW - 10_000, 0, 4)
+    strict = RecordRules(NOW, timestamp_before_max_ms=5_000)
+    result = _check(batch, strict)
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_TIMESTAMP
+    lat = RecordRules(NOW, TimestampType.LOG_APPEND_TIME, 5_000, 5_000)
+    assert isinstance(_check(batch, lat), BatchHeader)
+
+
+def test_a_wrong_max_timestamp_is_invalid() -> None:
+    batch = bytearray(build(NOW, 0, 4))
+    struct.pack_into(">q", batch, 35, NOW - 1)
+    result = _check(with_crc(batch))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD, result
+
+
+def test_a_null_header_key_is_invalid() -> None:
+    # attributes, ts delta 0, offset delta 0, null key, value "v", 1 header with key length -1
+    body = b"\x00\x00\x00\x01\x02v\x02\x01\x00"
+    record = _varint(len(body)) + body
+    batch = build(NOW, 0, 1)
+    result = _check(with_records(batch, record))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD, result
+    assert "null header key" in result.message
+
+
+def test_offset_deltas_must_run_from_zero() -> None:
+    body = b"\x00\x00\x02\x01\x02v\x00"  # offset delta 1 in a one-record batch
+    batch = build(NOW, 0, 1)
+    result = _check(with_records(batch, _varint(len(body)) + body))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD
+    assert "offset delta" in result.message
