@@ -9,7 +9,8 @@ pipeline), `diskless.lifecycle` (garbage collection and retention), `diskless.re
 record batch codec), `diskless.routing` (produce representatives), `diskless.errors`.
 """
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless._broker import DisklessBroker
+from diskless._broker_config import BrokerConfig
 from diskless._results import (
     BrokerStats,
     FetchResult,

@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
-import msgspec
-
+from diskless._broker_config import BrokerConfig, txn_lease_budget_ms
 from diskless._limits import (
-    LEASE_TTL_MS_MAX,
-    backoff_ms,
     check_commit_age_covers,
     check_object_prefix,
 )
@@ -45,6 +42,8 @@ from diskless._results import (
     ProduceResult,
     ProduceStats,
 )
+from diskless._topic_cache import TopicCache
+from diskless._txn_leases import TransactionLeases
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
@@ -52,21 +51,17 @@ from diskless.coordinator import (
     CommitBatchResult,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
-    LeaseRequest,
-    LeaseResult,
     ListOffsetsRequest,
     TopicConfig,
     TopicDescription,
 )
-from diskless.errors import BrokerClosedError, BrokerFencedError, CoordinatorError
+from diskless.errors import BrokerClosedError, CoordinatorError
 from diskless.read import (
-    COALESCE_GAP_BYTES_MAX_DEFAULT,
-    GETS_INFLIGHT_MAX_DEFAULT,
     FetchReader,
 )
 from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
 from diskless.storage import ObjectStore
-from diskless.wal import PendingWrite, SegmentCache, WalConfig, WalEntry, WalWriter
+from diskless.wal import PendingWrite, SegmentCache, WalEntry, WalWriter
 
 _T = TypeVar("_T")
 _Prepared: TypeAlias = tuple[
@@ -79,140 +74,6 @@ ACKS_ALL: Final = -1
 ACKS_NONE: Final = 0
 ACKS_LEADER: Final = 1
 _ACKS_VALID: Final = frozenset({ACKS_ALL, ACKS_NONE, ACKS_LEADER})
-_SEGMENT_FAILED: Final = frozenset(
-    {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}
-)
-"""WAL writer outcomes after which a batch's segment is resolved without its commit."""
-TXN_LEASE_TTL_FROM_WAL: Final = 0
-"""`BrokerConfig.txn_lease_ttl_ms` left at this is derived from the WAL's budget."""
-TXN_LEASE_MARGIN_MS: Final = 10_000
-"""Beyond the upload budget: waiting for earlier segments' commits, and the commit call itself."""
-
-
-def txn_lease_budget_ms(wal: WalConfig, margin_ms: int = TXN_LEASE_MARGIN_MS) -> int:
-    """How long a transactional batch may take from entering a WAL segment to its commit.
-
-    The segment fills for up to `commit_interval_ms`, then its upload takes up to
-    `upload_attempts` attempts of `upload_timeout_ms` each with the doubling backoffs between
-    them, then the commit waits for earlier segments and runs (`margin_ms`). A transaction lease
-    must last at least this long, or a healthy broker's batch would find its lease expired.
-    """
-    backoffs = sum(
-        backoff_ms(wal.upload_backoff_ms, retry) for retry in range(wal.upload_attempts - 1)
-    )
-    return (
-        wal.commit_interval_ms + wal.upload_attempts * wal.upload_timeout_ms + backoffs + margin_ms
-    )
-
-
-class BrokerConfig(msgspec.Struct, frozen=True):
-    """Settings of one broker. Byte and time limits carry their unit in the name."""
-
-    wal: WalConfig = msgspec.field(default_factory=WalConfig)
-    request_timeout_ms: int = 30_000
-    """The produce timeout when a call gives none, and the least time a request's coordinator
-    calls before the WAL (topic metadata, transaction leases) may take once its caller stopped
-    waiting (Kafka's broker-side request.timeout.ms bounds its inter-broker calls likewise)."""
-    fetch_max_bytes: int = 52_428_800
-    """Kafka's fetch.max.bytes default: the whole response when a call gives none."""
-    fetch_partition_max_bytes: int = 1_048_576
-    """Kafka's max.partition.fetch.bytes default."""
-    fetch_gets_inflight_max: int = GETS_INFLIGHT_MAX_DEFAULT
-    """Ranged GETs one fetch keeps in flight at most."""
-    fetch_coalesce_gap_bytes_max: int = COALESCE_GAP_BYTES_MAX_DEFAULT
-    """Read through gaps up to this size between needed ranges of one object (one GET instead of
-    two). 0 merges only ranges that touch."""
-    topic_metadata_ttl_ms: int = 30_000
-    """How long topic configs and partition counts are trusted before asking the coordinator."""
-    txn_lease_ttl_ms: int = TXN_LEASE_TTL_FROM_WAL
-    """The transaction lease taken for each transactional batch before it enters the WAL (the
-    commit barrier: a transaction end waits for it). Left at TXN_LEASE_TTL_FROM_WAL (0), it is set
-    to `txn_lease_budget_ms(wal)` on construction. It must be at least the WAL's budget without
-    the margin, and stays well below the coordinator's commit-age bound. An end may wait this long
-    for the batches of a broker that died."""
-
-    def __post_init__(self) -> None:
-        chosen = self.txn_lease_ttl_ms != TXN_LEASE_TTL_FROM_WAL
-        if not chosen:
-            msgspec.structs.force_setattr(self, "txn_lease_ttl_ms", txn_lease_budget_ms(self.wal))
-        if self.request_timeout_ms < 0:
-            raise ValueError(f"request_timeout_ms must be >= 0, got {self.request_timeout_ms}")
-        if self.fetch_max_bytes < 0 or self.fetch_partition_max_bytes < 0:
-            raise ValueError("fetch byte limits must be >= 0")
-        if self.fetch_gets_inflight_max < 1:
-            raise ValueError("fetch_gets_inflight_max must be >= 1")
-        if self.fetch_coalesce_gap_bytes_max < 0:
-            raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
-        if self.topic_metadata_ttl_ms < 0:
-            raise ValueError("topic_metadata_ttl_ms must be >= 0")
-        if self.txn_lease_ttl_ms > LEASE_TTL_MS_MAX:
-            raise ValueError(
-                f"the transaction lease ({self.txn_lease_ttl_ms} ms) exceeds {LEASE_TTL_MS_MAX} ms:"
-                " an end would wait that long for the batches of a dead broker"
-            )
-        if chosen:
-            floor = txn_lease_budget_ms(self.wal, margin_ms=0)
-            if self.txn_lease_ttl_ms < floor:
-                raise ValueError(
-                    f"txn_lease_ttl_ms ({self.txn_lease_ttl_ms}) must cover the WAL's upload "
-                    f"budget ({floor} ms): a healthy broker's batch would outlive its lease"
-                )
-
-
-class _LeaseGroup:
-    """Joins the lease requests of concurrent produce calls into one coordinator call at a time.
-
-    While a call is in flight, new requests queue; when it returns, everything queued goes in the
-    next call (group commit), so a loaded broker makes far fewer calls than it has requests.
-    `results[i]` answers `requests[i]` for each caller; a failure of the call fails its callers.
-    """
-
-    def __init__(self, acquire: Callable[[list[LeaseRequest]], Awaitable[list[LeaseResult]]]):
-        self._acquire = acquire
-        self._queued: list[tuple[list[LeaseRequest], asyncio.Future[list[LeaseResult]]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def acquire(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
-        future: asyncio.Future[list[LeaseResult]] = asyncio.get_running_loop().create_future()
-        self._queued.append((requests, future))
-        if self._task is None:
-            self._task = asyncio.create_task(self._drain(), name="txn-lease-group")
-        return await future
-
-    async def _drain(self) -> None:
-        try:
-            while self._queued:
-                group, self._queued = self._queued, []
-                flat = [request for requests, _ in group for request in requests]
-                try:
-                    results = await self._acquire(flat)
-                except Exception as error:  # every caller of this call sees the failure
-                    for _, future in group:
-                        if not future.done():
-                            future.set_exception(error)
-                    continue
-                except BaseException:
-                    for _, future in group:
-                        future.cancel()
-                    raise
-                assert len(results) == len(flat), (len(results), len(flat))
-                start = 0
-                for requests, future in group:
-                    end = start + len(requests)
-                    if not future.done():
-                        future.set_result(results[start:end])
-                    start = end
-        finally:
-            self._task = None
-            for _, future in self._queued:  # only left here when this task was cancelled
-                future.cancel()
-            self._queued = []
-
-
-class _CachedTopic(msgspec.Struct):
-    description: TopicDescription
-    expires_at: float
-    """Monotonic seconds of the broker's clock."""
 
 
 class DisklessBroker:
@@ -256,15 +117,18 @@ class DisklessBroker:
         self._broker_epoch = -1
         self._closing = False
         self._closed = asyncio.Event()
-        self._topics: dict[str, _CachedTopic] = {}
+        self._topics = TopicCache(
+            coordinator, self._clock, self._config.topic_metadata_ttl_ms / 1000
+        )
         self._admitted: asyncio.Future[None] | None = None
         """Resolved once the latest produce call handed its batches to the writer (its ticket)."""
         self._background: set[asyncio.Task[_Prepared]] = set()
         """Requests on their way to the WAL, whether or not their caller still waits."""
         self._guards: set[asyncio.Task[None]] = set()
         self._produce_stats: dict[str, int] = dict.fromkeys(ProduceStats.__struct_fields__, 0)
-        self._leases = _LeaseGroup(self._acquire_lease_group)
-        self._releases: set[asyncio.Task[None]] = set()
+        self._leases = TransactionLeases(
+            coordinator, broker_id, lambda: self._broker_epoch, self._config.txn_lease_ttl_ms
+        )
 
     # --- identity and lifecycle ---------------------------------------------------------------
     @property
@@ -339,8 +203,7 @@ class DisklessBroker:
                 await self._admitted
             if self._writer is not None:
                 await self._writer.close(flush=True)
-            while self._releases:
-                await asyncio.gather(*self._releases, return_exceptions=True)
+            await self._leases.close()
         finally:
             self._closed.set()
 
@@ -467,7 +330,7 @@ class DisklessBroker:
     def _settle(self, entries: list[WalEntry], pending: PendingWrite) -> None:
         """Once every batch is answered (not on a caller's timeout), free failed leases."""
         if pending.pending == 0 and None not in pending.results:
-            self._release_failed_leases(entries, cast("list[CommitBatchResult]", pending.results))
+            self._leases.release_failed(entries, cast("list[CommitBatchResult]", pending.results))
 
     def _answer(
         self,
@@ -528,7 +391,9 @@ class DisklessBroker:
         self, partitions: Mapping[TopicPartition, bytes | bytearray | memoryview]
     ) -> tuple[dict[TopicPartition, ProduceResult], list[WalEntry]]:
         """Per-partition checks: the errors found, and the valid batches to write."""
-        topics, unavailable = await self._describe({tp.topic for tp in partitions}, partitions)
+        topics, unavailable = await self._topics.describe(
+            {tp.topic for tp in partitions}, partitions
+        )
         results: dict[TopicPartition, ProduceResult] = {}
         valid: dict[TopicPartition, BatchHeader] = {}
         now_ms = self._clock.now_ms()
@@ -569,124 +434,8 @@ class DisklessBroker:
                         ErrorCode.INVALID_PRODUCER_ID_MAPPING, error_message=message
                     )
                     del valid[tp]
-        leases = await self._acquire_leases(valid, results)
+        leases = await self._leases.acquire(valid, results)
         return results, [WalEntry(tp, header, leases.get(tp)) for tp, header in valid.items()]
-
-    async def _acquire_leases(
-        self, valid: dict[TopicPartition, BatchHeader], results: dict[TopicPartition, ProduceResult]
-    ) -> dict[TopicPartition, int]:
-        """Leases for the transactional batches in `valid`; those refused move to `results`."""
-        requests = [
-            LeaseRequest(tp, header.producer_id, header.producer_epoch)
-            for tp, header in valid.items()
-            if header.is_transactional
-        ]
-        if not requests:
-            return {}
-        refusal: ProduceResult | None = None
-        try:
-            granted = await self._leases.acquire(requests)
-        except BrokerFencedError as e:
-            refusal = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=f"{e}")
-        except CoordinatorError as e:
-            refusal = ProduceResult(
-                ErrorCode.KAFKA_STORAGE_ERROR, error_message=f"transaction lease unavailable: {e}"
-            )
-        if refusal is not None:
-            for request in requests:
-                results[request.topic_partition] = refusal
-                del valid[request.topic_partition]
-            return {}
-        assert len(granted) == len(requests), (len(granted), len(requests))
-        leases: dict[TopicPartition, int] = {}
-        for request, lease in zip(requests, granted, strict=True):
-            tp = request.topic_partition
-            if lease.error is ErrorCode.NONE:
-                leases[tp] = lease.lease_id
-            else:
-                results[tp] = ProduceResult(
-                    lease.error,
-                    error_message=f"producer {request.producer_id} epoch "
-                    f"{request.producer_epoch} may not write transactionally here",
-                )
-                del valid[tp]
-        return leases
-
-    def _release_failed_leases(
-        self, entries: Sequence[WalEntry], written: Sequence[CommitBatchResult]
-    ) -> None:
-        """Give back the leases of batches whose segment failed (upload, commit, fencing,
-        shutdown), in the background: an end of their transaction then need not wait for the
-        leases to expire. A timed-out request keeps them: its batch may still be committed."""
-        failed = [
-            entry.lease_id
-            for entry, outcome in zip(entries, written, strict=True)
-            if entry.lease_id is not None and outcome.error in _SEGMENT_FAILED
-        ]
-        if not failed:
-            return
-        task = asyncio.create_task(self._release_leases(failed), name="txn-lease-release")
-        self._releases.add(task)
-        task.add_done_callback(self._releases.discard)
-
-    async def _release_leases(self, lease_ids: list[int]) -> None:
-        try:
-            await self._coordinator.release_txn_leases(lease_ids)
-        except CoordinatorError as error:  # they expire anyway
-            _log.warning("releasing %d transaction leases failed: %r", len(lease_ids), error)
-
-    async def _acquire_lease_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
-        return await self._coordinator.acquire_txn_leases(
-            self._broker_id, self._broker_epoch, requests, self._config.txn_lease_ttl_ms
-        )
-
-    async def _describe(
-        self, names: set[str], partitions: Mapping[TopicPartition, object]
-    ) -> tuple[dict[str, TopicDescription], dict[str, str]]:
-        """Topic descriptions from the cache, refreshed (one call) for the names it cannot answer.
-
-        A name is refreshed when it is not cached, its entry expired, or a requested partition is
-        beyond its cached partition count (the topic may have grown). Returns the descriptions
-        found and, when the coordinator failed, why for each name left without one.
-        """
-        now = self._clock.monotonic()
-        found: dict[str, TopicDescription] = {}
-        refresh: set[str] = set()
-        for name in names:
-            cached = self._topics.get(name)
-            if cached is None or cached.expires_at <= now:
-                refresh.add(name)
-            else:
-                found[name] = cached.description
-        for tp in partitions:
-            known = found.get(tp.topic)
-            if known is not None and tp.partition >= known.partitions:
-                refresh.add(tp.topic)
-        if not refresh:
-            return found, {}
-        try:
-            descriptions = await self._coordinator.describe_topics(sorted(refresh))
-        except CoordinatorError as e:
-            # Serve what is cached, even expired; the rest fail retriably.
-            unavailable: dict[str, str] = {}
-            for name in refresh:
-                cached = self._topics.get(name)
-                if cached is not None:
-                    found[name] = cached.description
-                else:
-                    unavailable[name] = f"topic metadata unavailable: {e}"
-            return found, unavailable
-        expires_at = self._clock.monotonic() + self._config.topic_metadata_ttl_ms / 1000
-        returned = {d.name: d for d in descriptions if d.name in refresh}
-        for name in refresh:
-            description = returned.get(name)
-            if description is None:  # unknown (or deleted): never cached, so creation shows
-                self._topics.pop(name, None)
-                found.pop(name, None)
-            else:
-                self._topics[name] = _CachedTopic(description, expires_at)
-                found[name] = description
-        return found, {}
 
     def _count_produce(self, partitions: int, *, failed: int, accepted_bytes: int) -> None:
         self._produce_stats["requests"] += 1
@@ -748,16 +497,15 @@ class DisklessBroker:
         self, name: str, partitions: int, config: TopicConfig | None = None
     ) -> bool:
         """Create a topic in the coordinator; False if it already exists."""
-        self._topics.pop(name, None)
+        self._topics.forget([name])
         return await self._coordinator.create_topic(name, partitions, config)
 
     async def create_partitions(self, name: str, total_partitions: int) -> None:
-        self._topics.pop(name, None)
+        self._topics.forget([name])
         await self._coordinator.create_partitions(name, total_partitions)
 
     async def delete_topics(self, names: Sequence[str]) -> None:
-        for name in names:
-            self._topics.pop(name, None)
+        self._topics.forget(names)
         await self._coordinator.delete_topics(names)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:

@@ -20,6 +20,7 @@ LAYERS: Final = (
     ("diskless.coordinator",),
     ("diskless.wal",),
     ("diskless._results", "diskless.read"),
+    ("diskless._broker_config", "diskless._topic_cache", "diskless._txn_leases"),
     ("diskless._broker", "diskless.lifecycle"),
     ("diskless",),
     ("diskless.kafka_server",),

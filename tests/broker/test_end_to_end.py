@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, OffsetSpec, TimestampType, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,

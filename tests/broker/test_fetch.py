@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,

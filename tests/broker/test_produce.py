@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, OffsetSpec, TimestampType, TopicPartition
 from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import (

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import SystemClock
 from diskless.coordinator import InMemoryBatchCoordinator

@@ -11,7 +11,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import FindBatchesRequest, SqliteBatchCoordinator
 from diskless.storage import LocalObjectStore

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from diskless import ErrorCode, ManualClock
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,

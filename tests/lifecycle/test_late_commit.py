@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from diskless import ErrorCode, ManualClock
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock
 from diskless.coordinator import SqliteBatchCoordinator
 from diskless.errors import ObjectKeyConflictError
 from diskless.lifecycle import FileManager

@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
-from diskless import ErrorCode, TopicPartition
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import DeleteRecordsRequest, FaultyBatchCoordinator, FileState
 from diskless.errors import BrokerClosedError
 from diskless.lifecycle import FileManager

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from diskless import ManualClock, TopicPartition
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker, ManualClock, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     FaultyBatchCoordinator,

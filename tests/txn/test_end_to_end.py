@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, SqliteBatchCoordinator
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore

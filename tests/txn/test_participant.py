@@ -384,7 +384,8 @@ def test_default_prefix_matches_the_wal() -> None:
 
 
 def test_commit_age_bound_relations() -> None:
-    from diskless._broker import BrokerConfig, txn_lease_budget_ms
+    from diskless import BrokerConfig
+    from diskless._broker_config import txn_lease_budget_ms
     from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT
     from diskless.lifecycle import FileManager, FileManagerConfig
     from diskless.storage import MemoryObjectStore
@@ -404,7 +405,7 @@ def test_commit_age_bound_relations() -> None:
 
 
 def test_settings_that_disagree_with_the_coordinator_fail_at_construction() -> None:
-    from diskless._broker import BrokerConfig
+    from diskless import BrokerConfig
 
     """Each link of the budget chain is checked where its two sides meet, naming both."""
     from diskless import DisklessBroker
@@ -428,7 +429,7 @@ def test_settings_that_disagree_with_the_coordinator_fail_at_construction() -> N
 
 
 def test_lease_longer_than_the_coordinator_allows_is_a_config_error() -> None:
-    from diskless._broker import BrokerConfig
+    from diskless import BrokerConfig
     from diskless._limits import LEASE_TTL_MS_MAX
 
     with pytest.raises(ValueError, match="exceeds"):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 import pytest
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ControlType, ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import (

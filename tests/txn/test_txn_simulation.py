@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from diskless._broker import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import (

@@ -1,0 +1,86 @@
+"""A broker's settings, and the time budget its transaction leases must cover."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from diskless._limits import LEASE_TTL_MS_MAX, backoff_ms
+from diskless.read import COALESCE_GAP_BYTES_MAX_DEFAULT, GETS_INFLIGHT_MAX_DEFAULT
+from diskless.wal import WalConfig
+
+TXN_LEASE_TTL_FROM_WAL: Final = 0
+"""`BrokerConfig.txn_lease_ttl_ms` left at this is derived from the WAL's budget."""
+TXN_LEASE_MARGIN_MS: Final = 10_000
+"""Beyond the upload budget: waiting for earlier segments' commits, and the commit call itself."""
+
+
+def txn_lease_budget_ms(wal: WalConfig, margin_ms: int = TXN_LEASE_MARGIN_MS) -> int:
+    """How long a transactional batch may take from entering a WAL segment to its commit.
+
+    The segment fills for up to `commit_interval_ms`, then its upload takes up to
+    `upload_attempts` attempts of `upload_timeout_ms` each with the doubling backoffs between
+    them, then the commit waits for earlier segments and runs (`margin_ms`). A transaction lease
+    must last at least this long, or a healthy broker's batch would find its lease expired.
+    """
+    backoffs = sum(
+        backoff_ms(wal.upload_backoff_ms, retry) for retry in range(wal.upload_attempts - 1)
+    )
+    return (
+        wal.commit_interval_ms + wal.upload_attempts * wal.upload_timeout_ms + backoffs + margin_ms
+    )
+
+
+class BrokerConfig(msgspec.Struct, frozen=True):
+    """Settings of one broker. Byte and time limits carry their unit in the name."""
+
+    wal: WalConfig = msgspec.field(default_factory=WalConfig)
+    request_timeout_ms: int = 30_000
+    """The produce timeout when a call gives none, and the least time a request's coordinator
+    calls before the WAL (topic metadata, transaction leases) may take once its caller stopped
+    waiting (Kafka's broker-side request.timeout.ms bounds its inter-broker calls likewise)."""
+    fetch_max_bytes: int = 52_428_800
+    """Kafka's fetch.max.bytes default: the whole response when a call gives none."""
+    fetch_partition_max_bytes: int = 1_048_576
+    """Kafka's max.partition.fetch.bytes default."""
+    fetch_gets_inflight_max: int = GETS_INFLIGHT_MAX_DEFAULT
+    """Ranged GETs one fetch keeps in flight at most."""
+    fetch_coalesce_gap_bytes_max: int = COALESCE_GAP_BYTES_MAX_DEFAULT
+    """Read through gaps up to this size between needed ranges of one object (one GET instead of
+    two). 0 merges only ranges that touch."""
+    topic_metadata_ttl_ms: int = 30_000
+    """How long topic configs and partition counts are trusted before asking the coordinator."""
+    txn_lease_ttl_ms: int = TXN_LEASE_TTL_FROM_WAL
+    """The transaction lease taken for each transactional batch before it enters the WAL (the
+    commit barrier: a transaction end waits for it). Left at TXN_LEASE_TTL_FROM_WAL (0), it is set
+    to `txn_lease_budget_ms(wal)` on construction. It must be at least the WAL's budget without
+    the margin, and stays well below the coordinator's commit-age bound. An end may wait this long
+    for the batches of a broker that died."""
+
+    def __post_init__(self) -> None:
+        chosen = self.txn_lease_ttl_ms != TXN_LEASE_TTL_FROM_WAL
+        if not chosen:
+            msgspec.structs.force_setattr(self, "txn_lease_ttl_ms", txn_lease_budget_ms(self.wal))
+        if self.request_timeout_ms < 0:
+            raise ValueError(f"request_timeout_ms must be >= 0, got {self.request_timeout_ms}")
+        if self.fetch_max_bytes < 0 or self.fetch_partition_max_bytes < 0:
+            raise ValueError("fetch byte limits must be >= 0")
+        if self.fetch_gets_inflight_max < 1:
+            raise ValueError("fetch_gets_inflight_max must be >= 1")
+        if self.fetch_coalesce_gap_bytes_max < 0:
+            raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
+        if self.topic_metadata_ttl_ms < 0:
+            raise ValueError("topic_metadata_ttl_ms must be >= 0")
+        if self.txn_lease_ttl_ms > LEASE_TTL_MS_MAX:
+            raise ValueError(
+                f"the transaction lease ({self.txn_lease_ttl_ms} ms) exceeds {LEASE_TTL_MS_MAX} ms:"
+                " an end would wait that long for the batches of a dead broker"
+            )
+        if chosen:
+            floor = txn_lease_budget_ms(self.wal, margin_ms=0)
+            if self.txn_lease_ttl_ms < floor:
+                raise ValueError(
+                    f"txn_lease_ttl_ms ({self.txn_lease_ttl_ms}) must cover the WAL's upload "
+                    f"budget ({floor} ms): a healthy broker's batch would outlive its lease"
+                )

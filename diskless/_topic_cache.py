@@ -1,0 +1,83 @@
+"""The broker's cache of topic descriptions: produce validates against it without a
+coordinator call per request, and refreshes in one call what it cannot answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from diskless._types import TopicPartition
+from diskless.clock import Clock
+from diskless.coordinator import BatchCoordinator, TopicDescription
+from diskless.errors import CoordinatorError
+
+
+class _CachedTopic(msgspec.Struct):
+    description: TopicDescription
+    expires_at: float
+    """Monotonic seconds after which the entry is refreshed before use."""
+
+
+class TopicCache:
+    """Descriptions trusted for `ttl_s`; a topic the coordinator does not know is never cached,
+    so its creation shows at once."""
+
+    def __init__(self, coordinator: BatchCoordinator, clock: Clock, ttl_s: float) -> None:
+        self._coordinator = coordinator
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._topics: dict[str, _CachedTopic] = {}
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop entries this broker knows to be stale (it created, grew or deleted them)."""
+        for name in names:
+            self._topics.pop(name, None)
+
+    async def describe(
+        self, names: set[str], partitions: Mapping[TopicPartition, object]
+    ) -> tuple[dict[str, TopicDescription], dict[str, str]]:
+        """Topic descriptions from the cache, refreshed (one call) for the names it cannot answer.
+
+        A name is refreshed when it is not cached, its entry expired, or a requested partition is
+        beyond its cached partition count (the topic may have grown). Returns the descriptions
+        found and, when the coordinator failed, why for each name left without one.
+        """
+        now = self._clock.monotonic()
+        found: dict[str, TopicDescription] = {}
+        refresh: set[str] = set()
+        for name in names:
+            cached = self._topics.get(name)
+            if cached is None or cached.expires_at <= now:
+                refresh.add(name)
+            else:
+                found[name] = cached.description
+        for tp in partitions:
+            known = found.get(tp.topic)
+            if known is not None and tp.partition >= known.partitions:
+                refresh.add(tp.topic)
+        if not refresh:
+            return found, {}
+        try:
+            descriptions = await self._coordinator.describe_topics(sorted(refresh))
+        except CoordinatorError as e:
+            # Serve what is cached, even expired; the rest fail retriably.
+            unavailable: dict[str, str] = {}
+            for name in refresh:
+                cached = self._topics.get(name)
+                if cached is not None:
+                    found[name] = cached.description
+                else:
+                    unavailable[name] = f"topic metadata unavailable: {e}"
+            return found, unavailable
+        expires_at = self._clock.monotonic() + self._ttl_s
+        returned = {d.name: d for d in descriptions if d.name in refresh}
+        for name in refresh:
+            description = returned.get(name)
+            if description is None:  # unknown (or deleted): never cached, so creation shows
+                self._topics.pop(name, None)
+                found.pop(name, None)
+            else:
+                self._topics[name] = _CachedTopic(description, expires_at)
+                found[name] = description
+        return found, {}

@@ -1,0 +1,167 @@
+"""Transaction leases of a broker's produce requests: the commit barrier's broker side.
+
+A transactional batch takes a lease before it enters a WAL segment; the transaction's end waits
+for the lease to be released by the batch's commit or to expire. Concurrent requests share one
+coordinator call (group commit), and the leases of batches whose segment failed are given back at
+once, so that an end need not wait for them to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+from diskless._results import ProduceResult
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator import BatchCoordinator, CommitBatchResult, LeaseRequest, LeaseResult
+from diskless.errors import BrokerFencedError, CoordinatorError
+from diskless.records import BatchHeader
+from diskless.wal import WalEntry
+
+_log = logging.getLogger(__name__)
+
+SEGMENT_FAILED: Final = frozenset({ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER})
+"""WAL writer outcomes after which a batch's segment is resolved without its commit."""
+
+
+class _LeaseGroup:
+    """Joins the lease requests of concurrent produce calls into one coordinator call at a time.
+
+    While a call is in flight, new requests queue; when it returns, everything queued goes in the
+    next call (group commit), so a loaded broker makes far fewer calls than it has requests.
+    `results[i]` answers `requests[i]` for each caller; a failure of the call fails its callers.
+    """
+
+    def __init__(self, acquire: Callable[[list[LeaseRequest]], Awaitable[list[LeaseResult]]]):
+        self._acquire = acquire
+        self._queued: list[tuple[list[LeaseRequest], asyncio.Future[list[LeaseResult]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def acquire(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
+        future: asyncio.Future[list[LeaseResult]] = asyncio.get_running_loop().create_future()
+        self._queued.append((requests, future))
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain(), name="txn-lease-group")
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queued:
+                group, self._queued = self._queued, []
+                flat = [request for requests, _ in group for request in requests]
+                try:
+                    results = await self._acquire(flat)
+                except Exception as error:  # every caller of this call sees the failure
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                except BaseException:
+                    for _, future in group:
+                        future.cancel()
+                    raise
+                assert len(results) == len(flat), (len(results), len(flat))
+                start = 0
+                for requests, future in group:
+                    end = start + len(requests)
+                    if not future.done():
+                        future.set_result(results[start:end])
+                    start = end
+        finally:
+            self._task = None
+            for _, future in self._queued:  # only left here when this task was cancelled
+                future.cancel()
+            self._queued = []
+
+
+class TransactionLeases:
+    """Takes and gives back the leases of one broker (its id, and its epoch once started)."""
+
+    def __init__(
+        self,
+        coordinator: BatchCoordinator,
+        broker_id: int,
+        broker_epoch: Callable[[], int],
+        ttl_ms: int,
+    ) -> None:
+        self._coordinator = coordinator
+        self._broker_id = broker_id
+        self._broker_epoch = broker_epoch
+        self._ttl_ms = ttl_ms
+        self._group = _LeaseGroup(self._acquire_group)
+        self._releases: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        """Wait for the releases under way."""
+        while self._releases:
+            await asyncio.gather(*self._releases, return_exceptions=True)
+
+    async def acquire(
+        self, valid: dict[TopicPartition, BatchHeader], results: dict[TopicPartition, ProduceResult]
+    ) -> dict[TopicPartition, int]:
+        """Leases for the transactional batches in `valid`; those refused move to `results`."""
+        requests = [
+            LeaseRequest(tp, header.producer_id, header.producer_epoch)
+            for tp, header in valid.items()
+            if header.is_transactional
+        ]
+        if not requests:
+            return {}
+        refusal: ProduceResult | None = None
+        try:
+            granted = await self._group.acquire(requests)
+        except BrokerFencedError as e:
+            refusal = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=f"{e}")
+        except CoordinatorError as e:
+            refusal = ProduceResult(
+                ErrorCode.KAFKA_STORAGE_ERROR, error_message=f"transaction lease unavailable: {e}"
+            )
+        if refusal is not None:
+            for request in requests:
+                results[request.topic_partition] = refusal
+                del valid[request.topic_partition]
+            return {}
+        assert len(granted) == len(requests), (len(granted), len(requests))
+        leases: dict[TopicPartition, int] = {}
+        for request, lease in zip(requests, granted, strict=True):
+            tp = request.topic_partition
+            if lease.error is ErrorCode.NONE:
+                leases[tp] = lease.lease_id
+            else:
+                results[tp] = ProduceResult(
+                    lease.error,
+                    error_message=f"producer {request.producer_id} epoch "
+                    f"{request.producer_epoch} may not write transactionally here",
+                )
+                del valid[tp]
+        return leases
+
+    def release_failed(
+        self, entries: Sequence[WalEntry], written: Sequence[CommitBatchResult]
+    ) -> None:
+        """Give back the leases of batches whose segment failed (upload, commit, fencing,
+        shutdown), in the background: an end of their transaction then need not wait for the
+        leases to expire. A timed-out request keeps them: its batch may still be committed."""
+        failed = [
+            entry.lease_id
+            for entry, outcome in zip(entries, written, strict=True)
+            if entry.lease_id is not None and outcome.error in SEGMENT_FAILED
+        ]
+        if not failed:
+            return
+        task = asyncio.create_task(self._release(failed), name="txn-lease-release")
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release(self, lease_ids: list[int]) -> None:
+        try:
+            await self._coordinator.release_txn_leases(lease_ids)
+        except CoordinatorError as error:  # they expire anyway
+            _log.warning("releasing %d transaction leases failed: %r", len(lease_ids), error)
+
+    async def _acquire_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
+        return await self._coordinator.acquire_txn_leases(
+            self._broker_id, self._broker_epoch(), requests, self._ttl_ms
+        )
