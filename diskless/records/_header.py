@@ -1,11 +1,5 @@
-"""Kafka record batch v2 (magic 2): framing, the 61-byte header, client checks and rewrites.
-
-A batch is the unit that moves through every stage untouched: the broker validates it, copies it
-byte-for-byte into a WAL segment, and the read path hands the same bytes back with only the base
-offset (outside the CRC) and, for LogAppendTime topics, the timestamp rewritten. Parsing here never
-copies a batch and never raises on hostile input: every problem is an `InvalidBatch` carrying the
-Kafka error the producer must see.
-"""
+"""Framing, the 61-byte header and its client checks, and the in-place rewrites (base offset,
+LogAppendTime); the package docstring says what a batch goes through."""
 
 from __future__ import annotations
 
