@@ -37,7 +37,7 @@ from diskless.coordinator import (
     InMemoryBatchCoordinator,
     SqliteBatchCoordinator,
 )
-from diskless.coordinator._sqlite_schema import migrate
+from diskless.coordinator._backends.sqlite_schema import migrate
 from diskless.txn import RetainedBatch
 
 PARTITIONS = 1000

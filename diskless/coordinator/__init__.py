@@ -21,9 +21,9 @@ from diskless.coordinator._api import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.coordinator._checks import check_topic_name
 from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.coordinator._memory import InMemoryBatchCoordinator
+from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 
 __all__ = [

@@ -10,7 +10,7 @@ import pytest
 from diskless._types import TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import FindBatchesRequest, SqliteBatchCoordinator
-from diskless.coordinator._sqlite_schema import SCHEMA_VERSION
+from diskless.coordinator._backends.sqlite_schema import SCHEMA_VERSION
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 
 from ._helpers import Committer, batch
@@ -100,12 +100,12 @@ async def test_failed_commit_statement_is_an_unknown_outcome(tmp_path: Path) -> 
         await coordinator.create_topic("t", 1)
         c = Committer(coordinator)
         await c.one(batch(TP))
-        real = coordinator._conn
+        real = coordinator._store._conn
         assert real is not None
-        coordinator._conn = _FailingCommit(real)  # type: ignore[assignment]
+        coordinator._store._conn = _FailingCommit(real)  # type: ignore[assignment]
         with pytest.raises(CommitOutcomeUnknownError):
             await c.one(batch(TP))
-        coordinator._conn = real
+        coordinator._store._conn = real
         (response,) = await coordinator.find_batches([FindBatchesRequest(TP, 0, 1 << 20)], 1 << 20)
         assert response.high_watermark == 1  # rolled back here; another outcome was possible
     finally:

@@ -82,7 +82,7 @@ async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_obj
     # The coordinator's write worker is busy (with whatever came before) until `release`.
     release = threading.Event()
     loop = asyncio.get_running_loop()
-    busy = loop.run_in_executor(c.coordinator._executor, release.wait)
+    busy = loop.run_in_executor(c.coordinator._store._executor, release.wait)
     try:
         produce = asyncio.create_task(broker.produce({TP: build_batch([b"late"])}))
         while not gated.arrived.is_set():

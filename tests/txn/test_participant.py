@@ -25,7 +25,7 @@ from diskless.coordinator import (
     ListOffsetsRequest,
     SqliteBatchCoordinator,
 )
-from diskless.coordinator._txn import CONTROL_BATCH_BYTES
+from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
 from diskless.errors import BrokerFencedError, ObjectKeyConflictError
 from diskless.txn import TransactionParticipant
 from tests.coordinator._helpers import Committer, batch

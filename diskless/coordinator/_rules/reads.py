@@ -6,7 +6,7 @@ decisions (what to return, which offset answers, what to delete) are made here, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
@@ -18,7 +18,7 @@ from diskless.coordinator._api import (
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
-from diskless.coordinator._rows import AbortedTxn, PartitionState, StoredBatch
+from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
 
 
 class ReadSource(Protocol):
@@ -198,27 +198,40 @@ def decide_delete_records(state: PartitionState | None, offset: int) -> DeleteRe
     return DeleteRecordsDecision(DeleteRecordsResponse(ErrorCode.NONE, target), target)
 
 
-def retention_victims(
-    state: PartitionState, oldest: Iterator[StoredBatch], now_ms: int, budget: int
-) -> tuple[list[StoredBatch], bool]:
-    """The oldest batches that retention deletes now (at most `budget`), and whether more remain.
+class RetentionScan:
+    """Which of a partition's oldest batches retention deletes now (at most `budget`).
 
     Time: a batch whose timestamp is more than `retention_ms` old. Size (Kafka's rule): the oldest
     batch goes while the partition keeps at least `retention_bytes` without it. Deletion stops at
-    the first batch neither rule removes, so the log stays a contiguous suffix.
+    the first batch neither rule removes, so the log stays a contiguous suffix. Batches are fed
+    oldest first, in as many pieces as the caller loads them.
     """
-    config = state.config
-    if config.retention_ms < 0 and config.retention_bytes < 0:
-        return [], False
-    victims: list[StoredBatch] = []
-    size = state.size_bytes
-    for batch in oldest:
-        by_time = config.retention_ms >= 0 and batch.timestamp < now_ms - config.retention_ms
-        by_size = config.retention_bytes >= 0 and size - batch.size >= config.retention_bytes
-        if not (by_time or by_size):
-            return victims, False
-        if len(victims) >= budget:
-            return victims, True
-        victims.append(batch)
-        size -= batch.size
-    return victims, False
+
+    def __init__(self, state: PartitionState, now_ms: int, budget: int) -> None:
+        self.victims: list[StoredBatch] = []
+        self.more = False
+        """The budget ran out before the rules did: another pass has work left."""
+        config = state.config
+        self.done = config.retention_ms < 0 and config.retention_bytes < 0
+        """No later batch can be a victim: stop feeding."""
+        self._config = config
+        self._size = state.size_bytes
+        self._cutoff = now_ms - config.retention_ms
+        self._budget = budget
+
+    def feed(self, batches: Iterable[StoredBatch]) -> None:
+        config = self._config
+        for batch in batches:
+            if self.done:
+                return
+            by_time = config.retention_ms >= 0 and batch.timestamp < self._cutoff
+            by_size = config.retention_bytes >= 0 and self._size - batch.size >= (
+                config.retention_bytes
+            )
+            if not (by_time or by_size):
+                self.done = True
+            elif len(self.victims) >= self._budget:
+                self.done = self.more = True
+            else:
+                self.victims.append(batch)
+                self._size -= batch.size

@@ -8,7 +8,7 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
   batch enters a WAL segment. A lease is granted only while the registration is ONGOING, and it
   expires `ttl` later on the coordinator's clock; the commit of the batch releases it. A commit
   whose lease expired, or which arrives after the marker, is rejected: never merged behind it.
-- **Ending** (`run_write_txn_markers`, written once over `TxnEndBackend`):
+- **Ending** (`CoordinatorEngine.write_txn_markers`):
   1. atomically mark the registration ENDING: from now on no new lease is granted;
   2. wait, through the injected clock, until no live lease of (producer, epoch) remains on those
      partitions (each is released by its commit or expires; none can be added), so every batch
@@ -28,15 +28,12 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final
 
 import msgspec
 
-from diskless._types import ControlType, ErrorCode, TimestampType, TopicPartition
-from diskless.clock import Clock
-from diskless.coordinator._rows import (
+from diskless._types import ControlType, ErrorCode, TimestampType
+from diskless.coordinator._rules.rows import (
     AbortedTxn,
     PartitionState,
     StoredBatch,
@@ -45,9 +42,6 @@ from diskless.coordinator._rows import (
 )
 from diskless.records import build_control_batch
 from diskless.txn import ProducerEntry, Rejected
-
-LEASE_POLL_INTERVAL_S: Final = 0.02
-"""How often an end re-checks for leases released by commits (when no release signal exists)."""
 
 CONTROL_BATCH_BYTES: Final = len(
     build_control_batch(
@@ -217,78 +211,3 @@ def plan_marker(
         None,
     )
     return MarkerPlan(ErrorCode.NONE, marker, new_state, new_entry, first, aborted)
-
-
-class TxnEndBackend(Protocol):
-    """The storage steps of `run_write_txn_markers`; each is one atomic step of the backend."""
-
-    async def _txn_begin_end(
-        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
-    ) -> list[ErrorCode]:
-        """Phase 1: mark the registrations of (producer, epoch) ENDING; unknown partitions fail."""
-        ...
-
-    async def _txn_lease_deadline(
-        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
-    ) -> int | None:
-        """The earliest expiry (ms) of a live lease of (producer, epoch) there; None if none."""
-        ...
-
-    def _txn_release_signal(self) -> asyncio.Future[None] | None:
-        """A future (shared: never cancel it) resolved when a lease is released; None to poll."""
-        ...
-
-    async def _txn_write_markers(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        marker_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        partitions: Sequence[TopicPartition],
-    ) -> list[ErrorCode]:
-        """Phase 3: `plan_marker` on every partition and store the plans, atomically."""
-        ...
-
-
-async def run_write_txn_markers(
-    backend: TxnEndBackend,
-    clock: Clock,
-    producer_id: int,
-    producer_epoch: int,
-    marker_epoch: int,
-    commit: bool,
-    coordinator_epoch: int,
-    partitions: Sequence[TopicPartition],
-) -> list[ErrorCode]:
-    """The commit barrier, then the markers (see the module docstring)."""
-    if marker_epoch <= producer_epoch:
-        return [ErrorCode.INVALID_PRODUCER_EPOCH] * len(partitions)
-    errors = await backend._txn_begin_end(producer_id, producer_epoch, partitions)
-    assert len(errors) == len(partitions)
-    known = [tp for tp, error in zip(partitions, errors, strict=True) if error is ErrorCode.NONE]
-    # Phase 2: no lease can be added any more, so this waits at most one lease TTL.
-    while known:
-        deadline_ms = await backend._txn_lease_deadline(producer_id, producer_epoch, known)
-        if deadline_ms is None:
-            break
-        delay_s = min(max(0.0, (deadline_ms - clock.now_ms()) / 1000), LEASE_POLL_INTERVAL_S)
-        signal = backend._txn_release_signal()
-        if signal is None:
-            await clock.sleep(delay_s)
-            continue
-        sleeper = asyncio.ensure_future(clock.sleep(delay_s))
-        try:
-            await asyncio.wait([sleeper, signal], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-    if not known:
-        return errors
-    written = await backend._txn_write_markers(
-        producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, known
-    )
-    assert len(written) == len(known)
-    by_tp = dict(zip(known, written, strict=True))
-    results = [by_tp.get(tp, error) for tp, error in zip(partitions, errors, strict=True)]
-    assert len(results) == len(partitions)
-    return results

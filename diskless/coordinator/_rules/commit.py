@@ -1,8 +1,9 @@
 """The commit planner: what committing one object's batches does, as a pure function.
 
-A backend loads a snapshot of the partitions and producers a commit touches, calls `plan_commit`,
-then stores the plan's mutations in one atomic step. Since the rules run here and only here, every
-backend gives the same results for the same operations by construction.
+The engine loads a snapshot of the partitions and producers a commit touches, calls
+`plan_commit`, then has the store apply the plan's mutations in the same atomic step. Since the
+rules run here and only here, every backend gives the same results for the same operations by
+construction.
 
 This is the hottest code of the coordinator (every committed batch passes through it once), so
 the loop keeps its state in locals and plain lists; the rules themselves are those of
@@ -18,8 +19,8 @@ import msgspec
 
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TimestampType, TopicPartition
 from diskless.coordinator._api import CommitBatch, CommitBatchResult
-from diskless.coordinator._rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
-from diskless.coordinator._txn import check_txn_commit
+from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
+from diskless.coordinator._rules.txn import check_txn_commit
 from diskless.txn import (
     Duplicate,
     ProducerEntry,
@@ -68,35 +69,6 @@ class CommitPlan(msgspec.Struct):
     """Lease ids the commit's batches carried: released whatever each batch's outcome."""
 
 
-def producer_keys(
-    batches: Sequence[CommitBatch], partitions: Lookup[TopicPartition, PartitionState]
-) -> set[ProducerKey]:
-    """The producer entries a backend must load before planning a commit of `batches`."""
-    keys = set()
-    for b in batches:
-        if b.producer_id != NO_PRODUCER_ID:
-            state = partitions.get(b.topic_partition)
-            if state is not None:
-                keys.add((state.key, b.producer_id))
-    return keys
-
-
-def txn_keys(
-    batches: Sequence[CommitBatch], partitions: Lookup[TopicPartition, PartitionState]
-) -> tuple[set[ProducerKey], set[int]]:
-    """The registrations and leases a backend must load before planning a commit of `batches`."""
-    keys = set()
-    leases = set()
-    for b in batches:
-        if b.is_transactional and b.producer_id != NO_PRODUCER_ID:
-            state = partitions.get(b.topic_partition)
-            if state is not None:
-                keys.add((state.key, b.producer_id))
-        if b.lease_id is not None:
-            leases.add(b.lease_id)
-    return keys, leases
-
-
 def plan_commit(
     object_key: str,
     batches: Sequence[CommitBatch],
@@ -110,9 +82,8 @@ def plan_commit(
     """Check and sequence `batches` in order against a snapshot of the state they touch.
 
     `partitions` holds every existing partition the batches name (absent ones are unknown);
-    `producers` holds the stored entry of every key in `producer_keys(...)` that has one;
-    `registrations` and `leases` those of `txn_keys(...)`. All are only read, and never while the
-    plan is being applied.
+    `producers` the stored entry of each (partition, producer) of the batches that has one;
+    `registrations` and `leases` those of the transactional batches. All are only read.
     """
     results: list[CommitBatchResult] = []
     new_batches: list[StoredBatch] = []

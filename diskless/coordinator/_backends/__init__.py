@@ -1,0 +1,1 @@
+"""Storage adapters of the coordinator engine: each only loads and applies (`_store`)."""

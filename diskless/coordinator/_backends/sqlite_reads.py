@@ -1,0 +1,177 @@
+"""The SQLite store's read view: index lookups over one connection, inside one transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+
+from diskless._types import TopicPartition
+from diskless.coordinator._api import FileState
+from diskless.coordinator._backends.sqlite_rows import (
+    BATCH_COLUMNS,
+    BATCH_FROM,
+    ENTRY_COLUMNS,
+    FILE_COLUMNS,
+    FILE_STATES,
+    PARTITION_COLUMNS,
+    PARTITION_FROM,
+    READ_CHUNK_ROWS_MAX,
+    TOPIC_COLUMNS,
+    batch_from_row,
+    entry_from_row,
+    file_from_row,
+    in_lists,
+    partition_from_row,
+    topic_from_row,
+)
+from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+from diskless.coordinator._store import ReadView, TopicRow
+from diskless.txn import ProducerEntry
+
+
+class SqliteReads(ReadView):
+    """Whole chunks are fetched per query, so that no statement stays open across calls."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def partition(self, tp: TopicPartition) -> PartitionState | None:
+        row = self._conn.execute(
+            f"SELECT {PARTITION_COLUMNS} FROM {PARTITION_FROM}"
+            " WHERE t.name = ? AND p.partition = ?",
+            (tp.topic, tp.partition),
+        ).fetchone()
+        return None if row is None else partition_from_row(row)
+
+    def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
+        after = self._before_holder(state.key, offset)
+        chunk = 16
+        while True:
+            rows = self.batches_after(state.key, after, chunk)
+            yield from rows
+            if len(rows) < chunk:
+                return
+            after = rows[-1].base_offset
+            chunk = min(chunk * 4, READ_CHUNK_ROWS_MAX)
+
+    def _before_holder(self, partition_id: int, offset: int) -> int:
+        """An offset just below the batch holding `offset` (or below `offset` if none does)."""
+        row = self._conn.execute(
+            "SELECT base_offset FROM batches WHERE partition_id = ? AND base_offset <= ?"
+            " ORDER BY base_offset DESC LIMIT 1",
+            (partition_id, offset),
+        ).fetchone()
+        return (row[0] if row is not None else offset) - 1
+
+    def batches_after(self, partition_id: int, after: int, limit: int) -> list[StoredBatch]:
+        """Up to `limit` batches whose base offset is above `after`, in offset order."""
+        return [
+            batch_from_row(r)
+            for r in self._conn.execute(
+                f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = ?"
+                " AND b.base_offset > ? ORDER BY b.base_offset LIMIT ?",
+                (partition_id, after, limit),
+            )
+        ]
+
+    def batches_holding(self, partition_id: int, offset: int, limit: int) -> list[StoredBatch]:
+        """Up to `limit` batches from the one holding `offset` (or the next one)."""
+        return self.batches_after(partition_id, self._before_holder(partition_id, offset), limit)
+
+    def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
+        row = self._conn.execute(
+            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = ?"
+            " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1",
+            (state.key,),
+        ).fetchone()
+        return None if row is None else batch_from_row(row)
+
+    def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+        row = self._conn.execute(
+            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = ?"
+            " AND b.ts_running_max >= ? ORDER BY b.ts_running_max, b.base_offset LIMIT 1",
+            (state.key, ts),
+        ).fetchone()
+        return None if row is None else batch_from_row(row)
+
+    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
+        after = offset - 1
+        while True:
+            rows = self._conn.execute(
+                "SELECT producer_id, first_offset, last_offset, lso FROM aborted_txns"
+                " WHERE partition_id = ? AND last_offset > ? ORDER BY last_offset LIMIT ?",
+                (state.key, after, READ_CHUNK_ROWS_MAX),
+            ).fetchall()
+            for r in rows:
+                yield AbortedTxn(*r)
+            if len(rows) < READ_CHUNK_ROWS_MAX:
+                return
+            after = rows[-1][2]
+
+    def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
+        if names is None:
+            return [
+                topic_from_row(r)
+                for r in self._conn.execute(f"SELECT {TOPIC_COLUMNS} FROM topics t ORDER BY name")
+            ]
+        found = {}
+        for marks, chunk in in_lists(list(dict.fromkeys(names))):
+            for r in self._conn.execute(
+                f"SELECT {TOPIC_COLUMNS} FROM topics t WHERE name IN ({marks})", chunk
+            ):
+                found[r[0]] = topic_from_row(r)
+        return [found[n] for n in names if n in found]
+
+    def producers_of(self, partition_key: int) -> list[ProducerEntry]:
+        return [
+            entry_from_row(r)
+            for r in self._conn.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM producers WHERE partition_id = ?"
+                " ORDER BY producer_id",
+                (partition_key,),
+            )
+        ]
+
+    def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
+        found = {}
+        for marks, chunk in in_lists(list(dict.fromkeys(keys))):
+            for r in self._conn.execute(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE key IN ({marks})", chunk
+            ):
+                key, row = file_from_row(r)
+                found[key] = row
+        return found
+
+    def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
+        return [
+            file_from_row(r)
+            for r in self._conn.execute(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE state <> 0 AND since_ms < ?"
+                " ORDER BY since_ms, key LIMIT ?",
+                (older_than_ms, limit),
+            )
+        ]
+
+    def file_totals(self) -> dict[FileState, tuple[int, int]]:
+        return {
+            FILE_STATES[state]: (count, size)
+            for state, count, size in self._conn.execute(
+                "SELECT state, count(*), coalesce(sum(size), 0) FROM files GROUP BY state"
+            )
+        }
+
+    def earliest_lease_expiry(
+        self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
+    ) -> int | None:
+        earliest: int | None = None
+        for tp in dict.fromkeys(partitions):
+            (found,) = self._conn.execute(
+                f"SELECT min(l.expires_ms) FROM {PARTITION_FROM} JOIN txn_leases l"
+                " ON l.partition_id = p.partition_id WHERE t.name = ? AND p.partition = ?"
+                " AND l.producer_id = ? AND l.producer_epoch = ? AND l.expires_ms > ?",
+                (tp.topic, tp.partition, producer_id, epoch, after_ms),
+            ).fetchone()
+            if found is not None and (earliest is None or found < earliest):
+                earliest = int(found)
+        return earliest

@@ -1,0 +1,152 @@
+"""How the SQLite store lays rows out: columns, row decoders and batched key lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from diskless._types import TimestampType, TopicPartition
+from diskless.coordinator._api import FileState, TopicConfig
+from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.rows import PartitionState, StoredBatch
+from diskless.coordinator._store import TopicRow
+from diskless.txn import ProducerEntry, RetainedBatch
+
+KEYS_PER_QUERY_MAX: Final = 4096
+"""Keys looked up per statement when loading state for a step (2 parameters each)."""
+READ_CHUNK_ROWS_MAX: Final = 256
+"""Rows fetched per query when a reader walks batches lazily."""
+
+FILE_STATE_CODES: Final = {FileState.LIVE: 0, FileState.UNREFERENCED: 1, FileState.CONDEMNED: 2}
+FILE_STATES: Final = {code: state for state, code in FILE_STATE_CODES.items()}
+MARKER_FILE_ID: Final = 0
+"""Markers have no file (file_id 0, which no file has): hence the outer joins."""
+
+BATCH_COLUMNS: Final = (
+    "b.partition_id, b.base_offset, b.last_offset, coalesce(f.key, ''), b.byte_offset, b.size,"
+    " b.max_timestamp, b.log_append_time, b.timestamp, b.ts_running_max, b.producer_id,"
+    " b.producer_epoch, b.control, b.coordinator_epoch"
+)
+BATCH_FROM: Final = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
+TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
+TOPIC_COLUMNS: Final = (
+    "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
+    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+)
+PARTITION_COLUMNS: Final = (
+    "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
+    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
+    " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id),"
+    " t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+)
+PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
+ENTRY_COLUMNS: Final = (
+    "producer_id, producer_epoch, last_timestamp, last_update_ms, coordinator_epoch,"
+    " txn_first_offset, batches"
+)
+FILE_COLUMNS: Final = "key, state, size, since_ms, live_batches"
+INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+_RETAINED_ENCODER = msgspec.msgpack.Encoder()
+_RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
+
+
+def topic_from_row(row: Sequence[Any]) -> TopicRow:
+    """A topic from a `TOPIC_COLUMNS` row."""
+    config = TopicConfig(TimestampType(row[2]), row[3], row[4], row[5], row[6], row[7])
+    return TopicRow(row[0], row[1], config)
+
+
+def partition_from_row(
+    row: Sequence[Any], configs: dict[tuple[Any, ...], TopicConfig] | None = None
+) -> PartitionState:
+    """A partition from a `PARTITION_COLUMNS` row; `configs` shares configs between rows."""
+    config_key = (row[3], row[4], row[5], row[6], row[12], row[13])
+    config = None if configs is None else configs.get(config_key)
+    if config is None:
+        config = TopicConfig(TimestampType(row[3]), row[4], row[5], row[6], row[12], row[13])
+        if configs is not None:
+            configs[config_key] = config
+    return PartitionState(
+        row[0], TopicPartition(row[1], row[2]), config, row[7], row[8], row[9], row[10], row[11]
+    )
+
+
+def batch_from_row(row: Sequence[Any]) -> StoredBatch:
+    return StoredBatch(*row)
+
+
+def batch_to_row(b: StoredBatch, file_id: int) -> tuple[Any, ...]:
+    return (
+        b.partition_key,
+        b.base_offset,
+        b.last_offset,
+        file_id,
+        b.byte_offset,
+        b.size,
+        b.max_timestamp,
+        b.log_append_time,
+        b.timestamp,
+        b.ts_running_max,
+        b.producer_id,
+        b.producer_epoch,
+        b.control,
+        b.coordinator_epoch,
+    )
+
+
+def entry_from_row(row: Sequence[Any]) -> ProducerEntry:
+    """A producer entry from an `ENTRY_COLUMNS` row."""
+    return ProducerEntry(
+        producer_id=row[0],
+        producer_epoch=row[1],
+        batches=_RETAINED_DECODER.decode(row[6]),
+        last_timestamp=row[2],
+        last_update_ms=row[3],
+        coordinator_epoch=row[4],
+        current_txn_first_offset=row[5],
+    )
+
+
+def entry_to_row(partition_id: int, e: ProducerEntry) -> tuple[Any, ...]:
+    return (
+        partition_id,
+        e.producer_id,
+        e.producer_epoch,
+        e.last_timestamp,
+        e.last_update_ms,
+        e.coordinator_epoch,
+        e.current_txn_first_offset,
+        _RETAINED_ENCODER.encode(e.batches),
+    )
+
+
+def file_from_row(row: Sequence[Any]) -> tuple[str, FileRow]:
+    """A file from a `FILE_COLUMNS` row."""
+    return row[0], FileRow(FILE_STATES[row[1]], row[2], row[3], row[4])
+
+
+def keyed_lookups(
+    select: str, keys: Sequence[tuple[Any, Any]], filler: tuple[Any, Any]
+) -> Iterator[tuple[str, list[Any]]]:
+    """Statements that look `keys` up through a `k(a, b)` VALUES table, one index probe each.
+
+    Key lists are padded with `filler` (which matches nothing) to a power of two, so that a few
+    statement texts serve every step and stay in the statement cache.
+    """
+    for i in range(0, len(keys), KEYS_PER_QUERY_MAX):
+        chunk = list(keys[i : i + KEYS_PER_QUERY_MAX])
+        size = 1 << (len(chunk) - 1).bit_length() if chunk else 0
+        chunk.extend([filler] * (size - len(chunk)))
+        values = ", ".join(["(?, ?)"] * size)
+        yield f"WITH k(a, b) AS (VALUES {values}) {select}", [x for key in chunk for x in key]
+
+
+def in_lists(keys: Sequence[Any]) -> Iterator[tuple[str, list[Any]]]:
+    """`IN (...)` placeholder lists for `keys`, a bounded number at a time."""
+    for i in range(0, len(keys), KEYS_PER_QUERY_MAX):
+        chunk = list(keys[i : i + KEYS_PER_QUERY_MAX])
+        yield ", ".join(["?"] * len(chunk)), chunk

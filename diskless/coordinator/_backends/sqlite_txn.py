@@ -1,0 +1,361 @@
+"""A step's access to the SQLite store: batched loads and the apply, inside `BEGIN IMMEDIATE`."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from typing import Any
+
+import msgspec
+
+from diskless._types import TopicPartition
+from diskless.coordinator._api import TopicConfig
+from diskless.coordinator._backends.sqlite_reads import SqliteReads
+from diskless.coordinator._backends.sqlite_rows import (
+    ENTRY_COLUMNS,
+    FILE_COLUMNS,
+    FILE_STATE_CODES,
+    INSERT_BATCH,
+    MARKER_FILE_ID,
+    PARTITION_COLUMNS,
+    PARTITION_FROM,
+    TOPIC_COLUMNS,
+    TXN_TABLES,
+    UPSERT_PRODUCER,
+    batch_to_row,
+    entry_from_row,
+    entry_to_row,
+    file_from_row,
+    in_lists,
+    keyed_lookups,
+    partition_from_row,
+    topic_from_row,
+)
+from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
+from diskless.coordinator._store import BatchRefs, Changes, Needs, Snapshot, StoreTxn, TopicRow
+from diskless.txn import ProducerEntry
+
+
+class _Loaded(msgspec.Struct):
+    """A `Snapshot` being filled in."""
+
+    partitions: dict[TopicPartition, PartitionState] = {}
+    producers: dict[ProducerKey, ProducerEntry] = {}
+    registrations: dict[ProducerKey, TxnRegistration] = {}
+    leases: dict[int, TxnLease] = {}
+    broker_epochs: dict[int, int] = {}
+    files: dict[str, FileRow] = {}
+    topics: dict[str, TopicRow] = {}
+    counters: dict[str, int] = {}
+    other_ongoing: dict[ProducerKey, int] = {}
+    batch_refs: dict[int, BatchRefs] = {}
+    batches: dict[int, list[StoredBatch]] = {}
+    retained_partitions: list[PartitionState] = []
+
+    def freeze(self) -> Snapshot:
+        return Snapshot(**msgspec.structs.asdict(self))
+
+
+class SqliteTxn(StoreTxn):
+    """Loads and applies over the writer's connection; its awaits never suspend."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._reads = SqliteReads(conn)
+
+    # --- load ---------------------------------------------------------------------------------
+    async def load(self, needs: Needs) -> Snapshot:
+        conn = self._conn
+        snapshot = _Loaded()
+        wanted = set(needs.partitions)
+        for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
+            wanted.add(tp)
+        partitions = self._partitions(wanted) if wanted else {}
+        snapshot.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
+        if needs.producers:
+            keys = _keys(needs.producers, partitions)
+            for sql, params in keyed_lookups(
+                f"SELECT p.partition_id, {ENTRY_COLUMNS} FROM k JOIN producers p"
+                " ON p.partition_id = k.a AND p.producer_id = k.b",
+                keys,
+                (-1, -1),
+            ):
+                for row in conn.execute(sql, params):
+                    snapshot.producers[(row[0], row[1])] = entry_from_row(row[1:])
+        if needs.registrations:
+            keys = _keys(needs.registrations, partitions)
+            for sql, params in keyed_lookups(
+                "SELECT r.partition_id, r.producer_id, r.producer_epoch, r.ending FROM k JOIN"
+                " txn_registrations r ON r.partition_id = k.a AND r.producer_id = k.b",
+                keys,
+                (-1, -1),
+            ):
+                for row in conn.execute(sql, params):
+                    snapshot.registrations[(row[0], row[1])] = TxnRegistration(row[2], bool(row[3]))
+        for key in _keys(needs.other_ongoing, partitions):
+            row = conn.execute(
+                "SELECT first_offset FROM ongoing_txns WHERE partition_id = ?"
+                " AND producer_id <> ? ORDER BY first_offset LIMIT 1",
+                key,
+            ).fetchone()
+            if row is not None:
+                snapshot.other_ongoing[key] = row[0]
+        for marks, chunk in in_lists(sorted(needs.leases)):
+            for row in conn.execute(
+                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms"
+                f" FROM txn_leases WHERE lease_id IN ({marks})",
+                chunk,
+            ):
+                snapshot.leases[row[0]] = TxnLease(*row)
+        for marks, chunk in in_lists(sorted(needs.brokers)):
+            for broker_id, epoch in conn.execute(
+                f"SELECT broker_id, epoch FROM brokers WHERE broker_id IN ({marks})", chunk
+            ):
+                snapshot.broker_epochs[broker_id] = epoch
+        for marks, chunk in in_lists(sorted(needs.files)):
+            for row in conn.execute(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE key IN ({marks})", chunk
+            ):
+                file_key, file = file_from_row(row)
+                snapshot.files[file_key] = file
+        for marks, chunk in in_lists(sorted(needs.topics)):
+            for row in conn.execute(
+                f"SELECT {TOPIC_COLUMNS} FROM topics t WHERE name IN ({marks})", chunk
+            ):
+                snapshot.topics[row[0]] = topic_from_row(row)
+        for marks, chunk in in_lists(sorted(needs.counters)):
+            for name, value in conn.execute(
+                f"SELECT name, value FROM meta WHERE name IN ({marks})", chunk
+            ):
+                snapshot.counters[name] = value
+        for partition_id, offset in needs.batch_refs.items():
+            files: dict[str, int] = {}
+            size = 0
+            for key, count, total in conn.execute(
+                "SELECT coalesce(f.key, ''), count(*), sum(b.size) FROM batches b"
+                " LEFT JOIN files f ON f.file_id = b.file_id"
+                " WHERE b.partition_id = ? AND b.base_offset < ? AND b.last_offset < ?"
+                " GROUP BY b.file_id",
+                (partition_id, offset, offset),
+            ):
+                if key:
+                    files[key] = count
+                size += total
+            snapshot.batch_refs[partition_id] = BatchRefs(files, size)
+        for partition_id, (offset, limit) in needs.batches.items():
+            snapshot.batches[partition_id] = self._reads.batches_holding(
+                partition_id, offset, limit
+            )
+        if needs.retained_partitions:
+            snapshot.retained_partitions = [
+                partition_from_row(row)
+                for row in conn.execute(
+                    f"SELECT {PARTITION_COLUMNS} FROM {PARTITION_FROM}"
+                    " WHERE (t.retention_ms >= 0 OR t.retention_bytes >= 0)"
+                    " AND p.high_watermark > p.log_start_offset ORDER BY t.name, p.partition"
+                )
+            ]
+        return snapshot.freeze()
+
+    def _partitions(self, tps: set[TopicPartition]) -> dict[TopicPartition, PartitionState]:
+        """The existing partitions among `tps`, in a few queries whatever their number."""
+        found: dict[TopicPartition, PartitionState] = {}
+        configs: dict[tuple[Any, ...], TopicConfig] = {}
+        for sql, params in keyed_lookups(
+            f"SELECT {PARTITION_COLUMNS} FROM k JOIN topics t ON t.name = k.a"
+            " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.b",
+            sorted(tps),
+            ("", -1),
+        ):
+            for row in self._conn.execute(sql, params):
+                state = partition_from_row(row, configs)
+                found[state.topic_partition] = state
+        return found
+
+    # --- apply --------------------------------------------------------------------------------
+    async def apply(self, changes: Changes) -> list[int]:
+        conn = self._conn
+        for name in changes.topics_deleted:
+            self._delete_topic(name)
+        for name, count, cfg in changes.topics_created:
+            cursor = conn.execute(
+                "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
+                " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+                " timestamp_after_max_ms) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    int(cfg.timestamp_type),
+                    cfg.retention_ms,
+                    cfg.retention_bytes,
+                    cfg.max_message_bytes,
+                    cfg.message_timestamp_before_max_ms,
+                    cfg.message_timestamp_after_max_ms,
+                ),
+            )
+            assert cursor.lastrowid is not None
+            self._grow(cursor.lastrowid, 0, count)
+        for name, total in changes.partitions_added:
+            topic_id, current = conn.execute(
+                "SELECT topic_id, partition_count FROM topics WHERE name = ?", (name,)
+            ).fetchone()
+            self._grow(topic_id, current, total)
+        if changes.broker_epochs:
+            conn.executemany(
+                "INSERT OR REPLACE INTO brokers VALUES (?, ?)", changes.broker_epochs.items()
+            )
+        if changes.counters:
+            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
+        file_ids = self._apply_files(changes)
+        for partition_id, offset in changes.trims.items():
+            conn.execute(
+                "DELETE FROM batches"
+                " WHERE partition_id = ? AND base_offset < ? AND last_offset < ?",
+                (partition_id, offset, offset),
+            )
+            conn.execute(
+                "DELETE FROM aborted_txns WHERE partition_id = ? AND last_offset < ?",
+                (partition_id, offset),
+            )
+        if changes.batches:
+            conn.executemany(
+                INSERT_BATCH,
+                [
+                    batch_to_row(b, file_ids[b.object_key] if b.object_key else MARKER_FILE_ID)
+                    for b in changes.batches
+                ],
+            )
+        if changes.partitions:
+            conn.executemany(
+                "UPDATE partitions SET high_watermark = ?, log_start_offset = ?, size_bytes = ?,"
+                " ts_running_max = ? WHERE partition_id = ?",
+                [
+                    (s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max, s.key)
+                    for s in changes.partitions
+                ],
+            )
+        if changes.producers:
+            conn.executemany(
+                UPSERT_PRODUCER,
+                [entry_to_row(key, e) for (key, _), e in changes.producers.items()],
+            )
+        if changes.producers_idle_before is not None:
+            conn.execute(
+                "DELETE FROM producers WHERE txn_first_offset IS NULL AND last_update_ms <= ?",
+                (changes.producers_idle_before,),
+            )
+        self._apply_txn_state(changes)
+        granted = []
+        for lease in changes.leases_granted:
+            lease_id = conn.execute(
+                "INSERT INTO txn_leases (partition_id, producer_id, producer_epoch, expires_ms)"
+                " VALUES (?, ?, ?, ?)",
+                (lease.partition_key, lease.producer_id, lease.producer_epoch, lease.expires_ms),
+            ).lastrowid
+            assert lease_id is not None
+            granted.append(lease_id)
+        if changes.ongoing_opened:
+            conn.executemany("INSERT INTO ongoing_txns VALUES (?, ?, ?)", changes.ongoing_opened)
+        if changes.ongoing_closed:
+            conn.executemany(
+                "DELETE FROM ongoing_txns WHERE partition_id = ? AND first_offset = ?",
+                changes.ongoing_closed,
+            )
+        if changes.aborted:
+            conn.executemany(
+                "INSERT INTO aborted_txns VALUES (?, ?, ?, ?, ?)",
+                [
+                    (key, a.last_offset, a.producer_id, a.first_offset, a.last_stable_offset)
+                    for key, a in changes.aborted
+                ],
+            )
+        return granted
+
+    def _apply_files(self, changes: Changes) -> dict[str, int]:
+        """Store the file changes; returns the ids of the files the new batches refer to."""
+        conn = self._conn
+        file_ids: dict[str, int] = {}
+        for key, file in changes.files.items():
+            if file is None:
+                conn.execute("DELETE FROM files WHERE key = ?", (key,))
+                continue
+            (file_ids[key],) = conn.execute(
+                "INSERT INTO files (key, state, size, since_ms, live_batches)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET state = excluded.state,"
+                " size = excluded.size, since_ms = excluded.since_ms,"
+                " live_batches = excluded.live_batches RETURNING file_id",
+                (key, FILE_STATE_CODES[file.state], file.size, file.since_ms, file.live_batches),
+            ).fetchone()
+        for batch in changes.batches:
+            key = batch.object_key
+            if key and key not in file_ids:
+                (file_ids[key],) = conn.execute(
+                    "SELECT file_id FROM files WHERE key = ?", (key,)
+                ).fetchone()
+        return file_ids
+
+    def _apply_txn_state(self, changes: Changes) -> None:
+        conn = self._conn
+        if changes.registrations:
+            conn.executemany(
+                "INSERT OR REPLACE INTO txn_registrations VALUES (?, ?, ?, ?)",
+                [
+                    (key, pid, r.producer_epoch, int(r.ending))
+                    for (key, pid), r in changes.registrations.items()
+                ],
+            )
+        if changes.registrations_dropped:
+            conn.executemany(
+                "DELETE FROM txn_registrations WHERE partition_id = ? AND producer_id = ?"
+                " AND producer_epoch <= ?",
+                [(key, pid, epoch) for (key, pid), epoch in changes.registrations_dropped],
+            )
+        if changes.leases_released:
+            conn.executemany(
+                "DELETE FROM txn_leases WHERE lease_id = ?",
+                [(lease_id,) for lease_id in changes.leases_released],
+            )
+        for (key, pid), epoch in changes.leases_dropped:
+            if epoch is None:
+                conn.execute(
+                    "DELETE FROM txn_leases WHERE partition_id = ? AND producer_id = ?", (key, pid)
+                )
+            else:
+                conn.execute(
+                    "DELETE FROM txn_leases WHERE partition_id = ? AND producer_id = ?"
+                    " AND producer_epoch <= ?",
+                    (key, pid, epoch),
+                )
+
+    def _grow(self, topic_id: int, current: int, total: int) -> None:
+        self._conn.executemany(
+            "INSERT INTO partitions (topic_id, partition) VALUES (?, ?)",
+            [(topic_id, index) for index in range(current, total)],
+        )
+        self._conn.execute(
+            "UPDATE topics SET partition_count = ? WHERE topic_id = ?", (total, topic_id)
+        )
+
+    def _delete_topic(self, name: str) -> None:
+        conn = self._conn
+        (topic_id,) = conn.execute("SELECT topic_id FROM topics WHERE name = ?", (name,)).fetchone()
+        partition_ids = [
+            (r[0],)
+            for r in conn.execute(
+                "SELECT partition_id FROM partitions WHERE topic_id = ?", (topic_id,)
+            )
+        ]
+        for table in ("batches", "producers", *TXN_TABLES):
+            conn.executemany(f"DELETE FROM {table} WHERE partition_id = ?", partition_ids)
+        conn.execute("DELETE FROM partitions WHERE topic_id = ?", (topic_id,))
+        conn.execute("DELETE FROM topics WHERE topic_id = ?", (topic_id,))
+
+
+def _keys(
+    wanted: Collection[tuple[TopicPartition, int]], partitions: dict[TopicPartition, PartitionState]
+) -> list[tuple[int, int]]:
+    """(partition key, producer id) of the wanted pairs whose partition exists, sorted."""
+    return sorted(
+        (state.key, pid) for tp, pid in wanted if (state := partitions.get(tp)) is not None
+    )

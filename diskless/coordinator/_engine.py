@@ -1,0 +1,366 @@
+"""The coordinator engine: every `BatchCoordinator` operation, written once over a store.
+
+Each write is one step run atomically by the store (`_store.CoordinatorStore.write`): read the
+clock, check the preconditions, load what the rules need, decide with the rules (`_rules`), apply
+what they decided. The clock is read inside the step, so a step that waited for the store's lock
+decides on the time at which it lands. Reads go through the store's read view and never wait
+behind writes. A backend is only a store: see `_backends`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Final
+
+from msgspec.structs import replace
+
+from diskless._object_keys import check_commit_age
+from diskless._types import NO_PRODUCER_ID, TopicPartition
+from diskless.coordinator._api import (
+    CommitBatch,
+    CommitBatchResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileInfo,
+    FileState,
+    FileStats,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProducerSnapshot,
+    RetentionResult,
+    TopicConfig,
+    TopicDescription,
+)
+from diskless.coordinator._engine_txn import TransactionOperations
+from diskless.coordinator._rules import reads
+from diskless.coordinator._rules.checks import (
+    check_broker_epoch,
+    check_new_topic,
+    check_object_key,
+)
+from diskless.coordinator._rules.commit import plan_commit
+from diskless.coordinator._rules.files import (
+    FileRow,
+    committed_file,
+    condemned_file,
+    may_forget,
+    released_file,
+)
+from diskless.coordinator._rules.rows import (
+    PartitionState,
+    StoredBatch,
+)
+from diskless.coordinator._rules.snapshots import producer_snapshot
+from diskless.coordinator._store import (
+    OFFSET_END,
+    BatchRefs,
+    Changes,
+    Needs,
+    ReadView,
+    StoreTxn,
+    TopicRow,
+)
+
+RETENTION_CHUNK_ROWS: Final = 256
+"""Batches loaded at a time while retention walks a partition from its start."""
+
+
+class CoordinatorEngine(TransactionOperations):
+    """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
+
+    # --- topics -------------------------------------------------------------------------------
+    async def create_topic(
+        self, name: str, partitions: int, config: TopicConfig | None = None
+    ) -> bool:
+        check_new_topic(name, partitions)
+        row = TopicRow(name, partitions, config if config is not None else TopicConfig())
+
+        async def create(txn: StoreTxn) -> bool:
+            if name in (await txn.load(Needs(topics={name}))).topics:
+                return False
+            await txn.apply(Changes(topics_created=[row]))
+            return True
+
+        return await self._write(create)
+
+    async def create_partitions(self, name: str, total_partitions: int) -> None:
+        async def grow(txn: StoreTxn) -> None:
+            topic = (await txn.load(Needs(topics={name}))).topics.get(name)
+            if topic is None:
+                raise ValueError(f"unknown topic {name!r}")
+            if total_partitions < topic.partition_count:
+                raise ValueError(
+                    f"topic {name!r} has {topic.partition_count} partitions; cannot shrink to "
+                    f"{total_partitions}"
+                )
+            if total_partitions > topic.partition_count:
+                await txn.apply(Changes(partitions_added=[(name, total_partitions)]))
+
+        await self._write(grow)
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        rows = await self._read(lambda view: view.topics(names))
+        return [TopicDescription(r.name, r.partition_count, r.config) for r in rows]
+
+    async def delete_topics(self, names: Sequence[str]) -> None:
+        async def delete(txn: StoreTxn) -> None:
+            now = self._clock.now_ms()
+            topics = (await txn.load(Needs(topics=set(names)))).topics
+            if not topics:
+                return
+            tps = {
+                TopicPartition(t.name, i) for t in topics.values() for i in range(t.partition_count)
+            }
+            keys = [s.key for s in (await txn.load(Needs(partitions=tps))).partitions.values()]
+            refs = (await txn.load(Needs(batch_refs=dict.fromkeys(keys, OFFSET_END)))).batch_refs
+            released: Counter[str] = Counter()
+            for partition_refs in refs.values():
+                released.update(partition_refs.files)
+            files = await self._released_files(txn, released, now)
+            await txn.apply(Changes(topics_deleted=list(topics), files=files))
+
+        await self._write(delete)
+
+    # --- brokers ------------------------------------------------------------------------------
+    async def register_broker(self, broker_id: int) -> int:
+        async def register(txn: StoreTxn) -> int:
+            epochs = (await txn.load(Needs(brokers={broker_id}))).broker_epochs
+            epoch = epochs.get(broker_id, 0) + 1
+            await txn.apply(Changes(broker_epochs={broker_id: epoch}))
+            return epoch
+
+        return await self._write(register)
+
+    # --- the write path -----------------------------------------------------------------------
+    async def commit_file(
+        self,
+        object_key: str,
+        broker_id: int,
+        broker_epoch: int,
+        file_size: int,
+        batches: Sequence[CommitBatch],
+    ) -> list[CommitBatchResult]:
+        batches = list(batches)
+        producers = set()
+        registrations = set()
+        leases = set()
+        for b in batches:
+            if b.producer_id != NO_PRODUCER_ID:
+                producers.add((b.topic_partition, b.producer_id))
+                if b.is_transactional:
+                    registrations.add((b.topic_partition, b.producer_id))
+            if b.lease_id is not None:
+                leases.add(b.lease_id)
+        needs = Needs(
+            partitions={b.topic_partition for b in batches},
+            producers=producers,
+            registrations=registrations,
+            leases=leases,
+            brokers=(broker_id,),
+            files=(object_key,),
+        )
+
+        async def commit(txn: StoreTxn) -> list[CommitBatchResult]:
+            now = self._clock.now_ms()
+            snapshot = await txn.load(needs)
+            check_broker_epoch(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id))
+            existing = snapshot.files.get(object_key)
+            check_object_key(object_key, None if existing is None else existing.state)
+            check_commit_age(
+                object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
+            )
+            plan = plan_commit(
+                object_key,
+                batches,
+                snapshot.partitions,
+                snapshot.producers,
+                now,
+                self._expiration_ms,
+                snapshot.registrations,
+                snapshot.leases,
+            )
+            await txn.apply(
+                Changes(
+                    files={object_key: committed_file(file_size, len(plan.new_batches), now)},
+                    batches=plan.new_batches,
+                    partitions=list(plan.partitions.values()),
+                    producers=plan.producers,
+                    leases_released=plan.released_leases,
+                    ongoing_opened=plan.opened_txns,
+                )
+            )
+            return plan.results
+
+        return await self._write(commit, outcome_unknown_on_failure=True)
+
+    # --- the read path ------------------------------------------------------------------------
+    async def find_batches(
+        self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+    ) -> list[FindBatchesResponse]:
+        return await self._read(lambda view: reads.find_batches(view, requests, fetch_max_bytes))
+
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest]
+    ) -> list[ListOffsetsResponse]:
+        return await self._read(lambda view: reads.list_offsets(view, requests))
+
+    # --- deletion -----------------------------------------------------------------------------
+    async def _released_files(
+        self, txn: StoreTxn, released: Counter[str], now_ms: int
+    ) -> dict[str, FileRow | None]:
+        """The new rows of the files whose batches were deleted (`released`: batches per key)."""
+        if not released:
+            return {}
+        files = (await txn.load(Needs(files=set(released)))).files
+        return {key: released_file(files[key], count, now_ms) for key, count in released.items()}
+
+    async def delete_records(
+        self, requests: Sequence[DeleteRecordsRequest]
+    ) -> list[DeleteRecordsResponse]:
+        needs = Needs(partitions={r.topic_partition for r in requests})
+
+        async def delete(txn: StoreTxn) -> list[DeleteRecordsResponse]:
+            now = self._clock.now_ms()
+            states = dict((await txn.load(needs)).partitions)
+            trims: dict[int, PartitionState] = {}
+            responses = []
+            for request in requests:
+                state = states.get(request.topic_partition)
+                decision = reads.decide_delete_records(state, request.offset)
+                if state is not None and decision.new_log_start_offset is not None:
+                    state = replace(state, log_start_offset=decision.new_log_start_offset)
+                    states[request.topic_partition] = trims[state.key] = state
+                responses.append(decision.response)
+            if trims:
+                await self._trim(txn, trims, {}, now)
+            return responses
+
+        return await self._write(delete)
+
+    async def _trim(
+        self,
+        txn: StoreTxn,
+        trimmed: dict[int, PartitionState],
+        refs: dict[int, BatchRefs],
+        now_ms: int,
+    ) -> None:
+        """Move each partition's log start to its `log_start_offset`, deleting the batches
+        entirely below it; `refs` may already hold what some of them reference."""
+        missing = {k: s.log_start_offset for k, s in trimmed.items() if k not in refs}
+        if missing:
+            refs.update((await txn.load(Needs(batch_refs=missing))).batch_refs)
+        released: Counter[str] = Counter()
+        states = []
+        for key, state in trimmed.items():
+            released.update(refs[key].files)
+            states.append(replace(state, size_bytes=state.size_bytes - refs[key].size_bytes))
+        await txn.apply(
+            Changes(
+                trims={k: s.log_start_offset for k, s in trimmed.items()},
+                partitions=states,
+                files=await self._released_files(txn, released, now_ms),
+            )
+        )
+
+    async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
+        async def enforce(txn: StoreTxn) -> RetentionResult:
+            now = self._clock.now_ms()
+            budget = max_batches
+            more = False
+            trimmed: dict[int, PartitionState] = {}
+            refs: dict[int, BatchRefs] = {}
+            for state in (await txn.load(Needs(retained_partitions=True))).retained_partitions:
+                scan = reads.RetentionScan(state, now, budget)
+                offset = state.log_start_offset
+                while not scan.done:
+                    rows = (
+                        await txn.load(Needs(batches={state.key: (offset, RETENTION_CHUNK_ROWS)}))
+                    ).batches.get(state.key, [])
+                    scan.feed(rows)
+                    if len(rows) < RETENTION_CHUNK_ROWS:
+                        break
+                    offset = rows[-1].last_offset + 1
+                more = more or scan.more
+                victims = scan.victims
+                if not victims:
+                    continue
+                new_start = max(state.log_start_offset, victims[-1].last_offset + 1)
+                trimmed[state.key] = replace(state, log_start_offset=new_start)
+                refs[state.key] = _refs_of(victims)
+                budget -= len(victims)
+            deleted_batches = max_batches - budget
+            deleted_bytes = sum(r.size_bytes for r in refs.values())
+            if trimmed:
+                await self._trim(txn, trimmed, refs, now)
+            await txn.apply(Changes(producers_idle_before=now - self._expiration_ms))
+            return RetentionResult(deleted_batches, deleted_bytes, more)
+
+        return await self._write(enforce)
+
+    # --- object lifecycle ---------------------------------------------------------------------
+    async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
+        async def condemn(txn: StoreTxn) -> list[str]:
+            now = self._clock.now_ms()
+            files = dict((await txn.load(Needs(files=set(keys)))).files)
+            new: dict[str, FileRow | None] = {}
+            for key in keys:
+                if key not in files:
+                    files[key] = new[key] = condemned_file(now)
+            await txn.apply(Changes(files=new))
+            return [key for key in keys if files[key].state is FileState.CONDEMNED]
+
+        return await self._write(condemn)
+
+    async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
+        rows = await self._read(lambda view: view.dead_files(older_than_ms, max(0, limit)))
+        return [row.info(key) for key, row in rows]
+
+    async def forget_files(self, keys: Sequence[str]) -> None:
+        async def forget(txn: StoreTxn) -> None:
+            files = (await txn.load(Needs(files=set(keys)))).files
+            gone: dict[str, FileRow | None] = {k: None for k, f in files.items() if may_forget(f)}
+            await txn.apply(Changes(files=gone))
+
+        await self._write(forget)
+
+    async def file_info(self, keys: Sequence[str]) -> list[FileInfo | None]:
+        files = await self._read(lambda view: view.files(keys))
+        return [f.info(k) if (f := files.get(k)) is not None else None for k in keys]
+
+    async def file_stats(self) -> FileStats:
+        totals = await self._read(lambda view: view.file_totals())
+
+        def of(state: FileState) -> tuple[int, int]:
+            return totals.get(state, (0, 0))
+
+        return FileStats(
+            live_objects=of(FileState.LIVE)[0],
+            live_bytes=of(FileState.LIVE)[1],
+            unreferenced_objects=of(FileState.UNREFERENCED)[0],
+            unreferenced_bytes=of(FileState.UNREFERENCED)[1],
+            condemned_objects=of(FileState.CONDEMNED)[0],
+            condemned_bytes=of(FileState.CONDEMNED)[1],
+        )
+
+    # --- inspection ---------------------------------------------------------------------------
+    async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
+        def describe(view: ReadView) -> list[ProducerSnapshot]:
+            now = self._clock.now_ms()
+            state = view.partition(topic_partition)
+            if state is None:
+                return []
+            return [
+                producer_snapshot(entry)
+                for entry in view.producers_of(state.key)
+                if self._live(entry, now) is not None
+            ]
+
+        return await self._read(describe)
+
+
+def _refs_of(batches: Sequence[StoredBatch]) -> BatchRefs:
+    files = Counter(b.object_key for b in batches if b.object_key)
+    return BatchRefs(dict(files), sum(b.size for b in batches))

@@ -1,0 +1,69 @@
+"""The coordinator engine's plumbing: the store, the clock, and the closed check."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from diskless._limits import CommitBounds
+from diskless.clock import Clock
+from diskless.coordinator._api import (
+    BatchCoordinator,
+)
+from diskless.coordinator._store import (
+    CoordinatorStore,
+    Durability,
+    ReadView,
+    StoreTxn,
+)
+from diskless.txn import ProducerEntry, is_expired
+
+T = TypeVar("T")
+
+
+class EngineBase(BatchCoordinator):
+    """What every engine operation shares."""
+
+    def __init__(
+        self,
+        store: CoordinatorStore,
+        clock: Clock,
+        producer_id_expiration_ms: int,
+        commit_bounds: CommitBounds,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._expiration_ms = producer_id_expiration_ms
+        self._bounds = commit_bounds
+        self._closed = False
+
+    @property
+    def commit_bounds(self) -> CommitBounds:
+        return self._bounds
+
+    def _write(
+        self,
+        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        durability: Durability = Durability.DURABLE,
+        outcome_unknown_on_failure: bool = False,
+    ) -> Awaitable[T]:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        return self._store.write(step, durability, outcome_unknown_on_failure)
+
+    async def _read(self, query: Callable[[ReadView], T]) -> T:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        return await self._store.read(query)
+
+    def _live(self, entry: ProducerEntry | None, now_ms: int) -> ProducerEntry | None:
+        """The entry, unless it has expired (then the producer is unknown)."""
+        if entry is not None and is_expired(entry, now_ms, self._expiration_ms):
+            return None
+        return entry
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._store.close()

@@ -1,0 +1,242 @@
+"""What a coordinator backend is: a store that loads a snapshot and applies changes atomically.
+
+The engine (`_engine`) writes every operation once, as a step: preconditions, then
+`StoreTxn.load` of what the rules need, then the rules (`_rules`), then `StoreTxn.apply` of what
+they decided. A backend only stores. It runs each step as one atomic unit (`CoordinatorStore.write`)
+and serves read-only queries through a `ReadView` (`CoordinatorStore.read`).
+
+A step is a coroutine. The in-memory and SQLite stores never suspend inside one: memory drives
+it inline on the event loop, SQLite on its writer thread inside `BEGIN IMMEDIATE`
+(`run_inline`). A store over a networked database may really await its loads and applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import types
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import msgspec
+
+from diskless._types import TopicPartition
+from diskless.coordinator._api import FileState, TopicConfig
+from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import ReadSource
+from diskless.coordinator._rules.rows import (
+    AbortedTxn,
+    PartitionState,
+    StoredBatch,
+    TxnLease,
+    TxnRegistration,
+)
+from diskless.txn import ProducerEntry
+
+T = TypeVar("T")
+
+OFFSET_END = (1 << 63) - 1
+"""A `Needs.batch_refs` bound that covers every batch of a partition."""
+
+
+EMPTY: Mapping[Any, Any] = types.MappingProxyType({})
+"""The default of every mapping of `Needs` and `Changes`: most steps need few of them."""
+
+
+class TopicRow(NamedTuple):
+    name: str
+    partition_count: int
+    config: TopicConfig
+
+
+class BatchRefs(NamedTuple):
+    """What a range of a partition's batches holds: for moving the log start and file states."""
+
+    files: dict[str, int]
+    """Batches per object key (markers, which have no object, are not counted here)."""
+    size_bytes: int
+    """The size of every batch of the range, markers included."""
+
+
+class Needs(msgspec.Struct):
+    """What a step reads before deciding; a store loads all of it in as few queries as it can.
+
+    (Collections here and in `Changes` default to shared empty immutable ones, so that a step
+    pays only for the kinds of state it touches.)"""
+
+    partitions: Collection[TopicPartition] = ()
+    producers: Collection[tuple[TopicPartition, int]] = ()
+    """(partition, producer id): the stored producer entry, expired or not."""
+    registrations: Collection[tuple[TopicPartition, int]] = ()
+    leases: Collection[int] = ()
+    brokers: Collection[int] = ()
+    files: Collection[str] = ()
+    topics: Collection[str] = ()
+    counters: Collection[str] = ()
+    other_ongoing: Collection[tuple[TopicPartition, int]] = ()
+    """(partition, producer id): the first offset of the earliest ongoing transaction of any
+    other producer there."""
+    batch_refs: Mapping[int, int] = EMPTY
+    """Partition key -> offset: the batches lying entirely below the offset."""
+    batches: Mapping[int, tuple[int, int]] = EMPTY
+    """Partition key -> (offset, limit): up to `limit` batches from the one holding `offset`."""
+    retained_partitions: bool = False
+    """Every non-empty partition of a topic with time or size retention, by topic and index."""
+
+
+class Snapshot(msgspec.Struct):
+    """The answer to `Needs`: what exists (absent keys do not exist). Read-only."""
+
+    partitions: Mapping[TopicPartition, PartitionState] = EMPTY
+    producers: Mapping[ProducerKey, ProducerEntry] = EMPTY
+    registrations: Mapping[ProducerKey, TxnRegistration] = EMPTY
+    leases: Mapping[int, TxnLease] = EMPTY
+    broker_epochs: Mapping[int, int] = EMPTY
+    files: Mapping[str, FileRow] = EMPTY
+    topics: Mapping[str, TopicRow] = EMPTY
+    counters: Mapping[str, int] = EMPTY
+    other_ongoing: Mapping[ProducerKey, int] = EMPTY
+    batch_refs: Mapping[int, BatchRefs] = EMPTY
+    batches: Mapping[int, list[StoredBatch]] = EMPTY
+    retained_partitions: Sequence[PartitionState] = ()
+
+
+class Changes(msgspec.Struct):
+    """What a step decided; a store applies all of it in one atomic unit, in this field order."""
+
+    topics_deleted: Sequence[str] = ()
+    """Each topic goes with its partitions and every row keyed by them (batches, producers,
+    registrations, leases, ongoing and aborted transactions). Files are changed by `files`."""
+    topics_created: Sequence[TopicRow] = ()
+    """Created with partitions 0 .. partition_count - 1, each empty."""
+    partitions_added: Sequence[tuple[str, int]] = ()
+    """(topic, new partition count): the topic grows by empty partitions."""
+    broker_epochs: Mapping[int, int] = EMPTY
+    counters: Mapping[str, int] = EMPTY
+    files: Mapping[str, FileRow | None] = EMPTY
+    """Inserted or replaced by key; None forgets the file."""
+    trims: Mapping[int, int] = EMPTY
+    """Partition key -> offset: the batches lying entirely below it and the aborted
+    transactions whose marker is below it are deleted (the new state comes in `partitions`)."""
+    batches: Sequence[StoredBatch] = ()
+    """Appended, in offset order per partition; a batch with an object key refers to the file
+    of that key, which exists once `files` is applied."""
+    partitions: Sequence[PartitionState] = ()
+    """Their high watermark, log start offset, size and running max timestamp are stored."""
+    producers: Mapping[ProducerKey, ProducerEntry] = EMPTY
+    producers_idle_before: int | None = None
+    """Drop every producer entry with no open transaction whose last update is at or before this
+    time (`diskless.txn.is_expired`, as one predicate over the store)."""
+    registrations: Mapping[ProducerKey, TxnRegistration] = EMPTY
+    registrations_dropped: Sequence[tuple[ProducerKey, int]] = ()
+    """(key, epoch): the registration goes if its epoch is at most `epoch`."""
+    leases_released: Sequence[int] = ()
+    leases_dropped: Sequence[tuple[ProducerKey, int | None]] = ()
+    """(key, epoch): the producer's leases there with an epoch up to `epoch` (None: all) go."""
+    leases_granted: Sequence[TxnLease] = ()
+    """New leases; their `lease_id` is ignored and the store assigns one (`apply`'s result)."""
+    ongoing_opened: Sequence[tuple[int, int, int]] = ()
+    """(partition key, first offset, producer id) enter the ongoing-transaction index."""
+    ongoing_closed: Sequence[tuple[int, int]] = ()
+    """(partition key, first offset) leave it."""
+    aborted: Sequence[tuple[int, AbortedTxn]] = ()
+
+    @property
+    def has_txn_state(self) -> bool:
+        """Whether any transaction state (registrations, leases, the two indexes) changes."""
+        return bool(
+            self.registrations
+            or self.registrations_dropped
+            or self.leases_released
+            or self.leases_dropped
+            or self.leases_granted
+            or self.ongoing_opened
+            or self.ongoing_closed
+            or self.aborted
+        )
+
+
+class Durability(enum.Enum):
+    DURABLE = "durable"
+    """Acknowledged only once on stable storage."""
+    VOLATILE = "volatile"
+    """Atomic and visible to all at once, but a power loss may forget it: only for transaction
+    state whose loss is safe (registrations, leases, the ENDING mark; see `SqliteStore`)."""
+
+
+class StoreTxn(Protocol):
+    """One atomic step's access to the store."""
+
+    async def load(self, needs: Needs) -> Snapshot: ...
+
+    async def apply(self, changes: Changes) -> list[int]:
+        """Apply `changes`; returns the ids of `changes.leases_granted`, in order."""
+        ...
+
+
+class ReadView(ReadSource, Protocol):
+    """Read-only queries beside the fetch lookups, over one consistent snapshot."""
+
+    def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
+        """The named topics that exist in the order named (all, by name, when None)."""
+        ...
+
+    def producers_of(self, partition_key: int) -> list[ProducerEntry]:
+        """The stored producer entries of a partition, expired or not, by producer id."""
+        ...
+
+    def files(self, keys: Sequence[str]) -> dict[str, FileRow]: ...
+
+    def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
+        """Files not LIVE whose state is older than `older_than_ms`, oldest first (then by key)."""
+        ...
+
+    def file_totals(self) -> dict[FileState, tuple[int, int]]:
+        """(count, bytes) per state present."""
+        ...
+
+    def earliest_lease_expiry(
+        self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
+    ) -> int | None:
+        """The earliest expiry later than `after_ms` of a lease of (producer, epoch) there."""
+        ...
+
+
+class CoordinatorStore(Protocol):
+    """A backend of the coordinator engine."""
+
+    async def write(
+        self,
+        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        durability: Durability = Durability.DURABLE,
+        outcome_unknown_on_failure: bool = False,
+    ) -> T:
+        """Run `step` as one atomic unit against the latest state; all of its changes or none.
+
+        With `outcome_unknown_on_failure`, a failure to make the unit durable once it was sent
+        raises `CommitOutcomeUnknownError`. Store failures raise `CoordinatorError`s.
+        """
+        ...
+
+    async def read(self, query: Callable[[ReadView], T]) -> T:
+        """Run `query` on a consistent snapshot, without waiting behind writes."""
+        ...
+
+    def release_signal(self) -> asyncio.Future[None] | None:
+        """A future resolved when a lease is released (never cancel it); None when releases can
+        come from elsewhere (other processes), and an end must poll."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def run_inline(step: Coroutine[Any, Any, T]) -> T:
+    """Run a step that never suspends (every await of the in-memory and SQLite stores returns
+    at once) to its end, here and now."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    step.close()
+    raise RuntimeError("a coordinator step suspended inside a store that cannot")

@@ -1,0 +1,83 @@
+"""Unit: a backend is a store: it implements the store interface and no coordinator operation.
+
+Every `BatchCoordinator` operation is written once, in the engine; the backends' coordinator
+classes only construct a store. A new backend (PostgreSQL) therefore implements exactly the
+methods listed here.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from diskless.coordinator import (
+    BatchCoordinator,
+    InMemoryBatchCoordinator,
+    SqliteBatchCoordinator,
+)
+from diskless.coordinator._backends.memory import MemoryStore
+from diskless.coordinator._backends.sqlite import SqliteStore
+from diskless.coordinator._backends.sqlite_reads import SqliteReads
+from diskless.coordinator._backends.sqlite_txn import SqliteTxn
+from diskless.coordinator._engine import CoordinatorEngine
+from diskless.coordinator._store import CoordinatorStore, ReadView, StoreTxn
+
+
+def _public_methods(cls: type) -> set[str]:
+    return {
+        name
+        for name, member in inspect.getmembers(cls)
+        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, property))
+    }
+
+
+def _own_methods(cls: type) -> set[str]:
+    return {name for name, member in vars(cls).items() if inspect.isfunction(member)}
+
+
+STORE_METHODS = {"write", "read", "release_signal", "close"}
+TXN_METHODS = {"load", "apply"}
+READ_METHODS = {
+    # the fetch lookups (`_rules.reads.ReadSource`)
+    "partition",
+    "batches_from",
+    "max_timestamp_batch",
+    "first_running_max_at_least",
+    "aborted_from",
+    # and the other queries
+    "topics",
+    "producers_of",
+    "files",
+    "dead_files",
+    "file_totals",
+    "earliest_lease_expiry",
+}
+
+
+def test_the_store_interface_is_this_narrow() -> None:
+    assert _public_methods(CoordinatorStore) == STORE_METHODS
+    assert _public_methods(StoreTxn) == TXN_METHODS
+    assert _public_methods(ReadView) == READ_METHODS
+
+
+@pytest.mark.parametrize("coordinator", [InMemoryBatchCoordinator, SqliteBatchCoordinator])
+def test_backends_only_construct_a_store(coordinator: type[BatchCoordinator]) -> None:
+    assert issubclass(coordinator, CoordinatorEngine)
+    assert _own_methods(coordinator) == {"__init__"}
+    operations = {name for name in vars(BatchCoordinator) if not name.startswith("_")}
+    for name in operations:
+        owner = next(k for k in coordinator.__mro__ if name in vars(k))
+        assert owner.__module__.startswith("diskless.coordinator._engine"), (name, owner)
+
+
+def test_the_sqlite_adapter_is_the_store_interface_and_nothing_more() -> None:
+    assert _public_methods(SqliteStore) == STORE_METHODS
+    assert _public_methods(SqliteTxn) == TXN_METHODS
+    # Beyond the interface, the read view has two chunked lookups that the txn reuses.
+    assert _public_methods(SqliteReads) - READ_METHODS == {"batches_after", "batches_holding"}
+    assert _public_methods(SqliteReads) >= READ_METHODS
+
+
+def test_the_memory_store_is_the_store_interface_and_nothing_more() -> None:
+    assert _public_methods(MemoryStore) == STORE_METHODS | TXN_METHODS | READ_METHODS
