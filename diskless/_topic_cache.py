@@ -34,6 +34,22 @@ class TopicCache:
         for name in names:
             self._topics.pop(name, None)
 
+    def cached(self, partitions: Iterable[TopicPartition]) -> dict[str, TopicDescription] | None:
+        """The descriptions of `partitions`' topics if the cache answers for all of them (each
+        fresh and covering the partition), else None: `describe` must refresh some."""
+        now = self._clock.monotonic()
+        topics = self._topics
+        found: dict[str, TopicDescription] = {}
+        for tp in partitions:
+            cached = topics.get(tp.topic)
+            if cached is None or cached.expires_at <= now:
+                return None
+            description = cached.description
+            if tp.partition >= description.partitions:
+                return None
+            found[tp.topic] = description
+        return found
+
     async def describe(
         self, names: set[str], partitions: Mapping[TopicPartition, object]
     ) -> tuple[dict[str, TopicDescription], dict[str, str]]:

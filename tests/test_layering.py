@@ -20,7 +20,12 @@ LAYERS: Final = (
     ("diskless.coordinator",),
     ("diskless.wal",),
     ("diskless._results", "diskless.read"),
-    ("diskless._broker_config", "diskless._topic_cache", "diskless._txn_leases"),
+    (
+        "diskless._broker_config",
+        "diskless._produce_check",
+        "diskless._topic_cache",
+        "diskless._txn_leases",
+    ),
     ("diskless._broker", "diskless.lifecycle"),
     ("diskless",),
     ("diskless.kafka_server",),
