@@ -285,12 +285,11 @@ class DisklessBroker:
                 return dict.fromkeys(partitions, _TIMED_OUT)
             prepared = prepare.result()
         results, entries, pending = prepared
+        failed = _errors_in(results)  # found before the WAL
         if pending is not None:
             written = await writer.wait(pending, timeout_s=deadline - self._clock.monotonic())
-            self._answer(results, entries, written)
-        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
-        accepted = sum(entry.header.size for entry in entries)
-        self._count_produce(len(owned), failed=failed, accepted_bytes=accepted)
+            failed += self._answer(results, entries, written)
+        self._count_produce(len(owned), failed=failed, accepted_bytes=_size_of(entries))
         return {tp: results[tp] for tp in partitions}
 
     def _check_now(self, partitions: dict[TopicPartition, bytes | memoryview]) -> _Checked | None:
@@ -311,8 +310,8 @@ class DisklessBroker:
         no task, no ticket, since nothing can come between it and its predecessors."""
         results, valid = checked
         entries = [WalEntry(tp, header) for tp, header in valid.items()]
-        try:
-            pending = self._submit(writer, entries, admit_s)
+        try:  # no leases: nothing to give back when a segment fails
+            pending = writer.submit(entries, admit_s=admit_s) if entries else None
         except Exception as error:
             if acks != ACKS_NONE:
                 raise
@@ -343,9 +342,11 @@ class DisklessBroker:
     def _count_unanswered(self, prepared: _Prepared) -> None:
         """Count an acks=0 request once it reached the WAL: failures known before it count."""
         results, entries, _ = prepared
-        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
-        accepted = sum(entry.header.size for entry in entries)
-        self._count_produce(len(results) + len(entries), failed=failed, accepted_bytes=accepted)
+        self._count_produce(
+            len(results) + len(entries),
+            failed=_errors_in(results),
+            accepted_bytes=_size_of(entries),
+        )
 
     def _count_unanswered_task(self, prepare: asyncio.Task[_Prepared]) -> None:
         if prepare.cancelled() or prepare.exception() is not None:
@@ -392,7 +393,7 @@ class DisklessBroker:
         if not entries:
             return None
         pending = writer.submit(entries, admit_s=admit_s)
-        if any(entry.lease_id is not None for entry in entries):
+        if _has_lease(entries):
             pending.future.add_done_callback(lambda _: self._settle(entries, pending))
         return pending
 
@@ -406,9 +407,13 @@ class DisklessBroker:
         results: dict[TopicPartition, ProduceResult],
         entries: Sequence[WalEntry],
         written: Sequence[CommitBatchResult],
-    ) -> None:
+    ) -> int:
+        """Fill in the WAL's outcome of every entry; how many of them failed."""
         assert len(written) == len(entries), (len(written), len(entries))
+        failed = 0
         for entry, outcome in zip(entries, written, strict=True):
+            if outcome.error != ErrorCode.NONE:
+                failed += 1
             results[entry.topic_partition] = ProduceResult(
                 outcome.error,
                 base_offset=outcome.base_offset,
@@ -416,6 +421,7 @@ class DisklessBroker:
                 log_start_offset=outcome.log_start_offset,
                 error_message=outcome.error_message,
             )
+        return failed
 
     def _bound(self, prepare: asyncio.Task[_Prepared], deadline: float) -> None:
         """Cancel `prepare` if it has not reached the WAL by `deadline` (a hung coordinator)."""
@@ -558,6 +564,25 @@ _TIMED_OUT: Final = ProduceResult(
     ErrorCode.REQUEST_TIMED_OUT,
     error_message="the request timed out before reaching the WAL; it may still be written",
 )
+
+
+def _errors_in(results: dict[TopicPartition, ProduceResult]) -> int:
+    failed = 0
+    for result in results.values():
+        if result.error != ErrorCode.NONE:
+            failed += 1
+    return failed
+
+
+def _size_of(entries: list[WalEntry]) -> int:
+    size = 0
+    for entry in entries:
+        size += entry.header.size
+    return size
+
+
+def _has_lease(entries: list[WalEntry]) -> bool:
+    return any(entry.lease_id is not None for entry in entries)
 
 
 def _owned(data: bytes | bytearray | memoryview) -> bytes | memoryview:

@@ -29,6 +29,7 @@ def check_produce(
     """
     results: dict[TopicPartition, ProduceResult] = {}
     valid: dict[TopicPartition, BatchHeader] = {}
+    transactional = False
     for tp, data in partitions.items():
         description = topics.get(tp.topic)
         if description is None:
@@ -54,19 +55,25 @@ def check_produce(
             results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
         else:
             valid[tp] = parsed
-    # KIP-890: one request carries transactional batches of at most one (producer, epoch).
-    transactional = {
-        (h.producer_id, h.producer_epoch) for h in valid.values() if h.is_transactional
-    }
-    if len(transactional) > 1:
-        message = f"transactional batches of {len(transactional)} producer ids/epochs"
+            transactional = transactional or parsed.is_transactional
+    if transactional:
+        _one_transactional_producer(results, valid)
+    return results, valid
+
+
+def _one_transactional_producer(
+    results: dict[TopicPartition, ProduceResult], valid: dict[TopicPartition, BatchHeader]
+) -> None:
+    """KIP-890: one request carries transactional batches of at most one (producer, epoch)."""
+    producers = {(h.producer_id, h.producer_epoch) for h in valid.values() if h.is_transactional}
+    if len(producers) > 1:
+        message = f"transactional batches of {len(producers)} producer ids/epochs"
         for tp, header in list(valid.items()):
             if header.is_transactional:
                 results[tp] = ProduceResult(
                     ErrorCode.INVALID_PRODUCER_ID_MAPPING, error_message=message
                 )
                 del valid[tp]
-    return results, valid
 
 
 def has_transactional(valid: Mapping[TopicPartition, BatchHeader]) -> bool:
