@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
 from diskless._broker_config import BrokerConfig, txn_lease_budget_ms
+from diskless._kafka_errors import list_offsets_error
 from diskless._limits import (
     check_commit_age_covers,
     check_object_prefix,
@@ -509,11 +510,9 @@ class DisklessBroker:
             return {}
         try:
             responses = await self._coordinator.list_offsets(requests)
-        except CoordinatorError:
-            return {
-                r.topic_partition: ListOffsetsResult(ErrorCode.KAFKA_STORAGE_ERROR)
-                for r in requests
-            }
+        except CoordinatorError as e:
+            error = list_offsets_error(e)
+            return {r.topic_partition: ListOffsetsResult(error) for r in requests}
         assert len(responses) == len(requests), (len(responses), len(requests))
         return {
             request.topic_partition: ListOffsetsResult(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeAlias
 
+from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription
@@ -18,14 +19,14 @@ Checked: TypeAlias = tuple[dict[TopicPartition, ProduceResult], dict[TopicPartit
 def check_produce(
     partitions: Mapping[TopicPartition, bytes | bytearray | memoryview],
     topics: Mapping[str, TopicDescription],
-    unavailable: Mapping[str, str],
+    unavailable: Mapping[str, Exception],
     now_ms: int,
 ) -> Checked:
     """Validate every partition on its own (framing, CRC, every record, size, timestamps at
     `now_ms`), then Kafka's one-transactional-producer-per-request rule.
 
-    A topic missing from `topics` is unknown, or KAFKA_STORAGE_ERROR (retriable) when
-    `unavailable` says why its description could not be read.
+    A topic missing from `topics` is unknown, or fails with produce's error for the failure in
+    `unavailable` that kept its description from being read.
     """
     results: dict[TopicPartition, ProduceResult] = {}
     valid: dict[TopicPartition, BatchHeader] = {}
@@ -33,9 +34,11 @@ def check_produce(
     for tp, data in partitions.items():
         description = topics.get(tp.topic)
         if description is None:
-            if tp.topic in unavailable:
+            failure = unavailable.get(tp.topic)
+            if failure is not None:
                 results[tp] = ProduceResult(
-                    ErrorCode.KAFKA_STORAGE_ERROR, error_message=unavailable[tp.topic]
+                    produce_error(failure),
+                    error_message=f"topic metadata unavailable: {failure}",
                 )
             else:
                 results[tp] = _unknown(tp)

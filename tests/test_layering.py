@@ -15,7 +15,13 @@ from typing import Final
 ROOT: Final = Path(__file__).resolve().parents[1]
 LAYERS: Final = (
     ("diskless._types", "diskless.errors", "diskless.clock"),
-    ("diskless.records", "diskless.routing", "diskless._limits", "diskless._object_keys"),
+    (
+        "diskless.records",
+        "diskless.routing",
+        "diskless._kafka_errors",
+        "diskless._limits",
+        "diskless._object_keys",
+    ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),
     ("diskless.wal",),
