@@ -20,6 +20,7 @@ from typing import Final
 
 import msgspec
 
+from diskless._kafka_errors import txn_markers_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.errors import DisklessError
@@ -303,9 +304,9 @@ class TransactionCoordinator:
                 self._coordinator_epoch,
                 list(txn.partitions),
             )
-        except DisklessError:
+        except DisklessError as error:
             logger.exception("placing markers for producer %d failed", txn.producer_id)
-            return ErrorCode.CONCURRENT_TRANSACTIONS
+            return txn_markers_error(error)
         assert len(errors) == len(txn.partitions)
         outcome = dict(zip(txn.partitions, errors, strict=True))
         gone = [tp for tp, e in outcome.items() if e is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
