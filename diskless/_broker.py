@@ -13,14 +13,18 @@ not close them.
       3. hand the valid batches to the WAL writer, in the order the requests arrived
       4. answer every partition: the coordinator's result, or the validation error
 
-Steps 1-3 run in a task of their own: a caller whose timeout passes is answered REQUEST_TIMED_OUT
-while its request still reaches the WAL (Kafka's timeout bounds the wait, not the append).
+When nothing has to be waited for (no earlier request still on its way, every topic's description
+cached, no transactional batch to lease), steps 1-3 run at once, in the caller's step: the request
+is in the WAL before `produce` first yields. Otherwise they run in a task of their own, so that a
+caller whose timeout passes is answered REQUEST_TIMED_OUT while its request still reaches the WAL
+(Kafka's timeout bounds the wait, not the append).
 
 Order matters: a producer pipelines up to five requests per connection and the coordinator
 sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
 `produce` started, even when an earlier one had to wait for topic metadata: each request takes a
 ticket synchronously when its coroutine starts running (at once when the caller awaits it) and hands
-its batches to the writer only after its predecessor has.
+its batches to the writer only after its predecessor has. A request handed over at once needs no
+ticket: its predecessors are all in already, and nothing runs between its check and its hand-over.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
 from diskless._broker_config import BrokerConfig, txn_lease_budget_ms
+from diskless._kafka_errors import list_offsets_error
 from diskless._limits import (
     check_commit_age_covers,
     check_object_prefix,
 )
+from diskless._produce_check import Checked as _Checked
+from diskless._produce_check import check_produce, has_transactional
 from diskless._results import (
     BrokerStats,
     FetchResult,
@@ -59,7 +66,6 @@ from diskless.errors import BrokerClosedError, CoordinatorError
 from diskless.read import (
     FetchReader,
 )
-from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalEntry, WalWriter
 
@@ -105,6 +111,8 @@ class DisklessBroker:
             "the WAL's commit budget", txn_lease_budget_ms(self._config.wal), bounds
         )
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._request_budget_s = self._config.request_timeout_ms / 1000
+        self._wal_budget_s = txn_lease_budget_ms(self._config.wal) / 1000
         self._cache = SegmentCache(self._config.wal.segment_cache_bytes_max)
         self._reader = FetchReader(
             store,
@@ -254,48 +262,97 @@ class DisklessBroker:
         now = self._clock.monotonic()
         deadline = now + timeout_s
         # The work before the WAL outlives a caller that stops waiting, within its own budget.
-        budget_s = max(timeout_s, self._config.request_timeout_ms / 1000)
+        budget_s = max(timeout_s, self._request_budget_s)
+        admit_s = max(budget_s, self._wal_budget_s)
         owned = {tp: _owned(data) for tp, data in partitions.items()}
+        checked = self._check_now(owned)
+        if checked is not None and not has_transactional(checked[1]):
+            prepared = self._hand_over(writer, checked, admit_s, acks)
+            if prepared is None:  # acks=0 whose hand-over failed (logged)
+                return {}
+            if acks == ACKS_NONE:
+                self._count_unanswered(prepared)
+                return {}
+        else:
+            prepare = self._prepare_later(writer, owned, checked, admit_s)
+            await asyncio.sleep(0)  # its first step: all of it unless it waits
+            if not prepare.done():  # waiting for the coordinator or for the request before it
+                self._bound(prepare, now + budget_s)
+            if acks == ACKS_NONE:
+                prepare.add_done_callback(self._count_unanswered_task)
+                return {}
+            if not await self._wait_until(prepare, deadline) or prepare.cancelled():
+                self._count_produce(len(owned), failed=len(owned), accepted_bytes=0)
+                return dict.fromkeys(partitions, _TIMED_OUT)
+            prepared = prepare.result()
+        results, entries, pending = prepared
+        failed = _errors_in(results)  # found before the WAL
+        if pending is not None:
+            written = await writer.wait(pending, timeout_s=deadline - self._clock.monotonic())
+            failed += self._answer(results, entries, written)
+        self._count_produce(len(owned), failed=failed, accepted_bytes=_size_of(entries))
+        return {tp: results[tp] for tp in partitions}
+
+    def _check_now(self, partitions: dict[TopicPartition, bytes | memoryview]) -> _Checked | None:
+        """Validate at once when nothing has to be waited for: no earlier request is still on its
+        way to the WAL, and the topic cache answers for every partition. None otherwise."""
+        previous = self._admitted
+        if previous is not None and not previous.done():
+            return None
+        topics = self._topics.cached(partitions)
+        if topics is None:
+            return None
+        return check_produce(partitions, topics, {}, self._clock.now_ms())
+
+    def _hand_over(
+        self, writer: WalWriter, checked: _Checked, admit_s: float, acks: int
+    ) -> _Prepared | None:
+        """Hand a validated request without transactional batches to the WAL in this very step:
+        no task, no ticket, since nothing can come between it and its predecessors."""
+        results, valid = checked
+        entries = [WalEntry(tp, header) for tp, header in valid.items()]
+        try:  # no leases: nothing to give back when a segment fails
+            pending = writer.submit(entries, admit_s=admit_s) if entries else None
+        except Exception as error:
+            if acks != ACKS_NONE:
+                raise
+            _log.warning("produce on broker %d failed: %r", self._broker_id, error)
+            return None
+        return results, entries, pending
+
+    def _prepare_later(
+        self,
+        writer: WalWriter,
+        partitions: dict[TopicPartition, bytes | memoryview],
+        checked: _Checked | None,
+        admit_s: float,
+    ) -> asyncio.Task[_Prepared]:
+        """Start the request's way to the WAL as a task of its own, holding the next ticket."""
         # Take the ticket now, synchronously, so that arrival order is write order.
         previous = self._admitted
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admitted = mine
         prepare = asyncio.create_task(
-            self._prepare(writer, owned, previous, mine, max(budget_s, self._wal_budget_s)),
+            self._prepare(writer, partitions, checked, previous, mine, admit_s),
             name=f"produce-b{self._broker_id}",
         )
         self._background.add(prepare)
         prepare.add_done_callback(self._background_done)
-        await asyncio.sleep(0)  # its first step: all of it when metadata is cached
-        if not prepare.done():  # waiting for the coordinator or for the request before it
-            self._bound(prepare, now + budget_s)
-        if acks == ACKS_NONE:
-            prepare.add_done_callback(self._count_unanswered)
-            return {}
-        if not await self._wait_until(prepare, deadline) or prepare.cancelled():
-            self._count_produce(len(owned), failed=len(owned), accepted_bytes=0)
-            return dict.fromkeys(partitions, _TIMED_OUT)
-        results, entries, pending = prepare.result()
-        if pending is not None:
-            written = await writer.wait(pending, timeout_s=deadline - self._clock.monotonic())
-            self._answer(results, entries, written)
-        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
-        accepted = sum(entry.header.size for entry in entries)
-        self._count_produce(len(owned), failed=failed, accepted_bytes=accepted)
-        return {tp: results[tp] for tp in partitions}
+        return prepare
 
-    def _count_unanswered(self, prepare: asyncio.Task[_Prepared]) -> None:
+    def _count_unanswered(self, prepared: _Prepared) -> None:
         """Count an acks=0 request once it reached the WAL: failures known before it count."""
+        results, entries, _ = prepared
+        self._count_produce(
+            len(results) + len(entries),
+            failed=_errors_in(results),
+            accepted_bytes=_size_of(entries),
+        )
+
+    def _count_unanswered_task(self, prepare: asyncio.Task[_Prepared]) -> None:
         if prepare.cancelled() or prepare.exception() is not None:
             return  # logged by `_background_done`
-        results, entries, _ = prepare.result()
-        failed = sum(1 for r in results.values() if r.error != ErrorCode.NONE)
-        accepted = sum(entry.header.size for entry in entries)
-        self._count_produce(len(results) + len(entries), failed=failed, accepted_bytes=accepted)
-
-    @property
-    def _wal_budget_s(self) -> float:
-        return txn_lease_budget_ms(self._config.wal) / 1000
+        self._count_unanswered(prepare.result())
 
     def _background_done(self, task: asyncio.Task[_Prepared]) -> None:
         self._background.discard(task)
@@ -306,26 +363,40 @@ class DisklessBroker:
         self,
         writer: WalWriter,
         partitions: dict[TopicPartition, bytes | memoryview],
+        checked: _Checked | None,
         previous: asyncio.Future[None] | None,
         mine: asyncio.Future[None],
         admit_s: float,
     ) -> _Prepared:
-        """Validate, wait for the request before this one, hand the valid batches to the WAL.
+        """Validate (unless `checked` already is), take leases, wait for the request before this
+        one, hand the valid batches to the WAL.
 
         Runs as a task of its own, so that a caller giving up does not stop the write (Kafka
         appends whatever the produce timeout; the timeout bounds the wait for acknowledgement).
         """
         try:
-            results, entries = await self._validate_in_turn(partitions, previous)
+            if checked is None:
+                checked = await self._validate(partitions)
+            results, entries = await self._lease(checked)
+            if previous is not None:
+                # Shielded: giving up on our deadline must not cancel the predecessor's ticket.
+                await asyncio.shield(previous)  # never fails: tickets only resolve with None
         finally:
             if not mine.done():
                 mine.set_result(None)
         # No await between resolving the ticket and entering the writer: `submit` appends its
         # entries to the active segment at once (or queues FIFO for admission).
-        pending = writer.submit(entries, admit_s=admit_s) if entries else None
-        if pending is not None:
+        return results, entries, self._submit(writer, entries, admit_s)
+
+    def _submit(
+        self, writer: WalWriter, entries: list[WalEntry], admit_s: float
+    ) -> PendingWrite | None:
+        if not entries:
+            return None
+        pending = writer.submit(entries, admit_s=admit_s)
+        if _has_lease(entries):
             pending.future.add_done_callback(lambda _: self._settle(entries, pending))
-        return results, entries, pending
+        return pending
 
     def _settle(self, entries: list[WalEntry], pending: PendingWrite) -> None:
         """Once every batch is answered (not on a caller's timeout), free failed leases."""
@@ -337,9 +408,13 @@ class DisklessBroker:
         results: dict[TopicPartition, ProduceResult],
         entries: Sequence[WalEntry],
         written: Sequence[CommitBatchResult],
-    ) -> None:
+    ) -> int:
+        """Fill in the WAL's outcome of every entry; how many of them failed."""
         assert len(written) == len(entries), (len(written), len(entries))
+        failed = 0
         for entry, outcome in zip(entries, written, strict=True):
+            if outcome.error != ErrorCode.NONE:
+                failed += 1
             results[entry.topic_partition] = ProduceResult(
                 outcome.error,
                 base_offset=outcome.base_offset,
@@ -347,6 +422,7 @@ class DisklessBroker:
                 log_start_offset=outcome.log_start_offset,
                 error_message=outcome.error_message,
             )
+        return failed
 
     def _bound(self, prepare: asyncio.Task[_Prepared], deadline: float) -> None:
         """Cancel `prepare` if it has not reached the WAL by `deadline` (a hung coordinator)."""
@@ -375,65 +451,20 @@ class DisklessBroker:
             alarm.cancel()
         return future.done()
 
-    async def _validate_in_turn(
-        self,
-        partitions: Mapping[TopicPartition, bytes | bytearray | memoryview],
-        previous: asyncio.Future[None] | None,
-    ) -> tuple[dict[TopicPartition, ProduceResult], list[WalEntry]]:
-        """Validate, then wait until the request before this one has reached the writer."""
-        checked = await self._validate(partitions)
-        if previous is not None:
-            # Shielded: giving up on our deadline must not cancel the predecessor's ticket.
-            await asyncio.shield(previous)  # never fails: tickets only resolve with None
-        return checked
-
     async def _validate(
         self, partitions: Mapping[TopicPartition, bytes | bytearray | memoryview]
-    ) -> tuple[dict[TopicPartition, ProduceResult], list[WalEntry]]:
-        """Per-partition checks: the errors found, and the valid batches to write."""
+    ) -> _Checked:
+        """Per-partition checks against the topics' descriptions, refreshed if need be."""
         topics, unavailable = await self._topics.describe(
             {tp.topic for tp in partitions}, partitions
         )
-        results: dict[TopicPartition, ProduceResult] = {}
-        valid: dict[TopicPartition, BatchHeader] = {}
-        now_ms = self._clock.now_ms()
-        for tp, data in partitions.items():
-            description = topics.get(tp.topic)
-            if description is None:
-                if tp.topic in unavailable:
-                    results[tp] = ProduceResult(
-                        ErrorCode.KAFKA_STORAGE_ERROR, error_message=unavailable[tp.topic]
-                    )
-                else:
-                    results[tp] = _unknown(tp)
-                continue
-            if not 0 <= tp.partition < description.partitions:
-                results[tp] = _unknown(tp)
-                continue
-            config = description.config
-            rules = RecordRules(
-                now_ms,
-                config.timestamp_type,
-                config.message_timestamp_before_max_ms,
-                config.message_timestamp_after_max_ms,
-            )
-            parsed = parse_produce_payload(data, config.max_message_bytes, rules)
-            if isinstance(parsed, InvalidBatch):
-                results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
-            else:
-                valid[tp] = parsed
-        # KIP-890: one request carries transactional batches of at most one (producer, epoch).
-        transactional = {
-            (h.producer_id, h.producer_epoch) for h in valid.values() if h.is_transactional
-        }
-        if len(transactional) > 1:
-            message = f"transactional batches of {len(transactional)} producer ids/epochs"
-            for tp, header in list(valid.items()):
-                if header.is_transactional:
-                    results[tp] = ProduceResult(
-                        ErrorCode.INVALID_PRODUCER_ID_MAPPING, error_message=message
-                    )
-                    del valid[tp]
+        return check_produce(partitions, topics, unavailable, self._clock.now_ms())
+
+    async def _lease(
+        self, checked: _Checked
+    ) -> tuple[dict[TopicPartition, ProduceResult], list[WalEntry]]:
+        """Leases for the transactional batches; the batches to write."""
+        results, valid = checked
         leases = await self._leases.acquire(valid, results)
         return results, [WalEntry(tp, header, leases.get(tp)) for tp, header in valid.items()]
 
@@ -479,11 +510,9 @@ class DisklessBroker:
             return {}
         try:
             responses = await self._coordinator.list_offsets(requests)
-        except CoordinatorError:
-            return {
-                r.topic_partition: ListOffsetsResult(ErrorCode.KAFKA_STORAGE_ERROR)
-                for r in requests
-            }
+        except CoordinatorError as e:
+            error = list_offsets_error(e)
+            return {r.topic_partition: ListOffsetsResult(error) for r in requests}
         assert len(responses) == len(requests), (len(responses), len(requests))
         return {
             request.topic_partition: ListOffsetsResult(
@@ -536,14 +565,27 @@ _TIMED_OUT: Final = ProduceResult(
 )
 
 
+def _errors_in(results: dict[TopicPartition, ProduceResult]) -> int:
+    failed = 0
+    for result in results.values():
+        if result.error != ErrorCode.NONE:
+            failed += 1
+    return failed
+
+
+def _size_of(entries: list[WalEntry]) -> int:
+    size = 0
+    for entry in entries:
+        size += entry.header.size
+    return size
+
+
+def _has_lease(entries: list[WalEntry]) -> bool:
+    return any(entry.lease_id is not None for entry in entries)
+
+
 def _owned(data: bytes | bytearray | memoryview) -> bytes | memoryview:
     """`data`, copied unless immutable: the write may outlive the call (acks=0, a timeout)."""
     if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
         return data
     return bytes(data)
-
-
-def _unknown(tp: TopicPartition) -> ProduceResult:
-    return ProduceResult(
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown partition {tp}"
-    )

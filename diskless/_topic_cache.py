@@ -34,14 +34,30 @@ class TopicCache:
         for name in names:
             self._topics.pop(name, None)
 
+    def cached(self, partitions: Iterable[TopicPartition]) -> dict[str, TopicDescription] | None:
+        """The descriptions of `partitions`' topics if the cache answers for all of them (each
+        fresh and covering the partition), else None: `describe` must refresh some."""
+        now = self._clock.monotonic()
+        topics = self._topics
+        found: dict[str, TopicDescription] = {}
+        for tp in partitions:
+            cached = topics.get(tp.topic)
+            if cached is None or cached.expires_at <= now:
+                return None
+            description = cached.description
+            if tp.partition >= description.partitions:
+                return None
+            found[tp.topic] = description
+        return found
+
     async def describe(
         self, names: set[str], partitions: Mapping[TopicPartition, object]
-    ) -> tuple[dict[str, TopicDescription], dict[str, str]]:
+    ) -> tuple[dict[str, TopicDescription], dict[str, CoordinatorError]]:
         """Topic descriptions from the cache, refreshed (one call) for the names it cannot answer.
 
         A name is refreshed when it is not cached, its entry expired, or a requested partition is
         beyond its cached partition count (the topic may have grown). Returns the descriptions
-        found and, when the coordinator failed, why for each name left without one.
+        found and, when the coordinator failed, its failure for each name left without one.
         """
         now = self._clock.monotonic()
         found: dict[str, TopicDescription] = {}
@@ -62,13 +78,13 @@ class TopicCache:
             descriptions = await self._coordinator.describe_topics(sorted(refresh))
         except CoordinatorError as e:
             # Serve what is cached, even expired; the rest fail retriably.
-            unavailable: dict[str, str] = {}
+            unavailable: dict[str, CoordinatorError] = {}
             for name in refresh:
                 cached = self._topics.get(name)
                 if cached is not None:
                     found[name] = cached.description
                 else:
-                    unavailable[name] = f"topic metadata unavailable: {e}"
+                    unavailable[name] = e
             return found, unavailable
         expires_at = self._clock.monotonic() + self._ttl_s
         returned = {d.name: d for d in descriptions if d.name in refresh}

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import BatchCoordinator, CommitBatchResult, LeaseRequest, LeaseResult
-from diskless.errors import BrokerFencedError, CoordinatorError
+from diskless.errors import CoordinatorError
 from diskless.records import BatchHeader
 from diskless.wal import WalEntry
 
@@ -109,16 +110,12 @@ class TransactionLeases:
         ]
         if not requests:
             return {}
-        refusal: ProduceResult | None = None
         try:
             granted = await self._group.acquire(requests)
-        except BrokerFencedError as e:
-            refusal = ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=f"{e}")
         except CoordinatorError as e:
             refusal = ProduceResult(
-                ErrorCode.KAFKA_STORAGE_ERROR, error_message=f"transaction lease unavailable: {e}"
+                produce_error(e), error_message=f"transaction lease unavailable: {e}"
             )
-        if refusal is not None:
             for request in requests:
                 results[request.topic_partition] = refusal
                 del valid[request.topic_partition]

@@ -15,12 +15,23 @@ from typing import Final
 ROOT: Final = Path(__file__).resolve().parents[1]
 LAYERS: Final = (
     ("diskless._types", "diskless.errors", "diskless.clock"),
-    ("diskless.records", "diskless.routing", "diskless._limits", "diskless._object_keys"),
+    (
+        "diskless.records",
+        "diskless.routing",
+        "diskless._kafka_errors",
+        "diskless._limits",
+        "diskless._object_keys",
+    ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),
     ("diskless.wal",),
     ("diskless._results", "diskless.read"),
-    ("diskless._broker_config", "diskless._topic_cache", "diskless._txn_leases"),
+    (
+        "diskless._broker_config",
+        "diskless._produce_check",
+        "diskless._topic_cache",
+        "diskless._txn_leases",
+    ),
     ("diskless._broker", "diskless.lifecycle"),
     ("diskless",),
     ("diskless.kafka_server",),

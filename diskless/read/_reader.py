@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
+from diskless._kafka_errors import fetch_error
 from diskless._results import FetchResult, FetchStats
 from diskless._types import (
     ErrorCode,
@@ -120,11 +121,10 @@ class FetchReader:
         try:
             responses = await self._coordinator.find_batches(requests, max_bytes)
         except CoordinatorError as e:
-            message = f"batch coordinator unavailable: {e}"
-            return {
-                r.topic_partition: FetchResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=message)
-                for r in requests
-            }
+            failed = FetchResult(
+                fetch_error(e), error_message=f"batch coordinator unavailable: {e}"
+            )
+            return {r.topic_partition: failed for r in requests}
         assert len(responses) == len(requests), (len(responses), len(requests))
 
         selected: dict[TopicPartition, list[BatchInfo]] = {}
@@ -222,7 +222,7 @@ class FetchReader:
                     span = index.find(info.object_key, start, end)
                     chunk = data[span]
                     if isinstance(chunk, StorageError):
-                        return empty_result(response, ErrorCode.KAFKA_STORAGE_ERROR, f"{chunk}")
+                        return empty_result(response, fetch_error(chunk), f"{chunk}")
                     batch = bytearray(chunk[start - span.start : end - span.start])
                     check_stored_batch(batch, info)
                     self._stats["batches_read"] += 1
@@ -236,7 +236,7 @@ class FetchReader:
         except CorruptBatch as e:
             self._stats["corrupt_batches"] += 1
             _log.error("fetch: %s: %s", tp, e)
-            return empty_result(response, ErrorCode.KAFKA_STORAGE_ERROR, f"{e}")
+            return empty_result(response, fetch_error(e), f"{e}")
         self._stats["bytes_returned"] += len(out)
         return FetchResult(
             ErrorCode.NONE,

@@ -22,6 +22,7 @@ from typing import Final
 
 import msgspec
 
+from diskless._kafka_errors import txn_markers_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.errors import DisklessError
@@ -149,9 +150,9 @@ class TransactionCoordinator:
             step = await self._participant.txn_end(
                 transactional_id, producer_id, producer_epoch, commit
             )
-        except DisklessError:
+        except DisklessError as error:
             logger.exception("EndTxn of %r failed", transactional_id)
-            return EndTxnResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            return EndTxnResult(txn_markers_error(error))
         if step.error is ErrorCode.NONE and step.must_complete:
             assert step.record is not None
             step = await self._complete(step.record)
@@ -191,9 +192,9 @@ class TransactionCoordinator:
         assert prepared.state in PREPARED_STATES, prepared
         try:
             step = await self._participant.txn_complete(prepared, self._coordinator_epoch)
-        except DisklessError:
+        except DisklessError as error:
             logger.exception("placing markers for producer %d failed", prepared.producer_id)
-            return TxnStep(ErrorCode.CONCURRENT_TRANSACTIONS, prepared, True)
+            return TxnStep(txn_markers_error(error), prepared, True)
         if step.error is not ErrorCode.NONE:
             logger.warning("markers for producer %d not all placed", prepared.producer_id)
             return step

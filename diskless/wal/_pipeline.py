@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from diskless._kafka_errors import produce_error
 from diskless._limits import backoff_ms
-from diskless._types import ErrorCode
 from diskless.clock import Clock
 from diskless.coordinator import BatchCoordinator, CommitBatchResult
 from diskless.errors import BrokerFencedError, CoordinatorError, StorageTimeoutError
@@ -108,35 +108,33 @@ class SegmentPipeline:
     async def _run(self, segment: Segment, previous: asyncio.Future[None] | None) -> None:
         assert segment.done is not None
         try:
-            uploaded = await self._upload(segment)
+            upload_failure = await self._upload(segment)
             if previous is not None:
                 await asyncio.wait([previous])  # never cancels `previous` if we are cancelled
             if self._fenced():
                 segment.fail(self._fenced_result)
-            elif not uploaded:
+            elif upload_failure is not None:
                 self.segments_upload_failed += 1
                 segment.fail(
                     error_result(
-                        ErrorCode.KAFKA_STORAGE_ERROR,
+                        produce_error(upload_failure),
                         f"upload of {segment.key} failed after "
-                        f"{self._config.upload_attempts} attempts",
+                        f"{self._config.upload_attempts} attempts: {upload_failure!r}",
                     )
                 )
             else:
                 await self._commit(segment)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             segment.fail(
                 error_result(
-                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    produce_error(cancelled),
                     "the broker closed before the batch was committed; outcome unknown",
                 )
             )
             raise
-        except Exception:
+        except Exception as error:
             log.exception("segment %s failed unexpectedly", segment.key)
-            segment.fail(
-                error_result(ErrorCode.KAFKA_STORAGE_ERROR, "internal error in the WAL writer")
-            )
+            segment.fail(error_result(produce_error(error), "internal error in the WAL writer"))
         finally:
             segment.resolved = True
             self._release(segment.batch_bytes)
@@ -145,14 +143,17 @@ class SegmentPipeline:
             segment.batches = []
             segment.slots = []
 
-    async def _upload(self, segment: Segment) -> bool:
+    async def _upload(self, segment: Segment) -> Exception | None:
+        """Upload with retries: None once stored, else the last attempt's failure."""
         attempts = self._config.upload_attempts
+        failure: Exception | None = None
         async with self._upload_slots:
             started = self._clock.monotonic()
             for attempt in range(1, attempts + 1):
                 try:
                     await self._put_within_timeout(segment)
                 except Exception as error:
+                    failure = error
                     self.upload_attempts_failed += 1
                     log.warning(
                         "upload of %s failed (attempt %d/%d): %r",
@@ -169,9 +170,10 @@ class SegmentPipeline:
                 self.objects_uploaded += 1
                 self.object_bytes_uploaded += len(segment.data)
                 self._cache.put(segment.key, segment.data)
-                return True
+                return None
         log.error("giving up on %s after %d attempts", segment.key, attempts)
-        return False
+        assert failure is not None
+        return failure
 
     async def _put_within_timeout(self, segment: Segment) -> None:
         """One PUT attempt, abandoned after `upload_timeout_ms` of the writer's clock (the
@@ -216,9 +218,7 @@ class SegmentPipeline:
             )
             self.commits_failed += 1
             segment.fail(
-                error_result(
-                    ErrorCode.KAFKA_STORAGE_ERROR, f"commit failed or outcome unknown: {error}"
-                )
+                error_result(produce_error(error), f"commit failed or outcome unknown: {error}")
             )
             return
         assert len(results) == len(batches), (len(results), len(batches))

@@ -270,6 +270,31 @@ async def test_a_request_waiting_for_metadata_is_not_overtaken(
     assert (two[T0].error, two[T0].base_offset) == (ErrorCode.NONE, 2)
 
 
+async def test_a_cached_request_does_not_overtake_one_waiting_for_metadata(
+    coordinator: CountingCoordinator,
+) -> None:
+    # The second request could be handed to the WAL at once (its topic is cached), but the first
+    # one, of the same producer, still waits for a refresh (it names a partition beyond the
+    # cached count): the second must wait its turn, or its sequence would be out of order.
+    async with DisklessBroker(1, MemoryObjectStore(), coordinator, FAST) as broker:
+        assert (await broker.produce({T1: build_batch([b"warm"])}))[T1].error == ErrorCode.NONE
+        gate = asyncio.Event()
+        coordinator.gate = gate
+        beyond = TopicPartition("t", 5)
+        first = asyncio.create_task(
+            broker.produce({T0: _idempotent([b"0", b"1"], 0), beyond: build_batch([b"x"])})
+        )
+        second = asyncio.create_task(broker.produce({T0: _idempotent([b"2"], 2)}))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not first.done() and not second.done()
+        gate.set()
+        one, two = await first, await second
+    assert (one[T0].error, one[T0].base_offset) == (ErrorCode.NONE, 0)
+    assert one[beyond].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (two[T0].error, two[T0].base_offset) == (ErrorCode.NONE, 2)
+
+
 async def test_close_lets_started_requests_reach_the_wal(
     coordinator: CountingCoordinator,
 ) -> None:

@@ -1,0 +1,89 @@
+"""A produce request's per-partition checks against its topics' descriptions: the part of
+produce that needs no waiting, so the broker can run it in the caller's step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeAlias
+
+from diskless._kafka_errors import produce_error
+from diskless._results import ProduceResult
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator import TopicDescription
+from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
+
+Checked: TypeAlias = tuple[dict[TopicPartition, ProduceResult], dict[TopicPartition, BatchHeader]]
+"""A checked request: the errors found, and the valid batches (before transaction leases)."""
+
+
+def check_produce(
+    partitions: Mapping[TopicPartition, bytes | bytearray | memoryview],
+    topics: Mapping[str, TopicDescription],
+    unavailable: Mapping[str, Exception],
+    now_ms: int,
+) -> Checked:
+    """Validate every partition on its own (framing, CRC, every record, size, timestamps at
+    `now_ms`), then Kafka's one-transactional-producer-per-request rule.
+
+    A topic missing from `topics` is unknown, or fails with produce's error for the failure in
+    `unavailable` that kept its description from being read.
+    """
+    results: dict[TopicPartition, ProduceResult] = {}
+    valid: dict[TopicPartition, BatchHeader] = {}
+    transactional = False
+    for tp, data in partitions.items():
+        description = topics.get(tp.topic)
+        if description is None:
+            failure = unavailable.get(tp.topic)
+            if failure is not None:
+                results[tp] = ProduceResult(
+                    produce_error(failure),
+                    error_message=f"topic metadata unavailable: {failure}",
+                )
+            else:
+                results[tp] = _unknown(tp)
+            continue
+        if not 0 <= tp.partition < description.partitions:
+            results[tp] = _unknown(tp)
+            continue
+        config = description.config
+        rules = RecordRules(
+            now_ms,
+            config.timestamp_type,
+            config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms,
+        )
+        parsed = parse_produce_payload(data, config.max_message_bytes, rules)
+        if isinstance(parsed, InvalidBatch):
+            results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
+        else:
+            valid[tp] = parsed
+            transactional = transactional or parsed.is_transactional
+    if transactional:
+        _one_transactional_producer(results, valid)
+    return results, valid
+
+
+def _one_transactional_producer(
+    results: dict[TopicPartition, ProduceResult], valid: dict[TopicPartition, BatchHeader]
+) -> None:
+    """KIP-890: one request carries transactional batches of at most one (producer, epoch)."""
+    producers = {(h.producer_id, h.producer_epoch) for h in valid.values() if h.is_transactional}
+    if len(producers) > 1:
+        message = f"transactional batches of {len(producers)} producer ids/epochs"
+        for tp, header in list(valid.items()):
+            if header.is_transactional:
+                results[tp] = ProduceResult(
+                    ErrorCode.INVALID_PRODUCER_ID_MAPPING, error_message=message
+                )
+                del valid[tp]
+
+
+def has_transactional(valid: Mapping[TopicPartition, BatchHeader]) -> bool:
+    return any(header.is_transactional for header in valid.values())
+
+
+def _unknown(tp: TopicPartition) -> ProduceResult:
+    return ProduceResult(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown partition {tp}"
+    )
