@@ -10,6 +10,10 @@
    each with data on PARTITIONS_PER_TXN distinct partitions), against the baseline of a plain
    commit of the same number of batches (PARTITIONS_PER_TXN) on the same coordinator; then one
    transaction spanning all ENDS_PARTITIONS partitions against a plain commit of as many batches.
+3. EndTxn latency through the TransactionCoordinator, whose state is a durable record in the
+   batch coordinator (prepare, then markers and completion: two atomic steps with the record's
+   compare-and-set), against bare write_txn_markers of the same transactions on the same
+   coordinator: the ratio is the price of durable, leaderless transaction state.
 
 Memory backends use the in-memory store and coordinator; sqlite uses a local directory store and
 the SQLite coordinator (synchronous=FULL) in a temporary directory. Wall-clock figures; run on an
@@ -253,6 +257,46 @@ async def end_latency_wide(kind: str, rounds: int = 5) -> tuple[list[float], lis
     return ends, commits
 
 
+async def end_txn_latency(kind: str) -> tuple[list[float], list[float]]:
+    """Latencies (s) of EndTxn through the transaction coordinator, whose state is a durable
+    record changed by atomic steps (prepare, then markers and completion in one step), and of
+    bare write_txn_markers of the same shape on the same coordinator (the partitions' side
+    only): the difference is the cost of keeping the transaction state in the coordinator."""
+    async with backends(kind) as (_, coordinator):
+        await coordinator.create_topic("txn", PARTITIONS_PER_TXN)
+        epoch = await coordinator.register_broker(1)
+        tps = [TopicPartition("txn", k) for k in range(PARTITIONS_PER_TXN)]
+        tc = TransactionCoordinator(coordinator)
+        durable = []
+        for n in range(ENDS):
+            init = await tc.init_producer_id(f"tx-{n}", 60_000)
+            pid, pepoch = init.producer_id, init.producer_epoch
+            assert set(await tc.add_partitions_to_txn(f"tx-{n}", pid, pepoch, tps)) == {
+                ErrorCode.NONE
+            }
+            batches = [
+                msgspec.structs.replace(_commit_batch(tp, pid, txn=True), producer_epoch=pepoch)
+                for tp in tps
+            ]
+            await coordinator.commit_file(f"d/{n}", 1, epoch, 1000, batches)
+            started = time.perf_counter()
+            end = await tc.end_txn(f"tx-{n}", pid, pepoch, commit=True)
+            durable.append(time.perf_counter() - started)
+            assert end.error is ErrorCode.NONE
+        bare = []
+        first_pid = await coordinator.allocate_producer_ids(ENDS)
+        for n in range(ENDS):
+            pid = first_pid + n
+            assert set(await coordinator.add_partitions_to_txn(pid, 0, tps)) == {ErrorCode.NONE}
+            batches = [_commit_batch(tp, pid, txn=True) for tp in tps]
+            await coordinator.commit_file(f"b/{n}", 1, epoch, 1000, batches)
+            started = time.perf_counter()
+            errors = await coordinator.write_txn_markers(pid, 0, 1, True, 0, tps)
+            bare.append(time.perf_counter() - started)
+            assert set(errors) == {ErrorCode.NONE}
+    return durable, bare
+
+
 async def main(seconds: float, kinds: list[str]) -> None:
     print(f"# bench_txn  cpus={os.cpu_count()}  load={os.getloadavg()[0]:.2f}")
     print(
@@ -280,6 +324,18 @@ async def main(seconds: float, kinds: list[str]) -> None:
             f" p99 {_p(ends, 0.99) * 1e3:7.2f} ms | commit p50"
             f" {statistics.median(commits) * 1e3:7.2f} ms p99 {_p(commits, 0.99) * 1e3:7.2f} ms"
             f" | p99 ratio {_p(ends, 0.99) / _p(commits, 0.99):5.2f}"
+        )
+    print(
+        f"## EndTxn with durable transaction state ({PARTITIONS_PER_TXN} partitions) vs bare"
+        " write_txn_markers of the same transaction shape (the partitions' side only)"
+    )
+    for kind in kinds:
+        durable, bare = await end_txn_latency(kind)
+        print(
+            f"{kind:7s} EndTxn p50 {statistics.median(durable) * 1e3:7.2f} ms"
+            f" p99 {_p(durable, 0.99) * 1e3:7.2f} ms | markers only p50"
+            f" {statistics.median(bare) * 1e3:7.2f} ms p99 {_p(bare, 0.99) * 1e3:7.2f} ms"
+            f" | p50 ratio {statistics.median(durable) / statistics.median(bare):5.2f}"
         )
     print(
         f"## one transaction over {ENDS_PARTITIONS} partitions: write_txn_markers vs a plain commit"

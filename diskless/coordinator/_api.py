@@ -23,6 +23,7 @@ from diskless._types import (
     TopicPartition,
 )
 from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
+from diskless.txn import TxnRecord, TxnStep
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -327,6 +328,45 @@ class BatchCoordinator(abc.ABC):
 
         See `diskless.txn.TransactionParticipant.write_txn_markers`.
         """
+
+    # --- transaction records (the transaction coordinators' side; `diskless.txn`) ------------
+    @abc.abstractmethod
+    async def txn_init(self, transactional_id: str, timeout_ms: int) -> TxnStep:
+        """InitProducerId: a new record at epoch 0, or the epoch bumped (`init_record`)."""
+
+    @abc.abstractmethod
+    async def txn_add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        """AddPartitionsToTxn: check the record, register the partitions (KIP-890) and add them
+        to it, atomically; `result[i]` answers `partitions[i]`."""
+
+    @abc.abstractmethod
+    async def txn_end(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> TxnStep:
+        """EndTxn: prepare the decision (`end_record`); `must_complete` asks for `txn_complete`."""
+
+    @abc.abstractmethod
+    async def txn_expire(self, transactional_id: str) -> TxnStep:
+        """Prepare an abort of a transaction past its timeout (`expire_record`)."""
+
+    @abc.abstractmethod
+    async def txn_complete(self, prepared: TxnRecord, coordinator_epoch: int) -> TxnStep:
+        """Place a prepared transaction's markers once none of its batches can still land, and
+        complete its record, in one step; nothing is written if the record moved on."""
+
+    @abc.abstractmethod
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
+        """The records of the ids, None for an unknown id."""
+
+    @abc.abstractmethod
+    async def txns_due(self) -> list[TxnRecord]:
+        """Records a sweeper must act on now (`TxnRecord.due_ms`), earliest first."""
 
     # --- the read path ------------------------------------------------------------------------
     @abc.abstractmethod

@@ -34,7 +34,7 @@ from diskless.coordinator._api import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.coordinator._engine_txn import TransactionOperations
+from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
 from diskless.coordinator._rules.checks import (
     check_broker_epoch,
@@ -68,7 +68,7 @@ RETENTION_CHUNK_ROWS: Final = 256
 """Batches loaded at a time while retention walks a partition from its start."""
 
 
-class CoordinatorEngine(TransactionOperations):
+class CoordinatorEngine(TxnRecordOperations):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 
     # --- topics -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from diskless.coordinator._store import (
     Changes,
     Durability,
     Needs,
+    Snapshot,
     StoreTxn,
 )
 from diskless.txn import ProducerEntry
@@ -186,13 +187,7 @@ class TransactionOperations(EngineBase):
 
         async def begin(txn: StoreTxn) -> list[ErrorCode]:
             snapshot = await txn.load(needs)
-            ending: dict[ProducerKey, TxnRegistration] = {}
-            for state in snapshot.partitions.values():
-                key = (state.key, producer_id)
-                registration = snapshot.registrations.get(key)
-                if registration is not None and registration.producer_epoch == producer_epoch:
-                    ending[key] = TxnRegistration(producer_epoch, ending=True)
-            await txn.apply(Changes(registrations=ending))
+            await txn.apply(Changes(registrations=_ending(snapshot, producer_id, producer_epoch)))
             return [
                 ErrorCode.NONE
                 if tp in snapshot.partitions
@@ -226,6 +221,71 @@ class TransactionOperations(EngineBase):
             finally:
                 sleeper.cancel()
 
+    def _marker_needs(self, producer_id: int, partitions: Sequence[TopicPartition]) -> Needs:
+        needs = self._txn_needs(producer_id, partitions)
+        needs.other_ongoing = needs.registrations
+        return needs
+
+    def _plan_markers(
+        self,
+        snapshot: Snapshot,
+        partitions: Sequence[TopicPartition],
+        producer_id: int,
+        producer_epoch: int,
+        marker_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> tuple[dict[TopicPartition, ErrorCode], Changes]:
+        """`plan_marker` on every partition, over a snapshot loaded with `_marker_needs`."""
+        now = self._clock.now_ms()
+        markers: list[StoredBatch] = []
+        states: list[PartitionState] = []
+        entries: dict[ProducerKey, ProducerEntry] = {}
+        closed: list[tuple[int, int]] = []
+        aborted: list[tuple[int, AbortedTxn]] = []
+        ended: list[tuple[ProducerKey, int]] = []
+        outcome: dict[TopicPartition, ErrorCode] = {}
+        for tp in dict.fromkeys(partitions):
+            state = snapshot.partitions.get(tp)
+            if state is None:
+                outcome[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            key = (state.key, producer_id)
+            plan = plan_marker(
+                state,
+                self._live(snapshot.producers.get(key), now),
+                snapshot.registrations.get(key),
+                producer_id,
+                producer_epoch,
+                marker_epoch,
+                commit,
+                coordinator_epoch,
+                now,
+                snapshot.other_ongoing.get(key),
+            )
+            outcome[tp] = plan.error
+            if plan.marker is None:
+                continue
+            assert plan.state is not None and plan.entry is not None
+            markers.append(plan.marker)
+            states.append(plan.state)
+            entries[key] = plan.entry
+            if plan.closed_txn_first_offset is not None:
+                closed.append((state.key, plan.closed_txn_first_offset))
+            if plan.aborted is not None:
+                aborted.append((state.key, plan.aborted))
+            ended.append((key, producer_epoch))
+        changes = Changes(
+            batches=markers,
+            partitions=states,
+            producers=entries,
+            registrations_dropped=ended,
+            leases_dropped=ended,
+            ongoing_closed=closed,
+            aborted=aborted,
+        )
+        return outcome, changes
+
     async def _write_markers(
         self,
         producer_id: int,
@@ -236,60 +296,34 @@ class TransactionOperations(EngineBase):
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
         """Phase 3: `plan_marker` on every partition and apply the plans, atomically."""
-        needs = self._txn_needs(producer_id, partitions)
-        needs.other_ongoing = needs.registrations
+        needs = self._marker_needs(producer_id, partitions)
 
         async def write(txn: StoreTxn) -> list[ErrorCode]:
-            now = self._clock.now_ms()
             snapshot = await txn.load(needs)
-            markers: list[StoredBatch] = []
-            states: list[PartitionState] = []
-            entries: dict[ProducerKey, ProducerEntry] = {}
-            closed: list[tuple[int, int]] = []
-            aborted: list[tuple[int, AbortedTxn]] = []
-            ended: list[tuple[ProducerKey, int]] = []
-            outcome: dict[TopicPartition, ErrorCode] = {}
-            for tp in dict.fromkeys(partitions):
-                state = snapshot.partitions.get(tp)
-                if state is None:
-                    outcome[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                key = (state.key, producer_id)
-                plan = plan_marker(
-                    state,
-                    self._live(snapshot.producers.get(key), now),
-                    snapshot.registrations.get(key),
-                    producer_id,
-                    producer_epoch,
-                    marker_epoch,
-                    commit,
-                    coordinator_epoch,
-                    now,
-                    snapshot.other_ongoing.get(key),
-                )
-                outcome[tp] = plan.error
-                if plan.marker is None:
-                    continue
-                assert plan.state is not None and plan.entry is not None
-                markers.append(plan.marker)
-                states.append(plan.state)
-                entries[key] = plan.entry
-                if plan.closed_txn_first_offset is not None:
-                    closed.append((state.key, plan.closed_txn_first_offset))
-                if plan.aborted is not None:
-                    aborted.append((state.key, plan.aborted))
-                ended.append((key, producer_epoch))
-            await txn.apply(
-                Changes(
-                    batches=markers,
-                    partitions=states,
-                    producers=entries,
-                    registrations_dropped=ended,
-                    leases_dropped=ended,
-                    ongoing_closed=closed,
-                    aborted=aborted,
-                )
+            outcome, changes = self._plan_markers(
+                snapshot,
+                partitions,
+                producer_id,
+                producer_epoch,
+                marker_epoch,
+                commit,
+                coordinator_epoch,
             )
+            await txn.apply(changes)
             return [outcome[tp] for tp in partitions]
 
         return await self._write(write)
+
+
+def _ending(
+    snapshot: Snapshot, producer_id: int, producer_epoch: int
+) -> dict[ProducerKey, TxnRegistration]:
+    """The registrations of (producer, epoch) in `snapshot`, marked ENDING: from the step that
+    applies them on, no lease is granted to the transaction (phase 1 of an end)."""
+    ending = {}
+    for state in snapshot.partitions.values():
+        key = (state.key, producer_id)
+        registration = snapshot.registrations.get(key)
+        if registration is not None and registration.producer_epoch == producer_epoch:
+            ending[key] = TxnRegistration(producer_epoch, ending=True)
+    return ending

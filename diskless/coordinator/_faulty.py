@@ -31,6 +31,7 @@ from diskless.coordinator._api import (
     TopicDescription,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
+from diskless.txn import TxnRecord, TxnStep
 
 
 class FaultyBatchCoordinator(BatchCoordinator):
@@ -140,6 +141,37 @@ class FaultyBatchCoordinator(BatchCoordinator):
         return await self.inner.write_txn_markers(
             producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
         )
+
+    async def txn_init(self, transactional_id: str, timeout_ms: int) -> TxnStep:
+        return await self.inner.txn_init(transactional_id, timeout_ms)
+
+    async def txn_add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> list[ErrorCode]:
+        return await self.inner.txn_add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+
+    async def txn_end(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> TxnStep:
+        return await self.inner.txn_end(transactional_id, producer_id, producer_epoch, commit)
+
+    async def txn_expire(self, transactional_id: str) -> TxnStep:
+        return await self.inner.txn_expire(transactional_id)
+
+    async def txn_complete(self, prepared: TxnRecord, coordinator_epoch: int) -> TxnStep:
+        return await self.inner.txn_complete(prepared, coordinator_epoch)
+
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
+        return await self.inner.describe_txns(transactional_ids)
+
+    async def txns_due(self) -> list[TxnRecord]:
+        return await self.inner.txns_due()
 
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]

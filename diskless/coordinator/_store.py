@@ -32,7 +32,7 @@ from diskless.coordinator._rules.rows import (
     TxnLease,
     TxnRegistration,
 )
-from diskless.txn import ProducerEntry
+from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
 
@@ -82,6 +82,8 @@ class Needs(msgspec.Struct):
     batches: Mapping[int, tuple[int, int]] = EMPTY
     """Partition key -> (offset, limit): up to `limit` batches from the one holding `offset`."""
     retained_partitions: bool = False
+    txns: Collection[str] = ()
+    """Transactional ids: their records."""
     """Every non-empty partition of a topic with time or size retention, by topic and index."""
 
 
@@ -100,6 +102,7 @@ class Snapshot(msgspec.Struct):
     batch_refs: Mapping[int, BatchRefs] = EMPTY
     batches: Mapping[int, list[StoredBatch]] = EMPTY
     retained_partitions: Sequence[PartitionState] = ()
+    txns: Mapping[str, TxnRecord] = EMPTY
 
 
 class Changes(msgspec.Struct):
@@ -141,10 +144,12 @@ class Changes(msgspec.Struct):
     ongoing_closed: Sequence[tuple[int, int]] = ()
     """(partition key, first offset) leave it."""
     aborted: Sequence[tuple[int, AbortedTxn]] = ()
+    txns: Mapping[str, TxnRecord] = EMPTY
+    """Transaction records, inserted or replaced by transactional id."""
 
     @property
     def has_txn_state(self) -> bool:
-        """Whether any transaction state (registrations, leases, the two indexes) changes."""
+        """Whether any transaction state (records, registrations, leases, the indexes) changes."""
         return bool(
             self.registrations
             or self.registrations_dropped
@@ -154,6 +159,7 @@ class Changes(msgspec.Struct):
             or self.ongoing_opened
             or self.ongoing_closed
             or self.aborted
+            or self.txns
         )
 
 
@@ -194,6 +200,12 @@ class ReadView(ReadSource, Protocol):
 
     def file_totals(self) -> dict[FileState, tuple[int, int]]:
         """(count, bytes) per state present."""
+        ...
+
+    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]: ...
+
+    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
+        """Records whose `due_ms` is before `now_ms`, earliest first."""
         ...
 
     def earliest_lease_expiry(

@@ -7,7 +7,6 @@ from diskless.txn._coordinator import (
     EndTxnResult,
     InitProducerIdResult,
     TransactionCoordinator,
-    TxnState,
 )
 from diskless.txn._participant import TransactionParticipant
 from diskless.txn._producer_state import (
@@ -23,6 +22,21 @@ from diskless.txn._producer_state import (
     last_sequence_of,
     record_append,
 )
+from diskless.txn._txn_state import (
+    PREPARED_STATES,
+    PRODUCER_EPOCH_MAX,
+    TRANSACTION_TIMEOUT_MS_MAX,
+    TxnRecord,
+    TxnState,
+    TxnStep,
+    add_to_record,
+    complete_record,
+    end_record,
+    expire_record,
+    init_record,
+    needs_new_producer_id,
+    new_record,
+)
 
 __all__ = [
     # the transaction coordinator
@@ -31,6 +45,19 @@ __all__ = [
     "TransactionCoordinator",
     "TransactionParticipant",
     "TxnState",
+    # the transactional-id state machine, applied by the batch coordinator
+    "PRODUCER_EPOCH_MAX",
+    "TRANSACTION_TIMEOUT_MS_MAX",
+    "PREPARED_STATES",
+    "TxnRecord",
+    "TxnStep",
+    "add_to_record",
+    "complete_record",
+    "end_record",
+    "expire_record",
+    "init_record",
+    "needs_new_producer_id",
+    "new_record",
     # producer rules
     "PRODUCER_BATCHES_RETAINED_MAX",
     "PRODUCER_ID_EXPIRATION_MS_DEFAULT",

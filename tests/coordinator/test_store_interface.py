@@ -52,6 +52,8 @@ READ_METHODS = {
     "dead_files",
     "file_totals",
     "earliest_lease_expiry",
+    "txns",
+    "txns_due",
 }
 
 

@@ -27,6 +27,7 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
+from diskless.txn import TxnRecord, TxnStep
 from tests.broker._kafka import build_batch as broker_batch
 from tests.kafka_server._clients import Audit, confluent_consume, value
 from tests.kafka_server._wire import WireClient, fetch_request
@@ -47,25 +48,22 @@ class RecordingParticipant(InMemoryBatchCoordinator):
         self.added: list[tuple[int, int, list[TopicPartition]]] = []
         self.ended: list[tuple[int, int, int, bool]] = []
 
-    async def add_partitions_to_txn(
-        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
-    ) -> list[ErrorCode]:
-        self.added.append((producer_id, producer_epoch, list(partitions)))
-        return await super().add_partitions_to_txn(producer_id, producer_epoch, partitions)
-
-    async def write_txn_markers(
+    async def txn_add_partitions(
         self,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        marker_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
-        self.ended.append((producer_id, producer_epoch, marker_epoch, commit))
-        return await super().write_txn_markers(
-            producer_id, producer_epoch, marker_epoch, commit, coordinator_epoch, partitions
+        self.added.append((producer_id, producer_epoch, list(partitions)))
+        return await super().txn_add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions
         )
+
+    async def txn_complete(self, prepared: TxnRecord, coordinator_epoch: int) -> TxnStep:
+        epoch = prepared.producer_epoch
+        self.ended.append((prepared.producer_id, epoch, epoch + 1, prepared.commit))
+        return await super().txn_complete(prepared, coordinator_epoch)
 
 
 def _header(data: bytes) -> BatchHeader:

@@ -110,10 +110,10 @@ async def test_an_end_after_its_topic_was_deleted_completes(
     await c.coordinator.delete_topics(["b"])
     ended = await drive(clock, tc.end_txn("tx", pid, epoch, commit=commit))
     assert (ended.error, ended.producer_epoch) == (OK, epoch + 1)
-    description = tc.describe("tx")
+    description = await tc.describe("tx")
     assert description is not None
     assert description.state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
-    assert description.partitions == []
+    assert description.partitions == ()
     marker = ControlType.COMMIT if commit else ControlType.ABORT
     for tp in (A0, A1):
         assert await log(c.coordinator, tp) == ([None, marker], 3, 3)
@@ -141,7 +141,7 @@ async def test_the_timeout_sweep_completes_it_once(
     await c.coordinator.delete_topics(["b"])
     await clock.advance(11.0)
     assert await drive(clock, tc.abort_expired()) == ["tx"]
-    description = tc.describe("tx")
+    description = await tc.describe("tx")
     assert description is not None and description.state is TxnState.COMPLETE_ABORT
     assert await drive(clock, tc.abort_expired()) == []  # nothing left to retry
     assert await log(c.coordinator, A0) == ([None, ControlType.ABORT], 3, 3)

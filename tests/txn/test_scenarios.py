@@ -147,7 +147,7 @@ async def test_a_zombie_commit_after_the_timeout_abort_is_rejected(
         await clock.advance(11.0)
         aborted = await drive(clock, tc.abort_expired(), step_s=0.5)
         assert aborted == ["zombie"]
-        description = tc.describe("zombie")
+        description = await tc.describe("zombie")
         assert description is not None and description.state is TxnState.COMPLETE_ABORT
         assert await read(reader, COMMITTED) == []
         # The zombie wakes up and commits: rejected, never merged behind the marker.

@@ -1,74 +1,85 @@
-"""The transaction coordinator's state machine (Kafka TV2), against a recording participant.
+"""The transaction coordinator (Kafka TV2) over both batch coordinators' transaction records.
 
-The participant here only records calls: the partitions' side (verification, barrier, markers)
-is exercised against the real batch coordinators in the transaction integration tests.
+A recording wrapper around the real backend sees which steps run; what they do to the
+partitions (registrations, markers) is the real backend's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Sequence
 
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
+from diskless.coordinator import BatchCoordinator, FaultyBatchCoordinator, FindBatchesRequest
 from diskless.errors import CoordinatorUnavailableError
-from diskless.txn._coordinator import TransactionCoordinator, TxnState
+from diskless.txn import TransactionCoordinator, TxnRecord, TxnState, TxnStep
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 
 
-class RecordingParticipant:
-    def __init__(self) -> None:
-        self.next_id = 1000
+class Recording(FaultyBatchCoordinator):
+    """Records the record steps and can fail or hold the completion step."""
+
+    def __init__(self, inner: BatchCoordinator) -> None:
+        super().__init__(inner, random.Random(0))
         self.added: list[tuple[int, int, list[TopicPartition]]] = []
-        self.markers: list[tuple[int, int, int, bool, list[TopicPartition]]] = []
-        self.fail_markers = 0
-        self.marker_gate: asyncio.Event | None = None
-        self.marker_errors: dict[TopicPartition, ErrorCode] = {}
+        self.completed: list[tuple[int, int, bool, tuple[TopicPartition, ...]]] = []
+        self.fail_completions = 0
+        self.completion_gate: asyncio.Event | None = None
 
-    async def allocate_producer_ids(self, count: int) -> int:
-        first, self.next_id = self.next_id, self.next_id + count
-        return first
-
-    async def add_partitions_to_txn(
-        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
-    ) -> list[ErrorCode]:
-        self.added.append((producer_id, producer_epoch, list(partitions)))
-        return [ErrorCode.NONE] * len(partitions)
-
-    async def write_txn_markers(
+    async def txn_add_partitions(
         self,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        marker_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> list[ErrorCode]:
-        if self.marker_gate is not None:
-            await self.marker_gate.wait()
-        if self.fail_markers:
-            self.fail_markers -= 1
+        self.added.append((producer_id, producer_epoch, list(partitions)))
+        return await super().txn_add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+
+    async def txn_complete(self, prepared: TxnRecord, coordinator_epoch: int) -> TxnStep:
+        if self.completion_gate is not None:
+            await self.completion_gate.wait()
+        if self.fail_completions:
+            self.fail_completions -= 1
             raise CoordinatorUnavailableError("injected")
-        self.markers.append((producer_id, producer_epoch, marker_epoch, commit, list(partitions)))
-        return [self.marker_errors.get(tp, ErrorCode.NONE) for tp in partitions]
+        step = await super().txn_complete(prepared, coordinator_epoch)
+        if step.record is not None and step.record.state is not prepared.state:
+            self.completed.append(
+                (
+                    prepared.producer_id,
+                    prepared.producer_epoch,
+                    prepared.commit,
+                    prepared.partitions,
+                )
+            )
+        return step
 
 
 @pytest.fixture
-def participant() -> RecordingParticipant:
-    return RecordingParticipant()
+async def participant(coordinator: BatchCoordinator) -> Recording:
+    await coordinator.create_topic("t", 2)
+    return Recording(coordinator)
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def tc(participant: RecordingParticipant, clock: ManualClock) -> TransactionCoordinator:
+def tc(participant: Recording, clock: ManualClock) -> TransactionCoordinator:
     return TransactionCoordinator(participant, clock=clock, coordinator_epoch=7)
+
+
+async def markers(coordinator: BatchCoordinator, tp: TopicPartition) -> list[tuple[int, int]]:
+    """(producer epoch, control type) of every marker on `tp`."""
+    (response,) = await coordinator.find_batches([FindBatchesRequest(tp, 0, 1 << 30)], 1 << 30)
+    return [(b.producer_epoch, int(b.control)) for b in response.batches if b.control is not None]
+
+
+COMMIT, ABORT = 1, 0
 
 
 async def test_idempotent_producers_get_distinct_ids_at_epoch_zero(
@@ -81,16 +92,17 @@ async def test_idempotent_producers_get_distinct_ids_at_epoch_zero(
     assert first.producer_epoch == second.producer_epoch == 0
 
 
-async def test_producer_ids_span_allocation_blocks(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+async def test_producer_ids_span_allocation_blocks_and_never_meet_transactional_ids(
+    tc: TransactionCoordinator,
 ) -> None:
     ids = {(await tc.init_producer_id(None)).producer_id for _ in range(2500)}
+    transactional = await tc.init_producer_id("tx")
     assert len(ids) == 2500
-    assert participant.next_id == 1000 + 3 * 1000
+    assert transactional.producer_id not in ids
 
 
 async def test_commit_bumps_epoch_and_places_markers_with_the_new_epoch(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+    tc: TransactionCoordinator, participant: Recording, coordinator: BatchCoordinator
 ) -> None:
     init = await tc.init_producer_id("tx", 10_000)
     pid, epoch = init.producer_id, init.producer_epoch
@@ -98,37 +110,38 @@ async def test_commit_bumps_epoch_and_places_markers_with_the_new_epoch(
         ErrorCode.NONE,
         ErrorCode.NONE,
     ]
-    assert participant.added == [(pid, epoch, [TP0, TP1])]
     end = await tc.end_txn("tx", pid, epoch, commit=True)
-    assert end.error is ErrorCode.NONE
-    assert end.producer_epoch == epoch + 1
-    assert participant.markers == [(pid, epoch, epoch + 1, True, [TP0, TP1])]
-    description = tc.describe("tx")
+    assert (end.error, end.producer_epoch) == (ErrorCode.NONE, epoch + 1)
+    assert participant.completed == [(pid, epoch, True, (TP0, TP1))]
+    assert (
+        await markers(coordinator, TP0) == await markers(coordinator, TP1) == [(epoch + 1, COMMIT)]
+    )
+    description = await tc.describe("tx")
     assert description is not None
     assert description.state is TxnState.COMPLETE_COMMIT
-    assert description.partitions == []
+    assert description.partitions == ()
 
 
-async def test_re_adding_a_partition_does_not_register_it_twice(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+async def test_re_adding_a_partition_keeps_it_once(
+    tc: TransactionCoordinator, participant: Recording
 ) -> None:
     init = await tc.init_producer_id("tx")
     await tc.add_partitions_to_txn("tx", init.producer_id, init.producer_epoch, [TP0])
     await tc.add_partitions_to_txn("tx", init.producer_id, init.producer_epoch, [TP0, TP1])
-    assert [added for _, _, added in participant.added] == [[TP0], [TP1]]
+    description = await tc.describe("tx")
+    assert description is not None and description.partitions == (TP0, TP1)
 
 
 async def test_reinit_aborts_the_open_transaction_and_fences_the_old_epoch(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+    tc: TransactionCoordinator, participant: Recording, coordinator: BatchCoordinator
 ) -> None:
     first = await tc.init_producer_id("tx")
     await tc.add_partitions_to_txn("tx", first.producer_id, first.producer_epoch, [TP0])
     second = await tc.init_producer_id("tx")
     assert second.producer_id == first.producer_id
     # The abort bumped once (its marker epoch), the re-init once more.
-    assert participant.markers == [
-        (first.producer_id, first.producer_epoch, first.producer_epoch + 1, False, [TP0])
-    ]
+    assert participant.completed == [(first.producer_id, first.producer_epoch, False, (TP0,))]
+    assert await markers(coordinator, TP0) == [(first.producer_epoch + 1, ABORT)]
     assert second.producer_epoch == first.producer_epoch + 2
     stale = await tc.add_partitions_to_txn("tx", first.producer_id, first.producer_epoch, [TP1])
     assert stale == [ErrorCode.PRODUCER_FENCED]
@@ -151,10 +164,12 @@ async def test_errors_for_unknown_ids_and_wrong_states(tc: TransactionCoordinato
     # Nothing is open yet: ending is an invalid state transition.
     assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.INVALID_TXN_STATE
     assert (await tc.init_producer_id("tx", 0)).error is ErrorCode.INVALID_REQUEST
+    unknown = await tc.add_partitions_to_txn("tx", pid, epoch, [TopicPartition("nope", 0)])
+    assert unknown == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 
 async def test_end_txn_retry_is_answered_again_but_a_different_outcome_is_not(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+    tc: TransactionCoordinator, participant: Recording, coordinator: BatchCoordinator
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
@@ -162,31 +177,31 @@ async def test_end_txn_retry_is_answered_again_but_a_different_outcome_is_not(
     first = await tc.end_txn("tx", pid, epoch, commit=True)
     retry = await tc.end_txn("tx", pid, epoch, commit=True)
     assert retry == first
-    assert len(participant.markers) == 1
+    assert len(participant.completed) == 1
+    assert len(await markers(coordinator, TP0)) == 1
     other = await tc.end_txn("tx", pid, epoch, commit=False)
     assert other.error is ErrorCode.PRODUCER_FENCED
 
 
 async def test_next_transaction_runs_at_the_bumped_epoch(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+    tc: TransactionCoordinator, coordinator: BatchCoordinator
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
     for round_number in range(3):
         await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
         end = await tc.end_txn("tx", pid, epoch, commit=round_number % 2 == 0)
-        assert end.error is ErrorCode.NONE
-        assert end.producer_epoch == epoch + 1
+        assert (end.error, end.producer_epoch) == (ErrorCode.NONE, epoch + 1)
         epoch = end.producer_epoch
-    assert [marker[2] for marker in participant.markers] == [
-        init.producer_epoch + 1,
-        init.producer_epoch + 2,
-        init.producer_epoch + 3,
+    assert await markers(coordinator, TP0) == [
+        (init.producer_epoch + 1, COMMIT),
+        (init.producer_epoch + 2, ABORT),
+        (init.producer_epoch + 3, COMMIT),
     ]
 
 
 async def test_timeout_aborts_and_fences(
-    tc: TransactionCoordinator, participant: RecordingParticipant, clock: ManualClock
+    tc: TransactionCoordinator, clock: ManualClock, coordinator: BatchCoordinator
 ) -> None:
     init = await tc.init_producer_id("tx", 5_000)
     pid, epoch = init.producer_id, init.producer_epoch
@@ -195,30 +210,32 @@ async def test_timeout_aborts_and_fences(
     assert await tc.abort_expired() == []
     await clock.advance(2.0)
     assert await tc.abort_expired() == ["tx"]
-    assert participant.markers == [(pid, epoch, epoch + 1, False, [TP0])]
+    assert await markers(coordinator, TP0) == [(epoch + 1, ABORT)]
     assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.PRODUCER_FENCED
 
 
 async def test_timeout_loop_runs_on_the_injected_clock(
-    tc: TransactionCoordinator, participant: RecordingParticipant, clock: ManualClock
+    tc: TransactionCoordinator, clock: ManualClock, coordinator: BatchCoordinator
 ) -> None:
     async with tc:
         init = await tc.init_producer_id("tx", 1_000)
         await tc.add_partitions_to_txn("tx", init.producer_id, init.producer_epoch, [TP0])
-        await clock.advance(3.0)
-        assert [marker[3] for marker in participant.markers] == [False]
+        for _ in range(60):
+            await clock.advance(0.05)
+            await asyncio.sleep(0.005)
+    assert await markers(coordinator, TP0) == [(init.producer_epoch + 1, ABORT)]
 
 
 async def test_failed_markers_leave_the_transaction_prepared_until_a_retry_lands(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+    tc: TransactionCoordinator, participant: Recording, coordinator: BatchCoordinator
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
     await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
-    participant.fail_markers = 1
+    participant.fail_completions = 1
     failed = await tc.end_txn("tx", pid, epoch, commit=True)
     assert failed.error is ErrorCode.CONCURRENT_TRANSACTIONS
-    description = tc.describe("tx")
+    description = await tc.describe("tx")
     assert description is not None and description.state is TxnState.PREPARE_COMMIT
     # The producer may not change its mind once the outcome is prepared.
     assert (await tc.end_txn("tx", pid, epoch, commit=False)).error is (ErrorCode.INVALID_TXN_STATE)
@@ -227,61 +244,57 @@ async def test_failed_markers_leave_the_transaction_prepared_until_a_retry_lands
     ]
     done = await tc.end_txn("tx", pid, epoch, commit=True)
     assert (done.error, done.producer_epoch) == (ErrorCode.NONE, epoch + 1)
-    assert participant.markers == [(pid, epoch, epoch + 1, True, [TP0])]
+    assert await markers(coordinator, TP0) == [(epoch + 1, COMMIT)]
 
 
-async def test_concurrent_end_and_add_are_serialized(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+async def test_a_prepared_transaction_left_behind_is_completed_by_the_sweeper(
+    tc: TransactionCoordinator, participant: Recording, clock: ManualClock
+) -> None:
+    init = await tc.init_producer_id("tx", 60_000)
+    pid, epoch = init.producer_id, init.producer_epoch
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
+    participant.fail_completions = 1
+    assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is (
+        ErrorCode.CONCURRENT_TRANSACTIONS
+    )
+    assert await tc.abort_expired() == []  # left to the instance that prepared it, for a while
+    await clock.advance(10.0)
+    assert await tc.abort_expired() == ["tx"]
+    description = await tc.describe("tx")
+    assert description is not None and description.state is TxnState.COMPLETE_COMMIT
+
+
+async def test_an_add_racing_an_end_is_fenced_once_the_end_is_prepared(
+    tc: TransactionCoordinator, participant: Recording
 ) -> None:
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
     await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
-    participant.marker_gate = asyncio.Event()
+    participant.completion_gate = asyncio.Event()
     ending = asyncio.create_task(tc.end_txn("tx", pid, epoch, commit=True))
-    await asyncio.sleep(0)
-    adding = asyncio.create_task(tc.add_partitions_to_txn("tx", pid, epoch, [TP1]))
-    await asyncio.sleep(0)
-    participant.marker_gate.set()
-    assert (await ending).error is ErrorCode.NONE
-    # The add waited for the end, by which time its epoch was stale.
-    assert await adding == [ErrorCode.PRODUCER_FENCED]
-
-
-async def test_epoch_exhaustion_moves_to_a_fresh_producer_id(
-    tc: TransactionCoordinator,
-) -> None:
-    init = await tc.init_producer_id("tx")
-    pid, epoch = init.producer_id, init.producer_epoch
-    # Walk the epoch to the int16 limit through transactions.
-    while True:
-        await tc.add_partitions_to_txn("tx", pid, epoch, [TP0])
-        end = await tc.end_txn("tx", pid, epoch, commit=True)
-        assert end.error is ErrorCode.NONE
-        if end.producer_id != pid:
+    for _ in range(50):
+        description = await tc.describe("tx")
+        assert description is not None
+        if description.state is TxnState.PREPARE_COMMIT:
             break
-        epoch = end.producer_epoch
-        assert epoch <= 32767
-    assert (end.producer_id, end.producer_epoch) != (pid, epoch)
-    assert end.producer_epoch == 0
+        await asyncio.sleep(0.005)
+    assert await tc.add_partitions_to_txn("tx", pid, epoch, [TP1]) == [
+        ErrorCode.CONCURRENT_TRANSACTIONS
+    ]
+    participant.completion_gate.set()
+    assert (await ending).error is ErrorCode.NONE
+    assert await tc.add_partitions_to_txn("tx", pid, epoch, [TP1]) == [ErrorCode.PRODUCER_FENCED]
 
 
-async def test_a_failed_partition_keeps_it_prepared_and_a_deleted_one_is_skipped(
-    tc: TransactionCoordinator, participant: RecordingParticipant
+async def test_a_deleted_partition_is_skipped(
+    tc: TransactionCoordinator, coordinator: BatchCoordinator
 ) -> None:
-    """EndTxn answers with an EndTxn error: a partition's marker failure is not passed on."""
+    await coordinator.create_topic("gone", 1)
+    gone = TopicPartition("gone", 0)
     init = await tc.init_producer_id("tx")
     pid, epoch = init.producer_id, init.producer_epoch
-    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0, TP1])
-    participant.marker_errors = {
-        TP0: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        TP1: ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-    }
-    failed = await tc.end_txn("tx", pid, epoch, commit=False)
-    assert failed.error is ErrorCode.CONCURRENT_TRANSACTIONS
-    description = tc.describe("tx")
-    assert description is not None and description.state is TxnState.PREPARE_ABORT
-    assert description.partitions == [TP1]  # the deleted one is dropped, as Kafka does
-    participant.marker_errors = {}
+    await tc.add_partitions_to_txn("tx", pid, epoch, [TP0, gone])
+    await coordinator.delete_topics(["gone"])
     done = await tc.end_txn("tx", pid, epoch, commit=False)
     assert (done.error, done.producer_epoch) == (ErrorCode.NONE, epoch + 1)
-    assert [m[4] for m in participant.markers] == [[TP0, TP1], [TP1]]
+    assert await markers(coordinator, TP0) == [(epoch + 1, ABORT)]

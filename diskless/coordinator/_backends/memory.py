@@ -39,7 +39,7 @@ from diskless.coordinator._store import (
     TopicRow,
     run_inline,
 )
-from diskless.txn import ProducerEntry
+from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -137,6 +137,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._files: dict[str, FileRow] = {}
         self._brokers: dict[int, int] = {}
         self._counters: dict[str, int] = {}
+        self._txns: dict[str, TxnRecord] = {}
         self._leases: dict[int, TxnLease] = {}
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
@@ -201,6 +202,8 @@ class MemoryStore(StoreTxn, ReadView):
             snapshot.broker_epochs = _pick(needs.brokers, self._brokers)
         if needs.files:
             snapshot.files = _pick(needs.files, self._files)
+        if needs.txns:
+            snapshot.txns = _pick(needs.txns, self._txns)
         if needs.topics or needs.counters:
             snapshot.topics = _pick(needs.topics, self._topics)
             snapshot.counters = _pick(needs.counters, self._counters)
@@ -310,6 +313,7 @@ class MemoryStore(StoreTxn, ReadView):
             partition.refresh_lso()
         for key, entry_aborted in changes.aborted:
             by_key[key].aborted.append(entry_aborted)
+        self._txns.update(changes.txns)
         if changes.leases_released:
             self._signal_release()
         return granted
@@ -407,6 +411,17 @@ class MemoryStore(StoreTxn, ReadView):
             count, size = totals.get(file.state, (0, 0))
             totals[file.state] = (count + 1, size + file.size)
         return totals
+
+    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
+        return _pick(transactional_ids, self._txns)
+
+    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
+        due = sorted(
+            (record.due_ms, tid)
+            for tid, record in self._txns.items()
+            if record.due_ms is not None and record.due_ms < now_ms
+        )
+        return [self._txns[tid] for _, tid in due[:limit]]
 
     def earliest_lease_expiry(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int

@@ -23,11 +23,12 @@ from diskless.coordinator._backends.sqlite_rows import (
     in_lists,
     partition_from_row,
     topic_from_row,
+    txn_from_blob,
 )
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
 from diskless.coordinator._store import ReadView, TopicRow
-from diskless.txn import ProducerEntry
+from diskless.txn import ProducerEntry, TxnRecord
 
 
 class SqliteReads(ReadView):
@@ -160,6 +161,27 @@ class SqliteReads(ReadView):
                 "SELECT state, count(*), coalesce(sum(size), 0) FROM files GROUP BY state"
             )
         }
+
+    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
+        found = {}
+        for marks, chunk in in_lists(list(dict.fromkeys(transactional_ids))):
+            for tid, blob in self._conn.execute(
+                f"SELECT transactional_id, record FROM txn_records"
+                f" WHERE transactional_id IN ({marks})",
+                chunk,
+            ):
+                found[tid] = txn_from_blob(blob)
+        return found
+
+    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
+        return [
+            txn_from_blob(blob)
+            for (blob,) in self._conn.execute(
+                "SELECT record FROM txn_records WHERE due_ms IS NOT NULL AND due_ms < ?"
+                " ORDER BY due_ms, transactional_id LIMIT ?",
+                (now_ms, limit),
+            )
+        ]
 
     def earliest_lease_expiry(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int

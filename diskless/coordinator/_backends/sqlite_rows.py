@@ -12,7 +12,7 @@ from diskless.coordinator._api import FileState, TopicConfig
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
 from diskless.coordinator._store import TopicRow
-from diskless.txn import ProducerEntry, RetainedBatch
+from diskless.txn import ProducerEntry, RetainedBatch, TxnRecord
 
 KEYS_PER_QUERY_MAX: Final = 4096
 """Keys looked up per statement when loading state for a step (2 parameters each)."""
@@ -50,6 +50,7 @@ FILE_COLUMNS: Final = "key, state, size, since_ms, live_batches"
 INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
+_RECORD_DECODER = msgspec.msgpack.Decoder(TxnRecord)
 _RETAINED_ENCODER = msgspec.msgpack.Encoder()
 _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
 
@@ -150,3 +151,11 @@ def in_lists(keys: Sequence[Any]) -> Iterator[tuple[str, list[Any]]]:
     for i in range(0, len(keys), KEYS_PER_QUERY_MAX):
         chunk = list(keys[i : i + KEYS_PER_QUERY_MAX])
         yield ", ".join(["?"] * len(chunk)), chunk
+
+
+def txn_to_row(record: TxnRecord) -> tuple[Any, ...]:
+    return (record.transactional_id, _RETAINED_ENCODER.encode(record), record.due_ms)
+
+
+def txn_from_blob(blob: bytes) -> TxnRecord:
+    return _RECORD_DECODER.decode(blob)

@@ -116,6 +116,15 @@ MIGRATIONS: list[list[str]] = [
         " DEFAULT 9223372036854775807",
         "ALTER TABLE topics ADD COLUMN timestamp_after_max_ms INTEGER NOT NULL DEFAULT 3600000",
     ],
+    # 4: transaction records (the transactional-id state), due_ms indexed for the sweepers.
+    [
+        """CREATE TABLE txn_records (
+            transactional_id TEXT PRIMARY KEY,
+            record BLOB NOT NULL,
+            due_ms INTEGER
+        ) WITHOUT ROWID""",
+        "CREATE INDEX txn_records_due ON txn_records (due_ms) WHERE due_ms IS NOT NULL",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,12 +30,14 @@ from diskless.coordinator._backends.sqlite_rows import (
     keyed_lookups,
     partition_from_row,
     topic_from_row,
+    txn_from_blob,
+    txn_to_row,
 )
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
 from diskless.coordinator._store import BatchRefs, Changes, Needs, Snapshot, StoreTxn, TopicRow
-from diskless.txn import ProducerEntry
+from diskless.txn import ProducerEntry, TxnRecord
 
 
 class _Loaded(msgspec.Struct):
@@ -53,6 +55,7 @@ class _Loaded(msgspec.Struct):
     batch_refs: dict[int, BatchRefs] = {}
     batches: dict[int, list[StoredBatch]] = {}
     retained_partitions: list[PartitionState] = []
+    txns: dict[str, TxnRecord] = {}
 
     def freeze(self) -> Snapshot:
         return Snapshot(**msgspec.structs.asdict(self))
@@ -130,6 +133,13 @@ class SqliteTxn(StoreTxn):
                 f"SELECT name, value FROM meta WHERE name IN ({marks})", chunk
             ):
                 snapshot.counters[name] = value
+        for marks, chunk in in_lists(sorted(needs.txns)):
+            for tid, blob in conn.execute(
+                f"SELECT transactional_id, record FROM txn_records"
+                f" WHERE transactional_id IN ({marks})",
+                chunk,
+            ):
+                snapshot.txns[tid] = txn_from_blob(blob)
         for partition_id, offset in needs.batch_refs.items():
             files: dict[str, int] = {}
             size = 0
@@ -297,6 +307,11 @@ class SqliteTxn(StoreTxn):
 
     def _apply_txn_state(self, changes: Changes) -> None:
         conn = self._conn
+        if changes.txns:
+            conn.executemany(
+                "INSERT OR REPLACE INTO txn_records VALUES (?, ?, ?)",
+                [txn_to_row(record) for record in changes.txns.values()],
+            )
         if changes.registrations:
             conn.executemany(
                 "INSERT OR REPLACE INTO txn_registrations VALUES (?, ?, ?, ?)",
