@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -23,7 +23,7 @@ from diskless._types import (
     TopicPartition,
 )
 from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
-from diskless.txn import TxnRecord, TxnStep
+from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -367,6 +367,35 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def txns_due(self) -> list[TxnRecord]:
         """Records a sweeper must act on now (`TxnRecord.due_ms`), earliest first."""
+
+    @abc.abstractmethod
+    async def txn_add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: the transaction commits offsets of `group_id` (opened if needed)."""
+
+    @abc.abstractmethod
+    async def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[PendingOffset],
+    ) -> ErrorCode:
+        """TxnOffsetCommit: the offsets take effect if and when the transaction commits."""
+
+    # --- consumer groups (Kafka's __consumer_offsets) -----------------------------------------
+    @abc.abstractmethod
+    async def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Store committed offsets, (offset, metadata) per partition; an unknown partition's
+        answer is UNKNOWN_TOPIC_OR_PARTITION. Offsets of a deleted topic are dropped with it."""
+
+    @abc.abstractmethod
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        """The group's committed offsets (those of committed transactions included)."""
 
     # --- the read path ------------------------------------------------------------------------
     @abc.abstractmethod

@@ -10,13 +10,13 @@ behind writes. A backend is only a store: see `_backends`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from msgspec.structs import replace
 
 from diskless._object_keys import check_commit_age
-from diskless._types import NO_PRODUCER_ID, TopicPartition
+from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
 from diskless.coordinator._api import (
     CommitBatch,
     CommitBatchResult,
@@ -344,6 +344,27 @@ class CoordinatorEngine(TxnRecordOperations):
             condemned_objects=of(FileState.CONDEMNED)[0],
             condemned_bytes=of(FileState.CONDEMNED)[1],
         )
+
+    # --- consumer groups ----------------------------------------------------------------------
+    async def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit (membership and generations are the group coordinator's business)."""
+        needs = Needs(partitions=set(offsets))
+
+        async def commit(txn: StoreTxn) -> dict[TopicPartition, ErrorCode]:
+            known = (await txn.load(needs)).partitions
+            stored = {(group_id, tp): value for tp, value in offsets.items() if tp in known}
+            await txn.apply(Changes(group_offsets=stored))
+            return {
+                tp: ErrorCode.NONE if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                for tp in offsets
+            }
+
+        return await self._write(commit)
+
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        return await self._read(lambda view: view.group_offsets(group_id))
 
     # --- inspection ---------------------------------------------------------------------------
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:

@@ -22,9 +22,12 @@ from diskless.coordinator._rules.txn import check_registration
 from diskless.coordinator._store import Changes, Needs, StoreTxn
 from diskless.txn import (
     PREPARED_STATES,
+    PendingOffset,
     TxnRecord,
     TxnStep,
+    add_offsets_to_record,
     add_to_record,
+    commit_offsets_to_record,
     complete_record,
     end_record,
     expire_record,
@@ -135,6 +138,40 @@ class TxnRecordOperations(TransactionOperations):
 
         return await self._write(add)
 
+    async def txn_add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: the transaction commits offsets of `group_id` (opened if needed)."""
+
+        async def add(txn: StoreTxn) -> ErrorCode:
+            now = self._clock.now_ms()
+            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
+            step = add_offsets_to_record(record, producer_id, producer_epoch, group_id, now)
+            if step.record is not None and step.record is not record:
+                await txn.apply(Changes(txns={transactional_id: step.record}))
+            return step.error
+
+        return await self._write(add)
+
+    async def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[PendingOffset],
+    ) -> ErrorCode:
+        """TxnOffsetCommit: the offsets take effect if and when the transaction commits."""
+
+        async def commit(txn: StoreTxn) -> ErrorCode:
+            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
+            step = commit_offsets_to_record(record, producer_id, producer_epoch, group_id, offsets)
+            if step.record is not None and step.record is not record:
+                await txn.apply(Changes(txns={transactional_id: step.record}))
+            return step.error
+
+        return await self._write(commit)
+
     async def txn_end(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> TxnStep:
@@ -217,7 +254,13 @@ class TxnRecordOperations(TransactionOperations):
             next_id, counter = await self._next_producer_id(txn, record)
             done = complete_record(record, now, next_id)
             counters = {NEXT_PRODUCER_ID: counter} if next_id >= 0 else {}
-            await txn.apply(replace(changes, txns={tid: done}, counters=counters))
+            offsets = {}
+            if record.commit:  # the offsets committed in the transaction take effect with it
+                for o in record.pending_offsets:
+                    offsets[(o.group_id, o.topic_partition)] = (o.offset, o.metadata)
+            await txn.apply(
+                replace(changes, txns={tid: done}, counters=counters, group_offsets=offsets)
+            )
             return TxnStep(ErrorCode.NONE, done)
 
         return await self._write(complete)

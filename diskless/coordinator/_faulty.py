@@ -6,7 +6,7 @@ Faults are drawn from a seeded `random.Random`, so a run replays exactly from it
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from diskless._limits import CommitBounds
 from diskless._types import ErrorCode, TopicPartition
@@ -31,7 +31,7 @@ from diskless.coordinator._api import (
     TopicDescription,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
-from diskless.txn import TxnRecord, TxnStep
+from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
 
 class FaultyBatchCoordinator(BatchCoordinator):
@@ -172,6 +172,33 @@ class FaultyBatchCoordinator(BatchCoordinator):
 
     async def txns_due(self) -> list[TxnRecord]:
         return await self.inner.txns_due()
+
+    async def txn_add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        return await self.inner.txn_add_offsets(
+            transactional_id, producer_id, producer_epoch, group_id
+        )
+
+    async def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[PendingOffset],
+    ) -> ErrorCode:
+        return await self.inner.txn_commit_offsets(
+            transactional_id, producer_id, producer_epoch, group_id, offsets
+        )
+
+    async def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
+    ) -> dict[TopicPartition, ErrorCode]:
+        return await self.inner.commit_offsets(group_id, offsets)
+
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        return await self.inner.fetch_offsets(group_id)
 
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]

@@ -110,7 +110,8 @@ class Changes(msgspec.Struct):
 
     topics_deleted: Sequence[str] = ()
     """Each topic goes with its partitions and every row keyed by them (batches, producers,
-    registrations, leases, ongoing and aborted transactions). Files are changed by `files`."""
+    registrations, leases, ongoing and aborted transactions, committed group offsets). Files
+    are changed by `files`."""
     topics_created: Sequence[TopicRow] = ()
     """Created with partitions 0 .. partition_count - 1, each empty."""
     partitions_added: Sequence[tuple[str, int]] = ()
@@ -146,6 +147,8 @@ class Changes(msgspec.Struct):
     aborted: Sequence[tuple[int, AbortedTxn]] = ()
     txns: Mapping[str, TxnRecord] = EMPTY
     """Transaction records, inserted or replaced by transactional id."""
+    group_offsets: Mapping[tuple[str, TopicPartition], tuple[int, str | None]] = EMPTY
+    """(group, partition) -> (offset, metadata): committed consumer offsets, replaced."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -160,6 +163,7 @@ class Changes(msgspec.Struct):
             or self.ongoing_closed
             or self.aborted
             or self.txns
+            or self.group_offsets
         )
 
 
@@ -203,6 +207,10 @@ class ReadView(ReadSource, Protocol):
         ...
 
     def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]: ...
+
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        """The committed offsets of a consumer group: (offset, metadata) per partition."""
+        ...
 
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         """Records whose `due_ms` is before `now_ms`, earliest first."""

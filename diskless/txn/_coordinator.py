@@ -30,6 +30,7 @@ from diskless.txn._participant import TransactionParticipant
 from diskless.txn._txn_state import (
     PREPARED_STATES,
     TRANSACTION_TIMEOUT_MS_MAX,
+    PendingOffset,
     TxnRecord,
     TxnStep,
 )
@@ -136,6 +137,28 @@ class TransactionCoordinator:
         `result[i]` answers `partitions[i]`."""
         return await self._participant.txn_add_partitions(
             transactional_id, producer_id, producer_epoch, partitions
+        )
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: the transaction will commit offsets of `group_id`."""
+        return await self._participant.txn_add_offsets(
+            transactional_id, producer_id, producer_epoch, group_id
+        )
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[PendingOffset],
+    ) -> ErrorCode:
+        """TxnOffsetCommit: the offsets take effect atomically with the transaction's commit,
+        and never if it aborts (consume-transform-produce exactly once)."""
+        return await self._participant.txn_commit_offsets(
+            transactional_id, producer_id, producer_epoch, group_id, offsets
         )
 
     async def end_txn(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from diskless._types import ErrorCode, TopicPartition
-from diskless.txn._txn_state import TxnRecord, TxnStep
+from diskless.txn._txn_state import PendingOffset, TxnRecord, TxnStep
 
 
 class TransactionParticipant(Protocol):
@@ -35,6 +35,23 @@ class TransactionParticipant(Protocol):
     ) -> list[ErrorCode]:
         """Check the record, register the partitions and add them to it; `result[i]` answers
         `partitions[i]`."""
+        ...
+
+    async def txn_add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn (`add_offsets_to_record`)."""
+        ...
+
+    async def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[PendingOffset],
+    ) -> ErrorCode:
+        """TxnOffsetCommit (`commit_offsets_to_record`)."""
         ...
 
     async def txn_end(

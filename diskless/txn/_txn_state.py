@@ -40,6 +40,13 @@ class TxnState(enum.Enum):
 PREPARED_STATES: Final = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
 
 
+class PendingOffset(NamedTuple):
+    group_id: str
+    topic_partition: TopicPartition
+    offset: int
+    metadata: str | None
+
+
 class TxnRecord(msgspec.Struct, frozen=True):
     """The durable state of one transactional id."""
 
@@ -53,6 +60,11 @@ class TxnRecord(msgspec.Struct, frozen=True):
     """The partitions of the ongoing (or prepared) transaction."""
     started_ms: int | None = None
     """When the transaction became ONGOING."""
+    groups: tuple[str, ...] = ()
+    """Consumer groups whose offsets the transaction commits (AddOffsetsToTxn)."""
+    pending_offsets: tuple[PendingOffset, ...] = ()
+    """Offsets committed in the transaction (TxnOffsetCommit): stored for their groups when it
+    commits, dropped when it aborts."""
 
     @property
     def commit(self) -> bool:
@@ -156,6 +168,53 @@ def add_to_record(
             started_ms=record.started_ms if ongoing else now_ms,
             updated_ms=now_ms,
         ),
+    )
+
+
+def add_offsets_to_record(
+    record: TxnRecord | None, producer_id: int, producer_epoch: int, group_id: str, now_ms: int
+) -> TxnStep:
+    """AddOffsetsToTxn: the transaction (opened now if needed) commits offsets of `group_id`."""
+    step = add_to_record(record, producer_id, producer_epoch, (), now_ms)
+    if step.error is not ErrorCode.NONE:
+        return step
+    assert step.record is not None
+    current = step.record
+    ongoing = current.state is TxnState.ONGOING
+    if ongoing and group_id in current.groups:
+        return step
+    return TxnStep(
+        ErrorCode.NONE,
+        msgspec.structs.replace(
+            current,
+            state=TxnState.ONGOING,
+            groups=(current.groups if ongoing else ()) + (group_id,),
+            started_ms=current.started_ms if ongoing else now_ms,
+            updated_ms=now_ms,
+        ),
+    )
+
+
+def commit_offsets_to_record(
+    record: TxnRecord | None,
+    producer_id: int,
+    producer_epoch: int,
+    group_id: str,
+    offsets: Sequence[PendingOffset],
+) -> TxnStep:
+    """TxnOffsetCommit: the offsets wait in the record for the transaction's outcome."""
+    step = add_to_record(record, producer_id, producer_epoch, (), 0)
+    if step.error is not ErrorCode.NONE:
+        return step
+    assert record is not None
+    if record.state is not TxnState.ONGOING or group_id not in record.groups:
+        return TxnStep(ErrorCode.INVALID_TXN_STATE, record)
+    replaced = {(o.group_id, o.topic_partition) for o in offsets}
+    kept = tuple(
+        o for o in record.pending_offsets if (o.group_id, o.topic_partition) not in replaced
+    )
+    return TxnStep(
+        ErrorCode.NONE, msgspec.structs.replace(record, pending_offsets=kept + tuple(offsets))
     )
 
 

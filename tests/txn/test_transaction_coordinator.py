@@ -15,7 +15,7 @@ import pytest
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import BatchCoordinator, FaultyBatchCoordinator, FindBatchesRequest
 from diskless.errors import CoordinatorUnavailableError
-from diskless.txn import TransactionCoordinator, TxnRecord, TxnState, TxnStep
+from diskless.txn import PendingOffset, TransactionCoordinator, TxnRecord, TxnState, TxnStep
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -298,3 +298,38 @@ async def test_a_deleted_partition_is_skipped(
     done = await tc.end_txn("tx", pid, epoch, commit=False)
     assert (done.error, done.producer_epoch) == (ErrorCode.NONE, epoch + 1)
     assert await markers(coordinator, TP0) == [(epoch + 1, ABORT)]
+
+
+async def test_offsets_committed_in_a_transaction_take_effect_with_it_and_only_then(
+    tc: TransactionCoordinator, coordinator: BatchCoordinator
+) -> None:
+    await coordinator.commit_offsets("g", {TP0: (5, "before")})
+    for commit in (False, True):
+        init = await tc.init_producer_id("tx")
+        pid, epoch = init.producer_id, init.producer_epoch
+        await tc.add_partitions_to_txn("tx", pid, epoch, [TP1])
+        assert await tc.add_offsets_to_txn("tx", pid, epoch, "g") is ErrorCode.NONE
+        offsets = [PendingOffset("g", TP0, 10, "in-txn"), PendingOffset("g", TP1, 3, None)]
+        assert await tc.txn_offset_commit("tx", pid, epoch, "g", offsets) is ErrorCode.NONE
+        assert await coordinator.fetch_offsets("g") == {TP0: (5, "before")}  # not yet visible
+        assert (await tc.end_txn("tx", pid, epoch, commit=commit)).error is ErrorCode.NONE
+        expected = {TP0: (10, "in-txn"), TP1: (3, None)} if commit else {TP0: (5, "before")}
+        assert await coordinator.fetch_offsets("g") == expected
+
+
+async def test_txn_offset_commit_needs_the_group_added_and_the_current_epoch(
+    tc: TransactionCoordinator,
+) -> None:
+    init = await tc.init_producer_id("tx")
+    pid, epoch = init.producer_id, init.producer_epoch
+    offsets = [PendingOffset("g", TP0, 1, None)]
+    assert await tc.txn_offset_commit("tx", pid, epoch, "g", offsets) is (
+        ErrorCode.INVALID_TXN_STATE
+    )
+    assert await tc.add_offsets_to_txn("tx", pid, epoch, "g") is ErrorCode.NONE
+    assert await tc.txn_offset_commit("tx", pid, epoch, "other", offsets) is (
+        ErrorCode.INVALID_TXN_STATE
+    )
+    await tc.init_producer_id("tx")  # a new incarnation aborts the open one and fences it
+    assert await tc.txn_offset_commit("tx", pid, epoch, "g", offsets) is ErrorCode.PRODUCER_FENCED
+    assert await tc.add_offsets_to_txn("tx", pid, epoch, "g") is ErrorCode.PRODUCER_FENCED

@@ -138,6 +138,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._brokers: dict[int, int] = {}
         self._counters: dict[str, int] = {}
         self._txns: dict[str, TxnRecord] = {}
+        self._group_offsets: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
         self._leases: dict[int, TxnLease] = {}
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
@@ -314,6 +315,8 @@ class MemoryStore(StoreTxn, ReadView):
         for key, entry_aborted in changes.aborted:
             by_key[key].aborted.append(entry_aborted)
         self._txns.update(changes.txns)
+        for (group_id, tp), committed in changes.group_offsets.items():
+            self._group_offsets.setdefault(group_id, {})[tp] = committed
         if changes.leases_released:
             self._signal_release()
         return granted
@@ -334,6 +337,9 @@ class MemoryStore(StoreTxn, ReadView):
             del self._by_key[key]
             for producer_key in [k for k in self._leases_by_producer if k[0] == key]:
                 self._drop_leases(producer_key, None)
+        for offsets in self._group_offsets.values():
+            for tp in [tp for tp in offsets if tp.topic == name]:
+                del offsets[tp]
 
     def _drop_idle_producers(self, idle_before_ms: int) -> None:
         for partition in self._by_key.values():
@@ -414,6 +420,9 @@ class MemoryStore(StoreTxn, ReadView):
 
     def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
         return _pick(transactional_ids, self._txns)
+
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        return dict(self._group_offsets.get(group_id, {}))
 
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         due = sorted(

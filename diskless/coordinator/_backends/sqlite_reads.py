@@ -173,6 +173,16 @@ class SqliteReads(ReadView):
                 found[tid] = txn_from_blob(blob)
         return found
 
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        return {
+            TopicPartition(topic, partition): (offset, metadata)
+            for topic, partition, offset, metadata in self._conn.execute(
+                "SELECT topic, partition, committed_offset, metadata FROM group_offsets"
+                " WHERE group_id = ?",
+                (group_id,),
+            )
+        }
+
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         return [
             txn_from_blob(blob)

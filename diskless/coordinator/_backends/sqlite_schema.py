@@ -125,6 +125,18 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX txn_records_due ON txn_records (due_ms) WHERE due_ms IS NOT NULL",
     ],
+    # 5: committed consumer-group offsets (Kafka's __consumer_offsets).
+    [
+        """CREATE TABLE group_offsets (
+            group_id TEXT NOT NULL,
+            topic TEXT NOT NULL,
+            partition INTEGER NOT NULL,
+            committed_offset INTEGER NOT NULL,
+            metadata TEXT,
+            PRIMARY KEY (group_id, topic, partition)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX group_offsets_by_topic ON group_offsets (topic)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -307,6 +307,14 @@ class SqliteTxn(StoreTxn):
 
     def _apply_txn_state(self, changes: Changes) -> None:
         conn = self._conn
+        if changes.group_offsets:
+            conn.executemany(
+                "INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?)",
+                [
+                    (group_id, tp.topic, tp.partition, offset, metadata)
+                    for (group_id, tp), (offset, metadata) in changes.group_offsets.items()
+                ],
+            )
         if changes.txns:
             conn.executemany(
                 "INSERT OR REPLACE INTO txn_records VALUES (?, ?, ?)",
@@ -363,6 +371,7 @@ class SqliteTxn(StoreTxn):
         ]
         for table in ("batches", "producers", *TXN_TABLES):
             conn.executemany(f"DELETE FROM {table} WHERE partition_id = ?", partition_ids)
+        conn.execute("DELETE FROM group_offsets WHERE topic = ?", (name,))
         conn.execute("DELETE FROM partitions WHERE topic_id = ?", (topic_id,))
         conn.execute("DELETE FROM topics WHERE topic_id = ?", (topic_id,))
 
