@@ -3,6 +3,7 @@
 from diskless.coordinator._api import (
     BatchCoordinator,
     BatchInfo,
+    BrokerRegistration,
     CommitBatch,
     CommitBatchResult,
     DeleteRecordsRequest,
@@ -30,6 +31,7 @@ __all__ = [
     # the contract
     "BatchCoordinator",
     "BatchInfo",
+    "BrokerRegistration",
     "CommitBatch",
     "CommitBatchResult",
     "DeleteRecordsRequest",

@@ -43,6 +43,18 @@ class TopicConfig(msgspec.Struct, frozen=True):
     record's timestamp may lie (default one hour since Kafka 4.0, KIP-1030)."""
 
 
+class BrokerRegistration(msgspec.Struct, frozen=True):
+    """Where a live broker incarnation listens: what Metadata lists for the whole cluster."""
+
+    broker_id: int
+    broker_epoch: int
+    host: str
+    port: int
+    rack: str | None
+    expires_ms: int
+    """The coordinator's clock: the broker counts as gone from then on unless it renews."""
+
+
 class TopicDescription(msgspec.Struct, frozen=True):
     name: str
     partitions: int
@@ -256,6 +268,23 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def register_broker(self, broker_id: int) -> int:
         """Hand out the next broker epoch for `broker_id`, fencing every older incarnation."""
+
+    @abc.abstractmethod
+    async def announce_broker(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        ttl_ms: int,
+    ) -> bool:
+        """Register or renew where this broker incarnation listens, for `ttl_ms` (0 withdraws
+        it); False, and no change, when the epoch is not the broker's current one (fenced)."""
+
+    @abc.abstractmethod
+    async def live_brokers(self) -> list[BrokerRegistration]:
+        """Every broker whose registration has not expired, by id: the cluster's members."""
 
     # --- the write path -----------------------------------------------------------------------
     @abc.abstractmethod

@@ -18,6 +18,7 @@ from msgspec.structs import replace
 from diskless._object_keys import check_commit_age
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
 from diskless.coordinator._api import (
+    BrokerRegistration,
     CommitBatch,
     CommitBatchResult,
     DeleteRecordsRequest,
@@ -58,6 +59,7 @@ from diskless.coordinator._store import (
     OFFSET_END,
     BatchRefs,
     Changes,
+    Durability,
     Needs,
     ReadView,
     StoreTxn,
@@ -133,6 +135,38 @@ class CoordinatorEngine(TxnRecordOperations):
             return epoch
 
         return await self._write(register)
+
+    async def announce_broker(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        ttl_ms: int,
+    ) -> bool:
+        if ttl_ms < 0:
+            raise ValueError(f"ttl_ms must be >= 0, got {ttl_ms}")
+
+        async def announce(txn: StoreTxn) -> bool:
+            now = self._clock.now_ms()
+            epochs = (await txn.load(Needs(brokers=(broker_id,)))).broker_epochs
+            if epochs.get(broker_id) != broker_epoch:
+                return False
+            registration = BrokerRegistration(
+                broker_id, broker_epoch, host, port, rack, now + ttl_ms
+            )
+            await txn.apply(Changes(broker_registrations={broker_id: registration}))
+            return True
+
+        return await self._write(announce, Durability.VOLATILE)
+
+    async def live_brokers(self) -> list[BrokerRegistration]:
+        def live(view: ReadView) -> list[BrokerRegistration]:
+            now = self._clock.now_ms()
+            return [r for r in view.broker_registrations() if r.expires_ms > now]
+
+        return await self._read(live)
 
     # --- the write path -----------------------------------------------------------------------
     async def commit_file(

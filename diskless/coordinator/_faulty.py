@@ -13,6 +13,7 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import (
     BatchCoordinator,
+    BrokerRegistration,
     CommitBatch,
     CommitBatchResult,
     DeleteRecordsRequest,
@@ -172,6 +173,20 @@ class FaultyBatchCoordinator(BatchCoordinator):
 
     async def txns_due(self) -> list[TxnRecord]:
         return await self.inner.txns_due()
+
+    async def announce_broker(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        ttl_ms: int,
+    ) -> bool:
+        return await self.inner.announce_broker(broker_id, broker_epoch, host, port, rack, ttl_ms)
+
+    async def live_brokers(self) -> list[BrokerRegistration]:
+        return await self.inner.live_brokers()
 
     async def txn_add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import FileState, TopicConfig
+from diskless.coordinator._api import BrokerRegistration, FileState, TopicConfig
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import ReadSource
@@ -117,6 +117,8 @@ class Changes(msgspec.Struct):
     partitions_added: Sequence[tuple[str, int]] = ()
     """(topic, new partition count): the topic grows by empty partitions."""
     broker_epochs: Mapping[int, int] = EMPTY
+    broker_registrations: Mapping[int, BrokerRegistration] = EMPTY
+    """Replaced by broker id."""
     counters: Mapping[str, int] = EMPTY
     files: Mapping[str, FileRow | None] = EMPTY
     """Inserted or replaced by key; None forgets the file."""
@@ -207,6 +209,10 @@ class ReadView(ReadSource, Protocol):
         ...
 
     def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]: ...
+
+    def broker_registrations(self) -> list[BrokerRegistration]:
+        """Every stored registration, expired or not, by broker id."""
+        ...
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         """The committed offsets of a consumer group: (offset, metadata) per partition."""

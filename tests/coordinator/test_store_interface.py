@@ -55,6 +55,7 @@ READ_METHODS = {
     "txns",
     "txns_due",
     "group_offsets",
+    "broker_registrations",
 }
 
 

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 from sortedcontainers import SortedDict
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import FileState
+from diskless.coordinator._api import BrokerRegistration, FileState
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
@@ -136,6 +136,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._by_key: dict[int, _Partition] = {}
         self._files: dict[str, FileRow] = {}
         self._brokers: dict[int, int] = {}
+        self._registrations: dict[int, BrokerRegistration] = {}
         self._counters: dict[str, int] = {}
         self._txns: dict[str, TxnRecord] = {}
         self._group_offsets: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
@@ -240,9 +241,10 @@ class MemoryStore(StoreTxn, ReadView):
     async def apply(self, changes: Changes) -> list[int]:
         if changes.topics_deleted or changes.topics_created or changes.partitions_added:
             self._apply_topics(changes)
-        if changes.broker_epochs or changes.counters:
+        if changes.broker_epochs or changes.counters or changes.broker_registrations:
             self._brokers.update(changes.broker_epochs)
             self._counters.update(changes.counters)
+            self._registrations.update(changes.broker_registrations)
         if changes.trims:
             self._apply_trims(changes.trims)
         for file_key, file in changes.files.items():
@@ -420,6 +422,9 @@ class MemoryStore(StoreTxn, ReadView):
 
     def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
         return _pick(transactional_ids, self._txns)
+
+    def broker_registrations(self) -> list[BrokerRegistration]:
+        return [self._registrations[b] for b in sorted(self._registrations)]
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return dict(self._group_offsets.get(group_id, {}))

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import FileState
+from diskless.coordinator._api import BrokerRegistration, FileState
 from diskless.coordinator._backends.sqlite_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
@@ -172,6 +172,15 @@ class SqliteReads(ReadView):
             ):
                 found[tid] = txn_from_blob(blob)
         return found
+
+    def broker_registrations(self) -> list[BrokerRegistration]:
+        return [
+            BrokerRegistration(*row)
+            for row in self._conn.execute(
+                "SELECT broker_id, broker_epoch, host, port, rack, expires_ms"
+                " FROM broker_registrations ORDER BY broker_id"
+            )
+        ]
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return {

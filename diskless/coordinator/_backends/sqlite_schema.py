@@ -137,6 +137,17 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX group_offsets_by_topic ON group_offsets (topic)",
     ],
+    # 6: where each broker incarnation listens, with a liveness deadline (cluster membership).
+    [
+        """CREATE TABLE broker_registrations (
+            broker_id INTEGER PRIMARY KEY,
+            broker_epoch INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            port INTEGER NOT NULL,
+            rack TEXT,
+            expires_ms INTEGER NOT NULL
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

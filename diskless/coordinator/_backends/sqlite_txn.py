@@ -215,6 +215,14 @@ class SqliteTxn(StoreTxn):
             conn.executemany(
                 "INSERT OR REPLACE INTO brokers VALUES (?, ?)", changes.broker_epochs.items()
             )
+        if changes.broker_registrations:
+            conn.executemany(
+                "INSERT OR REPLACE INTO broker_registrations VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (r.broker_id, r.broker_epoch, r.host, r.port, r.rack, r.expires_ms)
+                    for r in changes.broker_registrations.values()
+                ],
+            )
         if changes.counters:
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         file_ids = self._apply_files(changes)
