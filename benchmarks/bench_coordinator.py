@@ -99,9 +99,11 @@ async def run_coordinator(
     started, started_cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
         batches = workload[objects]
-        results = await coordinator.commit_file(
-            f"obj/{objects:09d}", 1, epoch, 1000 * len(batches), batches
-        )
+        results = (
+            await coordinator.commit_file(
+                f"obj/{objects:09d}", 1, epoch, 1000 * len(batches), batches
+            )
+        ).batches
         assert all(r.error == 0 and not r.duplicate for r in results)
         count += len(batches)
         objects += 1

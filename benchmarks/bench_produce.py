@@ -33,7 +33,7 @@ from diskless import DisklessBroker, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
     FaultyBatchCoordinator,
     InMemoryBatchCoordinator,
 )
@@ -245,11 +245,11 @@ class TimedCoordinator(FaultyBatchCoordinator):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         started = time.perf_counter()
         results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
         self.commits[object_key] = (started, time.perf_counter())
-        for batch, result in zip(batches, results, strict=True):
+        for batch, result in zip(batches, results.batches, strict=True):
             self.placed[batch.topic_partition, result.base_offset] = object_key
         return results
 

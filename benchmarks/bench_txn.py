@@ -202,7 +202,7 @@ async def end_latency(kind: str) -> tuple[list[float], list[float]]:
             errors = await coordinator.add_partitions_to_txn(pid, 0, tps)
             assert set(errors) == {ErrorCode.NONE}
             batches = [_commit_batch(tp, pid, txn=True) for tp in tps]
-            results = await coordinator.commit_file(f"t/{n}", 1, epoch, 1000, batches)
+            results = (await coordinator.commit_file(f"t/{n}", 1, epoch, 1000, batches)).batches
             assert {r.error for r in results} == {ErrorCode.NONE}
         ends = []
         for n in range(ENDS):
@@ -244,7 +244,7 @@ async def end_latency_wide(kind: str, rounds: int = 5) -> tuple[list[float], lis
                 msgspec.structs.replace(_commit_batch(tp, pid, txn=True), producer_epoch=n)
                 for tp in tps
             ]
-            results = await coordinator.commit_file(f"w/{n}", 1, epoch, 1000, batches)
+            results = (await coordinator.commit_file(f"w/{n}", 1, epoch, 1000, batches)).batches
             assert {r.error for r in results} == {ErrorCode.NONE}
             started = time.perf_counter()
             errors = await coordinator.write_txn_markers(pid, n, n + 1, True, 0, tps)

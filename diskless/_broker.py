@@ -529,9 +529,10 @@ class DisklessBroker:
         self._topics.forget([name])
         return await self._coordinator.create_topic(name, partitions, config)
 
-    async def create_partitions(self, name: str, total_partitions: int) -> None:
+    async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
+        """Grow a topic (Kafka's CreatePartitions errors)."""
         self._topics.forget([name])
-        await self._coordinator.create_partitions(name, total_partitions)
+        return await self._coordinator.create_partitions(name, total_partitions)
 
     async def delete_topics(self, names: Sequence[str]) -> None:
         self._topics.forget(names)

@@ -1,7 +1,7 @@
 """Object names: a zero-padded creation time first, so that key order is time order.
 
 Three parts rely on the names and sit above this module: the WAL names its objects here, the
-coordinator refuses to commit an object older than its commit-age bound (`check_commit_age`), and
+coordinator refuses to commit an object older than its commit-age bound (`commit_too_late`), and
 the file manager lists only what it has not reconciled yet (`start_after` a key of a given age)
 instead of the whole prefix, trusting that bound to condemn orphans.
 """
@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 import secrets
 from typing import Final
-
-from diskless.errors import ObjectKeyConflictError
 
 DEFAULT_OBJECT_PREFIX: Final = "wal/"
 _TIME_DIGITS: Final = 13
@@ -39,20 +37,22 @@ def object_key_floor(prefix: str, created_ms: int) -> str:
     return f"{prefix}{max(0, created_ms):0{_TIME_DIGITS}d}"
 
 
-def check_commit_age(
+def commit_too_late(
     object_key: str, prefix: str, now_ms: int, commit_age_max_ms: int | None
-) -> None:
-    """A commit may not name an object created more than `commit_age_max_ms` ago.
+) -> str | None:
+    """Why a commit of `object_key` now is too late, None if it is not.
 
-    This bounds how late a commit can land, which the file manager's orphan grace relies on
+    A commit may not name an object created more than `commit_age_max_ms` ago: this bounds how
+    late a commit can land, which the file manager's orphan grace relies on
     (`orphan_grace_ms > commit_age_max_ms + clock skew`). Keys without an encoded creation time
-    (not named by `new_object_key`) are exempt. Raises ObjectKeyConflictError.
+    (not named by `new_object_key`) are exempt.
     """
     if commit_age_max_ms is None:
-        return
+        return None
     created_ms = object_key_time_ms(object_key, prefix)
     if created_ms is not None and created_ms < now_ms - commit_age_max_ms:
-        raise ObjectKeyConflictError(
+        return (
             f"object {object_key!r} was created {now_ms - created_ms} ms ago, more than "
             f"commit_age_max_ms ({commit_age_max_ms}); the file manager may reclaim it"
         )
+    return None

@@ -13,8 +13,7 @@ sqlite3, OSError) are translated at the boundary where they occur and never leak
     ├── CoordinatorError              the batch coordinator failed; retriable
     │   ├── CoordinatorUnavailableError   the backing store is busy, locked or broken
     │   ├── CommitOutcomeUnknownError     a commit may or may not have been applied
-    │   ├── BrokerFencedError             the broker epoch is stale (a zombie broker)
-    │   └── ObjectKeyConflictError        the object was already committed or condemned
+    │   └── BrokerFencedError             the broker epoch is stale (a zombie broker)
     └── BrokerClosedError             the broker is shut down and takes no more work
 """
 
@@ -65,12 +64,6 @@ class CommitOutcomeUnknownError(CoordinatorError):
 
 class BrokerFencedError(CoordinatorError):
     """The commit carried a stale broker epoch; a newer incarnation of the broker exists."""
-
-    retriable = False
-
-
-class ObjectKeyConflictError(CoordinatorError):
-    """The object key was already committed, or was condemned as an orphan and may be deleted."""
 
     retriable = False
 

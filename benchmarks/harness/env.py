@@ -18,7 +18,7 @@ from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
     InMemoryBatchCoordinator,
     SqliteBatchCoordinator,
     TopicConfig,
@@ -80,7 +80,7 @@ def open_coordinator(run: RunSpec, commits: LatencyLog | None = None) -> BatchCo
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         started = time.perf_counter()
         results = await base.commit_file(
             self, object_key, broker_id, broker_epoch, file_size, batches

@@ -98,6 +98,26 @@ class CommitBatchResult(msgspec.Struct, frozen=True, gc=False):
     duplicate: bool = False
 
 
+class CommitRefusal(enum.Enum):
+    """Why a whole object was refused: nothing of it was recorded."""
+
+    BROKER_FENCED = "broker fenced"
+    """The commit carried a stale broker epoch: a newer incarnation of the broker exists, and
+    this one must stop writing."""
+    OBJECT_KEY_CONFLICT = "object key conflict"
+    """The key was already committed, condemned as an orphan (it may be deleted), or created
+    longer ago than the commit-age bound allows."""
+
+
+class CommitFileResult(msgspec.Struct, frozen=True):
+    """The outcome of committing one object: each batch's result, or why none was considered."""
+
+    batches: list[CommitBatchResult]
+    """`batches[i]` answers the i-th CommitBatch; empty when `refused`."""
+    refused: CommitRefusal | None = None
+    reason: str = ""
+
+
 class BatchInfo(msgspec.Struct, frozen=True, gc=False):
     """Where a committed batch lives and which offsets it holds.
 
@@ -253,8 +273,9 @@ class BatchCoordinator(abc.ABC):
         """Create a topic; False (and no change) if it already exists."""
 
     @abc.abstractmethod
-    async def create_partitions(self, name: str, total_partitions: int) -> None:
-        """Grow a topic to `total_partitions`; ValueError if that would shrink it."""
+    async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
+        """Grow a topic to `total_partitions` (Kafka's CreatePartitions): UNKNOWN_TOPIC_OR_PARTITION
+        for an unknown topic, INVALID_PARTITIONS unless the count grows."""
 
     @abc.abstractmethod
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
@@ -295,13 +316,14 @@ class BatchCoordinator(abc.ABC):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
-        """Commit one uploaded object's batches atomically; `result[i]` answers `batches[i]`.
+    ) -> CommitFileResult:
+        """Commit one uploaded object's batches atomically; `result.batches[i]` answers
+        `batches[i]`.
 
-        Raises BrokerFencedError for a stale epoch and ObjectKeyConflictError for a key already
-        committed or condemned, or one whose encoded creation time is older than the backend's
-        `commit_age_max_ms` (the bound the file manager's orphan grace relies on); in every case
-        nothing is recorded. Transactional batches are checked against their registration and
+        A stale broker epoch and a key already committed or condemned, or one whose encoded
+        creation time is older than the backend's `commit_age_max_ms` (the bound the file
+        manager's orphan grace relies on), are refusals (`CommitFileResult.refused`): nothing
+        is recorded. Transactional batches are checked against their registration and
         lease (`CommitBatch.lease_id`); the commit releases the leases its batches carry.
         """
 

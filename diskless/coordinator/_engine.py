@@ -15,12 +15,13 @@ from typing import Final
 
 from msgspec.structs import replace
 
-from diskless._object_keys import check_commit_age
+from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
 from diskless.coordinator._api import (
     BrokerRegistration,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
+    CommitRefusal,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     FileInfo,
@@ -37,11 +38,7 @@ from diskless.coordinator._api import (
 )
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
-from diskless.coordinator._rules.checks import (
-    check_broker_epoch,
-    check_new_topic,
-    check_object_key,
-)
+from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, object_key_taken
 from diskless.coordinator._rules.commit import plan_commit
 from diskless.coordinator._rules.files import (
     FileRow,
@@ -88,20 +85,17 @@ class CoordinatorEngine(TxnRecordOperations):
 
         return await self._write(create)
 
-    async def create_partitions(self, name: str, total_partitions: int) -> None:
-        async def grow(txn: StoreTxn) -> None:
+    async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
+        async def grow(txn: StoreTxn) -> ErrorCode:
             topic = (await txn.load(Needs(topics={name}))).topics.get(name)
             if topic is None:
-                raise ValueError(f"unknown topic {name!r}")
-            if total_partitions < topic.partition_count:
-                raise ValueError(
-                    f"topic {name!r} has {topic.partition_count} partitions; cannot shrink to "
-                    f"{total_partitions}"
-                )
-            if total_partitions > topic.partition_count:
-                await txn.apply(Changes(partitions_added=[(name, total_partitions)]))
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if total_partitions <= topic.partition_count:
+                return ErrorCode.INVALID_PARTITIONS
+            await txn.apply(Changes(partitions_added=[(name, total_partitions)]))
+            return ErrorCode.NONE
 
-        await self._write(grow)
+        return await self._write(grow)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         rows = await self._read(lambda view: view.topics(names))
@@ -176,7 +170,7 @@ class CoordinatorEngine(TxnRecordOperations):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         batches = list(batches)
         producers = set()
         registrations = set()
@@ -197,15 +191,20 @@ class CoordinatorEngine(TxnRecordOperations):
             files=(object_key,),
         )
 
-        async def commit(txn: StoreTxn) -> list[CommitBatchResult]:
+        async def commit(txn: StoreTxn) -> CommitFileResult:
             now = self._clock.now_ms()
             snapshot = await txn.load(needs)
-            check_broker_epoch(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id))
+            fenced = broker_fenced(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id))
+            if fenced is not None:
+                return CommitFileResult([], CommitRefusal.BROKER_FENCED, fenced)
             existing = snapshot.files.get(object_key)
-            check_object_key(object_key, None if existing is None else existing.state)
-            check_commit_age(
+            conflict = object_key_taken(
+                object_key, None if existing is None else existing.state
+            ) or commit_too_late(
                 object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
             )
+            if conflict is not None:
+                return CommitFileResult([], CommitRefusal.OBJECT_KEY_CONFLICT, conflict)
             plan = plan_commit(
                 object_key,
                 batches,
@@ -226,7 +225,7 @@ class CoordinatorEngine(TxnRecordOperations):
                     ongoing_opened=plan.opened_txns,
                 )
             )
-            return plan.results
+            return CommitFileResult(plan.results)
 
         return await self._write(commit, outcome_unknown_on_failure=True)
 

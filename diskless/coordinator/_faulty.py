@@ -15,7 +15,7 @@ from diskless.coordinator._api import (
     BatchCoordinator,
     BrokerRegistration,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     FileInfo,
@@ -72,7 +72,7 @@ class FaultyBatchCoordinator(BatchCoordinator):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         if self.commit_latency_s > 0:
             await self._clock.sleep(self.commit_latency_s)
         draw = self._rng.random()
@@ -93,8 +93,8 @@ class FaultyBatchCoordinator(BatchCoordinator):
     ) -> bool:
         return await self.inner.create_topic(name, partitions, config)
 
-    async def create_partitions(self, name: str, total_partitions: int) -> None:
-        await self.inner.create_partitions(name, total_partitions)
+    async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
+        return await self.inner.create_partitions(name, total_partitions)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         return await self.inner.describe_topics(names)

@@ -31,9 +31,9 @@ class SqliteBatchCoordinator(CoordinatorEngine):
         commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
         object_prefix: str = DEFAULT_OBJECT_PREFIX,
     ) -> None:
-        """`commit_age_max_ms` bounds how late a commit may land: `commit_file` rejects a key
+        """`commit_age_max_ms` bounds how late a commit may land: `commit_file` refuses a key
         (named `{object_prefix}{created_ms}-b…`, as `diskless.wal` names them) created more than
-        that long ago by this coordinator's clock (ObjectKeyConflictError), so the file manager
+        that long ago by this coordinator's clock (OBJECT_KEY_CONFLICT), so the file manager
         may condemn an unknown object once `orphan_grace_ms > commit_age_max_ms + clock skew`.
         The WAL writer's budget from naming an object to its commit (upload attempts, timeouts,
         backoffs, the commit) must fit inside it. None disables the bound."""

@@ -20,9 +20,10 @@ For `diskless.wal.WalWriter`, which names a segment's object when it rotates the
 `timeout_per_attempt_s` times its attempts) and the commit timeout the coordinator's. A produce
 request gives up at its `request_timeout_ms`, but the writer may still commit after that, so the
 request timeout alone does not bound the commit. `required_orphan_grace_ms` computes the bound
-from these figures. Condemnation makes a late commit fail with ObjectKeyConflictError, so even a
-commit that outlives the grace is rejected (never acknowledged) while the coordinator still holds
-the condemned record, i.e. for at least `unreferenced_grace_ms` after condemnation.
+from these figures. Condemnation makes the coordinator refuse a late commit
+(OBJECT_KEY_CONFLICT), so even a commit that outlives the grace is rejected (never acknowledged)
+while the coordinator still holds the condemned record, i.e. for at least `unreferenced_grace_ms`
+after condemnation.
 
 The coordinators also bound how late any commit may land, whatever the writer does: `commit_file`
 rejects a key whose encoded creation time is more than `commit_age_max_ms` older than the

@@ -17,9 +17,10 @@ from typing import Final
 
 from diskless._kafka_errors import produce_error
 from diskless._limits import backoff_ms
+from diskless._types import ErrorCode
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator, CommitBatchResult
-from diskless.errors import BrokerFencedError, CoordinatorError, StorageTimeoutError
+from diskless.coordinator import BatchCoordinator, CommitBatchResult, CommitRefusal
+from diskless.errors import CoordinatorError, StorageTimeoutError
 from diskless.storage import ObjectStore
 from diskless.wal._cache import SegmentCache
 from diskless.wal._config import WalConfig
@@ -198,10 +199,19 @@ class SegmentPipeline:
         batches = segment.batches
         started = self._clock.monotonic()
         try:
-            results = await self._coordinator.commit_file(
+            outcome = await self._coordinator.commit_file(
                 segment.key, self._broker_id, self._broker_epoch, len(segment.data), batches
             )
-        except BrokerFencedError:
+        except CoordinatorError as error:
+            log.warning(
+                "commit of %s failed (%r); object left for the file manager", segment.key, error
+            )
+            self.commits_failed += 1
+            segment.fail(
+                error_result(produce_error(error), f"commit failed or outcome unknown: {error}")
+            )
+            return
+        if outcome.refused is CommitRefusal.BROKER_FENCED:
             log.error(
                 "broker %d epoch %d fenced while committing %s; refusing further writes",
                 self._broker_id,
@@ -212,15 +222,12 @@ class SegmentPipeline:
             self._on_fenced()
             segment.fail(self._fenced_result)
             return
-        except CoordinatorError as error:
-            log.warning(
-                "commit of %s failed (%r); object left for the file manager", segment.key, error
-            )
+        if outcome.refused is not None:
+            log.warning("commit of %s refused: %s", segment.key, outcome.reason)
             self.commits_failed += 1
-            segment.fail(
-                error_result(produce_error(error), f"commit failed or outcome unknown: {error}")
-            )
+            segment.fail(error_result(ErrorCode.KAFKA_STORAGE_ERROR, outcome.reason))
             return
+        results = outcome.batches
         assert len(results) == len(batches), (len(results), len(batches))
         self.commit_latency.append(self._clock.monotonic() - started)
         self.commits += 1

@@ -105,7 +105,6 @@ def test_the_failures_cover_every_library_exception() -> None:
         "CoordinatorUnavailableError",
         "CommitOutcomeUnknownError",
         "BrokerFencedError",
-        "ObjectKeyConflictError",
         "BrokerClosedError",
         "WalFormatError",
     } <= names
@@ -140,7 +139,6 @@ def test_a_broker_that_must_not_serve_sends_the_client_elsewhere(failure: Except
         errors.StorageTimeoutError("slow"),
         errors.CoordinatorUnavailableError("database is locked"),
         errors.CommitOutcomeUnknownError("lost"),
-        errors.ObjectKeyConflictError("condemned"),
         asyncio.CancelledError(),
         RuntimeError("a bug"),
     ],

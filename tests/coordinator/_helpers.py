@@ -6,7 +6,12 @@ import itertools
 from collections.abc import Sequence
 
 from diskless._types import TopicPartition
-from diskless.coordinator import BatchCoordinator, CommitBatch, CommitBatchResult
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
+    CommitFileResult,
+)
 
 BASE_TS = 1_700_000_000_000
 _keys = itertools.count()
@@ -51,17 +56,25 @@ class Committer:
         self.broker_id = broker_id
         self.epoch: int | None = None
 
-    async def commit(
+    async def attempt(
         self, batches: Sequence[CommitBatch], key: str | None = None
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
+        """Commit one object; the outcome may be a refusal."""
         if self.epoch is None:
             self.epoch = await self.coordinator.register_broker(self.broker_id)
         size = sum(b.size for b in batches)
-        results = await self.coordinator.commit_file(
+        return await self.coordinator.commit_file(
             key if key is not None else new_key(), self.broker_id, self.epoch, size, batches
         )
-        assert len(results) == len(batches)
-        return results
+
+    async def commit(
+        self, batches: Sequence[CommitBatch], key: str | None = None
+    ) -> list[CommitBatchResult]:
+        """Commit one object that must not be refused; the batches' results."""
+        outcome = await self.attempt(batches, key)
+        assert outcome.refused is None, outcome
+        assert len(outcome.batches) == len(batches)
+        return outcome.batches
 
     async def one(self, b: CommitBatch, key: str | None = None) -> CommitBatchResult:
         return (await self.commit([b], key))[0]

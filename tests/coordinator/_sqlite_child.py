@@ -59,7 +59,8 @@ async def main(db: str, journal_path: str, broker_id: int, seed: int, commits: i
                 for i in range(count)
             ]
             _append(journal, f"I {key} {count}")
-            results = await coordinator.commit_file(key, broker_id, epoch, count * 100, batches)
+            outcome = await coordinator.commit_file(key, broker_id, epoch, count * 100, batches)
+            results = outcome.batches
             acked = [
                 [b.topic_partition.partition, r.base_offset, b.record_count, int(r.error)]
                 for b, r in zip(batches, results, strict=True)

@@ -8,6 +8,7 @@ from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TimestampType
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
+    CommitRefusal,
     DeleteRecordsRequest,
     FileState,
     FindBatchesRequest,
@@ -15,7 +16,6 @@ from diskless.coordinator import (
     ListOffsetsRequest,
     TopicConfig,
 )
-from diskless.errors import BrokerFencedError, ObjectKeyConflictError
 from diskless.txn import PRODUCER_BATCHES_RETAINED_MAX, SEQUENCE_MAX
 
 from ._helpers import BASE_TS, Committer, batch, new_key
@@ -450,9 +450,10 @@ async def test_topics(coordinator: BatchCoordinator) -> None:
         ("a", 2, config),
         ("b", 1, TopicConfig()),
     ]
-    await coordinator.create_partitions("a", 4)
-    with pytest.raises(ValueError):
-        await coordinator.create_partitions("a", 3)
+    assert await coordinator.create_partitions("a", 4) is ErrorCode.NONE
+    assert await coordinator.create_partitions("a", 3) is ErrorCode.INVALID_PARTITIONS
+    assert await coordinator.create_partitions("a", 4) is ErrorCode.INVALID_PARTITIONS
+    assert await coordinator.create_partitions("zz", 4) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert [d.partitions for d in await coordinator.describe_topics(["a", "zz"])] == [4]
     c = Committer(coordinator)
     assert (await c.one(batch(TopicPartition("a", 3)))).error == OK
@@ -518,29 +519,27 @@ async def test_broker_epoch_fencing(c: Committer) -> None:
     assert second > first
     assert await coordinator.register_broker(2) >= 1
     key = new_key()
-    for epoch in (first, second + 1):
-        with pytest.raises(BrokerFencedError):
-            await coordinator.commit_file(key, 1, epoch, 100, [batch(TP)])
-    with pytest.raises(BrokerFencedError):
-        await coordinator.commit_file(key, 99, 1, 100, [batch(TP)])
+    for broker, epoch in ((1, first), (1, second + 1), (99, 1)):
+        refused = await coordinator.commit_file(key, broker, epoch, 100, [batch(TP)])
+        assert (refused.refused, refused.batches) == (CommitRefusal.BROKER_FENCED, [])
+        assert f"broker {broker}" in refused.reason
     assert await coordinator.file_info([key]) == [None]
     assert (await fetch(coordinator, 0)).high_watermark == 0
-    results = await coordinator.commit_file(key, 1, second, 100, [batch(TP)])
-    assert results[0].base_offset == 0
+    outcome = await coordinator.commit_file(key, 1, second, 100, [batch(TP)])
+    assert outcome.refused is None and outcome.batches[0].base_offset == 0
 
 
 async def test_object_key_conflict(c: Committer, clock: ManualClock) -> None:
     coordinator = c.coordinator
     key = new_key()
     await c.commit([batch(TP)], key)
-    with pytest.raises(ObjectKeyConflictError):
-        await c.commit([batch(TP)], key)
+    assert (await c.attempt([batch(TP)], key)).refused is CommitRefusal.OBJECT_KEY_CONFLICT
     assert (await fetch(coordinator, 0)).high_watermark == 1
     orphan = new_key()
     assert await coordinator.condemn_objects([orphan, key]) == [orphan]
     assert await coordinator.condemn_objects([orphan]) == [orphan]
-    with pytest.raises(ObjectKeyConflictError):
-        await c.commit([batch(TP, pid=1, epoch=0, seq=0)], orphan)
+    refused = await c.attempt([batch(TP, pid=1, epoch=0, seq=0)], orphan)
+    assert refused.refused is CommitRefusal.OBJECT_KEY_CONFLICT
     assert await coordinator.describe_producers(TP) == []
     assert (await fetch(coordinator, 0)).high_watermark == 1
 

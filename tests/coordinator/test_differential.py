@@ -23,6 +23,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
+    CommitFileResult,
     DeleteRecordsRequest,
     FindBatchesRequest,
     ListOffsetsRequest,
@@ -158,8 +159,9 @@ class Scenario:
         self.keys.append(key)
         size = sum(b.size for b in batches)
         epoch = self.epochs[broker]
-        results = await self.both(lambda c: c.commit_file(key, broker, epoch, size, batches))
-        if isinstance(results, list):
+        outcome = await self.both(lambda c: c.commit_file(key, broker, epoch, size, batches))
+        if isinstance(outcome, CommitFileResult) and outcome.refused is None:
+            results = outcome.batches
             assert len(results) == len(batches)
             for b, r in zip(batches, results, strict=True):
                 if b.producer_id >= 0 and r.error == 0 and not r.duplicate:

@@ -207,9 +207,11 @@ async def test_five_million_batches(tmp_path: Path) -> None:
                         -1,
                     )
                 )
-            results = await coordinator.commit_file(
-                f"commit/{index:06d}", 1, epoch, BATCH_SIZE * BATCHES_PER_OBJECT, batches
-            )
+            results = (
+                await coordinator.commit_file(
+                    f"commit/{index:06d}", 1, epoch, BATCH_SIZE * BATCHES_PER_OBJECT, batches
+                )
+            ).batches
             for b, r in zip(batches, results, strict=True):
                 assert r.base_offset == high_watermarks[b.topic_partition.partition]
                 high_watermarks[b.topic_partition.partition] += RECORDS_PER_BATCH

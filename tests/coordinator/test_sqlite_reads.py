@@ -67,7 +67,7 @@ async def test_reads_stay_fast_while_another_process_holds_the_write_lock(
                     assert fetched[TP].records
                 assert not late.done(), "the lock was held throughout"
                 lock.release()
-            [result] = await asyncio.wait_for(late, 30)
+            [result] = (await asyncio.wait_for(late, 30)).batches
             assert result.error == ErrorCode.NONE
             assert result.base_offset == 2
         print(f"p99 find_batches {_p99(find_s) * 1000:.1f} ms, fetch {_p99(fetch_s) * 1000:.1f} ms")

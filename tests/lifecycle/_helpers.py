@@ -12,6 +12,7 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    CommitFileResult,
     DeleteRecordsRequest,
     FileState,
 )
@@ -49,6 +50,14 @@ def config(**overrides: object) -> FileManagerConfig:
     return FileManagerConfig(**settings)  # type: ignore[arg-type]
 
 
+class CommitRefused(Exception):
+    """A test commit the coordinator refused (`CommitFileResult.refused`)."""
+
+    def __init__(self, outcome: CommitFileResult) -> None:
+        super().__init__(f"{outcome.refused}: {outcome.reason}")
+        self.outcome = outcome
+
+
 @dataclass
 class Cluster:
     clock: ManualClock
@@ -75,9 +84,11 @@ class Cluster:
             producer_epoch=-1,
             base_sequence=-1,
         )
-        results = await self.coordinator.commit_file(key, BROKER, self.epoch, size, [batch])
-        assert len(results) == 1
-        return results[0]
+        outcome = await self.coordinator.commit_file(key, BROKER, self.epoch, size, [batch])
+        if outcome.refused is not None:
+            raise CommitRefused(outcome)
+        (result,) = outcome.batches
+        return result
 
     async def committed(self, size: int = 100) -> str:
         key = await self.upload(size)

@@ -18,11 +18,11 @@ from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
+    CommitRefusal,
     FaultyBatchCoordinator,
     FileState,
 )
-from diskless.errors import ObjectKeyConflictError
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
 from tests.lifecycle._helpers import (
@@ -46,7 +46,7 @@ class GatedCoordinator(FaultyBatchCoordinator):
         super().__init__(inner, random.Random(0))
         self.gate = asyncio.Event()
         self.arrived = asyncio.Event()
-        self.outcomes: list[BaseException | None] = []
+        self.outcomes: list[CommitFileResult | BaseException] = []
 
     async def commit_file(
         self,
@@ -55,7 +55,7 @@ class GatedCoordinator(FaultyBatchCoordinator):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         self.arrived.set()
         await self.gate.wait()
         try:
@@ -65,7 +65,7 @@ class GatedCoordinator(FaultyBatchCoordinator):
         except BaseException as error:
             self.outcomes.append(error)
             raise
-        self.outcomes.append(None)
+        self.outcomes.append(results)
         return results
 
 
@@ -131,7 +131,8 @@ async def test_in_flight_commit_within_grace_is_never_disturbed(
     assert isinstance(result, dict)
     assert result[TP].error == ErrorCode.NONE
     assert result[TP].base_offset == 0
-    assert gated.outcomes == [None]
+    [outcome] = gated.outcomes
+    assert isinstance(outcome, CommitFileResult) and outcome.refused is None
 
     for _ in range(3):  # long after: a committed object stays
         await clock_advance(c, (GRACE_MS + UNREFERENCED_GRACE_MS) / 1000)
@@ -158,7 +159,8 @@ async def test_commit_after_condemnation_is_rejected_and_not_acknowledged(
     assert result[TP].error == ErrorCode.KAFKA_STORAGE_ERROR
     assert result[TP].base_offset == -1
     [outcome] = gated.outcomes
-    assert isinstance(outcome, ObjectKeyConflictError)
+    assert isinstance(outcome, CommitFileResult)
+    assert outcome.refused is CommitRefusal.OBJECT_KEY_CONFLICT
 
     await clock_advance(c, UNREFERENCED_GRACE_MS / 1000 + 1)
     report = await manager.run_cycle()

@@ -10,13 +10,14 @@ import pytest
 
 from diskless import ManualClock
 from diskless.coordinator import FileInfo, FileState
-from diskless.errors import CoordinatorUnavailableError, ObjectKeyConflictError
+from diskless.errors import CoordinatorUnavailableError
 from diskless.lifecycle import FileManager, FileManagerConfig, required_orphan_grace_ms
 from diskless.storage import Fault, FaultyObjectStore, MemoryObjectStore, StoreOp
 from tests.lifecycle._helpers import (
     GRACE_MS,
     PREFIX,
     UNREFERENCED_GRACE_MS,
+    CommitRefused,
     CoordinatorFactory,
     YieldingStore,
     cluster,
@@ -66,7 +67,7 @@ async def test_condemned_orphan_cannot_be_committed(new_coordinator: Coordinator
     await c.clock.advance(GRACE_MS / 1000 + 1)
     await manager.run_cycle()
 
-    with pytest.raises(ObjectKeyConflictError):
+    with pytest.raises(CommitRefused):
         await c.commit(orphan)
     assert await c.state(orphan) is FileState.CONDEMNED
 

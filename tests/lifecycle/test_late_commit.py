@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock
-from diskless.coordinator import SqliteBatchCoordinator
-from diskless.errors import ObjectKeyConflictError
+from diskless.coordinator import CommitFileResult, CommitRefusal, SqliteBatchCoordinator
 from diskless.lifecycle import FileManager
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
@@ -28,6 +27,7 @@ from tests.lifecycle._helpers import (
     TP,
     UNREFERENCED_GRACE_MS,
     Cluster,
+    CommitRefused,
     cluster,
     config,
 )
@@ -104,7 +104,8 @@ async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_obj
     assert isinstance(result, dict)
     assert result[TP].error == ErrorCode.KAFKA_STORAGE_ERROR, result
     [outcome] = gated.outcomes
-    assert isinstance(outcome, ObjectKeyConflictError)
+    assert isinstance(outcome, CommitFileResult)
+    assert outcome.refused is CommitRefusal.OBJECT_KEY_CONFLICT
     assert await c.state(key) is None
     assert (
         await _read_all(c, BrokerConfig(wal=WAL)) == []
@@ -123,7 +124,7 @@ async def test_commit_waiting_for_another_process_lock_is_judged_when_it_lands(
         assert not late.done(), "the commit should be waiting for the other process's lock"
         await c.clock.advance(COMMIT_AGE_MAX_MS / 1000 + 1)  # old when it can land
         lock.release()
-    with pytest.raises(ObjectKeyConflictError):
+    with pytest.raises(CommitRefused):
         await asyncio.wait_for(late, 30)
     assert await c.state(key) is None
 

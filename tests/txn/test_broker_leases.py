@@ -15,7 +15,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
     FaultyBatchCoordinator,
     LeaseRequest,
     LeaseResult,
@@ -64,7 +64,7 @@ class Watching(FaultyBatchCoordinator):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         self.committed.extend(batches)
         return await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
 
@@ -182,14 +182,14 @@ async def test_released_leases_cannot_commit(watching: Watching, clock: ManualCl
     await watching.release_txn_leases([lease.lease_id, 424242])  # unknown ids are ignored
     from tests.coordinator._helpers import batch
 
-    (result,) = await watching.commit_file(
-        "k", 1, epoch, 100, [batch(T0, pid=5, epoch=0, seq=0, txn=True)]
-    )
+    (result,) = (
+        await watching.commit_file("k", 1, epoch, 100, [batch(T0, pid=5, epoch=0, seq=0, txn=True)])
+    ).batches
     assert result.error is OK  # without a lease: allowed while ONGOING
     import msgspec
 
     leased = msgspec.structs.replace(
         batch(T0, pid=5, epoch=0, seq=1, txn=True), lease_id=lease.lease_id
     )
-    (late,) = await watching.commit_file("k2", 1, epoch, 100, [leased])
+    (late,) = (await watching.commit_file("k2", 1, epoch, 100, [leased])).batches
     assert late.error is ErrorCode.INVALID_TXN_STATE

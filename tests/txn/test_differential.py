@@ -89,9 +89,10 @@ async def test_backends_agree_on_random_transactional_operations(seed: int, tmp_
                 if rng.random() < 0.2:
                     batches.append(batch(rng.choice(PARTITIONS), count=2))
                 key = f"d/{next(keys)}"
-                results = await both(
+                outcome = await both(
                     lambda c, k=key, bs=batches: c.commit_file(k, 1, broker_epoch, 100, bs)
                 )
+                results = outcome.batches
                 for b, r in zip(batches, results, strict=True):
                     if b.producer_id >= 0 and r.error != 0:
                         sequences[(pid, b.topic_partition)] = b.base_sequence  # resend it later

@@ -18,6 +18,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
+    CommitRefusal,
     FindBatchesRequest,
     FindBatchesResponse,
     InMemoryBatchCoordinator,
@@ -26,7 +27,7 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
-from diskless.errors import BrokerFencedError, ObjectKeyConflictError
+from diskless.errors import BrokerFencedError
 from diskless.txn import TransactionParticipant
 from tests.coordinator._helpers import Committer, batch
 
@@ -363,15 +364,15 @@ async def test_commit_age_bound(coordinator: BatchCoordinator, clock: ManualCloc
     old = new_object_key(DEFAULT_OBJECT_PREFIX, clock.now_ms(), 1)
     fresh = new_object_key(DEFAULT_OBJECT_PREFIX, clock.now_ms(), 1)
     await clock.advance(240.0)  # the default bound, exactly: still in time
-    (ok,) = await coordinator.commit_file(fresh, 1, epoch, 100, [batch(TP)])
+    (ok,) = (await coordinator.commit_file(fresh, 1, epoch, 100, [batch(TP)])).batches
     assert ok.error == OK
     await clock.advance(0.001)
-    with pytest.raises(ObjectKeyConflictError):
-        await coordinator.commit_file(old, 1, epoch, 100, [batch(TP)])
+    late = await coordinator.commit_file(old, 1, epoch, 100, [batch(TP)])
+    assert late.refused is CommitRefusal.OBJECT_KEY_CONFLICT
     assert (await coordinator.file_info([old])) == [None]  # no side effects
     assert (await find(coordinator)).high_watermark == 1
     # Keys this library did not name carry no time and are exempt.
-    (other,) = await coordinator.commit_file("elsewhere/x", 1, epoch, 100, [batch(TP)])
+    (other,) = (await coordinator.commit_file("elsewhere/x", 1, epoch, 100, [batch(TP)])).batches
     assert other.error == OK
 
 

@@ -69,9 +69,9 @@ class GatedCommits(FaultyBatchCoordinator):
     ) -> list[CommitBatchResult]:
         self.waiting += 1
         await self.gate.wait()
-        results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.results.append(results)
-        return results
+        outcome = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+        self.results.append(outcome.batches)
+        return outcome
 
 
 class GatedPuts(MemoryObjectStore):
@@ -255,9 +255,10 @@ async def test_c_lso_with_interleaved_transactions_matches_a_model(
     keys = iter(range(1_000_000))
 
     async def commit(batches: list[CommitBatch]) -> list[CommitBatchResult]:
-        return await coordinator.commit_file(
+        outcome = await coordinator.commit_file(
             f"m/{next(keys)}", 1, broker_epoch, sum(b.size for b in batches), batches
         )
+        return outcome.batches
 
     for step_number in range(300):
         pid = rng.choice(producers)

@@ -85,9 +85,9 @@ class StallingCoordinator(FaultyBatchCoordinator):
         if self.enabled and self._stall_rng.random() < self._stall_rate:
             self.stalls += 1
             await self._clock.sleep(STALL_S)
-        results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.errors.update(r.error for r in results)
-        return results
+        outcome = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+        self.errors.update(r.error for r in outcome.batches)
+        return outcome
 
 
 @dataclass

@@ -11,7 +11,7 @@ from diskless import ManualClock, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
-    CommitBatchResult,
+    CommitFileResult,
     FaultyBatchCoordinator,
     FindBatchesRequest,
     InMemoryBatchCoordinator,
@@ -39,7 +39,7 @@ class RecordingCoordinator(FaultyBatchCoordinator):
         broker_epoch: int,
         file_size: int,
         batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    ) -> CommitFileResult:
         self.commit_calls += 1
         results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
         self.committed_keys.append(object_key)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
-from diskless.coordinator import CommitBatchResult, InMemoryBatchCoordinator
+from diskless.coordinator import CommitBatchResult, CommitFileResult, InMemoryBatchCoordinator
 from diskless.errors import BrokerClosedError
 from diskless.storage import Fault, FaultyObjectStore, MemoryObjectStore, StoreOp
 from diskless.wal import (
@@ -342,7 +342,7 @@ async def test_backpressure_bounds_inflight_bytes_under_a_flood() -> None:
     seen: list[int] = []
 
     class Probe(RecordingCoordinator):
-        async def commit_file(self, *args: object, **kwargs: object) -> list[CommitBatchResult]:
+        async def commit_file(self, *args: object, **kwargs: object) -> CommitFileResult:
             seen.append(writer.inflight_bytes)
             return await super().commit_file(*args, **kwargs)  # type: ignore[arg-type]
 

@@ -1,5 +1,6 @@
 """Preconditions shared by every backend: of a commit (broker fencing, object-key reuse), and of
-a new topic (its name and partition count)."""
+a new topic (its name and partition count). Fencing and key conflicts are protocol outcomes,
+returned as reasons, not raised."""
 
 from __future__ import annotations
 
@@ -7,23 +8,32 @@ import re
 from typing import Final
 
 from diskless.coordinator._api import FileState
-from diskless.errors import BrokerFencedError, ObjectKeyConflictError
+from diskless.errors import BrokerFencedError
+
+
+def broker_fenced(broker_id: int, broker_epoch: int, latest_epoch: int | None) -> str | None:
+    """Why the broker incarnation is fenced, None if it is current: only the latest epoch
+    handed out to a broker may write; older and unknown ones are fenced."""
+    if latest_epoch is None:
+        return f"broker {broker_id} was never registered"
+    if broker_epoch != latest_epoch:
+        return f"broker {broker_id} epoch {broker_epoch} is not the current epoch {latest_epoch}"
+    return None
 
 
 def check_broker_epoch(broker_id: int, broker_epoch: int, latest_epoch: int | None) -> None:
-    """Only the latest epoch handed out to a broker may commit; older and unknown ones fail."""
-    if latest_epoch is None:
-        raise BrokerFencedError(f"broker {broker_id} was never registered")
-    if broker_epoch != latest_epoch:
-        raise BrokerFencedError(
-            f"broker {broker_id} epoch {broker_epoch} is not the current epoch {latest_epoch}"
-        )
+    """`broker_fenced` as an exception, for the calls that answer with one (leases)."""
+    fenced = broker_fenced(broker_id, broker_epoch, latest_epoch)
+    if fenced is not None:
+        raise BrokerFencedError(fenced)
 
 
-def check_object_key(object_key: str, state: FileState | None) -> None:
-    """A key may be committed once, and never after it was condemned as an orphan."""
+def object_key_taken(object_key: str, state: FileState | None) -> str | None:
+    """Why `object_key` cannot be committed, None if it can: a key is committed once, and
+    never after it was condemned as an orphan."""
     if state is not None:
-        raise ObjectKeyConflictError(f"object {object_key!r} is already {state.value}")
+        return f"object {object_key!r} is already {state.value}"
+    return None
 
 
 TOPIC_NAME_LENGTH_MAX: Final = 249
