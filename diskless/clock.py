@@ -50,9 +50,15 @@ class ManualClock:
 
     Sleepers wake in deadline order; ties wake in the order they went to sleep, so a simulation
     driven by a seed replays exactly.
+
+    It starts at the wall-clock time (whole seconds) unless told otherwise, so that virtual
+    times mix with real ones (object keys named by another clock, record timestamps): only the
+    moves are virtual.
     """
 
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+    def __init__(self, start_ms: int | None = None) -> None:
+        if start_ms is None:
+            start_ms = int(time.time()) * 1000
         self._now = start_ms / 1000.0
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._sequence = itertools.count()

@@ -37,6 +37,8 @@ from diskless.wal import WalConfig, WalEntry, WalWriter
 from tests.wal._helpers import build_batch, decode_values, header_of
 from tests.wal._rig import drive
 
+SIM_START_MS = 1_700_000_000_000
+
 SEEDS_DEFAULT = 200
 SEEDS_SLOW = 1000
 IN_FLIGHT_MAX = 5  # Kafka's max.in.flight.requests.per.connection with idempotence
@@ -262,7 +264,7 @@ async def _audit(sim: Scenario, producers: list[Producer]) -> None:
 
 async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
     rng = random.Random(seed)
-    clock = ManualClock()
+    clock = ManualClock(SIM_START_MS)  # fixed, so that a seed replays exactly
     store = MemoryObjectStore(clock)
     coordinator = InMemoryBatchCoordinator(clock)
     faulty_store = FaultyObjectStore(
