@@ -32,20 +32,9 @@ typedef __int128 wide;
 /* Kafka's zigzag varint (int32): at most 5 bytes (ByteUtils.readVarint throws past that). Java
  * drops the bits of the fifth byte that do not fit 32 bits; such a varint is refused here, as it
  * has no single meaning. */
-static inline int read_varint(const uint8_t **at, const uint8_t *end, int32_t *out) {
+static __attribute__((noinline)) int read_varint_long(const uint8_t **at, const uint8_t *end,
+                                                      int32_t *out) {
     const uint8_t *p = *at;
-    if (LIKELY(p < end && !(*p & 0x80))) {
-        uint32_t raw = *p;
-        *at = p + 1;
-        *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
-        return READ_OK;
-    }
-    if (LIKELY(end - p >= 2 && !(p[1] & 0x80))) { /* two bytes: sizes of 64..8191 */
-        uint32_t raw = (p[0] & 0x7Fu) | ((uint32_t)p[1] << 7);
-        *at = p + 2;
-        *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
-        return READ_OK;
-    }
     uint32_t raw = 0;
     for (int shift = 0; shift <= 28; shift += 7) {
         if (p >= end)
@@ -64,21 +53,28 @@ static inline int read_varint(const uint8_t **at, const uint8_t *end, int32_t *o
     return READ_TOO_LONG;
 }
 
-/* Kafka's zigzag varlong (int64): at most 10 bytes, and no bits past 64. */
-static inline int read_varlong(const uint8_t **at, const uint8_t *end, int64_t *out) {
+/* The one- and two-byte forms inline (nearly every field), the rest out of line. */
+static inline int read_varint(const uint8_t **at, const uint8_t *end, int32_t *out) {
     const uint8_t *p = *at;
     if (LIKELY(p < end && !(*p & 0x80))) {
-        uint64_t raw = *p;
+        uint32_t raw = *p;
         *at = p + 1;
-        *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1u)));
+        *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
         return READ_OK;
     }
-    if (LIKELY(end - p >= 2 && !(p[1] & 0x80))) {
-        uint64_t raw = (p[0] & 0x7Fu) | ((uint64_t)p[1] << 7);
+    if (LIKELY(end - p >= 2 && !(p[1] & 0x80))) { /* two bytes: sizes of 64..8191 */
+        uint32_t raw = (p[0] & 0x7Fu) | ((uint32_t)p[1] << 7);
         *at = p + 2;
-        *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1u)));
+        *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
         return READ_OK;
     }
+    return read_varint_long(at, end, out);
+}
+
+/* Kafka's zigzag varlong (int64): at most 10 bytes, and no bits past 64. */
+static __attribute__((noinline)) int read_varlong_long(const uint8_t **at, const uint8_t *end,
+                                                       int64_t *out) {
+    const uint8_t *p = *at;
     uint64_t raw = 0;
     for (int shift = 0; shift <= 63; shift += 7) {
         if (p >= end)
@@ -95,6 +91,23 @@ static inline int read_varlong(const uint8_t **at, const uint8_t *end, int64_t *
         raw |= (byte & 0x7Fu) << shift;
     }
     return READ_TOO_LONG;
+}
+
+static inline int read_varlong(const uint8_t **at, const uint8_t *end, int64_t *out) {
+    const uint8_t *p = *at;
+    if (LIKELY(p < end && !(*p & 0x80))) {
+        uint64_t raw = *p;
+        *at = p + 1;
+        *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1u)));
+        return READ_OK;
+    }
+    if (LIKELY(end - p >= 2 && !(p[1] & 0x80))) {
+        uint64_t raw = (p[0] & 0x7Fu) | ((uint64_t)p[1] << 7);
+        *at = p + 2;
+        *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1u)));
+        return READ_OK;
+    }
+    return read_varlong_long(at, end, out);
 }
 
 static PyObject *failure(int code, PyObject *message) {
@@ -210,6 +223,19 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     const wide low = (wide)now_ms - before_max_ms - base_timestamp;
     const wide high = (wide)now_ms + after_max_ms - base_timestamp;
     const wide absent = (wide)-1 - base_timestamp; /* no timestamp: exempt from the bounds */
+    /* The deltas certainly inside the bounds, as int64: most records need no 128-bit compare.
+     * Empty (1 > 0) when the bounds hold no int64, so that every record takes the exact path;
+     * everything when the topic sets no bounds (LogAppendTime). */
+    int64_t low_fast = INT64_MIN, high_fast = INT64_MAX;
+    if (create_time) {
+        if (low > INT64_MAX || high < INT64_MIN || low > high) {
+            low_fast = 1;
+            high_fast = 0;
+        } else {
+            low_fast = low < INT64_MIN ? INT64_MIN : (int64_t)low;
+            high_fast = high > INT64_MAX ? INT64_MAX : (int64_t)high;
+        }
+    }
     int64_t max_delta = INT64_MIN;
     long bad_index = -1;
     int64_t bad_delta = 0;
@@ -231,13 +257,17 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             goto done;
         }
         const uint8_t *body_end = p + size;
-        if (UNLIKELY(p >= body_end))
+        /* The next record starts at body_end whatever the fields say, so that its decoding
+         * need not wait for this one's (the walk is bound by the latency of varint chains). */
+        const uint8_t *q = p;
+        p = body_end;
+        if (UNLIKELY(q >= body_end))
             goto wrong_size;
-        p++; /* record attributes: unused in magic 2, ignored as Kafka ignores them */
+        q++; /* record attributes: unused in magic 2, ignored as Kafka ignores them */
         int64_t delta;
         int32_t offset_delta, length;
-        if (UNLIKELY((status = read_varlong(&p, body_end, &delta)) ||
-                     (status = read_varint(&p, body_end, &offset_delta))))
+        if (UNLIKELY((status = read_varlong(&q, body_end, &delta)) ||
+                     (status = read_varint(&q, body_end, &offset_delta))))
             goto bad_varint;
         if (UNLIKELY(offset_delta != index)) {
             result = failure(
@@ -246,8 +276,9 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                                      index, (int)offset_delta));
             goto done;
         }
-        if (UNLIKELY(create_time && ((wide)delta < low || (wide)delta > high) &&
-                     (wide)delta != absent && bad_index < 0)) {
+        if (UNLIKELY((delta < low_fast || delta > high_fast) && create_time &&
+                     ((wide)delta < low || (wide)delta > high) && (wide)delta != absent &&
+                     bad_index < 0)) {
             bad_index = index;
             bad_delta = delta;
         }
@@ -255,12 +286,12 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             max_delta = delta;
         /* key, then value: -1 (null) or a size and that many bytes */
         for (int field = 0; field < 2; field++) {
-            if (UNLIKELY((status = read_varint(&p, body_end, &length))))
+            if (UNLIKELY((status = read_varint(&q, body_end, &length))))
                 goto bad_varint;
             if (length > 0) {
-                if (UNLIKELY(length > body_end - p))
+                if (UNLIKELY(length > body_end - q))
                     goto wrong_size;
-                p += length;
+                q += length;
             } else if (UNLIKELY(length < -1)) {
                 result = failure(CODE_INVALID_RECORD,
                                  PyUnicode_FromFormat("record %ld: %s size %d", index,
@@ -268,7 +299,7 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 goto done;
             }
         }
-        if (UNLIKELY((status = read_varint(&p, body_end, &length))))
+        if (UNLIKELY((status = read_varint(&q, body_end, &length))))
             goto bad_varint;
         if (length) {
             if (UNLIKELY(length < 0)) {
@@ -278,7 +309,7 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 goto done;
             }
             int32_t detail = 0;
-            status = skip_headers(&p, body_end, length, &detail);
+            status = skip_headers(&q, body_end, length, &detail);
             if (UNLIKELY(status)) {
                 if (status <= READ_OUT_OF_RANGE)
                     goto bad_varint;
@@ -294,7 +325,7 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 goto done;
             }
         }
-        if (UNLIKELY(p != body_end))
+        if (UNLIKELY(q != body_end))
             goto wrong_size;
         continue;
     bad_varint:
