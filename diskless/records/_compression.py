@@ -170,12 +170,30 @@ def decompress_lz4(payload: Payload, limit: int) -> bytes | InvalidBatch:
     declared = _lz4_declared_size(payload)
     if declared > limit:
         return _too_large("lz4", limit)
-    # The context-level calls, not LZ4FrameDecompressor: that wrapper copies a memoryview input.
+    if declared < 0:
+        return _lz4_stream(payload, limit)
+    # The context-level call, not LZ4FrameDecompressor: that wrapper copies a memoryview input.
+    try:
+        result: tuple[bytes, int, bool] = lz4.frame.decompress_chunk(
+            lz4.frame.create_decompression_context(), payload, max_length=declared
+        )
+    except RuntimeError as error:
+        return _corrupt("lz4", error)
+    records, read, eof = result
+    if not eof:
+        return _corrupt("lz4", "truncated frame, or longer than it declares")
+    if read != len(payload):
+        return _corrupt("lz4", "bytes after the frame")
+    return records
+
+
+def _lz4_stream(payload: Payload, limit: int) -> bytes | InvalidBatch:
+    """A frame of undeclared size, its output pulled in steps: first a guess, then the bound."""
     context = lz4.frame.create_decompression_context()
     parts: list[bytes] = []
     total = 0
     position = 0
-    step = declared if declared >= 0 else _first_guess(payload, limit)
+    step = _first_guess(payload, limit)
     try:
         while True:
             part, read, eof = lz4.frame.decompress_chunk(
@@ -190,8 +208,6 @@ def decompress_lz4(payload: Payload, limit: int) -> bytes | InvalidBatch:
             parts.append(part)
             if eof:
                 break
-            if declared >= 0:
-                return _corrupt("lz4", "truncated frame, or longer than it declares")
             if not part and (not read or position >= len(payload)):
                 return _corrupt("lz4", "truncated frame")
             step = limit  # the first guess was short: allow the rest of the bound

@@ -28,7 +28,13 @@ from __future__ import annotations
 from diskless._types import ErrorCode, TimestampType
 from diskless.records._compression import CODEC_NAMES, DECOMPRESSORS, decompressed_bytes_max
 from diskless.records._cwalk import walk
-from diskless.records._header import HEADER_SIZE, BatchHeader, InvalidBatch
+from diskless.records._header import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidBatch,
+)
 
 
 def validate_records(
@@ -50,8 +56,8 @@ def validate_records(
     """
     buffer: bytes | memoryview = header.buffer
     start = header.position + HEADER_SIZE
-    end = header.position + header.size
-    codec = header.compression
+    end = header.position + header.length + LOG_OVERHEAD
+    codec = header.attributes & COMPRESSION_MASK
     if codec:
         decompress = DECOMPRESSORS.get(codec)
         if decompress is None:

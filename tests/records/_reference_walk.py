@@ -7,6 +7,7 @@ and against kafka-python's decoder. Same signature and answer: None, or (error c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from diskless._types import ErrorCode
@@ -60,9 +61,14 @@ class _Reader:
         self.position += size
 
 
-def _record(reader: _Reader, index: int) -> int:
+Visitor = Callable[[int, int, list[bytes]], None]
+"""Called with each well-formed record's timestamp delta, attributes byte and header keys."""
+
+
+def _record(reader: _Reader, index: int, visit: Visitor | None) -> int:
     """One record's body (after its size); returns its timestamp delta."""
-    reader.byte()  # attributes, ignored
+    attributes = reader.byte()  # ignored, as Kafka and librdkafka ignore them
+    header_keys: list[bytes] = []
     delta = reader.int64()
     offset_delta = reader.int32()
     if offset_delta != index:
@@ -83,11 +89,14 @@ def _record(reader: _Reader, index: int) -> int:
         if key_size < 0:
             raise Malformed(f"negative header key size {key_size}")
         reader.skip(key_size)
+        header_keys.append(reader.data[reader.position - key_size : reader.position])
         value_size = reader.int32()
         if value_size < -1:
             raise Malformed(f"header value size {value_size}")
         if value_size > 0:
             reader.skip(value_size)
+    if visit is not None and reader.position == reader.end:
+        visit(delta, attributes, header_keys)
     return delta
 
 
@@ -106,6 +115,8 @@ def reference_walk(
     now_ms: int,
     before_max_ms: int,
     after_max_ms: int,
+    *,
+    visit: Visitor | None = None,
 ) -> tuple[int, str] | None:
     """What `diskless.records._cwalk.walk` answers for the same arguments."""
     data = bytes(buffer)
@@ -132,7 +143,7 @@ def reference_walk(
             f"record {index}: record body declares {size} bytes but holds a different size",
         )
         try:
-            delta = _record(reader, index)
+            delta = _record(reader, index, visit)
         except _PastEnd:
             return wrong_size
         except Malformed as fault:
