@@ -18,9 +18,9 @@ import zlib
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
-import lz4.frame
 import snappy
 import zstandard
+from lz4.frame import create_decompression_context, decompress_chunk
 
 from diskless._types import ErrorCode
 from diskless.records._header import InvalidBatch
@@ -47,6 +47,7 @@ XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 """Java clients (snappy-java) frame snappy as this magic, two int32 versions, then blocks."""
 _XERIAL_HEADER_SIZE: Final = 16
 _INT32: Final = struct.Struct(">i")
+_UINT64_LE: Final = struct.Struct("<Q")
 
 Payload: TypeAlias = bytes | memoryview
 
@@ -59,7 +60,10 @@ def decompressed_bytes_max(max_message_bytes: int) -> int:
     splitting the batch and retrying, which is what an honest producer of an unusually
     compressible batch needs.
     """
-    return min(DECOMPRESSION_RATIO_MAX * max(max_message_bytes, 1), DECOMPRESSED_BYTES_MAX)
+    limit = DECOMPRESSION_RATIO_MAX * max_message_bytes  # once per batch: no min()/max() calls
+    if limit > DECOMPRESSED_BYTES_MAX:
+        return DECOMPRESSED_BYTES_MAX
+    return limit if limit > 0 else DECOMPRESSION_RATIO_MAX
 
 
 def _corrupt(codec: str, detail: object) -> InvalidBatch:
@@ -156,7 +160,8 @@ _LZ4_CONTENT_SIZE_FLAG: Final = 0x08
 def _lz4_declared_size(payload: Payload) -> int:
     """The content size an LZ4 frame declares (FLG bit 3, then 8 bytes LE); -1 when none."""
     if len(payload) >= 14 and payload[4] & _LZ4_CONTENT_SIZE_FLAG:
-        return int.from_bytes(payload[6:14], "little")
+        size: int = _UINT64_LE.unpack_from(payload, 6)[0]
+        return size
     return -1
 
 
@@ -174,8 +179,8 @@ def decompress_lz4(payload: Payload, limit: int) -> bytes | InvalidBatch:
         return _lz4_stream(payload, limit)
     # The context-level call, not LZ4FrameDecompressor: that wrapper copies a memoryview input.
     try:
-        result: tuple[bytes, int, bool] = lz4.frame.decompress_chunk(
-            lz4.frame.create_decompression_context(), payload, max_length=declared
+        result: tuple[bytes, int, bool] = decompress_chunk(
+            create_decompression_context(), payload, max_length=declared
         )
     except RuntimeError as error:
         return _corrupt("lz4", error)
@@ -189,14 +194,14 @@ def decompress_lz4(payload: Payload, limit: int) -> bytes | InvalidBatch:
 
 def _lz4_stream(payload: Payload, limit: int) -> bytes | InvalidBatch:
     """A frame of undeclared size, its output pulled in steps: first a guess, then the bound."""
-    context = lz4.frame.create_decompression_context()
+    context = create_decompression_context()
     parts: list[bytes] = []
     total = 0
     position = 0
     step = _first_guess(payload, limit)
     try:
         while True:
-            part, read, eof = lz4.frame.decompress_chunk(
+            part, read, eof = decompress_chunk(
                 context,
                 payload[position:] if position else payload,
                 max_length=min(step, limit - total + 1),

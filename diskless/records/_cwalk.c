@@ -241,8 +241,19 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int64_t bad_delta = 0;
     long index = 0;
     for (; index < count; index++) {
+        /* The record size is the chain from one record to the next, so its usual forms (two
+         * bytes, then one, non-negative) are decoded in as few dependent steps as possible. */
         int32_t size;
-        int status = read_varint(&p, end, &size);
+        int status = READ_OK;
+        if (LIKELY(end - p >= 2 && (p[0] & 0x81) == 0x80 && !(p[1] & 0x80))) {
+            size = (int32_t)(((p[0] & 0x7Eu) >> 1) | ((uint32_t)p[1] << 6));
+            p += 2;
+        } else if (LIKELY(p < end && !(p[0] & 0x81))) {
+            size = p[0] >> 1;
+            p += 1;
+        } else {
+            status = read_varint(&p, end, &size);
+        }
         if (UNLIKELY(status)) {
             result = varint_failure(index, status);
             goto done;
