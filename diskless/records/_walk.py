@@ -13,11 +13,13 @@ decompress is CORRUPT_MESSAGE (Kafka answers UNKNOWN_SERVER_ERROR, which tells t
 A structural fault anywhere in the batch wins over a timestamp out of bounds, as in Kafka, whose
 record iterator throws at once while timestamp errors are collected until the end.
 
-Decoding follows `DefaultRecord.readFrom` (varints of at most 5 bytes, varlongs of at most 10),
-stricter in two places only, each one a record some client cannot read: a varint whose last byte
-carries bits past 32 (64) bits (Java silently drops them), and a key, value or header value size
-below -1 (Java reads null; librdkafka stops consuming the partition). Record attributes are
-ignored and header keys are not checked for UTF-8, as in Kafka and librdkafka.
+Decoding follows `DefaultRecord.readFrom` (a varint of more than 5 bytes, a varlong of more than
+10, a null or negative header key and a negative header count are refused there too). Two rules
+go further: a key, value or header value size below -1 (Java reads null; librdkafka's length
+check takes it for a huge size and fails the fetch), and a varint whose last byte carries bits
+past 32 (64) bits, which clients read differently (Java drops them, librdkafka decodes 64 bits
+before truncating, kafka-python keeps them), so the record has no single meaning. Record
+attributes are ignored and header keys are not checked for UTF-8, as in Kafka and librdkafka.
 
 The walk over the records runs once per record of every produced batch, so it is C
 (`_cwalk.c`); this module decompresses, calls it, and maps its answer to an `InvalidBatch`.
