@@ -29,28 +29,33 @@ enum { READ_OK = 0, READ_PAST_END = 1, READ_TOO_LONG = 2, READ_OUT_OF_RANGE = 3 
 
 typedef __int128 wide;
 
+typedef struct {
+    const uint8_t *next;
+    int64_t value;
+    int status;
+} Varint;
+
 /* Kafka's zigzag varint (int32): at most 5 bytes (ByteUtils.readVarint throws past that). Java
  * drops the bits of the fifth byte that do not fit 32 bits; such a varint is refused here, as it
- * has no single meaning. */
-static __attribute__((noinline)) int read_varint_long(const uint8_t **at, const uint8_t *end,
-                                                      int32_t *out) {
-    const uint8_t *p = *at;
+ * has no single meaning.
+ *
+ * The forms past two bytes, out of line. They return by value, so that no caller's cursor has
+ * its address taken: the walk's cursors then live in registers, not on the stack. */
+static __attribute__((noinline)) Varint read_varint_long(const uint8_t *p, const uint8_t *end) {
     uint32_t raw = 0;
     for (int shift = 0; shift <= 28; shift += 7) {
         if (p >= end)
-            return READ_PAST_END;
+            return (Varint){p, 0, READ_PAST_END};
         uint32_t byte = *p++;
         if (!(byte & 0x80)) {
             if (shift == 28 && byte > 0x0F)
-                return READ_OUT_OF_RANGE;
+                return (Varint){p, 0, READ_OUT_OF_RANGE};
             raw |= byte << shift;
-            *at = p;
-            *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
-            return READ_OK;
+            return (Varint){p, (int32_t)((raw >> 1) ^ (0u - (raw & 1u))), READ_OK};
         }
         raw |= (byte & 0x7Fu) << shift;
     }
-    return READ_TOO_LONG;
+    return (Varint){p, 0, READ_TOO_LONG};
 }
 
 /* The one- and two-byte forms inline (nearly every field), the rest out of line. */
@@ -68,29 +73,30 @@ static inline int read_varint(const uint8_t **at, const uint8_t *end, int32_t *o
         *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
         return READ_OK;
     }
-    return read_varint_long(at, end, out);
+    Varint slow = read_varint_long(p, end);
+    if (slow.status == READ_OK) {
+        *at = slow.next;
+        *out = (int32_t)slow.value;
+    }
+    return slow.status;
 }
 
 /* Kafka's zigzag varlong (int64): at most 10 bytes, and no bits past 64. */
-static __attribute__((noinline)) int read_varlong_long(const uint8_t **at, const uint8_t *end,
-                                                       int64_t *out) {
-    const uint8_t *p = *at;
+static __attribute__((noinline)) Varint read_varlong_long(const uint8_t *p, const uint8_t *end) {
     uint64_t raw = 0;
     for (int shift = 0; shift <= 63; shift += 7) {
         if (p >= end)
-            return READ_PAST_END;
+            return (Varint){p, 0, READ_PAST_END};
         uint64_t byte = *p++;
         if (!(byte & 0x80)) {
             if (shift == 63 && byte > 0x01)
-                return READ_OUT_OF_RANGE;
+                return (Varint){p, 0, READ_OUT_OF_RANGE};
             raw |= byte << shift;
-            *at = p;
-            *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1u)));
-            return READ_OK;
+            return (Varint){p, (int64_t)((raw >> 1) ^ (0u - (raw & 1u))), READ_OK};
         }
         raw |= (byte & 0x7Fu) << shift;
     }
-    return READ_TOO_LONG;
+    return (Varint){p, 0, READ_TOO_LONG};
 }
 
 static inline int read_varlong(const uint8_t **at, const uint8_t *end, int64_t *out) {
@@ -107,7 +113,12 @@ static inline int read_varlong(const uint8_t **at, const uint8_t *end, int64_t *
         *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1u)));
         return READ_OK;
     }
-    return read_varlong_long(at, end, out);
+    Varint slow = read_varlong_long(p, end);
+    if (slow.status == READ_OK) {
+        *at = slow.next;
+        *out = slow.value;
+    }
+    return slow.status;
 }
 
 static PyObject *failure(int code, PyObject *message) {
@@ -165,7 +176,8 @@ enum {
 /* Past `count` record headers ending at `end`; a null (negative) key is invalid, a null value is
  * not, a value size below -1 is (librdkafka stops consuming the partition there). On a fault,
  * `*size` is the offending size. */
-static int skip_headers(const uint8_t **at, const uint8_t *end, int32_t count, int32_t *size) {
+static inline int skip_headers(const uint8_t **at, const uint8_t *end, int32_t count,
+                               int32_t *size) {
     const uint8_t *p = *at;
     for (int32_t h = 0; h < count; h++) {
         int status = read_varint(&p, end, size);
