@@ -31,7 +31,6 @@ from typing import Final
 
 from diskless._types import ErrorCode, TimestampType
 from diskless.records._compression import CODEC_NAMES, DECOMPRESSORS, decompressed_bytes_max
-from diskless.records._cwalk import walk
 from diskless.records._header import (
     COMPRESSION_MASK,
     HEADER_SIZE,
@@ -39,6 +38,13 @@ from diskless.records._header import (
     BatchHeader,
     InvalidBatch,
 )
+
+try:
+    from diskless.records._cwalk import walk
+except ImportError as error:  # a checkout whose extension was never compiled
+    raise ImportError(
+        "diskless.records._cwalk is not built: `./run tests` or `pip install -e .` compiles it"
+    ) from error
 
 _CREATE_TIME: Final = TimestampType.CREATE_TIME
 """Bound once: an enum member lookup costs as much as walking a dozen records."""
