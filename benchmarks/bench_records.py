@@ -10,14 +10,16 @@ floor any validation must pay. Each figure is the best of several repeats over a
 batches (16 MiB, so that the data does not sit in a small cache); ratio = rate / crc32c rate.
 
 Then, for each codec, batches of 64 KiB of uncompressed text-like records (values of ~100 and
-~1000 bytes) compressed by kafka-python: `parse_produce_payload` with record-level rules (bounded
-decompression and the walk over every record) against the codec call alone on the same bytes;
-ratio = validation rate / raw decompression rate (target >= 0.70).
+~1000 bytes) compressed by kafka-python: `parse_produce_payload` with record-level rules (framing,
+CRC-32C, bounded decompression and the walk over every record) against the codec call alone on
+the same bytes, the two timed alternately in the same run; share = validation rate / raw
+decompression rate, against the target of 70% (issue "Hostile input and races").
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import time
 import warnings
@@ -37,6 +39,8 @@ BATCH_SIZES: Final = (1024, 64 * 1024)
 RECORD_VALUE_BYTES: Final = {1024: 100, 64 * 1024: 1000}
 MAX_MESSAGE_BYTES: Final = 1048588
 REPEATS_DEFAULT: Final = 5
+TARGET_SHARE: Final = 0.70
+"""Validation of a compressed batch must run at this share of raw decompression, at least."""
 SEED_DEFAULT: Final = 20240601
 
 
@@ -164,10 +168,37 @@ def raw_decompressor(codec: int) -> Callable[[bytes], object]:
     return calls[codec]
 
 
+def best_pair(
+    first: Callable[[], None], second: Callable[[], None], repeats: int
+) -> tuple[float, float]:
+    """Best seconds of each of two runs, timed alternately so that both see the same load."""
+    best_first = best_second = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        first()
+        middle = time.perf_counter()
+        second()
+        best_first = min(best_first, middle - start)
+        best_second = min(best_second, time.perf_counter() - middle)
+    return best_first, best_second
+
+
+def run_raw(decompress: Callable[[bytes], object], bodies: Sequence[bytes]) -> None:
+    for body in bodies:
+        decompress(body)
+
+
+def run_valid(pool: Sequence[bytes], rules: RecordRules) -> None:
+    validate = parse_produce_payload
+    for data in pool:
+        validate(data, MAX_MESSAGE_BYTES, rules)
+
+
 def compressed_section(rng: random.Random, repeats: int) -> None:
     rules = RecordRules(NOW_MS)
     header = (
-        f"{'codec':>7} {'value':>6} {'compr.':>8} {'raw MB/s':>10} {'valid MB/s':>11} {'ratio':>7}"
+        f"{'codec':>7} {'value':>6} {'compr.':>8} {'raw MB/s':>10} {'valid MB/s':>11} "
+        f"{'share':>7} {'target':>7}"
     )
     print()
     print("compressed 64 KiB batches (MB/s of uncompressed records)")
@@ -188,23 +219,18 @@ def compressed_section(rng: random.Random, repeats: int) -> None:
                 )
             bodies = [data[61:] for data in pool]
 
-            def run_raw(
-                items: Sequence[bytes], decompress: Callable[[bytes], object] = decompress
-            ) -> None:
-                for body in items:
-                    decompress(body)
-
-            def run_valid(items: Sequence[bytes]) -> None:
-                validate = parse_produce_payload
-                for data in items:
-                    validate(data, MAX_MESSAGE_BYTES, rules)
-
-            raw = best_seconds(run_raw, bodies, repeats)
-            valid = best_seconds(run_valid, pool, repeats)
+            raw, valid = best_pair(
+                functools.partial(run_raw, decompress, bodies),
+                functools.partial(run_valid, pool, rules),
+                repeats,
+            )
             compressed = sum(len(b) for b in bodies)
+            share = raw / valid
+            verdict = "ok" if share >= TARGET_SHARE else "MISSED"
             print(
                 f"{name:>7} {value_bytes:>6} {total / compressed:>7.1f}x "
-                f"{total / raw / 1e6:>10.1f} {total / valid / 1e6:>11.1f} {raw / valid:>6.2f}x"
+                f"{total / raw / 1e6:>10.1f} {total / valid / 1e6:>11.1f} {share:>7.0%} "
+                f"{TARGET_SHARE:>6.0%} {verdict}"
             )
 
 

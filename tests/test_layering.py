@@ -43,7 +43,9 @@ LAYER_OF: Final = {unit: depth for depth, units in enumerate(LAYERS) for unit in
 
 def modules() -> dict[str, Path]:
     found = {}
-    for path in [*ROOT.glob("diskless/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]:
+    sources = [*ROOT.glob("diskless/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]
+    # A C extension is known by its stub.
+    for path in [*sources, *ROOT.glob("diskless/**/*.pyi")]:
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         found[name.removesuffix(".__init__")] = path
     return found

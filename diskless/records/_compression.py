@@ -13,13 +13,14 @@ past the bound is MESSAGE_TOO_LARGE (see `decompressed_bytes_max`).
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
-import lz4.frame
 import snappy
 import zstandard
+from lz4.frame import create_decompression_context, decompress_chunk
 
 from diskless._types import ErrorCode
 from diskless.records._header import InvalidBatch
@@ -46,6 +47,7 @@ XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 """Java clients (snappy-java) frame snappy as this magic, two int32 versions, then blocks."""
 _XERIAL_HEADER_SIZE: Final = 16
 _INT32: Final = struct.Struct(">i")
+_UINT64_LE: Final = struct.Struct("<Q")
 
 Payload: TypeAlias = bytes | memoryview
 
@@ -58,7 +60,10 @@ def decompressed_bytes_max(max_message_bytes: int) -> int:
     splitting the batch and retrying, which is what an honest producer of an unusually
     compressible batch needs.
     """
-    return min(DECOMPRESSION_RATIO_MAX * max(max_message_bytes, 1), DECOMPRESSED_BYTES_MAX)
+    limit = DECOMPRESSION_RATIO_MAX * max_message_bytes  # once per batch: no min()/max() calls
+    if limit > DECOMPRESSED_BYTES_MAX:
+        return DECOMPRESSED_BYTES_MAX
+    return limit if limit > 0 else DECOMPRESSION_RATIO_MAX
 
 
 def _corrupt(codec: str, detail: object) -> InvalidBatch:
@@ -149,29 +154,71 @@ def decompress_snappy(payload: Payload, limit: int) -> bytes | InvalidBatch:
     return b"".join(parts)
 
 
+_LZ4_CONTENT_SIZE_FLAG: Final = 0x08
+
+
+def _lz4_declared_size(payload: Payload) -> int:
+    """The content size an LZ4 frame declares (FLG bit 3, then 8 bytes LE); -1 when none."""
+    if len(payload) >= 14 and payload[4] & _LZ4_CONTENT_SIZE_FLAG:
+        size: int = _UINT64_LE.unpack_from(payload, 6)[0]
+        return size
+    return -1
+
+
 def decompress_lz4(payload: Payload, limit: int) -> bytes | InvalidBatch:
-    """One LZ4 frame; output is pulled in bounded steps, the first one small."""
-    decompressor = lz4.frame.LZ4FrameDecompressor()
+    """One LZ4 frame, nothing after it.
+
+    A frame that declares its size (librdkafka's, kafka-python's) is decompressed in one call
+    into exactly that room: one that holds more stops short of its end and is refused without
+    the memory. Java's frames declare none; their output is pulled in bounded steps.
+    """
+    declared = _lz4_declared_size(payload)
+    if declared > limit:
+        return _too_large("lz4", limit)
+    if declared < 0:
+        return _lz4_stream(payload, limit)
+    # The context-level call, not LZ4FrameDecompressor: that wrapper copies a memoryview input.
+    try:
+        result: tuple[bytes, int, bool] = decompress_chunk(
+            create_decompression_context(), payload, max_length=declared
+        )
+    except RuntimeError as error:
+        return _corrupt("lz4", error)
+    records, read, eof = result
+    if not eof:
+        return _corrupt("lz4", "truncated frame, or longer than it declares")
+    if read != len(payload):
+        return _corrupt("lz4", "bytes after the frame")
+    return records
+
+
+def _lz4_stream(payload: Payload, limit: int) -> bytes | InvalidBatch:
+    """A frame of undeclared size, its output pulled in steps: first a guess, then the bound."""
+    context = create_decompression_context()
     parts: list[bytes] = []
     total = 0
+    position = 0
     step = _first_guess(payload, limit)
-    data: Payload = payload
     try:
         while True:
-            part = decompressor.decompress(data, max_length=min(step, limit - total + 1))
-            data = b""
+            part, read, eof = decompress_chunk(
+                context,
+                payload[position:] if position else payload,
+                max_length=min(step, limit - total + 1),
+            )
+            position += read
             total += len(part)
             if total > limit:
                 return _too_large("lz4", limit)
             parts.append(part)
-            if decompressor.eof:
+            if eof:
                 break
-            if decompressor.needs_input:
+            if not part and (not read or position >= len(payload)):
                 return _corrupt("lz4", "truncated frame")
             step = limit  # the first guess was short: allow the rest of the bound
     except RuntimeError as error:
         return _corrupt("lz4", error)
-    if decompressor.unused_data:
+    if position != len(payload):
         return _corrupt("lz4", "bytes after the frame")
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -199,20 +246,43 @@ def _zstd_frame_size(payload: Payload) -> int | None:
     return None
 
 
+_zstd_local = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """One decompressor per thread: creating one per batch costs as much as decompressing a
+    small batch, and one must not be used by two threads at once."""
+    try:
+        decompressor: zstandard.ZstdDecompressor = _zstd_local.decompressor
+    except AttributeError:
+        decompressor = _zstd_local.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
+
+
 def decompress_zstd(payload: Payload, limit: int) -> bytes | InvalidBatch:
-    """Exactly one zstd frame (what Kafka clients write); no trailing bytes."""
+    """Exactly one zstd frame (what Kafka clients write); no trailing bytes.
+
+    A frame that declares its size is decompressed in one call into exactly that room (zstd
+    refuses a frame holding anything else); one that does not is first checked to span the
+    payload, then decompressed within the bound.
+    """
     if bytes(payload[:4]) != _ZSTD_MAGIC:
         return _corrupt("zstd", "bad frame magic")
-    frame_size = _zstd_frame_size(payload)
-    if frame_size != len(payload):
-        return _corrupt("zstd", "frame does not span the payload exactly")
     try:
         declared = zstandard.frame_content_size(payload)
     except zstandard.ZstdError as error:
         return _corrupt("zstd", error)
     if declared > limit:
         return _too_large("zstd", limit)
-    decompressor = zstandard.ZstdDecompressor()
+    decompressor = _zstd_decompressor()
+    if declared >= 0:
+        try:
+            records: bytes = decompressor.decompress(payload, allow_extra_data=False)
+        except zstandard.ZstdError as error:
+            return _corrupt("zstd", error)
+        return records
+    if _zstd_frame_size(payload) != len(payload):
+        return _corrupt("zstd", "frame does not span the payload exactly")
     try:
         return decompressor.decompress(payload, max_output_size=_first_guess(payload, limit))
     except zstandard.ZstdError:

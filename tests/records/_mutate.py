@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import crc32c
 
+from tests.records._reference_walk import reference_walk
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import kafka.codec
@@ -34,8 +36,20 @@ def build(
     rng: random.Random | None = None,
     headers: bool = False,
 ) -> bytes:
-    """A batch a producer could send at `now_ms`: record i stamped `now_ms - i`."""
+    """A batch a producer could send at `now_ms`: record i stamped `now_ms - i`.
+
+    kafka-python drops the codec when compressing does not pay (a single short record, with
+    snappy): then the records are drawn again.
+    """
     rng = rng or random.Random(0)
+    for _ in range(20):
+        batch = _build_once(now_ms, codec, records, rng, headers)
+        if struct.unpack_from(">h", batch, 21)[0] & 7 == codec:
+            return batch
+    raise AssertionError(f"codec {codec} never kept for {records} records")
+
+
+def _build_once(now_ms: int, codec: int, records: int, rng: random.Random, headers: bool) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=codec,
@@ -54,9 +68,7 @@ def build(
             else []
         )
         assert builder.append(i, now_ms - i, key, value, record_headers) is not None
-    batch = bytes(builder.build())
-    assert struct.unpack_from(">h", batch, 21)[0] & 7 == codec  # compressible enough to keep it
-    return batch
+    return bytes(builder.build())
 
 
 _WORDS = (b"order", b"id", b"user", b"amount", b"eur", b"status", b"shipped", b"{", b"}", b":")
@@ -89,6 +101,27 @@ def decode(batch: bytes) -> list[object]:
     parsed = DefaultRecordBatch(batch)
     assert parsed.validate_crc()
     return list(parsed)
+
+
+def kafka_python_misreads(batch: bytes) -> bool:
+    """Whether a record of `batch` is one kafka-python reads differently from Kafka and
+    librdkafka: an attributes byte with its high bit set (it reads a varint there) or a header
+    key that is not UTF-8 (it decodes strictly). The broker accepts both, as Kafka does."""
+    records = records_of(batch)
+    (count,) = struct.unpack_from(">i", batch, _COUNT_AT)
+    misread = False
+
+    def visit(delta: int, attributes: int, header_keys: list[bytes]) -> None:
+        nonlocal misread
+        try:
+            for key in header_keys:
+                key.decode("utf-8")
+        except UnicodeDecodeError:
+            misread = True
+        misread = misread or attributes >= 0x80
+
+    reference_walk(records, 0, len(records), count, 0, 0, False, 0, 0, 0, visit=visit)
+    return misread
 
 
 def compress(codec: int, data: bytes) -> bytes:

@@ -166,3 +166,94 @@ def test_offset_deltas_must_run_from_zero() -> None:
     result = _check(with_records(batch, _varint(len(body)) + body))
     assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD
     assert "offset delta" in result.message
+
+
+def test_the_walk_that_runs_is_the_c_one() -> None:
+    """Production has one record walk: the C extension's (the fuzz tests go through it)."""
+    import diskless.records._walk as module
+
+    assert module.walk.__module__ == "diskless.records._cwalk"
+    assert type(module.walk).__name__ == "builtin_function_or_method"
+
+
+def _with_body(batch: bytes, body: bytes) -> bytes:
+    return with_crc(with_length(batch[:61] + body))
+
+
+def test_lz4_frames_without_a_declared_size_as_java_writes_them() -> None:
+    """KafkaLZ4BlockOutputStream declares no content size: streamed within the bound."""
+    import lz4.frame
+
+    batch = build(NOW, 3, 20)
+    records = records_of(batch)
+    frame = lz4.frame.compress(records, store_size=False, block_linked=False)
+    assert not frame[4] & 0x08
+    assert isinstance(_check(_with_body(batch, frame)), BatchHeader)
+    for hostile in (frame[:-5], frame + b"\x00\x01"):
+        result = _check(_with_body(batch, hostile))
+        assert isinstance(result, InvalidBatch) and result.error == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_an_lz4_bomb_without_a_declared_size_is_refused() -> None:
+    import lz4.frame
+
+    limit = decompressed_bytes_max(100 * 1024)
+    bomb = lz4.frame.compress(bytes(limit + 1), store_size=False, block_linked=False)
+    assert len(bomb) < 100 * 1024
+    result = parse_produce_payload(_with_body(build(NOW, 3, 1), bomb), 100 * 1024, RecordRules(NOW))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.MESSAGE_TOO_LARGE, result
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_an_lz4_frame_lying_about_its_size_is_corrupt(shift: int) -> None:
+    """The declared size is the room given: a frame holding more or less is refused."""
+    import lz4.frame
+
+    batch = build(NOW, 3, 20)
+    records = records_of(batch)
+    frame = bytearray(lz4.frame.compress(records, block_linked=False, content_checksum=False))
+    assert frame[4] & 0x08 and int.from_bytes(frame[6:14], "little") == len(records)
+    assert _xxh32(bytes(frame[4:14])) >> 8 & 0xFF == frame[14]  # so the forged one is valid
+    frame[6:14] = (len(records) + shift).to_bytes(8, "little")
+    frame[14] = _xxh32(bytes(frame[4:14])) >> 8 & 0xFF  # the descriptor's checksum
+    result = _check(_with_body(batch, bytes(frame)))
+    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.CORRUPT_MESSAGE, result
+
+
+def _xxh32(data: bytes) -> int:
+    """xxHash32 with seed 0 (an LZ4 frame descriptor's checksum), for inputs under 16 bytes."""
+    assert len(data) < 16
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    mask = 0xFFFFFFFF
+
+    def rotl(value: int, bits: int) -> int:
+        return ((value << bits) | (value >> (32 - bits))) & mask
+
+    value = (p5 + len(data)) & mask
+    at = 0
+    while at + 4 <= len(data):
+        word = int.from_bytes(data[at : at + 4], "little")
+        value = rotl((value + word * p3) & mask, 17) * p4 & mask
+        at += 4
+    for byte in data[at:]:
+        value = rotl((value + byte * p5) & mask, 11) * p1 & mask
+    value ^= value >> 15
+    value = value * p2 & mask
+    value ^= value >> 13
+    value = value * p3 & mask
+    return value ^ (value >> 16)
+
+
+def test_zstd_frames_with_and_without_a_declared_size() -> None:
+    import zstandard
+
+    batch = build(NOW, 4, 20)
+    records = records_of(batch)
+    for declare in (True, False):
+        frame = zstandard.ZstdCompressor(write_content_size=declare).compress(records)
+        assert (zstandard.frame_content_size(frame) >= 0) == declare
+        assert isinstance(_check(_with_body(batch, frame)), BatchHeader)
+        for hostile in (frame[:-3], frame + b"\x00", frame + frame):
+            result = _check(_with_body(batch, hostile))
+            assert isinstance(result, InvalidBatch), (declare, hostile[-4:])
+            assert result.error == ErrorCode.CORRUPT_MESSAGE, (declare, result)

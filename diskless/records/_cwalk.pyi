@@ -1,0 +1,17 @@
+"""The record walk of a v2 records section (C extension; `_cwalk.c` holds the rules)."""
+
+def walk(
+    buffer: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    create_time: bool,
+    now_ms: int,
+    before_max_ms: int,
+    after_max_ms: int,
+    /,
+) -> tuple[int, str] | None:
+    """None when `count` records fill buffer[start:end] exactly and pass every check;
+    otherwise (Kafka error code, message)."""

@@ -1,0 +1,252 @@
+"""The C record walk against its Python reference and against kafka-python's decoder.
+
+Records sections built by kafka-python are mutated below the header (bytes flipped or set,
+truncated, extended, varints made overlong or out of range, sizes made negative), then walked
+with random header fields and timestamp bounds. The C walk (what production runs) and the
+Python reference must give the same answer, message included. Whatever they accept,
+kafka-python must read: every record, with the timestamps the walk saw; the only exceptions are
+the two places where kafka-python is stricter than Kafka and librdkafka (an attributes byte with
+its high bit set, which it reads as a varint, and a header key that is not UTF-8).
+Hypothesis prints the failing example and a `@reproduce_failure` blob.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from diskless._types import ErrorCode
+from diskless.records._cwalk import walk
+from tests.records._reference_walk import reference_walk
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.errors import CorruptRecordError
+    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+    from kafka.record.util import calc_crc32c
+
+SETTINGS = settings(
+    max_examples=400,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+HEADER_SIZE = 61
+NOW = 1_700_000_000_000
+
+small = st.binary(max_size=30)
+records_strategy = st.lists(
+    st.tuples(
+        st.integers(-(2**40), 2**40),
+        st.none() | small,
+        st.none() | st.binary(max_size=200),
+        st.lists(st.tuples(st.text(max_size=6), st.none() | small), max_size=3),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _varint(value: int) -> bytes:
+    encoded = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while encoded > 0x7F:
+        out.append(encoded & 0x7F | 0x80)
+        encoded >>= 7
+    out.append(encoded)
+    return bytes(out)
+
+
+def _build(
+    records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], base: int
+) -> tuple[bytes, bytes]:
+    """(batch header, uncompressed records section) as kafka-python writes them."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for offset, (delta, key, value, headers) in enumerate(records):
+        timestamp = max(0, base + delta)
+        assert builder.append(offset, timestamp, key, value, headers) is not None
+    batch = bytes(builder.build())
+    return batch[:HEADER_SIZE], batch[HEADER_SIZE:]
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    """A records section, usually mutated."""
+    base = draw(st.integers(0, 2**45))
+    _, section = _build(draw(records_strategy), base)
+    data = bytearray(section)
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(
+            st.sampled_from(["flip", "set", "truncate", "append", "varint", "size", "none"])
+        )
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if kind == "flip" and data:
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "set" and data:
+            data[at] = draw(st.sampled_from([0x00, 0x01, 0x03, 0x7F, 0x80, 0x81, 0xFF]))
+        elif kind == "truncate":
+            del data[at:]
+        elif kind == "append":
+            data.extend(draw(st.binary(min_size=1, max_size=8)))
+        elif kind == "varint":  # overlong, out of range, or too long encodings
+            data[at:at] = draw(
+                st.sampled_from(
+                    [
+                        b"\x80\x00",
+                        b"\x80\x80\x80\x80\x00",
+                        b"\x80\x80\x80\x80\x80\x00",
+                        b"\xff\xff\xff\xff\x1f",
+                        b"\xff\xff\xff\xff\x0f",
+                        b"\xff" * 9 + b"\x01",
+                        b"\xff" * 9 + b"\x03",
+                        b"\xff" * 11,
+                    ]
+                )
+            )
+        elif kind == "size":
+            data[at:at] = _varint(draw(st.sampled_from([-3, -2, -1, 0, 1, 2**31 - 1])))
+    return bytes(data)
+
+
+def _kafka_python_reads(header: bytes, section: bytes, count: int, base: int) -> list[int]:
+    """Every record's timestamp, through kafka-python; raises where it cannot read them."""
+    batch = bytearray(header + section)
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">i", batch, 57, count)
+    struct.pack_into(">i", batch, 23, count - 1)
+    struct.pack_into(">q", batch, 27, base)
+    struct.pack_into(">I", batch, 17, calc_crc32c(bytes(batch[21:])))
+    parsed = DefaultRecordBatch(bytes(batch))
+    return [record.timestamp for record in parsed]
+
+
+class _Seen:
+    """What the reference saw of each well-formed record."""
+
+    def __init__(self) -> None:
+        self.deltas: list[int] = []
+        self.kafka_python_stricter = False
+
+    def __call__(self, delta: int, attributes: int, header_keys: list[bytes]) -> None:
+        self.deltas.append(delta)
+        if attributes >= 0x80 or not _utf8(header_keys):
+            self.kafka_python_stricter = True
+
+
+@SETTINGS
+@given(
+    section=mutated(),
+    count_shift=st.sampled_from([0, 0, 0, -1, 1]),
+    base=st.integers(-1, 2**45) | st.sampled_from([-(2**63), 2**63 - 1]),
+    max_shift=st.sampled_from([0, 0, 1, -1]),
+    create_time=st.booleans(),
+    before=st.sampled_from([2**63 - 1, 0, 10**6, 10**13]),
+    after=st.sampled_from([3_600_000, 0, 2**63 - 1]),
+)
+def test_c_walk_equals_reference_and_kafka_python_reads_what_it_accepts(
+    section: bytes,
+    count_shift: int,
+    base: int,
+    max_shift: int,
+    create_time: bool,
+    before: int,
+    after: int,
+) -> None:
+    header, _ = _build([(0, None, b"v", [])], 0)
+    count = max(1, _count(section) + count_shift)
+    seen = _Seen()
+    reference_walk(section, 0, len(section), count, base, 0, False, NOW, 0, 0, visit=seen)
+    largest = base + max(seen.deltas, default=0) + max_shift
+    max_timestamp = max(-(2**63), min(2**63 - 1, largest))
+    args = (section, 0, len(section), count, base, max_timestamp, create_time, NOW, before, after)
+    answer = walk(*args)
+    assert answer == reference_walk(*args)
+    event(f"walk: {ErrorCode(answer[0]).name if answer else 'accepted'}")
+    if answer is not None:
+        return
+    try:
+        timestamps = _kafka_python_reads(header, section, count, base)
+    except (CorruptRecordError, UnicodeDecodeError, ValueError, IndexError) as error:
+        assert seen.kafka_python_stricter, f"accepted, but kafka-python cannot read it: {error!r}"
+        event("accepted; kafka-python stricter")
+        return
+    assert len(timestamps) == count
+    if not seen.kafka_python_stricter:
+        assert timestamps == [base + delta for delta in seen.deltas]
+
+
+def _utf8(keys: list[bytes]) -> bool:
+    try:
+        for key in keys:
+            key.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _count(section: bytes) -> int:
+    """How many records the section holds, when that is what it holds (else 1)."""
+    for count in range(1, 64):
+        if reference_walk(section, 0, len(section), count, 0, 0, False, NOW, 0, 0) is None:
+            return count
+    return 1
+
+
+@pytest.mark.parametrize(
+    ("encoding", "accepted"),
+    [
+        (b"\x80\x80\x80\x80\x00", True),  # 5 bytes, overlong: Java reads 0
+        (b"\x80\x80\x80\x80\x80\x00", False),  # 6 bytes: Java's readVarint throws
+        (b"\xff\xff\xff\xff\x0f", True),  # 5 bytes, all 32 bits: -2147483648
+        (b"\xff\xff\xff\xff\x1f", False),  # a bit past 32, which Java would drop
+    ],
+)
+def test_varint_length_and_range_rules(encoding: bytes, accepted: bool) -> None:
+    """The header count of a one-record section written in each encoding."""
+    _, section = _build([(0, None, b"v", [])], 0)
+    body = section[1:-1]  # attributes .. value, without the size and the header count
+    if encoding == b"\xff\xff\xff\xff\x0f":
+        body_with = body + _varint(0)  # a negative count is refused for its own reason
+        encoding_ok = walk(
+            _varint(len(body_with)) + body_with, 0, len(body_with) + 1, 1, 0, 0, False, NOW, 0, 0
+        )
+        assert encoding_ok is None
+        body_with = body + encoding
+    else:
+        body_with = body + encoding
+    record = _varint(len(body_with)) + body_with
+    args = (record, 0, len(record), 1, 0, 0, False, NOW, 0, 0)
+    answer = walk(*args)
+    assert answer == reference_walk(*args)
+    if encoding == b"\xff\xff\xff\xff\x0f":
+        assert answer is not None and "header count -2147483648" in answer[1]
+    elif accepted:
+        assert answer is None, answer
+    else:
+        assert answer is not None and answer[0] == ErrorCode.INVALID_RECORD, answer
+
+
+def test_timestamps_out_of_int64_are_compared_exactly() -> None:
+    """base + delta past 2**63 - 1 is no int64: out of any bound, not wrapped into one."""
+    delta = 2**62
+    body = b"\x00" + _varint(delta) + b"\x00\x01\x02v\x00"
+    record = _varint(len(body)) + body
+    base = 2**63 - 2**61
+    answer = walk(record, 0, len(record), 1, base, 0, True, NOW, 2**63 - 1, 2**63 - 1)
+    assert answer == reference_walk(
+        record, 0, len(record), 1, base, 0, True, NOW, 2**63 - 1, 2**63 - 1
+    )
+    assert answer is not None and answer[0] == ErrorCode.INVALID_TIMESTAMP, answer
+    assert str(base + delta) in answer[1]
