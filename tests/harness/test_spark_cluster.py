@@ -9,7 +9,10 @@ and Python workers, in the workers' work directories), and verification must pas
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,6 +33,7 @@ CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": S3_CREDENTIALS["aws_access_key_id"],
     "AWS_SECRET_ACCESS_KEY": S3_CREDENTIALS["aws_secret_access_key"],
 }
+DRIVER_TIMEOUT_S = 240
 WORKLOAD = [
     "--brokers", "2", "--racks", "2", "--tasks", "2", "--partitions", "6", "--producers", "4",
     "--total-mb", "2", "--duration-s", "60", "--partitions-per-round", "3",
@@ -68,19 +72,33 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRun
                 *WORKLOAD,
             ]  # fmt: skip
             env = cluster_env({**CREDENTIALS, "PYTHONPATH": str(REPO_ROOT)})
-            run.process = subprocess.run(
-                argv,
-                cwd=directory,  # not the repository: nothing may depend on the driver's cwd
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=240,
-                check=False,
-            )
+            run.process = _run_driver(argv, directory, env)
             results = run.report_dir / RESULTS_FILE
             if results.exists():
                 run.results = json.loads(results.read_text())
             yield run
+
+
+def _run_driver(
+    argv: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The harness as its own driver process (and process group: its JVM dies with it)."""
+    driver = subprocess.Popen(
+        argv,
+        cwd=cwd,  # not the repository: nothing may depend on the driver's working directory
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = driver.communicate(timeout=DRIVER_TIMEOUT_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    return subprocess.CompletedProcess(argv, driver.returncode, stdout, stderr)
 
 
 def _places(items: list[dict[str, Any]]) -> list[TaskPlace]:
