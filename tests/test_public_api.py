@@ -69,6 +69,7 @@ def test_all_is_exactly_the_public_surface() -> None:
         "diskless.coordinator",
         "diskless.lifecycle",
         "diskless.read",
+        "diskless.records",
         "diskless.storage",
         "diskless.txn",
         "diskless.wal",
@@ -84,3 +85,10 @@ def test_package_is_typed() -> None:
     from importlib import resources
 
     assert resources.files("diskless").joinpath("py.typed").is_file()
+
+
+def test_records_exports_the_transaction_version_bridge_rewrite() -> None:
+    import diskless.records
+
+    assert "rewrite_producer_state" in diskless.records.__all__
+    assert diskless.records.rewrite_producer_state.__module__ == "diskless.records._rewrite"

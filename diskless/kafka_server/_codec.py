@@ -18,7 +18,7 @@ import dataclasses
 import io
 import struct
 import sys
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple, TypeGuard, TypeVar
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -27,6 +27,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
+from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
@@ -50,7 +51,7 @@ class RequestPrefix(NamedTuple):
 class DecodedRequest(NamedTuple):
     prefix: RequestPrefix
     client_id: str | None
-    body: Any
+    body: RequestPayload
     """A kio request entity of the schema for (api key, api version)."""
 
 
@@ -61,7 +62,7 @@ def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     return RequestPrefix(api_key, api_version, correlation_id)
 
 
-def request_schema(api_key: int, api_version: int) -> type[Any] | None:
+def request_schema(api_key: int, api_version: int) -> type[RequestPayload] | None:
     """kio's request class for (api key, version), or None when kio does not model it."""
     try:
         return load_request_schema(api_key, api_version)
@@ -69,11 +70,11 @@ def request_schema(api_key: int, api_version: int) -> type[Any] | None:
         return None
 
 
-def response_schema(api_key: int, api_version: int) -> type[Any]:
+def response_schema(api_key: int, api_version: int) -> type[ResponsePayload]:
     return load_response_schema(api_key, api_version)
 
 
-def decode_request(frame: bytes | memoryview, schema: type[Any]) -> DecodedRequest:
+def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> DecodedRequest:
     """Parse the header and body of `frame` with `schema`; FrameError when they do not parse.
 
     The body must use the whole frame: trailing bytes mean the client and the broker disagree
@@ -96,7 +97,7 @@ def decode_request(frame: bytes | memoryview, schema: type[Any]) -> DecodedReque
     return DecodedRequest(prefix, header.client_id, body)
 
 
-def encode_response(correlation_id: int, body: Any) -> bytes:
+def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:
     """The framed response: size prefix, the header version the schema uses, the body."""
     buffer = io.BytesIO()
     buffer.write(b"\x00\x00\x00\x00")
@@ -115,19 +116,24 @@ def encode_response(correlation_id: int, body: Any) -> bytes:
     return bytes(data)
 
 
-def build(schema: type[Any], **values: Any) -> Any:
+Built = TypeVar("Built", bound=Entity)
+
+
+def build(schema: type[Built], **values: object) -> Built:
     """An instance of a kio entity from the values its version has; others are dropped.
 
-    Handlers describe a response once for all versions and let the schema pick its fields.
+    Handlers describe a response once for all versions and let the schema pick its fields. The
+    values are typed `object`: which fields a version has is known only at run time, and kio's
+    dataclass constructor checks nothing either, so the response tests are what check them.
     """
     names = _field_names(schema)
     return schema(**{name: value for name, value in values.items() if name in names})
 
 
-_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+_FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
 
 
-def _field_names(schema: type[Any]) -> frozenset[str]:
+def _field_names(schema: type[Entity]) -> frozenset[str]:
     """Per schema, once: `build` runs for every entry of a response (100,000 in a large one)."""
     names = _FIELD_NAMES.get(schema)
     if names is None:
@@ -135,12 +141,19 @@ def _field_names(schema: type[Any]) -> frozenset[str]:
     return names
 
 
-def nested(schema: type[Any], name: str) -> type[Any]:
+def nested(schema: type[Entity], name: str) -> type[Entity]:
     """A nested entity class defined next to `schema` (same API and version)."""
-    found = getattr(sys.modules[schema.__module__], name)
-    assert isinstance(found, type), (schema, name)
+    found: object = getattr(sys.modules[schema.__module__], name)
+    if not _is_entity_class(found):
+        raise TypeError(f"{schema.__module__}.{name} is not a kio entity")
     return found
 
 
-def has_field(schema: type[Any], name: str) -> bool:
-    return any(f.name == name for f in dataclasses.fields(schema))
+def _is_entity_class(value: object) -> TypeGuard[type[Entity]]:
+    return (
+        isinstance(value, type) and dataclasses.is_dataclass(value) and hasattr(value, "__type__")
+    )
+
+
+def has_field(schema: type[Entity], name: str) -> bool:
+    return name in _field_names(schema)

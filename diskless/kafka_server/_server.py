@@ -32,9 +32,10 @@ import collections
 import concurrent.futures
 import functools
 import logging
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
 
-from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
 from diskless.kafka_server._codec import (
@@ -49,18 +50,20 @@ from diskless.kafka_server._codec import (
 from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._context import Connection
 from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._handlers import HANDLERS, api_versions_response
+from diskless.kafka_server._handlers import HANDLERS, unsupported_api_versions_response
 from diskless.kafka_server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._memory import RequestMemory, Reservation
 from diskless.kafka_server._metadata import BrokerAddress, ClusterView
 from diskless.kafka_server._txn import TransactionFront
-from diskless.kafka_server._versions import API_VERSIONS_FALLBACK, ApiKey, supported
+from diskless.kafka_server._versions import ApiKey, supported
 
 _log = logging.getLogger(__name__)
 
 LISTEN_HOST: Final = "127.0.0.1"
 READ_CHUNK_BYTES: Final = 256 * 1024
 """A frame's body is read in pieces of at most this into its reserved buffer."""
+
+_Result = TypeVar("_Result")
 
 
 class _Close(Exception):
@@ -322,7 +325,7 @@ class BrokerServer:
         prefix = read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
         if key == ApiKey.API_VERSIONS and not supported(key, version):
-            response = api_versions_response(API_VERSIONS_FALLBACK, WireError.unsupported_version)
+            response = unsupported_api_versions_response()
             done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
             done.set_result(encode_response(prefix.correlation_id, response))
             return done
@@ -333,30 +336,33 @@ class BrokerServer:
         large = len(frame) > self.config.inline_frame_bytes_max
         request: DecodedRequest
         if large:
-            request = await self._in_codec_thread(decode_request, frame, schema)
+            request = await self._in_codec_thread(functools.partial(decode_request, frame, schema))
         else:
             request = decode_request(frame, schema)
         if key == ApiKey.PRODUCE:
             self.produce_requests[request.client_id or ""] += 1
         handler = HANDLERS[ApiKey(key)]
-        handling = handler(self, connection, version, request.body)
+        handling = handler(self, connection, request.body)
         return asyncio.ensure_future(self._answer(handling, prefix.correlation_id, large=large))
 
-    async def _answer(self, handling: Any, correlation_id: int, *, large: bool) -> bytes | None:
+    async def _answer(
+        self, handling: Awaitable[ResponsePayload | None], correlation_id: int, *, large: bool
+    ) -> bytes | None:
         """The framed response; a large request's response is encoded off the event loop
         (its size grows with the request's: 100,000 topics in, 100,000 out)."""
         response = await handling
         if response is None:
             return None
         if large:
-            data: bytes = await self._in_codec_thread(encode_response, correlation_id, response)
-            return data
+            return await self._in_codec_thread(
+                functools.partial(encode_response, correlation_id, response)
+            )
         return encode_response(correlation_id, response)
 
-    async def _in_codec_thread(self, function: Any, *args: Any) -> Any:
+    async def _in_codec_thread(self, function: Callable[[], _Result]) -> _Result:
         if self._codec is None:
             raise ConnectionError("the server is closing")
-        return await asyncio.get_running_loop().run_in_executor(self._codec, function, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._codec, function)
 
     async def _respond(
         self,

@@ -24,31 +24,17 @@ participant (it allocates producer ids, registers partitions and places markers)
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Sequence
 from typing import Final
-
-import crc32c
 
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
-from diskless.records import SEQUENCE_MAX
+from diskless.records import SEQUENCE_MAX, InvalidBatch, parse_batch, rewrite_producer_state
 from diskless.txn import EndTxnResult, InitProducerIdResult, TransactionCoordinator
 
 _log = logging.getLogger(__name__)
 
-_PRODUCER_AT: Final = 43
-_EPOCH_AT: Final = 51
-_SEQUENCE_AT: Final = 53
-_ATTRIBUTES_AT: Final = 21
-_CRC_AT: Final = 17
-_BATCH_HEADER_BYTES: Final = 61
-_TRANSACTIONAL_BIT: Final = 0x10
-_INT16: Final = struct.Struct(">h")
-_INT32: Final = struct.Struct(">i")
-_UINT32: Final = struct.Struct(">I")
-_INT64: Final = struct.Struct(">q")
 _SEQUENCE_MODULUS: Final = SEQUENCE_MAX + 1
 
 
@@ -156,37 +142,29 @@ class TransactionFront:
 
         Synchronous on purpose: produce requests must reach the broker in arrival order.
         """
-        if not self._by_producer_id or len(records) < _BATCH_HEADER_BYTES:
+        if not self._by_producer_id:
             return records, None
-        (attributes,) = _INT16.unpack_from(records, _ATTRIBUTES_AT)
-        if not attributes & _TRANSACTIONAL_BIT:
+        header = parse_batch(records)
+        if isinstance(header, InvalidBatch) or header.size != len(records):
+            return records, None  # not one whole batch: the broker refuses it as it is
+        if not header.is_transactional:
             return records, None
-        (producer_id,) = _INT64.unpack_from(records, _PRODUCER_AT)
-        bridge = self._by_producer_id.get(producer_id)
-        if bridge is None:
+        bridge = self._by_producer_id.get(header.producer_id)
+        if bridge is None or header.producer_epoch != bridge.client_epoch:
             return records, None
-        (epoch,) = _INT16.unpack_from(records, _EPOCH_AT)
-        if epoch != bridge.client_epoch:
+        if not header.crc_valid():
             return records, None
-        (length,) = _INT32.unpack_from(records, 8)
-        end = length + 12
-        if end != len(records):
-            return records, None
-        (crc,) = _UINT32.unpack_from(records, _CRC_AT)
-        if crc32c.crc32c(memoryview(records)[_ATTRIBUTES_AT:end]) != crc:
-            return records, None
-        (sequence,) = _INT32.unpack_from(records, _SEQUENCE_AT)
-        (last_offset_delta,) = _INT32.unpack_from(records, 23)
+        sequence = header.base_sequence
         base = bridge.sequence_base.get(tp, 0)
         server_sequence = (sequence - base) % _SEQUENCE_MODULUS
-        rewrite = Rewrite(bridge, tp, (sequence + last_offset_delta + 1) % _SEQUENCE_MODULUS)
-        if bridge.server_epoch == epoch and server_sequence == sequence:
+        client_next = (sequence + header.last_offset_delta + 1) % _SEQUENCE_MODULUS
+        rewrite = Rewrite(bridge, tp, client_next)
+        if bridge.server_epoch == header.producer_epoch and server_sequence == sequence:
             return records, rewrite
-        batch = bytearray(records)
-        _INT16.pack_into(batch, _EPOCH_AT, bridge.server_epoch)
-        _INT32.pack_into(batch, _SEQUENCE_AT, server_sequence)
-        _UINT32.pack_into(batch, _CRC_AT, crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
-        return bytes(batch), rewrite
+        batch = rewrite_producer_state(
+            header, producer_epoch=bridge.server_epoch, base_sequence=server_sequence
+        )
+        return batch, rewrite
 
     @staticmethod
     def acknowledged(rewrite: Rewrite) -> None:

@@ -45,6 +45,7 @@ from diskless.records._produce import (
     RecordRules,
     parse_produce_payload,
 )
+from diskless.records._rewrite import rewrite_producer_state
 from diskless.records._walk import validate_records
 
 __all__ = [
@@ -79,4 +80,5 @@ __all__ = [
     "set_log_append_time",
     "split_batches",
     "validate_client_batch",
+    "rewrite_producer_state",
 ]

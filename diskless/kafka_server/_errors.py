@@ -1,0 +1,60 @@
+"""Library outcomes and failures as the Kafka error codes clients see, decided in one place.
+
+A protocol outcome arrives as an `ErrorCode` value and keeps its code (`wire`). A library
+exception (`DisklessError`: storage, coordinator, a closed broker) is an infrastructure fault: the
+client must see a retriable error and try again, never a silent loss or a hung request. Which
+retriable error depends on the API (`failure`):
+- the data APIs (Produce, Fetch, ListOffsets) answer KAFKA_STORAGE_ERROR for every partition the
+  failed call concerned, as Kafka does when a log directory fails;
+- the transaction APIs answer COORDINATOR_NOT_AVAILABLE, which makes clients look the
+  coordinator up again and retry. The transaction coordinator also reports a failure of its
+  participant as the value KAFKA_STORAGE_ERROR; `coordinator_error` turns that value into the
+  same code;
+- Metadata answers the topics it could not describe or create as UNKNOWN_TOPIC_OR_PARTITION
+  (retriable: clients refresh metadata and try again).
+The group APIs keep their state in this process and call nothing that fails this way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from kio.schema.errors import ErrorCode as WireError
+
+from diskless._types import ErrorCode
+from diskless.kafka_server._versions import ApiKey
+
+_log = logging.getLogger(__name__)
+
+_ON_FAILURE: Final[dict[ApiKey, WireError]] = {
+    ApiKey.PRODUCE: WireError.kafka_storage_error,
+    ApiKey.FETCH: WireError.kafka_storage_error,
+    ApiKey.LIST_OFFSETS: WireError.kafka_storage_error,
+    ApiKey.METADATA: WireError.unknown_topic_or_partition,
+    ApiKey.INIT_PRODUCER_ID: WireError.coordinator_not_available,
+    ApiKey.ADD_PARTITIONS_TO_TXN: WireError.coordinator_not_available,
+    ApiKey.END_TXN: WireError.coordinator_not_available,
+}
+"""The APIs whose handlers call into the library, and the code a failure of that call becomes."""
+
+
+def wire(code: ErrorCode) -> WireError:
+    """A protocol outcome of the library, with the same number on the wire."""
+    return WireError(int(code))
+
+
+def failure(api: ApiKey, error: Exception, what: str) -> WireError:
+    """The code for the entries of `api`'s response that a library failure left unanswered.
+
+    `what` says which call failed, for the log: the exception is logged here, once.
+    """
+    _log.warning("%s: %s failed: %r", api.name, what, error)
+    return _ON_FAILURE[api]
+
+
+def coordinator_error(code: ErrorCode | None) -> WireError:
+    """A transaction coordinator's answer; None when the call failed and gave none."""
+    if code is None or code is ErrorCode.KAFKA_STORAGE_ERROR:
+        return WireError.coordinator_not_available
+    return wire(code)

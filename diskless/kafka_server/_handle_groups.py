@@ -1,0 +1,214 @@
+"""Consumer groups: OffsetCommit, OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
+
+Each decodes its request for `GroupCoordinator` (`_groups`), which keeps group state in this
+process and answers with Kafka error codes itself; nothing here can fail with a library error.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import kio.schema.join_group.v0 as join_group_v0
+import kio.schema.leave_group.v0 as leave_group_v0
+import kio.schema.leave_group.v1 as leave_group_v1
+import kio.schema.leave_group.v2 as leave_group_v2
+import kio.schema.sync_group.v5 as sync_group_v5
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import Entity
+
+from diskless._types import TopicPartition
+from diskless.kafka_server._codec import build, nested
+from diskless.kafka_server._context import BrokerContext, Connection
+from diskless.kafka_server._messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from diskless.kafka_server._route import NO_THROTTLE, millis
+
+_ONE_MEMBER_LEAVES: Final = (
+    leave_group_v0.LeaveGroupRequest,
+    leave_group_v1.LeaveGroupRequest,
+    leave_group_v2.LeaveGroupRequest,
+)
+"""LeaveGroup v3 (KIP-345) lets a request name several members; before, it names one."""
+
+
+async def handle_offset_commit(
+    context: BrokerContext,
+    connection: Connection,
+    request: OffsetCommitRequest,
+    response: type[OffsetCommitResponse],
+) -> OffsetCommitResponse:
+    offsets = {
+        TopicPartition(topic.name, p.partition_index): (
+            int(p.committed_offset),
+            p.committed_metadata,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    }
+    error = context.groups.commit_offsets(
+        request.group_id, int(request.generation_id_or_member_epoch), request.member_id, offsets
+    )
+    topic_entry = nested(response, "OffsetCommitResponseTopic")
+    partition_entry = nested(response, "OffsetCommitResponsePartition")
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                topic_entry,
+                name=topic.name,
+                partitions=tuple(
+                    build(partition_entry, partition_index=p.partition_index, error_code=error)
+                    for p in topic.partitions
+                ),
+            )
+            for topic in request.topics
+        ),
+    )
+
+
+async def handle_offset_fetch(
+    context: BrokerContext,
+    connection: Connection,
+    request: OffsetFetchRequest,
+    response: type[OffsetFetchResponse],
+) -> OffsetFetchResponse:
+    committed = context.groups.committed_offsets(request.group_id)
+    wanted: dict[str, list[int]]
+    if request.topics is None:
+        wanted = {}
+        for tp in sorted(committed):
+            wanted.setdefault(tp.topic, []).append(tp.partition)
+    else:
+        wanted = {t.name: [int(p) for p in t.partition_indexes] for t in request.topics}
+    topic_entry = nested(response, "OffsetFetchResponseTopic")
+    partition_entry = nested(response, "OffsetFetchResponsePartition")
+    topics = []
+    for name, indexes in wanted.items():
+        partitions: list[Entity] = []
+        for index in indexes:
+            offset, metadata = committed.get(TopicPartition(name, index), (-1, ""))
+            partitions.append(
+                build(
+                    partition_entry,
+                    partition_index=index,
+                    committed_offset=offset,
+                    committed_leader_epoch=-1,
+                    metadata=metadata,
+                    error_code=WireError.none,
+                )
+            )
+        topics.append(build(topic_entry, name=name, partitions=tuple(partitions)))
+    return build(
+        response, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=WireError.none
+    )
+
+
+async def handle_join_group(
+    context: BrokerContext,
+    connection: Connection,
+    request: JoinGroupRequest,
+    response: type[JoinGroupResponse],
+) -> JoinGroupResponse:
+    rebalance_timeout = (
+        request.session_timeout  # v0 has one timeout for both
+        if isinstance(request, join_group_v0.JoinGroupRequest)
+        else request.rebalance_timeout
+    )
+    outcome = await context.groups.join(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=millis(request.session_timeout),
+        rebalance_timeout_ms=millis(rebalance_timeout),
+        require_known_member_id=request.__version__ >= 4,
+    )
+    member_entry = nested(response, "JoinGroupResponseMember")
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        error_code=outcome.error,
+        generation_id=outcome.generation,
+        protocol_type=request.protocol_type,
+        protocol_name=outcome.protocol or "",
+        leader=outcome.leader,
+        member_id=outcome.member_id,
+        members=tuple(
+            build(member_entry, member_id=member, group_instance_id=None, metadata=metadata)
+            for member, metadata in outcome.members
+        ),
+    )
+
+
+async def handle_sync_group(
+    context: BrokerContext,
+    connection: Connection,
+    request: SyncGroupRequest,
+    response: type[SyncGroupResponse],
+) -> SyncGroupResponse:
+    error, assignment = await context.groups.sync(
+        request.group_id,
+        int(request.generation_id),
+        request.member_id,
+        {a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
+    protocol_type, protocol_name = (
+        (request.protocol_type, request.protocol_name)
+        if isinstance(request, sync_group_v5.SyncGroupRequest)  # v5 echoes the protocol
+        else (None, None)
+    )
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignment=assignment,
+    )
+
+
+async def handle_heartbeat(
+    context: BrokerContext,
+    connection: Connection,
+    request: HeartbeatRequest,
+    response: type[HeartbeatResponse],
+) -> HeartbeatResponse:
+    error = context.groups.heartbeat(
+        request.group_id, int(request.generation_id), request.member_id
+    )
+    return build(response, throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_leave_group(
+    context: BrokerContext,
+    connection: Connection,
+    request: LeaveGroupRequest,
+    response: type[LeaveGroupResponse],
+) -> LeaveGroupResponse:
+    if isinstance(request, _ONE_MEMBER_LEAVES):
+        error = context.groups.leave(request.group_id, request.member_id)
+        return build(response, throttle_time=NO_THROTTLE, error_code=error)
+    member_entry = nested(response, "MemberResponse")
+    members = tuple(
+        build(
+            member_entry,
+            member_id=member.member_id,
+            group_instance_id=member.group_instance_id,
+            error_code=context.groups.leave(request.group_id, member.member_id),
+        )
+        for member in request.members
+    )
+    return build(response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=members)

@@ -1,0 +1,243 @@
+"""Discovery: ApiVersions, Metadata and FindCoordinator, which tell a client where to send what.
+
+Metadata names a leader per partition although the write path has none: see `_metadata` for
+whom it names and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import kio.schema.find_coordinator.v0 as find_coordinator_v0
+import kio.schema.find_coordinator.v4 as find_coordinator_v4
+import kio.schema.metadata.v0 as metadata_v0
+import kio.schema.metadata.v1 as metadata_v1
+import kio.schema.metadata.v2 as metadata_v2
+import kio.schema.metadata.v3 as metadata_v3
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import Entity
+
+from diskless._types import TopicPartition
+from diskless.coordinator import TopicDescription, check_topic_name
+from diskless.errors import DisklessError
+from diskless.kafka_server._codec import build, nested
+from diskless.kafka_server._context import BrokerContext, Connection
+from diskless.kafka_server._errors import failure
+from diskless.kafka_server._messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from diskless.kafka_server._metadata import topic_id
+from diskless.kafka_server._route import NO_THROTTLE
+from diskless.kafka_server._steps import Steps
+from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
+
+_log = logging.getLogger(__name__)
+
+_KEY_TYPE_GROUP: Final = 0
+_KEY_TYPE_TRANSACTION: Final = 1
+_WITHOUT_AUTO_CREATE_FLAG: Final = (
+    metadata_v0.MetadataRequest,
+    metadata_v1.MetadataRequest,
+    metadata_v2.MetadataRequest,
+    metadata_v3.MetadataRequest,
+)
+"""Metadata v4 added `allow_auto_topic_creation`; older versions always allow it."""
+
+
+# --- ApiVersions ----------------------------------------------------------------------------------
+def api_versions_response(
+    response: type[ApiVersionsResponse], error: WireError
+) -> ApiVersionsResponse:
+    entry = nested(response, "ApiVersion")
+    keys = tuple(
+        build(entry, api_key=int(key), min_version=low, max_version=high)
+        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+    )
+    return build(response, error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+async def handle_api_versions(
+    context: BrokerContext,
+    connection: Connection,
+    request: ApiVersionsRequest,
+    response: type[ApiVersionsResponse],
+) -> ApiVersionsResponse:
+    return api_versions_response(response, WireError.none)
+
+
+# --- Metadata -------------------------------------------------------------------------------------
+async def handle_metadata(
+    context: BrokerContext,
+    connection: Connection,
+    request: MetadataRequest,
+    response: type[MetadataResponse],
+) -> MetadataResponse:
+    broker_entry = nested(response, "MetadataResponseBroker")
+    topic_entry = nested(response, "MetadataResponseTopic")
+    partition_entry = nested(response, "MetadataResponsePartition")
+    requested: list[str] | None
+    if request.topics is None or (
+        isinstance(request, metadata_v0.MetadataRequest) and not request.topics
+    ):
+        requested = None  # all topics (v0 says so with an empty list)
+    else:
+        requested = [t.name for t in request.topics if t.name is not None]
+    brokers = context.cluster.brokers()
+    topics: list[Entity] = []
+    if requested is None or requested:
+        try:
+            descriptions = await context.broker.describe_topics(requested)
+            unknown = WireError.unknown_topic_or_partition
+        except DisklessError as e:
+            unknown = failure(ApiKey.METADATA, e, "describing topics")
+            descriptions = []
+            requested = requested or []
+        known = {d.name: d for d in descriptions}
+        names = sorted(known) if requested is None else list(dict.fromkeys(requested))
+        missing = [name for name in names if name not in known]
+        if missing and _may_create(context, request):
+            known.update(await _create_topics(context, missing))
+        rack = connection.client_rack if connection.client_rack is not None else context.rack
+        steps = Steps()
+        for name in names:
+            await steps.pause()
+            description = known.get(name)
+            if description is None:
+                topics.append(
+                    build(
+                        topic_entry,
+                        error_code=unknown,
+                        name=name,
+                        topic_id=None,
+                        is_internal=False,
+                        partitions=(),
+                    )
+                )
+                continue
+            tps = [TopicPartition(name, p) for p in range(description.partitions)]
+            leaders = context.cluster.leaders(tps, rack) if brokers else {}
+            partitions = []
+            for tp in tps:
+                leader = leaders.get(tp, -1)
+                partitions.append(
+                    build(
+                        partition_entry,
+                        error_code=(
+                            WireError.none if leader >= 0 else WireError.leader_not_available
+                        ),
+                        partition_index=tp.partition,
+                        leader_id=leader,
+                        leader_epoch=context.cluster.generation,
+                        replica_nodes=(leader,) if leader >= 0 else (),
+                        isr_nodes=(leader,) if leader >= 0 else (),
+                        offline_replicas=(),
+                    )
+                )
+            topics.append(
+                build(
+                    topic_entry,
+                    error_code=WireError.none,
+                    name=name,
+                    topic_id=topic_id(name),
+                    is_internal=False,
+                    partitions=tuple(partitions),
+                )
+            )
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        brokers=tuple(
+            build(broker_entry, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in brokers
+        ),
+        cluster_id=context.cluster.cluster_id,
+        controller_id=context.broker_id,
+        topics=tuple(topics),
+    )
+
+
+def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
+    allowed = (
+        True
+        if isinstance(request, _WITHOUT_AUTO_CREATE_FLAG)
+        else bool(request.allow_auto_topic_creation)
+    )
+    return allowed and context.config.auto_create_topic_partitions > 0
+
+
+async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
+    """Create what can be created; names the coordinator refuses stay unknown."""
+    partitions = context.config.auto_create_topic_partitions
+    for name in names:
+        try:
+            check_topic_name(name)
+        except ValueError:
+            continue  # Kafka's topic name rules; the topic stays unknown
+        try:
+            if await context.broker.create_topic(name, partitions):
+                _log.info("created topic %r with %d partitions on first use", name, partitions)
+        except ValueError as e:  # refused by the coordinator: the topic stays unknown
+            _log.warning("metadata: cannot create topic %r: %r", name, e)
+        except DisklessError as e:
+            failure(ApiKey.METADATA, e, f"creating topic {name!r}")
+    try:
+        return {d.name: d for d in await context.broker.describe_topics(names)}
+    except DisklessError as e:
+        failure(ApiKey.METADATA, e, "describing created topics")
+        return {}
+
+
+# --- FindCoordinator ------------------------------------------------------------------------------
+async def handle_find_coordinator(
+    context: BrokerContext,
+    connection: Connection,
+    request: FindCoordinatorRequest,
+    response: type[FindCoordinatorResponse],
+) -> FindCoordinatorResponse:
+    """Every broker coordinates every group and transactional id: they share one group
+    coordinator and one transaction coordinator in this process. So the answer is the broker
+    asked, which is in the client's rack."""
+    key_type = (
+        _KEY_TYPE_GROUP  # v0 knows only groups
+        if isinstance(request, find_coordinator_v0.FindCoordinatorRequest)
+        else int(request.key_type)
+    )
+    if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+        error, message = WireError.invalid_request, f"unknown coordinator key type {key_type}"
+    else:
+        error, message = WireError.none, None
+    me = context.address
+    node_id, host, port = (me.broker_id, me.host, me.port) if message is None else (-1, "", -1)
+    if isinstance(request, find_coordinator_v4.FindCoordinatorRequest):
+        entry = nested(response, "Coordinator")
+        return build(
+            response,
+            throttle_time=NO_THROTTLE,
+            coordinators=tuple(
+                build(
+                    entry,
+                    key=key,
+                    node_id=node_id,
+                    host=host,
+                    port=port,
+                    error_code=error,
+                    error_message=message,
+                )
+                for key in request.coordinator_keys
+            ),
+        )
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        error_message=message,
+        node_id=node_id,
+        host=host,
+        port=port,
+    )

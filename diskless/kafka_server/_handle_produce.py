@@ -1,0 +1,109 @@
+"""Produce: the client's record sets to `DisklessBroker.produce`, per-partition results back.
+
+The one handler that must not await before it reaches the broker: `DisklessBroker.produce`
+takes its place in the write order when it is called, and a producer's pipelined requests must
+keep the order in which they arrived on the connection. Transactional batches of transaction
+version 1 clients are rewritten on the way in (`TransactionFront.rewrite_batch`).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import Entity
+
+from diskless._types import ErrorCode, TopicPartition
+from diskless.errors import DisklessError
+from diskless.kafka_server._codec import build, nested
+from diskless.kafka_server._context import BrokerContext, Connection
+from diskless.kafka_server._errors import failure, wire
+from diskless.kafka_server._messages import ProduceRequest, ProduceResponse
+from diskless.kafka_server._route import NO_THROTTLE, millis
+from diskless.kafka_server._steps import Steps
+from diskless.kafka_server._txn import Rewrite
+from diskless.kafka_server._versions import ApiKey
+
+
+async def handle_produce(
+    context: BrokerContext,
+    connection: Connection,
+    request: ProduceRequest,
+    response: type[ProduceResponse],
+) -> ProduceResponse | None:
+    partitions: dict[TopicPartition, bytes] = {}
+    duplicates: set[TopicPartition] = set()
+    rewrites: dict[TopicPartition, Rewrite] = {}
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            tp = TopicPartition(topic.name, data.index)
+            if tp in partitions:
+                duplicates.add(tp)
+            records = bytes(data.records) if data.records is not None else b""
+            records, rewrite = context.transactions.rewrite_batch(tp, records)
+            if rewrite is not None:
+                rewrites[tp] = rewrite
+            partitions[tp] = records
+    for tp in duplicates:
+        del partitions[tp]
+    acks = int(request.acks)
+    # No await before this call: it fixes this request's place in the broker's write order.
+    produced = context.broker.produce(partitions, acks=acks, timeout_ms=millis(request.timeout))
+    failed = None
+    try:
+        results = await produced
+    except DisklessError as e:
+        failed = failure(ApiKey.PRODUCE, e, f"produce on broker {context.broker_id}")
+        results = {}
+    if acks == 0:
+        return None  # Kafka sends no response to acks=0
+    for tp, rewrite in rewrites.items():
+        result = results.get(tp)
+        if result is not None and result.error is ErrorCode.NONE:
+            context.transactions.acknowledged(rewrite)
+    topic_entry = nested(response, "TopicProduceResponse")
+    partition_entry = nested(response, "PartitionProduceResponse")
+    by_topic: dict[str, list[Entity]] = {}
+    steps = Steps()
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            await steps.pause()
+            tp = TopicPartition(topic.name, data.index)
+            result = results.get(tp)
+            if tp in duplicates:
+                error = wire(ErrorCode.INVALID_RECORD)
+                message: str | None = "partition appears twice in the request"
+                base_offset, append_time, start = -1, -1, -1
+            elif result is None:
+                error = failed if failed is not None else wire(ErrorCode.KAFKA_STORAGE_ERROR)
+                message = "the broker failed the request"
+                base_offset, append_time, start = -1, -1, -1
+            else:
+                error, message = wire(result.error), result.error_message
+                base_offset = result.base_offset
+                append_time = result.log_append_time
+                start = result.log_start_offset
+            by_topic.setdefault(topic.name, []).append(
+                build(
+                    partition_entry,
+                    index=data.index,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time=(
+                        None
+                        if append_time < 0
+                        else datetime.datetime.fromtimestamp(append_time / 1000, datetime.UTC)
+                    ),
+                    log_start_offset=start,
+                    record_errors=(),
+                    error_message=message if error is not WireError.none else None,
+                )
+            )
+    return build(
+        response,
+        responses=tuple(
+            build(topic_entry, name=name, partition_responses=tuple(entries))
+            for name, entries in by_topic.items()
+        ),
+        throttle_time=NO_THROTTLE,
+    )

@@ -1,0 +1,127 @@
+"""Unit: the typed handler table, and the Fetch long poll on the broker's injected clock.
+
+The handlers run against a real `DisklessBroker` (in-memory store and coordinator) through the
+same `BrokerContext` a server gives them; no socket is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import typing
+from collections.abc import AsyncIterator
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode as WireError
+from kio.schema.fetch.v12 import response as fetch_v12_response
+
+from diskless import DisklessBroker, ManualClock
+from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig, TransactionFront
+from diskless.kafka_server._context import Connection
+from diskless.kafka_server._groups import GroupCoordinator
+from diskless.kafka_server._handlers import HANDLERS
+from diskless.kafka_server._metadata import BrokerAddress
+from diskless.kafka_server._route import Route
+from diskless.kafka_server._versions import ApiKey
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server._wire import fetch_request
+
+WAIT_S = 30.0
+"""Far longer than the test may take on a real clock: only the manual clock can end the wait."""
+
+
+@dataclasses.dataclass
+class Context:
+    """A `BrokerContext` of real parts, as `BrokerServer` provides one."""
+
+    broker: DisklessBroker
+    cluster: ClusterView
+    transactions: TransactionFront
+    groups: GroupCoordinator
+    config: ServerConfig
+
+    @property
+    def broker_id(self) -> int:
+        return self.broker.broker_id
+
+    @property
+    def rack(self) -> str | None:
+        return self.broker.rack
+
+    @property
+    def address(self) -> BrokerAddress:
+        return BrokerAddress(self.broker_id, "127.0.0.1", 9092, self.rack)
+
+
+@pytest.fixture
+async def context() -> AsyncIterator[tuple[Context, ManualClock]]:
+    clock = ManualClock()
+    coordinator = InMemoryBatchCoordinator()
+    broker = DisklessBroker(0, MemoryObjectStore(), coordinator, clock=clock)
+    await broker.start()
+    await broker.create_topic("waiting", 1)
+    yield (
+        Context(
+            broker,
+            ClusterView("test"),
+            TransactionFront(coordinator, clock=clock),
+            GroupCoordinator(clock=clock),
+            ServerConfig(fetch_wait_ms_max=int(WAIT_S * 2000)),
+        ),
+        clock,
+    )
+    await broker.close(flush=False)
+    await coordinator.close()
+
+
+async def test_an_empty_fetch_waits_on_the_brokers_clock(
+    context: tuple[Context, ManualClock],
+) -> None:
+    ctx, clock = context
+    request = dataclasses.replace(
+        fetch_request("waiting", 1), min_bytes=1, max_wait=datetime.timedelta(seconds=WAIT_S)
+    )
+    answer = asyncio.ensure_future(HANDLERS[ApiKey.FETCH](ctx, Connection("test", 0.0), request))
+    await clock.advance(WAIT_S - 1)
+    assert not answer.done(), "the long poll ended before its max_wait on the broker's clock"
+    await clock.advance(2)
+    response = await asyncio.wait_for(answer, 10)
+    assert isinstance(response, fetch_v12_response.FetchResponse)
+    (partition,) = response.responses[0].partitions
+    assert (partition.error_code, partition.records) == (WireError.none, b"")
+
+
+def test_every_route_checks_the_unions_its_handler_is_annotated_with() -> None:
+    for key, handler in HANDLERS.items():
+        assert isinstance(handler, Route)
+        assert handler.api_key is key
+        hints = typing.get_type_hints(handler._handle)
+        assert hints["request"] == handler._requests, key
+        assert hints["response"] == type[handler._responses], key
+        low, high = SUPPORTED_VERSIONS[key]
+        members = set(typing.get_args(handler._requests))
+        assert members == {load_request_schema(int(key), v) for v in range(low, high + 1)}, key
+
+
+async def test_a_request_of_another_api_is_refused_before_the_handler_runs(
+    context: tuple[Context, ManualClock],
+) -> None:
+    ctx, _ = context
+    with pytest.raises(TypeError, match="not a request of PRODUCE"):
+        await HANDLERS[ApiKey.PRODUCE](ctx, Connection("test", 0.0), fetch_request("waiting", 1))
+
+
+async def test_a_failed_library_call_is_answered_with_the_apis_retriable_code(
+    context: tuple[Context, ManualClock],
+) -> None:
+    ctx, _ = context
+    await ctx.broker.close(flush=False)  # every later call raises BrokerClosedError
+    response = await HANDLERS[ApiKey.FETCH](
+        ctx, Connection("test", 0.0), fetch_request("waiting", 2)
+    )
+    assert isinstance(response, fetch_v12_response.FetchResponse)
+    codes = [p.error_code for p in response.responses[0].partitions]
+    assert codes == [WireError.kafka_storage_error] * 2
