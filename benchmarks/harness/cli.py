@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
+from benchmarks.harness import coordinators
 from benchmarks.harness import workload as workloads
 from benchmarks.harness.analysis import analyze
 from benchmarks.harness.baselines import put_baseline, sqlite_baseline
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 WAL_PREFIX: Final = "wal/"
+LOCAL_MASTER: Final = "local"
 SPARK_STOP_TIMEOUT_S: Final = 60.0
 PHASES: Final = (
     "spark",
@@ -89,7 +91,10 @@ class Options(msgspec.Struct, kw_only=True):
     put_baseline_s: float
     sqlite_baseline_s: float
     progress: bool
-    memory_coordinator: bool = False
+    coordinator: str = coordinators.SQLITE_DEFAULT
+    """A `--coordinator` URL in canonical form; each run resolves its own (`for_run`)."""
+    master: str = LOCAL_MASTER
+    """`local` (local[tasks]) or a standalone cluster's spark://HOST:PORT."""
 
 
 # --- the argument parser ------------------------------------------------------------------------
@@ -152,9 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--sqlite-baseline-s", type=float, default=3.0, help="raw SQLite baseline")
     e.add_argument("--no-progress", action="store_true", help="no progress bars")
     e.add_argument(
+        "--master",
+        default=LOCAL_MASTER,
+        help="Spark master: local (default: local[tasks]) or spark://HOST:PORT of a standalone "
+        "cluster, whose executors then run the workload, the brokers and the verification",
+    )
+    e.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="URL",
+        help="batch coordinator: sqlite (default: a file in the run's data directory), "
+        "sqlite:///PATH (one file per run beside PATH), or memory (single-task runs only)",
+    )
+    e.add_argument(
         "--memory-coordinator",
         action="store_true",
-        help="in-memory batch coordinator instead of a SQLite file (single-task runs only)",
+        help="the same as --coordinator memory",
     )
     c = parser.add_argument_group("cost model rates")
     rates = CostRates()
@@ -191,6 +209,16 @@ def parse_args(argv: Sequence[str] | None) -> tuple[WorkloadSpec, Options, dict[
         parser.error("--bucket needs --s3-endpoint or --region")
     if args.s3_endpoint and not args.bucket:
         parser.error("--s3-endpoint needs --bucket")
+    if args.master != LOCAL_MASTER and not args.master.startswith("spark://"):
+        parser.error(f"--master {args.master!r}: use local or spark://HOST:PORT")
+    if args.memory_coordinator and args.coordinator is not None:
+        parser.error("--memory-coordinator and --coordinator: give one")
+    try:
+        coordinator = coordinators.parse(
+            "memory" if args.memory_coordinator else args.coordinator or "sqlite"
+        )
+    except ValueError as exc:
+        parser.error(f"--coordinator {exc}")
     store = (
         StoreSpec(
             kind="s3",
@@ -215,10 +243,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[WorkloadSpec, Options, dict[
         put_baseline_s=args.put_baseline_s,
         sqlite_baseline_s=args.sqlite_baseline_s,
         progress=not args.no_progress,
-        memory_coordinator=args.memory_coordinator,
+        coordinator=coordinator,
+        master=args.master,
     )
-    if options.memory_coordinator and spec.effective_tasks != 1:
-        parser.error("--memory-coordinator needs a single task: add --tasks 1")
+    if not coordinators.is_shared(coordinator) and spec.effective_tasks != 1:
+        parser.error("an in-memory coordinator needs a single task: add --tasks 1")
     return spec, options, sweep
 
 
@@ -350,7 +379,8 @@ def run_once(
     """One run: topics, workload, execution, verification, analysis, baselines (not written).
 
     Objects and the coordinator file go to a fresh directory under `options.data_dir` (a temp
-    directory by default), removed afterwards unless `options.keep_data`.
+    directory by default), removed afterwards unless `options.keep_data` (a coordinator file
+    placed elsewhere by `--coordinator sqlite:///PATH` is removed with it).
     """
     progress = progress if progress is not None else _Progress(enabled=False)
     started_at = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
@@ -366,14 +396,12 @@ def run_once(
             store = msgspec.structs.replace(store, prefix=prefix)
         run = RunSpec(
             store=store,
-            coordinator_path=""
-            if options.memory_coordinator
-            else str(data_dir / "coordinator.sqlite"),
+            coordinator=coordinators.for_run(options.coordinator, data_dir),
             wal=options.wal,
             run_dir=str(data_dir),
         )
         with progress.phase("topics"):
-            if run.coordinator_path:  # (an in-memory coordinator is its task's own)
+            if coordinators.is_shared(run.coordinator):  # (an in-memory one is its task's own)
                 asyncio.run(_create_topics(run, spec))
         with progress.phase("workload"):
             if options.workload_path is not None:
@@ -424,12 +452,9 @@ def run_once(
             workload=spec,
             wal=options.wal,
             store=store_label(run),
-            coordinator=(
-                "in-memory (one task)"
-                if options.memory_coordinator
-                else f"SQLite file shared by {spec.effective_tasks} Spark task(s)"
-            ),
+            coordinator=coordinators.describe(run.coordinator, spec.effective_tasks),
             rates=options.rates,
+            master=str(spark.sparkContext.master),
             headline=headline(analysis, cost, baselines, wal_config(run).buffer_max_bytes),
             analysis=analysis,
             cost=cost,
@@ -438,7 +463,7 @@ def run_once(
             verification=verification,
             errors=describe_errors(rows),
             notes=[transactions_note(spec), *NOTES]
-            + ([MEMORY_NOTE] if options.memory_coordinator else []),
+            + ([] if coordinators.is_shared(run.coordinator) else [MEMORY_NOTE]),
             phases_s=dict(progress.times),
             tasks=[task_summary(t) for t in tasks],
         )
@@ -448,6 +473,16 @@ def run_once(
             progress.write(f"data kept in {data_dir}")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
+            _remove_coordinator_file(coordinators.for_run(options.coordinator, data_dir))
+
+
+def _remove_coordinator_file(resolved: str) -> None:
+    path = coordinators.sqlite_file(resolved)
+    if path is None:
+        return
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}{suffix}")
 
 
 def succeeded(report: RunReport) -> bool:
@@ -470,7 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with progress.phase("spark"):
             from benchmarks.harness.spark import start_spark
 
-            spark = start_spark(spec.effective_tasks)
+            master = None if options.master == LOCAL_MASTER else options.master
+            spark = start_spark(spec.effective_tasks, master=master)
         if sweep:
             return _sweep(spark, spec, options, sweep, progress)
         report = run_once(spark, spec, options, "default run", progress).report

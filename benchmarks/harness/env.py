@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from benchmarks.harness.coordinators import open_coordinator_type
 from benchmarks.harness.spec import RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.workload import all_partitions, topic_name
 from diskless import BrokerConfig, DisklessBroker
@@ -19,8 +20,6 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitFileResult,
-    InMemoryBatchCoordinator,
-    SqliteBatchCoordinator,
     TopicConfig,
 )
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
@@ -63,13 +62,8 @@ def open_store(spec: StoreSpec, puts: LatencyLog | None = None) -> ObjectStore:
 
 
 def open_coordinator(run: RunSpec, commits: LatencyLog | None = None) -> BatchCoordinator:
-    """The shared SQLite coordinator (or an in-memory one); commits timed into `commits`."""
-    base: type[BatchCoordinator]
-    args: tuple[Any, ...]
-    if run.coordinator_path:
-        base, args = SqliteBatchCoordinator, (run.coordinator_path,)
-    else:
-        base, args = InMemoryBatchCoordinator, ()
+    """The run's coordinator (shared SQLite file, or in-memory); commits timed into `commits`."""
+    base, args = open_coordinator_type(run.coordinator)
     if commits is None:
         return base(*args)
 

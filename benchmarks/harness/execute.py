@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
+from benchmarks.harness.coordinators import is_shared
 from benchmarks.harness.env import (
     LatencyLog,
     create_topics,
@@ -24,6 +25,7 @@ from benchmarks.harness.env import (
     open_coordinator,
     open_store,
 )
+from benchmarks.harness.placement import TaskPlace, here
 from benchmarks.harness.records import build_batch
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from benchmarks.harness.verify import PartitionVerdict, audit, expected_by_partition
@@ -132,6 +134,8 @@ class TaskStats(msgspec.Struct, kw_only=True):
     broker_stats: dict[str, Any]
     audit: Any = None
     """In-memory coordinator runs only: (verdicts, read store counters) of the in-task audit."""
+    place: TaskPlace | None = None
+    """Where the task ran (its executor)."""
 
 
 def run_task(
@@ -148,7 +152,7 @@ async def _run_task(
     store = open_store(run.store, puts)
     coordinator = open_coordinator(run, commits)
     nodes = brokers_of_task(spec, task)
-    if not run.coordinator_path:  # a private in-memory coordinator starts empty
+    if not is_shared(run.coordinator):  # a private in-memory coordinator starts empty
         await create_topics(coordinator, spec)
     results: list[ResultRow] = []
     outcomes: dict[tuple[int, int], int] = {}
@@ -187,7 +191,7 @@ async def _run_task(
             for r in results
         ]
         audit_result = None
-        if not run.coordinator_path:  # nobody else can see this coordinator: audit here
+        if not is_shared(run.coordinator):  # nobody else can see this coordinator: audit here
             audit_result = await _audit_in_task(results, spec, store, brokers)
     stats = TaskStats(
         task=task,
@@ -205,6 +209,7 @@ async def _run_task(
         store=msgspec.structs.asdict(store_used),
         broker_stats=broker_stats,
         audit=audit_result,
+        place=here(),
     )
     results.append(_task_row(task, stats))
     return results

@@ -13,6 +13,7 @@ from benchmarks.harness.analysis import Analysis, Latency
 from benchmarks.harness.baselines import PutBaseline, SqliteBaseline
 from benchmarks.harness.cost import CostModel
 from benchmarks.harness.execute import TaskStats
+from benchmarks.harness.placement import TaskPlace
 from benchmarks.harness.spec import GB, CostRates, RunSpec, WorkloadSpec
 from benchmarks.harness.verify import Verification
 
@@ -66,6 +67,8 @@ class RunReport(msgspec.Struct, kw_only=True):
     store: str
     coordinator: str
     rates: CostRates
+    master: str = "local"
+    """The Spark master the run used: local[N], or a cluster's spark://HOST:PORT."""
     headline: Headline
     analysis: Analysis
     cost: CostModel
@@ -91,6 +94,8 @@ class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
     store: dict[str, int]
     broker_stats: dict[str, Any]
     """Each broker's `stats` (produce, fetch, WAL), latency sample lists left out."""
+    place: TaskPlace | None = None
+    """Where the task ran (its executor)."""
 
 
 def task_summary(stats: TaskStats) -> TaskSummary:
@@ -104,6 +109,7 @@ def task_summary(stats: TaskStats) -> TaskSummary:
         seconds=stats.ended_ts - stats.started_ts,
         store=stats.store,
         broker_stats=_without_samples(stats.broker_stats),
+        place=stats.place,
     )
 
 
@@ -207,6 +213,7 @@ def _task_lines(tasks: Sequence[TaskSummary]) -> list[str]:
             f"{t.requests_sent:,} of {t.requests_planned:,} planned requests sent"
             + (f" ({unsent:,} not sent: duration cap or a refused transaction)" if unsent else "")
             + f", {t.seconds:.1f} s producing after {t.build_s:.1f} s building batches"
+            + (f", on {t.place}" if t.place is not None else "")
         )
     return lines
 
@@ -229,7 +236,8 @@ def markdown(report: RunReport) -> str:
     lines = [
         f"# diskless benchmark: {report.label}",
         "",
-        f"Started {report.started_at}; store: {report.store}; coordinator: {report.coordinator}.",
+        f"Started {report.started_at}; Spark master: {report.master}; store: {report.store}; "
+        f"coordinator: {report.coordinator}.",
         "",
         "## Headline",
         "",
@@ -350,8 +358,11 @@ def summary_table(report: RunReport) -> str:
     """The printed summary: headline lines under a title, fixed width."""
     width = 78
     title = f" diskless benchmark: {report.label} "
+    setting = (
+        f"Spark master {report.master}; store: {report.store}; coordinator: {report.coordinator}"
+    )
     body = headline_lines(report)
-    return "\n".join(["=" * width, title.center(width, "="), *body, "=" * width])
+    return "\n".join(["=" * width, title.center(width, "="), setting, *body, "=" * width])
 
 
 # --- files ------------------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""A quiet local Spark session whose Python workers run this interpreter and see this repo.
+"""A quiet Spark session, local or on a standalone cluster, whose Python workers run this
+interpreter and see this repo.
+
+On a cluster, every worker host needs the same interpreter path (this virtual environment) and
+this repository at the same path, and must reach the driver (set SPARK_LOCAL_IP, or make the
+driver's host name resolve, as for any Spark driver); the executors' environment (S3
+credentials, for example) is the workers' own.
 
 The driver JVM's own console output (JVM warnings, Spark's start-up banner and its log) goes to
 `spark-driver.log` in a temporary directory, not to the harness's terminal; errors still reach the
@@ -28,11 +34,15 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def start_spark(cores: int, app_name: str = "diskless-bench") -> SparkSession:
-    """`local[cores]`, UI and console progress off, errors-only logging, few shuffle partitions.
+def start_spark(
+    cores: int, app_name: str = "diskless-bench", master: str | None = None
+) -> SparkSession:
+    """`local[cores]`, or `cores` cores of the standalone cluster at `master` (spark://HOST:PORT);
+    UI and console progress off, errors-only logging, few shuffle partitions.
 
     Workers use `sys.executable` and get the repository root on PYTHONPATH, so they import the
-    same `benchmarks` and `diskless` code as the driver.
+    same `benchmarks` and `diskless` code as the driver. On a cluster the session waits until
+    executors with all `cores` have registered, so that the tasks spread over them.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -54,7 +64,7 @@ def start_spark(cores: int, app_name: str = "diskless-bench") -> SparkSession:
 
     conf = (
         SparkConf()
-        .setMaster(f"local[{cores}]")
+        .setMaster(master or f"local[{cores}]")
         .setAppName(app_name)
         .set("spark.ui.enabled", "false")
         .set("spark.ui.showConsoleProgress", "false")
@@ -66,6 +76,10 @@ def start_spark(cores: int, app_name: str = "diskless-bench") -> SparkSession:
         .set("spark.sql.execution.arrow.pyspark.enabled", "false")
         .set("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )
+    if master is not None:
+        conf.set("spark.cores.max", str(cores))
+        conf.set("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+        conf.set("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
     if SparkContext._active_spark_context is None:
         with (log_dir / "spark-driver.log").open("ab") as driver_log:
             gateway = launch_gateway(

@@ -198,8 +198,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The environment of one run: store, coordinator, broker/WAL settings."""
 
     store: StoreSpec
-    coordinator_path: str
-    """SQLite coordinator file shared by every task ('' = in-memory, single task only)."""
+    coordinator: str
+    """The run's batch coordinator as a resolved URL (`benchmarks.harness.coordinators`): a
+    SQLite file shared by every task, or 'memory:' (in-memory, single task only)."""
     wal: dict[str, int] = msgspec.field(default_factory=dict)
     """Overrides of diskless.wal.WalConfig fields (e.g. commit_interval_ms, buffer_max_bytes)."""
     run_dir: str = ""

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
+from benchmarks.harness.coordinators import is_shared
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
+from benchmarks.harness.placement import TaskPlace, here
 from benchmarks.harness.records import kafka_records, parse_record_key, record_value
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from benchmarks.harness.workload import all_partitions, broker_nodes
@@ -518,12 +520,15 @@ class Verification(msgspec.Struct, kw_only=True):
     problems: list[str]
     store: dict[str, int]
     verdicts: list[PartitionVerdict]
+    readers: list[TaskPlace] = msgspec.field(default_factory=list)
+    """Where the read-back tasks ran."""
 
 
 def summarize(
     verdicts: list[PartitionVerdict],
     store_stats: Iterable[dict[str, int]] = (),
     read_committed: bool = False,
+    readers: Iterable[TaskPlace] = (),
 ) -> Verification:
     """The run's verdict: passed only if every partition was read and audited clean."""
     real = list(verdicts)
@@ -555,6 +560,7 @@ def summarize(
         problems=problems,
         store=store,
         verdicts=sorted(real, key=lambda v: (v.topic, v.partition)),
+        readers=list(readers),
     )
 
 
@@ -597,7 +603,7 @@ def verify(
     """
     from pyspark.sql import functions as F
 
-    if not run.coordinator_path:
+    if not is_shared(run.coordinator):
         if in_task is None:
             raise ValueError("an in-memory coordinator run must be audited in its task")
         verdicts, store_stats = in_task
@@ -634,7 +640,7 @@ def verify(
             for row in rows
         ]
         verdicts, store_stats = verify_task(index, groups, spec, run)
-        return [("verdict", v) for v in verdicts] + [("store", store_stats)]
+        return [("verdict", v) for v in verdicts] + [("store", store_stats), ("place", here())]
 
     keyed = joined.rdd.map(lambda row: (_spread(row.topic, row.partition, tasks), row))
     out = (
@@ -647,6 +653,7 @@ def verify(
         [payload for kind, payload in out if kind == "verdict"],
         [payload for kind, payload in out if kind == "store"],
         spec.transactional_share > 0,
+        [payload for kind, payload in out if kind == "place"],
     )
 
 

@@ -10,7 +10,7 @@ however many instances race to complete it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from msgspec.structs import replace
 
@@ -138,20 +138,40 @@ class TxnRecordOperations(TransactionOperations):
 
         return await self._write(add)
 
+    async def _transition(
+        self,
+        transactional_id: str,
+        decide: Callable[[TxnRecord | None, int], TxnStep],
+    ) -> TxnStep:
+        """One step: `decide(record, now)`, and the record it answers stored if it changed,
+        with the partitions of a transaction it prepares closed to new leases."""
+
+        async def transition(txn: StoreTxn) -> TxnStep:
+            now = self._clock.now_ms()
+            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
+            step = decide(record, now)
+            if step.record is not None and step.record is not record:
+                await txn.apply(
+                    Changes(
+                        txns={transactional_id: step.record},
+                        registrations=await self._closing(txn, record, step.record),
+                    )
+                )
+            return step
+
+        return await self._write(transition)
+
     async def txn_add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> ErrorCode:
         """AddOffsetsToTxn: the transaction commits offsets of `group_id` (opened if needed)."""
-
-        async def add(txn: StoreTxn) -> ErrorCode:
-            now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
-            step = add_offsets_to_record(record, producer_id, producer_epoch, group_id, now)
-            if step.record is not None and step.record is not record:
-                await txn.apply(Changes(txns={transactional_id: step.record}))
-            return step.error
-
-        return await self._write(add)
+        step = await self._transition(
+            transactional_id,
+            lambda record, now: add_offsets_to_record(
+                record, producer_id, producer_epoch, group_id, now
+            ),
+        )
+        return step.error
 
     async def txn_commit_offsets(
         self,
@@ -162,57 +182,31 @@ class TxnRecordOperations(TransactionOperations):
         offsets: Sequence[PendingOffset],
     ) -> ErrorCode:
         """TxnOffsetCommit: the offsets take effect if and when the transaction commits."""
-
-        async def commit(txn: StoreTxn) -> ErrorCode:
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
-            step = commit_offsets_to_record(record, producer_id, producer_epoch, group_id, offsets)
-            if step.record is not None and step.record is not record:
-                await txn.apply(Changes(txns={transactional_id: step.record}))
-            return step.error
-
-        return await self._write(commit)
+        step = await self._transition(
+            transactional_id,
+            lambda record, _: commit_offsets_to_record(
+                record, producer_id, producer_epoch, group_id, offsets
+            ),
+        )
+        return step.error
 
     async def txn_end(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> TxnStep:
         """EndTxn's first step: prepare the decision (the caller then completes it)."""
-
-        async def end(txn: StoreTxn) -> TxnStep:
-            now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
-            step = end_record(record, producer_id, producer_epoch, commit, now)
-            if step.record is not record:
-                assert step.record is not None
-                await txn.apply(
-                    Changes(
-                        txns={transactional_id: step.record},
-                        registrations=await self._closing(txn, record, step.record),
-                    )
-                )
-            return step
-
-        return await self._write(end)
+        return await self._transition(
+            transactional_id,
+            lambda record, now: end_record(record, producer_id, producer_epoch, commit, now),
+        )
 
     async def txn_expire(self, transactional_id: str) -> TxnStep:
         """A sweeper's first step: abort an ongoing transaction past its timeout (prepare it)."""
-
-        async def expire(txn: StoreTxn) -> TxnStep:
-            now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
-            if record is None:
-                return TxnStep(ErrorCode.NONE)
-            step = expire_record(record, now)
-            if step.record is not record:
-                assert step.record is not None
-                await txn.apply(
-                    Changes(
-                        txns={transactional_id: step.record},
-                        registrations=await self._closing(txn, record, step.record),
-                    )
-                )
-            return step
-
-        return await self._write(expire)
+        return await self._transition(
+            transactional_id,
+            lambda record, now: (
+                TxnStep(ErrorCode.NONE) if record is None else expire_record(record, now)
+            ),
+        )
 
     async def txn_complete(self, prepared: TxnRecord, coordinator_epoch: int) -> TxnStep:
         """Place the markers of a prepared transaction and complete it (epoch bumped, TV2).

@@ -153,7 +153,3 @@ def _is_entity_class(value: object) -> TypeGuard[type[Entity]]:
     return (
         isinstance(value, type) and dataclasses.is_dataclass(value) and hasattr(value, "__type__")
     )
-
-
-def has_field(schema: type[Entity], name: str) -> bool:
-    return name in _field_names(schema)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness import coordinators
 from benchmarks.harness.cli import parse_args
 from benchmarks.harness.spec import WorkloadSpec
 
@@ -60,3 +61,48 @@ def test_refused_combinations_exit_with_usage(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
     assert exc.value.code != 0
+
+
+def test_master_and_coordinator_urls() -> None:
+    _, options, _ = parse_args([])
+    assert (options.master, options.coordinator) == ("local", "sqlite:")
+    _, options, _ = parse_args(
+        ["--master", "spark://10.0.0.1:7077", "--coordinator", "sqlite:///shared/coord.sqlite"]
+    )
+    assert options.master == "spark://10.0.0.1:7077"
+    assert options.coordinator == "sqlite:///shared/coord.sqlite"
+    _, options, _ = parse_args(["--tasks", "1", "--coordinator", "memory"])
+    assert options.coordinator == "memory:"
+    _, options, _ = parse_args(["--tasks", "1", "--memory-coordinator"])
+    assert options.coordinator == "memory:"
+
+
+def test_each_run_resolves_its_own_empty_coordinator(tmp_path: Path) -> None:
+    run_a, run_b = tmp_path / "diskless-bench-a", tmp_path / "diskless-bench-b"
+    assert coordinators.for_run("sqlite:", run_a) == f"sqlite://{run_a}/coordinator.sqlite"
+    shared = coordinators.for_run("sqlite:///shared/coord.sqlite", run_a)
+    assert shared == "sqlite:///shared/coord-diskless-bench-a.sqlite"
+    assert shared != coordinators.for_run("sqlite:///shared/coord.sqlite", run_b)
+    assert coordinators.sqlite_file(shared) == Path("/shared/coord-diskless-bench-a.sqlite")
+    assert coordinators.for_run("memory:", run_a) == "memory:"
+    assert not coordinators.is_shared("memory:") and coordinators.is_shared(shared)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--master", "yarn"], "spark://HOST:PORT"),
+        (["--coordinator", "postgresql://db/diskless"], "not available yet"),
+        (["--coordinator", "sqlite:relative.db"], "must be absolute"),
+        (["--coordinator", "mysql://db"], "use sqlite"),
+        (["--coordinator", "memory"], "single task"),  # two tasks by default
+        (["--memory-coordinator", "--coordinator", "sqlite", "--tasks", "1"], "give one"),
+    ],
+)
+def test_bad_master_and_coordinator_are_refused_with_a_reason(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -90,7 +90,7 @@ def _read_everything(data_dir: Path, spec: WorkloadSpec) -> dict[TopicPartition,
     """Every partition's batches, fetched by a broker of our own (not the harness's reader)."""
     run = RunSpec(
         store=StoreSpec(kind="local", root=str(data_dir / "objects"), durable=False),
-        coordinator_path=str(data_dir / "coordinator.sqlite"),
+        coordinator=f"sqlite://{data_dir / 'coordinator.sqlite'}",
     )
     _, memory_records = kafka_records()
 
