@@ -12,7 +12,9 @@ retriable error depends on the API (`failure`):
   same code;
 - Metadata answers the topics it could not describe or create as UNKNOWN_TOPIC_OR_PARTITION
   (retriable: clients refresh metadata and try again).
-The group APIs keep their state in this process and call nothing that fails this way.
+- OffsetCommit and OffsetFetch (offsets live in the batch coordinator) answer
+  COORDINATOR_NOT_AVAILABLE, as the transaction APIs do; group membership lives in this process
+  and calls nothing that fails this way.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ _ON_FAILURE: Final[dict[ApiKey, WireError]] = {
     ApiKey.INIT_PRODUCER_ID: WireError.coordinator_not_available,
     ApiKey.ADD_PARTITIONS_TO_TXN: WireError.coordinator_not_available,
     ApiKey.END_TXN: WireError.coordinator_not_available,
+    ApiKey.OFFSET_COMMIT: WireError.coordinator_not_available,
+    ApiKey.OFFSET_FETCH: WireError.coordinator_not_available,
 }
 """The APIs whose handlers call into the library, and the code a failure of that call becomes."""
 
