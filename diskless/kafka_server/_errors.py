@@ -37,6 +37,8 @@ _ON_FAILURE: Final[dict[ApiKey, WireError]] = {
     ApiKey.INIT_PRODUCER_ID: WireError.coordinator_not_available,
     ApiKey.ADD_PARTITIONS_TO_TXN: WireError.coordinator_not_available,
     ApiKey.END_TXN: WireError.coordinator_not_available,
+    ApiKey.ADD_OFFSETS_TO_TXN: WireError.coordinator_not_available,
+    ApiKey.TXN_OFFSET_COMMIT: WireError.coordinator_not_available,
     ApiKey.OFFSET_COMMIT: WireError.coordinator_not_available,
     ApiKey.OFFSET_FETCH: WireError.coordinator_not_available,
 }

@@ -322,6 +322,16 @@ class GroupCoordinator:
         member.last_seen = self._clock.monotonic()
         return WireError.none
 
+    def check_txn_member(self, group_id: str, generation: int, member_id: str) -> WireError:
+        """TxnOffsetCommit v3+ (KIP-447) names the consumer whose offsets the producer commits;
+        a zombie of an older generation is refused. Kafka checks no rebalance state here."""
+        group = self._groups.get(group_id)
+        if member_id and (group is None or member_id not in group.members):
+            return WireError.unknown_member_id
+        if generation >= 0 and (group is None or generation != group.generation):
+            return WireError.illegal_generation
+        return WireError.none
+
     async def commit_offsets(
         self,
         group_id: str,

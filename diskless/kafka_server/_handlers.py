@@ -31,9 +31,11 @@ from diskless.kafka_server._handle_metadata import (
 )
 from diskless.kafka_server._handle_produce import handle_produce
 from diskless.kafka_server._handle_txn import (
+    handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
     handle_end_txn,
     handle_init_producer_id,
+    handle_txn_offset_commit,
 )
 from diskless.kafka_server._route import Handler, Route
 from diskless.kafka_server._versions import API_VERSIONS_FALLBACK, SUPPORTED_VERSIONS, ApiKey
@@ -85,6 +87,22 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         messages.AddPartitionsToTxnRequest,
         messages.AddPartitionsToTxnResponse,
         handle_add_partitions_to_txn,
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: Route[
+        messages.AddOffsetsToTxnRequest, messages.AddOffsetsToTxnResponse
+    ](
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        messages.AddOffsetsToTxnRequest,
+        messages.AddOffsetsToTxnResponse,
+        handle_add_offsets_to_txn,
+    ),
+    ApiKey.TXN_OFFSET_COMMIT: Route[
+        messages.TxnOffsetCommitRequest, messages.TxnOffsetCommitResponse
+    ](
+        ApiKey.TXN_OFFSET_COMMIT,
+        messages.TxnOffsetCommitRequest,
+        messages.TxnOffsetCommitResponse,
+        handle_txn_offset_commit,
     ),
     ApiKey.END_TXN: Route[messages.EndTxnRequest, messages.EndTxnResponse](
         ApiKey.END_TXN, messages.EndTxnRequest, messages.EndTxnResponse, handle_end_txn
