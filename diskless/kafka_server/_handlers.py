@@ -14,6 +14,14 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless.kafka_server import _messages as messages
+from diskless.kafka_server import _messages_admin as admin
+from diskless.kafka_server._handle_admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_records,
+    handle_delete_topics,
+    handle_describe_configs,
+)
 from diskless.kafka_server._handle_fetch import handle_fetch, handle_list_offsets
 from diskless.kafka_server._handle_groups import (
     handle_heartbeat,
@@ -133,6 +141,36 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         messages.LeaveGroupRequest,
         messages.LeaveGroupResponse,
         handle_leave_group,
+    ),
+    ApiKey.CREATE_TOPICS: Route[admin.CreateTopicsRequest, admin.CreateTopicsResponse](
+        ApiKey.CREATE_TOPICS,
+        admin.CreateTopicsRequest,
+        admin.CreateTopicsResponse,
+        handle_create_topics,
+    ),
+    ApiKey.DELETE_TOPICS: Route[admin.DeleteTopicsRequest, admin.DeleteTopicsResponse](
+        ApiKey.DELETE_TOPICS,
+        admin.DeleteTopicsRequest,
+        admin.DeleteTopicsResponse,
+        handle_delete_topics,
+    ),
+    ApiKey.CREATE_PARTITIONS: Route[admin.CreatePartitionsRequest, admin.CreatePartitionsResponse](
+        ApiKey.CREATE_PARTITIONS,
+        admin.CreatePartitionsRequest,
+        admin.CreatePartitionsResponse,
+        handle_create_partitions,
+    ),
+    ApiKey.DESCRIBE_CONFIGS: Route[admin.DescribeConfigsRequest, admin.DescribeConfigsResponse](
+        ApiKey.DESCRIBE_CONFIGS,
+        admin.DescribeConfigsRequest,
+        admin.DescribeConfigsResponse,
+        handle_describe_configs,
+    ),
+    ApiKey.DELETE_RECORDS: Route[admin.DeleteRecordsRequest, admin.DeleteRecordsResponse](
+        ApiKey.DELETE_RECORDS,
+        admin.DeleteRecordsRequest,
+        admin.DeleteRecordsResponse,
+        handle_delete_records,
     ),
 }
 assert HANDLERS.keys() == SUPPORTED_VERSIONS.keys()
