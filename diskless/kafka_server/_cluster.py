@@ -64,7 +64,7 @@ class KafkaCluster:
         """One `queued_request_bytes_max` budget for all brokers: they share one process."""
         self.view = ClusterView(cluster_id)
         self.transactions = TransactionFront(coordinator)
-        self.groups = GroupCoordinator()
+        self.groups = GroupCoordinator(coordinator)
         self.servers: dict[int, BrokerServer] = {}
         self._killed: set[int] = set()
 

@@ -12,7 +12,12 @@ retriable error depends on the API (`failure`):
   same code;
 - Metadata answers the topics it could not describe or create as UNKNOWN_TOPIC_OR_PARTITION
   (retriable: clients refresh metadata and try again).
-The group APIs keep their state in this process and call nothing that fails this way.
+- OffsetCommit and OffsetFetch (offsets live in the batch coordinator) answer
+  COORDINATOR_NOT_AVAILABLE, as the transaction APIs do; group membership lives in this process
+  and calls nothing that fails this way.
+- the admin APIs that change or describe topics answer REQUEST_TIMED_OUT (retriable; a retried
+  create that did happen answers TOPIC_ALREADY_EXISTS, as with Kafka); DeleteRecords answers
+  KAFKA_STORAGE_ERROR, as the other data APIs.
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ _ON_FAILURE: Final[dict[ApiKey, WireError]] = {
     ApiKey.INIT_PRODUCER_ID: WireError.coordinator_not_available,
     ApiKey.ADD_PARTITIONS_TO_TXN: WireError.coordinator_not_available,
     ApiKey.END_TXN: WireError.coordinator_not_available,
+    ApiKey.ADD_OFFSETS_TO_TXN: WireError.coordinator_not_available,
+    ApiKey.TXN_OFFSET_COMMIT: WireError.coordinator_not_available,
+    ApiKey.OFFSET_COMMIT: WireError.coordinator_not_available,
+    ApiKey.OFFSET_FETCH: WireError.coordinator_not_available,
+    ApiKey.CREATE_TOPICS: WireError.request_timed_out,
+    ApiKey.DELETE_TOPICS: WireError.request_timed_out,
+    ApiKey.CREATE_PARTITIONS: WireError.request_timed_out,
+    ApiKey.DESCRIBE_CONFIGS: WireError.request_timed_out,
+    ApiKey.DELETE_RECORDS: WireError.kafka_storage_error,
 }
 """The APIs whose handlers call into the library, and the code a failure of that call becomes."""
 

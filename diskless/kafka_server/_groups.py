@@ -1,4 +1,4 @@
-"""A minimal in-memory consumer-group coordinator, shared by every broker of a cluster.
+"""A minimal consumer-group coordinator: membership per process, offsets in the batch coordinator.
 
 Enough of Kafka's classic group protocol for clients to subscribe and commit: JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch. Deliberate simplifications, all visible to a
@@ -9,8 +9,11 @@ client only as extra rebalances:
 - no static membership (group instance ids are ignored);
 - a rebalance completes as soon as every known member has rejoined, or when the longest
   rebalance timeout of the members runs out (the others are dropped);
-- committed offsets live in this process only (Kafka keeps them in `__consumer_offsets`).
-Group state is per process, like the transaction coordinator's.
+Committed offsets are kept by the batch coordinator (Kafka keeps them in `__consumer_offsets`):
+they survive a restart and read the same from every broker process. Membership is per process: a
+group whose members reach different processes would form one group per process (FindCoordinator
+sends all of a group's members to one broker to avoid that). A failure of the batch coordinator
+propagates as `DisklessError`; the handlers turn it into a retriable code (`_errors`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._types import TopicPartition
 from diskless.clock import Clock, SystemClock
+from diskless.coordinator import BatchCoordinator
+from diskless.kafka_server._errors import wire
 
 _log = logging.getLogger(__name__)
 
@@ -84,12 +89,12 @@ class _Group:
         self.members: dict[str, _Member] = {}
         self.pending: set[str] = set()
         """Member ids handed out with MEMBER_ID_REQUIRED, not yet used to join."""
-        self.offsets: dict[TopicPartition, tuple[int, str | None]] = {}
         self.completion: asyncio.TimerHandle | None = None
 
 
 class GroupCoordinator:
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    def __init__(self, coordinator: BatchCoordinator, *, clock: Clock | None = None) -> None:
+        self._coordinator = coordinator
         self._clock = clock or SystemClock()
         self._groups: dict[str, _Group] = {}
         self._member_ids = itertools.count(1)
@@ -301,29 +306,54 @@ class GroupCoordinator:
                     self._after_removal(group)
 
     # --- offsets ------------------------------------------------------------------------------
-    def commit_offsets(
+    def check_member(self, group_id: str, generation: int, member_id: str) -> WireError:
+        """May this member commit now? A commit without generation and member id (a consumer
+        that assigns its partitions itself, or an admin tool) always may."""
+        if generation < 0 and not member_id:
+            return WireError.none
+        group = self._group(group_id)
+        member = group.members.get(member_id)
+        if member is None:
+            return WireError.unknown_member_id
+        if group.state is _State.PREPARING:
+            return WireError.rebalance_in_progress
+        if generation != group.generation:
+            return WireError.illegal_generation
+        member.last_seen = self._clock.monotonic()
+        return WireError.none
+
+    def check_txn_member(self, group_id: str, generation: int, member_id: str) -> WireError:
+        """TxnOffsetCommit v3+ (KIP-447) names the consumer whose offsets the producer commits;
+        a zombie of an older generation is refused. Kafka checks no rebalance state here."""
+        group = self._groups.get(group_id)
+        if member_id and (group is None or member_id not in group.members):
+            return WireError.unknown_member_id
+        if generation >= 0 and (group is None or generation != group.generation):
+            return WireError.illegal_generation
+        return WireError.none
+
+    async def commit_offsets(
         self,
         group_id: str,
         generation: int,
         member_id: str,
         offsets: Mapping[TopicPartition, tuple[int, str | None]],
-    ) -> WireError:
-        group = self._group(group_id)
-        if generation >= 0 or member_id:
-            member = group.members.get(member_id)
-            if member is None:
-                return WireError.unknown_member_id
-            if group.state is _State.PREPARING:
-                return WireError.rebalance_in_progress
-            if generation != group.generation:
-                return WireError.illegal_generation
-            member.last_seen = self._clock.monotonic()
-        group.offsets.update(offsets)
-        return WireError.none
+    ) -> dict[TopicPartition, WireError]:
+        """OffsetCommit: the answer per partition (UNKNOWN_TOPIC_OR_PARTITION for a partition
+        that does not exist); raises `DisklessError` when the batch coordinator fails."""
+        error = self.check_member(group_id, generation, member_id)
+        if error is not WireError.none:
+            return dict.fromkeys(offsets, error)
+        if not offsets:
+            return {}
+        codes = await self._coordinator.commit_offsets(group_id, offsets)
+        return {tp: wire(codes[tp]) for tp in offsets}
 
-    def committed_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
-        group = self._groups.get(group_id)
-        return dict(group.offsets) if group is not None else {}
+    async def committed_offsets(
+        self, group_id: str
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """OffsetFetch: the group's offsets, as every broker process sees them."""
+        return await self._coordinator.fetch_offsets(group_id)
 
 
 def _fail(member: _Member, error: WireError) -> None:

@@ -1,7 +1,8 @@
 """Consumer groups: OffsetCommit, OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
-Each decodes its request for `GroupCoordinator` (`_groups`), which keeps group state in this
-process and answers with Kafka error codes itself; nothing here can fail with a library error.
+Each decodes its request for `GroupCoordinator` (`_groups`), which keeps membership in this
+process and answers with Kafka error codes itself. Committed offsets live in the batch
+coordinator: a failure there is COORDINATOR_NOT_AVAILABLE (retriable, see `_errors`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity
 
 from diskless._types import TopicPartition
+from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, nested
 from diskless.kafka_server._context import BrokerContext, Connection
+from diskless.kafka_server._errors import failure
 from diskless.kafka_server._messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -34,6 +37,7 @@ from diskless.kafka_server._messages import (
     SyncGroupResponse,
 )
 from diskless.kafka_server._route import NO_THROTTLE, millis
+from diskless.kafka_server._versions import ApiKey
 
 _ONE_MEMBER_LEAVES: Final = (
     leave_group_v0.LeaveGroupRequest,
@@ -57,9 +61,14 @@ async def handle_offset_commit(
         for topic in request.topics
         for p in topic.partitions
     }
-    error = context.groups.commit_offsets(
-        request.group_id, int(request.generation_id_or_member_epoch), request.member_id, offsets
-    )
+    errors: dict[TopicPartition, WireError]
+    try:
+        errors = await context.groups.commit_offsets(
+            request.group_id, int(request.generation_id_or_member_epoch), request.member_id, offsets
+        )
+        unanswered = WireError.unknown_topic_or_partition
+    except DisklessError as e:
+        errors, unanswered = {}, failure(ApiKey.OFFSET_COMMIT, e, "committing offsets")
     topic_entry = nested(response, "OffsetCommitResponseTopic")
     partition_entry = nested(response, "OffsetCommitResponsePartition")
     return build(
@@ -70,7 +79,13 @@ async def handle_offset_commit(
                 topic_entry,
                 name=topic.name,
                 partitions=tuple(
-                    build(partition_entry, partition_index=p.partition_index, error_code=error)
+                    build(
+                        partition_entry,
+                        partition_index=p.partition_index,
+                        error_code=errors.get(
+                            TopicPartition(topic.name, p.partition_index), unanswered
+                        ),
+                    )
                     for p in topic.partitions
                 ),
             )
@@ -85,7 +100,12 @@ async def handle_offset_fetch(
     request: OffsetFetchRequest,
     response: type[OffsetFetchResponse],
 ) -> OffsetFetchResponse:
-    committed = context.groups.committed_offsets(request.group_id)
+    error = WireError.none
+    try:
+        committed = await context.groups.committed_offsets(request.group_id)
+    except DisklessError as e:
+        error = failure(ApiKey.OFFSET_FETCH, e, "fetching offsets")
+        committed = {}
     wanted: dict[str, list[int]]
     if request.topics is None:
         wanted = {}
@@ -107,13 +127,11 @@ async def handle_offset_fetch(
                     committed_offset=offset,
                     committed_leader_epoch=-1,
                     metadata=metadata,
-                    error_code=WireError.none,
+                    error_code=error,  # v1 has no top-level error: each partition carries it
                 )
             )
         topics.append(build(topic_entry, name=name, partitions=tuple(partitions)))
-    return build(
-        response, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=WireError.none
-    )
+    return build(response, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=error)
 
 
 async def handle_join_group(

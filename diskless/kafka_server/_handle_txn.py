@@ -1,10 +1,16 @@
-"""Transactions: InitProducerId, AddPartitionsToTxn and EndTxn, through `TransactionFront`.
+"""Transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and
+EndTxn, through `TransactionFront`.
 
 The front end bridges the clients' transaction version 1 to the library's version 2 (see
-`_txn`); a failure of the coordinator is COORDINATOR_NOT_AVAILABLE (see `_errors`).
+`_txn`); a failure of the coordinator is COORDINATOR_NOT_AVAILABLE (see `_errors`). Offsets a
+transaction commits wait in its durable record and reach the group's committed offsets with its
+commit markers, in the same step (never if it aborts).
 """
 
 from __future__ import annotations
+
+import kio.schema.txn_offset_commit.v3 as txn_offset_commit_v3
+from kio.schema.errors import ErrorCode as WireError
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
@@ -12,15 +18,20 @@ from diskless.kafka_server._codec import build, nested
 from diskless.kafka_server._context import BrokerContext, Connection
 from diskless.kafka_server._errors import coordinator_error, failure
 from diskless.kafka_server._messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from diskless.kafka_server._route import NO_THROTTLE, millis
 from diskless.kafka_server._versions import ApiKey
+from diskless.txn import PendingOffset
 
 
 async def handle_init_producer_id(
@@ -113,3 +124,91 @@ async def handle_end_txn(
     except DisklessError as e:
         error = failure(ApiKey.END_TXN, e, "end txn")
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_add_offsets_to_txn(
+    context: BrokerContext,
+    connection: Connection,
+    request: AddOffsetsToTxnRequest,
+    response: type[AddOffsetsToTxnResponse],
+) -> AddOffsetsToTxnResponse:
+    try:
+        code = await context.transactions.add_offsets_to_txn(
+            request.transactional_id,
+            int(request.producer_id),
+            int(request.producer_epoch),
+            request.group_id,
+        )
+        error = coordinator_error(code)
+    except DisklessError as e:
+        error = failure(ApiKey.ADD_OFFSETS_TO_TXN, e, "add offsets to txn")
+    return build(response, throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_txn_offset_commit(
+    context: BrokerContext,
+    connection: Connection,
+    request: TxnOffsetCommitRequest,
+    response: type[TxnOffsetCommitResponse],
+) -> TxnOffsetCommitResponse:
+    """Partitions of unknown topics are refused one by one (UNKNOWN_TOPIC_OR_PARTITION); the
+    others are staged in the transaction together, so they share one answer."""
+    errors: dict[TopicPartition, WireError] = {}
+    error = WireError.none
+    if isinstance(request, txn_offset_commit_v3.TxnOffsetCommitRequest):
+        error = context.groups.check_txn_member(
+            request.group_id, int(request.generation_id), request.member_id
+        )
+    offsets = [
+        PendingOffset(
+            request.group_id,
+            TopicPartition(topic.name, int(p.partition_index)),
+            int(p.committed_offset),
+            p.committed_metadata,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    try:
+        if error is WireError.none:
+            names = sorted({o.topic_partition.topic for o in offsets})
+            partitions = {d.name: d.partitions for d in await context.broker.describe_topics(names)}
+            for o in offsets:
+                if o.topic_partition.partition >= partitions.get(o.topic_partition.topic, 0):
+                    errors[o.topic_partition] = WireError.unknown_topic_or_partition
+            known = [o for o in offsets if o.topic_partition not in errors]
+            if known:
+                error = coordinator_error(
+                    await context.transactions.txn_offset_commit(
+                        request.transactional_id,
+                        int(request.producer_id),
+                        int(request.producer_epoch),
+                        request.group_id,
+                        known,
+                    )
+                )
+    except DisklessError as e:
+        error = failure(ApiKey.TXN_OFFSET_COMMIT, e, "txn offset commit")
+    topic_entry = nested(response, "TxnOffsetCommitResponseTopic")
+    partition_entry = nested(response, "TxnOffsetCommitResponsePartition")
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                topic_entry,
+                name=topic.name,
+                partitions=tuple(
+                    build(
+                        partition_entry,
+                        partition_index=p.partition_index,
+                        error_code=errors.get(
+                            TopicPartition(topic.name, int(p.partition_index)), error
+                        ),
+                    )
+                    for p in topic.partitions
+                ),
+            )
+            for topic in request.topics
+        ),
+    )

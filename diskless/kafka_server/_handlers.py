@@ -14,6 +14,14 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless.kafka_server import _messages as messages
+from diskless.kafka_server import _messages_admin as admin
+from diskless.kafka_server._handle_admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_records,
+    handle_delete_topics,
+    handle_describe_configs,
+)
 from diskless.kafka_server._handle_fetch import handle_fetch, handle_list_offsets
 from diskless.kafka_server._handle_groups import (
     handle_heartbeat,
@@ -31,9 +39,11 @@ from diskless.kafka_server._handle_metadata import (
 )
 from diskless.kafka_server._handle_produce import handle_produce
 from diskless.kafka_server._handle_txn import (
+    handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
     handle_end_txn,
     handle_init_producer_id,
+    handle_txn_offset_commit,
 )
 from diskless.kafka_server._route import Handler, Route
 from diskless.kafka_server._versions import API_VERSIONS_FALLBACK, SUPPORTED_VERSIONS, ApiKey
@@ -86,6 +96,22 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         messages.AddPartitionsToTxnResponse,
         handle_add_partitions_to_txn,
     ),
+    ApiKey.ADD_OFFSETS_TO_TXN: Route[
+        messages.AddOffsetsToTxnRequest, messages.AddOffsetsToTxnResponse
+    ](
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        messages.AddOffsetsToTxnRequest,
+        messages.AddOffsetsToTxnResponse,
+        handle_add_offsets_to_txn,
+    ),
+    ApiKey.TXN_OFFSET_COMMIT: Route[
+        messages.TxnOffsetCommitRequest, messages.TxnOffsetCommitResponse
+    ](
+        ApiKey.TXN_OFFSET_COMMIT,
+        messages.TxnOffsetCommitRequest,
+        messages.TxnOffsetCommitResponse,
+        handle_txn_offset_commit,
+    ),
     ApiKey.END_TXN: Route[messages.EndTxnRequest, messages.EndTxnResponse](
         ApiKey.END_TXN, messages.EndTxnRequest, messages.EndTxnResponse, handle_end_txn
     ),
@@ -115,6 +141,36 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         messages.LeaveGroupRequest,
         messages.LeaveGroupResponse,
         handle_leave_group,
+    ),
+    ApiKey.CREATE_TOPICS: Route[admin.CreateTopicsRequest, admin.CreateTopicsResponse](
+        ApiKey.CREATE_TOPICS,
+        admin.CreateTopicsRequest,
+        admin.CreateTopicsResponse,
+        handle_create_topics,
+    ),
+    ApiKey.DELETE_TOPICS: Route[admin.DeleteTopicsRequest, admin.DeleteTopicsResponse](
+        ApiKey.DELETE_TOPICS,
+        admin.DeleteTopicsRequest,
+        admin.DeleteTopicsResponse,
+        handle_delete_topics,
+    ),
+    ApiKey.CREATE_PARTITIONS: Route[admin.CreatePartitionsRequest, admin.CreatePartitionsResponse](
+        ApiKey.CREATE_PARTITIONS,
+        admin.CreatePartitionsRequest,
+        admin.CreatePartitionsResponse,
+        handle_create_partitions,
+    ),
+    ApiKey.DESCRIBE_CONFIGS: Route[admin.DescribeConfigsRequest, admin.DescribeConfigsResponse](
+        ApiKey.DESCRIBE_CONFIGS,
+        admin.DescribeConfigsRequest,
+        admin.DescribeConfigsResponse,
+        handle_describe_configs,
+    ),
+    ApiKey.DELETE_RECORDS: Route[admin.DeleteRecordsRequest, admin.DeleteRecordsResponse](
+        ApiKey.DELETE_RECORDS,
+        admin.DeleteRecordsRequest,
+        admin.DeleteRecordsResponse,
+        handle_delete_records,
     ),
 }
 assert HANDLERS.keys() == SUPPORTED_VERSIONS.keys()

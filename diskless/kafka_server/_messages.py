@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+import kio.schema.add_offsets_to_txn.v0 as add_offsets_to_txn_v0
+import kio.schema.add_offsets_to_txn.v1 as add_offsets_to_txn_v1
+import kio.schema.add_offsets_to_txn.v2 as add_offsets_to_txn_v2
+import kio.schema.add_offsets_to_txn.v3 as add_offsets_to_txn_v3
 import kio.schema.add_partitions_to_txn.v0 as add_partitions_to_txn_v0
 import kio.schema.add_partitions_to_txn.v1 as add_partitions_to_txn_v1
 import kio.schema.add_partitions_to_txn.v2 as add_partitions_to_txn_v2
@@ -109,6 +113,10 @@ import kio.schema.sync_group.v2 as sync_group_v2
 import kio.schema.sync_group.v3 as sync_group_v3
 import kio.schema.sync_group.v4 as sync_group_v4
 import kio.schema.sync_group.v5 as sync_group_v5
+import kio.schema.txn_offset_commit.v0 as txn_offset_commit_v0
+import kio.schema.txn_offset_commit.v1 as txn_offset_commit_v1
+import kio.schema.txn_offset_commit.v2 as txn_offset_commit_v2
+import kio.schema.txn_offset_commit.v3 as txn_offset_commit_v3
 
 ProduceRequest: TypeAlias = (
     produce_v3.ProduceRequest
@@ -365,4 +373,28 @@ EndTxnResponse: TypeAlias = (
     | end_txn_v1.EndTxnResponse
     | end_txn_v2.EndTxnResponse
     | end_txn_v3.EndTxnResponse
+)
+AddOffsetsToTxnRequest: TypeAlias = (
+    add_offsets_to_txn_v0.AddOffsetsToTxnRequest
+    | add_offsets_to_txn_v1.AddOffsetsToTxnRequest
+    | add_offsets_to_txn_v2.AddOffsetsToTxnRequest
+    | add_offsets_to_txn_v3.AddOffsetsToTxnRequest
+)
+AddOffsetsToTxnResponse: TypeAlias = (
+    add_offsets_to_txn_v0.AddOffsetsToTxnResponse
+    | add_offsets_to_txn_v1.AddOffsetsToTxnResponse
+    | add_offsets_to_txn_v2.AddOffsetsToTxnResponse
+    | add_offsets_to_txn_v3.AddOffsetsToTxnResponse
+)
+TxnOffsetCommitRequest: TypeAlias = (
+    txn_offset_commit_v0.TxnOffsetCommitRequest
+    | txn_offset_commit_v1.TxnOffsetCommitRequest
+    | txn_offset_commit_v2.TxnOffsetCommitRequest
+    | txn_offset_commit_v3.TxnOffsetCommitRequest
+)
+TxnOffsetCommitResponse: TypeAlias = (
+    txn_offset_commit_v0.TxnOffsetCommitResponse
+    | txn_offset_commit_v1.TxnOffsetCommitResponse
+    | txn_offset_commit_v2.TxnOffsetCommitResponse
+    | txn_offset_commit_v3.TxnOffsetCommitResponse
 )

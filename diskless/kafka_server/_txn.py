@@ -8,8 +8,9 @@ InitProducerId gave it across transactions, keeps counting sequences per partiti
 EndTxn response (v0-v3) carries no new epoch.
 
 `TransactionFront` bridges the two, per transactional producer, without changing either side:
-- AddPartitionsToTxn and EndTxn carry the client's epoch; the front end substitutes the
-  coordinator's current epoch for it, and takes the bumped epoch from each EndTxn result.
+- AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn carry the client's epoch; the
+  front end substitutes the coordinator's current epoch for it, and takes the bumped epoch from
+  each EndTxn result.
 - A transactional batch at the client's epoch is rewritten before it reaches the broker: the
   coordinator's current epoch replaces the client's, and the base sequence is shifted so that each
   coordinator epoch starts at 0 on every partition (the shift per partition is the client
@@ -31,7 +32,7 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.records import SEQUENCE_MAX, InvalidBatch, parse_batch, rewrite_producer_state
-from diskless.txn import EndTxnResult, InitProducerIdResult, TransactionCoordinator
+from diskless.txn import EndTxnResult, InitProducerIdResult, PendingOffset, TransactionCoordinator
 
 _log = logging.getLogger(__name__)
 
@@ -104,6 +105,27 @@ class TransactionFront:
         epoch = self._server_epoch(transactional_id, producer_id, client_epoch)
         return await self._coordinator.add_partitions_to_txn(
             transactional_id, producer_id, epoch, partitions
+        )
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, client_epoch: int, group_id: str
+    ) -> ErrorCode:
+        epoch = self._server_epoch(transactional_id, producer_id, client_epoch)
+        return await self._coordinator.add_offsets_to_txn(
+            transactional_id, producer_id, epoch, group_id
+        )
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        client_epoch: int,
+        group_id: str,
+        offsets: Sequence[PendingOffset],
+    ) -> ErrorCode:
+        epoch = self._server_epoch(transactional_id, producer_id, client_epoch)
+        return await self._coordinator.txn_offset_commit(
+            transactional_id, producer_id, epoch, group_id, offsets
         )
 
     async def end_txn(

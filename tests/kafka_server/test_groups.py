@@ -15,6 +15,7 @@ from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless import TopicPartition
+from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._groups import GroupCoordinator
 
@@ -34,7 +35,9 @@ async def _join(groups: GroupCoordinator, member_id: str = "") -> object:
 
 
 async def test_join_sync_heartbeat_leave() -> None:
-    groups = GroupCoordinator()
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    groups = GroupCoordinator(coordinator)
     await groups.start()
     try:
         first = await _join(groups)
@@ -68,10 +71,17 @@ async def test_join_sync_heartbeat_leave() -> None:
         assert leader == (WireError.none, b"a")
         assert await follower == (WireError.none, b"b")
 
-        assert groups.commit_offsets("g", generation, member, {}) == WireError.illegal_generation
         offsets = {TopicPartition("t", 0): (42, None)}
-        assert groups.commit_offsets("g", generation + 1, member, offsets) == WireError.none
-        assert groups.committed_offsets("g") == offsets
+        stale = await groups.commit_offsets("g", generation, member, offsets)
+        assert stale == {TopicPartition("t", 0): WireError.illegal_generation}
+        assert await groups.committed_offsets("g") == {}
+        unknown = {TopicPartition("t", 1): (1, None)}
+        answers = await groups.commit_offsets("g", generation + 1, member, {**offsets, **unknown})
+        assert answers == {
+            TopicPartition("t", 0): WireError.none,
+            TopicPartition("t", 1): WireError.unknown_topic_or_partition,
+        }
+        assert await groups.committed_offsets("g") == offsets
         assert groups.leave("g", member) == WireError.none
         assert groups.leave("g", member) == WireError.unknown_member_id
     finally:
@@ -149,7 +159,7 @@ async def test_librdkafka_consumers_share_a_topic_through_a_group(cluster: Kafka
     # commits what it reads, so none is read twice even when the last one to leave takes over.
     assert read_by[0] and read_by[1]
     assert not read_by[0] & read_by[1]
-    committed = cluster.groups.committed_offsets("librdkafka-group")
+    committed = await cluster.groups.committed_offsets("librdkafka-group")
     assert sum(offset for offset, _ in committed.values()) == RECORDS
 
 
@@ -173,12 +183,12 @@ async def test_kafka_python_subscribes_and_commits(cluster: KafkaCluster) -> Non
     await asyncio.to_thread(_produce, cluster.bootstrap("rack-2"))
     count = await asyncio.to_thread(_kafka_python_group, cluster.bootstrap("rack-2"))
     assert count == RECORDS
-    committed = cluster.groups.committed_offsets("kafka-python-group")
+    committed = await cluster.groups.committed_offsets("kafka-python-group")
     assert sum(offset for offset, _ in committed.values()) == RECORDS
 
 
 async def test_an_anonymous_join_from_v4_on_gets_member_id_required() -> None:
-    groups = GroupCoordinator()
+    groups = GroupCoordinator(InMemoryBatchCoordinator())
     try:
         arguments = {
             "group_id": "g",

@@ -68,7 +68,7 @@ async def context() -> AsyncIterator[tuple[Context, ManualClock]]:
             broker,
             ClusterView("test"),
             TransactionFront(coordinator, clock=clock),
-            GroupCoordinator(clock=clock),
+            GroupCoordinator(coordinator, clock=clock),
             ServerConfig(fetch_wait_ms_max=int(WAIT_S * 2000)),
         ),
         clock,

@@ -1,0 +1,142 @@
+"""The admin APIs under real admin clients: confluent-kafka's AdminClient and kafka-python's
+KafkaAdminClient create, describe, grow, trim and delete topics of the 3-broker cluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic as KpNewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from diskless import TimestampType
+from diskless.kafka_server import KafkaCluster
+from tests.kafka_server.test_clients import end_offsets
+
+TIMEOUT_S = 30
+CONFIGS = {
+    "retention.ms": "3600000",
+    "retention.bytes": "1048576",
+    "max.message.bytes": "65536",
+    "message.timestamp.type": "LogAppendTime",
+    "message.timestamp.before.max.ms": "86400000",
+    "message.timestamp.after.max.ms": "60000",
+}
+
+
+def _error_code(future: object) -> int:
+    """The Kafka error code a confluent admin future failed with (0 if it succeeded)."""
+    try:
+        future.result(TIMEOUT_S)  # type: ignore[attr-defined]
+    except KafkaException as e:
+        return int(e.args[0].code())
+    return 0
+
+
+def _confluent_admin_session(bootstrap: str) -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    seen: dict[str, object] = {}
+    created = admin.create_topics(
+        [
+            NewTopic("configured", num_partitions=2, replication_factor=1, config=CONFIGS),
+            NewTopic("odd", num_partitions=1, config={"cleanup.policy": "compact"}),
+            NewTopic("bad name!", num_partitions=1),
+            NewTopic("dry", num_partitions=1),
+        ],
+        request_timeout=TIMEOUT_S,
+    )
+    seen["create"] = {name: _error_code(f) for name, f in created.items()}
+    try:
+        created["odd"].result(TIMEOUT_S)
+    except KafkaException as e:
+        seen["odd_message"] = e.args[0].str()
+    again = admin.create_topics([NewTopic("configured", num_partitions=2)])
+    seen["again"] = _error_code(again["configured"])
+    dry = admin.create_topics([NewTopic("dry", num_partitions=1)], validate_only=True)
+    seen["dry"] = _error_code(dry["dry"])
+
+    (described,) = admin.describe_configs([ConfigResource("topic", "configured")]).values()
+    seen["configs"] = {name: entry.value for name, entry in described.result(TIMEOUT_S).items()}
+    (unknown,) = admin.describe_configs([ConfigResource("topic", "nowhere")]).values()
+    seen["describe_unknown"] = _error_code(unknown)
+
+    grown = admin.create_partitions([NewPartitions("configured", 4)])
+    seen["grow"] = _error_code(grown["configured"])
+    shrunk = admin.create_partitions([NewPartitions("configured", 3)])
+    seen["shrink"] = _error_code(shrunk["configured"])
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce("configured", value=b"%d" % i, partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    trimmed = admin.delete_records([CkTopicPartition("configured", 0, 6)])
+    (future,) = trimmed.values()
+    seen["low_watermark"] = future.result(TIMEOUT_S).low_watermark
+
+    deleted = admin.delete_topics(["configured", "nowhere"], operation_timeout=TIMEOUT_S)
+    seen["delete"] = {name: _error_code(f) for name, f in deleted.items()}
+    return seen
+
+
+async def test_confluent_admin_client_manages_topics(cluster: KafkaCluster) -> None:
+    seen = await asyncio.to_thread(_confluent_admin_session, cluster.bootstrap("rack-1"))
+    assert seen["create"] == {
+        "configured": 0,
+        "odd": KafkaError.INVALID_CONFIG,
+        "bad name!": KafkaError.TOPIC_EXCEPTION,
+        "dry": 0,
+    }
+    assert "cleanup.policy" in str(seen["odd_message"])
+    assert seen["again"] == KafkaError.TOPIC_ALREADY_EXISTS
+    assert seen["dry"] == KafkaError.TOPIC_ALREADY_EXISTS
+    configs = seen["configs"]
+    assert isinstance(configs, dict)
+    assert {name: configs[name] for name in CONFIGS} == CONFIGS
+    assert configs["cleanup.policy"] == "delete"
+    assert seen["describe_unknown"] == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert seen["grow"] == 0
+    assert seen["shrink"] == KafkaError.INVALID_PARTITIONS
+    assert seen["low_watermark"] == 6
+    assert seen["delete"] == {"configured": 0, "nowhere": KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+    remaining = {d.name: d for d in await cluster.coordinator.describe_topics()}
+    assert "configured" not in remaining and "odd" not in remaining
+    assert remaining["dry"].partitions == 1
+
+
+async def test_created_configs_reach_the_coordinator(cluster: KafkaCluster) -> None:
+    admin = await asyncio.to_thread(AdminClient, {"bootstrap.servers": cluster.bootstrap()})
+    futures = admin.create_topics([NewTopic("kept", num_partitions=3, config=CONFIGS)])
+    assert await asyncio.to_thread(_error_code, futures["kept"]) == 0
+    (description,) = await cluster.coordinator.describe_topics(["kept"])
+    assert description.partitions == 3
+    assert description.config.timestamp_type is TimestampType.LOG_APPEND_TIME
+    assert description.config.retention_ms == 3_600_000
+    assert description.config.retention_bytes == 1_048_576
+    assert description.config.max_message_bytes == 65_536
+    assert description.config.message_timestamp_before_max_ms == 86_400_000
+    assert description.config.message_timestamp_after_max_ms == 60_000
+    assert await end_offsets(cluster, "kept", 3) == {0: 0, 1: 0, 2: 0}
+
+
+def _kafka_python_session(bootstrap: str) -> list[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([KpNewTopic("kp", num_partitions=2, replication_factor=1)])
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([KpNewTopic("kp", num_partitions=2, replication_factor=1)])
+        listed = sorted(admin.list_topics())
+        admin.delete_topics(["kp"])
+        return listed
+    finally:
+        admin.close()
+
+
+async def test_kafka_python_admin_creates_and_deletes(cluster: KafkaCluster) -> None:
+    listed = await asyncio.to_thread(_kafka_python_session, cluster.bootstrap())
+    assert "kp" in listed
+    assert await cluster.coordinator.describe_topics(["kp"]) == []
