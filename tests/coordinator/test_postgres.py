@@ -126,7 +126,9 @@ async def test_a_server_restart_is_retriable_and_then_recovers(
         successes_after_restart = 0
         while successes_after_restart < 20:
             key = f"r/{n:06d}"
-            batches = [batch(TopicPartition(TOPIC, (n + i) % PARTITIONS), count=2) for i in range(3)]
+            batches = [
+                batch(TopicPartition(TOPIC, (n + i) % PARTITIONS), count=2) for i in range(3)
+            ]
             n += 1
             try:
                 results = await asyncio.wait_for(
