@@ -1,6 +1,7 @@
-"""Commit throughput of both coordinator backends against plain SQLite writes of the same rows.
+"""Commit throughput of the coordinator backends against plain writes of the same rows.
 
     .venv/bin/python -m benchmarks.bench_coordinator [--dir DIR] [--seconds S] [--rounds N]
+        [--postgres DSN | --no-postgres]
 
 Every case commits objects of 1, 100 or 1000 batches spread over PARTITIONS partitions, each
 partition written by one idempotent producer with in-order sequences. The baselines write, with
@@ -12,22 +13,31 @@ same settings (WAL, synchronous=FULL), one transaction per object:
 - "batch rows": only the file and batch rows, for scale (it leaves out writes the coordinator
   cannot skip: every idempotent batch updates its producer's state and its partition's high
   watermark).
+
+PostgreSQL (`--postgres DSN` of any database on a server, where the benchmark creates and drops
+its own databases; by default a throwaway server started as the tests start theirs, with
+fsync=off) is compared with raw asyncpg writes of the same rows on the same server: the file
+row, the batch rows by COPY, the producer-state rows and the partition counters by executemany,
+one transaction per object.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+import asyncpg
 import msgspec
 
 from diskless import TopicPartition
@@ -35,8 +45,10 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     InMemoryBatchCoordinator,
+    PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
+from diskless.coordinator._backends.postgres_schema import migrate as migrate_postgres
 from diskless.coordinator._backends.sqlite_schema import migrate
 from diskless.txn import RetainedBatch
 
@@ -258,11 +270,150 @@ def run_case(directory: Path, bpo: int, seconds: float, rounds: int) -> tuple[fl
     return best
 
 
+# --- PostgreSQL -----------------------------------------------------------------------------
+_databases = itertools.count()
+_BATCH_COLUMNS = (
+    "partition_id",
+    "base_offset",
+    "last_offset",
+    "file_id",
+    "byte_offset",
+    "size",
+    "max_timestamp",
+    "log_append_time",
+    "timestamp",
+    "ts_running_max",
+    "producer_id",
+    "producer_epoch",
+    "control",
+    "coordinator_epoch",
+)
+
+
+@contextmanager
+def _server(dsn: str | None) -> Iterator[str]:
+    """`dsn`, or a throwaway server's while the block runs."""
+    if dsn is not None:
+        yield dsn
+        return
+    from tests._postgres import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        raise SystemExit("no PostgreSQL binaries: pass --postgres DSN or --no-postgres")
+    server = PostgresServer(bindir)
+    try:
+        yield server.dsn("postgres")
+    finally:
+        server.close()
+
+
+async def _fresh_database(admin_dsn: str) -> tuple[str, str]:
+    name = f"bench_coordinator_{next(_databases)}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.execute(f"CREATE DATABASE {name}")
+    finally:
+        await admin.close()
+    return name, admin_dsn.rsplit("/", 1)[0] + "/" + name
+
+
+async def _drop_database(admin_dsn: str, name: str) -> None:
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await admin.close()
+
+
+async def run_raw(dsn: str, batches_per_object: int, seconds: float) -> float:
+    """Batches per second for raw writes of every row a commit writes, no reads."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate_postgres(conn)
+        await conn.execute(
+            "INSERT INTO topics VALUES (1, 'bench', $1, 0, -1, -1, 1048588, 0, 0)", PARTITIONS
+        )
+        await conn.execute(
+            "INSERT INTO partitions (partition_id, topic_id, partition)"
+            " SELECT p + 1, 1, p FROM generate_series(0, $1 - 1) p",
+            PARTITIONS,
+        )
+        workload: list[BaselineRows] = await asyncio.to_thread(baseline_rows, batches_per_object)
+        count = objects = 0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while loop.time() - started < seconds and count < BATCHES_PER_CASE_MAX:
+            rows = workload[objects]
+            async with conn.transaction():
+                await conn.execute(
+                    "INSERT INTO files (file_id, key, state, size, since_ms, live_batches)"
+                    " VALUES ($1, $2, 0, $3, 0, $4)",
+                    *rows.file,
+                )
+                await conn.copy_records_to_table(
+                    "batches", records=[(*b, -1, 0) for b in rows.batches], columns=_BATCH_COLUMNS
+                )
+                await conn.executemany(
+                    "INSERT INTO producers VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    " ON CONFLICT (partition_id, producer_id) DO UPDATE SET"
+                    " batches = excluded.batches, last_timestamp = excluded.last_timestamp",
+                    rows.producers,
+                )
+                await conn.executemany(
+                    "UPDATE partitions SET high_watermark = $1, size_bytes = $2,"
+                    " ts_running_max = $3 WHERE partition_id = $4",
+                    rows.partitions,
+                )
+            count += len(rows.batches)
+            objects += 1
+        return count / (loop.time() - started)
+    finally:
+        await conn.close()
+
+
+async def _round(admin_dsn: str, bpo: int, seconds: float) -> tuple[float, float]:
+    name, dsn = await _fresh_database(admin_dsn)
+    try:
+        coordinator = PostgresBatchCoordinator(dsn)
+        try:
+            in_postgres, _ = await run_coordinator(coordinator, bpo, seconds)
+        finally:
+            await coordinator.close()
+    finally:
+        await _drop_database(admin_dsn, name)
+    name, dsn = await _fresh_database(admin_dsn)
+    try:
+        raw = await run_raw(dsn, bpo, seconds)
+    finally:
+        await _drop_database(admin_dsn, name)
+    return in_postgres, raw
+
+
+def postgres_table(dsn: str | None, seconds: float, rounds: int) -> None:
+    """Print the PostgreSQL lines: best of `rounds` interleaved rounds per case."""
+    with _server(dsn) as admin_dsn:
+        print(
+            f"PostgreSQL ({'given server' if dsn else 'throwaway server, fsync=off'}),"
+            f" {PARTITIONS} partitions"
+        )
+        print(f"{'batches/object':>14} | {'postgres b/s':>12} | {'raw b/s':>10} | {'pg/raw':>6}")
+        for bpo in BATCHES_PER_OBJECT:
+            best = (0.0, 0.0)
+            for _ in range(rounds):
+                result = asyncio.run(_round(admin_dsn, bpo, seconds))
+                best = (max(best[0], result[0]), max(best[1], result[1]))
+            print(f"{bpo:>14} | {best[0]:>12,.0f} | {best[1]:>10,.0f} | {best[0] / best[1]:>6.0%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where the database files go")
     parser.add_argument("--seconds", type=float, default=2.0, help="time per backend and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best counts")
+    parser.add_argument("--postgres", default=None, help="a PostgreSQL DSN (default: throwaway)")
+    parser.add_argument("--no-postgres", action="store_true", help="leave PostgreSQL out")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="bench-coordinator-", dir=args.dir))
     try:
@@ -287,6 +438,8 @@ def main() -> None:
                 f" {in_sqlite / raw:>10.0%} | {raw_batches:>15,.0f} |"
                 f" {in_sqlite / raw_batches:>10.0%}"
             )
+        if not args.no_postgres:
+            postgres_table(args.postgres, args.seconds, args.rounds)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

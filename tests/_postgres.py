@@ -1,223 +1,220 @@
-"""A throwaway PostgreSQL server for tests: one per test session, a fresh database per test.
+"""A throwaway PostgreSQL server for the tests: real binaries, no mocks.
 
-The server is Debian's PostgreSQL (`./run` installs the `postgresql` package when it is
-missing): initdb into a temporary directory, then `pg_ctl start` listening on 127.0.0.1 on a
-free port and on a unix socket inside that directory, with fsync off (a test's data need not
-survive a power cut, only `pg_ctl stop -m immediate`, which fsync does not matter for). initdb
-refuses to run as root, so as root the server runs as an unprivileged user (`postgres` when it
-exists, else `nobody`) through `runuser`.
+One server per test run, started on first use: `initdb` into a temp dir, then `pg_ctl start`
+listening on 127.0.0.1 (a free port) and on a unix socket in the same dir, with `fsync=off`.
+Each coordinator a test opens gets a database of its own (`database_dsn`). The server is
+stopped with `pg_ctl stop -m immediate` when the run ends.
 
-Usage (a package's conftest imports the fixtures):
-
-    from tests._postgres import postgres_dsn, postgres_server  # noqa: F401
-
-    async def test_x(postgres_dsn: str) -> None:
-        connection = await asyncpg.connect(postgres_dsn)
-
-When the binaries are absent the tests are skipped, except in CI (`CI` set) or under `./run`
-(`DISKLESS_REQUIRE_POSTGRES=1`), where they fail: there they must have been installed.
+The binaries are Debian's (`pg_config --bindir`, `/usr/lib/postgresql/*/bin`, or PATH). Without
+them the PostgreSQL variants are skipped, except under CI (`CI` set) and under `./run tests`
+(`DISKLESS_REQUIRE_POSTGRES` set), where that is an error.
+`initdb` refuses to run as root: as root, the server runs as `nobody`, and owns its temp dir.
 """
 
 from __future__ import annotations
 
-import asyncio
+import atexit
 import contextlib
 import glob
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
-import uuid
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import pytest
 
-from tests._spark_cluster import free_port
-
 SUPERUSER: Final = "diskless"
-START_ATTEMPTS: Final = 3
-"""A free port can be taken between choosing it and the server binding it: try again."""
-TIMEOUT_S: Final = 60
-UNPRIVILEGED_USERS: Final = ("postgres", "nobody")
-SERVER_SETTINGS: Final = {
-    "listen_addresses": "127.0.0.1",
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-    "max_connections": "200",
-}
+DATABASES_KEPT_MAX: Final = 24
+"""Databases kept before the oldest are dropped: tests run one at a time, so only the last few
+can still be in use, and each costs a few megabytes."""
+RUN_AS_WHEN_ROOT: Final = "nobody"
+SYNC_STANDBY: Final = "diskless_standby_never_connects"
+"""Named as the synchronous standby, which never connects: a database set to
+`synchronous_commit = on` then has its COMMITs wait after committing locally, which lets a test
+drop a connection exactly while its COMMIT is in flight. Every other database commits with
+`synchronous_commit = local`, the server default here."""
 
 
-class PostgresUnavailable(RuntimeError):
-    pass
-
-
-def find_bindir() -> Path:
-    """The directory of initdb, pg_ctl and postgres: pg_config's, Debian's newest, or PATH's."""
-    candidates: list[Path] = []
+def find_bindir() -> Path | None:
+    """Where `initdb`, `pg_ctl` and `psql` are, or None."""
+    candidates: list[str] = []
     pg_config = shutil.which("pg_config")
     if pg_config is not None:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            bindir = subprocess.run(
+        try:
+            out = subprocess.run(
                 [pg_config, "--bindir"], capture_output=True, text=True, check=True, timeout=10
-            ).stdout.strip()
-            candidates.append(Path(bindir))
-    versions = glob.glob("/usr/lib/postgresql/*/bin")
-    candidates += [Path(p) for p in sorted(versions, key=_version_key, reverse=True)]
+            )
+            candidates.append(out.stdout.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    candidates.extend(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True))
     initdb = shutil.which("initdb")
     if initdb is not None:
-        candidates.append(Path(initdb).resolve().parent)
-    for bindir in candidates:
-        if all(os.access(bindir / name, os.X_OK) for name in ("initdb", "pg_ctl", "postgres")):
-            return bindir
-    raise PostgresUnavailable(
-        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found via pg_config, "
-        "/usr/lib/postgresql/*/bin or PATH; install Debian's postgresql package (./run does)"
-    )
+        candidates.append(str(Path(initdb).resolve().parent))
+    for candidate in candidates:
+        path = Path(candidate)
+        if all((path / name).exists() for name in ("initdb", "pg_ctl", "postgres", "psql")):
+            return path
+    return None
 
 
-def _version_key(path: str) -> tuple[int, ...]:
-    version = Path(path).parent.name
-    return tuple(int(part) for part in version.split(".") if part.isdigit())
-
-
-def _server_user() -> str | None:
-    """None to run as ourselves; as root, an unprivileged user (initdb refuses root)."""
-    if os.geteuid() != 0:
-        return None
-    for name in UNPRIVILEGED_USERS:
-        with contextlib.suppress(KeyError):
-            pwd.getpwnam(name)
-            return name
-    raise PostgresUnavailable(f"running as root and none of {UNPRIVILEGED_USERS} exists")
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class PostgresServer:
-    """One server in its own temporary directory (data, unix socket, log)."""
+    """One initdb'd cluster under a temp dir (see the module doc)."""
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.user = _server_user()
-        self.directory = Path(tempfile.mkdtemp(prefix="diskless-postgres-"))
-        self.data = self.directory / "data"
-        self.socket_dir = self.directory / "socket"
-        self.log = self.directory / "server.log"
-        self.port = 0
-        if self.user is not None:
-            entry = pwd.getpwnam(self.user)
-            os.chown(self.directory, entry.pw_uid, entry.pw_gid)
+        self.root = Path(tempfile.mkdtemp(prefix="diskless-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.port = _free_port()
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam(RUN_AS_WHEN_ROOT)
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._as_user = ["runuser", "-u", RUN_AS_WHEN_ROOT, "--"]
+        self._databases: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._next_database = 0
+        self._lock = threading.Lock()
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--no-locale",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        settings = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.root}'",
+            "fsync": "off",
+            "full_page_writes": "off",
+            "max_connections": "300",
+            "synchronous_commit": "local",
+            "synchronous_standby_names": f"'{SYNC_STANDBY}'",
+        }
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+        self.start()
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [str(self.bindir / args[0]), *args[1:]]
-        if self.user is not None:
-            command = ["runuser", "-u", self.user, "--", *command]
-        return subprocess.run(
-            command,
+    def _run(self, tool: str, *args: str, timeout: float = 120) -> str:
+        out = subprocess.run(
+            [*self._as_user, str(self.bindir / tool), *args],
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-            cwd=self.directory,
+            timeout=timeout,
+            cwd=self.root,
+            env={**os.environ, "LC_ALL": "C"},
         )
-
-    def _check(self, *args: str) -> None:
-        done = self._run(*args)
-        if done.returncode != 0:
-            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-            raise RuntimeError(f"{args[0]} failed ({done.returncode}): {done.stderr}{log}")
+        if out.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(f"{tool} {args} failed: {out.stdout}{out.stderr}\n{log[-3000:]}")
+        return out.stdout
 
     def start(self) -> None:
-        self._check(
-            "initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
-            "--no-locale", "--no-sync",
-        )  # fmt: skip
-        self.socket_dir.mkdir()
-        if self.user is not None:
-            entry = pwd.getpwnam(self.user)
-            os.chown(self.socket_dir, entry.pw_uid, entry.pw_gid)
-        for attempt in range(START_ATTEMPTS):
-            self.port = free_port()
-            options = " ".join(
-                [f"-p {self.port}", f"-c unix_socket_directories={self.socket_dir}"]
-                + [f"-c {name}={value}" for name, value in SERVER_SETTINGS.items()]
-            )
-            done = self._run(
-                "pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w",
-                "-t", str(TIMEOUT_S), "-o", options,
-            )  # fmt: skip
-            if done.returncode == 0:
-                return
-            if attempt == START_ATTEMPTS - 1:
-                log = self.log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"pg_ctl start failed: {done.stderr}{log}")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
 
     def stop(self) -> None:
-        """Stop at once (what a crash looks like to clients), then remove everything."""
-        with contextlib.suppress(subprocess.SubprocessError):
-            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w")
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Stop at once, as a crash would (`pg_ctl stop -m immediate`)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
-    def dsn(self, database: str = "postgres") -> str:
+    def sql(self, statement: str, database: str = "postgres") -> str:
+        """Run one statement with psql; returns its unaligned output."""
+        return self._run(
+            "psql",
+            "-h",
+            str(self.root),
+            "-p",
+            str(self.port),
+            "-U",
+            SUPERUSER,
+            "-d",
+            database,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-c",
+            statement,
+        )
+
+    def dsn(self, database: str) -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
-    def socket_dsn(self, database: str = "postgres") -> str:
-        """The same database through the unix socket."""
-        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={self.port}"
+    def database(self, directory: Path | str, name: str) -> str:
+        """The database of (`directory`, `name`): created empty on first request, the same one
+        after (so that a test can reopen a coordinator over the same state)."""
+        key = (str(directory), name)
+        with self._lock:
+            database = self._databases.get(key)
+            if database is not None:
+                self._databases.move_to_end(key)
+                return database
+            self._next_database += 1
+            database = f"t{self._next_database}"
+            self.sql(f"CREATE DATABASE {database}")
+            self._databases[key] = database
+            while len(self._databases) > DATABASES_KEPT_MAX:
+                _, old = self._databases.popitem(last=False)
+                self.sql(f"DROP DATABASE IF EXISTS {old} WITH (FORCE)")
+            return database
 
-    async def _admin(self, statement: str) -> None:
-        import asyncpg
-
-        connection = await asyncpg.connect(self.dsn())
-        try:
-            await connection.execute(statement)
-        finally:
-            await connection.close()
-
-    def create_database(self) -> str:
-        name = f"test_{uuid.uuid4().hex[:16]}"
-        asyncio.run(self._admin(f'CREATE DATABASE "{name}"'))
-        return name
-
-    def drop_database(self, name: str) -> None:
-        asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def _required() -> bool:
-    return bool(os.environ.get("CI")) or os.environ.get("DISKLESS_REQUIRE_POSTGRES") == "1"
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+            self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def running_postgres(bindir: Path | None = None) -> Iterator[PostgresServer]:
-    """A started server (stopped and removed on exit)."""
-    server = PostgresServer(bindir or find_bindir())
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+_server: PostgresServer | None = None
+_server_lock = threading.Lock()
+
+
+def server() -> PostgresServer:
+    """The run's server, started on first use; skips the calling test when there is no
+    PostgreSQL installed (fails under CI)."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            bindir = find_bindir()
+            if bindir is None:
+                reason = "PostgreSQL binaries not found (install Debian's postgresql package)"
+                if os.environ.get("CI") or os.environ.get("DISKLESS_REQUIRE_POSTGRES"):
+                    raise RuntimeError(reason)
+                pytest.skip(reason)
+            _server = PostgresServer(bindir)
+            atexit.register(_server.close)
+        return _server
+
+
+def database_dsn(directory: Path | str, name: str = "coordinator") -> str:
+    """A DSN of the database of (`directory`, `name`) on the run's server."""
+    s = server()
+    return s.dsn(s.database(directory, name))
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """The test run's PostgreSQL server, started on first use, stopped at the end."""
-    try:
-        bindir = find_bindir()
-    except PostgresUnavailable as exc:
-        if _required():
-            pytest.fail(f"PostgreSQL is required here: {exc}", pytrace=False)
-        pytest.skip(str(exc))
-    with running_postgres(bindir) as server:
-        yield server
+    """The run's server (stopped at the end of the run)."""
+    yield server()
 
 
 @pytest.fixture
-def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
-    """A fresh, empty database of its own for one test: its DSN."""
-    name = postgres_server.create_database()
-    try:
-        yield postgres_server.dsn(name)
-    finally:
-        postgres_server.drop_database(name)
+def postgres_dsn(tmp_path: Path) -> str:
+    """A fresh, empty database of the run's server, for this test."""
+    return database_dsn(tmp_path, "test")

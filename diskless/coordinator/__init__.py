@@ -26,6 +26,7 @@ from diskless.coordinator._api import (
 )
 from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.coordinator._memory import InMemoryBatchCoordinator
+from diskless.coordinator._postgres import PostgresBatchCoordinator
 from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 
@@ -57,6 +58,7 @@ __all__ = [
     # backends
     "InMemoryBatchCoordinator",
     "SqliteBatchCoordinator",
+    "PostgresBatchCoordinator",
     # fault injection, for failure tests
     "FaultyBatchCoordinator",
 ]

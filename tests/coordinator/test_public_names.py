@@ -12,9 +12,11 @@ def _public(module: object) -> set[str]:
 
 def test_coordinator_exports() -> None:
     assert set(diskless.coordinator.__all__) == _public(diskless.coordinator)
-    assert {"InMemoryBatchCoordinator", "SqliteBatchCoordinator"} <= set(
-        diskless.coordinator.__all__
-    )
+    assert {
+        "InMemoryBatchCoordinator",
+        "SqliteBatchCoordinator",
+        "PostgresBatchCoordinator",
+    } <= set(diskless.coordinator.__all__)
 
 
 def test_txn_exports() -> None:

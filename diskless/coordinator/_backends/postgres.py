@@ -1,0 +1,266 @@
+"""The PostgreSQL store: shared by broker processes on many machines.
+
+- Each step is one READ COMMITTED transaction on a pooled asyncpg connection, with row locks
+  taken in a fixed order by its loads (`postgres_txn`): commits to overlapping partitions queue
+  behind each other, never deadlock in the common paths, and a step always decides on rows
+  nobody else can change until it commits. A step that loses an insert race on a unique key
+  (23505), or is chosen as a deadlock victim (40P01), or meets a serialization failure (40001),
+  is rolled back and run again from the start; the engine reads the clock inside the step.
+- Durable steps commit with the server's `synchronous_commit`; VOLATILE ones with
+  `synchronous_commit = off` (atomic and visible at once; a server crash may forget the last
+  few, which the engine allows for that state).
+- Every wait is bounded (connect, pool acquire, each statement), and every failure of the
+  database or the network becomes `CoordinatorUnavailableError`, which is retriable.
+- A COMMIT whose answer is lost (the connection dropped, the server restarted, a timeout) is
+  resolved, not guessed: the step fetched its transaction id before committing, and the store
+  asks the server, on another connection, for that transaction's status (`txid_status`) until
+  it is known or the resolution budget runs out. Committed: the step's result is returned as if
+  nothing had happened. Aborted: `CoordinatorUnavailableError` (nothing was applied). Still
+  unknown: `CommitOutcomeUnknownError`.
+- Reads run on worker threads with a synchronous view (`postgres_reads`) in READ ONLY
+  REPEATABLE READ transactions: one snapshot, never behind a writer's locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, TypeVar
+
+import asyncpg
+
+from diskless.coordinator._backends.postgres_reads import PostgresReads
+from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
+from diskless.coordinator._backends.postgres_txn import PostgresTxn
+from diskless.coordinator._store import CoordinatorStore, Durability, ReadView, StoreTxn
+from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+POOL_SIZE_MAX_DEFAULT: Final = 10
+CONNECT_TIMEOUT_MS_DEFAULT: Final = 5_000
+"""How long opening a connection, or waiting for a free one in the pool, may take."""
+COMMAND_TIMEOUT_MS_DEFAULT: Final = 10_000
+"""How long one statement may take, waiting for row locks included."""
+RESOLVE_TIMEOUT_MS_DEFAULT: Final = 10_000
+"""How long the store keeps asking for the outcome of a commit whose answer was lost."""
+STEP_ATTEMPTS_MAX: Final = 20
+"""Runs of a step that keeps losing races (unique key, deadlock) before giving up."""
+READER_THREADS: Final = 4
+
+RETRY_SQLSTATES: Final = frozenset({"40001", "40P01", "23505"})
+"""Serialization failure, deadlock victim, a concurrent insert of the same key: run again."""
+INFRASTRUCTURE_ERRORS: Final = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+    TimeoutError,
+)
+
+
+class _CommitLost(Exception):
+    """COMMIT was sent and its answer lost (carried out of the pooled connection's block)."""
+
+    def __init__(self, xid: int, result: Any, error: BaseException) -> None:
+        super().__init__(repr(error))
+        self.xid = xid
+        self.result = result
+        self.error = error
+
+
+async def _reset(conn: asyncpg.Connection) -> None:
+    """Pool reset: steps leave nothing behind but, after a failure, an open transaction."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
+class PostgresStore(CoordinatorStore):
+    """A `CoordinatorStore` in one PostgreSQL database (see the module doc)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        pool_size_max: int = POOL_SIZE_MAX_DEFAULT,
+        connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
+        command_timeout_ms: int = COMMAND_TIMEOUT_MS_DEFAULT,
+        resolve_timeout_ms: int = RESOLVE_TIMEOUT_MS_DEFAULT,
+    ) -> None:
+        if pool_size_max < 1:
+            raise ValueError(f"pool_size_max must be at least 1, got {pool_size_max}")
+        self._dsn = dsn
+        self._pool_size_max = pool_size_max
+        self._connect_timeout_s = connect_timeout_ms / 1000
+        self._command_timeout_s = command_timeout_ms / 1000
+        self._resolve_timeout_s = resolve_timeout_ms / 1000
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock: asyncio.Lock | None = None
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
+        )
+        self._closed = False
+
+    # --- the pool -----------------------------------------------------------------------------
+    async def _ready(self) -> asyncpg.Pool:
+        """The pool, created (and the schema migrated) on first use; a failure is retried by
+        the next call."""
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        if self._pool is not None:
+            return self._pool
+        if self._pool_lock is None:
+            self._pool_lock = asyncio.Lock()
+        async with self._pool_lock:
+            if self._pool is None:
+                pool = await asyncpg.create_pool(
+                    self._dsn,
+                    min_size=0,
+                    max_size=self._pool_size_max,
+                    timeout=self._connect_timeout_s,
+                    command_timeout=self._command_timeout_s,
+                    reset=_reset,
+                    server_settings={"application_name": "diskless-coordinator"},
+                )
+                try:
+                    async with pool.acquire(timeout=self._connect_timeout_s) as conn:
+                        old = await migrate(conn)
+                    logger.debug("connected (schema was at version %d)", old)
+                except BaseException:
+                    pool.terminate()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    # --- writes -------------------------------------------------------------------------------
+    async def write(
+        self,
+        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        durability: Durability = Durability.DURABLE,
+        outcome_unknown_on_failure: bool = False,
+    ) -> T:
+        delay = 0.001
+        for attempt in range(1, STEP_ATTEMPTS_MAX + 1):
+            try:
+                return await self._attempt(step, durability, outcome_unknown_on_failure)
+            except _CommitLost as lost:
+                return await self._resolve(lost)  # type: ignore[no-any-return]
+            except CoordinatorError:
+                raise
+            except SchemaTooNewError as error:
+                raise CoordinatorUnavailableError(str(error)) from error
+            except asyncpg.PostgresError as error:
+                if error.sqlstate not in RETRY_SQLSTATES or attempt == STEP_ATTEMPTS_MAX:
+                    raise CoordinatorUnavailableError(f"postgres: {error!r}") from error
+                logger.debug("step lost a race (%s), running it again", error.sqlstate)
+            except INFRASTRUCTURE_ERRORS as error:
+                raise CoordinatorUnavailableError(f"postgres: {error!r}") from error
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.05)
+        raise AssertionError("unreachable")
+
+    async def _attempt(
+        self,
+        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        durability: Durability,
+        outcome_unknown_on_failure: bool,
+    ) -> T:
+        """One run of `step` in one transaction on one pooled connection."""
+        pool = await self._ready()
+        async with pool.acquire(timeout=self._connect_timeout_s) as conn:
+            if durability is Durability.VOLATILE:
+                await conn.execute("BEGIN; SET LOCAL synchronous_commit = off")
+            else:
+                await conn.execute("BEGIN")
+            xid: int | None = None
+            try:
+                result = await step(PostgresTxn(conn))
+                if outcome_unknown_on_failure:
+                    xid = await conn.fetchval("SELECT txid_current()")
+            except BaseException:
+                await _rollback(conn)
+                raise
+            try:
+                await conn.execute("COMMIT")
+            except Exception as error:
+                if xid is None:
+                    raise
+                raise _CommitLost(xid, result, error) from error
+            return result
+
+    async def _resolve(self, lost: _CommitLost) -> Any:
+        """Ask the server what became of a transaction whose COMMIT answer was lost."""
+        logger.warning("COMMIT answer lost (%r); resolving transaction %d", lost.error, lost.xid)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._resolve_timeout_s
+        delay = 0.01
+        status: str | None = None
+        while True:
+            try:
+                pool = await self._ready()
+                async with pool.acquire(timeout=self._connect_timeout_s) as conn:
+                    status = await conn.fetchval("SELECT txid_status($1)", lost.xid)
+            except INFRASTRUCTURE_ERRORS as error:
+                logger.debug("resolving transaction %d: %r", lost.xid, error)
+                status = None
+            if status == "committed":
+                logger.info("transaction %d had committed", lost.xid)
+                return lost.result
+            if status == "aborted":
+                raise CoordinatorUnavailableError(
+                    f"commit failed ({lost.error!r}); nothing was applied"
+                ) from lost.error
+            if loop.time() + delay > deadline:
+                raise CommitOutcomeUnknownError(
+                    f"COMMIT answer lost ({lost.error!r}) and its outcome still unknown"
+                ) from lost.error
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    # --- reads --------------------------------------------------------------------------------
+    async def read(self, query: Callable[[ReadView], T]) -> T:
+        try:
+            pool = await self._ready()
+            loop = asyncio.get_running_loop()
+            async with (
+                pool.acquire(timeout=self._connect_timeout_s) as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                view = PostgresReads(conn, loop, self._command_timeout_s + 1)
+                return await loop.run_in_executor(self._readers, query, view)
+        except CoordinatorError:
+            raise
+        except SchemaTooNewError as error:
+            raise CoordinatorUnavailableError(str(error)) from error
+        except INFRASTRUCTURE_ERRORS as error:
+            raise CoordinatorUnavailableError(f"postgres: {error!r}") from error
+
+    def release_signal(self) -> asyncio.Future[None] | None:
+        return None  # leases are released by other processes too: poll
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        pool, self._pool = self._pool, None
+        try:
+            if pool is not None:
+                try:
+                    await asyncio.wait_for(pool.close(), self._command_timeout_s)
+                except (TimeoutError, *INFRASTRUCTURE_ERRORS):
+                    pool.terminate()
+        finally:
+            self._readers.shutdown(wait=True)
+
+
+async def _rollback(conn: asyncpg.Connection) -> None:
+    """Roll back after a failed step; a broken connection has rolled back already."""
+    if conn.is_closed() or not conn.is_in_transaction():
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except INFRASTRUCTURE_ERRORS as error:
+        logger.debug("rollback failed: %r", error)

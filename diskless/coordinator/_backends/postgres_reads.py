@@ -1,0 +1,232 @@
+"""The PostgreSQL store's read view: synchronous, for the read rules, over one asyncpg
+connection inside one READ ONLY REPEATABLE READ transaction.
+
+The rules (`_rules.reads`) iterate a view synchronously, so a query runs on a worker thread and
+each lookup hands its statement to the event loop that owns the connection, waiting for the
+answer there (bounded by the command timeout). The loop never blocks; MVCC lets the view read
+the last commit while writers hold their row locks, so a fetch never waits behind a commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+
+from diskless._types import TopicPartition
+from diskless.coordinator._api import BrokerRegistration, FileState
+from diskless.coordinator._backends.postgres_rows import (
+    BATCH_COLUMNS,
+    BATCH_FROM,
+    PARTITION_COLUMNS,
+    PARTITION_FROM,
+    batch_from_row,
+    batches_after,
+    batches_holding,
+)
+from diskless.coordinator._backends.sqlite_rows import (
+    ENTRY_COLUMNS,
+    FILE_COLUMNS,
+    FILE_STATES,
+    READ_CHUNK_ROWS_MAX,
+    TOPIC_COLUMNS,
+    entry_from_row,
+    file_from_row,
+    partition_from_row,
+    topic_from_row,
+    txn_from_blob,
+)
+from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+from diskless.coordinator._store import ReadView, TopicRow
+from diskless.txn import ProducerEntry, TxnRecord
+
+T = TypeVar("T")
+
+
+class PostgresReads(ReadView):
+    """Whole chunks are fetched per statement, so that no cursor stays open across calls."""
+
+    def __init__(
+        self, conn: asyncpg.Connection, loop: asyncio.AbstractEventLoop, timeout_s: float
+    ) -> None:
+        self._conn = conn
+        self._loop = loop
+        self._timeout_s = timeout_s
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self._timeout_s)
+
+    def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return self._run(self._conn.fetch(sql, *args))
+
+    def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        return self._run(self._conn.fetchrow(sql, *args))
+
+    def partition(self, tp: TopicPartition) -> PartitionState | None:
+        row = self._fetchrow(
+            f"SELECT {PARTITION_COLUMNS} FROM {PARTITION_FROM}"
+            " WHERE t.name = $1 AND p.partition = $2",
+            tp.topic,
+            tp.partition,
+        )
+        return None if row is None else partition_from_row(row)
+
+    def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
+        chunk = 16
+        rows = self._run(batches_holding(self._conn, state.key, offset, chunk))
+        while True:
+            yield from rows
+            if len(rows) < chunk:
+                return
+            after = rows[-1].base_offset
+            chunk = min(chunk * 4, READ_CHUNK_ROWS_MAX)
+            rows = self._run(batches_after(self._conn, state.key, after, chunk))
+
+    def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
+        row = self._fetchrow(
+            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
+            " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1",
+            state.key,
+        )
+        return None if row is None else batch_from_row(row)
+
+    def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+        row = self._fetchrow(
+            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
+            " AND b.ts_running_max >= $2 ORDER BY b.ts_running_max, b.base_offset LIMIT 1",
+            state.key,
+            ts,
+        )
+        return None if row is None else batch_from_row(row)
+
+    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
+        after = offset - 1
+        while True:
+            rows = self._fetch(
+                "SELECT producer_id, first_offset, last_offset, lso FROM aborted_txns"
+                " WHERE partition_id = $1 AND last_offset > $2 ORDER BY last_offset LIMIT $3",
+                state.key,
+                after,
+                READ_CHUNK_ROWS_MAX,
+            )
+            for r in rows:
+                yield AbortedTxn(*r)
+            if len(rows) < READ_CHUNK_ROWS_MAX:
+                return
+            after = rows[-1][2]
+
+    def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
+        if names is None:
+            return [
+                topic_from_row(r)
+                for r in self._fetch(f"SELECT {TOPIC_COLUMNS} FROM topics t ORDER BY name")
+            ]
+        found = {
+            r[0]: topic_from_row(r)
+            for r in self._fetch(
+                f"SELECT {TOPIC_COLUMNS} FROM topics t WHERE name = ANY($1::text[])",
+                list(dict.fromkeys(names)),
+            )
+        }
+        return [found[n] for n in names if n in found]
+
+    def producers_of(self, partition_key: int) -> list[ProducerEntry]:
+        return [
+            entry_from_row(r)
+            for r in self._fetch(
+                f"SELECT {ENTRY_COLUMNS} FROM producers WHERE partition_id = $1"
+                " ORDER BY producer_id",
+                partition_key,
+            )
+        ]
+
+    def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
+        return dict(
+            file_from_row(r)
+            for r in self._fetch(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE key = ANY($1::text[])",
+                list(dict.fromkeys(keys)),
+            )
+        )
+
+    def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
+        return [
+            file_from_row(r)
+            for r in self._fetch(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE state <> 0 AND since_ms < $1"
+                " ORDER BY since_ms, key LIMIT $2",
+                older_than_ms,
+                limit,
+            )
+        ]
+
+    def file_totals(self) -> dict[FileState, tuple[int, int]]:
+        return {
+            FILE_STATES[state]: (count, int(size))
+            for state, count, size in self._fetch(
+                "SELECT state, count(*), coalesce(sum(size), 0) FROM files GROUP BY state"
+            )
+        }
+
+    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
+        return {
+            tid: txn_from_blob(blob)
+            for tid, blob in self._fetch(
+                "SELECT transactional_id, record FROM txn_records"
+                " WHERE transactional_id = ANY($1::text[])",
+                list(dict.fromkeys(transactional_ids)),
+            )
+        }
+
+    def broker_registrations(self) -> list[BrokerRegistration]:
+        return [
+            BrokerRegistration(*row)
+            for row in self._fetch(
+                "SELECT broker_id, broker_epoch, host, port, rack, expires_ms"
+                " FROM broker_registrations ORDER BY broker_id"
+            )
+        ]
+
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        return {
+            TopicPartition(topic, partition): (offset, metadata)
+            for topic, partition, offset, metadata in self._fetch(
+                "SELECT topic, partition, committed_offset, metadata FROM group_offsets"
+                " WHERE group_id = $1",
+                group_id,
+            )
+        }
+
+    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
+        return [
+            txn_from_blob(blob)
+            for (blob,) in self._fetch(
+                "SELECT record FROM txn_records WHERE due_ms IS NOT NULL AND due_ms < $1"
+                " ORDER BY due_ms, transactional_id LIMIT $2",
+                now_ms,
+                limit,
+            )
+        ]
+
+    def earliest_lease_expiry(
+        self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
+    ) -> int | None:
+        wanted = list(dict.fromkeys(partitions))
+        found = self._run(
+            self._conn.fetchval(
+                "SELECT min(l.expires_ms) FROM unnest($1::text[], $2::int[]) k(name, part)"
+                " JOIN topics t ON t.name = k.name"
+                " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.part"
+                " JOIN txn_leases l ON l.partition_id = p.partition_id"
+                " WHERE l.producer_id = $3 AND l.producer_epoch = $4 AND l.expires_ms > $5",
+                [tp.topic for tp in wanted],
+                [tp.partition for tp in wanted],
+                producer_id,
+                epoch,
+                after_ms,
+            )
+        )
+        return None if found is None else int(found)

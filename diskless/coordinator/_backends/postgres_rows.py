@@ -1,0 +1,80 @@
+"""How the PostgreSQL store lays rows out: the statements its loads and reads share.
+
+Rows are decoded by the SQLite store's decoders (`sqlite_rows`): both stores select the same
+columns in the same order, so one decoder serves both. Key lists go to the server as arrays
+(`= ANY($1)`, `unnest`): one statement whatever their length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import asyncpg
+
+from diskless.coordinator._backends.sqlite_rows import (
+    BATCH_COLUMNS,
+    BATCH_FROM,
+    batch_from_row,
+)
+from diskless.coordinator._rules.rows import StoredBatch
+
+__all__ = ["BATCH_COLUMNS", "BATCH_FROM", "batch_from_row"]
+
+PARTITION_COLUMNS_NO_LSO: Final = (
+    "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
+    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
+    " NULL::bigint, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+)
+"""Partition columns without the ongoing transactions' first offset: a row locked with FOR
+UPDATE may have been re-read after waiting, while a subquery would still see the statement's
+older snapshot, so a step reads the ongoing index in a statement after taking the locks."""
+ONGOING_MIN: Final = (
+    "(SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id)"
+)
+PARTITION_COLUMNS: Final = PARTITION_COLUMNS_NO_LSO.replace("NULL::bigint", ONGOING_MIN)
+PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
+PARTITIONS_BY_NAME: Final = (
+    "unnest($1::text[], $2::int[]) k(name, part) JOIN topics t ON t.name = k.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.part"
+)
+TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
+EPOCH_ANY: Final = (1 << 31) - 1
+"""Stands for "every epoch" in `leases_dropped` (epochs are 16-bit in Kafka)."""
+
+
+def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows as `width` column lists: the arrays `unnest` turns back into rows."""
+    if not rows:
+        return [[] for _ in range(width)]
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+async def batches_after(
+    conn: asyncpg.Connection, partition_id: int, after: int, limit: int
+) -> list[StoredBatch]:
+    """Up to `limit` batches whose base offset is above `after`, in offset order."""
+    rows = await conn.fetch(
+        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
+        " AND b.base_offset > $2 ORDER BY b.base_offset LIMIT $3",
+        partition_id,
+        after,
+        limit,
+    )
+    return [batch_from_row(r) for r in rows]
+
+
+async def batches_holding(
+    conn: asyncpg.Connection, partition_id: int, offset: int, limit: int
+) -> list[StoredBatch]:
+    """Up to `limit` batches from the one holding `offset` (or the next one), in one query."""
+    rows = await conn.fetch(
+        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
+        " AND b.base_offset > coalesce((SELECT max(base_offset) FROM batches"
+        " WHERE partition_id = $1 AND base_offset <= $2), $2) - 1"
+        " ORDER BY b.base_offset LIMIT $3",
+        partition_id,
+        offset,
+        limit,
+    )
+    return [batch_from_row(r) for r in rows]

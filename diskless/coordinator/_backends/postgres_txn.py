@@ -1,0 +1,589 @@
+"""A step's access to the PostgreSQL store: locked, batched loads and the apply.
+
+Isolation is READ COMMITTED with explicit row locks, the way the SQLite store gets it from
+`BEGIN IMMEDIATE`: whatever a step loads in order to change it stays as loaded until it commits.
+- `load` takes `SELECT ... FOR UPDATE` on every row it returns that a step may change
+  (transaction records, topics, partitions, leases, brokers, files, counters), each kind sorted
+  by key and the kinds always in that order, so two steps touching overlapping rows queue
+  behind each other instead of deadlocking.
+- Rows keyed by a partition (batches, producers, registrations, the ongoing and aborted
+  indexes) change only under that partition's lock; they are read in statements after the
+  locks are taken, so each sees everything committed before it got them.
+- A row that does not exist cannot be locked: two steps may both find a key absent and both
+  insert it. The second then fails on the unique key (23505), and the store re-runs the step,
+  which now finds the row. Steps that load in several calls may, rarely, lock in an order
+  another step reverses: PostgreSQL detects that deadlock (40P01) and the store re-runs the
+  step the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from diskless._types import TopicPartition
+from diskless.coordinator._api import TopicConfig
+from diskless.coordinator._backends.postgres_rows import (
+    EPOCH_ANY,
+    PARTITION_COLUMNS_NO_LSO,
+    PARTITION_FROM,
+    PARTITIONS_BY_NAME,
+    TXN_TABLES,
+    batches_holding,
+    columns,
+)
+from diskless.coordinator._backends.sqlite_rows import (
+    ENTRY_COLUMNS,
+    FILE_COLUMNS,
+    FILE_STATE_CODES,
+    MARKER_FILE_ID,
+    TOPIC_COLUMNS,
+    batch_to_row,
+    entry_from_row,
+    entry_to_row,
+    file_from_row,
+    partition_from_row,
+    topic_from_row,
+    txn_from_blob,
+    txn_to_row,
+)
+from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
+from diskless.coordinator._store import BatchRefs, Changes, Needs, Snapshot, StoreTxn, TopicRow
+from diskless.txn import ProducerEntry, TxnRecord
+
+
+class _Loaded(msgspec.Struct):
+    """A `Snapshot` being filled in."""
+
+    partitions: dict[TopicPartition, PartitionState] = {}
+    producers: dict[ProducerKey, ProducerEntry] = {}
+    registrations: dict[ProducerKey, TxnRegistration] = {}
+    leases: dict[int, TxnLease] = {}
+    broker_epochs: dict[int, int] = {}
+    files: dict[str, FileRow] = {}
+    topics: dict[str, TopicRow] = {}
+    counters: dict[str, int] = {}
+    other_ongoing: dict[ProducerKey, int] = {}
+    batch_refs: dict[int, BatchRefs] = {}
+    batches: dict[int, list[StoredBatch]] = {}
+    retained_partitions: list[PartitionState] = []
+    txns: dict[str, TxnRecord] = {}
+
+    def freeze(self) -> Snapshot:
+        return Snapshot(**msgspec.structs.asdict(self))
+
+
+class PostgresTxn(StoreTxn):
+    """Loads and applies over one connection inside one transaction (see the module doc)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        # Keys found by a load (hence locked): changed by UPDATE; others are INSERTed, so that
+        # a concurrent insert of the same key fails instead of being overwritten.
+        self._files_seen: set[str] = set()
+        self._brokers_seen: set[int] = set()
+        self._counters_seen: set[str] = set()
+        self._txns_seen: set[str] = set()
+
+    # --- load ---------------------------------------------------------------------------------
+    async def load(self, needs: Needs) -> Snapshot:
+        conn = self._conn
+        loaded = _Loaded()
+        if needs.txns:
+            for tid, blob in await conn.fetch(
+                "SELECT transactional_id, record FROM txn_records"
+                " WHERE transactional_id = ANY($1::text[]) ORDER BY transactional_id FOR UPDATE",
+                sorted(needs.txns),
+            ):
+                loaded.txns[tid] = txn_from_blob(blob)
+                self._txns_seen.add(tid)
+        if needs.topics:
+            for row in await conn.fetch(
+                f"SELECT {TOPIC_COLUMNS} FROM topics t WHERE name = ANY($1::text[])"
+                " ORDER BY name FOR UPDATE",
+                sorted(needs.topics),
+            ):
+                loaded.topics[row[0]] = topic_from_row(row)
+        wanted = set(needs.partitions)
+        for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
+            wanted.add(tp)
+        partitions = await self._lock_partitions(wanted) if wanted else {}
+        loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
+        if needs.leases:
+            for row in await conn.fetch(
+                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms"
+                " FROM txn_leases WHERE lease_id = ANY($1::bigint[]) ORDER BY lease_id FOR UPDATE",
+                sorted(needs.leases),
+            ):
+                loaded.leases[row[0]] = TxnLease(*row)
+        if needs.brokers:
+            for broker_id, epoch in await conn.fetch(
+                "SELECT broker_id, epoch FROM brokers WHERE broker_id = ANY($1::bigint[])"
+                " ORDER BY broker_id FOR UPDATE",
+                sorted(needs.brokers),
+            ):
+                loaded.broker_epochs[broker_id] = epoch
+                self._brokers_seen.add(broker_id)
+        if needs.files:
+            for row in await conn.fetch(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE key = ANY($1::text[])"
+                " ORDER BY key FOR UPDATE",
+                sorted(needs.files),
+            ):
+                key, file = file_from_row(row)
+                loaded.files[key] = file
+                self._files_seen.add(key)
+        if needs.counters:
+            for name, value in await conn.fetch(
+                "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
+                " FOR UPDATE",
+                sorted(needs.counters),
+            ):
+                loaded.counters[name] = value
+                self._counters_seen.add(name)
+        await self._load_partition_rows(needs, partitions, loaded)
+        return loaded.freeze()
+
+    async def _lock_partitions(
+        self, tps: set[TopicPartition]
+    ) -> dict[TopicPartition, PartitionState]:
+        """Lock the existing partitions among `tps` in id order, then read their ongoing index."""
+        ordered = sorted(tps)
+        rows = await self._conn.fetch(
+            f"SELECT {PARTITION_COLUMNS_NO_LSO} FROM {PARTITIONS_BY_NAME}"
+            " ORDER BY p.partition_id FOR UPDATE OF p",
+            [tp.topic for tp in ordered],
+            [tp.partition for tp in ordered],
+        )
+        return await self._with_lso(rows)
+
+    async def _with_lso(self, rows: list[asyncpg.Record]) -> dict[TopicPartition, PartitionState]:
+        if not rows:
+            return {}
+        firsts = dict(
+            await self._conn.fetch(
+                "SELECT partition_id, min(first_offset) FROM ongoing_txns"
+                " WHERE partition_id = ANY($1::bigint[]) GROUP BY partition_id",
+                [row[0] for row in rows],
+            )
+        )
+        configs: dict[tuple[Any, ...], TopicConfig] = {}
+        found = {}
+        for row in rows:
+            values = list(row)
+            values[11] = firsts.get(row[0])
+            state = partition_from_row(values, configs)
+            found[state.topic_partition] = state
+        return found
+
+    async def _load_partition_rows(
+        self, needs: Needs, partitions: dict[TopicPartition, PartitionState], loaded: _Loaded
+    ) -> None:
+        """The rows keyed by partitions this step has locked."""
+        conn = self._conn
+        if needs.producers:
+            keys = _keys(needs.producers, partitions)
+            for row in await conn.fetch(
+                f"SELECT partition_id, {ENTRY_COLUMNS} FROM producers"
+                " WHERE (partition_id, producer_id) IN"
+                " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                *_two_columns(keys),
+            ):
+                loaded.producers[(row[0], row[1])] = entry_from_row(list(row)[1:])
+        if needs.registrations:
+            keys = _keys(needs.registrations, partitions)
+            for row in await conn.fetch(
+                "SELECT partition_id, producer_id, producer_epoch, ending FROM txn_registrations"
+                " WHERE (partition_id, producer_id) IN"
+                " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                *_two_columns(keys),
+            ):
+                loaded.registrations[(row[0], row[1])] = TxnRegistration(row[2], row[3])
+        if needs.other_ongoing:
+            keys = _keys(needs.other_ongoing, partitions)
+            for partition_id, producer_id, first in await conn.fetch(
+                "SELECT k.a, k.b, (SELECT min(o.first_offset) FROM ongoing_txns o"
+                " WHERE o.partition_id = k.a AND o.producer_id <> k.b)"
+                " FROM unnest($1::bigint[], $2::bigint[]) k(a, b)",
+                *_two_columns(keys),
+            ):
+                if first is not None:
+                    loaded.other_ongoing[(partition_id, producer_id)] = first
+        if needs.batch_refs:
+            refs = sorted(needs.batch_refs.items())
+            sizes: dict[int, int] = {}
+            files: dict[int, dict[str, int]] = {}
+            for partition_id, key, count, total in await conn.fetch(
+                "SELECT b.partition_id, coalesce(f.key, ''), count(*), sum(b.size)"
+                " FROM unnest($1::bigint[], $2::bigint[]) k(id, off) JOIN batches b"
+                " ON b.partition_id = k.id AND b.base_offset < k.off AND b.last_offset < k.off"
+                " LEFT JOIN files f ON f.file_id = b.file_id GROUP BY b.partition_id, f.key",
+                *_two_columns(refs),
+            ):
+                if key:
+                    files.setdefault(partition_id, {})[key] = count
+                sizes[partition_id] = sizes.get(partition_id, 0) + total
+            for partition_id, _ in refs:
+                loaded.batch_refs[partition_id] = BatchRefs(
+                    files.get(partition_id, {}), sizes.get(partition_id, 0)
+                )
+        for partition_id, (offset, limit) in needs.batches.items():
+            loaded.batches[partition_id] = await batches_holding(conn, partition_id, offset, limit)
+        if needs.retained_partitions:
+            rows = await conn.fetch(
+                f"SELECT {PARTITION_COLUMNS_NO_LSO} FROM {PARTITION_FROM}"
+                " WHERE (t.retention_ms >= 0 OR t.retention_bytes >= 0)"
+                " AND p.high_watermark > p.log_start_offset"
+                " ORDER BY p.partition_id FOR UPDATE OF p"
+            )
+            retained = await self._with_lso(rows)
+            loaded.retained_partitions = sorted(retained.values(), key=lambda s: s.topic_partition)
+
+    # --- apply --------------------------------------------------------------------------------
+    async def apply(self, changes: Changes) -> list[int]:
+        conn = self._conn
+        for name in changes.topics_deleted:
+            await self._delete_topic(name)
+        for name, count, cfg in changes.topics_created:
+            topic_id = await conn.fetchval(
+                "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
+                " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+                " timestamp_after_max_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " RETURNING topic_id",
+                name,
+                count,
+                int(cfg.timestamp_type),
+                cfg.retention_ms,
+                cfg.retention_bytes,
+                cfg.max_message_bytes,
+                cfg.message_timestamp_before_max_ms,
+                cfg.message_timestamp_after_max_ms,
+            )
+            await self._grow(topic_id, 0, count)
+        for name, total in changes.partitions_added:
+            topic_id, current = await conn.fetchrow(
+                "UPDATE topics t SET partition_count = $2 FROM topics old"
+                " WHERE t.topic_id = old.topic_id AND t.name = $1"
+                " RETURNING t.topic_id, old.partition_count",
+                name,
+                total,
+            )
+            await self._grow(topic_id, current, total)
+        await self._put(
+            "brokers", "broker_id", "epoch", "bigint", changes.broker_epochs, self._brokers_seen
+        )
+        await self._put("meta", "name", "value", "text", changes.counters, self._counters_seen)
+        file_ids = await self._apply_files(changes)
+        if changes.trims:
+            trims = _two_columns(sorted(changes.trims.items()))
+            await conn.execute(
+                "DELETE FROM batches b USING unnest($1::bigint[], $2::bigint[]) k(id, off)"
+                " WHERE b.partition_id = k.id AND b.base_offset < k.off AND b.last_offset < k.off",
+                *trims,
+            )
+            await conn.execute(
+                "DELETE FROM aborted_txns a USING unnest($1::bigint[], $2::bigint[]) k(id, off)"
+                " WHERE a.partition_id = k.id AND a.last_offset < k.off",
+                *trims,
+            )
+        if changes.batches:
+            rows = [
+                batch_to_row(b, file_ids[b.object_key] if b.object_key else MARKER_FILE_ID)
+                for b in changes.batches
+            ]
+            await conn.execute(
+                "INSERT INTO batches SELECT * FROM unnest($1::bigint[], $2::bigint[],"
+                " $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],"
+                " $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::int[],"
+                " $13::int[], $14::int[])",
+                *columns(rows, 14),
+            )
+        if changes.partitions:
+            await conn.execute(
+                "UPDATE partitions p SET high_watermark = k.hw, log_start_offset = k.ls,"
+                " size_bytes = k.size, ts_running_max = k.ts FROM unnest($1::bigint[],"
+                " $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) k(id, hw, ls, size, ts)"
+                " WHERE p.partition_id = k.id",
+                *columns(
+                    [
+                        (
+                            s.key,
+                            s.high_watermark,
+                            s.log_start_offset,
+                            s.size_bytes,
+                            s.ts_running_max,
+                        )
+                        for s in changes.partitions
+                    ],
+                    5,
+                ),
+            )
+        if changes.producers:
+            await conn.execute(
+                "INSERT INTO producers SELECT * FROM unnest($1::bigint[], $2::bigint[],"
+                " $3::int[], $4::bigint[], $5::bigint[], $6::int[], $7::bigint[], $8::bytea[])"
+                " ON CONFLICT (partition_id, producer_id) DO UPDATE SET"
+                " producer_epoch = excluded.producer_epoch,"
+                " last_timestamp = excluded.last_timestamp,"
+                " last_update_ms = excluded.last_update_ms,"
+                " coordinator_epoch = excluded.coordinator_epoch,"
+                " txn_first_offset = excluded.txn_first_offset, batches = excluded.batches",
+                *columns([entry_to_row(key, e) for (key, _), e in changes.producers.items()], 8),
+            )
+        if changes.producers_idle_before is not None:
+            await conn.execute(
+                "DELETE FROM producers WHERE txn_first_offset IS NULL AND last_update_ms <= $1",
+                changes.producers_idle_before,
+            )
+        await self._apply_txn_state(changes)
+        return await self._apply_indexes(changes)
+
+    async def _put(
+        self,
+        table: str,
+        key: str,
+        value: str,
+        key_type: str,
+        rows: Any,
+        seen: set[Any],
+    ) -> None:
+        """Store `rows` (key -> value): UPDATE the loaded (locked) keys, INSERT the others."""
+        if not rows:
+            return
+        conn = self._conn
+        updates = sorted((k, v) for k, v in rows.items() if k in seen)
+        inserts = sorted((k, v) for k, v in rows.items() if k not in seen)
+        if updates:
+            await conn.execute(
+                f"UPDATE {table} t SET {value} = k.v FROM unnest($1::{key_type}[],"
+                f" $2::bigint[]) k(k, v) WHERE t.{key} = k.k",
+                *_two_columns(updates),
+            )
+        if inserts:
+            await conn.execute(
+                f"INSERT INTO {table} SELECT * FROM unnest($1::{key_type}[], $2::bigint[])",
+                *_two_columns(inserts),
+            )
+            seen.update(k for k, _ in inserts)
+
+    async def _apply_files(self, changes: Changes) -> dict[str, int]:
+        """Store the file changes; returns the ids of the files the new batches refer to."""
+        conn = self._conn
+        file_ids: dict[str, int] = {}
+        gone = sorted(key for key, file in changes.files.items() if file is None)
+        if gone:
+            await conn.execute("DELETE FROM files WHERE key = ANY($1::text[])", gone)
+            self._files_seen.difference_update(gone)
+        rows = sorted(
+            (key, FILE_STATE_CODES[f.state], f.size, f.since_ms, f.live_batches)
+            for key, f in changes.files.items()
+            if f is not None
+        )
+        updates = [row for row in rows if row[0] in self._files_seen]
+        inserts = [row for row in rows if row[0] not in self._files_seen]
+        if updates:
+            file_ids.update(
+                await conn.fetch(
+                    "UPDATE files f SET state = k.state, size = k.size, since_ms = k.since,"
+                    " live_batches = k.live FROM unnest($1::text[], $2::smallint[],"
+                    " $3::bigint[], $4::bigint[], $5::bigint[]) k(key, state, size, since, live)"
+                    " WHERE f.key = k.key RETURNING f.key, f.file_id",
+                    *columns(updates, 5),
+                )
+            )
+        if inserts:
+            file_ids.update(
+                await conn.fetch(
+                    "INSERT INTO files (key, state, size, since_ms, live_batches)"
+                    " SELECT * FROM unnest($1::text[], $2::smallint[], $3::bigint[],"
+                    " $4::bigint[], $5::bigint[]) RETURNING key, file_id",
+                    *columns(inserts, 5),
+                )
+            )
+            self._files_seen.update(row[0] for row in inserts)
+        missing = sorted({b.object_key for b in changes.batches if b.object_key} - set(file_ids))
+        if missing:
+            file_ids.update(
+                await conn.fetch(
+                    "SELECT key, file_id FROM files WHERE key = ANY($1::text[])", missing
+                )
+            )
+        return file_ids
+
+    async def _apply_txn_state(self, changes: Changes) -> None:
+        conn = self._conn
+        if changes.broker_registrations:
+            await conn.executemany(
+                "INSERT INTO broker_registrations VALUES ($1, $2, $3, $4, $5, $6)"
+                " ON CONFLICT (broker_id) DO UPDATE SET broker_epoch = excluded.broker_epoch,"
+                " host = excluded.host, port = excluded.port, rack = excluded.rack,"
+                " expires_ms = excluded.expires_ms",
+                [
+                    (r.broker_id, r.broker_epoch, r.host, r.port, r.rack, r.expires_ms)
+                    for r in changes.broker_registrations.values()
+                ],
+            )
+        if changes.group_offsets:
+            await conn.execute(
+                "INSERT INTO group_offsets SELECT * FROM unnest($1::text[], $2::text[],"
+                " $3::int[], $4::bigint[], $5::text[]) ON CONFLICT (group_id, topic, partition)"
+                " DO UPDATE SET committed_offset = excluded.committed_offset,"
+                " metadata = excluded.metadata",
+                *columns(
+                    [
+                        (group_id, tp.topic, tp.partition, offset, metadata)
+                        for (group_id, tp), (offset, metadata) in changes.group_offsets.items()
+                    ],
+                    5,
+                ),
+            )
+        if changes.txns:
+            rows = [txn_to_row(record) for record in changes.txns.values()]
+            updates = [row for row in rows if row[0] in self._txns_seen]
+            inserts = [row for row in rows if row[0] not in self._txns_seen]
+            if updates:
+                await conn.execute(
+                    "UPDATE txn_records r SET record = k.record, due_ms = k.due"
+                    " FROM unnest($1::text[], $2::bytea[], $3::bigint[]) k(id, record, due)"
+                    " WHERE r.transactional_id = k.id",
+                    *columns(updates, 3),
+                )
+            if inserts:
+                await conn.execute(
+                    "INSERT INTO txn_records SELECT * FROM unnest($1::text[], $2::bytea[],"
+                    " $3::bigint[])",
+                    *columns(inserts, 3),
+                )
+                self._txns_seen.update(row[0] for row in inserts)
+        if changes.registrations:
+            await conn.execute(
+                "INSERT INTO txn_registrations SELECT * FROM unnest($1::bigint[], $2::bigint[],"
+                " $3::int[], $4::boolean[]) ON CONFLICT (partition_id, producer_id) DO UPDATE"
+                " SET producer_epoch = excluded.producer_epoch, ending = excluded.ending",
+                *columns(
+                    [
+                        (key, pid, r.producer_epoch, r.ending)
+                        for (key, pid), r in changes.registrations.items()
+                    ],
+                    4,
+                ),
+            )
+        if changes.registrations_dropped:
+            await conn.execute(
+                "DELETE FROM txn_registrations r USING unnest($1::bigint[], $2::bigint[],"
+                " $3::int[]) k(id, pid, epoch) WHERE r.partition_id = k.id"
+                " AND r.producer_id = k.pid AND r.producer_epoch <= k.epoch",
+                *columns(
+                    [(key, pid, epoch) for (key, pid), epoch in changes.registrations_dropped], 3
+                ),
+            )
+        if changes.leases_released:
+            await conn.execute(
+                "DELETE FROM txn_leases WHERE lease_id = ANY($1::bigint[])",
+                list(changes.leases_released),
+            )
+        if changes.leases_dropped:
+            await conn.execute(
+                "DELETE FROM txn_leases l USING unnest($1::bigint[], $2::bigint[], $3::int[])"
+                " k(id, pid, epoch) WHERE l.partition_id = k.id AND l.producer_id = k.pid"
+                " AND l.producer_epoch <= k.epoch",
+                *columns(
+                    [
+                        (key, pid, EPOCH_ANY if epoch is None else epoch)
+                        for (key, pid), epoch in changes.leases_dropped
+                    ],
+                    3,
+                ),
+            )
+
+    async def _apply_indexes(self, changes: Changes) -> list[int]:
+        """New leases (returning their ids, in order), then the ongoing and aborted indexes."""
+        conn = self._conn
+        granted: list[int] = []
+        if changes.leases_granted:
+            granted = sorted(
+                await conn.fetchval(
+                    "SELECT array_agg(nextval('txn_leases_lease_id_seq'))"
+                    " FROM generate_series(1, $1)",
+                    len(changes.leases_granted),
+                )
+            )
+            await conn.execute(
+                "INSERT INTO txn_leases SELECT * FROM unnest($1::bigint[], $2::bigint[],"
+                " $3::bigint[], $4::int[], $5::bigint[])",
+                *columns(
+                    [
+                        (lease_id, x.partition_key, x.producer_id, x.producer_epoch, x.expires_ms)
+                        for lease_id, x in zip(granted, changes.leases_granted, strict=True)
+                    ],
+                    5,
+                ),
+            )
+        if changes.ongoing_opened:
+            await conn.execute(
+                "INSERT INTO ongoing_txns SELECT * FROM unnest($1::bigint[], $2::bigint[],"
+                " $3::bigint[])",
+                *columns(changes.ongoing_opened, 3),
+            )
+        if changes.ongoing_closed:
+            await conn.execute(
+                "DELETE FROM ongoing_txns o USING unnest($1::bigint[], $2::bigint[]) k(id, off)"
+                " WHERE o.partition_id = k.id AND o.first_offset = k.off",
+                *_two_columns(changes.ongoing_closed),
+            )
+        if changes.aborted:
+            await conn.execute(
+                "INSERT INTO aborted_txns SELECT * FROM unnest($1::bigint[], $2::bigint[],"
+                " $3::bigint[], $4::bigint[], $5::bigint[])",
+                *columns(
+                    [
+                        (key, a.last_offset, a.producer_id, a.first_offset, a.last_stable_offset)
+                        for key, a in changes.aborted
+                    ],
+                    5,
+                ),
+            )
+        return granted
+
+    async def _grow(self, topic_id: int, current: int, total: int) -> None:
+        await self._conn.execute(
+            "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series($2, $3 - 1)",
+            topic_id,
+            current,
+            total,
+        )
+
+    async def _delete_topic(self, name: str) -> None:
+        conn = self._conn
+        topic_id = await conn.fetchval("SELECT topic_id FROM topics WHERE name = $1", name)
+        partition_ids = [
+            r[0]
+            for r in await conn.fetch(
+                "SELECT partition_id FROM partitions WHERE topic_id = $1", topic_id
+            )
+        ]
+        for table in ("batches", "producers", *TXN_TABLES):
+            await conn.execute(
+                f"DELETE FROM {table} WHERE partition_id = ANY($1::bigint[])", partition_ids
+            )
+        await conn.execute("DELETE FROM group_offsets WHERE topic = $1", name)
+        await conn.execute("DELETE FROM partitions WHERE topic_id = $1", topic_id)
+        await conn.execute("DELETE FROM topics WHERE topic_id = $1", topic_id)
+
+
+def _keys(
+    wanted: Collection[tuple[TopicPartition, int]], partitions: dict[TopicPartition, PartitionState]
+) -> list[tuple[int, int]]:
+    """(partition key, producer id) of the wanted pairs whose partition exists, sorted."""
+    return sorted(
+        (state.key, pid) for tp, pid in wanted if (state := partitions.get(tp)) is not None
+    )
+
+
+def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
+    return columns(list(pairs), 2)

@@ -1,0 +1,243 @@
+"""PostgreSQL coordinator: many processes at once, a server restart, connections killed.
+
+All against the test run's real server (`tests._postgres`), no mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator import (
+    CommitRefusal,
+    FileState,
+    FindBatchesRequest,
+    PostgresBatchCoordinator,
+)
+from diskless.errors import (
+    CommitOutcomeUnknownError,
+    CoordinatorUnavailableError,
+)
+from tests._postgres import PostgresServer, database_dsn, server
+
+from ._helpers import batch
+from ._postgres_child import PARTITIONS, TOPIC
+
+HANG_GUARD_S = 120
+"""Only against a hang: no test here asserts how long anything takes."""
+
+
+@pytest.fixture
+def pg() -> PostgresServer:
+    return server()
+
+
+def _database(pg: PostgresServer, dsn: str) -> str:
+    return dsn.rsplit("/", 1)[1]
+
+
+def _assert_tiles(acked: dict[int, list[tuple[int, int]]], high_watermarks: dict[int, int]) -> None:
+    """Each partition's acknowledged (base offset, count) cover [0, HW) once, without gaps."""
+    for partition, ranges in acked.items():
+        offset = 0
+        for base, count in sorted(ranges):
+            assert base == offset, f"partition {partition}: gap or overlap at {base} ({offset})"
+            offset += count
+        assert offset == high_watermarks[partition], (partition, offset)
+
+
+async def _high_watermarks(coordinator: PostgresBatchCoordinator) -> dict[int, int]:
+    responses = await coordinator.find_batches(
+        [FindBatchesRequest(TopicPartition(TOPIC, p), 0, 1) for p in range(PARTITIONS)], 1
+    )
+    return {p: r.high_watermark for p, r in enumerate(responses)}
+
+
+def test_processes_committing_to_overlapping_partitions_get_unique_contiguous_offsets(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """Four processes start at once on an empty database (each migrates and creates the topic)
+    and commit to the same partitions: no deadlock, every offset assigned once, no gap."""
+    dsn = database_dsn(tmp_path)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.coordinator._postgres_child", dsn, str(i), str(i), "60"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
+        for i in range(1, 5)
+    ]
+    acked: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for child in children:
+        out, err = child.communicate(timeout=HANG_GUARD_S)
+        assert child.returncode == 0, err
+        for line in out.splitlines():
+            partition, base, count, error = json.loads(line)
+            assert error == ErrorCode.NONE, line
+            acked[partition].append((base, count))
+    assert sum(len(r) for r in acked.values()) > 4 * 60  # several batches per commit
+
+    async def check() -> None:
+        coordinator = PostgresBatchCoordinator(dsn)
+        try:
+            _assert_tiles(acked, await _high_watermarks(coordinator))
+        finally:
+            await coordinator.close()
+
+    asyncio.run(check())
+
+
+async def test_a_server_restart_is_retriable_and_then_recovers(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """The server stops (`-m immediate`, as a crash) mid-run and starts again: commits fail with
+    retriable errors meanwhile, then succeed; every acknowledged batch is stored exactly once
+    and every failed commit left nothing."""
+    coordinator = PostgresBatchCoordinator(
+        database_dsn(tmp_path), connect_timeout_ms=2_000, resolve_timeout_ms=30_000
+    )
+    try:
+        await coordinator.create_topic(TOPIC, PARTITIONS)
+        epoch = await coordinator.register_broker(1)
+        acked: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        failed: list[str] = []
+        down = asyncio.Event()
+
+        async def restart() -> None:
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(pg.stop)
+            down.set()
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(pg.start)
+
+        restarting = asyncio.create_task(restart())
+        n = 0
+        successes_after_restart = 0
+        while successes_after_restart < 20:
+            key = f"r/{n:06d}"
+            batches = [
+                batch(TopicPartition(TOPIC, (n + i) % PARTITIONS), count=2) for i in range(3)
+            ]
+            n += 1
+            try:
+                outcome = await asyncio.wait_for(
+                    coordinator.commit_file(key, 1, epoch, 300, batches), HANG_GUARD_S
+                )
+                results = outcome.batches
+            except CoordinatorUnavailableError as error:
+                assert error.retriable
+                failed.append(key)
+                await asyncio.sleep(0.05)
+                continue
+            for b, r in zip(batches, results, strict=True):
+                assert r.error is ErrorCode.NONE
+                acked[b.topic_partition.partition].append((r.base_offset, b.record_count))
+            if restarting.done():
+                successes_after_restart += 1
+        await restarting
+        assert down.is_set()
+        assert failed, "no commit saw the server down"
+        _assert_tiles(acked, await _high_watermarks(coordinator))
+        assert await coordinator.file_info(failed) == [None] * len(failed)
+    finally:
+        await coordinator.close()
+
+
+async def _backend_waiting(admin: asyncpg.Connection, database: str, wait_event: str) -> int:
+    """The pid of the coordinator's backend once it waits on `wait_event`."""
+    for _ in range(HANG_GUARD_S * 20):
+        pid = await admin.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event = $2"
+            " AND application_name = 'diskless-coordinator'",
+            database,
+            wait_event,
+        )
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no backend waited on {wait_event}")
+
+
+async def test_a_connection_killed_during_commit_is_resolved_as_committed(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """The COMMIT is in flight (committed on the server, waiting for a synchronous standby that
+    never comes) when its connection is killed: the store asks the server and answers with the
+    commit's real result; nothing is lost or doubled."""
+    dsn = database_dsn(tmp_path)
+    setup = PostgresBatchCoordinator(dsn)
+    admin = await asyncpg.connect(pg.dsn("postgres"))
+    try:
+        await setup.create_topic(TOPIC, 1)
+        epoch = await setup.register_broker(1)
+        tp = TopicPartition(TOPIC, 0)
+        await setup.commit_file("k/0", 1, epoch, 100, [batch(tp, count=3)])
+        # This coordinator's sessions wait for the standby at every COMMIT (see SYNC_STANDBY).
+        waiting = PostgresBatchCoordinator(f"{dsn}?synchronous_commit=on")
+        try:
+            commit = asyncio.create_task(
+                waiting.commit_file("k/1", 1, epoch, 100, [batch(tp, count=5)])
+            )
+            pid = await _backend_waiting(admin, _database(pg, dsn), "SyncRep")
+            await admin.execute("SELECT pg_terminate_backend($1)", pid)
+            (result,) = (await asyncio.wait_for(commit, HANG_GUARD_S)).batches
+        finally:
+            await waiting.close()
+        assert (result.error, result.base_offset) == (ErrorCode.NONE, 3)
+        (info,) = await setup.file_info(["k/1"])
+        assert info is not None and info.state is FileState.LIVE
+        (found,) = await setup.find_batches([FindBatchesRequest(tp, 0, 1 << 20)], 1 << 20)
+        assert [(b.object_key, b.base_offset) for b in found.batches] == [("k/0", 0), ("k/1", 3)]
+        again = await setup.commit_file("k/1", 1, epoch, 100, [batch(tp, count=5)])
+        assert again.refused is CommitRefusal.OBJECT_KEY_CONFLICT
+    finally:
+        await admin.close()
+        await setup.close()
+
+
+async def test_a_connection_killed_before_commit_applies_nothing(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """The commit waits for a partition's row lock when its connection is killed: a retriable
+    error, nothing applied, and the next commit takes the very next offsets."""
+    dsn = database_dsn(tmp_path)
+    coordinator = PostgresBatchCoordinator(dsn)
+    holder = await asyncpg.connect(dsn)
+    admin = await asyncpg.connect(pg.dsn("postgres"))
+    try:
+        await coordinator.create_topic(TOPIC, 1)
+        epoch = await coordinator.register_broker(1)
+        tp = TopicPartition(TOPIC, 0)
+        await coordinator.commit_file("k/0", 1, epoch, 100, [batch(tp, count=3)])
+        lock = holder.transaction()
+        await lock.start()
+        await holder.execute("SELECT * FROM partitions FOR UPDATE")
+        commit = asyncio.create_task(
+            coordinator.commit_file("k/1", 1, epoch, 100, [batch(tp, count=5)])
+        )
+        pid = await _backend_waiting(admin, _database(pg, dsn), "transactionid")
+        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        with pytest.raises(CoordinatorUnavailableError) as raised:
+            await asyncio.wait_for(commit, HANG_GUARD_S)
+        assert not isinstance(raised.value, CommitOutcomeUnknownError)
+        await lock.rollback()
+        assert await coordinator.file_info(["k/1"]) == [None]
+        (result,) = (
+            await coordinator.commit_file("k/2", 1, epoch, 100, [batch(tp, count=5)])
+        ).batches
+        assert (result.error, result.base_offset) == (ErrorCode.NONE, 3)
+    finally:
+        await admin.close()
+        await holder.close()
+        await coordinator.close()
