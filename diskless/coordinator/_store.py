@@ -105,6 +105,27 @@ class Snapshot(msgspec.Struct):
     txns: Mapping[str, TxnRecord] = EMPTY
 
 
+class LoadingSnapshot(msgspec.Struct):
+    """A `Snapshot` being filled in by a store's `load`, field by field."""
+
+    partitions: dict[TopicPartition, PartitionState] = {}
+    producers: dict[ProducerKey, ProducerEntry] = {}
+    registrations: dict[ProducerKey, TxnRegistration] = {}
+    leases: dict[int, TxnLease] = {}
+    broker_epochs: dict[int, int] = {}
+    files: dict[str, FileRow] = {}
+    topics: dict[str, TopicRow] = {}
+    counters: dict[str, int] = {}
+    other_ongoing: dict[ProducerKey, int] = {}
+    batch_refs: dict[int, BatchRefs] = {}
+    batches: dict[int, list[StoredBatch]] = {}
+    retained_partitions: list[PartitionState] = []
+    txns: dict[str, TxnRecord] = {}
+
+    def freeze(self) -> Snapshot:
+        return Snapshot(**msgspec.structs.asdict(self))
+
+
 class Changes(msgspec.Struct):
     """What a step decided; a store applies all of it in one atomic unit, in this field order."""
 

@@ -22,7 +22,6 @@ from collections.abc import Collection
 from typing import Any
 
 import asyncpg
-import msgspec
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import TopicConfig
@@ -50,32 +49,15 @@ from diskless.coordinator._backends.sqlite_rows import (
     txn_from_blob,
     txn_to_row,
 )
-from diskless.coordinator._rules.commit import ProducerKey
-from diskless.coordinator._rules.files import FileRow
-from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
-from diskless.coordinator._store import BatchRefs, Changes, Needs, Snapshot, StoreTxn, TopicRow
-from diskless.txn import ProducerEntry, TxnRecord
-
-
-class _Loaded(msgspec.Struct):
-    """A `Snapshot` being filled in."""
-
-    partitions: dict[TopicPartition, PartitionState] = {}
-    producers: dict[ProducerKey, ProducerEntry] = {}
-    registrations: dict[ProducerKey, TxnRegistration] = {}
-    leases: dict[int, TxnLease] = {}
-    broker_epochs: dict[int, int] = {}
-    files: dict[str, FileRow] = {}
-    topics: dict[str, TopicRow] = {}
-    counters: dict[str, int] = {}
-    other_ongoing: dict[ProducerKey, int] = {}
-    batch_refs: dict[int, BatchRefs] = {}
-    batches: dict[int, list[StoredBatch]] = {}
-    retained_partitions: list[PartitionState] = []
-    txns: dict[str, TxnRecord] = {}
-
-    def freeze(self) -> Snapshot:
-        return Snapshot(**msgspec.structs.asdict(self))
+from diskless.coordinator._rules.rows import PartitionState, TxnLease, TxnRegistration
+from diskless.coordinator._store import (
+    BatchRefs,
+    Changes,
+    LoadingSnapshot,
+    Needs,
+    Snapshot,
+    StoreTxn,
+)
 
 
 class PostgresTxn(StoreTxn):
@@ -93,7 +75,7 @@ class PostgresTxn(StoreTxn):
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
         conn = self._conn
-        loaded = _Loaded()
+        loaded = LoadingSnapshot()
         if needs.txns:
             for tid, blob in await conn.fetch(
                 "SELECT transactional_id, record FROM txn_records"
@@ -182,7 +164,10 @@ class PostgresTxn(StoreTxn):
         return found
 
     async def _load_partition_rows(
-        self, needs: Needs, partitions: dict[TopicPartition, PartitionState], loaded: _Loaded
+        self,
+        needs: Needs,
+        partitions: dict[TopicPartition, PartitionState],
+        loaded: LoadingSnapshot,
     ) -> None:
         """The rows keyed by partitions this step has locked."""
         conn = self._conn

@@ -6,8 +6,6 @@ import sqlite3
 from collections.abc import Collection
 from typing import Any
 
-import msgspec
-
 from diskless._types import TopicPartition
 from diskless.coordinator._api import TopicConfig
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
@@ -33,32 +31,15 @@ from diskless.coordinator._backends.sqlite_rows import (
     txn_from_blob,
     txn_to_row,
 )
-from diskless.coordinator._rules.commit import ProducerKey
-from diskless.coordinator._rules.files import FileRow
-from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
-from diskless.coordinator._store import BatchRefs, Changes, Needs, Snapshot, StoreTxn, TopicRow
-from diskless.txn import ProducerEntry, TxnRecord
-
-
-class _Loaded(msgspec.Struct):
-    """A `Snapshot` being filled in."""
-
-    partitions: dict[TopicPartition, PartitionState] = {}
-    producers: dict[ProducerKey, ProducerEntry] = {}
-    registrations: dict[ProducerKey, TxnRegistration] = {}
-    leases: dict[int, TxnLease] = {}
-    broker_epochs: dict[int, int] = {}
-    files: dict[str, FileRow] = {}
-    topics: dict[str, TopicRow] = {}
-    counters: dict[str, int] = {}
-    other_ongoing: dict[ProducerKey, int] = {}
-    batch_refs: dict[int, BatchRefs] = {}
-    batches: dict[int, list[StoredBatch]] = {}
-    retained_partitions: list[PartitionState] = []
-    txns: dict[str, TxnRecord] = {}
-
-    def freeze(self) -> Snapshot:
-        return Snapshot(**msgspec.structs.asdict(self))
+from diskless.coordinator._rules.rows import PartitionState, TxnLease, TxnRegistration
+from diskless.coordinator._store import (
+    BatchRefs,
+    Changes,
+    LoadingSnapshot,
+    Needs,
+    Snapshot,
+    StoreTxn,
+)
 
 
 class SqliteTxn(StoreTxn):
@@ -71,7 +52,7 @@ class SqliteTxn(StoreTxn):
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
         conn = self._conn
-        snapshot = _Loaded()
+        snapshot = LoadingSnapshot()
         wanted = set(needs.partitions)
         for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
             wanted.add(tp)
