@@ -1,6 +1,10 @@
 """Start a local diskless Kafka cluster: `python -m diskless.kafka_server --brokers 3 --racks 3
 --data-dir DIR [--topic NAME:PARTITIONS ...] [--server-option FIELD=VALUE ...]`.
 
+`--broker-ids 4,5` runs those brokers instead of 0..N-1: a second process started so on the same
+DIR joins the first one's cluster (one SQLite file, one object directory); Metadata of either
+lists the live brokers of both.
+
 `--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
 
 Objects go to DIR/objects (LocalObjectStore), batch metadata to DIR/coordinator.sqlite
@@ -33,6 +37,13 @@ def _topic(spec: str) -> tuple[str, int]:
     return name, int(partitions)
 
 
+def _broker_ids(spec: str) -> list[int]:
+    ids = spec.split(",")
+    if not all(i.strip().isdigit() for i in ids) or len(set(ids)) != len(ids):
+        raise argparse.ArgumentTypeError(f"expected distinct ids like 4,5, got {spec!r}")
+    return [int(i) for i in ids]
+
+
 def _server_option(spec: str) -> tuple[str, str]:
     name, _, value = spec.partition("=")
     if name not in ServerConfig.__struct_fields__ or not value:
@@ -54,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m diskless.kafka_server", description=__doc__)
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--racks", type=int, default=3)
+    parser.add_argument(
+        "--broker-ids",
+        type=_broker_ids,
+        default=None,
+        metavar="ID,ID",
+        help="the ids of this process's brokers (default 0..N-1; sets --brokers)",
+    )
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument(
         "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
@@ -82,12 +100,14 @@ async def _run(args: argparse.Namespace, server_config: ServerConfig) -> None:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     store = LocalObjectStore(args.data_dir / "objects")
     coordinator = SqliteBatchCoordinator(args.data_dir / "coordinator.sqlite")
-    ports = [args.base_port + i for i in range(args.brokers)] if args.base_port else None
+    ids = args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
+    ports = [args.base_port + i for i in ids] if args.base_port else None
     try:
         async with KafkaCluster(
             store,
             coordinator,
-            brokers=args.brokers,
+            brokers=len(ids),
+            broker_ids=ids,
             racks=args.racks,
             ports=ports,
             server_config=server_config,

@@ -1,8 +1,10 @@
 """A local cluster: N brokers in one process sharing one object store and one batch coordinator.
 
-Broker i is in rack `rack-(i mod racks)` and listens on its own port of 127.0.0.1. The brokers
-share, besides the store and the coordinator, the cluster's membership view, its transaction front
-end (producer ids and transactions) and its group coordinator, so any broker can answer any
+Broker i is in rack `rack-(i mod racks)` and listens on its own port of 127.0.0.1; ids are 0..N-1
+unless given (`broker_ids`, to join other processes' brokers over the same coordinator and store:
+the membership view announces each broker in the coordinator's registry and lists the others'). The
+brokers share, besides the store and the coordinator, the cluster's membership view, its transaction
+front end (producer ids and transactions) and its group coordinator, so any broker can answer any
 coordinator request. `kill` takes a broker's listener down abruptly, as a crash would look to its
 clients. Its `DisklessBroker` then either flushes what it had accepted (`flush=True`: commits whose
 answers the clients never saw, so their retries elsewhere are duplicates) or fails it
@@ -43,6 +45,7 @@ class KafkaCluster:
         brokers: int = 3,
         racks: int = 3,
         ports: Sequence[int] | None = None,
+        broker_ids: Sequence[int] | None = None,
         broker_config: BrokerConfig | None = None,
         server_config: ServerConfig | None = None,
         cluster_id: str = "diskless-local",
@@ -51,18 +54,23 @@ class KafkaCluster:
             raise ValueError("a cluster needs at least one broker and one rack")
         if ports is not None and len(ports) != brokers:
             raise ValueError(f"{len(ports)} ports for {brokers} brokers")
+        if broker_ids is not None and (
+            len(broker_ids) != brokers or len(set(broker_ids)) != brokers
+        ):
+            raise ValueError(f"{brokers} brokers need {brokers} distinct ids, not {broker_ids}")
         self._store = store
         self._coordinator = coordinator
         self._broker_count = brokers
         self._racks = racks
         self._ports = list(ports) if ports is not None else [0] * brokers
+        self._broker_ids = list(broker_ids) if broker_ids is not None else list(range(brokers))
         self._broker_config = broker_config
         self._server_config = server_config
         self.request_memory = RequestMemory(
             (server_config or ServerConfig()).queued_request_bytes_max
         )
         """One `queued_request_bytes_max` budget for all brokers: they share one process."""
-        self.view = ClusterView(cluster_id)
+        self.view = ClusterView(cluster_id, coordinator)
         self.transactions = TransactionFront(coordinator)
         self.groups = GroupCoordinator(coordinator)
         self.servers: dict[int, BrokerServer] = {}
@@ -75,7 +83,8 @@ class KafkaCluster:
     async def start(self) -> None:
         await self.transactions.start()
         await self.groups.start()
-        for broker_id in range(self._broker_count):
+        await self.view.start()
+        for index, broker_id in enumerate(self._broker_ids):
             broker = DisklessBroker(
                 broker_id,
                 self._store,
@@ -89,7 +98,7 @@ class KafkaCluster:
                 self.view,
                 self.transactions,
                 self.groups,
-                port=self._ports[broker_id],
+                port=self._ports[index],
                 config=self._server_config,
                 request_memory=self.request_memory,
             )
@@ -100,6 +109,7 @@ class KafkaCluster:
         for server in self.servers.values():
             await server.close()
         await asyncio.gather(*(s.broker.close() for s in self.servers.values()))
+        await self.view.close()
         await self.groups.close()
         await self.transactions.close()
 
@@ -127,7 +137,7 @@ class KafkaCluster:
 
     @property
     def racks(self) -> list[str]:
-        return [rack_name(i) for i in range(min(self._racks, self._broker_count))]
+        return sorted({rack_name(b % self._racks) for b in self._broker_ids})
 
     @property
     def live(self) -> list[BrokerServer]:

@@ -200,9 +200,9 @@ async def handle_find_coordinator(
     request: FindCoordinatorRequest,
     response: type[FindCoordinatorResponse],
 ) -> FindCoordinatorResponse:
-    """Every broker coordinates every group and transactional id: they share one group
-    coordinator and one transaction coordinator in this process. So the answer is the broker
-    asked, which is in the client's rack."""
+    """One broker per key, the same from every process (`ClusterView.coordinator_for`): group
+    membership and the transaction front end's bridge live in one process, so every member of a
+    group, and every request of a transactional id, must meet in the same one."""
     key_type = (
         _KEY_TYPE_GROUP  # v0 knows only groups
         if isinstance(request, find_coordinator_v0.FindCoordinatorRequest)
@@ -212,8 +212,11 @@ async def handle_find_coordinator(
         error, message = WireError.invalid_request, f"unknown coordinator key type {key_type}"
     else:
         error, message = WireError.none, None
-    me = context.address
-    node_id, host, port = (me.broker_id, me.host, me.port) if message is None else (-1, "", -1)
+
+    def coordinator(key: str) -> tuple[int, str, int]:
+        found = context.cluster.coordinator_for(key) if message is None else None
+        return (found.broker_id, found.host, found.port) if found is not None else (-1, "", -1)
+
     if isinstance(request, find_coordinator_v4.FindCoordinatorRequest):
         entry = nested(response, "Coordinator")
         return build(
@@ -230,8 +233,10 @@ async def handle_find_coordinator(
                     error_message=message,
                 )
                 for key in request.coordinator_keys
+                for node_id, host, port in (coordinator(key),)
             ),
         )
+    node_id, host, port = coordinator(request.key)
     return build(
         response,
         throttle_time=NO_THROTTLE,

@@ -16,19 +16,32 @@ client sends its produce requests. This server names the *produce representative
 - Consumers read from the same broker: any broker can serve any partition's reads, and the
   representative of the consumer's rack is in its rack.
 
-Membership lives in this process (`ClusterView`): brokers join when their listener is up and
-leave when it closes, cleanly or not. Several processes would share it through the batch
-coordinator's broker registry instead; the prototype does not need that.
+Membership (`ClusterView`): this process's brokers join when their listener is up and leave
+when it closes, cleanly or not. With a batch coordinator, the view also announces them in the
+coordinator's broker registry (`announce_broker`, renewed every `ttl/3`, withdrawn at a clean
+close) and lists the brokers other processes announced (`live_brokers`), so several processes
+over one coordinator are one cluster. A process that dies stops renewing; its brokers drop out
+of every view when their registration expires.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
+import zlib
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from diskless._types import TopicPartition
+from diskless.coordinator import BatchCoordinator
+from diskless.errors import DisklessError
 from diskless.routing import BrokerNode, produce_assignment
+
+_log = logging.getLogger(__name__)
+
+REGISTRATION_TTL_MS: Final = 10_000
+"""How long a broker stays listed after its process stopped renewing its registration."""
 
 _TOPIC_ID_NAMESPACE: Final = uuid.UUID("6f1d3c0e-8a5b-4d1e-9f3a-2b7c4e5d6a10")
 
@@ -48,23 +61,63 @@ def topic_id(name: str) -> uuid.UUID:
 class ClusterView:
     """The live brokers of one cluster and the generation of that set."""
 
-    def __init__(self, cluster_id: str) -> None:
+    def __init__(
+        self,
+        cluster_id: str,
+        coordinator: BatchCoordinator | None = None,
+        *,
+        ttl_ms: int = REGISTRATION_TTL_MS,
+    ) -> None:
+        """Without `coordinator`, the view is this process's brokers only."""
         self.cluster_id = cluster_id
+        self._coordinator = coordinator
+        self._ttl_ms = ttl_ms
+        self._local: dict[int, tuple[BrokerAddress, int]] = {}
+        self._remote: dict[int, BrokerAddress] = {}
+        self._gone: set[int] = set()
+        """Brokers that left this process and have not joined again."""
         self._brokers: dict[int, BrokerAddress] = {}
         self._generation = 0
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def generation(self) -> int:
         """Bumped whenever a broker joins or leaves; advertised as every leader epoch."""
         return self._generation
 
-    def join(self, address: BrokerAddress) -> None:
-        self._brokers[address.broker_id] = address
-        self._generation += 1
+    async def start(self) -> None:
+        if self._coordinator is not None and self._task is None:
+            await self.renew()
+            self._task = asyncio.create_task(self._renew_forever())
+
+    async def close(self) -> None:
+        """Stop renewing and withdraw this process's registrations (a clean shutdown)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._coordinator is not None:
+            for address, epoch in list(self._local.values()):
+                await self._withdraw(address, epoch)
+
+    def join(self, address: BrokerAddress, broker_epoch: int = -1) -> None:
+        """`broker_epoch`: the incarnation to announce (-1: not announced)."""
+        self._local[address.broker_id] = (address, broker_epoch)
+        self._gone.discard(address.broker_id)
+        self._update()
+        if self._coordinator is not None and broker_epoch >= 0:
+            asyncio.get_running_loop().create_task(self._announce(address, broker_epoch))
 
     def leave(self, broker_id: int) -> None:
-        if self._brokers.pop(broker_id, None) is not None:
-            self._generation += 1
+        """The broker stopped serving here; other processes see it go when it expires, or
+        at once after `withdraw`."""
+        if self._local.pop(broker_id, None) is not None:
+            self._gone.add(broker_id)
+        self._update()
+
+    async def withdraw(self, address: BrokerAddress, broker_epoch: int) -> None:
+        if self._coordinator is not None and broker_epoch >= 0:
+            await self._withdraw(address, broker_epoch)
 
     def brokers(self) -> list[BrokerAddress]:
         return sorted(self._brokers.values())
@@ -72,9 +125,65 @@ class ClusterView:
     def get(self, broker_id: int) -> BrokerAddress | None:
         return self._brokers.get(broker_id)
 
+    def coordinator_for(self, key: str) -> BrokerAddress | None:
+        """The broker that coordinates `key` (a group or transactional id): the same from every
+        process that sees the same live brokers, so a group's members all meet in one process."""
+        brokers = self.brokers()
+        if not brokers:
+            return None
+        return brokers[zlib.crc32(key.encode()) % len(brokers)]
+
     def leaders(
         self, partitions: Iterable[TopicPartition], client_rack: str | None
     ) -> dict[TopicPartition, int]:
         """The produce representative of `client_rack` for each partition, among live brokers."""
         nodes = [BrokerNode(b.broker_id, b.rack) for b in self._brokers.values()]
         return produce_assignment(partitions, client_rack, nodes)
+
+    # --- the registry -----------------------------------------------------------------------------
+    async def renew(self) -> None:
+        """Renew this process's registrations and read everyone's."""
+        assert self._coordinator is not None
+        try:
+            for address, epoch in list(self._local.values()):
+                if epoch >= 0:
+                    await self._announce(address, epoch)
+            live = await self._coordinator.live_brokers()
+        except DisklessError as e:
+            _log.warning("broker registry unavailable: %r", e)
+            return
+        self._remote = {
+            r.broker_id: BrokerAddress(r.broker_id, r.host, r.port, r.rack) for r in live
+        }
+        self._update()
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl_ms / 3000)
+            await self.renew()
+
+    async def _announce(self, address: BrokerAddress, epoch: int) -> None:
+        assert self._coordinator is not None
+        host, port, rack = address.host, address.port, address.rack
+        if not await self._coordinator.announce_broker(
+            address.broker_id, epoch, host, port, rack, self._ttl_ms
+        ):
+            _log.warning("broker %d epoch %d is fenced", address.broker_id, epoch)
+
+    async def _withdraw(self, address: BrokerAddress, epoch: int) -> None:
+        assert self._coordinator is not None
+        try:
+            await self._coordinator.announce_broker(
+                address.broker_id, epoch, address.host, address.port, address.rack, 0
+            )
+        except DisklessError as e:
+            _log.warning("cannot withdraw broker %d: %r", address.broker_id, e)
+
+    def _update(self) -> None:
+        # This process knows its own brokers best: one that left here is gone at once, though
+        # its registration lives on until it expires.
+        brokers = {b: a for b, a in self._remote.items() if b not in self._gone}
+        brokers.update((b, address) for b, (address, _) in self._local.items())
+        if brokers.keys() != self._brokers.keys():
+            self._generation += 1
+        self._brokers = brokers

@@ -140,7 +140,7 @@ class BrokerServer:
         )
         self._server = await asyncio.start_server(self._accept, LISTEN_HOST, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
-        self.cluster.join(self.address)
+        self.cluster.join(self.address, self.broker.broker_epoch)
         _log.info("broker %d (rack %s) listening on %s", self.broker_id, self.rack, self.bootstrap)
 
     async def close(self) -> None:
@@ -156,6 +156,9 @@ class BrokerServer:
         if server is None:
             return
         self.cluster.leave(self.broker_id)
+        if not abort:
+            address = BrokerAddress(self.broker_id, LISTEN_HOST, self._port, self.rack)
+            await self.cluster.withdraw(address, self.broker.broker_epoch)
         server.close()
         for task, writer in list(self._connections.items()):
             if abort:

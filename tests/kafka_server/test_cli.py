@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import kio.schema.metadata.v1.request as metadata_v1
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
+
+from tests.kafka_server._wire import decode_response, encode_request
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:
@@ -74,3 +80,72 @@ def test_the_command_starts_a_cluster_that_clients_use(tmp_path: Path) -> None:
     assert process.returncode == 0, stderr
     assert (tmp_path / "coordinator.sqlite").exists()
     assert any((tmp_path / "objects").rglob("*"))
+
+
+def _start(tmp_path: Path, *options: str) -> tuple[subprocess.Popen[str], str]:
+    """Start the command on `tmp_path`; returns the process and the bootstrap it printed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path), *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("bootstrap.servers="):
+            return process, line.strip().partition("=")[2]
+    process.kill()
+    raise AssertionError(f"no bootstrap line: {process.communicate(timeout=30)[1]}")
+
+
+def _broker_ids(address: str) -> set[int]:
+    """The brokers that Metadata (v1, no topics) of the broker at `address` lists."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(encode_request(metadata_v1.MetadataRequest(topics=()), 1))
+        stream = connection.makefile("rb")
+        (size,) = struct.unpack(">i", stream.read(4))
+        frame = stream.read(size)
+    response = decode_response(frame, 3, 1, 1)
+    return {int(b.node_id) for b in response.brokers}
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+
+
+def _wait_for_brokers(addresses: list[str], expected: set[int]) -> None:
+    """Until every broker at `addresses` lists `expected`: each process reads the registry
+    every few seconds."""
+    deadline = time.monotonic() + 30
+    for address in addresses:
+        while (seen := _broker_ids(address)) != expected:
+            assert time.monotonic() < deadline, f"{address}: brokers {seen}, expected {expected}"
+            time.sleep(0.5)
+
+
+def test_a_second_process_joins_the_cluster_of_the_first(tmp_path: Path) -> None:
+    first, first_bootstrap = _start(
+        tmp_path, "--brokers", "3", "--topic", "cli:2", "--log-level", "WARNING"
+    )
+    second = None
+    try:
+        second, second_bootstrap = _start(tmp_path, "--broker-ids", "4,5", "--log-level", "WARNING")
+        assert len(second_bootstrap.split(",")) == 5  # its own brokers and the first's
+        own = [a for a in second_bootstrap.split(",") if a not in first_bootstrap.split(",")]
+        assert len(own) == 2
+        first_brokers = first_bootstrap.split(",")
+        _wait_for_brokers(own + first_brokers, {0, 1, 2, 4, 5})
+        values = _round_trip(",".join(own))
+        assert sorted(values, key=int) == [b"%d" % i for i in range(50)]
+        _stop(second)
+        second = None
+        _wait_for_brokers(first_brokers, {0, 1, 2})  # withdrawn at shutdown
+    finally:
+        if second is not None:
+            second.kill()
+            second.communicate(timeout=30)
+        _stop(first)
