@@ -18,7 +18,8 @@ import dataclasses
 import io
 import struct
 import sys
-from typing import Final, NamedTuple, TypeGuard, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Final, NamedTuple, Protocol, TypeGuard, TypeVar
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -28,6 +29,8 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
+
+from diskless._types import TopicPartition
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
@@ -152,4 +155,48 @@ def nested(schema: type[Entity], name: str) -> type[Entity]:
 def _is_entity_class(value: object) -> TypeGuard[type[Entity]]:
     return (
         isinstance(value, type) and dataclasses.is_dataclass(value) and hasattr(value, "__type__")
+    )
+
+
+class _TopicPartitions(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[_PartitionIndex]: ...
+
+
+class _PartitionIndex(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+
+def partition_errors(
+    response: type[ResponsePayload],
+    topic_entity: str,
+    partition_entity: str,
+    topics: Sequence[_TopicPartitions],
+    errors: Mapping[TopicPartition, object],
+    unanswered: object,
+) -> tuple[Entity, ...]:
+    """The topics of a response that answers each requested partition with an error code alone
+    (OffsetCommit, TxnOffsetCommit): `errors` per partition, `unanswered` for the others."""
+    topic_entry = nested(response, topic_entity)
+    partition_entry = nested(response, partition_entity)
+    return tuple(
+        build(
+            topic_entry,
+            name=topic.name,
+            partitions=tuple(
+                build(
+                    partition_entry,
+                    partition_index=p.partition_index,
+                    error_code=errors.get(
+                        TopicPartition(topic.name, int(p.partition_index)), unanswered
+                    ),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in topics
     )

@@ -19,7 +19,7 @@ from kio.static.protocol import Entity
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested
+from diskless.kafka_server._codec import build, nested, partition_errors
 from diskless.kafka_server._context import BrokerContext, Connection
 from diskless.kafka_server._errors import failure
 from diskless.kafka_server._messages import (
@@ -69,27 +69,16 @@ async def handle_offset_commit(
         unanswered = WireError.unknown_topic_or_partition
     except DisklessError as e:
         errors, unanswered = {}, failure(ApiKey.OFFSET_COMMIT, e, "committing offsets")
-    topic_entry = nested(response, "OffsetCommitResponseTopic")
-    partition_entry = nested(response, "OffsetCommitResponsePartition")
     return build(
         response,
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                topic_entry,
-                name=topic.name,
-                partitions=tuple(
-                    build(
-                        partition_entry,
-                        partition_index=p.partition_index,
-                        error_code=errors.get(
-                            TopicPartition(topic.name, p.partition_index), unanswered
-                        ),
-                    )
-                    for p in topic.partitions
-                ),
-            )
-            for topic in request.topics
+        topics=partition_errors(
+            response,
+            "OffsetCommitResponseTopic",
+            "OffsetCommitResponsePartition",
+            request.topics,
+            errors,
+            unanswered,
         ),
     )
 

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested
+from diskless.kafka_server._codec import build, nested, partition_errors
 from diskless.kafka_server._context import BrokerContext, Connection
 from diskless.kafka_server._errors import coordinator_error, failure
 from diskless.kafka_server._messages import (
@@ -189,26 +189,15 @@ async def handle_txn_offset_commit(
                 )
     except DisklessError as e:
         error = failure(ApiKey.TXN_OFFSET_COMMIT, e, "txn offset commit")
-    topic_entry = nested(response, "TxnOffsetCommitResponseTopic")
-    partition_entry = nested(response, "TxnOffsetCommitResponsePartition")
     return build(
         response,
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                topic_entry,
-                name=topic.name,
-                partitions=tuple(
-                    build(
-                        partition_entry,
-                        partition_index=p.partition_index,
-                        error_code=errors.get(
-                            TopicPartition(topic.name, int(p.partition_index)), error
-                        ),
-                    )
-                    for p in topic.partitions
-                ),
-            )
-            for topic in request.topics
+        topics=partition_errors(
+            response,
+            "TxnOffsetCommitResponseTopic",
+            "TxnOffsetCommitResponsePartition",
+            request.topics,
+            errors,
+            error,
         ),
     )
