@@ -232,7 +232,8 @@ async def handle_find_coordinator(
                     error_code=error,
                     error_message=message,
                 )
-                for key in request.coordinator_keys
+                # kio reads a null array as None even where the schema says non-nullable
+                for key in request.coordinator_keys or ()
                 for node_id, host, port in (coordinator(key),)
             ),
         )

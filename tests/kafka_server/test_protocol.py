@@ -215,6 +215,8 @@ def _fuzz_frames() -> st.SearchStrategy[bytes]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(frames=st.lists(_fuzz_frames(), min_size=1, max_size=3))
+# FindCoordinator v4 whose coordinator keys are a null array
+@hypothesis.example(frames=[b"\x00\x00\x00\x0e\x00\n\x00\x04\x00\x00\x00c\xff\xff\x00\x00\x00\x00"])
 async def test_fuzzed_requests_never_break_the_broker(
     cluster: KafkaCluster, caplog: pytest.LogCaptureFixture, frames: list[bytes]
 ) -> None:
