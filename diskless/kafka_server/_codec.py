@@ -18,6 +18,8 @@ import dataclasses
 import io
 import struct
 import sys
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple, Protocol, TypeGuard, TypeVar
 
@@ -97,7 +99,45 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
             f"api key {prefix.api_key} v{prefix.api_version}: "
             f"{len(frame) - header_size - body_size} bytes after the body"
         )
+    null_field = _null_where_not_nullable(body)
+    if null_field is not None:
+        raise FrameError(
+            f"api key {prefix.api_key} v{prefix.api_version}: {null_field} is null, "
+            "which the schema does not allow"
+        )
     return DecodedRequest(prefix, header.client_id, body)
+
+
+def _null_where_not_nullable(entity: object) -> str | None:
+    """The first field holding null although its schema is not nullable (kio reads a null array
+    or string without looking at the schema's nullability), as Kafka refuses such a request."""
+    for name, nullable in _nullability(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return name
+        elif isinstance(value, tuple):
+            for item in value:
+                if dataclasses.is_dataclass(item):
+                    inner = _null_where_not_nullable(item)
+                    if inner is not None:
+                        return f"{name}.{inner}"
+    return None
+
+
+_NULLABILITY: Final[dict[type, tuple[tuple[str, bool], ...]]] = {}
+
+
+def _nullability(schema: type) -> tuple[tuple[str, bool], ...]:
+    """(field name, whether it may be null) of an entity class, computed once per class."""
+    known = _NULLABILITY.get(schema)
+    if known is None:
+        hints = typing.get_type_hints(schema)
+        known = _NULLABILITY[schema] = tuple(
+            (field.name, types.NoneType in typing.get_args(hints[field.name]))
+            for field in dataclasses.fields(schema)
+        )
+    return known
 
 
 def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:

@@ -232,8 +232,7 @@ async def handle_find_coordinator(
                     error_code=error,
                     error_message=message,
                 )
-                # kio reads a null array as None even where the schema says non-nullable
-                for key in request.coordinator_keys or ()
+                for key in request.coordinator_keys
                 for node_id, host, port in (coordinator(key),)
             ),
         )
