@@ -22,8 +22,11 @@ from diskless.coordinator._api import (
     CommitBatch,
     CommitFileResult,
     CommitRefusal,
+    ConsolidationCandidate,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    ExtentSwap,
+    ExtentSwapResult,
     FileInfo,
     FileState,
     FileStats,
@@ -31,6 +34,7 @@ from diskless.coordinator._api import (
     FindBatchesResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    MetadataStats,
     ProducerSnapshot,
     RetentionResult,
     TopicConfig,
@@ -346,6 +350,18 @@ class CoordinatorEngine(TxnRecordOperations):
             return [key for key in keys if files[key].state is FileState.CONDEMNED]
 
         return await self._write(condemn)
+
+    # --- consolidation (being built: every backend stores extents through the store) ---------
+    async def consolidation_candidates(
+        self, committed_before_ms: int, bytes_max: int, limit: int
+    ) -> list[ConsolidationCandidate]:
+        raise NotImplementedError("consolidation is not built yet")
+
+    async def commit_extent(self, swap: ExtentSwap) -> ExtentSwapResult:
+        raise NotImplementedError("consolidation is not built yet")
+
+    async def metadata_stats(self) -> MetadataStats:
+        raise NotImplementedError("consolidation is not built yet")
 
     async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
         rows = await self._read(lambda view: view.dead_files(older_than_ms, max(0, limit)))

@@ -6,8 +6,9 @@ decisions (what to return, which offset answers, what to delete) are made here, 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.coordinator._api import (
@@ -19,6 +20,14 @@ from diskless.coordinator._api import (
     ListOffsetsResponse,
 )
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+
+
+class Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+T_Sized = TypeVar("T_Sized", bound=Sized)
 
 
 class ReadSource(Protocol):
@@ -45,20 +54,49 @@ class ReadSource(Protocol):
         ...
 
 
+class FetchBudget:
+    """Kafka's fetch budgets over one response, applied partition by partition in request order.
+
+    Whole batches within each partition's `max_bytes` and within what is left of the response's
+    `fetch_max_bytes`. A batch larger than what is left is taken alone only when nothing has been
+    taken yet in the whole response, so that a consumer always makes progress and never gets more
+    than one oversized batch. The coordinator applies it to batch rows; the read path applies it
+    again once it has expanded extents into their batches.
+    """
+
+    def __init__(self, fetch_max_bytes: int) -> None:
+        self._remaining = fetch_max_bytes
+        self._returned_any = False
+
+    def take(self, batches: Iterable[T_Sized], partition_max_bytes: int) -> list[T_Sized]:
+        """The leading batches of one partition's (offset-ordered, isolation-bounded) batches
+        that the budgets allow."""
+        budget = max(0, min(partition_max_bytes, self._remaining))
+        taken: list[T_Sized] = []
+        used = 0
+        for batch in batches:
+            if used + batch.size <= budget or not (taken or self._returned_any):
+                taken.append(batch)
+                used += batch.size
+                if used <= budget:
+                    continue
+            break
+        self._remaining = max(0, self._remaining - used)
+        self._returned_any = self._returned_any or bool(taken)
+        return taken
+
+
 def find_batches(
     source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
 ) -> list[FindBatchesResponse]:
-    """Kafka's fetch budgets: whole batches within each partition's `max_bytes` and the total.
+    """Batches from each requested offset within the fetch's budgets (`FetchBudget`).
 
-    A batch larger than what is left is returned alone only when nothing has been returned yet in
-    the whole response, so that a consumer always makes progress and never gets more than one
-    oversized batch. READ_COMMITTED stops at the last stable offset (the LSO is always the first
-    offset of a batch: the open transaction's first one) and lists the aborted transactions
-    overlapping what it returns.
+    READ_COMMITTED stops at the last stable offset (the LSO is always the first offset of a
+    batch: the open transaction's first one) and lists the aborted transactions overlapping what
+    it returns.
     """
     responses: list[FindBatchesResponse] = []
-    remaining = fetch_max_bytes
-    returned_any = False
+    budget = FetchBudget(fetch_max_bytes)
     for request in requests:
         state = source.partition(request.topic_partition)
         if state is None:
@@ -68,27 +106,14 @@ def find_batches(
         if offset < state.log_start_offset or offset > state.high_watermark:
             responses.append(_fetch_response(ErrorCode.OFFSET_OUT_OF_RANGE, [], state))
             continue
-        budget = max(0, min(request.max_bytes, remaining))
-        taken: list[BatchInfo] = []
-        used = 0
         committed = request.isolation_level == IsolationLevel.READ_COMMITTED
         end = state.last_stable_offset if committed else state.high_watermark
+        rows: list[StoredBatch] = []
         if offset < end:
-            timestamp_type = state.config.timestamp_type
-            for batch in source.batches_from(state, offset):
-                if batch.base_offset >= end:
-                    break
-                if used + batch.size <= budget:
-                    taken.append(batch.to_info(timestamp_type))
-                    used += batch.size
-                    continue
-                if not taken and not returned_any:
-                    taken.append(batch.to_info(timestamp_type))
-                    used += batch.size
-                break
-            assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
-        remaining = max(0, remaining - used)
-        returned_any = returned_any or bool(taken)
+            rows = budget.take(_below(source.batches_from(state, offset), end), request.max_bytes)
+        timestamp_type = state.config.timestamp_type
+        taken = [row.to_info(timestamp_type) for row in rows]
+        assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
         aborted: list[tuple[int, int]] = []
         if committed and taken:
             upper = taken[-1].last_offset + 1
@@ -100,6 +125,10 @@ def find_batches(
         responses.append(_fetch_response(ErrorCode.NONE, taken, state, aborted))
     assert len(responses) == len(requests)
     return responses
+
+
+def _below(rows: Iterator[StoredBatch], end: int) -> Iterator[StoredBatch]:
+    return itertools.takewhile(lambda row: row.base_offset < end, rows)
 
 
 def _fetch_response(
