@@ -44,7 +44,7 @@ INDEX_BYTES = 64
 ALL = 1 << 40
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "sqlite"])
 async def coordinator(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
 ) -> AsyncIterator[BatchCoordinator]:
