@@ -8,8 +8,12 @@ from diskless.coordinator._api import (
     CommitBatchResult,
     CommitFileResult,
     CommitRefusal,
+    ConsolidationCandidate,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    ExtentIndex,
+    ExtentSwap,
+    ExtentSwapResult,
     FileInfo,
     FileState,
     FileStats,
@@ -19,6 +23,7 @@ from diskless.coordinator._api import (
     LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    MetadataStats,
     ProducerSnapshot,
     RetentionResult,
     TopicConfig,
@@ -28,6 +33,7 @@ from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.coordinator._memory import InMemoryBatchCoordinator
 from diskless.coordinator._postgres import PostgresBatchCoordinator
 from diskless.coordinator._rules.checks import check_topic_name
+from diskless.coordinator._rules.reads import FetchBudget
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 
 __all__ = [
@@ -55,6 +61,13 @@ __all__ = [
     "TopicConfig",
     "TopicDescription",
     "check_topic_name",
+    # consolidation
+    "ConsolidationCandidate",
+    "ExtentIndex",
+    "ExtentSwap",
+    "ExtentSwapResult",
+    "MetadataStats",
+    "FetchBudget",
     # backends
     "InMemoryBatchCoordinator",
     "SqliteBatchCoordinator",

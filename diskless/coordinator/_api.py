@@ -15,13 +15,7 @@ from typing import NamedTuple
 import msgspec
 
 from diskless._limits import CommitBounds
-from diskless._types import (
-    ControlType,
-    ErrorCode,
-    IsolationLevel,
-    TimestampType,
-    TopicPartition,
-)
+from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
 from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
@@ -118,11 +112,25 @@ class CommitFileResult(msgspec.Struct, frozen=True):
     reason: str = ""
 
 
+class ExtentIndex(msgspec.Struct, frozen=True, gc=False):
+    """Where a consolidated object keeps its index (the object's footer): the offset and time
+    index of the extent's batches, which the coordinator no longer stores row by row."""
+
+    byte_offset: int
+    size: int
+
+
 class BatchInfo(msgspec.Struct, frozen=True, gc=False):
     """Where a committed batch lives and which offsets it holds.
 
     A transaction marker exists only as metadata: `control` is set, `object_key` is empty and
     the read path synthesizes the control batch from these fields.
+
+    An extent (`extent` set) is a run of consecutive batches, markers included, that
+    consolidation copied into one object exactly as the read path serves them (base offsets
+    and log append times already in place): [byte_offset, byte_offset + size) holds all of
+    them, [base_offset, last_offset] their offsets, `max_timestamp` the largest of their
+    timestamps. The read path finds a batch inside it through the object's index.
     """
 
     object_key: str
@@ -137,6 +145,7 @@ class BatchInfo(msgspec.Struct, frozen=True, gc=False):
     producer_epoch: int = -1
     control: ControlType | None = None
     coordinator_epoch: int = 0
+    extent: ExtentIndex | None = None
 
 
 class FindBatchesRequest(msgspec.Struct, frozen=True):
@@ -149,6 +158,15 @@ class FindBatchesRequest(msgspec.Struct, frozen=True):
 
 
 class FindBatchesResponse(msgspec.Struct, frozen=True):
+    """The batches of one partition within the fetch's budgets.
+
+    An extent is returned whole: the coordinator does not know where its batches lie, so it
+    counts the extent holding the fetch offset as empty and any later one at its full size, and
+    may therefore return more than the budgets allow. The read path expands extents through
+    their index and applies the budgets exactly again (`FetchBudget`); without extents the
+    answer is already exact.
+    """
+
     error: ErrorCode
     batches: list[BatchInfo]
     log_start_offset: int = -1
@@ -186,6 +204,11 @@ class ListOffsetsResponse(msgspec.Struct, frozen=True):
     error: ErrorCode
     offset: int = -1
     timestamp: int = -1
+    extent: BatchInfo | None = None
+    """Set when the answer lies inside an extent, which only its object's index can resolve:
+    the answer is then the extent's first batch whose last offset is >= `offset` and whose
+    timestamp is >= `timestamp`, answered as (max(its base offset, `offset`), its timestamp).
+    `DisklessBroker.list_offsets` resolves it."""
 
 
 class DeleteRecordsRequest(msgspec.Struct, frozen=True):
@@ -204,6 +227,50 @@ class RetentionResult(msgspec.Struct, frozen=True):
     batches_deleted: int
     bytes_deleted: int
     more: bool
+
+
+class ConsolidationCandidate(msgspec.Struct, frozen=True):
+    """The oldest run of a partition's batches that consolidation may move into one object."""
+
+    topic_partition: TopicPartition
+    batches: list[BatchInfo]
+    """Consecutive (no offset gap), oldest first, markers included, none an extent, all below
+    the last stable offset and committed before the age bound asked for."""
+    partition_key: int | None = None
+    """The coordinator's id of the partition, new when a topic is re-created (None: unchecked)."""
+
+
+class ExtentSwap(msgspec.Struct, frozen=True):
+    """A consolidated object, uploaded, that is to replace a candidate's batch rows."""
+
+    candidate: ConsolidationCandidate
+    object_key: str
+    object_size: int
+    byte_offset: int
+    """Where the candidate's batches start in the object; they lie back to back from there."""
+    size: int
+    """The bytes of all of them, as served (markers as control batches)."""
+    index: ExtentIndex
+
+
+class ExtentSwapResult(msgspec.Struct, frozen=True):
+    swapped: bool
+    reason: str = ""
+    """Why not: the range changed (retention, DeleteRecords, topic deletion, another
+    consolidator), or the object key may not be committed (as for `commit_file`)."""
+
+
+class MetadataStats(msgspec.Struct, frozen=True):
+    """How much batch metadata the coordinator holds, for the retained bytes it describes."""
+
+    batch_rows: int
+    """Batches and markers stored row by row."""
+    extent_rows: int
+    retained_bytes: int
+    """The bytes of the batches and extents the rows describe."""
+    stored_bytes: int | None
+    """What the rows and their indexes take in the backend's own storage (None when the backend
+    cannot measure it)."""
 
 
 class FileState(enum.Enum):
@@ -471,6 +538,28 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
         """Apply time and size retention, deleting at most `max_batches` batches in this call."""
+
+    # --- consolidation ------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def consolidation_candidates(
+        self, committed_before_ms: int, bytes_max: int, limit: int
+    ) -> list[ConsolidationCandidate]:
+        """Up to `limit` partitions' oldest runs of batch rows (after their extents) committed
+        before `committed_before_ms` and below the last stable offset, each cut at `bytes_max`
+        (a run holds at least one batch, even a larger one)."""
+
+    @abc.abstractmethod
+    async def commit_extent(self, swap: ExtentSwap) -> ExtentSwapResult:
+        """Replace the candidate's batch rows by one extent row, atomically.
+
+        The object's file becomes LIVE; files whose last batch moved out become UNREFERENCED.
+        Refused, with no change, when the rows of the range are no longer exactly the
+        candidate's, or when the key could not be committed by `commit_file` (stale, condemned,
+        already known): the object is then an orphan for the file manager to reclaim.
+        """
+
+    @abc.abstractmethod
+    async def metadata_stats(self) -> MetadataStats: ...
 
     # --- object lifecycle ---------------------------------------------------------------------
     @abc.abstractmethod

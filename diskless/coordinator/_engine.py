@@ -36,6 +36,7 @@ from diskless.coordinator._api import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
 from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, object_key_taken
@@ -67,7 +68,7 @@ RETENTION_CHUNK_ROWS: Final = 256
 """Batches loaded at a time while retention walks a partition from its start."""
 
 
-class CoordinatorEngine(TxnRecordOperations):
+class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 
     # --- topics -------------------------------------------------------------------------------

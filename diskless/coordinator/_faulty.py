@@ -16,8 +16,11 @@ from diskless.coordinator._api import (
     BrokerRegistration,
     CommitBatch,
     CommitFileResult,
+    ConsolidationCandidate,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    ExtentSwap,
+    ExtentSwapResult,
     FileInfo,
     FileStats,
     FindBatchesRequest,
@@ -26,6 +29,7 @@ from diskless.coordinator._api import (
     LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    MetadataStats,
     ProducerSnapshot,
     RetentionResult,
     TopicConfig,
@@ -230,6 +234,17 @@ class FaultyBatchCoordinator(BatchCoordinator):
 
     async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
         return await self.inner.condemn_objects(keys)
+
+    async def consolidation_candidates(
+        self, committed_before_ms: int, bytes_max: int, limit: int
+    ) -> list[ConsolidationCandidate]:
+        return await self.inner.consolidation_candidates(committed_before_ms, bytes_max, limit)
+
+    async def commit_extent(self, swap: ExtentSwap) -> ExtentSwapResult:
+        return await self.inner.commit_extent(swap)
+
+    async def metadata_stats(self) -> MetadataStats:
+        return await self.inner.metadata_stats()
 
     async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
         return await self.inner.files_to_delete(older_than_ms, limit)

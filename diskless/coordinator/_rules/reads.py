@@ -6,8 +6,9 @@ decisions (what to return, which offset answers, what to delete) are made here, 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.coordinator._api import (
@@ -19,6 +20,14 @@ from diskless.coordinator._api import (
     ListOffsetsResponse,
 )
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+
+
+class Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+T_Sized = TypeVar("T_Sized", bound=Sized)
 
 
 class ReadSource(Protocol):
@@ -45,20 +54,104 @@ class ReadSource(Protocol):
         ...
 
 
+class FetchBudget:
+    """Kafka's fetch budgets over one response, applied partition by partition in request order.
+
+    Whole batches within each partition's `max_bytes` and within what is left of the response's
+    `fetch_max_bytes`. A batch larger than what is left is taken alone only when nothing has been
+    taken yet in the whole response, so that a consumer always makes progress and never gets more
+    than one oversized batch. The coordinator applies it to batch rows; the read path applies it
+    again once it has expanded extents into their batches.
+    """
+
+    def __init__(self, fetch_max_bytes: int) -> None:
+        self._remaining = fetch_max_bytes
+        self._returned_any = False
+
+    def take(self, batches: Iterable[T_Sized], partition_max_bytes: int) -> list[T_Sized]:
+        """The leading batches of one partition's (offset-ordered, isolation-bounded) batches
+        that the budgets allow."""
+        budget = max(0, min(partition_max_bytes, self._remaining))
+        taken: list[T_Sized] = []
+        used = 0
+        for batch in batches:
+            if used + batch.size <= budget or not (taken or self._returned_any):
+                taken.append(batch)
+                used += batch.size
+                if used <= budget:
+                    continue
+            break
+        self._remaining = max(0, self._remaining - used)
+        self._returned_any = self._returned_any or bool(taken)
+        return taken
+
+
+class ExtentBudget:
+    """`FetchBudget` over rows some of which are extents, whose batches the coordinator does not
+    see: it returns, per partition, every row the exact walk over the expanded batches could
+    take from (a superset), and exactly `FetchBudget`'s answer when there is no extent.
+
+    It keeps two bounds on what the exact walk has left of the response budget. The high one
+    decides what to take: the extent holding the fetch offset counts 0 bytes (the exact walk
+    may take any tail of it), a later extent its full size (reaching past it takes all of it).
+    After a partition, the high bound loses only the bytes the exact walk surely took (the
+    leading rows before any extent that fit the low bound), and the low bound everything
+    returned; so no later partition gets less budget here than the exact walk gives it.
+    """
+
+    def __init__(self, fetch_max_bytes: int) -> None:
+        self._high = fetch_max_bytes
+        self._low = fetch_max_bytes
+        self._returned_any = False
+
+    def take(self, rows: Iterable[StoredBatch], partition_max_bytes: int) -> list[StoredBatch]:
+        budget = max(0, min(partition_max_bytes, self._high))
+        sure_budget = max(0, min(partition_max_bytes, self._low))
+        taken: list[StoredBatch] = []
+        used = 0  # a lower bound of the exact walk's bytes up to here, should it get here
+        sure = 0
+        sure_open = True
+        returned = 0
+        for row in rows:
+            if row.is_extent:
+                sure_open = False
+                if taken:
+                    used += row.size
+                taken.append(row)
+                returned += row.size
+                if used <= budget:
+                    continue
+                break
+            alone = not (taken or self._returned_any)
+            if used + row.size <= budget or alone:
+                if sure_open and (sure + row.size <= sure_budget or alone):
+                    sure += row.size
+                else:
+                    sure_open = False
+                taken.append(row)
+                used += row.size
+                returned += row.size
+                if used <= budget:
+                    continue
+            break
+        self._high = max(0, self._high - sure)
+        self._low = max(0, self._low - returned)
+        self._returned_any = self._returned_any or bool(taken)
+        return taken
+
+
 def find_batches(
     source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
 ) -> list[FindBatchesResponse]:
-    """Kafka's fetch budgets: whole batches within each partition's `max_bytes` and the total.
+    """Batches from each requested offset within the fetch's budgets (`FetchBudget`; over
+    extents a superset, `ExtentBudget`).
 
-    A batch larger than what is left is returned alone only when nothing has been returned yet in
-    the whole response, so that a consumer always makes progress and never gets more than one
-    oversized batch. READ_COMMITTED stops at the last stable offset (the LSO is always the first
-    offset of a batch: the open transaction's first one) and lists the aborted transactions
-    overlapping what it returns.
+    READ_COMMITTED stops at the last stable offset (the LSO is always the first offset of a
+    batch: the open transaction's first one) and lists the aborted transactions overlapping what
+    it returns.
     """
     responses: list[FindBatchesResponse] = []
-    remaining = fetch_max_bytes
-    returned_any = False
+    budget = ExtentBudget(fetch_max_bytes)
     for request in requests:
         state = source.partition(request.topic_partition)
         if state is None:
@@ -68,27 +161,14 @@ def find_batches(
         if offset < state.log_start_offset or offset > state.high_watermark:
             responses.append(_fetch_response(ErrorCode.OFFSET_OUT_OF_RANGE, [], state))
             continue
-        budget = max(0, min(request.max_bytes, remaining))
-        taken: list[BatchInfo] = []
-        used = 0
         committed = request.isolation_level == IsolationLevel.READ_COMMITTED
         end = state.last_stable_offset if committed else state.high_watermark
+        rows: list[StoredBatch] = []
         if offset < end:
-            timestamp_type = state.config.timestamp_type
-            for batch in source.batches_from(state, offset):
-                if batch.base_offset >= end:
-                    break
-                if used + batch.size <= budget:
-                    taken.append(batch.to_info(timestamp_type))
-                    used += batch.size
-                    continue
-                if not taken and not returned_any:
-                    taken.append(batch.to_info(timestamp_type))
-                    used += batch.size
-                break
-            assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
-        remaining = max(0, remaining - used)
-        returned_any = returned_any or bool(taken)
+            rows = budget.take(_below(source.batches_from(state, offset), end), request.max_bytes)
+        timestamp_type = state.config.timestamp_type
+        taken = [row.to_info(timestamp_type) for row in rows]
+        assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
         aborted: list[tuple[int, int]] = []
         if committed and taken:
             upper = taken[-1].last_offset + 1
@@ -100,6 +180,10 @@ def find_batches(
         responses.append(_fetch_response(ErrorCode.NONE, taken, state, aborted))
     assert len(responses) == len(requests)
     return responses
+
+
+def _below(rows: Iterator[StoredBatch], end: int) -> Iterator[StoredBatch]:
+    return itertools.takewhile(lambda row: row.base_offset < end, rows)
 
 
 def _fetch_response(
@@ -126,7 +210,8 @@ def list_offsets(
     Answers are batch-granular: MAX_TIMESTAMP and a lookup by time return the base offset of the
     matching batch (at least the log start offset) and the batch's timestamp, since the coordinator
     never reads record bytes. On LOG_APPEND_TIME topics every record of a batch carries the append
-    time, so the answer is exact there.
+    time, so the answer is exact there. An answer inside an extent names the extent
+    (`ListOffsetsResponse.extent`) for the read path to resolve through its index.
     """
     responses = [_list_offset(source, request) for request in requests]
     assert len(responses) == len(requests)
@@ -148,7 +233,7 @@ def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsets
         top = source.max_timestamp_batch(state)
         if top is None:
             return ListOffsetsResponse(ErrorCode.NONE)
-        return _answer(top, state)
+        return _answer(top, state, top.timestamp)
     if ts < 0:
         return ListOffsetsResponse(ErrorCode.INVALID_REQUEST)
     top = source.max_timestamp_batch(state)
@@ -160,17 +245,21 @@ def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsets
     first = source.first_running_max_at_least(state, ts)
     assert first is not None
     if first.timestamp >= ts:
-        return _answer(first, state)
+        return _answer(first, state, ts)
     for batch in source.batches_from(state, first.base_offset):
         if batch.timestamp >= ts:
-            return _answer(batch, state)
+            return _answer(batch, state, ts)
     raise AssertionError(f"no batch at or after timestamp {ts} although {top} exists")
 
 
-def _answer(batch: StoredBatch, state: PartitionState) -> ListOffsetsResponse:
-    return ListOffsetsResponse(
-        ErrorCode.NONE, max(batch.base_offset, state.log_start_offset), batch.timestamp
-    )
+def _answer(batch: StoredBatch, state: PartitionState, target: int) -> ListOffsetsResponse:
+    """The answer in `batch`; in an extent only its object's index knows the batch, so the
+    answer says where to look from (the floor) and for which timestamp (`target`)."""
+    floor = max(batch.base_offset, state.log_start_offset)
+    if batch.is_extent:
+        info = batch.to_info(state.config.timestamp_type)
+        return ListOffsetsResponse(ErrorCode.NONE, floor, target, extent=info)
+    return ListOffsetsResponse(ErrorCode.NONE, floor, batch.timestamp)
 
 
 class DeleteRecordsDecision(NamedTuple):
@@ -202,7 +291,9 @@ class RetentionScan:
     """Which of a partition's oldest batches retention deletes now (at most `budget`).
 
     Time: a batch whose timestamp is more than `retention_ms` old. Size (Kafka's rule): the oldest
-    batch goes while the partition keeps at least `retention_bytes` without it. Deletion stops at
+    batch goes while the partition keeps at least `retention_bytes` without it. An extent is a
+    row like a batch, which makes these Kafka's segment rules for it (its timestamp is its
+    largest, its size the whole). Deletion stops at
     the first batch neither rule removes, so the log stays a contiguous suffix. Batches are fed
     oldest first, in as many pieces as the caller loads them.
     """
