@@ -27,6 +27,7 @@ from diskless.coordinator._api import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     ProducerSnapshot,
+    RegisteredTxn,
     RetentionResult,
     TopicConfig,
     TopicDescription,
@@ -170,6 +171,11 @@ class FaultyBatchCoordinator(BatchCoordinator):
 
     async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
         return await self.inner.describe_txns(transactional_ids)
+
+    async def describe_txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> list[RegisteredTxn | None]:
+        return await self.inner.describe_txn_registrations(keys)
 
     async def txns_due(self) -> list[TxnRecord]:
         return await self.inner.txns_due()

@@ -148,6 +148,11 @@ MIGRATIONS: list[list[str]] = [
             expires_ms INTEGER NOT NULL
         )""",
     ],
+    # 7: what a broker needs to rewrite a transaction version 1 producer's batches.
+    [
+        "ALTER TABLE txn_registrations ADD COLUMN client_epoch INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE txn_registrations ADD COLUMN sequence_base INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
