@@ -78,6 +78,19 @@ class CommitBatch(msgspec.Struct, frozen=True):
     registration is ONGOING (no end has begun)."""
 
 
+class RegisteredTxn(msgspec.Struct, frozen=True):
+    """A producer's registered transaction on one partition (AddPartitionsToTxn), as a broker
+    needs it to rewrite a transaction version 1 producer's batches before producing them."""
+
+    producer_epoch: int
+    """The epoch the transaction runs at in the coordinator."""
+    ending: bool
+    client_epoch: int
+    """The epoch the producer puts on its batches for it (-1: none bridged)."""
+    sequence_base: int
+    """The producer's sequence on the partition at which `producer_epoch` began."""
+
+
 class CommitBatchResult(msgspec.Struct, frozen=True, gc=False):
     """The outcome of one CommitBatch. A duplicate is success with the original offsets.
 
@@ -481,6 +494,13 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
         """The records of the ids, None for an unknown id."""
+
+    @abc.abstractmethod
+    async def describe_txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> list[RegisteredTxn | None]:
+        """The registration of each (partition, producer id), None where there is none.
+        A read: it never waits behind writes."""
 
     @abc.abstractmethod
     async def txns_due(self) -> list[TxnRecord]:

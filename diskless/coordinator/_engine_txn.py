@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Final
 
+import msgspec
+
 from diskless._limits import LEASE_TTL_MS_MAX
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator._api import (
@@ -325,5 +327,5 @@ def _ending(
         key = (state.key, producer_id)
         registration = snapshot.registrations.get(key)
         if registration is not None and registration.producer_epoch == producer_epoch:
-            ending[key] = TxnRegistration(producer_epoch, ending=True)
+            ending[key] = msgspec.structs.replace(registration, ending=True)
     return ending

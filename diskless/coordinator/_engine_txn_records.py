@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from msgspec.structs import replace
 
 from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator._api import RegisteredTxn
 from diskless.coordinator._engine_txn import NEXT_PRODUCER_ID, TransactionOperations, _ending
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.rows import TxnRegistration
 from diskless.coordinator._rules.txn import check_registration
-from diskless.coordinator._store import Changes, Needs, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Snapshot, StoreTxn
 from diskless.txn import (
     PREPARED_STATES,
     PendingOffset,
@@ -123,7 +124,7 @@ class TxnRecordOperations(TransactionOperations):
                     producer_epoch,
                 )
                 if new is not None:
-                    registrations[key] = new
+                    registrations[key] = _bridged(new, record, tp)
                     stale_leases.append((key, new.producer_epoch - 1))
                 results[tp] = error
             added = [tp for tp, error in results.items() if error is ErrorCode.NONE]
@@ -232,8 +233,9 @@ class TxnRecordOperations(TransactionOperations):
                 prepared.state,
             ):
                 return TxnStep(ErrorCode.NONE, record)
+            snapshot = await txn.load(needs)
             outcome, changes = self._plan_markers(
-                await txn.load(needs),
+                snapshot,
                 record.partitions,
                 pid,
                 epoch,
@@ -246,7 +248,7 @@ class TxnRecordOperations(TransactionOperations):
                 await txn.apply(replace(changes, txns={tid: retry}))
                 return TxnStep(ErrorCode.CONCURRENT_TRANSACTIONS, retry, True)
             next_id, counter = await self._next_producer_id(txn, record)
-            done = complete_record(record, now, next_id)
+            done = complete_record(record, now, next_id, _last_sequences(snapshot, record))
             counters = {NEXT_PRODUCER_ID: counter} if next_id >= 0 else {}
             offsets = {}
             if record.commit:  # the offsets committed in the transaction take effect with it
@@ -263,7 +265,44 @@ class TxnRecordOperations(TransactionOperations):
         found = await self._read(lambda view: view.txns(transactional_ids))
         return [found.get(tid) for tid in transactional_ids]
 
+    async def describe_txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> list[RegisteredTxn | None]:
+        found = await self._read(lambda view: view.txn_registrations(keys))
+        return [
+            None
+            if (r := found.get(key)) is None
+            else RegisteredTxn(r.producer_epoch, r.ending, r.client_epoch, r.sequence_base)
+            for key in keys
+        ]
+
     async def txns_due(self) -> list[TxnRecord]:
         """Records a sweeper must act on now (`TxnRecord.due_ms`), earliest first."""
         now = self._clock.now_ms()
         return await self._read(lambda view: view.txns_due(now, TXNS_DUE_PER_CALL_MAX))
+
+
+def _bridged(
+    registration: TxnRegistration, record: TxnRecord | None, tp: TopicPartition
+) -> TxnRegistration:
+    """A new registration, with what a broker needs to rewrite the batches of a version 1
+    producer whose epoch the record bridges to the registered one."""
+    if record is None or record.bridged_epoch != registration.producer_epoch:
+        return registration
+    return replace(
+        registration, client_epoch=record.client_epoch, sequence_base=record.sequence_base(tp)
+    )
+
+
+def _last_sequences(snapshot: Snapshot, record: TxnRecord) -> dict[TopicPartition, int]:
+    """The last sequence the prepared transaction wrote on each partition (before its marker
+    resets the producer's state there)."""
+    last = {}
+    for tp in record.partitions:
+        state = snapshot.partitions.get(tp)
+        if state is None:
+            continue
+        entry = snapshot.producers.get((state.key, record.producer_id))
+        if entry is not None and entry.producer_epoch == record.producer_epoch and entry.batches:
+            last[tp] = entry.last_sequence
+    return last

@@ -31,6 +31,7 @@ from diskless.coordinator._api import (
     ListOffsetsResponse,
     MetadataStats,
     ProducerSnapshot,
+    RegisteredTxn,
     RetentionResult,
     TopicConfig,
     TopicDescription,
@@ -174,6 +175,11 @@ class FaultyBatchCoordinator(BatchCoordinator):
 
     async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
         return await self.inner.describe_txns(transactional_ids)
+
+    async def describe_txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> list[RegisteredTxn | None]:
+        return await self.inner.describe_txn_registrations(keys)
 
     async def txns_due(self) -> list[TxnRecord]:
         return await self.inner.txns_due()

@@ -245,6 +245,12 @@ class ReadView(ReadSource, Protocol):
 
     def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]: ...
 
+    def txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
+        """The registrations of (partition, producer id) that exist."""
+        ...
+
     def broker_registrations(self) -> list[BrokerRegistration]:
         """Every stored registration, expired or not, by broker id."""
         ...

@@ -24,10 +24,13 @@ from pathlib import Path
 
 import msgspec
 
+from diskless import BrokerConfig
+from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL
 from diskless.coordinator import SqliteBatchCoordinator
 from diskless.kafka_server._cluster import KafkaCluster
 from diskless.kafka_server._config import ServerConfig
 from diskless.storage import LocalObjectStore
+from diskless.wal import WalConfig
 
 
 def _topic(spec: str) -> tuple[str, int]:
@@ -61,6 +64,14 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         raise SystemExit(f"--server-option: {e}") from None
 
 
+def _broker_config(args: argparse.Namespace) -> BrokerConfig:
+    try:
+        wal = WalConfig(upload_timeout_ms=args.upload_timeout_ms)
+        return BrokerConfig(wal=wal, txn_lease_ttl_ms=args.txn_lease_ttl_ms)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m diskless.kafka_server", description=__doc__)
     parser.add_argument("--brokers", type=int, default=3)
@@ -92,11 +103,28 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FIELD=VALUE",
         help="a ServerConfig field, e.g. connections_idle_ms_max=600000 (repeatable)",
     )
+    parser.add_argument(
+        "--upload-timeout-ms",
+        type=int,
+        default=WalConfig().upload_timeout_ms,
+        metavar="MS",
+        help="the timeout of one WAL upload attempt",
+    )
+    parser.add_argument(
+        "--txn-lease-ttl-ms",
+        type=int,
+        default=TXN_LEASE_TTL_FROM_WAL,
+        metavar="MS",
+        help="how long a transactional batch's lease lasts, which bounds how long a transaction's"
+        " end waits for the batches of a broker that died (default: the WAL's whole budget)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
 
-async def _run(args: argparse.Namespace, server_config: ServerConfig) -> None:
+async def _run(
+    args: argparse.Namespace, server_config: ServerConfig, broker_config: BrokerConfig
+) -> None:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     store = LocalObjectStore(args.data_dir / "objects")
     coordinator = SqliteBatchCoordinator(args.data_dir / "coordinator.sqlite")
@@ -111,6 +139,7 @@ async def _run(args: argparse.Namespace, server_config: ServerConfig) -> None:
             racks=args.racks,
             ports=ports,
             server_config=server_config,
+            broker_config=broker_config,
         ) as cluster:
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions)
@@ -134,8 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.brokers < 1 or args.racks < 1 or args.auto_create_partitions < 0:
         raise SystemExit("--brokers and --racks must be >= 1, --auto-create-partitions >= 0")
     server_config = _server_config(args)
+    broker_config = _broker_config(args)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_run(args, server_config))
+    asyncio.run(_run(args, server_config, broker_config))
 
 
 if __name__ == "__main__":

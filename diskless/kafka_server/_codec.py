@@ -83,7 +83,8 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
     """Parse the header and body of `frame` with `schema`; FrameError when they do not parse.
 
     The body must use the whole frame: trailing bytes mean the client and the broker disagree
-    on the schema, and answering would only make the disagreement harder to see.
+    on the schema, and answering would only make the disagreement harder to see. The one
+    exception is librdkafka's all-topics Metadata request (`_librdkafka_null_topics`).
     """
     prefix = read_prefix(frame)
     header_schema: type[RequestHeaderV1] | type[RequestHeaderV2] = schema.__header_schema__
@@ -94,7 +95,9 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
         raise FrameError(
             f"api key {prefix.api_key} v{prefix.api_version} does not decode: {e!r}"
         ) from None
-    if header_size + body_size != len(frame):
+    if header_size + body_size != len(frame) and not _librdkafka_null_topics(
+        prefix, body, len(frame) - header_size
+    ):
         raise FrameError(
             f"api key {prefix.api_key} v{prefix.api_version}: "
             f"{len(frame) - header_size - body_size} bytes after the body"
@@ -138,6 +141,31 @@ def _nullability(schema: type) -> tuple[tuple[str, bool], ...]:
             for field in dataclasses.fields(schema)
         )
     return known
+
+
+_METADATA: Final = 3
+_METADATA_FLEXIBLE: Final = 9
+_NULL_ARRAY_PLACEHOLDER: Final = 4
+"""librdkafka reserves 4 bytes for an array's count and, for a null compact array, leaves them
+all zero instead of shrinking them to the one-byte varint."""
+
+
+def _librdkafka_null_topics(prefix: RequestPrefix, body: RequestPayload, body_size: int) -> bool:
+    """librdkafka's Metadata v9+ for all topics: the topics array is null (varint 0) followed by
+    3 more zero bytes. Kafka ignores the bytes left after the body, so it reads that request as
+    all topics, no auto-creation, nothing more; the decoded body says the same."""
+    return (
+        prefix.api_key == _METADATA
+        and prefix.api_version >= _METADATA_FLEXIBLE
+        and getattr(body, "topics", ()) is None
+        and body_size == _NULL_ARRAY_PLACEHOLDER - 1 + len(_encoded(body))
+    )
+
+
+def _encoded(body: RequestPayload) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(type(body))(buffer, body)
+    return buffer.getvalue()
 
 
 def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:

@@ -3,6 +3,7 @@ depend on this protocol and the server on the handlers, never the other way roun
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from diskless import DisklessBroker
@@ -15,7 +16,7 @@ from diskless.kafka_server._txn import TransactionFront
 class Connection:
     """What the server learns about one client connection."""
 
-    __slots__ = ("client_rack", "last_active", "peer", "unanswered")
+    __slots__ = ("client_rack", "last_active", "peer", "produce_turn", "unanswered")
 
     def __init__(self, peer: str, now: float) -> None:
         self.peer = peer
@@ -25,6 +26,9 @@ class Connection:
         """Event-loop time of the last frame read or response written (for the idle timeout)."""
         self.unanswered = 0
         """Requests read and not yet answered: while there are some, the connection is busy."""
+        self.produce_turn: asyncio.Future[None] | None = None
+        """Resolved once the connection's latest produce request has taken its place in the
+        broker's write order: a later one that must await first waits for it."""
 
 
 class BrokerContext(Protocol):

@@ -1,18 +1,23 @@
 """Produce: the client's record sets to `DisklessBroker.produce`, per-partition results back.
 
-The one handler that must not await before it reaches the broker: `DisklessBroker.produce`
-takes its place in the write order when it is called, and a producer's pipelined requests must
-keep the order in which they arrived on the connection. Transactional batches of transaction
-version 1 clients are rewritten on the way in (`TransactionFront.rewrite_batch`).
+The one handler whose requests must reach the broker in order: `DisklessBroker.produce` takes
+its place in the write order when it is called, and a producer's pipelined requests must keep
+the order in which they arrived on the connection. Transactional batches of transaction
+version 1 clients are rewritten on the way in (`TransactionFront.rewrite_batches`), which reads
+the coordinator first; so each produce request takes a turn on its connection
+(`Connection.produce_turn`), and one that need not read goes straight on when no earlier one
+is still reading.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity
 
+from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, nested
@@ -21,7 +26,6 @@ from diskless.kafka_server._errors import failure, wire
 from diskless.kafka_server._messages import ProduceRequest, ProduceResponse
 from diskless.kafka_server._route import NO_THROTTLE, millis
 from diskless.kafka_server._steps import Steps
-from diskless.kafka_server._txn import Rewrite
 from diskless.kafka_server._versions import ApiKey
 
 
@@ -33,34 +37,41 @@ async def handle_produce(
 ) -> ProduceResponse | None:
     partitions: dict[TopicPartition, bytes] = {}
     duplicates: set[TopicPartition] = set()
-    rewrites: dict[TopicPartition, Rewrite] = {}
     for topic in request.topic_data:
         for data in topic.partition_data:
             tp = TopicPartition(topic.name, data.index)
             if tp in partitions:
                 duplicates.add(tp)
-            records = bytes(data.records) if data.records is not None else b""
-            records, rewrite = context.transactions.rewrite_batch(tp, records)
-            if rewrite is not None:
-                rewrites[tp] = rewrite
-            partitions[tp] = records
+            partitions[tp] = bytes(data.records) if data.records is not None else b""
     for tp in duplicates:
         del partitions[tp]
     acks = int(request.acks)
-    # No await before this call: it fixes this request's place in the broker's write order.
-    produced = context.broker.produce(partitions, acks=acks, timeout_ms=millis(request.timeout))
     failed = None
+    results: dict[TopicPartition, ProduceResult] = {}
+    previous = connection.produce_turn
+    turn = connection.produce_turn = asyncio.get_running_loop().create_future()
+    produced = None
     try:
-        results = await produced
+        transactional = context.transactions.transactional(partitions)
+        if transactional or (previous is not None and not previous.done()):
+            if previous is not None:
+                await asyncio.wait([previous])  # never cancels it
+            if transactional:
+                partitions = await context.transactions.rewrite_batches(partitions, transactional)
+        # No await between the turn and this call: it fixes the request's place in the write
+        # order of the broker.
+        produced = context.broker.produce(partitions, acks=acks, timeout_ms=millis(request.timeout))
     except DisklessError as e:
         failed = failure(ApiKey.PRODUCE, e, f"produce on broker {context.broker_id}")
-        results = {}
+    finally:
+        turn.set_result(None)
+    if produced is not None:
+        try:
+            results = await produced
+        except DisklessError as e:
+            failed = failure(ApiKey.PRODUCE, e, f"produce on broker {context.broker_id}")
     if acks == 0:
         return None  # Kafka sends no response to acks=0
-    for tp, rewrite in rewrites.items():
-        result = results.get(tp)
-        if result is not None and result.error is ErrorCode.NONE:
-            context.transactions.acknowledged(rewrite)
     topic_entry = nested(response, "TopicProduceResponse")
     partition_entry = nested(response, "PartitionProduceResponse")
     by_topic: dict[str, list[Entity]] = {}

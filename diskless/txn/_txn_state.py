@@ -6,7 +6,11 @@ markers). So any number of `TransactionCoordinator` instances, in any processes,
 same id: each step re-reads the record it decides on, and the loser of a race sees the winner's
 record and answers as Kafka would (PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, ...).
 
-Transaction version 2: every end bumps the epoch; the markers carry the bumped epoch.
+Transaction version 2: every end bumps the epoch; the markers carry the bumped epoch. For
+producers that speak version 1 (they keep one epoch and count sequences on across transactions)
+the record also keeps what any broker process needs to translate their requests and batches:
+the epoch the producer holds, the coordinator epoch it stands for now, and per partition the
+producer's sequence at which the current coordinator epoch began (see `kafka_server._txn`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from diskless._types import ErrorCode, TopicPartition
+from diskless.records import SEQUENCE_MAX
 
 PRODUCER_EPOCH_MAX: Final = 32767
 """Kafka's epochs are int16; an id whose epoch would pass this gets a fresh producer id."""
@@ -65,6 +70,23 @@ class TxnRecord(msgspec.Struct, frozen=True):
     pending_offsets: tuple[PendingOffset, ...] = ()
     """Offsets committed in the transaction (TxnOffsetCommit): stored for their groups when it
     commits, dropped when it aborts."""
+    client_epoch: int = -1
+    """The epoch InitProducerId gave: a transaction version 1 producer keeps it for good."""
+    bridged_epoch: int = -1
+    """The epoch `client_epoch` stands for now. It follows the producer's own ends only: a
+    transaction the coordinator ended behind its back (a timeout) leaves it behind, so that the
+    producer is fenced, as Kafka fences a version 1 producer whose transaction timed out."""
+    client_end: bool = False
+    """The prepared decision is the producer's own EndTxn (not a timeout or a re-init)."""
+    sequence_bases: tuple[tuple[TopicPartition, int], ...] = ()
+    """Per partition the producer wrote to since InitProducerId, its sequence at which
+    `bridged_epoch` began there (the current epoch's batches start at 0; 0 if absent)."""
+
+    def sequence_base(self, tp: TopicPartition) -> int:
+        for partition, base in self.sequence_bases:
+            if partition == tp:
+                return base
+        return 0
 
     @property
     def commit(self) -> bool:
@@ -93,7 +115,27 @@ class TxnStep(NamedTuple):
 
 
 def new_record(transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int) -> TxnRecord:
-    return TxnRecord(transactional_id, producer_id, 0, TxnState.EMPTY, timeout_ms, now_ms)
+    return TxnRecord(
+        transactional_id,
+        producer_id,
+        0,
+        TxnState.EMPTY,
+        timeout_ms,
+        now_ms,
+        client_epoch=0,
+        bridged_epoch=0,
+    )
+
+
+def advanced_sequence_bases(
+    record: TxnRecord, last_sequences: dict[TopicPartition, int]
+) -> tuple[tuple[TopicPartition, int], ...]:
+    """The bases of the next epoch: on each partition the transaction wrote to (its last
+    sequence of this epoch in `last_sequences`), the producer's sequence continues after it."""
+    bases = dict(record.sequence_bases)
+    for tp, last in last_sequences.items():
+        bases[tp] = (record.sequence_base(tp) + last + 1) % (SEQUENCE_MAX + 1)
+    return tuple(bases.items())
 
 
 def _bumped(record: TxnRecord, next_producer_id: int) -> tuple[int, int]:
@@ -118,9 +160,9 @@ def _check(record: TxnRecord | None, producer_id: int, producer_epoch: int) -> E
     return None
 
 
-def _prepared(record: TxnRecord, commit: bool, now_ms: int) -> TxnRecord:
+def _prepared(record: TxnRecord, commit: bool, now_ms: int, client_end: bool = False) -> TxnRecord:
     state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-    return msgspec.structs.replace(record, state=state, updated_ms=now_ms)
+    return msgspec.structs.replace(record, state=state, updated_ms=now_ms, client_end=client_end)
 
 
 def init_record(record: TxnRecord, timeout_ms: int, now_ms: int, next_producer_id: int) -> TxnStep:
@@ -135,7 +177,14 @@ def init_record(record: TxnRecord, timeout_ms: int, now_ms: int, next_producer_i
         return TxnStep(ErrorCode.CONCURRENT_TRANSACTIONS, record, True)
     producer_id, epoch = _bumped(record, next_producer_id)
     bumped = TxnRecord(
-        record.transactional_id, producer_id, epoch, TxnState.EMPTY, timeout_ms, now_ms
+        record.transactional_id,
+        producer_id,
+        epoch,
+        TxnState.EMPTY,
+        timeout_ms,
+        now_ms,
+        client_epoch=epoch,
+        bridged_epoch=epoch,
     )
     return TxnStep(ErrorCode.NONE, bumped)
 
@@ -236,7 +285,7 @@ def end_record(
         return TxnStep(ErrorCode.NONE, record, True)
     if record.state is not TxnState.ONGOING:
         return TxnStep(ErrorCode.INVALID_TXN_STATE, record)
-    return TxnStep(ErrorCode.NONE, _prepared(record, commit, now_ms), True)
+    return TxnStep(ErrorCode.NONE, _prepared(record, commit, now_ms, client_end=True), True)
 
 
 def expire_record(record: TxnRecord, now_ms: int) -> TxnStep:
@@ -249,9 +298,33 @@ def expire_record(record: TxnRecord, now_ms: int) -> TxnStep:
     return TxnStep(ErrorCode.NONE, record, True)
 
 
-def complete_record(record: TxnRecord, now_ms: int, next_producer_id: int) -> TxnRecord:
-    """The prepared transaction's markers are all placed: bump the epoch (TV2) and complete."""
+def complete_record(
+    record: TxnRecord,
+    now_ms: int,
+    next_producer_id: int,
+    last_sequences: dict[TopicPartition, int] | None = None,
+) -> TxnRecord:
+    """The prepared transaction's markers are all placed: bump the epoch (TV2) and complete.
+
+    `last_sequences`: per partition the transaction wrote to, its last sequence (for the
+    version 1 bridge, which follows the bump only if the producer asked for the end)."""
     assert record.state in PREPARED_STATES, record
     producer_id, epoch = _bumped(record, next_producer_id)
     state = TxnState.COMPLETE_COMMIT if record.commit else TxnState.COMPLETE_ABORT
-    return TxnRecord(record.transactional_id, producer_id, epoch, state, record.timeout_ms, now_ms)
+    follows = record.client_end and record.bridged_epoch == record.producer_epoch
+    follows = follows and producer_id == record.producer_id
+    return TxnRecord(
+        record.transactional_id,
+        producer_id,
+        epoch,
+        state,
+        record.timeout_ms,
+        now_ms,
+        client_epoch=record.client_epoch,
+        bridged_epoch=epoch if follows else record.bridged_epoch,
+        sequence_bases=(
+            advanced_sequence_bases(record, last_sequences or {})
+            if follows
+            else record.sequence_bases
+        ),
+    )

@@ -54,6 +54,7 @@ READ_METHODS = {
     "earliest_lease_expiry",
     "txns",
     "txns_due",
+    "txn_registrations",
     "group_offsets",
     "broker_registrations",
     # consolidation

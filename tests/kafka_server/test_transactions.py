@@ -22,13 +22,15 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from diskless import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
+from diskless import ErrorCode, IsolationLevel, ManualClock, OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep
 from tests.broker._kafka import build_batch as broker_batch
+from tests.coordinator._helpers import Committer
+from tests.coordinator._helpers import batch as coordinator_batch
 from tests.kafka_server._clients import Audit, confluent_consume, value
 from tests.kafka_server._wire import WireClient, fetch_request
 from tests.kafka_server.conftest import broker_config, server_config
@@ -84,10 +86,33 @@ def _transactional_batch(producer_id: int, epoch: int, sequence: int, count: int
 
 
 # --- the bridge, unit level ---------------------------------------------------------------------
+async def _rewrite(front: TransactionFront, tp: TopicPartition, data: bytes) -> bytes:
+    return (await front.rewrite_batches({tp: data}, front.transactional({tp: data})))[tp]
+
+
+async def _commit(coordinator: InMemoryBatchCoordinator, tp: TopicPartition, data: bytes) -> None:
+    header = _header(data)
+    (result,) = await Committer(coordinator).commit(
+        [
+            coordinator_batch(
+                tp,
+                pid=header.producer_id,
+                epoch=header.producer_epoch,
+                seq=header.base_sequence,
+                count=header.records_count,
+                txn=True,
+            )
+        ]
+    )
+    assert result.error is ErrorCode.NONE, result
+
+
 async def test_bridge_maps_client_epoch_and_restarts_sequences_after_each_end() -> None:
+    """One front end serves the coordinator APIs, another (another process) rewrites batches:
+    the bridge is in the coordinator, not in either."""
     participant = RecordingParticipant()
     await participant.create_topic("t", 1)
-    front = TransactionFront(participant)
+    front, other = TransactionFront(participant), TransactionFront(participant)
     tp = TopicPartition("t", 0)
     init = await front.init_producer_id("tx", 60_000)
     assert init.error is ErrorCode.NONE
@@ -95,45 +120,65 @@ async def test_bridge_maps_client_epoch_and_restarts_sequences_after_each_end() 
 
     assert await front.add_partitions_to_txn("tx", pid, epoch, [tp]) == [ErrorCode.NONE]
     first = _transactional_batch(pid, epoch, 0, 10)
-    same, rewrite = front.rewrite_batch(tp, first)
-    assert same == first and rewrite is not None  # epoch 0, sequence 0: nothing to change
-    front.acknowledged(rewrite)
+    assert await _rewrite(other, tp, first) == first  # epoch 0, sequence 0: nothing to change
+    await _commit(participant, tp, first)
     assert (await front.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.NONE
+    # A retried EndTxn (its answer lost) is answered as the end it repeats.
+    assert (await other.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.NONE
 
     # The client keeps its epoch and continues at sequence 10; the coordinator is at epoch+1.
-    assert await front.add_partitions_to_txn("tx", pid, epoch, [tp]) == [ErrorCode.NONE]
+    assert await other.add_partitions_to_txn("tx", pid, epoch, [tp]) == [ErrorCode.NONE]
     assert participant.added[-1][:2] == (pid, epoch + 1)
     second = _transactional_batch(pid, epoch, 10, 5)
-    rewritten, rewrite = front.rewrite_batch(tp, second)
+    rewritten = await _rewrite(other, tp, second)
     header = _header(rewritten)
     assert (header.producer_epoch, header.base_sequence) == (epoch + 1, 0)
     assert header.crc_valid() and header.records_count == 5
-    assert rewrite is not None
-    front.acknowledged(rewrite)
+    await _commit(participant, tp, rewritten)
     assert (await front.end_txn("tx", pid, epoch, commit=False)).error is ErrorCode.NONE
     assert [e[1:] for e in participant.ended] == [
         (epoch, epoch + 1, True),
         (epoch + 1, epoch + 2, False),
     ]
 
-    third, _ = front.rewrite_batch(tp, _transactional_batch(pid, epoch, 15, 1))
+    assert await front.add_partitions_to_txn("tx", pid, epoch, [tp]) == [ErrorCode.NONE]
+    third = await _rewrite(other, tp, _transactional_batch(pid, epoch, 15, 1))
     assert (_header(third).producer_epoch, _header(third).base_sequence) == (epoch + 2, 0)
 
 
 async def test_bridge_leaves_other_batches_alone() -> None:
-    front = TransactionFront(RecordingParticipant())
+    participant = RecordingParticipant()
+    await participant.create_topic("t", 1)
+    front = TransactionFront(participant)
     tp = TopicPartition("t", 0)
     init = await front.init_producer_id("tx", 60_000)
     pid = init.producer_id
+    assert await front.add_partitions_to_txn("tx", pid, 0, [tp]) == [ErrorCode.NONE]
     idempotent = build_batch([b"a"], producer_id=pid, producer_epoch=0, base_sequence=0)
-    assert front.rewrite_batch(tp, idempotent) == (idempotent, None)
-    stranger = _transactional_batch(pid + 1, 0, 0, 1)
-    assert front.rewrite_batch(tp, stranger) == (stranger, None)
-    stale = _transactional_batch(pid, 7, 0, 1)
-    assert front.rewrite_batch(tp, stale) == (stale, None)
+    assert front.transactional({tp: idempotent}) == {}
     corrupt = bytearray(_transactional_batch(pid, 0, 3, 1))
     corrupt[-1] ^= 0xFF
-    assert front.rewrite_batch(tp, bytes(corrupt)) == (bytes(corrupt), None)
+    assert front.transactional({tp: bytes(corrupt)}) == {}
+    stranger = _transactional_batch(pid + 1, 0, 0, 1)
+    assert await _rewrite(front, tp, stranger) == stranger
+    stale = _transactional_batch(pid, 7, 0, 1)
+    assert await _rewrite(front, tp, stale) == stale
+
+
+async def test_a_timed_out_transaction_fences_the_client() -> None:
+    """Kafka fences a version 1 producer whose transaction the coordinator aborted on a
+    timeout; the bridge does not follow such an end, so the client's epoch is stale."""
+    clock = ManualClock()
+    participant = InMemoryBatchCoordinator(clock=clock)
+    await participant.create_topic("t", 1)
+    front = TransactionFront(participant, clock=clock)
+    tp = TopicPartition("t", 0)
+    pid = (await front.init_producer_id("tx", 1_000)).producer_id
+    assert await front.add_partitions_to_txn("tx", pid, 0, [tp]) == [ErrorCode.NONE]
+    await clock.advance(5)
+    assert await front.coordinator.abort_expired() == ["tx"]
+    assert await front.add_partitions_to_txn("tx", pid, 0, [tp]) == [ErrorCode.PRODUCER_FENCED]
+    assert (await front.end_txn("tx", pid, 0, commit=True)).error is ErrorCode.PRODUCER_FENCED
 
 
 # --- librdkafka through the bridge --------------------------------------------------------------

@@ -467,6 +467,16 @@ class MemoryStore(StoreTxn, ReadView):
     def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
         return _pick(transactional_ids, self._txns)
 
+    def txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
+        found = {}
+        for tp, pid in keys:
+            partition = self._partitions.get(tp)
+            if partition is not None and (reg := partition.registrations.get(pid)) is not None:
+                found[(tp, pid)] = reg
+        return found
+
     def broker_registrations(self) -> list[BrokerRegistration]:
         return [self._registrations[b] for b in sorted(self._registrations)]
 

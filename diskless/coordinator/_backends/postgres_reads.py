@@ -32,15 +32,22 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_COLUMNS,
     FILE_STATES,
     READ_CHUNK_ROWS_MAX,
+    REGISTRATION_COLUMNS,
     TOPIC_COLUMNS,
     entry_from_row,
     file_from_row,
     partition_from_row,
+    registration_from_row,
     topic_from_row,
     txn_from_blob,
 )
 from diskless.coordinator._rules.files import FileRow
-from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+from diskless.coordinator._rules.rows import (
+    AbortedTxn,
+    PartitionState,
+    StoredBatch,
+    TxnRegistration,
+)
 from diskless.coordinator._store import ReadView, TopicRow
 from diskless.txn import ProducerEntry, TxnRecord
 
@@ -207,6 +214,25 @@ class PostgresReads(ReadView):
                 "SELECT transactional_id, record FROM txn_records"
                 " WHERE transactional_id = ANY($1::text[])",
                 list(dict.fromkeys(transactional_ids)),
+            )
+        }
+
+    def txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
+        wanted = list(dict.fromkeys(keys))
+        return {
+            (TopicPartition(row[0], row[1]), row[2]): registration_from_row(list(row)[3:])
+            for row in self._fetch(
+                f"SELECT k.name, k.part, k.pid, {REGISTRATION_COLUMNS}"
+                " FROM unnest($1::text[], $2::int[], $3::bigint[]) k(name, part, pid)"
+                " JOIN topics t ON t.name = k.name"
+                " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.part"
+                " JOIN txn_registrations r"
+                " ON r.partition_id = p.partition_id AND r.producer_id = k.pid",
+                [tp.topic for tp, _ in wanted],
+                [tp.partition for tp, _ in wanted],
+                [pid for _, pid in wanted],
             )
         }
 

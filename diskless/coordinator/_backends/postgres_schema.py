@@ -145,6 +145,11 @@ MIGRATIONS: Final[list[list[str]]] = [
     ],
     # 2: extents, each the metadata of a run of batches consolidated into one object.
     EXTENTS,
+    # 3: what a broker needs to rewrite a transaction version 1 producer's batches.
+    [
+        "ALTER TABLE txn_registrations ADD COLUMN client_epoch INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE txn_registrations ADD COLUMN sequence_base INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -39,17 +39,19 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_COLUMNS,
     FILE_STATE_CODES,
     MARKER_FILE_ID,
+    REGISTRATION_COLUMNS,
     TOPIC_COLUMNS,
     batch_to_row,
     entry_from_row,
     entry_to_row,
     file_from_row,
     partition_from_row,
+    registration_from_row,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
 )
-from diskless.coordinator._rules.rows import PartitionState, TxnLease, TxnRegistration
+from diskless.coordinator._rules.rows import PartitionState, TxnLease
 from diskless.coordinator._store import (
     BatchRefs,
     Changes,
@@ -183,12 +185,12 @@ class PostgresTxn(StoreTxn):
         if needs.registrations:
             keys = _keys(needs.registrations, partitions)
             for row in await conn.fetch(
-                "SELECT partition_id, producer_id, producer_epoch, ending FROM txn_registrations"
+                f"SELECT partition_id, producer_id, {REGISTRATION_COLUMNS} FROM txn_registrations r"
                 " WHERE (partition_id, producer_id) IN"
                 " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
                 *_two_columns(keys),
             ):
-                loaded.registrations[(row[0], row[1])] = TxnRegistration(row[2], row[3])
+                loaded.registrations[(row[0], row[1])] = registration_from_row(list(row)[2:])
         if needs.other_ongoing:
             keys = _keys(needs.other_ongoing, partitions)
             for partition_id, producer_id, first in await conn.fetch(
@@ -458,14 +460,16 @@ class PostgresTxn(StoreTxn):
         if changes.registrations:
             await conn.execute(
                 "INSERT INTO txn_registrations SELECT * FROM unnest($1::bigint[], $2::bigint[],"
-                " $3::int[], $4::boolean[]) ON CONFLICT (partition_id, producer_id) DO UPDATE"
-                " SET producer_epoch = excluded.producer_epoch, ending = excluded.ending",
+                " $3::int[], $4::boolean[], $5::int[], $6::int[])"
+                " ON CONFLICT (partition_id, producer_id) DO UPDATE"
+                " SET producer_epoch = excluded.producer_epoch, ending = excluded.ending,"
+                " client_epoch = excluded.client_epoch, sequence_base = excluded.sequence_base",
                 *columns(
                     [
-                        (key, pid, r.producer_epoch, r.ending)
+                        (key, pid, r.producer_epoch, r.ending, r.client_epoch, r.sequence_base)
                         for (key, pid), r in changes.registrations.items()
                     ],
-                    4,
+                    6,
                 ),
             )
         if changes.registrations_dropped:

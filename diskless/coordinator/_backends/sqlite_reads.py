@@ -17,17 +17,24 @@ from diskless.coordinator._backends.sqlite_rows import (
     PARTITION_COLUMNS,
     PARTITION_FROM,
     READ_CHUNK_ROWS_MAX,
+    REGISTRATION_COLUMNS,
     TOPIC_COLUMNS,
     batch_from_row,
     entry_from_row,
     file_from_row,
     in_lists,
     partition_from_row,
+    registration_from_row,
     topic_from_row,
     txn_from_blob,
 )
 from diskless.coordinator._rules.files import FileRow
-from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+from diskless.coordinator._rules.rows import (
+    AbortedTxn,
+    PartitionState,
+    StoredBatch,
+    TxnRegistration,
+)
 from diskless.coordinator._store import ReadView, TopicRow
 from diskless.txn import ProducerEntry, TxnRecord
 
@@ -200,6 +207,21 @@ class SqliteReads(ReadView):
                 chunk,
             ):
                 found[tid] = txn_from_blob(blob)
+        return found
+
+    def txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
+        found = {}
+        for tp, pid in dict.fromkeys(keys):
+            row = self._conn.execute(
+                f"SELECT {REGISTRATION_COLUMNS} FROM {PARTITION_FROM} JOIN txn_registrations r"
+                " ON r.partition_id = p.partition_id"
+                " WHERE t.name = ? AND p.partition = ? AND r.producer_id = ?",
+                (tp.topic, tp.partition, pid),
+            ).fetchone()
+            if row is not None:
+                found[(tp, pid)] = registration_from_row(row)
         return found
 
     def broker_registrations(self) -> list[BrokerRegistration]:

@@ -10,7 +10,7 @@ import msgspec
 from diskless._types import TimestampType, TopicPartition
 from diskless.coordinator._api import FileState, TopicConfig
 from diskless.coordinator._rules.files import FileRow
-from diskless.coordinator._rules.rows import PartitionState, StoredBatch
+from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnRegistration
 from diskless.coordinator._store import TopicRow
 from diskless.txn import ProducerEntry, RetainedBatch, TxnRecord
 
@@ -46,6 +46,8 @@ ENTRY_COLUMNS: Final = (
     "producer_id, producer_epoch, last_timestamp, last_update_ms, coordinator_epoch,"
     " txn_first_offset, batches"
 )
+REGISTRATION_COLUMNS: Final = "r.producer_epoch, r.ending, r.client_epoch, r.sequence_base"
+"""A `txn_registrations` row (as `r`) in `registration_from_row`'s order."""
 FILE_COLUMNS: Final = "key, state, size, since_ms, live_batches"
 INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -159,3 +161,8 @@ def txn_to_row(record: TxnRecord) -> tuple[Any, ...]:
 
 def txn_from_blob(blob: bytes) -> TxnRecord:
     return _RECORD_DECODER.decode(blob)
+
+
+def registration_from_row(row: Sequence[Any]) -> TxnRegistration:
+    """The columns of `REGISTRATION_COLUMNS`, from SQLite or PostgreSQL."""
+    return TxnRegistration(int(row[0]), bool(row[1]), int(row[2]), int(row[3]))

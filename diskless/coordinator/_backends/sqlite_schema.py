@@ -152,6 +152,11 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 7: extents, each the metadata of a run of batches consolidated into one object.
     EXTENTS,
+    # 8: what a broker needs to rewrite a transaction version 1 producer's batches.
+    [
+        "ALTER TABLE txn_registrations ADD COLUMN client_epoch INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE txn_registrations ADD COLUMN sequence_base INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -18,6 +18,7 @@ from diskless.coordinator._backends.sqlite_rows import (
     MARKER_FILE_ID,
     PARTITION_COLUMNS,
     PARTITION_FROM,
+    REGISTRATION_COLUMNS,
     TOPIC_COLUMNS,
     TXN_TABLES,
     UPSERT_PRODUCER,
@@ -28,11 +29,12 @@ from diskless.coordinator._backends.sqlite_rows import (
     in_lists,
     keyed_lookups,
     partition_from_row,
+    registration_from_row,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
 )
-from diskless.coordinator._rules.rows import PartitionState, TxnLease, TxnRegistration
+from diskless.coordinator._rules.rows import PartitionState, TxnLease
 from diskless.coordinator._store import (
     BatchRefs,
     Changes,
@@ -72,13 +74,13 @@ class SqliteTxn(StoreTxn):
         if needs.registrations:
             keys = _keys(needs.registrations, partitions)
             for sql, params in keyed_lookups(
-                "SELECT r.partition_id, r.producer_id, r.producer_epoch, r.ending FROM k JOIN"
+                f"SELECT r.partition_id, r.producer_id, {REGISTRATION_COLUMNS} FROM k JOIN"
                 " txn_registrations r ON r.partition_id = k.a AND r.producer_id = k.b",
                 keys,
                 (-1, -1),
             ):
                 for row in conn.execute(sql, params):
-                    snapshot.registrations[(row[0], row[1])] = TxnRegistration(row[2], bool(row[3]))
+                    snapshot.registrations[(row[0], row[1])] = registration_from_row(row[2:])
         for key in _keys(needs.other_ongoing, partitions):
             row = conn.execute(
                 "SELECT first_offset FROM ongoing_txns WHERE partition_id = ?"
@@ -316,9 +318,9 @@ class SqliteTxn(StoreTxn):
             )
         if changes.registrations:
             conn.executemany(
-                "INSERT OR REPLACE INTO txn_registrations VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO txn_registrations VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (key, pid, r.producer_epoch, int(r.ending))
+                    (key, pid, r.producer_epoch, int(r.ending), r.client_epoch, r.sequence_base)
                     for (key, pid), r in changes.registrations.items()
                 ],
             )

@@ -114,6 +114,12 @@ class TxnRegistration(msgspec.Struct, frozen=True, gc=False):
     producer_epoch: int
     ending: bool = False
     """An end has begun (phase 1 of `write_txn_markers`): no new lease is granted."""
+    client_epoch: int = -1
+    """The epoch a transaction version 1 producer puts on its batches for `producer_epoch`
+    (`diskless.txn.TxnRecord.client_epoch`); -1 when none does."""
+    sequence_base: int = 0
+    """That producer's sequence at which `producer_epoch` began here: its batches' sequences
+    minus this are the ones the coordinator checks."""
 
 
 class TxnLease(msgspec.Struct, frozen=True, gc=False):
