@@ -15,13 +15,7 @@ from typing import NamedTuple
 import msgspec
 
 from diskless._limits import CommitBounds
-from diskless._types import (
-    ControlType,
-    ErrorCode,
-    IsolationLevel,
-    TimestampType,
-    TopicPartition,
-)
+from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
 from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
@@ -242,6 +236,8 @@ class ConsolidationCandidate(msgspec.Struct, frozen=True):
     batches: list[BatchInfo]
     """Consecutive (no offset gap), oldest first, markers included, none an extent, all below
     the last stable offset and committed before the age bound asked for."""
+    partition_key: int | None = None
+    """The coordinator's id of the partition, new when a topic is re-created (None: unchecked)."""
 
 
 class ExtentSwap(msgspec.Struct, frozen=True):

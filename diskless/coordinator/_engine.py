@@ -22,11 +22,8 @@ from diskless.coordinator._api import (
     CommitBatch,
     CommitFileResult,
     CommitRefusal,
-    ConsolidationCandidate,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
-    ExtentSwap,
-    ExtentSwapResult,
     FileInfo,
     FileState,
     FileStats,
@@ -34,12 +31,12 @@ from diskless.coordinator._api import (
     FindBatchesResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
-    MetadataStats,
     ProducerSnapshot,
     RetentionResult,
     TopicConfig,
     TopicDescription,
 )
+from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
 from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, object_key_taken
@@ -71,7 +68,7 @@ RETENTION_CHUNK_ROWS: Final = 256
 """Batches loaded at a time while retention walks a partition from its start."""
 
 
-class CoordinatorEngine(TxnRecordOperations):
+class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 
     # --- topics -------------------------------------------------------------------------------
@@ -350,18 +347,6 @@ class CoordinatorEngine(TxnRecordOperations):
             return [key for key in keys if files[key].state is FileState.CONDEMNED]
 
         return await self._write(condemn)
-
-    # --- consolidation (being built: every backend stores extents through the store) ---------
-    async def consolidation_candidates(
-        self, committed_before_ms: int, bytes_max: int, limit: int
-    ) -> list[ConsolidationCandidate]:
-        raise NotImplementedError("consolidation is not built yet")
-
-    async def commit_extent(self, swap: ExtentSwap) -> ExtentSwapResult:
-        raise NotImplementedError("consolidation is not built yet")
-
-    async def metadata_stats(self) -> MetadataStats:
-        raise NotImplementedError("consolidation is not built yet")
 
     async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
         rows = await self._read(lambda view: view.dead_files(older_than_ms, max(0, limit)))

@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import types
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState, TopicConfig
+from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats, TopicConfig
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import ReadSource
@@ -146,6 +146,10 @@ class Changes(msgspec.Struct):
     trims: Mapping[int, int] = EMPTY
     """Partition key -> offset: the batches lying entirely below it and the aborted
     transactions whose marker is below it are deleted (the new state comes in `partitions`)."""
+    extents: Sequence[StoredBatch] = ()
+    """Each replaces the stored rows of its partition within [base_offset, last_offset] (a run
+    right after the partition's extents); its object key names a file, which exists once
+    `files` is applied."""
     batches: Sequence[StoredBatch] = ()
     """Appended, in offset order per partition; a batch with an object key refers to the file
     of that key, which exists once `files` is applied."""
@@ -220,6 +224,16 @@ class ReadView(ReadSource, Protocol):
         ...
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]: ...
+
+    def unconsolidated_partitions(self) -> list[PartitionState]:
+        """Every partition holding batch rows besides its extents."""
+        ...
+
+    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
+        """The partition's stored rows after its extents, in offset order."""
+        ...
+
+    def metadata_stats(self) -> MetadataStats: ...
 
     def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
         """Files not LIVE whose state is older than `older_than_ms`, oldest first (then by key)."""

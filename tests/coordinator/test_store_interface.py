@@ -56,6 +56,10 @@ READ_METHODS = {
     "txns_due",
     "group_offsets",
     "broker_registrations",
+    # consolidation
+    "unconsolidated_partitions",
+    "unconsolidated_rows",
+    "metadata_stats",
 }
 
 

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 from sortedcontainers import SortedDict
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState
+from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
@@ -53,6 +53,10 @@ _running_max = operator.attrgetter("ts_running_max")
 _marker_offset = operator.attrgetter("last_offset")
 
 
+def _is_row(batch: StoredBatch) -> bool:
+    return not batch.is_extent
+
+
 class _Log:
     """One partition's batches. Offsets (and running max timestamps) only grow, so the
     append-only list is sorted by both and bisection finds either in O(log n).
@@ -74,6 +78,9 @@ class _Log:
     def append(self, batch: StoredBatch) -> None:
         assert not self.rows or batch.base_offset > self.rows[-1].last_offset
         self.rows.append(batch)
+        self._enqueue(batch)
+
+    def _enqueue(self, batch: StoredBatch) -> None:
         queue = self.max_queue
         while queue and queue[-1].timestamp < batch.timestamp:
             queue.pop()
@@ -96,6 +103,22 @@ class _Log:
         if self.head >= _COMPACT_MIN and self.head * 2 >= len(rows):
             del rows[: self.head]
             self.head = 0
+
+    def consolidated(self) -> int:
+        """Where the extents (a prefix) end: the index of the first batch row."""
+        return bisect.bisect_left(self.rows, True, lo=self.head, key=_is_row)
+
+    def swap(self, extent: StoredBatch) -> None:
+        """Replace the rows within the extent's offsets (right after the extents) by it."""
+        start = self.consolidated()
+        end = bisect.bisect_right(self.rows, extent.last_offset, lo=start, key=_base_offset)
+        rows = self.rows
+        assert rows[start].base_offset == extent.base_offset, (rows[start], extent)
+        assert rows[end - 1].last_offset == extent.last_offset, (rows[end - 1], extent)
+        rows[start:end] = [extent]
+        self.max_queue.clear()
+        for i in range(self.head, len(rows)):
+            self._enqueue(rows[i])
 
     def from_offset(self, offset: int) -> Iterator[StoredBatch]:
         index = bisect.bisect_right(self.rows, offset, lo=self.head, key=_base_offset) - 1
@@ -253,6 +276,8 @@ class MemoryStore(StoreTxn, ReadView):
             else:
                 self._files[file_key] = file
         by_key = self._by_key
+        for extent in changes.extents:
+            by_key[extent.partition_key].log.swap(extent)
         for batch in changes.batches:
             by_key[batch.partition_key].log.append(batch)
         for new in changes.partitions:
@@ -404,6 +429,25 @@ class MemoryStore(StoreTxn, ReadView):
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         return {k: f for k in keys if (f := self._files.get(k)) is not None}
+
+    def unconsolidated_partitions(self) -> list[PartitionState]:
+        return [
+            p.state for p in self._by_key.values() if len(p.log) and not p.log.rows[-1].is_extent
+        ]
+
+    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
+        log = self._by_key[state.key].log
+        return itertools.islice(log.rows, log.consolidated(), None)
+
+    def metadata_stats(self) -> MetadataStats:
+        rows = extents = retained = 0
+        for partition in self._by_key.values():
+            log = partition.log
+            consolidated = log.consolidated() - log.head
+            extents += consolidated
+            rows += len(log) - consolidated
+            retained += partition.state.size_bytes
+        return MetadataStats(rows, extents, retained, None)
 
     def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
         candidates = sorted(

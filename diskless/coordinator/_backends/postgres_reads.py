@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState
+from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
@@ -142,6 +142,15 @@ class PostgresReads(ReadView):
                 partition_key,
             )
         ]
+
+    def unconsolidated_partitions(self) -> list[PartitionState]:
+        raise NotImplementedError("extents are not stored by this backend yet")
+
+    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
+        raise NotImplementedError("extents are not stored by this backend yet")
+
+    def metadata_stats(self) -> MetadataStats:
+        raise NotImplementedError("extents are not stored by this backend yet")
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         return dict(

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState
+from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
 from diskless.coordinator._backends.sqlite_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
@@ -133,6 +133,15 @@ class SqliteReads(ReadView):
                 (partition_key,),
             )
         ]
+
+    def unconsolidated_partitions(self) -> list[PartitionState]:
+        raise NotImplementedError("extents are not stored by this backend yet")
+
+    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
+        raise NotImplementedError("extents are not stored by this backend yet")
+
+    def metadata_stats(self) -> MetadataStats:
+        raise NotImplementedError("extents are not stored by this backend yet")
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         found = {}

@@ -86,17 +86,72 @@ class FetchBudget:
         return taken
 
 
+class ExtentBudget:
+    """`FetchBudget` over rows some of which are extents, whose batches the coordinator does not
+    see: it returns, per partition, every row the exact walk over the expanded batches could
+    take from (a superset), and exactly `FetchBudget`'s answer when there is no extent.
+
+    It keeps two bounds on what the exact walk has left of the response budget. The high one
+    decides what to take: the extent holding the fetch offset counts 0 bytes (the exact walk
+    may take any tail of it), a later extent its full size (reaching past it takes all of it).
+    After a partition, the high bound loses only the bytes the exact walk surely took (the
+    leading rows before any extent that fit the low bound), and the low bound everything
+    returned; so no later partition gets less budget here than the exact walk gives it.
+    """
+
+    def __init__(self, fetch_max_bytes: int) -> None:
+        self._high = fetch_max_bytes
+        self._low = fetch_max_bytes
+        self._returned_any = False
+
+    def take(self, rows: Iterable[StoredBatch], partition_max_bytes: int) -> list[StoredBatch]:
+        budget = max(0, min(partition_max_bytes, self._high))
+        sure_budget = max(0, min(partition_max_bytes, self._low))
+        taken: list[StoredBatch] = []
+        used = 0  # a lower bound of the exact walk's bytes up to here, should it get here
+        sure = 0
+        sure_open = True
+        returned = 0
+        for row in rows:
+            if row.is_extent:
+                sure_open = False
+                if taken:
+                    used += row.size
+                taken.append(row)
+                returned += row.size
+                if used <= budget:
+                    continue
+                break
+            alone = not (taken or self._returned_any)
+            if used + row.size <= budget or alone:
+                if sure_open and (sure + row.size <= sure_budget or alone):
+                    sure += row.size
+                else:
+                    sure_open = False
+                taken.append(row)
+                used += row.size
+                returned += row.size
+                if used <= budget:
+                    continue
+            break
+        self._high = max(0, self._high - sure)
+        self._low = max(0, self._low - returned)
+        self._returned_any = self._returned_any or bool(taken)
+        return taken
+
+
 def find_batches(
     source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
 ) -> list[FindBatchesResponse]:
-    """Batches from each requested offset within the fetch's budgets (`FetchBudget`).
+    """Batches from each requested offset within the fetch's budgets (`FetchBudget`; over
+    extents a superset, `ExtentBudget`).
 
     READ_COMMITTED stops at the last stable offset (the LSO is always the first offset of a
     batch: the open transaction's first one) and lists the aborted transactions overlapping what
     it returns.
     """
     responses: list[FindBatchesResponse] = []
-    budget = FetchBudget(fetch_max_bytes)
+    budget = ExtentBudget(fetch_max_bytes)
     for request in requests:
         state = source.partition(request.topic_partition)
         if state is None:
@@ -177,7 +232,7 @@ def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsets
         top = source.max_timestamp_batch(state)
         if top is None:
             return ListOffsetsResponse(ErrorCode.NONE)
-        return _answer(top, state)
+        return _answer(top, state, top.timestamp)
     if ts < 0:
         return ListOffsetsResponse(ErrorCode.INVALID_REQUEST)
     top = source.max_timestamp_batch(state)
@@ -189,17 +244,21 @@ def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsets
     first = source.first_running_max_at_least(state, ts)
     assert first is not None
     if first.timestamp >= ts:
-        return _answer(first, state)
+        return _answer(first, state, ts)
     for batch in source.batches_from(state, first.base_offset):
         if batch.timestamp >= ts:
-            return _answer(batch, state)
+            return _answer(batch, state, ts)
     raise AssertionError(f"no batch at or after timestamp {ts} although {top} exists")
 
 
-def _answer(batch: StoredBatch, state: PartitionState) -> ListOffsetsResponse:
-    return ListOffsetsResponse(
-        ErrorCode.NONE, max(batch.base_offset, state.log_start_offset), batch.timestamp
-    )
+def _answer(batch: StoredBatch, state: PartitionState, target: int) -> ListOffsetsResponse:
+    """The answer in `batch`; in an extent only its object's index knows the batch, so the
+    answer says where to look from (the floor) and for which timestamp (`target`)."""
+    floor = max(batch.base_offset, state.log_start_offset)
+    if batch.is_extent:
+        info = batch.to_info(state.config.timestamp_type)
+        return ListOffsetsResponse(ErrorCode.NONE, floor, target, extent=info)
+    return ListOffsetsResponse(ErrorCode.NONE, floor, batch.timestamp)
 
 
 class DeleteRecordsDecision(NamedTuple):
@@ -231,7 +290,9 @@ class RetentionScan:
     """Which of a partition's oldest batches retention deletes now (at most `budget`).
 
     Time: a batch whose timestamp is more than `retention_ms` old. Size (Kafka's rule): the oldest
-    batch goes while the partition keeps at least `retention_bytes` without it. Deletion stops at
+    batch goes while the partition keeps at least `retention_bytes` without it. An extent is a
+    row like a batch, which makes these Kafka's segment rules for it (its timestamp is its
+    largest, its size the whole). Deletion stops at
     the first batch neither rule removes, so the log stays a contiguous suffix. Batches are fed
     oldest first, in as many pieces as the caller loads them.
     """

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import msgspec
 
 from diskless._types import ControlType, TimestampType, TopicPartition
-from diskless.coordinator._api import BatchInfo, TopicConfig
+from diskless.coordinator._api import BatchInfo, ExtentIndex, TopicConfig
 
 
 class PartitionState(msgspec.Struct):
@@ -55,8 +55,30 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """-1 for data; a `ControlType` for a transaction marker (then `object_key` is empty)."""
     coordinator_epoch: int = 0
     """The transaction coordinator's epoch written in a marker."""
+    index_byte_offset: int = -1
+    index_size: int = -1
+    """An extent's index in its object (-1: a batch row, not an extent). An extent stands for a
+    run of consecutive batches (markers included) copied into one object: its `timestamp` and
+    `max_timestamp` are the largest of theirs and `ts_running_max` the running max at its end,
+    so every timestamp rule treats it as Kafka treats a segment."""
+
+    @property
+    def is_extent(self) -> bool:
+        return self.index_size >= 0
 
     def to_info(self, timestamp_type: TimestampType) -> BatchInfo:
+        if self.index_size >= 0:
+            return BatchInfo(
+                object_key=self.object_key,
+                byte_offset=self.byte_offset,
+                size=self.size,
+                base_offset=self.base_offset,
+                last_offset=self.last_offset,
+                timestamp_type=timestamp_type,
+                log_append_time=self.log_append_time,
+                max_timestamp=self.max_timestamp,
+                extent=ExtentIndex(self.index_byte_offset, self.index_size),
+            )
         if self.control >= 0:
             return BatchInfo(
                 object_key="",

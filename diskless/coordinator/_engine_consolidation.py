@@ -1,0 +1,103 @@
+"""The engine's consolidation: offering runs of batch rows, and swapping them for an extent.
+
+The swap is one atomic step that re-reads the rows it replaces, so that retention,
+DeleteRecords, topic deletion or another consolidator acting in between makes it a refusal
+(with no change) rather than a swap over rows that are no longer the candidate's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from msgspec.structs import replace
+
+from diskless._object_keys import commit_too_late
+from diskless.coordinator._api import (
+    ConsolidationCandidate,
+    ExtentSwap,
+    ExtentSwapResult,
+    MetadataStats,
+)
+from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._rules import extents
+from diskless.coordinator._rules.checks import object_key_taken
+from diskless.coordinator._rules.files import FileRow, committed_file, released_file
+from diskless.coordinator._rules.rows import PartitionState, StoredBatch
+from diskless.coordinator._store import Changes, Needs, ReadView, StoreTxn
+
+
+class ConsolidationOperations(EngineBase):
+    async def consolidation_candidates(
+        self, committed_before_ms: int, bytes_max: int, limit: int
+    ) -> list[ConsolidationCandidate]:
+        def pick(view: ReadView) -> list[ConsolidationCandidate]:
+            oldest: list[tuple[int, str, int, PartitionState]] = []
+            for state in view.unconsolidated_partitions():
+                first = next(view.unconsolidated_rows(state), None)
+                if first is None:
+                    continue
+                files = view.files([first.object_key] if first.object_key else [])
+                if extents.candidate_run(state, [first], files, committed_before_ms):
+                    committed = extents.commit_time(first, files)
+                    assert committed is not None
+                    tp = state.topic_partition
+                    oldest.append((committed, tp.topic, tp.partition, state))
+            oldest.sort(key=lambda entry: entry[:3])
+            candidates = []
+            for *_, state in oldest[: max(0, limit)]:
+                rows = extents.leading_bytes(view.unconsolidated_rows(state), bytes_max)
+                files = view.files(sorted({row.object_key for row in rows if row.object_key}))
+                run = extents.candidate_run(state, rows, files, committed_before_ms)
+                timestamp_type = state.config.timestamp_type
+                batches = [row.to_info(timestamp_type) for row in run]
+                candidates.append(ConsolidationCandidate(state.topic_partition, batches, state.key))
+            return candidates
+
+        return await self._read(pick)
+
+    async def commit_extent(self, swap: ExtentSwap) -> ExtentSwapResult:
+        candidate = swap.candidate
+        if not candidate.batches:
+            raise ValueError("an extent swap needs a candidate with at least one batch")
+        tp = candidate.topic_partition
+        base = candidate.batches[0].base_offset
+
+        async def commit(txn: StoreTxn) -> ExtentSwapResult:
+            now = self._clock.now_ms()
+            snapshot = await txn.load(Needs(partitions=(tp,), files=(swap.object_key,)))
+            existing = snapshot.files.get(swap.object_key)
+            conflict = object_key_taken(
+                swap.object_key, None if existing is None else existing.state
+            ) or commit_too_late(
+                swap.object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
+            )
+            if conflict is not None:
+                return ExtentSwapResult(False, conflict)
+            state = snapshot.partitions.get(tp)
+            rows: list[StoredBatch] = []
+            if state is not None:
+                wanted = {state.key: (max(0, base - 1), len(candidate.batches) + 1)}
+                rows = (await txn.load(Needs(batches=wanted))).batches.get(state.key, [])
+            refusal = extents.swap_refusal(state, candidate, rows)
+            if refusal is not None:
+                return ExtentSwapResult(False, refusal)
+            assert state is not None
+            if rows[0].last_offset < base:
+                rows = rows[1:]
+            rows = rows[: len(candidate.batches)]
+            extent = extents.extent_row(rows, swap)
+            released = Counter(row.object_key for row in rows if row.object_key)
+            loaded = (await txn.load(Needs(files=set(released)))).files
+            files: dict[str, FileRow | None] = {
+                key: released_file(loaded[key], count, now) for key, count in released.items()
+            }
+            files[swap.object_key] = committed_file(swap.object_size, 1, now)
+            moved = sum(row.size for row in rows)
+            new_state = replace(state, size_bytes=state.size_bytes - moved + extent.size)
+            await txn.apply(Changes(files=files, extents=[extent], partitions=[new_state]))
+            return ExtentSwapResult(True)
+
+        return await self._write(commit)
+
+    async def metadata_stats(self) -> MetadataStats:
+        return await self._read(lambda view: view.metadata_stats())
