@@ -3,9 +3,6 @@ refusals, and every read, retention and deletion rule over extents."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
@@ -32,7 +29,6 @@ from diskless.coordinator import (
     ListOffsetsResponse,
     TopicConfig,
 )
-from tests._backends import open_coordinator
 
 from ._helpers import BASE_TS, Committer, batch, new_key
 
@@ -42,17 +38,6 @@ OK = ErrorCode.NONE
 COMMITTED = IsolationLevel.READ_COMMITTED
 INDEX_BYTES = 64
 ALL = 1 << 40
-
-
-@pytest.fixture(params=["memory"])
-async def coordinator(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> AsyncIterator[BatchCoordinator]:
-    backend = open_coordinator(request.param, tmp_path, clock)
-    try:
-        yield backend
-    finally:
-        await backend.close()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import asyncpg
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
+from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
@@ -75,15 +76,19 @@ class PostgresReads(ReadView):
         return None if row is None else partition_from_row(row)
 
     def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
+        yield from self._run(postgres_extents.extents_from(self._conn, state.key, offset))
+        yield from self._rows_from(state.key, offset)
+
+    def _rows_from(self, partition_id: int, offset: int) -> Iterator[StoredBatch]:
         chunk = 16
-        rows = self._run(batches_holding(self._conn, state.key, offset, chunk))
+        rows = self._run(batches_holding(self._conn, partition_id, offset, chunk))
         while True:
             yield from rows
             if len(rows) < chunk:
                 return
             after = rows[-1].base_offset
             chunk = min(chunk * 4, READ_CHUNK_ROWS_MAX)
-            rows = self._run(batches_after(self._conn, state.key, after, chunk))
+            rows = self._run(batches_after(self._conn, partition_id, after, chunk))
 
     def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
         row = self._fetchrow(
@@ -91,9 +96,18 @@ class PostgresReads(ReadView):
             " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1",
             state.key,
         )
-        return None if row is None else batch_from_row(row)
+        top = None if row is None else batch_from_row(row)
+        extent = self._run(postgres_extents.max_timestamp_extent(self._conn, state.key))
+        if extent is not None and (top is None or extent.timestamp >= top.timestamp):
+            return extent
+        return top
 
     def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+        extent = self._run(
+            postgres_extents.first_extent_running_max_at_least(self._conn, state.key, ts)
+        )
+        if extent is not None:
+            return extent
         row = self._fetchrow(
             f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
             " AND b.ts_running_max >= $2 ORDER BY b.ts_running_max, b.base_offset LIMIT 1",
@@ -144,13 +158,19 @@ class PostgresReads(ReadView):
         ]
 
     def unconsolidated_partitions(self) -> list[PartitionState]:
-        raise NotImplementedError("extents are not stored by this backend yet")
+        return [
+            partition_from_row(row)
+            for row in self._fetch(
+                f"SELECT {PARTITION_COLUMNS} FROM {PARTITION_FROM} WHERE EXISTS"
+                " (SELECT 1 FROM batches b WHERE b.partition_id = p.partition_id)"
+            )
+        ]
 
     def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
-        raise NotImplementedError("extents are not stored by this backend yet")
+        return self._rows_from(state.key, -1)
 
     def metadata_stats(self) -> MetadataStats:
-        raise NotImplementedError("extents are not stored by this backend yet")
+        return self._run(postgres_extents.metadata_stats(self._conn))
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         return dict(

@@ -25,13 +25,13 @@ import asyncpg
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import TopicConfig
+from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_rows import (
     EPOCH_ANY,
     PARTITION_COLUMNS_NO_LSO,
     PARTITION_FROM,
     PARTITIONS_BY_NAME,
     TXN_TABLES,
-    batches_holding,
     columns,
 )
 from diskless.coordinator._backends.sqlite_rows import (
@@ -213,12 +213,19 @@ class PostgresTxn(StoreTxn):
                 if key:
                     files.setdefault(partition_id, {})[key] = count
                 sizes[partition_id] = sizes.get(partition_id, 0) + total
+            for partition_id, (extent_files, size) in (
+                await postgres_extents.extent_refs(conn, refs)
+            ).items():
+                files.setdefault(partition_id, {}).update(extent_files)
+                sizes[partition_id] = sizes.get(partition_id, 0) + size
             for partition_id, _ in refs:
                 loaded.batch_refs[partition_id] = BatchRefs(
                     files.get(partition_id, {}), sizes.get(partition_id, 0)
                 )
         for partition_id, (offset, limit) in needs.batches.items():
-            loaded.batches[partition_id] = await batches_holding(conn, partition_id, offset, limit)
+            loaded.batches[partition_id] = await postgres_extents.rows_holding(
+                conn, partition_id, offset, limit
+            )
         if needs.retained_partitions:
             rows = await conn.fetch(
                 f"SELECT {PARTITION_COLUMNS_NO_LSO} FROM {PARTITION_FROM}"
@@ -276,6 +283,9 @@ class PostgresTxn(StoreTxn):
                 " WHERE a.partition_id = k.id AND a.last_offset < k.off",
                 *trims,
             )
+            await postgres_extents.trim_extents(conn, sorted(changes.trims.items()))
+        if changes.extents:
+            await postgres_extents.swap_in(conn, changes.extents)
         if changes.batches:
             rows = [
                 batch_to_row(b, file_ids[b.object_key] if b.object_key else MARKER_FILE_ID)
@@ -552,7 +562,7 @@ class PostgresTxn(StoreTxn):
                 "SELECT partition_id FROM partitions WHERE topic_id = $1", topic_id
             )
         ]
-        for table in ("batches", "producers", *TXN_TABLES):
+        for table in ("batches", "extents", "producers", *TXN_TABLES):
             await conn.execute(
                 f"DELETE FROM {table} WHERE partition_id = ANY($1::bigint[])", partition_ids
             )

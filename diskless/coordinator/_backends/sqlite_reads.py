@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
+from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sqlite_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
@@ -46,10 +47,14 @@ class SqliteReads(ReadView):
         return None if row is None else partition_from_row(row)
 
     def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
-        after = self._before_holder(state.key, offset)
+        yield from sqlite_extents.extents_from(self._conn, state.key, offset)
+        yield from self._rows_from(state.key, offset)
+
+    def _rows_from(self, partition_id: int, offset: int) -> Iterator[StoredBatch]:
+        after = self._before_holder(partition_id, offset)
         chunk = 16
         while True:
-            rows = self.batches_after(state.key, after, chunk)
+            rows = self.batches_after(partition_id, after, chunk)
             yield from rows
             if len(rows) < chunk:
                 return
@@ -77,8 +82,10 @@ class SqliteReads(ReadView):
         ]
 
     def batches_holding(self, partition_id: int, offset: int, limit: int) -> list[StoredBatch]:
-        """Up to `limit` batches from the one holding `offset` (or the next one)."""
-        return self.batches_after(partition_id, self._before_holder(partition_id, offset), limit)
+        """Up to `limit` batches (extents first) from the one holding `offset` (or the next)."""
+        found = sqlite_extents.extents_from(self._conn, partition_id, offset)[:limit]
+        after = self._before_holder(partition_id, offset)
+        return found + self.batches_after(partition_id, after, limit - len(found))
 
     def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
         row = self._conn.execute(
@@ -86,9 +93,16 @@ class SqliteReads(ReadView):
             " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1",
             (state.key,),
         ).fetchone()
-        return None if row is None else batch_from_row(row)
+        top = None if row is None else batch_from_row(row)
+        extent = sqlite_extents.max_timestamp_extent(self._conn, state.key)
+        if extent is not None and (top is None or extent.timestamp >= top.timestamp):
+            return extent
+        return top
 
     def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+        extent = sqlite_extents.first_extent_running_max_at_least(self._conn, state.key, ts)
+        if extent is not None:
+            return extent
         row = self._conn.execute(
             f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = ?"
             " AND b.ts_running_max >= ? ORDER BY b.ts_running_max, b.base_offset LIMIT 1",
@@ -135,13 +149,19 @@ class SqliteReads(ReadView):
         ]
 
     def unconsolidated_partitions(self) -> list[PartitionState]:
-        raise NotImplementedError("extents are not stored by this backend yet")
+        return [
+            partition_from_row(row)
+            for row in self._conn.execute(
+                f"SELECT {PARTITION_COLUMNS} FROM {PARTITION_FROM} WHERE EXISTS"
+                " (SELECT 1 FROM batches b WHERE b.partition_id = p.partition_id)"
+            )
+        ]
 
     def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
-        raise NotImplementedError("extents are not stored by this backend yet")
+        return self._rows_from(state.key, -1)
 
     def metadata_stats(self) -> MetadataStats:
-        raise NotImplementedError("extents are not stored by this backend yet")
+        return sqlite_extents.metadata_stats(self._conn)
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         found = {}

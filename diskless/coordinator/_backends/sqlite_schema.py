@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from diskless.coordinator._backends.sqlite_extents import MIGRATION as EXTENTS
+
 MIGRATIONS: list[list[str]] = [
     # 1: topics, partitions, files, batches, producer state, broker epochs.
     [
@@ -148,6 +150,8 @@ MIGRATIONS: list[list[str]] = [
             expires_ms INTEGER NOT NULL
         )""",
     ],
+    # 7: extents, each the metadata of a run of batches consolidated into one object.
+    EXTENTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,6 +8,7 @@ from typing import Any
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import TopicConfig
+from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_rows import (
     ENTRY_COLUMNS,
@@ -134,7 +135,9 @@ class SqliteTxn(StoreTxn):
                 if key:
                     files[key] = count
                 size += total
-            snapshot.batch_refs[partition_id] = BatchRefs(files, size)
+            extent_files, extent_size = sqlite_extents.extent_refs(conn, partition_id, offset)
+            files.update(extent_files)
+            snapshot.batch_refs[partition_id] = BatchRefs(files, size + extent_size)
         for partition_id, (offset, limit) in needs.batches.items():
             snapshot.batches[partition_id] = self._reads.batches_holding(
                 partition_id, offset, limit
@@ -217,6 +220,8 @@ class SqliteTxn(StoreTxn):
                 "DELETE FROM aborted_txns WHERE partition_id = ? AND last_offset < ?",
                 (partition_id, offset),
             )
+            sqlite_extents.trim_extents(conn, partition_id, offset)
+        sqlite_extents.swap_in(conn, changes.extents)
         if changes.batches:
             conn.executemany(
                 INSERT_BATCH,
@@ -341,9 +346,19 @@ class SqliteTxn(StoreTxn):
                 )
 
     def _grow(self, topic_id: int, current: int, total: int) -> None:
+        # Ids are never reused (as rowids of deleted rows would be): a partition deleted and
+        # re-created is another partition (an extent swap of the old one must fail on it).
+        (used,) = self._conn.execute(
+            "SELECT max(coalesce((SELECT max(partition_id) FROM partitions), 0),"
+            " coalesce((SELECT value FROM meta WHERE name = 'partition_ids_used'), 0))"
+        ).fetchone()
+        count = total - current
         self._conn.executemany(
-            "INSERT INTO partitions (topic_id, partition) VALUES (?, ?)",
-            [(topic_id, index) for index in range(current, total)],
+            "INSERT INTO partitions (partition_id, topic_id, partition) VALUES (?, ?, ?)",
+            [(used + 1 + i, topic_id, current + i) for i in range(count)],
+        )
+        self._conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('partition_ids_used', ?)", (used + count,)
         )
         self._conn.execute(
             "UPDATE topics SET partition_count = ? WHERE topic_id = ?", (total, topic_id)
@@ -358,7 +373,7 @@ class SqliteTxn(StoreTxn):
                 "SELECT partition_id FROM partitions WHERE topic_id = ?", (topic_id,)
             )
         ]
-        for table in ("batches", "producers", *TXN_TABLES):
+        for table in ("batches", "extents", "producers", *TXN_TABLES):
             conn.executemany(f"DELETE FROM {table} WHERE partition_id = ?", partition_ids)
         conn.execute("DELETE FROM group_offsets WHERE topic = ?", (name,))
         conn.execute("DELETE FROM partitions WHERE topic_id = ?", (topic_id,))

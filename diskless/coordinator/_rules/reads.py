@@ -210,7 +210,8 @@ def list_offsets(
     Answers are batch-granular: MAX_TIMESTAMP and a lookup by time return the base offset of the
     matching batch (at least the log start offset) and the batch's timestamp, since the coordinator
     never reads record bytes. On LOG_APPEND_TIME topics every record of a batch carries the append
-    time, so the answer is exact there.
+    time, so the answer is exact there. An answer inside an extent names the extent
+    (`ListOffsetsResponse.extent`) for the read path to resolve through its index.
     """
     responses = [_list_offset(source, request) for request in requests]
     assert len(responses) == len(requests)
