@@ -65,6 +65,7 @@ from diskless.coordinator import (
 from diskless.errors import BrokerClosedError, CoordinatorError
 from diskless.read import (
     FetchReader,
+    ObjectCache,
 )
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalEntry, WalWriter
@@ -118,6 +119,15 @@ class DisklessBroker:
             store,
             coordinator,
             cache=self._cache,
+            object_cache=(
+                ObjectCache(
+                    store,
+                    block_bytes=self._config.fetch_cache_block_bytes,
+                    bytes_max=self._config.fetch_cache_bytes_max,
+                )
+                if self._config.fetch_cache_bytes_max > 0
+                else None
+            ),
             gets_inflight_max=self._config.fetch_gets_inflight_max,
             coalesce_gap_bytes_max=self._config.fetch_coalesce_gap_bytes_max,
         )
@@ -514,6 +524,7 @@ class DisklessBroker:
             error = list_offsets_error(e)
             return {r.topic_partition: ListOffsetsResult(error) for r in requests}
         assert len(responses) == len(requests), (len(responses), len(requests))
+        responses = await self._reader.resolve_list_offsets(responses)
         return {
             request.topic_partition: ListOffsetsResult(
                 response.error, offset=response.offset, timestamp=response.timestamp

@@ -7,7 +7,12 @@ from typing import Final
 import msgspec
 
 from diskless._limits import LEASE_TTL_MS_MAX, backoff_ms
-from diskless.read import COALESCE_GAP_BYTES_MAX_DEFAULT, GETS_INFLIGHT_MAX_DEFAULT
+from diskless.read import (
+    COALESCE_GAP_BYTES_MAX_DEFAULT,
+    GETS_INFLIGHT_MAX_DEFAULT,
+    OBJECT_CACHE_BLOCK_BYTES_DEFAULT,
+    OBJECT_CACHE_BYTES_MAX_DEFAULT,
+)
 from diskless.wal import WalConfig
 
 TXN_LEASE_TTL_FROM_WAL: Final = 0
@@ -49,6 +54,11 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     fetch_coalesce_gap_bytes_max: int = COALESCE_GAP_BYTES_MAX_DEFAULT
     """Read through gaps up to this size between needed ranges of one object (one GET instead of
     two). 0 merges only ranges that touch."""
+    fetch_cache_bytes_max: int = OBJECT_CACHE_BYTES_MAX_DEFAULT
+    """The object cache shared by all fetches (aligned blocks of objects, LRU); 0 disables it,
+    and each fetch then reads its coalesced ranges itself."""
+    fetch_cache_block_bytes: int = OBJECT_CACHE_BLOCK_BYTES_DEFAULT
+    """One GET reads one aligned block of this size (up to the object's end when known)."""
     topic_metadata_ttl_ms: int = 30_000
     """How long topic configs and partition counts are trusted before asking the coordinator."""
     txn_lease_ttl_ms: int = TXN_LEASE_TTL_FROM_WAL
@@ -70,6 +80,10 @@ class BrokerConfig(msgspec.Struct, frozen=True):
             raise ValueError("fetch_gets_inflight_max must be >= 1")
         if self.fetch_coalesce_gap_bytes_max < 0:
             raise ValueError("fetch_coalesce_gap_bytes_max must be >= 0")
+        if self.fetch_cache_block_bytes < 1:
+            raise ValueError("fetch_cache_block_bytes must be >= 1")
+        if 0 < self.fetch_cache_bytes_max < self.fetch_cache_block_bytes:
+            raise ValueError("fetch_cache_bytes_max must be 0 or hold one fetch_cache_block_bytes")
         if self.topic_metadata_ttl_ms < 0:
             raise ValueError("topic_metadata_ttl_ms must be >= 0")
         if self.txn_lease_ttl_ms > LEASE_TTL_MS_MAX:

@@ -65,6 +65,8 @@ class FetchStats(msgspec.Struct, frozen=True):
     bytes_returned: int = 0
     storage_errors: int = 0
     corrupt_batches: int = 0
+    object_cache_block_hits: int = 0
+    """Reads the shared object cache answered from a block it held."""
 
 
 class ProduceStats(msgspec.Struct, frozen=True):

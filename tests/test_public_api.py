@@ -92,3 +92,15 @@ def test_records_exports_the_transaction_version_bridge_rewrite() -> None:
 
     assert "rewrite_producer_state" in diskless.records.__all__
     assert diskless.records.rewrite_producer_state.__module__ == "diskless.records._rewrite"
+
+
+def test_consolidation_is_exported_where_its_layers_are() -> None:
+    import diskless.lifecycle
+    import diskless.read
+    import diskless.wal
+
+    assert {"Consolidator", "ConsolidatorConfig", "ConsolidatorStats", "ConsolidationRun"} <= set(
+        diskless.lifecycle.__all__
+    )
+    assert {"ObjectCache", "ExtentReader", "read_as_served"} <= set(diskless.read.__all__)
+    assert {"encode_extent", "decode_extent_footer", "ExtentFooter"} <= set(diskless.wal.__all__)

@@ -1,14 +1,24 @@
-"""Object lifecycle: orphan reconciliation, safe deletion and retention scheduling."""
+"""Object lifecycle: orphan reconciliation, safe deletion, retention scheduling and
+consolidation."""
 
 from diskless.coordinator import FileState
 from diskless.lifecycle._config import (
+    ConsolidatorConfig,
     FileManagerConfig,
     RetentionSchedulerConfig,
     required_orphan_grace_ms,
 )
+from diskless.lifecycle._consolidator import Consolidator
 from diskless.lifecycle._file_manager import FileManager
 from diskless.lifecycle._retention import RetentionScheduler
-from diskless.lifecycle._stats import CycleReport, FileManagerStats, RetentionRun, RetentionStats
+from diskless.lifecycle._stats import (
+    ConsolidationRun,
+    ConsolidatorStats,
+    CycleReport,
+    FileManagerStats,
+    RetentionRun,
+    RetentionStats,
+)
 
 __all__ = [
     # the file manager
@@ -23,4 +33,9 @@ __all__ = [
     "RetentionScheduler",
     "RetentionSchedulerConfig",
     "RetentionStats",
+    # consolidation
+    "ConsolidationRun",
+    "Consolidator",
+    "ConsolidatorConfig",
+    "ConsolidatorStats",
 ]

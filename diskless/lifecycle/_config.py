@@ -214,3 +214,48 @@ class RetentionSchedulerConfig(msgspec.Struct, frozen=True, kw_only=True):
 def _check_between(name: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+CONSOLIDATED_OBJECT_BYTES_MAX = 1 << 30
+CANDIDATES_PER_RUN_MAX = 100_000
+
+
+class ConsolidatorConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What a consolidator moves per run, and where its objects go."""
+
+    prefix: str = DEFAULT_OBJECT_PREFIX
+    """Consolidated objects are named like WAL objects under the file manager's prefix, so that
+    an object whose swap never happened is reclaimed as an orphan."""
+    node_id: int = 0
+    """Written into object names (`-b{node_id}-`), as a broker id is."""
+    period_ms: int = 60_000
+    age_ms: int = 600_000
+    """Only batches committed longer ago than this move: recent data is read from the WAL
+    objects (and the writer's segment cache) by consumers at the tail."""
+    object_bytes_max: int = 256 * 1024 * 1024
+    """The batches of one consolidated object (a single larger batch still moves alone)."""
+    candidates_per_run_max: int = 100
+    """Partition ranges asked of the coordinator per run; they are moved one at a time, so one
+    run holds at most one object in memory."""
+    index_interval_bytes: int = 32 * 1024
+    """Kafka's index.interval.bytes: bytes of batches between two index entries of an object."""
+    cache_bytes_max: int = 64 * 1024 * 1024
+    """The consolidator's own object cache: candidates of one run that share WAL objects read
+    each block once."""
+    cache_block_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not self.prefix.endswith("/"):
+            raise ValueError(f"prefix must end with '/', got {self.prefix!r}")
+        if self.period_ms < PERIOD_MS_MIN:
+            raise ValueError(f"period_ms must be >= {PERIOD_MS_MIN}, got {self.period_ms}")
+        if self.age_ms < 0 or self.node_id < 0:
+            raise ValueError("age_ms and node_id must be >= 0")
+        _check_between("object_bytes_max", self.object_bytes_max, 1, CONSOLIDATED_OBJECT_BYTES_MAX)
+        _check_between(
+            "candidates_per_run_max", self.candidates_per_run_max, 1, CANDIDATES_PER_RUN_MAX
+        )
+        _check_between("index_interval_bytes", self.index_interval_bytes, 1, 1 << 30)
+        _check_between("cache_block_bytes", self.cache_block_bytes, 1, 1 << 30)
+        if self.cache_bytes_max < self.cache_block_bytes:
+            raise ValueError("cache_bytes_max must hold one cache_block_bytes")

@@ -71,3 +71,31 @@ class RetentionStats(msgspec.Struct, frozen=True, kw_only=True):
     batches_deleted: int = 0
     bytes_deleted: int = 0
     runs_with_work_left: int = 0
+
+
+class ConsolidationRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What one `Consolidator.run_once` did."""
+
+    candidates: int
+    extents_committed: int
+    swaps_refused: int
+    """Objects uploaded whose swap the coordinator refused: orphans for the file manager."""
+    failures: int
+    """Candidates given up on this run (a read, an upload or the swap call failed)."""
+    batches_moved: int
+    bytes_moved: int
+
+
+class ConsolidatorStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Cumulative work of a consolidator."""
+
+    runs: int = 0
+    run_errors: int = 0
+    candidates: int = 0
+    extents_committed: int = 0
+    swaps_refused: int = 0
+    failures: int = 0
+    batches_moved: int = 0
+    bytes_moved: int = 0
+    objects_uploaded: int = 0
+    bytes_uploaded: int = 0

@@ -6,9 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from diskless._results import FetchResult
-from diskless._types import ErrorCode, IsolationLevel
+from diskless._types import ErrorCode, IsolationLevel, TimestampType
 from diskless.coordinator import BatchInfo, FindBatchesResponse
-from diskless.records import InvalidBatch, build_control_batch, parse_batch
+from diskless.records import (
+    InvalidBatch,
+    build_control_batch,
+    parse_batch,
+    set_base_offset,
+    set_log_append_time,
+)
 
 
 class CorruptBatch(Exception):
@@ -32,12 +38,14 @@ def aborted_transactions(
     response: FindBatchesResponse,
     batches: Sequence[BatchInfo],
     isolation_level: IsolationLevel,
+    more: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[int, int]]:
     """(producer id, first offset) of aborted transactions overlapping the returned batches.
 
     Only READ_COMMITTED fetches carry the list. The coordinator's index answers it (aborted
     transactions whose marker is at or after the fetch offset and whose first offset is below the
     end of the returned batches); this keeps those overlapping what is actually returned.
+    `more` are those of follow-up answers for the same partition (see `_plan`).
     """
     if isolation_level != IsolationLevel.READ_COMMITTED or not batches:
         return []
@@ -47,7 +55,7 @@ def aborted_transactions(
     assert first_offset <= last_offset, (first_offset, last_offset)
     return [
         (producer_id, txn_first_offset)
-        for producer_id, txn_first_offset in response.aborted_transactions
+        for producer_id, txn_first_offset in [*response.aborted_transactions, *more]
         if txn_first_offset <= last_offset
     ]
 
@@ -82,6 +90,22 @@ def check_stored_batch(batch: bytearray, info: BatchInfo) -> None:
             f"{where}: batch holds {header.last_offset_delta + 1} offsets, "
             f"the coordinator assigned {info.last_offset - info.base_offset + 1}"
         )
+
+
+def as_served(info: BatchInfo, stored: bytes | bytearray | memoryview | None) -> bytearray:
+    """The batch a fetch returns for `info`: the stored bytes (checked) or, for a marker, its
+    control batch; base offset set, and the append time stamped on LOG_APPEND_TIME topics.
+    Raises CorruptBatch when the stored bytes fail the checks."""
+    if info.object_key:
+        assert stored is not None, info
+        batch = bytearray(stored)
+        check_stored_batch(batch, info)
+    else:
+        batch = bytearray(synthesize_marker(info))
+    set_base_offset(batch, info.base_offset)
+    if info.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        set_log_append_time(batch, info.log_append_time)
+    return batch
 
 
 def empty_result(

@@ -10,6 +10,11 @@ coordinator assigned), its base offset is rewritten (outside the CRC) and, on Lo
 its timestamp (CRC recomputed). Transaction markers exist only as coordinator metadata; the read
 path synthesizes their control batches.
 
+With an `ObjectCache`, stored bytes are read through its aligned blocks instead (one GET per
+block however many partitions and fetches need it). Extents (consolidated runs of batches) are
+expanded through their object's index and the budgets applied again (`_plan`); their batches are
+already as served and go out unchanged, after the same checks.
+
 Failures stay local: a failed read or a corrupt batch turns only the partitions that needed those
 bytes into KAFKA_STORAGE_ERROR (retriable); the rest of the fetch succeeds.
 """
@@ -26,7 +31,6 @@ from diskless._results import FetchResult, FetchStats
 from diskless._types import (
     ErrorCode,
     IsolationLevel,
-    TimestampType,
     TopicPartition,
     check_isolation_level,
 )
@@ -35,27 +39,29 @@ from diskless.coordinator import (
     BatchInfo,
     FindBatchesRequest,
     FindBatchesResponse,
+    ListOffsetsResponse,
 )
 from diskless.errors import CoordinatorError, StorageError
 from diskless.read._batches import (
     CorruptBatch,
     aborted_transactions,
-    check_stored_batch,
+    as_served,
     empty_result,
-    synthesize_marker,
     within_isolation,
 )
+from diskless.read._cache import ObjectCache
+from diskless.read._extents import ExtentReader, Served
+from diskless.read._plan import PartitionPlan, has_extents, plan_exact
 from diskless.read._spans import Span, SpanIndex, coalesce
-from diskless.records import (
-    set_base_offset,
-    set_log_append_time,
-)
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
 
 GETS_INFLIGHT_MAX_DEFAULT: Final = 16
 COALESCE_GAP_BYTES_MAX_DEFAULT: Final = 0
+EXTENT_CACHE_BLOCK_BYTES: Final = 1024 * 1024
+EXTENT_CACHE_BYTES_MAX: Final = 16 * 1024 * 1024
+"""The reader's own cache for extents when it is given no `ObjectCache`."""
 
 
 class RangeCache(Protocol):
@@ -77,6 +83,7 @@ class FetchReader:
         coordinator: BatchCoordinator,
         *,
         cache: RangeCache | None = None,
+        object_cache: ObjectCache | None = None,
         gets_inflight_max: int = GETS_INFLIGHT_MAX_DEFAULT,
         coalesce_gap_bytes_max: int = COALESCE_GAP_BYTES_MAX_DEFAULT,
     ) -> None:
@@ -89,10 +96,35 @@ class FetchReader:
         self._cache = cache
         self._gets = asyncio.Semaphore(gets_inflight_max)
         self._gap_bytes_max = coalesce_gap_bytes_max
+        self._object_cache = object_cache
+        self._extents = ExtentReader(
+            object_cache
+            if object_cache is not None
+            else ObjectCache(
+                store,
+                block_bytes=EXTENT_CACHE_BLOCK_BYTES,
+                bytes_max=EXTENT_CACHE_BYTES_MAX,
+                gets=self._gets,
+            )
+        )
         self._stats: dict[str, int] = dict.fromkeys(FetchStats.__struct_fields__, 0)
 
+    @property
+    def extents(self) -> ExtentReader:
+        """Extents found through their objects' indexes (ListOffsets resolves answers here)."""
+        return self._extents
+
     def stats(self) -> FetchStats:
-        return FetchStats(**self._stats)
+        """This reader's counters; GETs and bytes include those of its object cache."""
+        cache = self._extents.cache.stats()
+        return FetchStats(
+            **{
+                **self._stats,
+                "gets_issued": self._stats["gets_issued"] + cache.gets_issued,
+                "bytes_fetched": self._stats["bytes_fetched"] + cache.bytes_fetched,
+                "object_cache_block_hits": cache.block_hits,
+            }
+        )
 
     async def fetch(
         self,
@@ -127,35 +159,69 @@ class FetchReader:
             return {r.topic_partition: failed for r in requests}
         assert len(responses) == len(requests), (len(responses), len(requests))
 
-        selected: dict[TopicPartition, list[BatchInfo]] = {}
+        selected: dict[int, list[BatchInfo]] = {}
         results: dict[TopicPartition, FetchResult] = {}
-        for request, response in zip(requests, responses, strict=True):
-            tp = request.topic_partition
+        for i, (request, response) in enumerate(zip(requests, responses, strict=True)):
             if response.error != ErrorCode.NONE:
-                results[tp] = empty_result(response, response.error)
+                results[request.topic_partition] = empty_result(response, response.error)
                 continue
-            selected[tp] = within_isolation(response, isolation_level)
+            selected[i] = within_isolation(response, isolation_level)
+
+        if any(has_extents(batches) for batches in selected.values()):
+            plans = await plan_exact(
+                self._coordinator, self._extents, requests, responses, selected, max_bytes
+            )
+        else:
+            plans = {i: _plan_of(batches) for i, batches in selected.items()}
 
         spans = coalesce(
             (
-                Span(b.object_key, b.byte_offset, b.byte_offset + b.size)
-                for batches in selected.values()
-                for b in batches
-                if b.object_key
+                Span(b.info.object_key, b.info.byte_offset, b.info.byte_offset + b.size)
+                for plan in plans.values()
+                for b in plan.batches
+                if b.data is None and b.info.object_key
             ),
             self._gap_bytes_max,
         )
         data = await self._read_spans(spans)
         index = SpanIndex(spans)
 
-        for request, response in zip(requests, responses, strict=True):
+        for i, plan in plans.items():
+            request, response = requests[i], responses[i]
             tp = request.topic_partition
-            batches = selected.get(tp)
-            if batches is None:
+            if plan.failure is not None:
+                self._stats["corrupt_batches"] += int(isinstance(plan.failure, CorruptBatch))
+                _log.error("fetch: %s: %s", tp, plan.failure)
+                results[tp] = empty_result(response, fetch_error(plan.failure), f"{plan.failure}")
                 continue
-            results[tp] = self._assemble(tp, response, batches, index, data, isolation_level)
+            results[tp] = self._assemble(tp, response, plan, index, data, isolation_level)
         assert results.keys() == offsets.keys()
         return {tp: results[tp] for tp in offsets}  # in request order
+
+    async def resolve_list_offsets(
+        self, responses: Sequence[ListOffsetsResponse]
+    ) -> list[ListOffsetsResponse]:
+        """Answers that lie inside an extent (`ListOffsetsResponse.extent`), resolved through the
+        extent's index as that field documents; the others as they are. An extent that cannot
+        be read answers KAFKA_STORAGE_ERROR for its partition only."""
+
+        async def resolve(response: ListOffsetsResponse) -> ListOffsetsResponse:
+            extent = response.extent
+            if extent is None:
+                return response
+            try:
+                found = await self._extents.find(extent, response.offset, response.timestamp)
+            except (CorruptBatch, StorageError) as e:
+                _log.error("list offsets: extent %s: %s", extent.object_key, e)
+                return ListOffsetsResponse(fetch_error(e))
+            if found is None:
+                _log.error("list offsets: no answer inside extent %s", extent)
+                return ListOffsetsResponse(ErrorCode.KAFKA_STORAGE_ERROR)
+            return ListOffsetsResponse(ErrorCode.NONE, offset=found[0], timestamp=found[1])
+
+        if all(response.extent is None for response in responses):
+            return list(responses)
+        return list(await asyncio.gather(*(resolve(response) for response in responses)))
 
     # --- reading ------------------------------------------------------------------------------
     async def _read_spans(self, spans: Sequence[Span]) -> dict[Span, bytes | StorageError]:
@@ -170,7 +236,9 @@ class FetchReader:
             else:
                 missing.append(span)
         self._stats["ranges_read"] += len(spans)
-        if missing:
+        if missing and self._object_cache is not None:
+            data.update(await self._read_through(self._object_cache, missing))
+        elif missing:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._get(span)) for span in missing]
             for span, task in zip(missing, tasks, strict=True):
@@ -179,6 +247,21 @@ class FetchReader:
             len(chunk) for chunk in data.values() if isinstance(chunk, bytes)
         )
         return data
+
+    async def _read_through(
+        self, cache: ObjectCache, spans: Sequence[Span]
+    ) -> dict[Span, bytes | StorageError]:
+        async def read(span: Span) -> bytes | StorageError:
+            try:
+                return await cache.read(*span)
+            except StorageError as e:
+                self._stats["storage_errors"] += 1
+                _log.warning("fetch: reading %s [%d, %d) failed: %r", *span, e)
+                return e
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(read(span)) for span in spans]
+        return {span: task.result() for span, task in zip(spans, tasks, strict=True)}
 
     def _cached(self, span: Span) -> bytes | None:
         if self._cache is None:
@@ -209,29 +292,30 @@ class FetchReader:
         self,
         tp: TopicPartition,
         response: FindBatchesResponse,
-        batches: Sequence[BatchInfo],
+        plan: PartitionPlan,
         index: SpanIndex,
         data: Mapping[Span, bytes | StorageError],
         isolation_level: IsolationLevel,
     ) -> FetchResult:
         out = bytearray()
         try:
-            for info in batches:
+            for info, served in plan.batches:
+                if served is not None:  # an extent's batch: checked when walked, already as served
+                    out += served
+                    self._stats["batches_read"] += 1
+                    continue
+                stored: bytes | None = None
                 if info.object_key:
                     start, end = info.byte_offset, info.byte_offset + info.size
                     span = index.find(info.object_key, start, end)
                     chunk = data[span]
                     if isinstance(chunk, StorageError):
                         return empty_result(response, fetch_error(chunk), f"{chunk}")
-                    batch = bytearray(chunk[start - span.start : end - span.start])
-                    check_stored_batch(batch, info)
+                    stored = chunk[start - span.start : end - span.start]
                     self._stats["batches_read"] += 1
                 else:
-                    batch = bytearray(synthesize_marker(info))
                     self._stats["control_batches_synthesized"] += 1
-                set_base_offset(batch, info.base_offset)
-                if info.timestamp_type == TimestampType.LOG_APPEND_TIME:
-                    set_log_append_time(batch, info.log_append_time)
+                batch = as_served(info, stored)
                 out += batch
         except CorruptBatch as e:
             self._stats["corrupt_batches"] += 1
@@ -244,5 +328,16 @@ class FetchReader:
             last_stable_offset=response.last_stable_offset,
             log_start_offset=response.log_start_offset,
             records=bytes(out),
-            aborted_transactions=aborted_transactions(response, batches, isolation_level),
+            aborted_transactions=aborted_transactions(
+                response,
+                [served.info for served in plan.batches],
+                isolation_level,
+                plan.extra_aborted,
+            ),
         )
+
+
+def _plan_of(batches: list[BatchInfo]) -> PartitionPlan:
+    plan = PartitionPlan()
+    plan.batches = [Served(info) for info in batches]
+    return plan

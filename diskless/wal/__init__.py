@@ -2,6 +2,15 @@
 
 from diskless.wal._cache import SegmentCache
 from diskless.wal._config import WalConfig, WalStats
+from diskless.wal._extent_format import (
+    EXTENT_TRAILER_SIZE,
+    INDEX_INTERVAL_BYTES_DEFAULT,
+    ExtentFooter,
+    ExtentFormatError,
+    ExtentIndexEntry,
+    decode_extent_footer,
+    encode_extent,
+)
 from diskless.wal._format import (
     FORMAT_VERSION,
     TRAILER_SIZE,
@@ -34,4 +43,12 @@ __all__ = [
     "encode_segment",
     "read_footer",
     "read_object_index",
+    # the consolidated object format
+    "EXTENT_TRAILER_SIZE",
+    "INDEX_INTERVAL_BYTES_DEFAULT",
+    "ExtentFooter",
+    "ExtentFormatError",
+    "ExtentIndexEntry",
+    "decode_extent_footer",
+    "encode_extent",
 ]
