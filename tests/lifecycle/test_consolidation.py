@@ -50,19 +50,8 @@ BUDGETS = [(1, 1), (700, 100_000), (4_000, 6_000), (1 << 20, 1 << 20)]
 @pytest.fixture(params=BACKENDS)
 async def coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     made = open_coordinator(request.param, tmp_path, SystemClock())
-    await _require_extents(made)
     yield made
     await made.close()
-
-
-async def _require_extents(coordinator: BatchCoordinator) -> None:
-    """Skip on a backend whose store does not keep extents yet (they join as they do)."""
-    try:
-        await coordinator.metadata_stats()
-        await coordinator.consolidation_candidates(0, 1, 1)
-    except NotImplementedError as e:
-        await coordinator.close()
-        pytest.skip(f"{type(coordinator).__name__}: {e}")
 
 
 async def _workload(rng: random.Random, broker: DisklessBroker, tc: TransactionCoordinator) -> None:
@@ -257,7 +246,6 @@ async def test_a_consolidator_killed_between_upload_and_swap_loses_and_doubles_n
 ) -> None:
     db, objects = tmp_path / "coordinator.db", tmp_path / "objects"
     coordinator = SqliteBatchCoordinator(db)
-    await _require_extents(coordinator)
     store = LocalObjectStore(objects)
     try:
         async with DisklessBroker(1, store, coordinator, CONFIG) as broker:

@@ -67,6 +67,14 @@ def test_public_names() -> None:
         "encode_segment",
         "read_footer",
         "read_object_index",
+        # consolidated objects
+        "EXTENT_TRAILER_SIZE",
+        "ExtentFooter",
+        "ExtentFormatError",
+        "ExtentIndexEntry",
+        "INDEX_INTERVAL_BYTES_DEFAULT",
+        "decode_extent_footer",
+        "encode_extent",
     }
 
 
