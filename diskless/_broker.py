@@ -63,10 +63,7 @@ from diskless.coordinator import (
     TopicDescription,
 )
 from diskless.errors import BrokerClosedError, CoordinatorError
-from diskless.read import (
-    FetchReader,
-    ObjectCache,
-)
+from diskless.read import FetchReader, ObjectCache
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalEntry, WalWriter
 
@@ -119,14 +116,8 @@ class DisklessBroker:
             store,
             coordinator,
             cache=self._cache,
-            object_cache=(
-                ObjectCache(
-                    store,
-                    block_bytes=self._config.fetch_cache_block_bytes,
-                    bytes_max=self._config.fetch_cache_bytes_max,
-                )
-                if self._config.fetch_cache_bytes_max > 0
-                else None
+            object_cache=ObjectCache.sized(
+                store, self._config.fetch_cache_block_bytes, self._config.fetch_cache_bytes_max
             ),
             gets_inflight_max=self._config.fetch_gets_inflight_max,
             coalesce_gap_bytes_max=self._config.fetch_coalesce_gap_bytes_max,

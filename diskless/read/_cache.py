@@ -65,6 +65,13 @@ class ObjectCache:
         self._inflight: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._stats: dict[str, int] = dict.fromkeys(ObjectCacheStats.__struct_fields__, 0)
 
+    @classmethod
+    def sized(cls, store: ObjectStore, block_bytes: int, bytes_max: int) -> ObjectCache | None:
+        """The cache a broker's configuration asks for: none when `bytes_max` is 0."""
+        if bytes_max <= 0:
+            return None
+        return cls(store, block_bytes=block_bytes, bytes_max=bytes_max)
+
     @property
     def block_bytes(self) -> int:
         return self._block_bytes
