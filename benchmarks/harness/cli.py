@@ -167,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="URL",
         help="batch coordinator: sqlite (default: a file in the run's data directory), "
-        "sqlite:///PATH (one file per run beside PATH), or memory (single-task runs only)",
+        "sqlite:///PATH (one file per run beside PATH), postgresql://USER@HOST:PORT/DB (a "
+        "database per run on that server, created through DB), or memory (single-task runs "
+        "only)",
     )
     e.add_argument(
         "--memory-coordinator",
@@ -401,6 +403,7 @@ def run_once(
             run_dir=str(data_dir),
         )
         with progress.phase("topics"):
+            coordinators.prepare(options.coordinator, run.coordinator)
             if coordinators.is_shared(run.coordinator):  # (an in-memory one is its task's own)
                 asyncio.run(_create_topics(run, spec))
         with progress.phase("workload"):
@@ -470,19 +473,15 @@ def run_once(
         return RunOutcome(report, rows, data_dir)
     finally:
         if options.keep_data:
-            progress.write(f"data kept in {data_dir}")
+            kept = coordinators.for_run(options.coordinator, data_dir)
+            progress.write(f"data kept in {data_dir} (coordinator {kept})")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
-            _remove_coordinator_file(coordinators.for_run(options.coordinator, data_dir))
-
-
-def _remove_coordinator_file(resolved: str) -> None:
-    path = coordinators.sqlite_file(resolved)
-    if path is None:
-        return
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(f"{path}{suffix}")
+            resolved = coordinators.for_run(options.coordinator, data_dir)
+            try:
+                coordinators.remove(options.coordinator, resolved)
+            except Exception as exc:  # (never hide the run's own failure behind this one)
+                progress.write(f"could not remove the coordinator {resolved}: {exc}")
 
 
 def succeeded(report: RunReport) -> bool:
