@@ -365,6 +365,11 @@ def transactions_note(spec: WorkloadSpec) -> str:
     )
 
 
+POSTGRESQL_NOTE: Final = (
+    "PostgreSQL coordinator: the raw-insert baseline is still SQLite on the driver's disk (the "
+    "same headline as a local run); `benchmarks.bench_coordinator` measures PostgreSQL commits "
+    "against raw PostgreSQL inserts."
+)
 MEMORY_NOTE: Final = (
     "In-memory coordinator: the read-back ran in the execution task through a producing broker, "
     "whose segment cache still held recent objects, so GETs per GB understate a cold read."
@@ -466,7 +471,8 @@ def run_once(
             verification=verification,
             errors=describe_errors(rows),
             notes=[transactions_note(spec), *NOTES]
-            + ([] if coordinators.is_shared(run.coordinator) else [MEMORY_NOTE]),
+            + ([] if coordinators.is_shared(run.coordinator) else [MEMORY_NOTE])
+            + ([POSTGRESQL_NOTE] if coordinators.is_postgresql(run.coordinator) else []),
             phases_s=dict(progress.times),
             tasks=[task_summary(t) for t in tasks],
         )

@@ -70,7 +70,7 @@ def for_run(url: str, data_dir: Path) -> str:
         return MEMORY
     if url == SQLITE_DEFAULT:
         return f"sqlite://{data_dir.resolve() / DEFAULT_FILE}"
-    if _is_postgresql(url):
+    if is_postgresql(url):
         parts = urlsplit(url)
         slug = re.sub(r"[^a-z0-9_]", "_", f"{_database(parts)}_{data_dir.name}".lower())
         return urlunsplit(parts._replace(path=f"/{slug[-POSTGRESQL_NAME_MAX:]}"))
@@ -82,13 +82,13 @@ def for_run(url: str, data_dir: Path) -> str:
 def prepare(url: str, resolved: str) -> None:
     """Create the run's empty coordinator where that takes a step of its own (a PostgreSQL
     database, created through the database `url` names)."""
-    if _is_postgresql(resolved):
+    if is_postgresql(resolved):
         asyncio.run(_postgresql(url, f'CREATE DATABASE "{_database(urlsplit(resolved))}"'))
 
 
 def remove(url: str, resolved: str) -> None:
     """Remove the run's coordinator: its SQLite file, or its PostgreSQL database."""
-    if _is_postgresql(resolved):
+    if is_postgresql(resolved):
         database = _database(urlsplit(resolved))
         asyncio.run(_postgresql(url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         return
@@ -111,7 +111,7 @@ def open_coordinator_type(resolved: str) -> tuple[type[BatchCoordinator], tuple[
         return InMemoryBatchCoordinator, ()
     if urlsplit(resolved).scheme == "sqlite" and resolved != SQLITE_DEFAULT:
         return SqliteBatchCoordinator, (str(_sqlite_path(resolved)),)
-    if _is_postgresql(resolved):
+    if is_postgresql(resolved):
         return PostgresBatchCoordinator, (resolved,)
     raise ValueError(f"not a resolved coordinator URL: {resolved!r}")
 
@@ -127,7 +127,7 @@ def describe(resolved: str, tasks: int) -> str:
     """The report's line: which coordinator, and who shares it."""
     if resolved == MEMORY:
         return "in-memory (one task)"
-    if _is_postgresql(resolved):
+    if is_postgresql(resolved):
         parts = urlsplit(resolved)
         server = f"{parts.hostname}:{parts.port or 5432}"
         return f"PostgreSQL database {_database(parts)} on {server} shared by {tasks} Spark task(s)"
@@ -139,7 +139,8 @@ def _sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite://"))
 
 
-def _is_postgresql(url: str) -> bool:
+def is_postgresql(url: str) -> bool:
+    """Whether `url` (canonical or resolved) names a PostgreSQL coordinator."""
     return urlsplit(url).scheme in POSTGRESQL_SCHEMES
 
 

@@ -100,6 +100,7 @@ def test_each_run_gets_a_postgresql_database_of_its_own(tmp_path: Path) -> None:
     assert resolved == "postgresql://bench@10.0.0.3:5433/diskless_diskless_bench_ab1"
     assert resolved != coordinators.for_run("postgresql://bench@10.0.0.3:5433/diskless", run_b)
     assert coordinators.is_shared(resolved) and coordinators.sqlite_file(resolved) is None
+    assert coordinators.is_postgresql(resolved) and not coordinators.is_postgresql("sqlite:")
     assert coordinators.describe(resolved, 2) == (
         "PostgreSQL database diskless_diskless_bench_ab1 on 10.0.0.3:5433 shared by 2 Spark task(s)"
     )
