@@ -167,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="URL",
         help="batch coordinator: sqlite (default: a file in the run's data directory), "
-        "sqlite:///PATH (one file per run beside PATH), or memory (single-task runs only)",
+        "sqlite:///PATH (one file per run beside PATH), postgresql://USER@HOST:PORT/DB (a "
+        "database per run on that server, created through DB), or memory (single-task runs "
+        "only)",
     )
     e.add_argument(
         "--memory-coordinator",
@@ -363,6 +365,11 @@ def transactions_note(spec: WorkloadSpec) -> str:
     )
 
 
+POSTGRESQL_NOTE: Final = (
+    "PostgreSQL coordinator: the raw-insert baseline is still SQLite on the driver's disk (the "
+    "same headline as a local run); `benchmarks.bench_coordinator` measures PostgreSQL commits "
+    "against raw PostgreSQL inserts."
+)
 MEMORY_NOTE: Final = (
     "In-memory coordinator: the read-back ran in the execution task through a producing broker, "
     "whose segment cache still held recent objects, so GETs per GB understate a cold read."
@@ -401,6 +408,7 @@ def run_once(
             run_dir=str(data_dir),
         )
         with progress.phase("topics"):
+            coordinators.prepare(options.coordinator, run.coordinator)
             if coordinators.is_shared(run.coordinator):  # (an in-memory one is its task's own)
                 asyncio.run(_create_topics(run, spec))
         with progress.phase("workload"):
@@ -463,26 +471,23 @@ def run_once(
             verification=verification,
             errors=describe_errors(rows),
             notes=[transactions_note(spec), *NOTES]
-            + ([] if coordinators.is_shared(run.coordinator) else [MEMORY_NOTE]),
+            + ([] if coordinators.is_shared(run.coordinator) else [MEMORY_NOTE])
+            + ([POSTGRESQL_NOTE] if coordinators.is_postgresql(run.coordinator) else []),
             phases_s=dict(progress.times),
             tasks=[task_summary(t) for t in tasks],
         )
         return RunOutcome(report, rows, data_dir)
     finally:
         if options.keep_data:
-            progress.write(f"data kept in {data_dir}")
+            kept = coordinators.for_run(options.coordinator, data_dir)
+            progress.write(f"data kept in {data_dir} (coordinator {kept})")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
-            _remove_coordinator_file(coordinators.for_run(options.coordinator, data_dir))
-
-
-def _remove_coordinator_file(resolved: str) -> None:
-    path = coordinators.sqlite_file(resolved)
-    if path is None:
-        return
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(f"{path}{suffix}")
+            resolved = coordinators.for_run(options.coordinator, data_dir)
+            try:
+                coordinators.remove(options.coordinator, resolved)
+            except Exception as exc:  # (never hide the run's own failure behind this one)
+                progress.write(f"could not remove the coordinator {resolved}: {exc}")
 
 
 def succeeded(report: RunReport) -> bool:

@@ -1,15 +1,21 @@
-"""Start a local diskless Kafka cluster: `python -m diskless.kafka_server --brokers 3 --racks 3
+"""Start a diskless Kafka cluster: `python -m diskless.kafka_server --brokers 3 --racks 3
 --data-dir DIR [--topic NAME:PARTITIONS ...] [--server-option FIELD=VALUE ...]`.
 
+Embedded (the default): objects go to DIR/objects (LocalObjectStore), batch metadata to
+DIR/coordinator.sqlite (SqliteBatchCoordinator), which processes on one host can share.
+
+On several hosts: `--coordinator postgresql://USER@HOST:PORT/DB` puts the batch metadata in
+PostgreSQL (PostgresBatchCoordinator), and `--s3-endpoint URL --bucket NAME` (or `--bucket NAME
+--region R` for AWS) puts the objects in S3 (credentials from the usual AWS environment); with
+both, no data directory is needed.
+
 `--broker-ids 4,5` runs those brokers instead of 0..N-1: a second process started so on the same
-DIR joins the first one's cluster (one SQLite file, one object directory); Metadata of either
-lists the live brokers of both.
+coordinator and store joins the first one's cluster; Metadata of either lists the live brokers of
+both.
 
 `--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
 
-Objects go to DIR/objects (LocalObjectStore), batch metadata to DIR/coordinator.sqlite
-(SqliteBatchCoordinator). Prints the bootstrap addresses, overall and per rack, then serves until
-interrupted.
+Prints the bootstrap addresses, overall and per rack, then serves until interrupted.
 """
 
 from __future__ import annotations
@@ -26,11 +32,17 @@ import msgspec
 
 from diskless import BrokerConfig
 from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL
-from diskless.coordinator import SqliteBatchCoordinator
+from diskless.coordinator import (
+    BatchCoordinator,
+    PostgresBatchCoordinator,
+    SqliteBatchCoordinator,
+)
 from diskless.kafka_server._cluster import KafkaCluster
 from diskless.kafka_server._config import ServerConfig
-from diskless.storage import LocalObjectStore
+from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
+
+POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
 
 
 def _topic(spec: str) -> tuple[str, int]:
@@ -45,6 +57,12 @@ def _broker_ids(spec: str) -> list[int]:
     if not all(i.strip().isdigit() for i in ids) or len(set(ids)) != len(ids):
         raise argparse.ArgumentTypeError(f"expected distinct ids like 4,5, got {spec!r}")
     return [int(i) for i in ids]
+
+
+def _postgresql_url(spec: str) -> str:
+    if not spec.startswith(POSTGRESQL_SCHEMES):
+        raise argparse.ArgumentTypeError(f"expected postgresql://USER@HOST:PORT/DB, got {spec!r}")
+    return spec
 
 
 def _server_option(spec: str) -> tuple[str, str]:
@@ -83,7 +101,24 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID,ID",
         help="the ids of this process's brokers (default 0..N-1; sets --brokers)",
     )
-    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="objects and SQLite coordinator file of an embedded cluster (needed unless both "
+        "--coordinator and --bucket are given)",
+    )
+    parser.add_argument(
+        "--coordinator",
+        type=_postgresql_url,
+        default=None,
+        metavar="postgresql://USER@HOST:PORT/DB",
+        help="a PostgreSQL batch coordinator that processes on several hosts share",
+    )
+    parser.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (objects in S3)")
+    parser.add_argument("--bucket", help="S3 bucket (with --s3-endpoint, or --region for AWS)")
+    parser.add_argument("--s3-prefix", default="", help="key prefix inside the bucket")
+    parser.add_argument("--region", help="S3 region")
     parser.add_argument(
         "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
     )
@@ -122,12 +157,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_places(args: argparse.Namespace) -> None:
+    """Exit with a usage error unless every shared part has a place."""
+    if args.s3_endpoint and not args.bucket:
+        raise SystemExit("--s3-endpoint needs --bucket")
+    if args.bucket and not (args.s3_endpoint or args.region):
+        raise SystemExit("--bucket needs --s3-endpoint or --region")
+    if args.data_dir is None and (args.coordinator is None or args.bucket is None):
+        raise SystemExit("--data-dir is needed unless both --coordinator and --bucket are given")
+
+
+def _open_store(args: argparse.Namespace) -> ObjectStore:
+    if args.bucket is not None:
+        return S3ObjectStore(
+            args.bucket, args.s3_prefix, endpoint_url=args.s3_endpoint, region=args.region
+        )
+    path: Path = args.data_dir / "objects"
+    return LocalObjectStore(path)
+
+
+def _open_coordinator(args: argparse.Namespace) -> BatchCoordinator:
+    if args.coordinator is not None:
+        return PostgresBatchCoordinator(args.coordinator)
+    path: Path = args.data_dir / "coordinator.sqlite"
+    return SqliteBatchCoordinator(path)
+
+
 async def _run(
     args: argparse.Namespace, server_config: ServerConfig, broker_config: BrokerConfig
 ) -> None:
-    args.data_dir.mkdir(parents=True, exist_ok=True)
-    store = LocalObjectStore(args.data_dir / "objects")
-    coordinator = SqliteBatchCoordinator(args.data_dir / "coordinator.sqlite")
+    if args.data_dir is not None:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+    store = _open_store(args)
+    coordinator = _open_coordinator(args)
     ids = args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
     ports = [args.base_port + i for i in ids] if args.base_port else None
     try:
@@ -156,12 +218,14 @@ async def _run(
             await stop.wait()
     finally:
         await coordinator.close()
+        await store.close()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.brokers < 1 or args.racks < 1 or args.auto_create_partitions < 0:
         raise SystemExit("--brokers and --racks must be >= 1, --auto-create-partitions >= 0")
+    _check_places(args)
     server_config = _server_config(args)
     broker_config = _broker_config(args)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from benchmarks.harness import coordinators
 from benchmarks.harness.cli import parse_args
 from benchmarks.harness.spec import WorkloadSpec
+from tests import _postgres as postgres
 
 
 def test_no_arguments_is_the_embedded_default_run() -> None:
@@ -88,11 +90,53 @@ def test_each_run_resolves_its_own_empty_coordinator(tmp_path: Path) -> None:
     assert not coordinators.is_shared("memory:") and coordinators.is_shared(shared)
 
 
+def test_each_run_gets_a_postgresql_database_of_its_own(tmp_path: Path) -> None:
+    _, options, _ = parse_args(["--coordinator", "postgres://bench@10.0.0.3:5433/diskless"])
+    assert options.coordinator == "postgresql://bench@10.0.0.3:5433/diskless"
+    _, options, _ = parse_args(["--coordinator", "postgresql://bench@10.0.0.3"])
+    assert options.coordinator == "postgresql://bench@10.0.0.3/postgres"
+    run_a, run_b = tmp_path / "diskless-bench-Ab1", tmp_path / "diskless-bench-b"
+    resolved = coordinators.for_run("postgresql://bench@10.0.0.3:5433/diskless", run_a)
+    assert resolved == "postgresql://bench@10.0.0.3:5433/diskless_diskless_bench_ab1"
+    assert resolved != coordinators.for_run("postgresql://bench@10.0.0.3:5433/diskless", run_b)
+    assert coordinators.is_shared(resolved) and coordinators.sqlite_file(resolved) is None
+    assert coordinators.is_postgresql(resolved) and not coordinators.is_postgresql("sqlite:")
+    assert coordinators.describe(resolved, 2) == (
+        "PostgreSQL database diskless_diskless_bench_ab1 on 10.0.0.3:5433 shared by 2 Spark task(s)"
+    )
+    long_name = coordinators.for_run("postgresql://h/" + "d" * 60, run_a)
+    assert len(long_name.rpartition("/")[2]) == coordinators.POSTGRESQL_NAME_MAX
+
+
+def test_a_run_database_is_created_empty_and_dropped(tmp_path: Path) -> None:
+    pg = postgres.server()
+    url = coordinators.parse(pg.dsn("postgres"))
+    resolved = coordinators.for_run(url, tmp_path / "diskless-bench-x1")
+    name = resolved.rpartition("/")[2]
+    coordinators.prepare(url, resolved)
+    try:
+        assert pg.sql(f"SELECT count(*) FROM pg_database WHERE datname = '{name}'") == "1\n"
+        base, args = coordinators.open_coordinator_type(resolved)
+
+        async def topics() -> list[str]:
+            coordinator = base(*args)
+            try:
+                await coordinator.create_topic("t", 1)
+                return [t.name for t in await coordinator.describe_topics()]
+            finally:
+                await coordinator.close()
+
+        assert asyncio.run(topics()) == ["t"]
+    finally:
+        coordinators.remove(url, resolved)
+    assert pg.sql(f"SELECT count(*) FROM pg_database WHERE datname = '{name}'") == "0\n"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--master", "yarn"], "spark://HOST:PORT"),
-        (["--coordinator", "postgresql://db/diskless"], "not available yet"),
+        (["--coordinator", "postgresql:///diskless"], "name the server"),
         (["--coordinator", "sqlite:relative.db"], "must be absolute"),
         (["--coordinator", "mysql://db"], "use sqlite"),
         (["--coordinator", "memory"], "single task"),  # two tasks by default

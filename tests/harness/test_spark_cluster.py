@@ -1,5 +1,7 @@
 """The harness end to end on a real Spark standalone cluster: a master and two workers, each its
-own process, with moto's S3 server as the object store.
+own process, with moto's S3 server as the object store and the test PostgreSQL server as the
+batch coordinator (the configuration of several machines); the same run on a SQLite file that
+both workers share (they are on one host) is among the slow tests.
 
 The harness runs as a separate driver process with `--master spark://...`; its workload,
 brokers, baseline and read-back verification must run in the workers' executors (separate JVMs
@@ -24,6 +26,8 @@ import pytest
 from benchmarks.harness.placement import TaskPlace
 from benchmarks.harness.report import RESULTS_FILE
 from benchmarks.harness.spark import REPO_ROOT
+from tests._postgres import PostgresServer
+from tests._postgres import server as postgres_server
 from tests._s3server import REGION, S3_CREDENTIALS, create_bucket, running_s3_server, s3_client
 from tests._spark_cluster import SparkCluster, cluster_env, running_spark_cluster
 
@@ -44,29 +48,46 @@ WORKLOAD = [
 
 
 class ClusterRun:
-    def __init__(self, cluster: SparkCluster, endpoint: str, bucket: str, directory: Path) -> None:
+    def __init__(
+        self, cluster: SparkCluster, endpoint: str, bucket: str, directory: Path, coordinator: str
+    ) -> None:
         self.cluster, self.endpoint, self.bucket, self.directory = (
             cluster,
             endpoint,
             bucket,
             directory,
         )
+        self.coordinator = coordinator
+        """What `--coordinator` was: postgresql://... or sqlite:///..."""
+        self.postgres: PostgresServer | None = None
         self.report_dir = directory / "report"
         self.process: subprocess.CompletedProcess[str] | None = None
         self.results: dict[str, Any] = {}
 
 
-@pytest.fixture(scope="module")
-def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRun]:
+@pytest.fixture(
+    scope="module",
+    params=["postgresql", pytest.param("sqlite", marks=pytest.mark.slow)],
+)
+def cluster_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ClusterRun]:
     directory = tmp_path_factory.mktemp("cluster")
+    postgres: PostgresServer | None = None
+    if request.param == "postgresql":
+        postgres = postgres_server()
+        coordinator = postgres.dsn("postgres")
+    else:
+        coordinator = f"sqlite://{directory / 'coordinator.sqlite'}"
     with running_s3_server() as endpoint:
         bucket = asyncio.run(create_bucket(endpoint))
         with running_spark_cluster(directory, workers=2, env=CREDENTIALS) as cluster:
-            run = ClusterRun(cluster, endpoint, bucket, directory)
+            run = ClusterRun(cluster, endpoint, bucket, directory, coordinator)
+            run.postgres = postgres
             argv = [
                 sys.executable, "-m", "benchmarks.harness",
                 "--master", cluster.master_url,
-                "--coordinator", f"sqlite://{directory / 'coordinator.sqlite'}",
+                "--coordinator", coordinator,
                 "--s3-endpoint", endpoint, "--bucket", bucket, "--region", REGION,
                 "--report-dir", str(run.report_dir),
                 *WORKLOAD,
@@ -116,7 +137,14 @@ def test_the_harness_verifies_a_run_on_the_cluster(cluster_run: ClusterRun) -> N
     assert verification["read_records"] == verification["expected_records"] > 0
     assert report["master"] == cluster_run.cluster.master_url
     assert f"S3 bucket {cluster_run.bucket}" in report["store"]
-    assert "coordinator-diskless-bench-" in report["coordinator"]
+    if cluster_run.postgres is not None:
+        assert report["coordinator"].startswith("PostgreSQL database postgres_diskless_bench_")
+        assert report["coordinator"].endswith(
+            f":{cluster_run.postgres.port} shared by 2 Spark task(s)"
+        )
+    else:
+        assert "coordinator-diskless-bench-" in report["coordinator"]
+    assert f"coordinator: {report['coordinator']}" in process.stdout
     assert f"Spark master {cluster_run.cluster.master_url}" in process.stdout
 
 
@@ -148,7 +176,7 @@ def test_the_master_saw_the_application_on_both_workers(cluster_run: ClusterRun)
         assert [p.name for p in work_dir.iterdir()] == [apps[0]["id"]]
 
 
-def test_the_objects_are_in_the_bucket_and_the_coordinator_file_is_gone(
+def test_the_objects_are_in_the_bucket_and_the_coordinator_is_gone(
     cluster_run: ClusterRun,
 ) -> None:
     async def listing() -> list[str]:
@@ -160,3 +188,6 @@ def test_the_objects_are_in_the_bucket_and_the_coordinator_file_is_gone(
     wal = [k for k in keys if "/wal/" in k]
     assert len(wal) == cluster_run.results["analysis"]["objects"]["count"] > 0
     assert not list(cluster_run.directory.glob("coordinator-*.sqlite*"))
+    if cluster_run.postgres is not None:  # the run's database was dropped after the run
+        databases = cluster_run.postgres.sql("SELECT datname FROM pg_database").split()
+        assert not [d for d in databases if d.startswith("postgres_diskless_bench_")], databases
