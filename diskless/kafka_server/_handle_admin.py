@@ -53,6 +53,10 @@ _RESOURCE_TOPIC: Final = 2
 _RESOURCE_BROKER: Final = 4
 _DEFAULT: Final = -1
 """num_partitions / replication_factor -1: the broker's default (Kafka 2.4+, KIP-464)."""
+MAX_PARTITIONS_PER_REQUEST: Final = 10_000
+"""Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
+so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAFKA-15485)."""
+_TOO_MANY_PARTITIONS: Final = "Excessively large number of partitions per request."
 _WITHOUT_DOCUMENTATION: Final = (
     describe_configs_v1.DescribeConfigsRequest,
     describe_configs_v2.DescribeConfigsRequest,
@@ -82,6 +86,19 @@ def _partition_count(context: BrokerContext, num_partitions: int, assignments: i
     return num_partitions
 
 
+def _requested_partitions(context: BrokerContext, request: CreateTopicsRequest) -> int:
+    """Counted as Kafka counts them, before any other check: invalid counts add nothing."""
+    total = 0
+    for topic in request.topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif int(topic.num_partitions) == _DEFAULT:
+            total += max(context.config.auto_create_topic_partitions, 1)
+        elif int(topic.num_partitions) > 0:
+            total += int(topic.num_partitions)
+    return total
+
+
 async def handle_create_topics(
     context: BrokerContext,
     connection: Connection,
@@ -93,9 +110,12 @@ async def handle_create_topics(
     config_entry = nested(response, "CreatableTopicConfigs") if response.__version__ >= 5 else None
     results: list[Entity] = []
     names = [t.name for t in request.topics]
+    too_many = _requested_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
     for topic in request.topics:
         partitions, config = 0, TopicConfig()
         try:
+            if too_many:
+                raise _Refused(WireError.policy_violation, _TOO_MANY_PARTITIONS)
             if names.count(topic.name) > 1:
                 raise _Refused(WireError.invalid_request, f"topic {topic.name!r} given twice")
             try:
@@ -196,6 +216,17 @@ async def handle_delete_topics(
 
 
 # --- CreatePartitions -----------------------------------------------------------------------------
+async def _added_partitions(context: BrokerContext, request: CreatePartitionsRequest) -> int:
+    """How many partitions the request would add to the topics that exist."""
+    if not request.topics:
+        return 0
+    current = {
+        d.name: d.partitions
+        for d in await context.broker.describe_topics(list({t.name for t in request.topics}))
+    }
+    return sum(max(int(t.count) - current[t.name], 0) for t in request.topics if t.name in current)
+
+
 async def handle_create_partitions(
     context: BrokerContext,
     connection: Connection,
@@ -204,10 +235,25 @@ async def handle_create_partitions(
 ) -> CreatePartitionsResponse:
     entry = nested(response, "CreatePartitionsTopicResult")
     results: list[Entity] = []
+    too_many = False
+    try:
+        too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
+    except DisklessError as e:
+        failed = failure(ApiKey.CREATE_PARTITIONS, e, "growing topics")
+        return build(
+            response,
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                build(entry, name=t.name, error_code=failed, error_message=failed.name)
+                for t in request.topics
+            ),
+        )
     for topic in request.topics:
         count = int(topic.count)
         try:
-            if request.validate_only:
+            if too_many:
+                error = WireError.policy_violation
+            elif request.validate_only:
                 known = await context.broker.describe_topics([topic.name])
                 if not known:
                     error = WireError.unknown_topic_or_partition
@@ -223,6 +269,7 @@ async def handle_create_partitions(
             WireError.none: None,
             WireError.invalid_partitions: f"topic {topic.name!r} has {count} or more partitions",
             WireError.unknown_topic_or_partition: f"unknown topic {topic.name!r}",
+            WireError.policy_violation: _TOO_MANY_PARTITIONS,
         }.get(error, error.name)
         results.append(build(entry, name=topic.name, error_code=error, error_message=message))
     return build(response, throttle_time=NO_THROTTLE, results=tuple(results))

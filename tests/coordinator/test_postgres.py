@@ -23,6 +23,7 @@ from diskless.coordinator import (
     FindBatchesRequest,
     PostgresBatchCoordinator,
 )
+from diskless.coordinator._backends.postgres import PostgresStore, _CommitLost
 from diskless.errors import (
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,
@@ -241,3 +242,26 @@ async def test_a_connection_killed_before_commit_applies_nothing(
         await admin.close()
         await holder.close()
         await coordinator.close()
+
+
+async def test_a_lost_commit_the_restarted_server_never_heard_of_applied_nothing(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """After a crash the server may come back without the lost transaction's WAL: it then calls
+    the transaction ID "in the future". Such a transaction never committed, so resolving it must
+    answer "nothing applied" at once instead of waiting out the resolve timeout as unknown."""
+    store = PostgresStore(database_dsn(tmp_path), resolve_timeout_ms=60_000)
+    try:
+        current = await store.read(lambda view: 0)  # creates the pool and the schema
+        assert current == 0
+        conn = await asyncpg.connect(database_dsn(tmp_path))
+        try:
+            never_assigned = int(await conn.fetchval("SELECT txid_current()")) + 1_000_000
+        finally:
+            await conn.close()
+        lost = _CommitLost(never_assigned, "result", ConnectionResetError("lost with the server"))
+        with pytest.raises(CoordinatorUnavailableError) as raised:
+            await asyncio.wait_for(store._resolve(lost), HANG_GUARD_S)
+        assert not isinstance(raised.value, CommitOutcomeUnknownError)
+    finally:
+        await store.close()

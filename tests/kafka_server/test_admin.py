@@ -140,3 +140,29 @@ async def test_kafka_python_admin_creates_and_deletes(cluster: KafkaCluster) -> 
     listed = await asyncio.to_thread(_kafka_python_session, cluster.bootstrap())
     assert "kp" in listed
     assert await cluster.coordinator.describe_topics(["kp"]) == []
+
+
+def _oversized_requests(bootstrap: str) -> dict[str, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    huge = admin.create_topics([NewTopic("huge", num_partitions=100_000)])
+    pair = admin.create_topics(
+        [NewTopic("half-a", num_partitions=6_000), NewTopic("half-b", num_partitions=6_000)]
+    )
+    assert _error_code(admin.create_topics([NewTopic("small", num_partitions=2)])["small"]) == 0
+    grown = admin.create_partitions([NewPartitions("small", 100_000)])
+    return {
+        "huge": _error_code(huge["huge"]),
+        **{name: _error_code(f) for name, f in pair.items()},
+        "grow": _error_code(grown["small"]),
+    }
+
+
+async def test_requests_for_too_many_partitions_are_refused_as_kafka_refuses_them(
+    cluster: KafkaCluster,
+) -> None:
+    """Kafka caps the partitions one request may add at 10,000 (POLICY_VIOLATION), counted over
+    all its topics; without the cap one request could exhaust the coordinator's memory."""
+    seen = await asyncio.to_thread(_oversized_requests, cluster.bootstrap())
+    assert seen == dict.fromkeys(("huge", "half-a", "half-b", "grow"), KafkaError.POLICY_VIOLATION)
+    described = {d.name: d.partitions for d in await cluster.coordinator.describe_topics()}
+    assert described == {"small": 2}

@@ -203,6 +203,12 @@ class PostgresStore(CoordinatorStore):
                 pool = await self._ready()
                 async with pool.acquire(timeout=self._connect_timeout_s) as conn:
                     status = await conn.fetchval("SELECT txid_status($1)", lost.xid)
+            except asyncpg.InvalidParameterValueError as error:
+                # "transaction ID is in the future": the server restarted without the
+                # transaction's WAL, so it never committed (a commit record would have carried
+                # the server's next transaction ID past it).
+                logger.info("transaction %d is unknown to the server: %s", lost.xid, error)
+                status = "aborted"
             except INFRASTRUCTURE_ERRORS as error:
                 logger.debug("resolving transaction %d: %r", lost.xid, error)
                 status = None
