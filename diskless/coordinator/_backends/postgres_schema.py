@@ -13,6 +13,8 @@ from typing import Final
 
 import asyncpg
 
+from diskless.coordinator._backends.postgres_functions import APPLY_COMMIT_FUNCTION, LOAD_FUNCTION
+
 MIGRATION_LOCK_KEY: Final = 0x6469736B6C657373  # "diskless"
 """The advisory lock serializing migrations (advisory locks are per database)."""
 
@@ -141,6 +143,8 @@ MIGRATIONS: Final[list[list[str]]] = [
             expires_ms BIGINT NOT NULL
         )""",
     ],
+    # 2: a commit's load and apply as server-side functions, one round trip each.
+    [LOAD_FUNCTION, APPLY_COMMIT_FUNCTION],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -25,30 +25,36 @@ import asyncpg
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import TopicConfig
+from diskless.coordinator._backends.postgres_functions import (
+    LOADED_BROKER,
+    LOADED_FILE,
+    LOADED_LEASE,
+    LOADED_PARTITION,
+    LOADED_PRODUCER,
+    LOADED_REGISTRATION,
+)
 from diskless.coordinator._backends.postgres_rows import (
     EPOCH_ANY,
     PARTITION_COLUMNS_NO_LSO,
     PARTITION_FROM,
-    PARTITIONS_BY_NAME,
     TXN_TABLES,
     batches_holding,
     columns,
 )
 from diskless.coordinator._backends.sqlite_rows import (
-    ENTRY_COLUMNS,
-    FILE_COLUMNS,
     FILE_STATE_CODES,
+    FILE_STATES,
     MARKER_FILE_ID,
     TOPIC_COLUMNS,
     batch_to_row,
     entry_from_row,
     entry_to_row,
-    file_from_row,
     partition_from_row,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
 )
+from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, TxnLease, TxnRegistration
 from diskless.coordinator._store import (
     BatchRefs,
@@ -71,6 +77,8 @@ class PostgresTxn(StoreTxn):
         self._brokers_seen: set[int] = set()
         self._counters_seen: set[str] = set()
         self._txns_seen: set[str] = set()
+        self.xid: int | None = None
+        """The transaction's id, when an apply has already asked for it."""
 
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
@@ -94,32 +102,10 @@ class PostgresTxn(StoreTxn):
         wanted = set(needs.partitions)
         for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
             wanted.add(tp)
-        partitions = await self._lock_partitions(wanted) if wanted else {}
+        partitions: dict[TopicPartition, PartitionState] = {}
+        if wanted or needs.leases or needs.brokers or needs.files:
+            partitions = await self._load_locked(needs, sorted(wanted), loaded)
         loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
-        if needs.leases:
-            for row in await conn.fetch(
-                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms"
-                " FROM txn_leases WHERE lease_id = ANY($1::bigint[]) ORDER BY lease_id FOR UPDATE",
-                sorted(needs.leases),
-            ):
-                loaded.leases[row[0]] = TxnLease(*row)
-        if needs.brokers:
-            for broker_id, epoch in await conn.fetch(
-                "SELECT broker_id, epoch FROM brokers WHERE broker_id = ANY($1::bigint[])"
-                " ORDER BY broker_id FOR UPDATE",
-                sorted(needs.brokers),
-            ):
-                loaded.broker_epochs[broker_id] = epoch
-                self._brokers_seen.add(broker_id)
-        if needs.files:
-            for row in await conn.fetch(
-                f"SELECT {FILE_COLUMNS} FROM files WHERE key = ANY($1::text[])"
-                " ORDER BY key FOR UPDATE",
-                sorted(needs.files),
-            ):
-                key, file = file_from_row(row)
-                loaded.files[key] = file
-                self._files_seen.add(key)
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -131,18 +117,49 @@ class PostgresTxn(StoreTxn):
         await self._load_partition_rows(needs, partitions, loaded)
         return loaded.freeze()
 
-    async def _lock_partitions(
-        self, tps: set[TopicPartition]
+    async def _load_locked(
+        self, needs: Needs, ordered: list[TopicPartition], loaded: LoadingSnapshot
     ) -> dict[TopicPartition, PartitionState]:
-        """Lock the existing partitions among `tps` in id order, then read their ongoing index."""
-        ordered = sorted(tps)
+        """Lock and read partitions, leases, brokers and files, and read the producer entries
+        and registrations of the locked partitions, in one call (`diskless_load`); returns
+        every locked partition."""
+        slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
+        producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
+        registrations = sorted((slot_of[tp], pid) for tp, pid in needs.registrations)
         rows = await self._conn.fetch(
-            f"SELECT {PARTITION_COLUMNS_NO_LSO} FROM {PARTITIONS_BY_NAME}"
-            " ORDER BY p.partition_id FOR UPDATE OF p",
+            "SELECT * FROM diskless_load($1::text[], $2::int[], $3::int[], $4::bigint[],"
+            " $5::int[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[])",
             [tp.topic for tp in ordered],
             [tp.partition for tp in ordered],
+            *_two_columns(producers),
+            *_two_columns(registrations),
+            sorted(needs.leases),
+            sorted(needs.brokers),
+            sorted(needs.files),
         )
-        return await self._with_lso(rows)
+        partitions = {}
+        configs: dict[tuple[Any, ...], TopicConfig] = {}
+        for row in rows:
+            kind = row[0]
+            if kind == LOADED_PARTITION:
+                state = partition_from_row(row[1:15], configs)
+                partitions[state.topic_partition] = state
+            elif kind == LOADED_PRODUCER:
+                loaded.producers[(row[1], row[3])] = entry_from_row(
+                    (row[3], row[4], row[5], row[6], row[7], row[8], row[15])
+                )
+            elif kind == LOADED_REGISTRATION:
+                loaded.registrations[(row[1], row[3])] = TxnRegistration(row[4], bool(row[5]))
+            elif kind == LOADED_LEASE:
+                loaded.leases[row[1]] = TxnLease(row[1], row[3], row[4], row[5], row[6])
+            elif kind == LOADED_BROKER:
+                loaded.broker_epochs[row[1]] = row[3]
+                self._brokers_seen.add(row[1])
+            elif kind == LOADED_FILE:
+                key = row[2]
+                loaded.files[key] = FileRow(FILE_STATES[row[3]], row[4], row[5], row[6])
+                self._files_seen.add(key)
+        return partitions
 
     async def _with_lso(self, rows: list[asyncpg.Record]) -> dict[TopicPartition, PartitionState]:
         if not rows:
@@ -171,24 +188,6 @@ class PostgresTxn(StoreTxn):
     ) -> None:
         """The rows keyed by partitions this step has locked."""
         conn = self._conn
-        if needs.producers:
-            keys = _keys(needs.producers, partitions)
-            for row in await conn.fetch(
-                f"SELECT partition_id, {ENTRY_COLUMNS} FROM producers"
-                " WHERE (partition_id, producer_id) IN"
-                " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
-                *_two_columns(keys),
-            ):
-                loaded.producers[(row[0], row[1])] = entry_from_row(list(row)[1:])
-        if needs.registrations:
-            keys = _keys(needs.registrations, partitions)
-            for row in await conn.fetch(
-                "SELECT partition_id, producer_id, producer_epoch, ending FROM txn_registrations"
-                " WHERE (partition_id, producer_id) IN"
-                " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
-                *_two_columns(keys),
-            ):
-                loaded.registrations[(row[0], row[1])] = TxnRegistration(row[2], row[3])
         if needs.other_ongoing:
             keys = _keys(needs.other_ongoing, partitions)
             for partition_id, producer_id, first in await conn.fetch(
@@ -231,6 +230,10 @@ class PostgresTxn(StoreTxn):
 
     # --- apply --------------------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
+        file_key = _commit_shaped(changes)
+        if file_key is not None:
+            await self._apply_commit(file_key, changes)
+            return []
         conn = self._conn
         for name in changes.topics_deleted:
             await self._delete_topic(name)
@@ -327,6 +330,52 @@ class PostgresTxn(StoreTxn):
             )
         await self._apply_txn_state(changes)
         return await self._apply_indexes(changes)
+
+    async def _apply_commit(self, file_key: str, changes: Changes) -> None:
+        """What a commit decided, in one call (`diskless_apply_commit`), which also answers the
+        transaction id."""
+        file = changes.files[file_key]
+        assert file is not None
+        batches = [
+            (
+                b.partition_key,
+                b.base_offset,
+                b.last_offset,
+                b.byte_offset,
+                b.size,
+                b.max_timestamp,
+                b.log_append_time,
+                b.timestamp,
+                b.ts_running_max,
+                b.producer_id,
+                b.producer_epoch,
+                b.control,
+                b.coordinator_epoch,
+            )
+            for b in changes.batches
+        ]
+        partitions = [
+            (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
+            for s in changes.partitions
+        ]
+        producers = [entry_to_row(key, e) for (key, _), e in changes.producers.items()]
+        self.xid = await self._conn.fetchval(
+            "SELECT diskless_apply_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
+            " $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28,"
+            " $29, $30, $31, $32, $33, $34, $35, $36)",
+            file_key,
+            file_key in self._files_seen,
+            FILE_STATE_CODES[file.state],
+            file.size,
+            file.since_ms,
+            file.live_batches,
+            *columns(batches, 13),
+            *columns(partitions, 5),
+            *columns(producers, 8),
+            list(changes.leases_released),
+            *columns(changes.ongoing_opened, 3),
+        )
+        self._files_seen.add(file_key)
 
     async def _put(
         self,
@@ -572,3 +621,32 @@ def _keys(
 
 def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
     return columns(list(pairs), 2)
+
+
+def _commit_shaped(changes: Changes) -> str | None:
+    """The key of the one file `changes` store, when they are what a commit decides: that file,
+    batches in it, partitions, producer entries, released leases and opened transactions."""
+    if (
+        len(changes.files) != 1
+        or changes.topics_deleted
+        or changes.topics_created
+        or changes.partitions_added
+        or changes.broker_epochs
+        or changes.broker_registrations
+        or changes.counters
+        or changes.trims
+        or changes.producers_idle_before is not None
+        or changes.registrations
+        or changes.registrations_dropped
+        or changes.leases_dropped
+        or changes.leases_granted
+        or changes.ongoing_closed
+        or changes.aborted
+        or changes.txns
+        or changes.group_offsets
+    ):
+        return None
+    ((key, file),) = changes.files.items()
+    if file is None or any(b.object_key != key for b in changes.batches):
+        return None
+    return key
