@@ -197,7 +197,12 @@ def _process(
     results: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
     run = _commits if kind == "coordinator" else _raw
-    results.put(asyncio.run(run(dsn, index, bpo, seconds, barrier)))
+    try:
+        results.put(asyncio.run(run(dsn, index, bpo, seconds, barrier)))
+    except BaseException as error:
+        barrier.abort()
+        results.put(RuntimeError(f"{kind} process {index}: {error!r}"))
+        raise
 
 
 # --- a case ---------------------------------------------------------------------------------
@@ -241,6 +246,9 @@ def run_processes(admin_dsn: str, kind: str, processes: int, bpo: int, seconds: 
             child.start()
         try:
             measured = [results.get(timeout=START_TIMEOUT_S + seconds * 10) for _ in children]
+            for m in measured:
+                if isinstance(m, Exception):
+                    raise m
         finally:
             for child in children:
                 child.join(timeout=30)

@@ -5,7 +5,12 @@ shared Python rules. `diskless_load` takes the row locks in the store's fixed or
 leases, brokers, files), each kind sorted by key, then reads the rows keyed by the locked
 partitions. A PL/pgSQL function runs each statement on a fresh snapshot under READ COMMITTED,
 so those reads see everything committed before the locks were granted, as separate statements
-from the client did. Partitions are looked up one index probe per key (see `PARTITIONS_BY_NAME`).
+from the client did.
+
+Partitions are found by (topic, index) one index probe per key (the OFFSET 0 fence keeps a
+plan cached before the table had statistics from scanning a topic's partitions per key), then
+locked by id in a statement of their own: a locking clause inside such a subquery would lock
+in whatever order the join produced rows, which differs between steps and deadlocks them.
 
 `diskless_load` answers one row per loaded item in a wide shape: `kind`, then columns whose
 meaning depends on it (`LOADED_*` below; unused columns are NULL). `diskless_apply_commit`
@@ -51,14 +56,13 @@ DECLARE
     ids bigint[];
 BEGIN
     IF cardinality(part_names) > 0 THEN
-        SELECT array_agg(x.n), array_agg(x.partition_id) INTO slots, ids FROM (
-            SELECT q.n, p.partition_id
+        SELECT array_agg(q.n), array_agg(p.partition_id) INTO slots, ids
             FROM unnest(part_names, part_nums) WITH ORDINALITY q(name, part, n)
             JOIN topics t ON t.name = q.name
-            CROSS JOIN LATERAL (SELECT * FROM partitions p0 WHERE p0.topic_id = t.topic_id
-                AND p0.partition = q.part OFFSET 0) p
-            ORDER BY p.partition_id FOR UPDATE OF p
-        ) x;
+            CROSS JOIN LATERAL (SELECT p0.partition_id FROM partitions p0
+                WHERE p0.topic_id = t.topic_id AND p0.partition = q.part OFFSET 0) p;
+        PERFORM 1 FROM partitions WHERE partition_id = ANY(ids)
+            ORDER BY partition_id FOR UPDATE;
         RETURN QUERY SELECT {LOADED_PARTITION}, p.partition_id, t.name, p.partition::bigint,
             t.timestamp_type::bigint, t.retention_ms, t.retention_bytes, t.max_message_bytes,
             p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,

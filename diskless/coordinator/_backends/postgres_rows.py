@@ -34,14 +34,6 @@ ONGOING_MIN: Final = (
 )
 PARTITION_COLUMNS: Final = PARTITION_COLUMNS_NO_LSO.replace("NULL::bigint", ONGOING_MIN)
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
-PARTITIONS_BY_NAME: Final = (
-    "unnest($1::text[], $2::int[]) k(name, part) JOIN topics t ON t.name = k.name"
-    " CROSS JOIN LATERAL (SELECT * FROM partitions p0 WHERE p0.topic_id = t.topic_id"
-    " AND p0.partition = k.part OFFSET 0) p"
-)
-"""Partitions by (name, index), each looked up on the (topic_id, partition) index: the fence
-(OFFSET 0) keeps a cached generic plan, made before the table has statistics, from scanning a
-whole topic's partitions per key (milliseconds per commit once a topic has many)."""
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 EPOCH_ANY: Final = (1 << 31) - 1
 """Stands for "every epoch" in `leases_dropped` (epochs are 16-bit in Kafka)."""
