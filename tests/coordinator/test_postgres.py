@@ -281,3 +281,23 @@ async def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_state(
             await conn.close()
     finally:
         await coordinator.close()
+
+
+async def test_keys_with_array_literal_syntax_round_trip(tmp_path: Path) -> None:
+    """Keys travel to the server inside array literals: quotes, backslashes, commas, braces
+    and NULL-like text arrive as they were sent."""
+    coordinator = PostgresBatchCoordinator(database_dsn(tmp_path))
+    try:
+        await coordinator.create_topic(TOPIC, 1)
+        epoch = await coordinator.register_broker(1)
+        tp = TopicPartition(TOPIC, 0)
+        keys = ['a"b', "c\\d", "e,f", "{g}", "NULL", " h ", "\\x00"]
+        for n, key in enumerate(keys):
+            outcome = await coordinator.commit_file(key, 1, epoch, 100, [batch(tp, count=1)])
+            assert [(r.error, r.base_offset) for r in outcome.batches] == [(ErrorCode.NONE, n)]
+        (found,) = await coordinator.find_batches([FindBatchesRequest(tp, 0, 1 << 20)], 1 << 20)
+        assert [b.object_key for b in found.batches] == keys
+        again = await coordinator.commit_file(keys[0], 1, epoch, 100, [batch(tp, count=1)])
+        assert again.refused is CommitRefusal.OBJECT_KEY_CONFLICT
+    finally:
+        await coordinator.close()

@@ -19,7 +19,7 @@ Isolation is READ COMMITTED with explicit row locks, the way the SQLite store ge
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
@@ -39,7 +39,10 @@ from diskless.coordinator._backends.postgres_rows import (
     PARTITION_FROM,
     TXN_TABLES,
     batches_holding,
+    bytea_array,
     columns,
+    int_array,
+    text_array,
 )
 from diskless.coordinator._backends.sqlite_rows import (
     FILE_STATE_CODES,
@@ -126,16 +129,21 @@ class PostgresTxn(StoreTxn):
         slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
         producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
         registrations = sorted((slot_of[tp], pid) for tp, pid in needs.registrations)
+        producer_slots, producer_ids = _two_columns(producers)
+        registration_slots, registration_ids = _two_columns(registrations)
         rows = await self._conn.fetch(
-            "SELECT * FROM diskless_load($1::text[], $2::int[], $3::int[], $4::bigint[],"
-            " $5::int[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[])",
-            [tp.topic for tp in ordered],
-            [tp.partition for tp in ordered],
-            *_two_columns(producers),
-            *_two_columns(registrations),
-            sorted(needs.leases),
-            sorted(needs.brokers),
-            sorted(needs.files),
+            "SELECT * FROM diskless_load($1::text::text[], $2::text::int[], $3::text::int[],"
+            " $4::text::bigint[], $5::text::int[], $6::text::bigint[], $7::text::bigint[],"
+            " $8::text::bigint[], $9::text::text[])",
+            text_array([tp.topic for tp in ordered]),
+            int_array([tp.partition for tp in ordered]),
+            int_array(producer_slots),
+            int_array(producer_ids),
+            int_array(registration_slots),
+            int_array(registration_ids),
+            int_array(sorted(needs.leases)),
+            int_array(sorted(needs.brokers)),
+            text_array(sorted(needs.files)),
         )
         partitions = {}
         configs: dict[tuple[Any, ...], TopicConfig] = {}
@@ -359,21 +367,24 @@ class PostgresTxn(StoreTxn):
             for s in changes.partitions
         ]
         producers = [entry_to_row(key, e) for (key, _), e in changes.producers.items()]
+        producer_columns = columns(producers, 8)
+        arrays = [
+            *(int_array(c) for c in columns(batches, 13)),
+            *(int_array(c) for c in columns(partitions, 5)),
+            *(int_array(c) for c in producer_columns[:7]),
+            bytea_array(producer_columns[7]),
+            int_array(changes.leases_released),
+            *(int_array(c) for c in columns(changes.ongoing_opened, 3)),
+        ]
         self.xid = await self._conn.fetchval(
-            "SELECT diskless_apply_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
-            " $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28,"
-            " $29, $30, $31, $32, $33, $34, $35, $36)",
+            APPLY_COMMIT_CALL,
             file_key,
             file_key in self._files_seen,
             FILE_STATE_CODES[file.state],
             file.size,
             file.since_ms,
             file.live_batches,
-            *columns(batches, 13),
-            *columns(partitions, 5),
-            *columns(producers, 8),
-            list(changes.leases_released),
-            *columns(changes.ongoing_opened, 3),
+            *arrays,
         )
         self._files_seen.add(file_key)
 
@@ -621,6 +632,22 @@ def _keys(
 
 def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
     return columns(list(pairs), 2)
+
+
+APPLY_COMMIT_TYPES: Final = (
+    *["bigint"] * 10,  # batches
+    *["int"] * 3,
+    *["bigint"] * 5,  # partitions
+    *["bigint", "bigint", "int", "bigint", "bigint", "int", "bigint", "bytea"],  # producers
+    "bigint",  # released leases
+    *["bigint"] * 3,  # opened transactions
+)
+"""The array parameters of `diskless_apply_commit`, in order (each sent as a literal)."""
+APPLY_COMMIT_CALL: Final = (
+    "SELECT diskless_apply_commit($1, $2, $3, $4, $5, $6, "
+    + ", ".join(f"${n}::text::{t}[]" for n, t in enumerate(APPLY_COMMIT_TYPES, 7))
+    + ")"
+)
 
 
 def _commit_shaped(changes: Changes) -> str | None:
