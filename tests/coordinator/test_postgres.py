@@ -24,6 +24,7 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
 )
 from diskless.coordinator._backends.postgres import PostgresStore, _CommitLost
+from diskless.coordinator._backends.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from diskless.errors import (
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,
@@ -265,3 +266,62 @@ async def test_a_lost_commit_the_restarted_server_never_heard_of_applied_nothing
         assert not isinstance(raised.value, CommitOutcomeUnknownError)
     finally:
         await store.close()
+
+
+async def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_state(
+    tmp_path: Path,
+) -> None:
+    """A database written at schema version 1 (before the server-side functions) is brought
+    up to date by the first coordinator that opens it, with its state intact."""
+    dsn = database_dsn(tmp_path)
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute("CREATE TABLE diskless_schema (version INTEGER NOT NULL)")
+            for statement in MIGRATIONS[0]:
+                await conn.execute(statement)
+            await conn.execute("INSERT INTO diskless_schema VALUES (1)")
+            await conn.execute(
+                "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
+                " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+                " timestamp_after_max_ms) VALUES ($1, 1, 0, -1, -1, 1048588, 0, 0)",
+                TOPIC,
+            )
+            await conn.execute(
+                "INSERT INTO partitions (topic_id, partition, high_watermark) VALUES (1, 0, 7)"
+            )
+            await conn.execute("INSERT INTO brokers VALUES (1, 3)")
+    finally:
+        await conn.close()
+    coordinator = PostgresBatchCoordinator(dsn)
+    try:
+        tp = TopicPartition(TOPIC, 0)
+        outcome = await coordinator.commit_file("m/0", 1, 3, 100, [batch(tp, count=2)])
+        assert [(r.error, r.base_offset) for r in outcome.batches] == [(ErrorCode.NONE, 7)]
+        conn = await asyncpg.connect(dsn)
+        try:
+            assert await conn.fetchval("SELECT version FROM diskless_schema") == SCHEMA_VERSION
+        finally:
+            await conn.close()
+    finally:
+        await coordinator.close()
+
+
+async def test_keys_with_array_literal_syntax_round_trip(tmp_path: Path) -> None:
+    """Keys travel to the server inside array literals: quotes, backslashes, commas, braces
+    and NULL-like text arrive as they were sent."""
+    coordinator = PostgresBatchCoordinator(database_dsn(tmp_path))
+    try:
+        await coordinator.create_topic(TOPIC, 1)
+        epoch = await coordinator.register_broker(1)
+        tp = TopicPartition(TOPIC, 0)
+        keys = ['a"b', "c\\d", "e,f", "{g}", "NULL", " h ", "\\x00"]
+        for n, key in enumerate(keys):
+            outcome = await coordinator.commit_file(key, 1, epoch, 100, [batch(tp, count=1)])
+            assert [(r.error, r.base_offset) for r in outcome.batches] == [(ErrorCode.NONE, n)]
+        (found,) = await coordinator.find_batches([FindBatchesRequest(tp, 0, 1 << 20)], 1 << 20)
+        assert [b.object_key for b in found.batches] == keys
+        again = await coordinator.commit_file(keys[0], 1, epoch, 100, [batch(tp, count=1)])
+        assert again.refused is CommitRefusal.OBJECT_KEY_CONFLICT
+    finally:
+        await coordinator.close()

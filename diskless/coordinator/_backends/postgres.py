@@ -177,9 +177,12 @@ class PostgresStore(CoordinatorStore):
                 await conn.execute("BEGIN")
             xid: int | None = None
             try:
-                result = await step(PostgresTxn(conn))
+                txn = PostgresTxn(conn)
+                result = await step(txn)
                 if outcome_unknown_on_failure:
-                    xid = await conn.fetchval("SELECT txid_current()")
+                    xid = txn.xid
+                    if xid is None:
+                        xid = await conn.fetchval("SELECT txid_current()")
             except BaseException:
                 await _rollback(conn)
                 raise

@@ -14,6 +14,7 @@ from typing import Final
 import asyncpg
 
 from diskless.coordinator._backends.postgres_extents import MIGRATION as EXTENTS
+from diskless.coordinator._backends.postgres_functions import APPLY_COMMIT_FUNCTION, LOAD_FUNCTION
 
 MIGRATION_LOCK_KEY: Final = 0x6469736B6C657373  # "diskless"
 """The advisory lock serializing migrations (advisory locks are per database)."""
@@ -150,6 +151,8 @@ MIGRATIONS: Final[list[list[str]]] = [
         "ALTER TABLE txn_registrations ADD COLUMN client_epoch INTEGER NOT NULL DEFAULT -1",
         "ALTER TABLE txn_registrations ADD COLUMN sequence_base INTEGER NOT NULL DEFAULT 0",
     ],
+    # 4: a commit's load and apply as server-side functions, one round trip each.
+    [LOAD_FUNCTION, APPLY_COMMIT_FUNCTION],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

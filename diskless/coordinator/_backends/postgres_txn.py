@@ -19,38 +19,46 @@ Isolation is READ COMMITTED with explicit row locks, the way the SQLite store ge
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import TopicConfig
 from diskless.coordinator._backends import postgres_extents
+from diskless.coordinator._backends.postgres_functions import (
+    LOADED_BROKER,
+    LOADED_FILE,
+    LOADED_LEASE,
+    LOADED_PARTITION,
+    LOADED_PRODUCER,
+    LOADED_REGISTRATION,
+)
 from diskless.coordinator._backends.postgres_rows import (
     EPOCH_ANY,
     PARTITION_COLUMNS_NO_LSO,
     PARTITION_FROM,
-    PARTITIONS_BY_NAME,
     TXN_TABLES,
+    bytea_array,
     columns,
+    int_array,
+    text_array,
 )
 from diskless.coordinator._backends.sqlite_rows import (
-    ENTRY_COLUMNS,
-    FILE_COLUMNS,
     FILE_STATE_CODES,
+    FILE_STATES,
     MARKER_FILE_ID,
-    REGISTRATION_COLUMNS,
     TOPIC_COLUMNS,
     batch_to_row,
     entry_from_row,
     entry_to_row,
-    file_from_row,
     partition_from_row,
     registration_from_row,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
 )
+from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
 from diskless.coordinator._store import (
     BatchRefs,
@@ -73,6 +81,8 @@ class PostgresTxn(StoreTxn):
         self._brokers_seen: set[int] = set()
         self._counters_seen: set[str] = set()
         self._txns_seen: set[str] = set()
+        self.xid: int | None = None
+        """The transaction's id, when an apply has already asked for it."""
 
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
@@ -96,32 +106,10 @@ class PostgresTxn(StoreTxn):
         wanted = set(needs.partitions)
         for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
             wanted.add(tp)
-        partitions = await self._lock_partitions(wanted) if wanted else {}
+        partitions: dict[TopicPartition, PartitionState] = {}
+        if wanted or needs.leases or needs.brokers or needs.files:
+            partitions = await self._load_locked(needs, sorted(wanted), loaded)
         loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
-        if needs.leases:
-            for row in await conn.fetch(
-                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms"
-                " FROM txn_leases WHERE lease_id = ANY($1::bigint[]) ORDER BY lease_id FOR UPDATE",
-                sorted(needs.leases),
-            ):
-                loaded.leases[row[0]] = TxnLease(*row)
-        if needs.brokers:
-            for broker_id, epoch in await conn.fetch(
-                "SELECT broker_id, epoch FROM brokers WHERE broker_id = ANY($1::bigint[])"
-                " ORDER BY broker_id FOR UPDATE",
-                sorted(needs.brokers),
-            ):
-                loaded.broker_epochs[broker_id] = epoch
-                self._brokers_seen.add(broker_id)
-        if needs.files:
-            for row in await conn.fetch(
-                f"SELECT {FILE_COLUMNS} FROM files WHERE key = ANY($1::text[])"
-                " ORDER BY key FOR UPDATE",
-                sorted(needs.files),
-            ):
-                key, file = file_from_row(row)
-                loaded.files[key] = file
-                self._files_seen.add(key)
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -133,18 +121,54 @@ class PostgresTxn(StoreTxn):
         await self._load_partition_rows(needs, partitions, loaded)
         return loaded.freeze()
 
-    async def _lock_partitions(
-        self, tps: set[TopicPartition]
+    async def _load_locked(
+        self, needs: Needs, ordered: list[TopicPartition], loaded: LoadingSnapshot
     ) -> dict[TopicPartition, PartitionState]:
-        """Lock the existing partitions among `tps` in id order, then read their ongoing index."""
-        ordered = sorted(tps)
+        """Lock and read partitions, leases, brokers and files, and read the producer entries
+        and registrations of the locked partitions, in one call (`diskless_load`); returns
+        every locked partition."""
+        slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
+        producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
+        registrations = sorted((slot_of[tp], pid) for tp, pid in needs.registrations)
+        producer_slots, producer_ids = _two_columns(producers)
+        registration_slots, registration_ids = _two_columns(registrations)
         rows = await self._conn.fetch(
-            f"SELECT {PARTITION_COLUMNS_NO_LSO} FROM {PARTITIONS_BY_NAME}"
-            " ORDER BY p.partition_id FOR UPDATE OF p",
-            [tp.topic for tp in ordered],
-            [tp.partition for tp in ordered],
+            "SELECT * FROM diskless_load($1::text::text[], $2::text::int[], $3::text::int[],"
+            " $4::text::bigint[], $5::text::int[], $6::text::bigint[], $7::text::bigint[],"
+            " $8::text::bigint[], $9::text::text[])",
+            text_array([tp.topic for tp in ordered]),
+            int_array([tp.partition for tp in ordered]),
+            int_array(producer_slots),
+            int_array(producer_ids),
+            int_array(registration_slots),
+            int_array(registration_ids),
+            int_array(sorted(needs.leases)),
+            int_array(sorted(needs.brokers)),
+            text_array(sorted(needs.files)),
         )
-        return await self._with_lso(rows)
+        partitions = {}
+        configs: dict[tuple[Any, ...], TopicConfig] = {}
+        for row in rows:
+            kind = row[0]
+            if kind == LOADED_PARTITION:
+                state = partition_from_row(row[1:15], configs)
+                partitions[state.topic_partition] = state
+            elif kind == LOADED_PRODUCER:
+                loaded.producers[(row[1], row[3])] = entry_from_row(
+                    (row[3], row[4], row[5], row[6], row[7], row[8], row[15])
+                )
+            elif kind == LOADED_REGISTRATION:
+                loaded.registrations[(row[1], row[3])] = registration_from_row(row[4:8])
+            elif kind == LOADED_LEASE:
+                loaded.leases[row[1]] = TxnLease(row[1], row[3], row[4], row[5], row[6])
+            elif kind == LOADED_BROKER:
+                loaded.broker_epochs[row[1]] = row[3]
+                self._brokers_seen.add(row[1])
+            elif kind == LOADED_FILE:
+                key = row[2]
+                loaded.files[key] = FileRow(FILE_STATES[row[3]], row[4], row[5], row[6])
+                self._files_seen.add(key)
+        return partitions
 
     async def _with_lso(self, rows: list[asyncpg.Record]) -> dict[TopicPartition, PartitionState]:
         if not rows:
@@ -173,24 +197,6 @@ class PostgresTxn(StoreTxn):
     ) -> None:
         """The rows keyed by partitions this step has locked."""
         conn = self._conn
-        if needs.producers:
-            keys = _keys(needs.producers, partitions)
-            for row in await conn.fetch(
-                f"SELECT partition_id, {ENTRY_COLUMNS} FROM producers"
-                " WHERE (partition_id, producer_id) IN"
-                " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
-                *_two_columns(keys),
-            ):
-                loaded.producers[(row[0], row[1])] = entry_from_row(list(row)[1:])
-        if needs.registrations:
-            keys = _keys(needs.registrations, partitions)
-            for row in await conn.fetch(
-                f"SELECT partition_id, producer_id, {REGISTRATION_COLUMNS} FROM txn_registrations r"
-                " WHERE (partition_id, producer_id) IN"
-                " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
-                *_two_columns(keys),
-            ):
-                loaded.registrations[(row[0], row[1])] = registration_from_row(list(row)[2:])
         if needs.other_ongoing:
             keys = _keys(needs.other_ongoing, partitions)
             for partition_id, producer_id, first in await conn.fetch(
@@ -240,6 +246,10 @@ class PostgresTxn(StoreTxn):
 
     # --- apply --------------------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
+        file_key = _commit_shaped(changes)
+        if file_key is not None:
+            await self._apply_commit(file_key, changes)
+            return []
         conn = self._conn
         for name in changes.topics_deleted:
             await self._delete_topic(name)
@@ -339,6 +349,55 @@ class PostgresTxn(StoreTxn):
             )
         await self._apply_txn_state(changes)
         return await self._apply_indexes(changes)
+
+    async def _apply_commit(self, file_key: str, changes: Changes) -> None:
+        """What a commit decided, in one call (`diskless_apply_commit`), which also answers the
+        transaction id."""
+        file = changes.files[file_key]
+        assert file is not None
+        batches = [
+            (
+                b.partition_key,
+                b.base_offset,
+                b.last_offset,
+                b.byte_offset,
+                b.size,
+                b.max_timestamp,
+                b.log_append_time,
+                b.timestamp,
+                b.ts_running_max,
+                b.producer_id,
+                b.producer_epoch,
+                b.control,
+                b.coordinator_epoch,
+            )
+            for b in changes.batches
+        ]
+        partitions = [
+            (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
+            for s in changes.partitions
+        ]
+        producers = [entry_to_row(key, e) for (key, _), e in changes.producers.items()]
+        producer_columns = columns(producers, 8)
+        arrays = [
+            *(int_array(c) for c in columns(batches, 13)),
+            *(int_array(c) for c in columns(partitions, 5)),
+            *(int_array(c) for c in producer_columns[:7]),
+            bytea_array(producer_columns[7]),
+            int_array(changes.leases_released),
+            *(int_array(c) for c in columns(changes.ongoing_opened, 3)),
+        ]
+        self.xid = await self._conn.fetchval(
+            APPLY_COMMIT_CALL,
+            file_key,
+            file_key in self._files_seen,
+            FILE_STATE_CODES[file.state],
+            file.size,
+            file.since_ms,
+            file.live_batches,
+            *arrays,
+        )
+        self._files_seen.add(file_key)
 
     async def _put(
         self,
@@ -586,3 +645,42 @@ def _keys(
 
 def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
     return columns(list(pairs), 2)
+
+
+APPLY_COMMIT_TYPES: Final = (
+    *["bigint"] * 10,  # batches
+    *["int"] * 3,
+    *["bigint"] * 5,  # partitions
+    *["bigint", "bigint", "int", "bigint", "bigint", "int", "bigint", "bytea"],  # producers
+    "bigint",  # released leases
+    *["bigint"] * 3,  # opened transactions
+)
+"""The array parameters of `diskless_apply_commit`, in order (each sent as a literal)."""
+APPLY_COMMIT_CALL: Final = (
+    "SELECT diskless_apply_commit($1, $2, $3, $4, $5, $6, "
+    + ", ".join(f"${n}::text::{t}[]" for n, t in enumerate(APPLY_COMMIT_TYPES, 7))
+    + ")"
+)
+
+
+_COMMIT_FIELDS: Final = frozenset(
+    {"files", "batches", "partitions", "producers", "leases_released", "ongoing_opened"}
+)
+"""What `diskless_apply_commit` stores; any other change takes the general path."""
+
+
+def _commit_shaped(changes: Changes) -> str | None:
+    """The key of the one file `changes` store, when they are what a commit decides: that file,
+    batches in it, partitions, producer entries, released leases and opened transactions."""
+    for name in Changes.__struct_fields__:
+        value = getattr(changes, name)
+        if name in _COMMIT_FIELDS or value is None:
+            continue
+        if not isinstance(value, Collection) or value:
+            return None
+    if len(changes.files) != 1:
+        return None
+    ((key, file),) = changes.files.items()
+    if file is None or any(b.object_key != key for b in changes.batches):
+        return None
+    return key

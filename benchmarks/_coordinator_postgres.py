@@ -1,0 +1,303 @@
+"""The PostgreSQL part of `bench_coordinator`: commits from 1 and from several broker processes.
+
+Each case runs N processes at once against one fresh database, for the same time, started
+together: either N `PostgresBatchCoordinator`s committing objects (each process with its own
+broker id, its own idempotent producers and object keys, over the same partitions, so that
+commits contend for the same partition rows), or N raw asyncpg writers of the same rows (the
+file row, the batch rows by COPY, the producer-state rows and the partition counters by
+executemany, in partition order, one transaction per object). The rate is the sum of the
+processes' batches per second; commit latencies are pooled over every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing.synchronize import Barrier
+from typing import NamedTuple
+
+import asyncpg
+
+from benchmarks._coordinator_workload import (
+    BATCHES_PER_CASE_MAX,
+    BATCHES_PER_OBJECT,
+    PARTITIONS,
+    TOPIC,
+    Workload,
+    baseline_rows,
+)
+from diskless.coordinator import PostgresBatchCoordinator
+from diskless.coordinator._backends.postgres_schema import migrate
+
+PROCESSES = (1, 4)
+START_TIMEOUT_S = 120.0
+"""How long the processes may take to build their workloads before the clock starts."""
+_BATCH_COLUMNS = (
+    "partition_id",
+    "base_offset",
+    "last_offset",
+    "file_id",
+    "byte_offset",
+    "size",
+    "max_timestamp",
+    "log_append_time",
+    "timestamp",
+    "ts_running_max",
+    "producer_id",
+    "producer_epoch",
+    "control",
+    "coordinator_epoch",
+)
+_OFFSET_STRIDE = 10**12
+"""Raw writers shift their rows' offsets and file ids by this times their index: no collisions."""
+_databases = itertools.count()
+
+
+class Measured(NamedTuple):
+    batches: int
+    seconds: float
+    latencies_s: list[float]
+
+
+@contextmanager
+def server(dsn: str | None) -> Iterator[str]:
+    """`dsn`, or a throwaway server's while the block runs."""
+    if dsn is not None:
+        yield dsn
+        return
+    from tests._postgres import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        raise SystemExit("no PostgreSQL binaries: pass --postgres DSN or --no-postgres")
+    throwaway = PostgresServer(bindir)
+    try:
+        yield throwaway.dsn("postgres")
+    finally:
+        throwaway.close()
+
+
+async def _admin(admin_dsn: str, statement: str) -> None:
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(statement)
+    finally:
+        await admin.close()
+
+
+@contextmanager
+def fresh_database(admin_dsn: str) -> Iterator[str]:
+    name = f"bench_coordinator_{next(_databases)}"
+    asyncio.run(_admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    asyncio.run(_admin(admin_dsn, f"CREATE DATABASE {name}"))
+    try:
+        yield admin_dsn.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(_admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+# --- one process ----------------------------------------------------------------------------
+async def _commits(dsn: str, index: int, bpo: int, seconds: float, barrier: Barrier) -> Measured:
+    coordinator = PostgresBatchCoordinator(dsn, pool_size_max=2)
+    try:
+        epoch = await coordinator.register_broker(index + 1)
+        workload = Workload(bpo, seed=index + 1, producer_base=index * PARTITIONS).objects()
+        await asyncio.to_thread(barrier.wait, START_TIMEOUT_S)
+        latencies = []
+        count = objects = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
+            batches = workload[objects]
+            before = time.perf_counter()
+            result = await coordinator.commit_file(
+                f"obj/{index}/{objects:09d}", index + 1, epoch, 1000 * len(batches), batches
+            )
+            latencies.append(time.perf_counter() - before)
+            assert all(r.error == 0 and not r.duplicate for r in result.batches), result
+            count += len(batches)
+            objects += 1
+        return Measured(count, time.perf_counter() - started, latencies)
+    finally:
+        await coordinator.close()
+
+
+async def _raw(dsn: str, index: int, bpo: int, seconds: float, barrier: Barrier) -> Measured:
+    conn = await asyncpg.connect(dsn)
+    try:
+        shift = index * _OFFSET_STRIDE
+        workload = []
+        for rows in baseline_rows(bpo):
+            file_id, key, size, live = rows.file
+            workload.append(
+                (
+                    (file_id + shift, f"{index}/{key}", size, live),
+                    [
+                        (
+                            b[0],
+                            b[1] + shift,
+                            b[2] + shift,
+                            b[3] + shift,
+                            *b[4:10],
+                            b[10] + index * PARTITIONS,
+                            b[11],
+                            -1,
+                            0,
+                        )
+                        for b in rows.batches
+                    ],
+                    [(p[0], p[1] + index * PARTITIONS, *p[2:]) for p in rows.producers],
+                    sorted(rows.partitions, key=lambda p: p[3]),
+                )
+            )
+        await asyncio.to_thread(barrier.wait, START_TIMEOUT_S)
+        latencies = []
+        count = objects = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
+            file, batches, producers, partitions = workload[objects]
+            before = time.perf_counter()
+            async with conn.transaction():
+                await conn.execute(
+                    "INSERT INTO files (file_id, key, state, size, since_ms, live_batches)"
+                    " VALUES ($1, $2, 0, $3, 0, $4)",
+                    *file,
+                )
+                await conn.copy_records_to_table("batches", records=batches, columns=_BATCH_COLUMNS)
+                await conn.executemany(
+                    "INSERT INTO producers VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    " ON CONFLICT (partition_id, producer_id) DO UPDATE SET"
+                    " batches = excluded.batches, last_timestamp = excluded.last_timestamp",
+                    producers,
+                )
+                await conn.executemany(
+                    "UPDATE partitions SET high_watermark = $1, size_bytes = $2,"
+                    " ts_running_max = $3 WHERE partition_id = $4",
+                    partitions,
+                )
+            latencies.append(time.perf_counter() - before)
+            count += len(batches)
+            objects += 1
+        return Measured(count, time.perf_counter() - started, latencies)
+    finally:
+        await conn.close()
+
+
+def _process(
+    kind: str,
+    dsn: str,
+    index: int,
+    bpo: int,
+    seconds: float,
+    barrier: Barrier,
+    results: multiprocessing.Queue,  # type: ignore[type-arg]
+) -> None:
+    run = _commits if kind == "coordinator" else _raw
+    try:
+        results.put(asyncio.run(run(dsn, index, bpo, seconds, barrier)))
+    except BaseException as error:
+        barrier.abort()
+        results.put(RuntimeError(f"{kind} process {index}: {error!r}"))
+        raise
+
+
+# --- a case ---------------------------------------------------------------------------------
+async def _prepare(dsn: str, kind: str) -> None:
+    if kind == "coordinator":
+        coordinator = PostgresBatchCoordinator(dsn)
+        try:
+            await coordinator.create_topic(TOPIC, PARTITIONS)
+        finally:
+            await coordinator.close()
+        return
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate(conn)
+        await conn.execute(
+            "INSERT INTO topics VALUES (1, $1, $2, 0, -1, -1, 1048588, 0, 0)", TOPIC, PARTITIONS
+        )
+        await conn.execute(
+            "INSERT INTO partitions (partition_id, topic_id, partition)"
+            " SELECT p + 1, 1, p FROM generate_series(0, $1 - 1) p",
+            PARTITIONS,
+        )
+    finally:
+        await conn.close()
+
+
+def run_processes(admin_dsn: str, kind: str, processes: int, bpo: int, seconds: float) -> Measured:
+    """`processes` processes of `kind` ("coordinator" or "raw") on one fresh database."""
+    context = multiprocessing.get_context("spawn")
+    with fresh_database(admin_dsn) as dsn:
+        asyncio.run(_prepare(dsn, kind))
+        barrier = context.Barrier(processes)
+        results = context.Queue()
+        children = [
+            context.Process(
+                target=_process, args=(kind, dsn, index, bpo, seconds, barrier, results)
+            )
+            for index in range(processes)
+        ]
+        for child in children:
+            child.start()
+        try:
+            measured = [results.get(timeout=START_TIMEOUT_S + seconds * 10) for _ in children]
+            for m in measured:
+                if isinstance(m, Exception):
+                    raise m
+        finally:
+            for child in children:
+                child.join(timeout=30)
+                if child.is_alive():
+                    child.kill()
+    return Measured(
+        sum(m.batches for m in measured),
+        max(m.seconds for m in measured),
+        [latency for m in measured for latency in m.latencies_s],
+    )
+
+
+def _rate(m: Measured) -> float:
+    return m.batches / m.seconds
+
+
+def _percentile_ms(latencies: list[float], q: int) -> float:
+    if len(latencies) < 2:
+        return latencies[0] * 1000 if latencies else float("nan")
+    return statistics.quantiles(latencies, n=100, method="inclusive")[q - 1] * 1000
+
+
+def postgres_table(dsn: str | None, seconds: float, rounds: int) -> None:
+    """Print the PostgreSQL lines: per case the best rate of `rounds` interleaved rounds (the
+    coordinator's latencies are those of its best round)."""
+    with server(dsn) as admin_dsn:
+        print(
+            f"PostgreSQL ({'given server' if dsn else 'throwaway server, fsync=off'}),"
+            f" {PARTITIONS} partitions, rates summed over the processes"
+        )
+        print(
+            f"{'processes':>9} | {'batches/object':>14} | {'postgres b/s':>12} |"
+            f" {'raw b/s':>10} | {'pg/raw':>6} | {'p50 ms':>7} | {'p99 ms':>7}"
+        )
+        for processes in PROCESSES:
+            for bpo in BATCHES_PER_OBJECT:
+                best: Measured | None = None
+                best_raw = 0.0
+                for _ in range(rounds):
+                    measured = run_processes(admin_dsn, "coordinator", processes, bpo, seconds)
+                    if best is None or _rate(measured) > _rate(best):
+                        best = measured
+                    raw = run_processes(admin_dsn, "raw", processes, bpo, seconds)
+                    best_raw = max(best_raw, _rate(raw))
+                assert best is not None
+                rate = _rate(best)
+                print(
+                    f"{processes:>9} | {bpo:>14} | {rate:>12,.0f} | {best_raw:>10,.0f} |"
+                    f" {rate / best_raw:>6.0%} | {_percentile_ms(best.latencies_s, 50):>7.1f} |"
+                    f" {_percentile_ms(best.latencies_s, 99):>7.1f}",
+                    flush=True,
+                )

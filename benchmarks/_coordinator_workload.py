@@ -1,0 +1,125 @@
+"""The workload of `bench_coordinator`: the same objects for every backend, and the rows the
+coordinator writes for them (what the raw baselines write)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import msgspec
+
+from diskless import TopicPartition
+from diskless.coordinator import CommitBatch
+from diskless.txn import RetainedBatch
+
+PARTITIONS = 1000
+BATCHES_PER_OBJECT = (1, 100, 1000)
+BATCHES_PER_CASE_MAX = 200_000
+TOPIC = "bench"
+
+
+class Workload:
+    """Objects of batches with valid producer sequences, the same for every backend."""
+
+    def __init__(self, batches_per_object: int, seed: int = 1, producer_base: int = 0) -> None:
+        """Partition p is written by producer `producer_base + p`."""
+        self.batches_per_object = batches_per_object
+        self.producer_base = producer_base
+        self.rng = random.Random(seed)
+        self.sequences = [0] * PARTITIONS
+
+    def objects(self) -> list[list[CommitBatch]]:
+        """Enough objects for a whole case, built before the clock starts."""
+        return [self.next_object() for _ in range(BATCHES_PER_CASE_MAX // self.batches_per_object)]
+
+    def next_object(self) -> list[CommitBatch]:
+        batches = []
+        for i in range(self.batches_per_object):
+            partition = self.rng.randrange(PARTITIONS)
+            seq = self.sequences[partition]
+            self.sequences[partition] = seq + 10
+            batches.append(
+                CommitBatch(
+                    topic_partition=TopicPartition(TOPIC, partition),
+                    byte_offset=i * 1000,
+                    size=1000,
+                    record_count=10,
+                    base_timestamp=1_700_000_000_000,
+                    max_timestamp=1_700_000_000_000 + i,
+                    producer_id=self.producer_base + partition,
+                    producer_epoch=0,
+                    base_sequence=seq,
+                )
+            )
+        return batches
+
+
+class BaselineRows(NamedTuple):
+    """Everything one SQLite commit writes, computed before the clock starts."""
+
+    file: tuple[int, str, int, int]
+    batches: Sequence[tuple[int, ...]]
+    producers: Sequence[tuple[object, ...]]
+    partitions: Sequence[tuple[int, int, int, int]]
+
+
+def baseline_rows(batches_per_object: int) -> list[BaselineRows]:
+    """The rows the SQLite coordinator writes for the workload (same values, same shapes)."""
+    high_watermarks = [0] * PARTITIONS
+    sizes = [0] * PARTITIONS
+    retained: list[tuple[RetainedBatch, ...]] = [()] * PARTITIONS
+    encoder = msgspec.msgpack.Encoder()
+    out = []
+    for index, batches in enumerate(Workload(batches_per_object).objects()):
+        file_id = index + 1
+        rows, producers, partitions = [], {}, {}
+        for b in batches:
+            partition = b.topic_partition.partition
+            base = high_watermarks[partition]
+            last = base + b.record_count - 1
+            high_watermarks[partition] = last + 1
+            sizes[partition] += b.size
+            ts = b.max_timestamp
+            rows.append(
+                (
+                    partition + 1,
+                    base,
+                    last,
+                    file_id,
+                    b.byte_offset,
+                    b.size,
+                    ts,
+                    -1,
+                    ts,
+                    ts,
+                    b.producer_id,
+                    b.producer_epoch,
+                )
+            )
+            last_seq = b.base_sequence + b.record_count - 1
+            kept = (
+                *retained[partition][-4:],
+                RetainedBatch(b.base_sequence, last_seq, base, last, ts),
+            )
+            retained[partition] = kept
+            producers[partition] = (
+                partition + 1,
+                b.producer_id,
+                0,
+                ts,
+                0,
+                -1,
+                None,
+                encoder.encode(kept),
+            )
+            partitions[partition] = (last + 1, sizes[partition], ts, partition + 1)
+        out.append(
+            BaselineRows(
+                (file_id, f"obj/{index:09d}", 1000 * len(batches), len(batches)),
+                rows,
+                list(producers.values()),
+                list(partitions.values()),
+            )
+        )
+    return out
