@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import os
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from multiprocessing.synchronize import Barrier
 from typing import NamedTuple
 
@@ -70,7 +71,7 @@ def server(dsn: str | None) -> Iterator[str]:
     if dsn is not None:
         yield dsn
         return
-    from tests._postgres import PostgresServer, find_bindir
+    from benchmarks._postgres_server import PostgresServer, find_bindir
 
     bindir = find_bindir()
     if bindir is None:
@@ -92,13 +93,25 @@ async def _admin(admin_dsn: str, statement: str) -> None:
 
 @contextmanager
 def fresh_database(admin_dsn: str) -> Iterator[str]:
-    name = f"bench_coordinator_{next(_databases)}"
+    """A new, empty database on the server of `admin_dsn` while the block runs (its DSN)."""
+    name = f"bench_{os.getpid()}_{next(_databases)}"
     asyncio.run(_admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
     asyncio.run(_admin(admin_dsn, f"CREATE DATABASE {name}"))
     try:
         yield admin_dsn.rsplit("/", 1)[0] + "/" + name
     finally:
         asyncio.run(_admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@asynccontextmanager
+async def fresh_database_async(admin_dsn: str) -> AsyncIterator[str]:
+    """`fresh_database`, from inside a running event loop."""
+    name = f"bench_{os.getpid()}_{next(_databases)}"
+    await _admin(admin_dsn, f"CREATE DATABASE {name}")
+    try:
+        yield admin_dsn.rsplit("/", 1)[0] + "/" + name
+    finally:
+        await _admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 # --- one process ----------------------------------------------------------------------------

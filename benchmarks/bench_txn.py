@@ -1,6 +1,7 @@
 """Transactions: produce throughput by transactional share, and the cost of ending a transaction.
 
-    .venv/bin/python -m benchmarks.bench_txn [--seconds S] [--backend memory|sqlite|both]
+    .venv/bin/python -m benchmarks.bench_txn [--seconds S] [--backend memory|sqlite|postgres|all]
+        [--postgres DSN]
 
 1. Produce throughput through three DisklessBrokers with 0% (the baseline: idempotent producers
    only), 50% and 100% of producers transactional. Transactional producers register their
@@ -16,8 +17,9 @@
    coordinator: the ratio is the price of durable, leaderless transaction state.
 
 Memory backends use the in-memory store and coordinator; sqlite uses a local directory store and
-the SQLite coordinator (synchronous=FULL) in a temporary directory. Wall-clock figures; run on an
-idle machine.
+the SQLite coordinator (synchronous=FULL) in a temporary directory; postgres the same store and
+the PostgreSQL coordinator, on a fresh database of a throwaway server (fsync=off) unless
+--postgres names one. Wall-clock figures; run on an idle machine.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from pathlib import Path
 import crc32c
 import msgspec
 
+from benchmarks._coordinator_postgres import fresh_database_async, server
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     InMemoryBatchCoordinator,
+    PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
@@ -65,16 +69,26 @@ PARTITIONS_PER_TXN = 100
 ENDS_PARTITIONS = ENDS * PARTITIONS_PER_TXN
 
 
+POSTGRES_ADMIN_DSN: str | None = None
+"""The server the postgres backend makes a fresh database on (set by `main`)."""
+
+
 @contextlib.asynccontextmanager
 async def backends(kind: str) -> AsyncIterator[tuple[ObjectStore, BatchCoordinator]]:
-    with tempfile.TemporaryDirectory(prefix="bench-txn-") as tmp:
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-txn-"))
         store: ObjectStore
         coordinator: BatchCoordinator
         if kind == "memory":
             store, coordinator = MemoryObjectStore(), InMemoryBatchCoordinator()
-        else:
+        elif kind == "sqlite":
             store = LocalObjectStore(Path(tmp) / "objects", durable=False)
             coordinator = SqliteBatchCoordinator(Path(tmp) / "coordinator.db")
+        else:
+            assert POSTGRES_ADMIN_DSN is not None
+            dsn = await stack.enter_async_context(fresh_database_async(POSTGRES_ADMIN_DSN))
+            store = LocalObjectStore(Path(tmp) / "objects", durable=False)
+            coordinator = PostgresBatchCoordinator(dsn)
         try:
             yield store, coordinator
         finally:
@@ -309,7 +323,7 @@ async def main(seconds: float, kinds: list[str]) -> None:
             rate = await produce_throughput(kind, share, seconds)
             baseline = baseline or rate
             print(
-                f"{kind:7s} transactional {share:4.0%}: {rate:10,.0f} records/s"
+                f"{kind:8s} transactional {share:4.0%}: {rate:10,.0f} records/s"
                 f"  ({rate / baseline:5.2f} x baseline)"
             )
     print(
@@ -320,7 +334,7 @@ async def main(seconds: float, kinds: list[str]) -> None:
     for kind in kinds:
         ends, commits = await end_latency(kind)
         print(
-            f"{kind:7s} end_txn p50 {statistics.median(ends) * 1e3:7.2f} ms"
+            f"{kind:8s} end_txn p50 {statistics.median(ends) * 1e3:7.2f} ms"
             f" p99 {_p(ends, 0.99) * 1e3:7.2f} ms | commit p50"
             f" {statistics.median(commits) * 1e3:7.2f} ms p99 {_p(commits, 0.99) * 1e3:7.2f} ms"
             f" | p99 ratio {_p(ends, 0.99) / _p(commits, 0.99):5.2f}"
@@ -332,7 +346,7 @@ async def main(seconds: float, kinds: list[str]) -> None:
     for kind in kinds:
         durable, bare = await end_txn_latency(kind)
         print(
-            f"{kind:7s} EndTxn p50 {statistics.median(durable) * 1e3:7.2f} ms"
+            f"{kind:8s} EndTxn p50 {statistics.median(durable) * 1e3:7.2f} ms"
             f" p99 {_p(durable, 0.99) * 1e3:7.2f} ms | markers only p50"
             f" {statistics.median(bare) * 1e3:7.2f} ms p99 {_p(bare, 0.99) * 1e3:7.2f} ms"
             f" | p50 ratio {statistics.median(durable) / statistics.median(bare):5.2f}"
@@ -344,7 +358,7 @@ async def main(seconds: float, kinds: list[str]) -> None:
     for kind in kinds:
         ends, commits = await end_latency_wide(kind)
         print(
-            f"{kind:7s} end_txn {statistics.median(ends) * 1e3:8.1f} / {max(ends) * 1e3:8.1f} ms"
+            f"{kind:8s} end_txn {statistics.median(ends) * 1e3:8.1f} / {max(ends) * 1e3:8.1f} ms"
             f" | commit {statistics.median(commits) * 1e3:8.1f} / {max(commits) * 1e3:8.1f} ms"
             f" | median ratio {statistics.median(ends) / statistics.median(commits):5.2f}"
         )
@@ -353,7 +367,13 @@ async def main(seconds: float, kinds: list[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--backend", choices=["memory", "sqlite", "both"], default="both")
+    parser.add_argument("--backend", choices=["memory", "sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--postgres", help="a PostgreSQL DSN (default: a throwaway server)")
     args = parser.parse_args()
-    chosen = ["memory", "sqlite"] if args.backend == "both" else [args.backend]
-    asyncio.run(main(args.seconds, chosen))
+    chosen = ["memory", "sqlite", "postgres"] if args.backend == "all" else [args.backend]
+    if "postgres" not in chosen:
+        asyncio.run(main(args.seconds, chosen))
+    else:
+        with server(args.postgres) as admin_dsn:
+            POSTGRES_ADMIN_DSN = admin_dsn
+            asyncio.run(main(args.seconds, chosen))
