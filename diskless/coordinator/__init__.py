@@ -1,7 +1,13 @@
 """The batch coordinator: its contract and its backends."""
 
-from diskless.coordinator._api import (
-    BatchCoordinator,
+from diskless.coordinator._api import BatchCoordinator
+from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.coordinator._memory import InMemoryBatchCoordinator
+from diskless.coordinator._postgres import PostgresBatchCoordinator
+from diskless.coordinator._rules.checks import check_topic_name
+from diskless.coordinator._rules.reads import FetchBudget
+from diskless.coordinator._sqlite import SqliteBatchCoordinator
+from diskless.coordinator._values import (
     BatchInfo,
     BrokerRegistration,
     CommitBatch,
@@ -30,12 +36,6 @@ from diskless.coordinator._api import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.coordinator._faulty import FaultyBatchCoordinator
-from diskless.coordinator._memory import InMemoryBatchCoordinator
-from diskless.coordinator._postgres import PostgresBatchCoordinator
-from diskless.coordinator._rules.checks import check_topic_name
-from diskless.coordinator._rules.reads import FetchBudget
-from diskless.coordinator._sqlite import SqliteBatchCoordinator
 
 __all__ = [
     # the contract

@@ -8,321 +8,35 @@ responses; exceptions (`diskless.errors.CoordinatorError`) mean the backing stor
 from __future__ import annotations
 
 import abc
-import enum
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
-
-import msgspec
 
 from diskless._limits import CommitBounds
-from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
-from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator._values import (
+    BrokerRegistration,
+    CommitBatch,
+    CommitFileResult,
+    ConsolidationCandidate,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    ExtentSwap,
+    ExtentSwapResult,
+    FileInfo,
+    FileStats,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    LeaseRequest,
+    LeaseResult,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataStats,
+    ProducerSnapshot,
+    RegisteredTxn,
+    RetentionResult,
+    TopicConfig,
+    TopicDescription,
+)
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
-
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-
-
-class TopicConfig(msgspec.Struct, frozen=True):
-    """Per-topic settings the coordinator and the broker enforce. -1 means unlimited."""
-
-    timestamp_type: TimestampType = TimestampType.CREATE_TIME
-    retention_ms: int = -1
-    retention_bytes: int = -1
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    message_timestamp_before_max_ms: int = TIMESTAMP_BEFORE_MAX_MS_DEFAULT
-    """Kafka's message.timestamp.before.max.ms: how far before the broker's clock a CreateTime
-    record's timestamp may lie (default Long.MAX_VALUE: no bound)."""
-    message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
-    """Kafka's message.timestamp.after.max.ms: how far after the broker's clock a CreateTime
-    record's timestamp may lie (default one hour since Kafka 4.0, KIP-1030)."""
-
-
-class BrokerRegistration(msgspec.Struct, frozen=True):
-    """Where a live broker incarnation listens: what Metadata lists for the whole cluster."""
-
-    broker_id: int
-    broker_epoch: int
-    host: str
-    port: int
-    rack: str | None
-    expires_ms: int
-    """The coordinator's clock: the broker counts as gone from then on unless it renews."""
-
-
-class TopicDescription(msgspec.Struct, frozen=True):
-    name: str
-    partitions: int
-    config: TopicConfig
-
-
-class CommitBatch(msgspec.Struct, frozen=True):
-    """A validated client batch placed at [byte_offset, byte_offset + size) of an uploaded object.
-
-    The header fields are copied from the batch so that the coordinator never reads object bytes.
-    """
-
-    topic_partition: TopicPartition
-    byte_offset: int
-    size: int
-    record_count: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    is_transactional: bool = False
-    lease_id: int | None = None
-    """The transaction lease the broker took before the batch entered its WAL segment
-    (`BatchCoordinator.acquire_txn_leases`); the commit releases it. A transactional batch with a
-    lease commits while the lease is live; one without commits only while its transaction's
-    registration is ONGOING (no end has begun)."""
-
-
-class RegisteredTxn(msgspec.Struct, frozen=True):
-    """A producer's registered transaction on one partition (AddPartitionsToTxn), as a broker
-    needs it to rewrite a transaction version 1 producer's batches before producing them."""
-
-    producer_epoch: int
-    """The epoch the transaction runs at in the coordinator."""
-    ending: bool
-    client_epoch: int
-    """The epoch the producer puts on its batches for it (-1: none bridged)."""
-    sequence_base: int
-    """The producer's sequence on the partition at which `producer_epoch` began."""
-
-
-class CommitBatchResult(msgspec.Struct, frozen=True, gc=False):
-    """The outcome of one CommitBatch. A duplicate is success with the original offsets.
-
-    (`gc=False`: one is made per committed batch and none can be part of a reference cycle.)
-    """
-
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
-    duplicate: bool = False
-
-
-class CommitRefusal(enum.Enum):
-    """Why a whole object was refused: nothing of it was recorded."""
-
-    BROKER_FENCED = "broker fenced"
-    """The commit carried a stale broker epoch: a newer incarnation of the broker exists, and
-    this one must stop writing."""
-    OBJECT_KEY_CONFLICT = "object key conflict"
-    """The key was already committed, condemned as an orphan (it may be deleted), or created
-    longer ago than the commit-age bound allows."""
-
-
-class CommitFileResult(msgspec.Struct, frozen=True):
-    """The outcome of committing one object: each batch's result, or why none was considered."""
-
-    batches: list[CommitBatchResult]
-    """`batches[i]` answers the i-th CommitBatch; empty when `refused`."""
-    refused: CommitRefusal | None = None
-    reason: str = ""
-
-
-class ExtentIndex(msgspec.Struct, frozen=True, gc=False):
-    """Where a consolidated object keeps its index (the object's footer): the offset and time
-    index of the extent's batches, which the coordinator no longer stores row by row."""
-
-    byte_offset: int
-    size: int
-
-
-class BatchInfo(msgspec.Struct, frozen=True, gc=False):
-    """Where a committed batch lives and which offsets it holds.
-
-    A transaction marker exists only as metadata: `control` is set, `object_key` is empty and
-    the read path synthesizes the control batch from these fields.
-
-    An extent (`extent` set) is a run of consecutive batches, markers included, that
-    consolidation copied into one object exactly as the read path serves them (base offsets
-    and log append times already in place): [byte_offset, byte_offset + size) holds all of
-    them, [base_offset, last_offset] their offsets, `max_timestamp` the largest of their
-    timestamps. The read path finds a batch inside it through the object's index.
-    """
-
-    object_key: str
-    byte_offset: int
-    size: int
-    base_offset: int
-    last_offset: int
-    timestamp_type: TimestampType
-    log_append_time: int
-    max_timestamp: int
-    producer_id: int = -1
-    producer_epoch: int = -1
-    control: ControlType | None = None
-    coordinator_epoch: int = 0
-    extent: ExtentIndex | None = None
-
-
-class FindBatchesRequest(msgspec.Struct, frozen=True):
-    topic_partition: TopicPartition
-    offset: int
-    max_bytes: int
-    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
-    """READ_COMMITTED returns batches below the last stable offset only, with the aborted
-    transactions overlapping them."""
-
-
-class FindBatchesResponse(msgspec.Struct, frozen=True):
-    """The batches of one partition within the fetch's budgets.
-
-    An extent is returned whole: the coordinator does not know where its batches lie, so it
-    counts the extent holding the fetch offset as empty and any later one at its full size, and
-    may therefore return more than the budgets allow. The read path expands extents through
-    their index and applies the budgets exactly again (`FetchBudget`); without extents the
-    answer is already exact.
-    """
-
-    error: ErrorCode
-    batches: list[BatchInfo]
-    log_start_offset: int = -1
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    aborted_transactions: list[tuple[int, int]] = msgspec.field(default_factory=list)
-    """READ_COMMITTED: (producer id, first offset) of every aborted transaction overlapping the
-    returned batches (last offset >= the fetch offset, first offset < the end of the batches)."""
-
-
-class LeaseRequest(NamedTuple):
-    """A transactional batch about to enter a broker's WAL segment."""
-
-    topic_partition: TopicPartition
-    producer_id: int
-    producer_epoch: int
-
-
-class LeaseResult(msgspec.Struct, frozen=True):
-    """A granted lease (error NONE) or why the batch may not be written."""
-
-    error: ErrorCode
-    lease_id: int = -1
-    expires_ms: int = -1
-    """The coordinator's clock: a commit at or after this time is rejected."""
-
-
-class ListOffsetsRequest(msgspec.Struct, frozen=True):
-    topic_partition: TopicPartition
-    timestamp: int
-    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
-
-
-class ListOffsetsResponse(msgspec.Struct, frozen=True):
-    error: ErrorCode
-    offset: int = -1
-    timestamp: int = -1
-    extent: BatchInfo | None = None
-    """Set when the answer lies inside an extent, which only its object's index can resolve:
-    the answer is then the extent's first batch whose last offset is >= `offset` and whose
-    timestamp is >= `timestamp`, answered as (max(its base offset, `offset`), its timestamp).
-    `DisklessBroker.list_offsets` resolves it."""
-
-
-class DeleteRecordsRequest(msgspec.Struct, frozen=True):
-    topic_partition: TopicPartition
-    offset: int
-
-
-class DeleteRecordsResponse(msgspec.Struct, frozen=True):
-    error: ErrorCode
-    low_watermark: int = -1
-
-
-class RetentionResult(msgspec.Struct, frozen=True):
-    """What one bounded retention pass removed; `more` means another pass has work left."""
-
-    batches_deleted: int
-    bytes_deleted: int
-    more: bool
-
-
-class ConsolidationCandidate(msgspec.Struct, frozen=True):
-    """The oldest run of a partition's batches that consolidation may move into one object."""
-
-    topic_partition: TopicPartition
-    batches: list[BatchInfo]
-    """Consecutive (no offset gap), oldest first, markers included, none an extent, all below
-    the last stable offset and committed before the age bound asked for."""
-    partition_key: int | None = None
-    """The coordinator's id of the partition, new when a topic is re-created (None: unchecked)."""
-
-
-class ExtentSwap(msgspec.Struct, frozen=True):
-    """A consolidated object, uploaded, that is to replace a candidate's batch rows."""
-
-    candidate: ConsolidationCandidate
-    object_key: str
-    object_size: int
-    byte_offset: int
-    """Where the candidate's batches start in the object; they lie back to back from there."""
-    size: int
-    """The bytes of all of them, as served (markers as control batches)."""
-    index: ExtentIndex
-
-
-class ExtentSwapResult(msgspec.Struct, frozen=True):
-    swapped: bool
-    reason: str = ""
-    """Why not: the range changed (retention, DeleteRecords, topic deletion, another
-    consolidator), or the object key may not be committed (as for `commit_file`)."""
-
-
-class MetadataStats(msgspec.Struct, frozen=True):
-    """How much batch metadata the coordinator holds, for the retained bytes it describes."""
-
-    batch_rows: int
-    """Batches and markers stored row by row."""
-    extent_rows: int
-    retained_bytes: int
-    """The bytes of the batches and extents the rows describe."""
-    stored_bytes: int | None
-    """What the rows and their indexes take in the backend's own storage (None when the backend
-    cannot measure it)."""
-
-
-class FileState(enum.Enum):
-    LIVE = "live"
-    """Committed and referenced by at least one live batch."""
-    UNREFERENCED = "unreferenced"
-    """Committed, but every batch in it was deleted (retention, delete-records, topic deletion)."""
-    CONDEMNED = "condemned"
-    """Never committed; registered as an orphan, so any later commit of it is rejected."""
-
-
-class FileInfo(msgspec.Struct, frozen=True):
-    key: str
-    state: FileState
-    size: int
-    since_ms: int
-    """When the file entered its current state (commit, last batch deleted, or condemnation)."""
-
-
-class FileStats(msgspec.Struct, frozen=True):
-    live_objects: int
-    live_bytes: int
-    unreferenced_objects: int
-    unreferenced_bytes: int
-    condemned_objects: int
-    condemned_bytes: int
-
-
-class ProducerSnapshot(msgspec.Struct, frozen=True):
-    """The producer state of one producer on one partition, for tests and tools."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_first_offset: int | None
-    retained_batches: list[tuple[int, int, int, int]]
-    """(first_sequence, last_sequence, first_offset, last_offset), oldest first."""
 
 
 class BatchCoordinator(abc.ABC):

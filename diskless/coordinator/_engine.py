@@ -17,25 +17,6 @@ from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
-from diskless.coordinator._api import (
-    BrokerRegistration,
-    CommitBatch,
-    CommitFileResult,
-    CommitRefusal,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    FileInfo,
-    FileState,
-    FileStats,
-    FindBatchesRequest,
-    FindBatchesResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    ProducerSnapshot,
-    RetentionResult,
-    TopicConfig,
-    TopicDescription,
-)
 from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
@@ -62,6 +43,25 @@ from diskless.coordinator._store import (
     ReadView,
     StoreTxn,
     TopicRow,
+)
+from diskless.coordinator._values import (
+    BrokerRegistration,
+    CommitBatch,
+    CommitFileResult,
+    CommitRefusal,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileInfo,
+    FileState,
+    FileStats,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProducerSnapshot,
+    RetentionResult,
+    TopicConfig,
+    TopicDescription,
 )
 
 RETENTION_CHUNK_ROWS: Final = 256

@@ -12,18 +12,18 @@ from collections import Counter
 from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
-from diskless.coordinator._api import (
-    ConsolidationCandidate,
-    ExtentSwap,
-    ExtentSwapResult,
-    MetadataStats,
-)
 from diskless.coordinator._engine_base import EngineBase
 from diskless.coordinator._rules import extents
 from diskless.coordinator._rules.checks import object_key_taken
 from diskless.coordinator._rules.files import FileRow, committed_file, released_file
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
 from diskless.coordinator._store import Changes, Needs, ReadView, StoreTxn
+from diskless.coordinator._values import (
+    ConsolidationCandidate,
+    ExtentSwap,
+    ExtentSwapResult,
+    MetadataStats,
+)
 
 
 class ConsolidationOperations(EngineBase):

@@ -10,10 +10,6 @@ import msgspec
 
 from diskless._limits import LEASE_TTL_MS_MAX
 from diskless._types import ErrorCode, TopicPartition
-from diskless.coordinator._api import (
-    LeaseRequest,
-    LeaseResult,
-)
 from diskless.coordinator._engine_base import EngineBase
 from diskless.coordinator._rules.checks import (
     check_broker_epoch,
@@ -34,6 +30,7 @@ from diskless.coordinator._store import (
     Snapshot,
     StoreTxn,
 )
+from diskless.coordinator._values import LeaseRequest, LeaseResult
 from diskless.txn import ProducerEntry
 
 NEXT_PRODUCER_ID: Final = "next_producer_id"

@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from msgspec.structs import replace
 
 from diskless._types import ErrorCode, TopicPartition
-from diskless.coordinator._api import RegisteredTxn
 from diskless.coordinator._engine_txn import NEXT_PRODUCER_ID, TransactionOperations, _ending
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.rows import TxnRegistration
 from diskless.coordinator._rules.txn import check_registration
 from diskless.coordinator._store import Changes, Needs, Snapshot, StoreTxn
+from diskless.coordinator._values import RegisteredTxn
 from diskless.txn import (
     PREPARED_STATES,
     PendingOffset,

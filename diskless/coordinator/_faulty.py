@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from diskless._limits import CommitBounds
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
-from diskless.coordinator._api import (
-    BatchCoordinator,
+from diskless.coordinator._api import BatchCoordinator
+from diskless.coordinator._values import (
     BrokerRegistration,
     CommitBatch,
     CommitFileResult,

@@ -21,7 +21,6 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats, TopicConfig
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import ReadSource
@@ -32,6 +31,7 @@ from diskless.coordinator._rules.rows import (
     TxnLease,
     TxnRegistration,
 )
+from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats, TopicConfig
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")

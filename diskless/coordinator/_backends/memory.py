@@ -18,7 +18,6 @@ from msgspec.structs import replace
 from sortedcontainers import SortedDict
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
@@ -39,6 +38,7 @@ from diskless.coordinator._store import (
     TopicRow,
     run_inline,
 )
+from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")

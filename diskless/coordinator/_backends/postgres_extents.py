@@ -12,9 +12,9 @@ from typing import Final
 
 import asyncpg
 
-from diskless.coordinator._api import MetadataStats
 from diskless.coordinator._backends.postgres_rows import batches_holding, columns
 from diskless.coordinator._rules.rows import StoredBatch
+from diskless.coordinator._values import MetadataStats
 
 MIGRATION: Final = [
     """CREATE TABLE extents (

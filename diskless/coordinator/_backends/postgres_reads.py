@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 import asyncpg
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
 from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
@@ -49,6 +48,7 @@ from diskless.coordinator._rules.rows import (
     TxnRegistration,
 )
 from diskless.coordinator._store import ReadView, TopicRow
+from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")

@@ -24,7 +24,6 @@ from typing import Any, Final
 import asyncpg
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import TopicConfig
 from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_functions import (
     LOADED_BROKER,
@@ -68,6 +67,7 @@ from diskless.coordinator._store import (
     Snapshot,
     StoreTxn,
 )
+from diskless.coordinator._values import TopicConfig
 
 
 class PostgresTxn(StoreTxn):

@@ -11,8 +11,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from diskless.coordinator._api import MetadataStats
 from diskless.coordinator._rules.rows import StoredBatch
+from diskless.coordinator._values import MetadataStats
 
 MIGRATION: Final = [
     """CREATE TABLE extents (

@@ -6,7 +6,6 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import BrokerRegistration, FileState, MetadataStats
 from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sqlite_rows import (
     BATCH_COLUMNS,
@@ -36,6 +35,7 @@ from diskless.coordinator._rules.rows import (
     TxnRegistration,
 )
 from diskless.coordinator._store import ReadView, TopicRow
+from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
 from diskless.txn import ProducerEntry, TxnRecord
 
 

@@ -8,10 +8,10 @@ from typing import Any, Final
 import msgspec
 
 from diskless._types import TimestampType, TopicPartition
-from diskless.coordinator._api import FileState, TopicConfig
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnRegistration
 from diskless.coordinator._store import TopicRow
+from diskless.coordinator._values import FileState, TopicConfig
 from diskless.txn import ProducerEntry, RetainedBatch, TxnRecord
 
 KEYS_PER_QUERY_MAX: Final = 4096

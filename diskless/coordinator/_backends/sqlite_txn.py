@@ -7,7 +7,6 @@ from collections.abc import Collection
 from typing import Any
 
 from diskless._types import TopicPartition
-from diskless.coordinator._api import TopicConfig
 from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_rows import (
@@ -43,6 +42,7 @@ from diskless.coordinator._store import (
     Snapshot,
     StoreTxn,
 )
+from diskless.coordinator._values import TopicConfig
 
 
 class SqliteTxn(StoreTxn):

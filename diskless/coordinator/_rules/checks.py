@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from diskless.coordinator._api import FileState
+from diskless.coordinator._values import FileState
 from diskless.errors import BrokerFencedError
 
 

@@ -18,9 +18,9 @@ from typing import Protocol, TypeVar
 import msgspec
 
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TimestampType, TopicPartition
-from diskless.coordinator._api import CommitBatch, CommitBatchResult
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
 from diskless.coordinator._rules.txn import check_txn_commit
+from diskless.coordinator._values import CommitBatch, CommitBatchResult
 from diskless.txn import (
     Duplicate,
     ProducerEntry,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from diskless.coordinator._api import BatchInfo, ConsolidationCandidate, ExtentSwap
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
+from diskless.coordinator._values import BatchInfo, ConsolidationCandidate, ExtentSwap
 
 
 def commit_time(row: StoredBatch, files: Mapping[str, FileRow]) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from diskless.coordinator._api import FileInfo, FileState
+from diskless.coordinator._values import FileInfo, FileState
 
 
 class FileRow(msgspec.Struct, frozen=True, gc=False):

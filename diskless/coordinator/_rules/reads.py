@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol, TypeVar
 
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
-from diskless.coordinator._api import (
+from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
+from diskless.coordinator._values import (
     BatchInfo,
     DeleteRecordsResponse,
     FindBatchesRequest,
@@ -19,7 +20,6 @@ from diskless.coordinator._api import (
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
-from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
 
 
 class Sized(Protocol):

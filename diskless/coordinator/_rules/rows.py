@@ -7,7 +7,7 @@ from typing import NamedTuple
 import msgspec
 
 from diskless._types import ControlType, TimestampType, TopicPartition
-from diskless.coordinator._api import BatchInfo, ExtentIndex, TopicConfig
+from diskless.coordinator._values import BatchInfo, ExtentIndex, TopicConfig
 
 
 class PartitionState(msgspec.Struct):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diskless.coordinator._api import ProducerSnapshot
+from diskless.coordinator._values import ProducerSnapshot
 from diskless.txn import ProducerEntry
 
 
