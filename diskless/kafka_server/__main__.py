@@ -15,6 +15,9 @@ both.
 
 `--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
 
+Every process also runs retention, consolidation and the file manager (safe in several processes
+at once); `--no-lifecycle` leaves them to the others.
+
 Prints the bootstrap addresses, overall and per rack, then serves until interrupted.
 """
 
@@ -39,6 +42,8 @@ from diskless.coordinator import (
 )
 from diskless.kafka_server._cluster import KafkaCluster
 from diskless.kafka_server._config import ServerConfig
+from diskless.kafka_server._lifecycle import LifecycleConfig, running_lifecycle
+from diskless.lifecycle import ConsolidatorConfig
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 
@@ -86,6 +91,22 @@ def _broker_config(args: argparse.Namespace) -> BrokerConfig:
     try:
         wal = WalConfig(upload_timeout_ms=args.upload_timeout_ms)
         return BrokerConfig(wal=wal, txn_lease_ttl_ms=args.txn_lease_ttl_ms)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def _lifecycle_config(args: argparse.Namespace, node_id: int) -> LifecycleConfig:
+    try:
+        consolidation = ConsolidatorConfig(
+            node_id=node_id,
+            age_ms=args.consolidation_age_ms,
+            period_ms=args.consolidation_period_ms,
+        )
+        return LifecycleConfig(
+            enabled=args.lifecycle,
+            retention_check_interval_ms=args.retention_check_interval_ms,
+            consolidation=consolidation,
+        )
     except ValueError as e:
         raise SystemExit(str(e)) from None
 
@@ -153,6 +174,34 @@ def _parser() -> argparse.ArgumentParser:
         help="how long a transactional batch's lease lasts, which bounds how long a transaction's"
         " end waits for the batches of a broker that died (default: the WAL's whole budget)",
     )
+    lifecycle = LifecycleConfig()
+    parser.add_argument(
+        "--no-lifecycle",
+        dest="lifecycle",
+        action="store_false",
+        help="run no retention, consolidation or file manager in this process",
+    )
+    parser.add_argument(
+        "--retention-check-interval-ms",
+        type=int,
+        default=lifecycle.retention_check_interval_ms,
+        metavar="MS",
+        help="how often retention runs (Kafka's log.retention.check.interval.ms)",
+    )
+    parser.add_argument(
+        "--consolidation-age-ms",
+        type=int,
+        default=lifecycle.consolidation.age_ms,
+        metavar="MS",
+        help="batches committed longer ago than this move into consolidated objects",
+    )
+    parser.add_argument(
+        "--consolidation-period-ms",
+        type=int,
+        default=lifecycle.consolidation.period_ms,
+        metavar="MS",
+        help="time between two consolidation runs",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -186,23 +235,27 @@ def _open_coordinator(args: argparse.Namespace) -> BatchCoordinator:
 async def _run(
     args: argparse.Namespace, server_config: ServerConfig, broker_config: BrokerConfig
 ) -> None:
+    ids = args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
+    ports = [args.base_port + i for i in ids] if args.base_port else None
+    lifecycle = _lifecycle_config(args, node_id=min(ids))
     if args.data_dir is not None:
         args.data_dir.mkdir(parents=True, exist_ok=True)
     store = _open_store(args)
     coordinator = _open_coordinator(args)
-    ids = args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
-    ports = [args.base_port + i for i in ids] if args.base_port else None
     try:
-        async with KafkaCluster(
-            store,
-            coordinator,
-            brokers=len(ids),
-            broker_ids=ids,
-            racks=args.racks,
-            ports=ports,
-            server_config=server_config,
-            broker_config=broker_config,
-        ) as cluster:
+        async with (
+            running_lifecycle(store, coordinator, lifecycle),
+            KafkaCluster(
+                store,
+                coordinator,
+                brokers=len(ids),
+                broker_ids=ids,
+                racks=args.racks,
+                ports=ports,
+                server_config=server_config,
+                broker_config=broker_config,
+            ) as cluster,
+        ):
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions)
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")

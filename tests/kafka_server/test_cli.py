@@ -165,3 +165,78 @@ def test_shared_parts_without_a_place_are_refused() -> None:
             main(argv)
     with pytest.raises(SystemExit):  # argparse's usage error
         main(["--coordinator", "mysql://h/db", "--data-dir", "x"])
+
+
+def _metadata(path: Path) -> tuple[int, int]:
+    """(batch rows, extent rows) of the coordinator at `path`, read as another process would."""
+    import asyncio
+
+    from diskless.coordinator import SqliteBatchCoordinator
+
+    async def read() -> tuple[int, int]:
+        coordinator = SqliteBatchCoordinator(path)
+        try:
+            stats = await coordinator.metadata_stats()
+            return stats.batch_rows, stats.extent_rows
+        finally:
+            await coordinator.close()
+
+    return asyncio.run(read())
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    for future in [producer.send(topic, value=b"%d" % i, partition=0) for i in range(count)]:
+        future.get(timeout=30)
+    producer.close()
+
+
+def test_the_process_consolidates_old_batches_and_enforces_retention(tmp_path: Path) -> None:
+    """With the lifecycle on (the default), batches older than the consolidation age move into
+    consolidated objects that consumers read as before, and a topic's retention.ms deletes its
+    old records."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    process, bootstrap = _start(
+        tmp_path,
+        "--brokers", "1", "--topic", "cli:2", "--log-level", "WARNING",
+        "--consolidation-age-ms", "0", "--consolidation-period-ms", "200",
+        "--retention-check-interval-ms", "200",
+    )  # fmt: skip
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([NewTopic("short", 1, 1, topic_configs={"retention.ms": "500"})])
+        admin.close()
+        _produce(bootstrap, "cli", 50)
+        deadline = time.monotonic() + 30
+        while (rows := _metadata(tmp_path / "coordinator.sqlite"))[1] == 0 or rows[0] != 0:
+            assert time.monotonic() < deadline, f"not consolidated: {rows}"
+            time.sleep(0.2)
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
+        )
+        consumer.assign([KpTopicPartition("cli", 0)])
+        assert [m.value for m in consumer] == [b"%d" % i for i in range(50)]
+        _produce(bootstrap, "short", 10)
+        short = KpTopicPartition("short", 0)
+        while consumer.beginning_offsets([short])[short] < 10:
+            assert time.monotonic() < deadline + 30, "retention never ran"
+            time.sleep(0.2)
+        consumer.close()
+    finally:
+        _stop(process)
+
+
+def test_no_lifecycle_leaves_the_batches_where_they_are(tmp_path: Path) -> None:
+    process, bootstrap = _start(
+        tmp_path,
+        "--brokers", "1", "--topic", "cli:2", "--log-level", "WARNING", "--no-lifecycle",
+        "--consolidation-age-ms", "0", "--consolidation-period-ms", "200",
+    )  # fmt: skip
+    try:
+        _produce(bootstrap, "cli", 20)
+        time.sleep(1.0)  # five consolidation periods, had it been running
+        batch_rows, extent_rows = _metadata(tmp_path / "coordinator.sqlite")
+        assert batch_rows > 0 and extent_rows == 0
+    finally:
+        _stop(process)
