@@ -10,8 +10,9 @@ retriable error depends on the API (`failure`):
   coordinator up again and retry. The transaction coordinator also reports a failure of its
   participant as the value KAFKA_STORAGE_ERROR; `coordinator_error` turns that value into the
   same code;
-- Metadata answers the topics it could not describe or create as UNKNOWN_TOPIC_OR_PARTITION
-  (retriable: clients refresh metadata and try again).
+- Metadata answers the topics it could not describe as LEADER_NOT_AVAILABLE: clients refresh
+  metadata and try again, and keep the topic (after UNKNOWN_TOPIC_OR_PARTITION for long enough,
+  librdkafka fails the messages queued for it).
 - OffsetCommit and OffsetFetch (offsets live in the batch coordinator) answer
   COORDINATOR_NOT_AVAILABLE, as the transaction APIs do; group membership lives in this process
   and calls nothing that fails this way.
@@ -36,7 +37,7 @@ _ON_FAILURE: Final[dict[ApiKey, WireError]] = {
     ApiKey.PRODUCE: WireError.kafka_storage_error,
     ApiKey.FETCH: WireError.kafka_storage_error,
     ApiKey.LIST_OFFSETS: WireError.kafka_storage_error,
-    ApiKey.METADATA: WireError.unknown_topic_or_partition,
+    ApiKey.METADATA: WireError.leader_not_available,
     ApiKey.INIT_PRODUCER_ID: WireError.coordinator_not_available,
     ApiKey.ADD_PARTITIONS_TO_TXN: WireError.coordinator_not_available,
     ApiKey.END_TXN: WireError.coordinator_not_available,

@@ -5,7 +5,7 @@ Integration tests on a 6-broker, 3-rack cluster (two brokers per rack), through 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from diskless import TopicPartition
-from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.coordinator import InMemoryBatchCoordinator, TopicDescription
+from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
@@ -148,3 +149,35 @@ async def test_auto_creation_creates_legal_names_when_enabled() -> None:
         assert len(topics["new-topic"].partitions) == 4
         assert topics["bad/name"].error_code == WireError.unknown_topic_or_partition
         assert [d.name for d in await coordinator.describe_topics()] == ["new-topic"]
+
+
+class _Unreachable(InMemoryBatchCoordinator):
+    """Describing topics fails while `down` is set, as it does while the coordinator's server is
+    unreachable."""
+
+    down = False
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        if self.down:
+            raise CoordinatorUnavailableError("the coordinator's server is down")
+        return await super().describe_topics(names)
+
+
+async def test_topics_stay_known_while_the_coordinator_is_unreachable() -> None:
+    """Metadata cannot tell then whether a topic exists: it answers LEADER_NOT_AVAILABLE, which
+    clients retry, not UNKNOWN_TOPIC_OR_PARTITION, after which a client gives up on the topic
+    (librdkafka fails its queued messages)."""
+    coordinator = _Unreachable()
+    async with KafkaCluster(
+        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
+    ) as cluster:
+        await cluster.create_topic(TOPIC, 2)
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            coordinator.down = True
+            (topic,) = (await client.request(_metadata(TOPIC))).topics
+            assert (topic.name, topic.error_code) == (TOPIC, WireError.leader_not_available)
+            coordinator.down = False
+            assert set(_leaders(await client.request(_metadata(TOPIC)))) == {0, 1}
+        finally:
+            await client.close()
