@@ -20,12 +20,12 @@ import time
 from collections.abc import Iterable
 from unittest import mock
 
+from benchmarks.batches import build_batch
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
 from diskless.read import FetchReader, Span, _reader
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
 
 RECORDS_PER_BATCH = 4
 RECORD_BYTES = 100

@@ -16,10 +16,16 @@ async def read_as_served(cache: ObjectCache, batches: Sequence[BatchInfo]) -> li
     its stored bytes read through `cache` and checked. Raises StorageError when a read fails
     and CorruptBatch when a stored batch fails the read-back checks."""
     assert all(info.extent is None for info in batches), "extents are served as they are"
+    # A partition's batches lie scattered among other partitions' in a WAL object, and the
+    # cache reads such an object's block from its start anyway: one read per block, not one
+    # per batch (each of which would extend the block by one more GET and copy it again).
     spans = coalesce(
-        Span(info.object_key, info.byte_offset, info.byte_offset + info.size)
-        for info in batches
-        if info.object_key
+        (
+            Span(info.object_key, info.byte_offset, info.byte_offset + info.size)
+            for info in batches
+            if info.object_key
+        ),
+        cache.block_bytes,
     )
     chunks = await asyncio.gather(*(cache.read(*span) for span in spans))
     data = dict(zip(spans, chunks, strict=True))
