@@ -215,6 +215,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
                 self._expiration_ms,
                 snapshot.registrations,
                 snapshot.leases,
+                object_size=file_size,
             )
             await txn.apply(
                 Changes(

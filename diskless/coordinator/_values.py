@@ -153,6 +153,9 @@ class BatchInfo(msgspec.Struct, frozen=True, gc=False):
     control: ControlType | None = None
     coordinator_epoch: int = 0
     extent: ExtentIndex | None = None
+    object_size: int | None = None
+    """The size of the object holding it, when the coordinator knows it: the read path then
+    reads whole cache blocks of the object (one GET serves every later read of the block)."""
 
 
 class FindBatchesRequest(msgspec.Struct, frozen=True):

@@ -27,7 +27,8 @@ async def read_as_served(cache: ObjectCache, batches: Sequence[BatchInfo]) -> li
         ),
         cache.block_bytes,
     )
-    chunks = await asyncio.gather(*(cache.read(*span) for span in spans))
+    sizes = {info.object_key: info.object_size for info in batches if info.object_size is not None}
+    chunks = await asyncio.gather(*(cache.read(*span, sizes.get(span.key)) for span in spans))
     data = dict(zip(spans, chunks, strict=True))
     index = SpanIndex(spans)
     served: list[bytearray] = []

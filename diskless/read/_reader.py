@@ -11,7 +11,8 @@ its timestamp (CRC recomputed). Transaction markers exist only as coordinator me
 path synthesizes their control batches.
 
 With an `ObjectCache`, stored bytes are read through its aligned blocks instead (one GET per
-block however many partitions and fetches need it). Extents (consolidated runs of batches) are
+block however many partitions and fetches need it: the coordinator gives each object's size, so
+a block is read whole, up to the object's end). Extents (consolidated runs of batches) are
 expanded through their object's index and the budgets applied again (`_plan`); their batches are
 already as served and go out unchanged, after the same checks.
 
@@ -183,7 +184,13 @@ class FetchReader:
             ),
             self._gap_bytes_max,
         )
-        data = await self._read_spans(spans)
+        sizes = {
+            b.info.object_key: b.info.object_size
+            for plan in plans.values()
+            for b in plan.batches
+            if b.info.object_size is not None
+        }
+        data = await self._read_spans(spans, sizes)
         index = SpanIndex(spans)
 
         for i, plan in plans.items():
@@ -224,7 +231,9 @@ class FetchReader:
         return list(await asyncio.gather(*(resolve(response) for response in responses)))
 
     # --- reading ------------------------------------------------------------------------------
-    async def _read_spans(self, spans: Sequence[Span]) -> dict[Span, bytes | StorageError]:
+    async def _read_spans(
+        self, spans: Sequence[Span], sizes: Mapping[str, int]
+    ) -> dict[Span, bytes | StorageError]:
         data: dict[Span, bytes | StorageError] = {}
         missing: list[Span] = []
         for span in spans:
@@ -237,7 +246,7 @@ class FetchReader:
                 missing.append(span)
         self._stats["ranges_read"] += len(spans)
         if missing and self._object_cache is not None:
-            data.update(await self._read_through(self._object_cache, missing))
+            data.update(await self._read_through(self._object_cache, missing, sizes))
         elif missing:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._get(span)) for span in missing]
@@ -249,11 +258,13 @@ class FetchReader:
         return data
 
     async def _read_through(
-        self, cache: ObjectCache, spans: Sequence[Span]
+        self, cache: ObjectCache, spans: Sequence[Span], sizes: Mapping[str, int]
     ) -> dict[Span, bytes | StorageError]:
+        """Through the cache, whole blocks of the objects whose size is known."""
+
         async def read(span: Span) -> bytes | StorageError:
             try:
-                return await cache.read(*span)
+                return await cache.read(*span, sizes.get(span.key))
             except StorageError as e:
                 self._stats["storage_errors"] += 1
                 _log.warning("fetch: reading %s [%d, %d) failed: %r", *span, e)

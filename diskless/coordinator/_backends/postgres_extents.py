@@ -38,7 +38,7 @@ MIGRATION: Final = [
 _COLUMNS: Final = (
     "e.partition_id, e.base_offset, e.last_offset, f.key, e.byte_offset, e.size,"
     " e.max_timestamp, e.log_append_time, e.timestamp, e.ts_running_max, -1, -1, -1, 0,"
-    " e.index_byte_offset, e.index_size"
+    " e.index_byte_offset, e.index_size, f.size"
 )
 _FROM: Final = "extents e JOIN files f ON f.file_id = e.file_id"
 

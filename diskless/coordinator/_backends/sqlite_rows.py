@@ -27,7 +27,7 @@ MARKER_FILE_ID: Final = 0
 BATCH_COLUMNS: Final = (
     "b.partition_id, b.base_offset, b.last_offset, coalesce(f.key, ''), b.byte_offset, b.size,"
     " b.max_timestamp, b.log_append_time, b.timestamp, b.ts_running_max, b.producer_id,"
-    " b.producer_epoch, b.control, b.coordinator_epoch"
+    " b.producer_epoch, b.control, b.coordinator_epoch, -1, -1, coalesce(f.size, -1)"
 )
 BATCH_FROM: Final = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")

@@ -78,6 +78,7 @@ def plan_commit(
     producer_id_expiration_ms: int,
     registrations: Lookup[ProducerKey, TxnRegistration] = _NO_REGISTRATIONS,
     leases: Lookup[int, TxnLease] = _NO_LEASES,
+    object_size: int = -1,
 ) -> CommitPlan:
     """Check and sequence `batches` in order against a snapshot of the state they touch.
 
@@ -189,6 +190,7 @@ def plan_commit(
                 running_max,
                 pid,
                 epoch,
+                object_size=object_size,
             )
         )
         state.high_watermark = last_offset + 1

@@ -119,4 +119,5 @@ def extent_row(rows: Sequence[StoredBatch], swap: ExtentSwap) -> StoredBatch:
         -1,
         index_byte_offset=swap.index.byte_offset,
         index_size=swap.index.size,
+        object_size=swap.object_size,
     )

@@ -61,6 +61,10 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
     run of consecutive batches (markers included) copied into one object: its `timestamp` and
     `max_timestamp` are the largest of theirs and `ts_running_max` the running max at its end,
     so every timestamp rule treats it as Kafka treats a segment."""
+    object_size: int = -1
+    """The size of the object holding it (-1: unknown, and always for a marker): with it the
+    read path reads whole cache blocks. Not stored with the row: backends that keep files
+    apart join it from there."""
 
     @property
     def is_extent(self) -> bool:
@@ -78,6 +82,7 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
                 log_append_time=self.log_append_time,
                 max_timestamp=self.max_timestamp,
                 extent=ExtentIndex(self.index_byte_offset, self.index_size),
+                object_size=self.object_size if self.object_size >= 0 else None,
             )
         if self.control >= 0:
             return BatchInfo(
@@ -105,6 +110,7 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
             max_timestamp=self.max_timestamp,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
+            object_size=self.object_size if self.object_size >= 0 else None,
         )
 
 
