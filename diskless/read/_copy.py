@@ -19,6 +19,8 @@ async def read_as_served(cache: ObjectCache, batches: Sequence[BatchInfo]) -> li
     # A partition's batches lie scattered among other partitions' in a WAL object, and the
     # cache reads such an object's block from its start anyway: one read per block, not one
     # per batch (each of which would extend the block by one more GET and copy it again).
+    # No object size is passed: a run moves one partition range at a time, and whole blocks
+    # of every WAL object it touches would outgrow the cache before the next range needs them.
     spans = coalesce(
         (
             Span(info.object_key, info.byte_offset, info.byte_offset + info.size)
@@ -27,8 +29,7 @@ async def read_as_served(cache: ObjectCache, batches: Sequence[BatchInfo]) -> li
         ),
         cache.block_bytes,
     )
-    sizes = {info.object_key: info.object_size for info in batches if info.object_size is not None}
-    chunks = await asyncio.gather(*(cache.read(*span, sizes.get(span.key)) for span in spans))
+    chunks = await asyncio.gather(*(cache.read(*span) for span in spans))
     data = dict(zip(spans, chunks, strict=True))
     index = SpanIndex(spans)
     served: list[bytearray] = []
