@@ -10,9 +10,8 @@ batches of all of them); then, on the same data:
 
 1. metadata: the bytes of batch metadata per retained GB, per-batch rows (the baseline) against
    extent rows after consolidation, both net of the empty schema (measured first, on the same
-   file) so that only what grows with the data counts. On SQLite, the bytes in use of the pages
-   `metadata_stats().stored_bytes` counts (printed too): whole pages would show a few extent
-   rows as nothing, since they fit in the one page an empty table already has;
+   file) so that only what grows with the data counts (`metadata_stats().stored_bytes`: on
+   SQLite the bytes in use on the metadata's pages);
 2. cold read-back: GETs per GB of reading each partition from offset 0 to its end through a cold
    broker (default settings, its object cache on), as a consumer of that partition would, from
    the WAL objects (the baseline) and from the consolidated objects;
@@ -42,12 +41,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import sqlite3
 import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from contextlib import closing
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -78,8 +75,6 @@ STEADY_RATE_PER_S: Final = 200
 STEADY_PARTITIONS: Final = 8
 BACKLOG_MB_PER_ROUND: Final = 16
 
-METADATA_TABLES: Final = ("batches", "batches_by_timestamp", "batches_by_running_max", "extents")
-"""The tables and indexes `metadata_stats` counts for SQLite."""
 
 TARGET_METADATA_KB_PER_GB: Final = 10.0
 TARGET_GETS_PER_GB: Final = 200.0
@@ -118,36 +113,20 @@ async def produce(
 
 
 # --- 1. metadata --------------------------------------------------------------------------------
-class Metadata(NamedTuple):
-    stats: MetadataStats
-    in_use: int | None
-    """SQLite: bytes of the metadata pages in use. `stored_bytes` counts whole pages, and a few
-    extent rows fit in the one page each table has even when empty, which would read as zero."""
-
-
-async def metadata(coordinator: BatchCoordinator, sqlite_file: Path | None) -> Metadata:
+async def metadata(coordinator: BatchCoordinator) -> MetadataStats:
     stats = await coordinator.metadata_stats()
-    if sqlite_file is None:
-        return Metadata(stats, None)
-    marks = ", ".join("?" * len(METADATA_TABLES))
-    with closing(sqlite3.connect(f"file:{sqlite_file}?mode=ro", uri=True)) as conn:
-        (size,) = conn.execute(
-            f"SELECT coalesce(sum(pgsize - unused), 0) FROM dbstat WHERE name IN ({marks})",
-            METADATA_TABLES,
-        ).fetchone()
-    return Metadata(stats, int(size))
+    assert stats.stored_bytes is not None, "the backend does not measure its metadata"
+    return stats
 
 
-def grown_bytes(now: Metadata, empty: Metadata) -> int:
-    """What the metadata grew by since the schema was empty (in use where known, else pages)."""
-    if now.in_use is not None and empty.in_use is not None:
-        return now.in_use - empty.in_use
-    assert now.stats.stored_bytes is not None and empty.stats.stored_bytes is not None
-    return now.stats.stored_bytes - empty.stats.stored_bytes
+def grown_bytes(now: MetadataStats, empty: MetadataStats) -> int:
+    """What the metadata grew by since the schema was empty."""
+    assert now.stored_bytes is not None and empty.stored_bytes is not None
+    return now.stored_bytes - empty.stored_bytes
 
 
-def kb_per_gb(now: Metadata, empty: Metadata) -> float:
-    return grown_bytes(now, empty) / 1e3 / (now.stats.retained_bytes / GB)
+def kb_per_gb(now: MetadataStats, empty: MetadataStats) -> float:
+    return grown_bytes(now, empty) / 1e3 / (now.retained_bytes / GB)
 
 
 # --- 2. read-back -------------------------------------------------------------------------------
@@ -311,22 +290,20 @@ async def p99_rounds(
 
 
 # --- the run ------------------------------------------------------------------------------------
-def open_coordinator(spec: str | None, directory: Path) -> tuple[BatchCoordinator, Path | None]:
-    """The coordinator, and its SQLite file when it has one."""
+def open_coordinator(spec: str | None, directory: Path) -> BatchCoordinator:
     if spec is None:
-        path = directory / "coordinator.db"
-        return SqliteBatchCoordinator(path), path
+        return SqliteBatchCoordinator(directory / "coordinator.db")
     if spec.startswith(("postgresql://", "postgres://")):
-        return PostgresBatchCoordinator(spec), None
+        return PostgresBatchCoordinator(spec)
     raise SystemExit(f"--coordinator: expected a postgresql:// DSN, got {spec!r}")
 
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-consolidation-") as tmp:
         store = LocalObjectStore(Path(tmp) / "objects")
-        coordinator, sqlite_file = open_coordinator(args.coordinator, Path(tmp))
+        coordinator = open_coordinator(args.coordinator, Path(tmp))
         try:
-            lines = await run(store, coordinator, sqlite_file, args)
+            lines = await run(store, coordinator, args)
         finally:
             await coordinator.close()
     print()
@@ -340,17 +317,15 @@ async def main(args: argparse.Namespace) -> None:
 async def run(
     store: ObjectStore,
     coordinator: BatchCoordinator,
-    sqlite_file: Path | None,
     args: argparse.Namespace,
 ) -> list[Line]:
     tps = [TopicPartition("bulk", p) for p in range(args.partitions)]
     await coordinator.create_topic("bulk", args.partitions)
-    empty = await metadata(coordinator, sqlite_file)
+    empty = await metadata(coordinator)
     started = time.perf_counter()
     async with DisklessBroker(1, store, coordinator, BrokerConfig()) as broker:
         await produce(broker, tps, args.megabytes, seed=1)
-    wal_meta = await metadata(coordinator, sqlite_file)
-    wal = wal_meta.stats
+    wal = await metadata(coordinator)
     print(
         f"loaded {wal.retained_bytes / 1e6:.0f} MB ({wal.batch_rows} batches of 16 KiB, "
         f"{store.stats().puts} WAL objects) in {time.perf_counter() - started:.1f} s"
@@ -377,8 +352,7 @@ async def run(
         f"consolidated {moved.bytes_moved / 1e6:.0f} MB into {moved.extents_committed} objects "
         f"in {took:.2f} s (raw GET + PUT of the same bytes: {raw:.2f} s)"
     )
-    ext_meta = await metadata(coordinator, sqlite_file)
-    consolidated = ext_meta.stats
+    consolidated = await metadata(coordinator)
     assert consolidated.batch_rows == 0, consolidated
     find_extents = await find_seconds(coordinator, calls)
     ext_gets_gb, ext_gets = await cold_read_gets_per_gb(store, coordinator, tps)
@@ -387,9 +361,9 @@ async def run(
         f"cold read-back of the consolidated objects: {ext_gets} GETs a partition at a time; "
         f"{ext_shared:.0f} GETs/GB all partitions in each fetch"
     )
-    per_extent = grown_bytes(ext_meta, empty) / consolidated.extent_rows
+    per_extent = grown_bytes(consolidated, empty) / consolidated.extent_rows
     print(
-        f"metadata stored_bytes (whole pages): {empty.stats.stored_bytes} empty, "
+        f"metadata stored_bytes: {empty.stored_bytes} empty, "
         f"{wal.stored_bytes} per-batch rows, {consolidated.stored_bytes} consolidated; "
         f"{per_extent:.0f} B per extent row, {per_extent * GB / config.object_bytes_max / 1e3:.2f} "
         f"KB/GB at extents of object_bytes_max ({config.object_bytes_max >> 20} MiB)"
@@ -402,8 +376,8 @@ async def run(
         f"produce p99 over {args.rounds} pairs of {args.round_seconds:.0f} s rounds "
         f"({extents} extents committed while producing)"
     )
-    meta_wal = kb_per_gb(wal_meta, empty)
-    meta_ext = kb_per_gb(ext_meta, empty)
+    meta_wal = kb_per_gb(wal, empty)
+    meta_ext = kb_per_gb(consolidated, empty)
     return [
         Line(
             "metadata per retained GB",

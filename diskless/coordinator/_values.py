@@ -279,8 +279,9 @@ class MetadataStats(msgspec.Struct, frozen=True):
     retained_bytes: int
     """The bytes of the batches and extents the rows describe."""
     stored_bytes: int | None
-    """What the rows and their indexes take in the backend's own storage (None when the backend
-    cannot measure it)."""
+    """What the rows and their indexes take in the backend's own storage: SQLite the bytes in
+    use on their pages, PostgreSQL the size of their relations (which keeps deleted rows until
+    VACUUM); None when the backend cannot measure it."""
 
 
 class FileState(enum.Enum):

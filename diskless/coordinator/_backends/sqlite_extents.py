@@ -134,11 +134,14 @@ def metadata_stats(conn: sqlite3.Connection) -> MetadataStats:
 
 
 def _stored_bytes(conn: sqlite3.Connection) -> int | None:
-    """The pages of the batch metadata (dbstat), None where SQLite was built without it."""
+    """The bytes the batch metadata takes on its pages (dbstat), None where SQLite was built
+    without it. Bytes in use, not whole pages: every table and index keeps a page even when
+    nearly empty, which would hide a few extent rows entirely."""
     marks = ", ".join("?" * len(_MEASURED))
     try:
         (size,) = conn.execute(
-            f"SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name IN ({marks})", _MEASURED
+            f"SELECT coalesce(sum(pgsize - unused), 0) FROM dbstat WHERE name IN ({marks})",
+            _MEASURED,
         ).fetchone()
     except sqlite3.OperationalError:
         return None
