@@ -27,6 +27,7 @@ from benchmarks.harness import coordinators
 from benchmarks.harness import workload as workloads
 from benchmarks.harness.analysis import analyze
 from benchmarks.harness.baselines import put_baseline, sqlite_baseline
+from benchmarks.harness.consolidate import ConsolidationReport, consolidate, gets_of
 from benchmarks.harness.cost import ASSUMPTIONS, CostInputs, cost_model
 from benchmarks.harness.env import create_topics, open_coordinator, open_store, wal_config
 from benchmarks.harness.execute import (
@@ -50,6 +51,7 @@ from benchmarks.harness.report import (
     write_sweep,
 )
 from benchmarks.harness.spec import (
+    GB,
     MB,
     CostRates,
     RunSpec,
@@ -72,6 +74,8 @@ PHASES: Final = (
     "execute",
     "verify",
     "analyse",
+    "consolidate",
+    "verify consolidated",
     "baselines",
     "report",
 )
@@ -95,6 +99,8 @@ class Options(msgspec.Struct, kw_only=True):
     """A `--coordinator` URL in canonical form; each run resolves its own (`for_run`)."""
     master: str = LOCAL_MASTER
     """`local` (local[tasks]) or a standalone cluster's spark://HOST:PORT."""
+    consolidate: bool = True
+    """Consolidate everything after the first read-back, then read and verify it again."""
 
 
 # --- the argument parser ------------------------------------------------------------------------
@@ -156,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--put-baseline-s", type=float, default=4.0, help="raw PUT baseline length")
     e.add_argument("--sqlite-baseline-s", type=float, default=3.0, help="raw SQLite baseline")
     e.add_argument("--no-progress", action="store_true", help="no progress bars")
+    e.add_argument(
+        "--no-consolidation",
+        action="store_true",
+        help="skip the consolidation phase and the read-back of the consolidated data",
+    )
     e.add_argument(
         "--master",
         default=LOCAL_MASTER,
@@ -247,6 +258,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[WorkloadSpec, Options, dict[
         progress=not args.no_progress,
         coordinator=coordinator,
         master=args.master,
+        consolidate=not args.no_consolidation,
     )
     if not coordinators.is_shared(coordinator) and spec.effective_tasks != 1:
         parser.error("an in-memory coordinator needs a single task: add --tasks 1")
@@ -372,7 +384,8 @@ POSTGRESQL_NOTE: Final = (
 )
 MEMORY_NOTE: Final = (
     "In-memory coordinator: the read-back ran in the execution task through a producing broker, "
-    "whose segment cache still held recent objects, so GETs per GB understate a cold read."
+    "whose segment cache still held recent objects, so GETs per GB understate a cold read. "
+    "No consolidation phase: the coordinator lived only in that task."
 )
 
 
@@ -431,6 +444,19 @@ def run_once(
         with progress.phase("analyse"):
             objects = asyncio.run(_list_objects(store, WAL_PREFIX))
             analysis = analyze(spark, results, rows, tasks, objects)
+        consolidation: ConsolidationReport | None = None
+        if options.consolidate and coordinators.is_shared(run.coordinator):
+            with progress.phase("consolidate"):
+                figures = consolidate(spark, run)
+            with progress.phase("verify consolidated"):
+                after = verify(spark, results, spec, run)
+            produced_gb = max(1, analysis.bytes_acked) / GB
+            consolidation = ConsolidationReport(
+                figures=figures,
+                verification=after,
+                gets_per_gb_before=gets_of(verification) / produced_gb,
+                gets_per_gb_after=gets_of(after) / produced_gb,
+            )
         results.unpersist()
         with progress.phase("baselines"):
             put = put_baseline(
@@ -442,7 +468,7 @@ def run_once(
                 options.sqlite_baseline_s,
             )
         store_put_requests = sum(t.store.get("put_requests", 0) for t in tasks)
-        gets = verification.store.get("gets", 0) + verification.store.get("ranged_gets", 0)
+        gets = gets_of(consolidation.verification if consolidation else verification)
         cost = cost_model(
             CostInputs(
                 produced_bytes=max(1, analysis.bytes_acked),
@@ -475,6 +501,7 @@ def run_once(
             + ([POSTGRESQL_NOTE] if coordinators.is_postgresql(run.coordinator) else []),
             phases_s=dict(progress.times),
             tasks=[task_summary(t) for t in tasks],
+            consolidation=consolidation,
         )
         return RunOutcome(report, rows, data_dir)
     finally:
@@ -493,7 +520,8 @@ def run_once(
 def succeeded(report: RunReport) -> bool:
     """Verified, and something was acknowledged (a run where every request failed proves
     nothing, even though nothing acknowledged went missing)."""
-    return report.verification.passed and report.analysis.batches_acked > 0
+    consolidated = report.consolidation is None or report.consolidation.verification.passed
+    return report.verification.passed and consolidated and report.analysis.batches_acked > 0
 
 
 def _finish(report: RunReport, directory: Path, progress: _Progress) -> None:

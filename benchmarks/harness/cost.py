@@ -6,7 +6,7 @@ storage, "with one read" adds the GETs:
                                                              request of the produce phase)
     GET $   = GET requests per GB  x get_per_1000 / 1000    (measured: one consumer reading every
                                                              partition once, cold cache)
-    storage = stored GB per GB x storage_gb_month x retention_hours / 730   (0 unless priced)
+    storage = stored GB per GB x storage_gb_month x retention_hours / 730   (S3 Standard)
     cross-AZ = 0: producers send to their own rack's representative broker, and object storage
                replicates across AZs at no transfer charge.
 Classic Kafka, per GB produced, replication factor RF over A availability zones (rack-aware
@@ -14,8 +14,10 @@ placement, leaders spread evenly over AZs, consumers fetching from a same-AZ fol
     replication copies crossing an AZ = RF - ceil(RF / A)      (RF 3, A 3: 2)
     producer traffic crossing an AZ   = (A - 1) / A            (A 3: 2/3 of the time)
     cross-AZ $ = (copies + producer share) x cross_az_per_gb   (defaults: 2.667 GB x $0.02)
-Left out on both sides: compute, disks/EBS of classic brokers, request charges of the coordinator
-database, and consumer traffic (assumed AZ-local on both).
+    storage $  = RF x block_storage_gb_month / block_storage_utilization x retention_hours / 730
+                 (defaults: 3 x $0.08 gp3, disks full)
+Left out on both sides: compute, request charges of the coordinator database, and consumer
+traffic (assumed AZ-local on both).
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ class CostModel(msgspec.Struct, frozen=True, kw_only=True):
     diskless_usd_per_gb: float
     """Writes plus one cold full read (GETs)."""
     classic_cross_az_gb_per_gb: float
+    classic_cross_az_usd_per_gb: float
+    classic_storage_usd_per_gb: float
     classic_usd_per_gb: float
+    """Cross-AZ replication plus RF copies on block storage."""
     classic_over_diskless_write: float
     """How many times more classic Kafka pays than diskless writes (inf when those are free)."""
     classic_over_diskless: float
@@ -83,7 +88,16 @@ def cost_model(inputs: CostInputs, rates: CostRates) -> CostModel:
     write = put_usd + storage_usd
     diskless = write + get_usd
     cross_az = classic_cross_az_gb_per_gb(rates)
-    classic = cross_az * rates.cross_az_per_gb
+    if not 0 < rates.block_storage_utilization <= 1:
+        raise ValueError("block_storage_utilization must be in (0, 1]")
+    classic_storage = (
+        rates.replication_factor
+        * rates.block_storage_gb_month
+        / rates.block_storage_utilization
+        * rates.retention_hours
+        / HOURS_PER_MONTH
+    )
+    classic = cross_az * rates.cross_az_per_gb + classic_storage
     return CostModel(
         produced_gb=gb,
         objects_per_gb=inputs.objects / gb,
@@ -96,6 +110,8 @@ def cost_model(inputs: CostInputs, rates: CostRates) -> CostModel:
         diskless_write_usd_per_gb=write,
         diskless_usd_per_gb=diskless,
         classic_cross_az_gb_per_gb=cross_az,
+        classic_cross_az_usd_per_gb=cross_az * rates.cross_az_per_gb,
+        classic_storage_usd_per_gb=classic_storage,
         classic_usd_per_gb=classic,
         classic_over_diskless_write=classic / write if write > 0 else math.inf,
         classic_over_diskless=classic / diskless if diskless > 0 else math.inf,
@@ -108,10 +124,16 @@ ASSUMPTIONS: Final = [
     "object store client (a multipart upload counts create + parts + complete).",
     "Diskless GETs: one consumer reading every partition once from object storage, cold cache "
     "(the verification read-back: every partition in each fetch, Kafka's default fetch sizes); "
-    "their count is the read path's ranged GETs, so it depends on how it coalesces ranges.",
+    "their count is the read path's ranged GETs, so it depends on how it coalesces ranges. "
+    "When the run consolidated its data, the read-back of the consolidated objects counts: "
+    "data older than the consolidation age is read from there.",
     "Diskless cross-AZ: none; producers send to their rack's representative broker and object "
     "storage replicates across AZs without transfer charges.",
     "Classic Kafka cross-AZ GB per GB = (RF - ceil(RF/AZs)) replica copies + (AZs-1)/AZs of "
     "producer traffic reaching a leader in another AZ; consumers fetch from a same-AZ replica.",
-    "Left out on both sides: compute, broker disks, coordinator database, consumer traffic.",
+    "Storage for the retention time on both sides: diskless stores the produced objects once "
+    "in object storage (which replicates them across AZs itself); classic Kafka stores RF "
+    "copies on block storage, priced per provisioned GB (disks as full as "
+    "block_storage_utilization says).",
+    "Left out on both sides: compute, coordinator database, consumer traffic.",
 ]

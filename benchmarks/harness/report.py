@@ -11,6 +11,11 @@ import msgspec
 
 from benchmarks.harness.analysis import Analysis, Latency
 from benchmarks.harness.baselines import PutBaseline, SqliteBaseline
+from benchmarks.harness.consolidate import (
+    ConsolidationReport,
+    consolidation_lines,
+    consolidation_markdown,
+)
 from benchmarks.harness.cost import CostModel
 from benchmarks.harness.execute import TaskStats
 from benchmarks.harness.placement import TaskPlace
@@ -79,6 +84,8 @@ class RunReport(msgspec.Struct, kw_only=True):
     notes: list[str]
     phases_s: dict[str, float]
     tasks: list[TaskSummary] = msgspec.field(default_factory=list)
+    consolidation: ConsolidationReport | None = None
+    """The consolidation phase and the read-back after it (None: not run)."""
 
 
 class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,12 +202,13 @@ def headline_lines(report: RunReport) -> list[str]:
         f"(raw SQLite limit {h.raw_sqlite_txns_per_s:,.0f} txn/s: {h.commits_of_raw_sqlite:.1%}); "
         f"batches {h.batches_per_s:,.0f}/s (raw SQLite {h.raw_sqlite_rows_per_s:,.0f} rows/s)",
         f"Cost per GB: {_usd(h.write_usd_per_gb)} diskless writes vs "
-        f"{_usd(h.classic_usd_per_gb)} classic cross-AZ replication "
+        f"{_usd(h.classic_usd_per_gb)} classic (cross-AZ replication and RF disks) "
         f"({_times(h.classic_over_diskless_write)} more); with one cold read-back "
         f"{_usd(h.usd_per_gb)} ({_times(h.classic_over_diskless)})",
         f"Verification: {'PASSED' if v.passed else 'FAILED'} "
         f"({v.read_records:,} records read back, {v.expected_records:,} acknowledged, "
         f"{v.partitions_failed} of {v.partitions} partitions failed)",
+        *(consolidation_lines(report.consolidation) if report.consolidation else []),
     ]
 
 
@@ -300,10 +308,15 @@ def markdown(report: RunReport) -> str:
         f"| **diskless writes (PUT + storage)** | | **{_usd(c.diskless_write_usd_per_gb)}** |",
         f"| diskless writes + one read | | {_usd(c.diskless_usd_per_gb)} |",
         f"| classic cross-AZ ({c.classic_cross_az_gb_per_gb:.3f} GB per GB) | | "
-        f"**{_usd(c.classic_usd_per_gb)}** |",
+        f"{_usd(c.classic_cross_az_usd_per_gb)} |",
+        f"| classic storage (RF {report.rates.replication_factor} on block storage) | | "
+        f"{_usd(c.classic_storage_usd_per_gb)} |",
+        f"| **classic** | | **{_usd(c.classic_usd_per_gb)}** |",
         "",
         f"Rates: PUT ${report.rates.put_per_1000}/1000, GET ${report.rates.get_per_1000}/1000, "
-        f"storage ${report.rates.storage_gb_month}/GB-month for {report.rates.retention_hours} h, "
+        f"object storage ${report.rates.storage_gb_month}/GB-month, block storage "
+        f"${report.rates.block_storage_gb_month}/GB-month at "
+        f"{report.rates.block_storage_utilization:.0%} use, for {report.rates.retention_hours} h, "
         f"cross-AZ ${report.rates.cross_az_per_gb}/GB, RF {report.rates.replication_factor}, "
         f"{report.rates.azs} AZs. Assumptions:",
         "",
@@ -338,6 +351,7 @@ def markdown(report: RunReport) -> str:
         ),
         *[f"- problem: {p}" for p in v.problems],
         "",
+        *(consolidation_markdown(report.consolidation) if report.consolidation else []),
         "## Errors",
         "",
         *([f"- {name}: {n} batches" for name, n in report.errors.items()] or ["- none"]),

@@ -211,10 +211,15 @@ class CostRates(msgspec.Struct, frozen=True, kw_only=True):
 
     put_per_1000: float = 0.005
     get_per_1000: float = 0.0004
-    storage_gb_month: float = 0.0
-    """Object storage $/GB-month; 0 leaves storage out (classic Kafka's disks are left out too)."""
+    storage_gb_month: float = 0.023
+    """Object storage $/GB-month (S3 Standard, first 50 TB)."""
+    block_storage_gb_month: float = 0.08
+    """Classic Kafka's broker disks, $/GB-month (EBS gp3), paid for each of the RF replicas."""
+    block_storage_utilization: float = 1.0
+    """The share of classic brokers' disks that holds data (1.0: none kept free, the cheapest
+    classic case; operators often keep half free)."""
     retention_hours: float = 24.0
-    """How long produced bytes are stored, when storage_gb_month is set."""
+    """How long produced bytes are stored, on both sides."""
     cross_az_per_gb: float = 0.02
     """Cross-AZ transfer, both directions together ($0.01 out + $0.01 in on AWS)."""
     replication_factor: int = 3

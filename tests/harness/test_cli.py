@@ -21,6 +21,17 @@ def test_no_arguments_is_the_embedded_default_run() -> None:
     assert options.wal == {}
     assert options.report_dir.parent == Path("reports")
     assert options.rates.put_per_1000 == 0.005 and options.rates.cross_az_per_gb == 0.02
+    assert options.rates.storage_gb_month == 0.023 and options.rates.block_storage_gb_month == 0.08
+    assert options.consolidate
+
+
+def test_consolidation_can_be_left_out_and_storage_rates_set() -> None:
+    _, options, _ = parse_args(
+        ["--no-consolidation", "--block-storage-utilization", "0.5", "--retention-hours", "168"]
+    )
+    assert not options.consolidate
+    assert options.rates.block_storage_utilization == 0.5
+    assert options.rates.retention_hours == 168.0
 
 
 def test_workload_wal_store_and_rate_options() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID
 from benchmarks.harness.placement import TaskPlace
 from benchmarks.harness.report import RESULTS_FILE
 from benchmarks.harness.spark import REPO_ROOT
@@ -146,6 +147,14 @@ def test_the_harness_verifies_a_run_on_the_cluster(cluster_run: ClusterRun) -> N
         assert "coordinator-diskless-bench-" in report["coordinator"]
     assert f"coordinator: {report['coordinator']}" in process.stdout
     assert f"Spark master {cluster_run.cluster.master_url}" in process.stdout
+    # The consolidation phase ran on the cluster too, and its read-back verified.
+    consolidation = report["consolidation"]
+    assert consolidation["verification"]["passed"], consolidation["verification"]["problems"]
+    assert consolidation["verification"]["read_records"] == verification["read_records"]
+    figures = consolidation["figures"]
+    assert figures["after"]["batch_rows"] == 0 < figures["extents_committed"]
+    assert _places([figures["place"]])[0].executor != "driver"
+    assert "Verification after consolidation: PASSED" in process.stdout
 
 
 def test_every_task_ran_in_an_executor_of_a_different_worker(cluster_run: ClusterRun) -> None:
@@ -185,8 +194,11 @@ def test_the_objects_are_in_the_bucket_and_the_coordinator_is_gone(
             return [item["Key"] async for page in pages for item in page.get("Contents", [])]
 
     keys = asyncio.run(listing())
-    wal = [k for k in keys if "/wal/" in k]
+    wal = [k for k in keys if "/wal/" in k and f"-b{CONSOLIDATOR_NODE_ID}-" not in k]
+    consolidated = [k for k in keys if f"-b{CONSOLIDATOR_NODE_ID}-" in k]
     assert len(wal) == cluster_run.results["analysis"]["objects"]["count"] > 0
+    figures = cluster_run.results["consolidation"]["figures"]
+    assert len(consolidated) == figures["extents_committed"] > 0
     assert not list(cluster_run.directory.glob("coordinator-*.sqlite*"))
     if cluster_run.postgres is not None:  # the run's database was dropped after the run
         databases = cluster_run.postgres.sql("SELECT datname FROM pg_database").split()

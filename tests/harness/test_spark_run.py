@@ -19,7 +19,8 @@ import msgspec
 import pytest
 
 from benchmarks.harness import workload as workloads
-from benchmarks.harness.cli import Options, RunOutcome, run_once
+from benchmarks.harness.cli import Options, RunOutcome, run_once, succeeded
+from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID, gets_of
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
 from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED
 from benchmarks.harness.records import kafka_records
@@ -118,6 +119,20 @@ def _read_everything(data_dir: Path, spec: WorkloadSpec) -> dict[TopicPartition,
     return asyncio.run(read())
 
 
+def _objects(outcome: RunOutcome) -> list[tuple[str, int]]:
+    async def listing() -> list[tuple[str, int]]:
+        store = open_store(StoreSpec(root=str(outcome.data_dir / "objects")))
+        found = [(i.key, i.size) async for i in store.list_all("wal/")]
+        await store.close()
+        return found
+
+    return asyncio.run(listing())
+
+
+def _consolidated(key: str) -> bool:
+    return f"-b{CONSOLIDATOR_NODE_ID}-" in key
+
+
 def test_the_report_counts_exactly_what_the_tasks_acknowledged(outcome: RunOutcome) -> None:
     report, rows = outcome.report, outcome.rows
     batches = [r for r in rows if r.kind == KIND_BATCH]
@@ -169,18 +184,75 @@ def test_reading_back_independently_finds_the_same_records_bytes_and_objects(
     assert v.committed_read == v.committed_expected == visible < v.expected_records
     assert v.read_bytes >= report.analysis.bytes_acked
 
-    async def listing() -> list[tuple[str, int]]:
-        store = open_store(StoreSpec(root=str(outcome.data_dir / "objects")))
-        found = [(i.key, i.size) async for i in store.list_all("wal/")]
-        await store.close()
-        return found
-
-    objects = asyncio.run(listing())
+    objects = [(key, size) for key, size in _objects(outcome) if not _consolidated(key)]
     assert report.analysis.objects.count == len(objects) > 0
     assert report.analysis.objects.total_bytes == sum(size for _, size in objects)
     # Local objects are single PUTs: PUTs per GB is objects per GB.
     assert report.cost.puts_per_gb == pytest.approx(report.cost.objects_per_gb)
     assert report.analysis.commit_ms.count == len(objects)
+
+
+def test_everything_was_consolidated_and_read_back_verified_from_there(
+    outcome: RunOutcome,
+) -> None:
+    """The consolidation phase moved every batch into consolidated objects: the coordinator keeps
+    no batch rows, its metadata per retained GB and the read-back's GETs per GB fell, and the
+    second read-back audited the consolidated data as the first audited the WAL objects."""
+    report = outcome.report
+    c = report.consolidation
+    assert c is not None
+    f = c.figures
+    assert f.before.batch_rows > 0 and f.before.extent_rows == 0
+    assert f.after.batch_rows == 0 and f.after.extent_rows == f.extents_committed > 0
+    assert f.failures == f.swaps_refused == 0
+    consolidated = [size for key, size in _objects(outcome) if _consolidated(key)]
+    assert len(consolidated) == f.objects_uploaded == f.extents_committed
+    assert sum(consolidated) == f.bytes_uploaded >= f.bytes_moved > 0
+    # Retained: the acknowledged batches and the transaction markers, the same after as before.
+    assert f.after.retained_bytes == f.before.retained_bytes > report.analysis.bytes_acked
+    assert (
+        f.batches_moved
+        == f.before.batch_rows
+        == report.analysis.batches_acked + (report.verification.markers)
+    )
+    before_kb, after_kb = f.before.kb_per_retained_gb, f.after.kb_per_retained_gb
+    assert before_kb is not None and after_kb is not None and after_kb < before_kb
+    assert c.gets_per_gb_after < c.gets_per_gb_before
+    v = c.verification
+    assert v.passed, v.problems
+    assert v.read_records == v.expected_records == report.verification.read_records
+    assert v.committed_read == report.verification.committed_read
+    assert v.markers == report.verification.markers
+    # The cost model prices the read of the consolidated data.
+    assert report.cost.gets_per_gb == pytest.approx(gets_of(v) / report.cost.produced_gb)
+    assert c.gets_per_gb_after == pytest.approx(report.cost.gets_per_gb)
+    assert succeeded(report)
+
+
+def test_a_run_without_consolidation_leaves_the_batch_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    options = Options(
+        report_dir=tmp_path / "report",
+        data_dir=tmp_path,
+        keep_data=False,
+        store=StoreSpec(kind="local", durable=False),
+        wal={"commit_interval_ms": 50},
+        rates=CostRates(),
+        workload_path=None,
+        save_workload=None,
+        put_baseline_s=0.1,
+        sqlite_baseline_s=0.1,
+        progress=False,
+        consolidate=False,
+    )
+    small = msgspec.structs.replace(TINY, total_mb=0.3, transactional_share=0.0)
+    report = run_once(spark, small, options, "no consolidation").report
+    assert report.consolidation is None
+    assert report.verification.passed
+    write_report(report, options.report_dir)
+    summary = (options.report_dir / SUMMARY_FILE).read_text()
+    assert "Verification: PASSED" in summary and "Consolidation" not in summary
 
 
 def test_the_report_files_are_written(outcome: RunOutcome, tmp_path: Path) -> None:
@@ -201,6 +273,10 @@ def test_the_report_files_are_written(outcome: RunOutcome, tmp_path: Path) -> No
         "Verification: PASSED",
         "raw PUT limit",
         "raw SQLite limit",
+        "Consolidation:",
+        "Verification after consolidation: PASSED",
+        "## Consolidation",
+        "classic storage",
     ):
         assert line in summary
     for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT):
