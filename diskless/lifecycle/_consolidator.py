@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 import msgspec
 
@@ -89,8 +90,9 @@ class Consolidator(PeriodicService):
                 self._count(failed_run=True)
                 raise
             committed = refused = failures = batches = size = 0
+            whole_blocks = _fits(candidates, config.cache_bytes_max)
             for candidate in candidates:
-                outcome = await self._consolidate(candidate)
+                outcome = await self._consolidate(candidate, whole_blocks)
                 if outcome is None:
                     failures += 1
                 elif outcome:
@@ -119,17 +121,21 @@ class Consolidator(PeriodicService):
                 )
             return run
 
-    async def _consolidate(self, candidate: ConsolidationCandidate) -> bool | None:
+    async def _consolidate(
+        self, candidate: ConsolidationCandidate, whole_blocks: bool
+    ) -> bool | None:
         """True when swapped, False when refused (the object is left an orphan), None when a
         step failed before an answer."""
         tp = candidate.topic_partition
         try:
-            served = await read_as_served(self._cache, candidate.batches)
+            served = await read_as_served(self._cache, candidate.batches, whole_blocks)
         except (StorageError, CorruptBatch) as e:
             logger.warning("consolidation: reading %s failed: %s", tp, e)
             return None
         try:
-            data, footer_at = encode_extent(tp, served, self._config.index_interval_bytes)
+            data, footer_at = await asyncio.to_thread(  # CPU work, off the event loop
+                encode_extent, tp, served, self._config.index_interval_bytes
+            )
         except ExtentFormatError as e:
             logger.error("consolidation: the batches of %s do not form an extent: %s", tp, e)
             return None
@@ -186,3 +192,17 @@ class Consolidator(PeriodicService):
             batches_moved=old.batches_moved + run.batches_moved,
             bytes_moved=old.bytes_moved + run.bytes_moved,
         )
+
+
+def _fits(candidates: Sequence[ConsolidationCandidate], cache_bytes_max: int) -> bool:
+    """Whether every object the run reads fits in the cache at once. Then each is read whole,
+    once, for all the ranges it holds batches of; otherwise each range reads only its own spans,
+    since whole objects would be evicted before the next range needed them again."""
+    sizes: dict[str, int] = {}
+    for candidate in candidates:
+        for info in candidate.batches:
+            if info.object_key:
+                if info.object_size is None:
+                    return False
+                sizes[info.object_key] = info.object_size
+    return sum(sizes.values()) <= cache_bytes_max
