@@ -380,7 +380,8 @@ def transactions_note(spec: WorkloadSpec) -> str:
 POSTGRESQL_NOTE: Final = (
     "PostgreSQL coordinator: the raw-insert baseline is still SQLite on the driver's disk (the "
     "same headline as a local run); `benchmarks.bench_coordinator` measures PostgreSQL commits "
-    "against raw PostgreSQL inserts."
+    "against raw PostgreSQL inserts. Its metadata figures are relation sizes, which keep the "
+    "space of deleted rows until VACUUM: after consolidation they shrink only after one."
 )
 MEMORY_NOTE: Final = (
     "In-memory coordinator: the read-back ran in the execution task through a producing broker, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from benchmarks.harness import workload as workloads
 from benchmarks.harness.cli import Options, RunOutcome, run_once, succeeded
 from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID, gets_of
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
-from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED
+from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED, result_schema
 from benchmarks.harness.records import kafka_records
 from benchmarks.harness.report import (
     LATENCY_PLOT,
@@ -34,6 +35,7 @@ from benchmarks.harness.report import (
 )
 from benchmarks.harness.spark import REPO_ROOT
 from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
+from benchmarks.harness.verify import verify
 from diskless import TopicPartition
 
 if TYPE_CHECKING:
@@ -227,6 +229,26 @@ def test_everything_was_consolidated_and_read_back_verified_from_there(
     assert report.cost.gets_per_gb == pytest.approx(gets_of(v) / report.cost.produced_gb)
     assert c.gets_per_gb_after == pytest.approx(report.cost.gets_per_gb)
     assert succeeded(report)
+
+
+def test_the_consolidated_read_back_fails_when_consolidated_data_is_lost(
+    spark: SparkSession, outcome: RunOutcome, tmp_path: Path
+) -> None:
+    """The second read-back's audit is real: with one consolidated object gone (from a copy of
+    the run's data), the same verification fails, for that object's partition only."""
+    shutil.copytree(outcome.data_dir / "objects", tmp_path / "objects")
+    for name in ("coordinator.sqlite", "coordinator.sqlite-wal"):
+        if (outcome.data_dir / name).exists():
+            shutil.copy(outcome.data_dir / name, tmp_path / name)
+    victim = next(key for key, _ in _objects(outcome) if _consolidated(key))
+    (tmp_path / "objects" / victim).unlink()
+    run = RunSpec(
+        store=StoreSpec(kind="local", root=str(tmp_path / "objects"), durable=False),
+        coordinator=f"sqlite://{tmp_path / 'coordinator.sqlite'}",
+    )
+    verification = verify(spark, spark.createDataFrame(outcome.rows, result_schema()), TINY, run)
+    assert not verification.passed
+    assert verification.partitions_failed == 1, verification.problems
 
 
 def test_a_run_without_consolidation_leaves_the_batch_rows(
