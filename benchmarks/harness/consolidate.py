@@ -20,7 +20,7 @@ from benchmarks.harness.placement import TaskPlace, here
 from benchmarks.harness.spec import GB, RunSpec
 from benchmarks.harness.verify import Verification
 from diskless.coordinator import MetadataStats
-from diskless.lifecycle import Consolidator, ConsolidatorConfig
+from diskless.lifecycle import Consolidator, ConsolidatorConfig, ConsolidatorStats
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,48 +31,25 @@ RUNS_MAX: Final = 100_000
 """Only against a consolidator that would never finish; each run moves up to 100 ranges."""
 
 
-class MetadataFigures(msgspec.Struct, frozen=True, kw_only=True):
-    """The coordinator's batch metadata at one moment."""
-
-    batch_rows: int
-    extent_rows: int
-    retained_bytes: int
-    stored_bytes: int | None
-    """What the rows take in the coordinator's storage (None: the backend cannot say)."""
-
-    @classmethod
-    def of(cls, stats: MetadataStats) -> MetadataFigures:
-        return cls(
-            batch_rows=stats.batch_rows,
-            extent_rows=stats.extent_rows,
-            retained_bytes=stats.retained_bytes,
-            stored_bytes=stats.stored_bytes,
-        )
-
-    @property
-    def kb_per_retained_gb(self) -> float | None:
-        if self.stored_bytes is None or self.retained_bytes <= 0:
-            return None
-        return self.stored_bytes / 1e3 / (self.retained_bytes / GB)
+def kb_per_retained_gb(stats: MetadataStats) -> float | None:
+    """The coordinator's metadata per retained GB (None: the backend cannot measure it)."""
+    if stats.stored_bytes is None or stats.retained_bytes <= 0:
+        return None
+    return stats.stored_bytes / 1e3 / (stats.retained_bytes / GB)
 
 
 class ConsolidationFigures(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
     runs: int
-    extents_committed: int
-    batches_moved: int
-    bytes_moved: int
-    objects_uploaded: int
-    bytes_uploaded: int
-    swaps_refused: int
-    failures: int
-    before: MetadataFigures
-    after: MetadataFigures
+    stats: ConsolidatorStats
+    """What the consolidator did over all its runs."""
+    before: MetadataStats
+    after: MetadataStats
     place: TaskPlace | None = None
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes_moved / 1e6 / self.seconds if self.seconds > 0 else 0.0
+        return self.stats.bytes_moved / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
 def consolidate_in_task(run: RunSpec) -> ConsolidationFigures:
@@ -85,7 +62,7 @@ async def _consolidate(run: RunSpec) -> ConsolidationFigures:
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(store.close)
         stack.push_async_callback(coordinator.close)
-        before = MetadataFigures.of(await coordinator.metadata_stats())
+        before = await coordinator.metadata_stats()
         consolidator = Consolidator(
             store, coordinator, ConsolidatorConfig(node_id=CONSOLIDATOR_NODE_ID, age_ms=0)
         )
@@ -97,18 +74,11 @@ async def _consolidate(run: RunSpec) -> ConsolidationFigures:
             if outcome.candidates == 0 or outcome.extents_committed == 0:
                 break  # nothing left, or nothing moves any more (failures are counted)
         seconds = time.perf_counter() - started
-        after = MetadataFigures.of(await coordinator.metadata_stats())
-        stats = consolidator.stats()
+        after = await coordinator.metadata_stats()
         return ConsolidationFigures(
             seconds=seconds,
             runs=runs,
-            extents_committed=stats.extents_committed,
-            batches_moved=stats.batches_moved,
-            bytes_moved=stats.bytes_moved,
-            objects_uploaded=stats.objects_uploaded,
-            bytes_uploaded=stats.bytes_uploaded,
-            swaps_refused=stats.swaps_refused,
-            failures=stats.failures,
+            stats=consolidator.stats(),
             before=before,
             after=after,
             place=here(),
@@ -147,10 +117,11 @@ def _kb(value: float | None) -> str:
 def consolidation_lines(report: ConsolidationReport) -> list[str]:
     """Headline lines: what moved, and the figures before and after beside their targets."""
     f, v = report.figures, report.verification
+    m = f.stats
     return [
-        f"Consolidation: {f.bytes_moved / 1e6:,.1f} MB ({f.batches_moved:,} batches) into "
-        f"{f.extents_committed:,} objects in {f.seconds:.1f} s ({f.mb_per_s:,.1f} MB/s); "
-        f"metadata {_kb(f.before.kb_per_retained_gb)} -> {_kb(f.after.kb_per_retained_gb)} "
+        f"Consolidation: {m.bytes_moved / 1e6:,.1f} MB ({m.batches_moved:,} batches) into "
+        f"{m.extents_committed:,} objects in {f.seconds:.1f} s ({f.mb_per_s:,.1f} MB/s); "
+        f"metadata {_kb(kb_per_retained_gb(f.before))} -> {_kb(kb_per_retained_gb(f.after))} "
         f"per retained GB (target <= {METADATA_TARGET_KB_PER_GB:.0f} KB); cold read-back "
         f"{report.gets_per_gb_before:,.1f} -> {report.gets_per_gb_after:,.1f} GETs per GB "
         f"(target <= {GETS_TARGET_PER_GB:.0f})",
@@ -162,14 +133,15 @@ def consolidation_lines(report: ConsolidationReport) -> list[str]:
 
 def consolidation_markdown(report: ConsolidationReport) -> list[str]:
     f = report.figures
+    m = f.stats
     rows = [
         ("batch rows", f"{f.before.batch_rows:,}", f"{f.after.batch_rows:,}"),
         ("extent rows", f"{f.before.extent_rows:,}", f"{f.after.extent_rows:,}"),
         ("metadata stored", _bytes(f.before.stored_bytes), _bytes(f.after.stored_bytes)),
         (
             "metadata per retained GB",
-            _kb(f.before.kb_per_retained_gb),
-            _kb(f.after.kb_per_retained_gb),
+            _kb(kb_per_retained_gb(f.before)),
+            _kb(kb_per_retained_gb(f.after)),
         ),
         (
             "cold read-back GETs per GB",
@@ -180,11 +152,11 @@ def consolidation_markdown(report: ConsolidationReport) -> list[str]:
     return [
         "## Consolidation",
         "",
-        f"All {f.batches_moved:,} committed batches ({f.bytes_moved / 1e6:,.1f} MB) moved into "
-        f"{f.extents_committed:,} consolidated objects ({f.bytes_uploaded / 1e6:,.1f} MB "
+        f"All {m.batches_moved:,} committed batches ({m.bytes_moved / 1e6:,.1f} MB) moved into "
+        f"{m.extents_committed:,} consolidated objects ({m.bytes_uploaded / 1e6:,.1f} MB "
         f"uploaded) in {f.runs} consolidator runs, {f.seconds:.2f} s: {f.mb_per_s:,.1f} MB/s"
         + (f", on {f.place}" if f.place is not None else "")
-        + f"; {f.swaps_refused} swaps refused, {f.failures} failures.",
+        + f"; {m.swaps_refused} swaps refused, {m.failures} failures.",
         "",
         "| | before | after |",
         "|---|---|---|",

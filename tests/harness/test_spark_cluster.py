@@ -152,7 +152,7 @@ def test_the_harness_verifies_a_run_on_the_cluster(cluster_run: ClusterRun) -> N
     assert consolidation["verification"]["passed"], consolidation["verification"]["problems"]
     assert consolidation["verification"]["read_records"] == verification["read_records"]
     figures = consolidation["figures"]
-    assert figures["after"]["batch_rows"] == 0 < figures["extents_committed"]
+    assert figures["after"]["batch_rows"] == 0 < figures["stats"]["extents_committed"]
     assert _places([figures["place"]])[0].executor != "driver"
     assert "Verification after consolidation: PASSED" in process.stdout
 
@@ -198,7 +198,7 @@ def test_the_objects_are_in_the_bucket_and_the_coordinator_is_gone(
     consolidated = [k for k in keys if f"-b{CONSOLIDATOR_NODE_ID}-" in k]
     assert len(wal) == cluster_run.results["analysis"]["objects"]["count"] > 0
     figures = cluster_run.results["consolidation"]["figures"]
-    assert len(consolidated) == figures["extents_committed"] > 0
+    assert len(consolidated) == figures["stats"]["extents_committed"] > 0
     assert not list(cluster_run.directory.glob("coordinator-*.sqlite*"))
     if cluster_run.postgres is not None:  # the run's database was dropped after the run
         databases = cluster_run.postgres.sql("SELECT datname FROM pg_database").split()

@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.harness import workload as workloads
 from benchmarks.harness.cli import Options, RunOutcome, run_once, succeeded
-from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID, gets_of
+from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID, gets_of, kb_per_retained_gb
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
 from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED, result_schema
 from benchmarks.harness.records import kafka_records
@@ -205,19 +205,19 @@ def test_everything_was_consolidated_and_read_back_verified_from_there(
     assert c is not None
     f = c.figures
     assert f.before.batch_rows > 0 and f.before.extent_rows == 0
-    assert f.after.batch_rows == 0 and f.after.extent_rows == f.extents_committed > 0
-    assert f.failures == f.swaps_refused == 0
+    assert f.after.batch_rows == 0 and f.after.extent_rows == f.stats.extents_committed > 0
+    assert f.stats.failures == f.stats.swaps_refused == 0
     consolidated = [size for key, size in _objects(outcome) if _consolidated(key)]
-    assert len(consolidated) == f.objects_uploaded == f.extents_committed
-    assert sum(consolidated) == f.bytes_uploaded >= f.bytes_moved > 0
+    assert len(consolidated) == f.stats.objects_uploaded == f.stats.extents_committed
+    assert sum(consolidated) == f.stats.bytes_uploaded >= f.stats.bytes_moved > 0
     # Retained: the acknowledged batches and the transaction markers, the same after as before.
     assert f.after.retained_bytes == f.before.retained_bytes > report.analysis.bytes_acked
     assert (
-        f.batches_moved
+        f.stats.batches_moved
         == f.before.batch_rows
         == report.analysis.batches_acked + (report.verification.markers)
     )
-    before_kb, after_kb = f.before.kb_per_retained_gb, f.after.kb_per_retained_gb
+    before_kb, after_kb = kb_per_retained_gb(f.before), kb_per_retained_gb(f.after)
     assert before_kb is not None and after_kb is not None and after_kb < before_kb
     assert c.gets_per_gb_after < c.gets_per_gb_before
     v = c.verification

@@ -355,24 +355,8 @@ class PostgresTxn(StoreTxn):
         transaction id."""
         file = changes.files[file_key]
         assert file is not None
-        batches = [
-            (
-                b.partition_key,
-                b.base_offset,
-                b.last_offset,
-                b.byte_offset,
-                b.size,
-                b.max_timestamp,
-                b.log_append_time,
-                b.timestamp,
-                b.ts_running_max,
-                b.producer_id,
-                b.producer_epoch,
-                b.control,
-                b.coordinator_epoch,
-            )
-            for b in changes.batches
-        ]
+        # A batch row without its file id, which the function assigns.
+        batches = [(*row[:3], *row[4:]) for row in (batch_to_row(b, 0) for b in changes.batches)]
         partitions = [
             (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
             for s in changes.partitions
