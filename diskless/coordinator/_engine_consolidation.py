@@ -32,11 +32,9 @@ class ConsolidationOperations(EngineBase):
     ) -> list[ConsolidationCandidate]:
         def pick(view: ReadView) -> list[ConsolidationCandidate]:
             oldest: list[tuple[int, str, int, PartitionState]] = []
-            for state in view.unconsolidated_partitions():
-                first = next(view.unconsolidated_rows(state), None)
-                if first is None:
-                    continue
-                files = view.files([first.object_key] if first.object_key else [])
+            heads = view.unconsolidated_heads()
+            files = view.files(sorted({first.object_key for _, first in heads if first.object_key}))
+            for state, first in heads:
                 if extents.candidate_run(state, [first], files, committed_before_ms):
                     committed = extents.commit_time(first, files)
                     assert committed is not None

@@ -225,8 +225,9 @@ class ReadView(ReadSource, Protocol):
 
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]: ...
 
-    def unconsolidated_partitions(self) -> list[PartitionState]:
-        """Every partition holding batch rows besides its extents."""
+    def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
+        """Every partition holding batch rows besides its extents, with its first such row (one
+        query however many partitions: consolidation looks at all of them every run)."""
         ...
 
     def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:

@@ -58,7 +58,7 @@ READ_METHODS = {
     "group_offsets",
     "broker_registrations",
     # consolidation
-    "unconsolidated_partitions",
+    "unconsolidated_heads",
     "unconsolidated_rows",
     "metadata_stats",
 }

@@ -430,9 +430,11 @@ class MemoryStore(StoreTxn, ReadView):
     def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         return {k: f for k in keys if (f := self._files.get(k)) is not None}
 
-    def unconsolidated_partitions(self) -> list[PartitionState]:
+    def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
         return [
-            p.state for p in self._by_key.values() if len(p.log) and not p.log.rows[-1].is_extent
+            (p.state, p.log.rows[p.log.consolidated()])
+            for p in self._by_key.values()
+            if len(p.log) and not p.log.rows[-1].is_extent
         ]
 
     def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:

@@ -30,6 +30,8 @@ from diskless.coordinator._backends.sqlite_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
+    HEADS_FROM,
+    PARTITION_WIDTH,
     READ_CHUNK_ROWS_MAX,
     REGISTRATION_COLUMNS,
     TOPIC_COLUMNS,
@@ -164,13 +166,10 @@ class PostgresReads(ReadView):
             )
         ]
 
-    def unconsolidated_partitions(self) -> list[PartitionState]:
+    def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
         return [
-            partition_from_row(row)
-            for row in self._fetch(
-                f"SELECT {PARTITION_COLUMNS} FROM {PARTITION_FROM} WHERE EXISTS"
-                " (SELECT 1 FROM batches b WHERE b.partition_id = p.partition_id)"
-            )
+            (partition_from_row(row), batch_from_row(row[PARTITION_WIDTH:]))
+            for row in self._fetch(f"SELECT {PARTITION_COLUMNS}, {BATCH_COLUMNS} FROM {HEADS_FROM}")
         ]
 
     def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:

@@ -30,6 +30,14 @@ BATCH_COLUMNS: Final = (
     " b.producer_epoch, b.control, b.coordinator_epoch, -1, -1, coalesce(f.size, -1)"
 )
 BATCH_FROM: Final = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
+HEADS_FROM: Final = (
+    "topics t JOIN partitions p ON p.topic_id = t.topic_id"
+    " JOIN batches b ON b.partition_id = p.partition_id LEFT JOIN files f ON f.file_id = b.file_id"
+    " WHERE b.base_offset = (SELECT min(b2.base_offset) FROM batches b2"
+    " WHERE b2.partition_id = p.partition_id)"
+)
+"""Each partition holding batch rows with its first one, for partition columns followed by
+`BATCH_COLUMNS`."""
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 TOPIC_COLUMNS: Final = (
     "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
@@ -41,6 +49,8 @@ PARTITION_COLUMNS: Final = (
     " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id),"
     " t.timestamp_before_max_ms, t.timestamp_after_max_ms"
 )
+PARTITION_WIDTH: Final = 14
+"""The columns of a `PARTITION_COLUMNS` row, after which a query may select others."""
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 ENTRY_COLUMNS: Final = (
     "producer_id, producer_epoch, last_timestamp, last_update_ms, coordinator_epoch,"
