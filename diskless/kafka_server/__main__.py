@@ -15,8 +15,8 @@ both.
 
 `--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
 
-Every process also runs retention, consolidation and the file manager (safe in several processes
-at once); `--no-lifecycle` leaves them to the others.
+Every process also runs retention, consolidation and the file manager, each run in the process
+holding the lowest live broker id only; `--no-lifecycle` leaves them to the others.
 
 Prints the bootstrap addresses, overall and per rack, then serves until interrupted.
 """
@@ -42,7 +42,11 @@ from diskless.coordinator import (
 )
 from diskless.kafka_server._cluster import KafkaCluster
 from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._lifecycle import LifecycleConfig, running_lifecycle
+from diskless.kafka_server._lifecycle import (
+    LifecycleConfig,
+    lowest_live_broker,
+    running_lifecycle,
+)
 from diskless.lifecycle import ConsolidatorConfig
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
@@ -244,7 +248,6 @@ async def _run(
     coordinator = _open_coordinator(args)
     try:
         async with (
-            running_lifecycle(store, coordinator, lifecycle),
             KafkaCluster(
                 store,
                 coordinator,
@@ -255,6 +258,7 @@ async def _run(
                 server_config=server_config,
                 broker_config=broker_config,
             ) as cluster,
+            running_lifecycle(store, coordinator, lifecycle, lowest_live_broker(cluster.view, ids)),
         ):
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions)

@@ -1,21 +1,25 @@
 """The background services a server process runs beside its brokers: retention, consolidation
 and the file manager.
 
-Each of them is safe to run in several processes over the same coordinator and store, so every
-server process may run them; `--no-lifecycle` leaves them to other processes. Without any of
-them, retention configs are never enforced, per-batch metadata and WAL objects only grow, and
-objects that lost their commit are never reclaimed.
+Each of them is safe in several processes over the same coordinator and store, but in several
+they would repeat each other's work (consolidators racing for the same ranges upload objects that
+only one swap keeps). So every process runs them, and each run happens only in the process
+holding the cluster's lowest live broker id; when that process goes, the next one takes over at
+its next period. `--no-lifecycle` leaves them to other processes. Without any of them, retention
+configs are never enforced, per-batch metadata and WAL objects only grow, and objects that lost
+their commit are never reclaimed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Collection
 
 import msgspec
 
 from diskless.coordinator import BatchCoordinator
+from diskless.kafka_server._metadata import ClusterView
 from diskless.lifecycle import (
     Consolidator,
     ConsolidatorConfig,
@@ -39,11 +43,25 @@ class LifecycleConfig(msgspec.Struct, frozen=True, kw_only=True):
     file_manager: FileManagerConfig = FileManagerConfig()
 
 
+def lowest_live_broker(view: ClusterView, own: Collection[int]) -> Callable[[], bool]:
+    """Whether this process (brokers `own`) holds the cluster's lowest live broker id now."""
+
+    def on_duty() -> bool:
+        brokers = view.brokers()
+        return bool(brokers) and brokers[0].broker_id in own
+
+    return on_duty
+
+
 @contextlib.asynccontextmanager
 async def running_lifecycle(
-    store: ObjectStore, coordinator: BatchCoordinator, config: LifecycleConfig
+    store: ObjectStore,
+    coordinator: BatchCoordinator,
+    config: LifecycleConfig,
+    on_duty: Callable[[], bool] | None = None,
 ) -> AsyncIterator[list[object]]:
-    """Run the services while the block runs (none when disabled); yields them."""
+    """Run the services while the block runs (none when disabled), each run only when
+    `on_duty` answers True; yields them."""
     if not config.enabled:
         yield []
         return
@@ -57,7 +75,8 @@ async def running_lifecycle(
     ]
     async with contextlib.AsyncExitStack() as stack:
         for service in services:
-            await stack.enter_async_context(service)
+            service.start(only_when=on_duty)
+            stack.push_async_callback(service.close)
         _log.info(
             "lifecycle: retention every %d ms, consolidation of batches older than %d ms every"
             " %d ms, file manager every %d ms",

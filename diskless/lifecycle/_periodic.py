@@ -31,6 +31,9 @@ class Periodic:
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self.only_when: Callable[[], bool] | None = None
+        """Checked before each run: while it answers False the run is skipped (another process
+        has the duty), and the loop goes on."""
 
     @property
     def running(self) -> bool:
@@ -49,7 +52,8 @@ class Periodic:
         while True:
             started = self._clock.monotonic()
             try:
-                await self._job()
+                if self.only_when is None or self.only_when():
+                    await self._job()
             except DisklessError:
                 logger.warning("%s: run failed; retrying next period", self._name, exc_info=True)
             elapsed = self._clock.monotonic() - started
@@ -78,8 +82,10 @@ class PeriodicService:
 
     _periodic: Periodic
 
-    def start(self) -> None:
-        """Run the job every period in a background task until `close`."""
+    def start(self, *, only_when: Callable[[], bool] | None = None) -> None:
+        """Run the job every period in a background task until `close`; with `only_when`, only
+        the periods when it answers True (e.g. while this process holds a duty)."""
+        self._periodic.only_when = only_when
         self._periodic.start()
 
     async def run_forever(self) -> None:

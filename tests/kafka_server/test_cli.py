@@ -240,3 +240,58 @@ def test_no_lifecycle_leaves_the_batches_where_they_are(tmp_path: Path) -> None:
         assert batch_rows > 0 and extent_rows == 0
     finally:
         _stop(process)
+
+
+def _extent_keys(path: Path, topic: str) -> set[str]:
+    """The objects holding the consolidated data of `topic`'s partition 0."""
+    import asyncio
+
+    from diskless import TopicPartition
+    from diskless.coordinator import FindBatchesRequest, SqliteBatchCoordinator
+
+    async def read() -> set[str]:
+        coordinator = SqliteBatchCoordinator(path)
+        try:
+            request = FindBatchesRequest(TopicPartition(topic, 0), 0, 1 << 30)
+            (found,) = await coordinator.find_batches([request], 1 << 30)
+            return {b.object_key for b in found.batches if b.extent is not None}
+        finally:
+            await coordinator.close()
+
+    return asyncio.run(read())
+
+
+def _wait_consolidated(path: Path) -> None:
+    deadline = time.monotonic() + 30
+    while (rows := _metadata(path))[1] == 0 or rows[0] != 0:
+        assert time.monotonic() < deadline, f"not consolidated: {rows}"
+        time.sleep(0.2)
+
+
+def test_only_the_process_with_the_lowest_live_broker_runs_the_lifecycle(tmp_path: Path) -> None:
+    """Two processes over one data directory: the lifecycle runs in the one holding broker 0
+    (its consolidated objects are named after node 0), and moves to the other one (node 4) when
+    that process stops."""
+    fast = ("--consolidation-age-ms", "0", "--consolidation-period-ms", "200")
+    first, first_bootstrap = _start(
+        tmp_path, "--brokers", "1", "--topic", "a:1", "--topic", "b:1", *fast
+    )
+    second = None
+    try:
+        second, second_bootstrap = _start(tmp_path, "--broker-ids", "4", *fast)
+        _wait_for_brokers(first_bootstrap.split(","), {0, 4})
+        _produce(second_bootstrap, "a", 20)
+        _wait_consolidated(tmp_path / "coordinator.sqlite")
+        keys = _extent_keys(tmp_path / "coordinator.sqlite", "a")
+        assert keys and all("-b0-" in key for key in keys), keys
+        _stop(first)
+        first = None
+        _wait_for_brokers(second_bootstrap.split(",")[-1:], {4})
+        _produce(second_bootstrap, "b", 20)
+        _wait_consolidated(tmp_path / "coordinator.sqlite")
+        keys = _extent_keys(tmp_path / "coordinator.sqlite", "b")
+        assert keys and all("-b4-" in key for key in keys), keys
+    finally:
+        for process in (first, second):
+            if process is not None:
+                _stop(process)
