@@ -71,37 +71,10 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
         return self.index_size >= 0
 
     def to_info(self, timestamp_type: TimestampType) -> BatchInfo:
-        if self.index_size >= 0:
-            return BatchInfo(
-                object_key=self.object_key,
-                byte_offset=self.byte_offset,
-                size=self.size,
-                base_offset=self.base_offset,
-                last_offset=self.last_offset,
-                timestamp_type=timestamp_type,
-                log_append_time=self.log_append_time,
-                max_timestamp=self.max_timestamp,
-                extent=ExtentIndex(self.index_byte_offset, self.index_size),
-                object_size=self.object_size if self.object_size >= 0 else None,
-            )
-        if self.control >= 0:
-            return BatchInfo(
-                object_key="",
-                byte_offset=0,
-                size=self.size,
-                base_offset=self.base_offset,
-                last_offset=self.last_offset,
-                timestamp_type=timestamp_type,
-                log_append_time=self.log_append_time,
-                max_timestamp=self.max_timestamp,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                control=ControlType(self.control),
-                coordinator_epoch=self.coordinator_epoch,
-            )
+        marker = self.control >= 0  # only metadata: no object, synthesized when read
         return BatchInfo(
-            object_key=self.object_key,
-            byte_offset=self.byte_offset,
+            object_key="" if marker else self.object_key,
+            byte_offset=0 if marker else self.byte_offset,
             size=self.size,
             base_offset=self.base_offset,
             last_offset=self.last_offset,
@@ -110,7 +83,10 @@ class StoredBatch(msgspec.Struct, frozen=True, array_like=True, gc=False):
             max_timestamp=self.max_timestamp,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
-            object_size=self.object_size if self.object_size >= 0 else None,
+            control=ControlType(self.control) if marker else None,
+            coordinator_epoch=self.coordinator_epoch if marker else 0,
+            extent=ExtentIndex(self.index_byte_offset, self.index_size) if self.is_extent else None,
+            object_size=None if marker or self.object_size < 0 else self.object_size,
         )
 
 
