@@ -33,6 +33,7 @@ from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
 from diskless._types import TopicPartition
+from diskless.kafka_server._declared_sizes import check_declared_sizes
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
@@ -90,6 +91,7 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
     header_schema: type[RequestHeaderV1] | type[RequestHeaderV2] = schema.__header_schema__
     try:
         header, header_size = entity_reader(header_schema)(frame, 0)
+        check_declared_sizes(schema, frame, header_size)
         body, body_size = entity_reader(schema)(frame, header_size)
     except Exception as e:  # kio raises many kinds (ValueError, IndexError, UnicodeError, ...)
         raise FrameError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,6 +28,20 @@ S3_ENV: Final = {
     "AWS_ACCESS_KEY_ID": S3_CREDENTIALS["aws_access_key_id"],
     "AWS_SECRET_ACCESS_KEY": S3_CREDENTIALS["aws_secret_access_key"],
 }
+
+
+def run_in_bounded_memory(
+    argv: Sequence[str], address_space: int, timeout_s: float, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` with its address space limited: a huge allocation then fails in that child
+    (native code aborts it) instead of being granted lazily and growing into the OOM killer."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        argv, capture_output=True, text=True, preexec_fn=limit, timeout=timeout_s, **kwargs
+    )
 
 
 class BrokerProcess:

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import struct
+import sys
 from typing import Any
 
 import hypothesis
@@ -25,10 +26,15 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.serial import entity_reader
 
 from diskless.kafka_server import SUPPORTED_VERSIONS, ApiKey, KafkaCluster
+from tests.kafka_server._processes import run_in_bounded_memory
 from tests.kafka_server._strategies import TOPICS, requests
 from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
 
 FUZZ_SEED = int(os.environ.get("KAFKA_FUZZ_SEED", random.randrange(2**32)))
+FUZZ_IN_CHILD = os.environ.get("KAFKA_FUZZ_CHILD") == "1"
+FUZZ_ADDRESS_SPACE = 3 * 1024**3
+"""Room for the broker and its cluster; a declared array count kio reserved for blindly needed
+16 GiB and more (`_declared_sizes`)."""
 
 
 async def _api_versions_ok(cluster: KafkaCluster, broker_id: int = 0) -> None:
@@ -208,6 +214,22 @@ def _fuzz_frames() -> st.SearchStrategy[bytes]:
     return st.one_of(framed(), st.binary(min_size=4, max_size=200))
 
 
+def test_fuzzed_requests_never_break_the_broker_within_bounded_memory() -> None:
+    """The fuzz below runs in a child with a limited address space: a frame that makes the
+    broker reserve gigabytes then fails this test instead of waking the OOM killer."""
+    print(f"fuzz seed: {FUZZ_SEED} (set KAFKA_FUZZ_SEED to replay)")
+    child = run_in_bounded_memory(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s",
+         f"{__file__}::test_fuzzed_requests_never_break_the_broker"],
+        FUZZ_ADDRESS_SPACE,
+        timeout_s=240,
+        env=dict(os.environ, KAFKA_FUZZ_SEED=str(FUZZ_SEED), KAFKA_FUZZ_CHILD="1"),
+    )  # fmt: skip
+    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-3000:]
+    assert "1 passed" in child.stdout, child.stdout[-3000:]
+
+
+@pytest.mark.skipif(not FUZZ_IN_CHILD, reason="run in a child process by the test above")
 @hypothesis.seed(FUZZ_SEED)
 @settings(
     max_examples=150,
