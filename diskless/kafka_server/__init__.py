@@ -12,6 +12,7 @@ Where to read on:
 - `_metadata`: how Metadata routes each client's produce requests to its rack's produce
   representative (there is no partition leader on the write path);
 - `_server`: framing, ordering, and when a connection is closed rather than answered;
+- `_codec` and `_declared_sizes`: decoding with kio, and what is checked before kio reads;
 - `_handlers`: the handler of each API key; `_route` and `_messages` say how a request reaches
   its typed handler, `_handle_*` hold the handlers by family, `_errors` maps library failures
   to Kafka error codes;

@@ -123,6 +123,8 @@ def _fixed(size: int) -> _Encoding:
 
 
 def _compact_bytes(frame: Buffer, position: int, end: int) -> int:
+    if position < end and frame[position] < 0x80:  # a length below 127, in one byte
+        return _skip_bytes(frame[position] - 1, position + 1, end)
     length_plus_one, position = _read_uvarint(frame, position, end)
     return _skip_bytes(length_plus_one - 1, position, end)
 
@@ -154,8 +156,12 @@ def _array(item: _Encoding, flexible: bool) -> _Encoding:
 
     def skip(frame: Buffer, position: int, end: int) -> int:
         if flexible:
-            count_plus_one, position = _read_uvarint(frame, position, end)
-            count = count_plus_one - 1
+            if position < end and frame[position] < 0x80:  # fewer than 127 items
+                count = frame[position] - 1
+                position += 1
+            else:
+                count_plus_one, position = _read_uvarint(frame, position, end)
+                count = count_plus_one - 1
         else:
             count = _read_fixed(_INT32, frame, position, end)
             position += _INT32.size
@@ -200,35 +206,45 @@ def _field(field: dataclasses.Field[object], flexible: bool, tagged: bool) -> _E
 @functools.cache
 def _entity(schema: type[Entity]) -> _Encoding:
     flexible: bool = schema.__flexible__
-    fields: list[_Encoding] = []
+    steps: list[int | Skip] = []
+    """Each field's skip, except that a run of fixed-size fields is one number of bytes."""
     tagged: dict[int, Skip] = {}
+    least = 0
     for field in dataclasses.fields(schema):
         tag = get_field_tag(field)
-        if tag is None:
-            fields.append(_field(field, flexible, tagged=False))
-        else:
+        if tag is not None:
             tagged[tag] = _field(field, flexible, tagged=True).skip
-    skips = tuple(f.skip for f in fields)
-    least = sum(f.min_size for f in fields)
-    if not flexible:
-        sizes = [f.fixed_size for f in fields]
-        fixed = None if None in sizes else sum(s for s in sizes if s is not None)
-        if fixed is not None:
-            return _fixed(fixed)
+            continue
+        encoding = _field(field, flexible, tagged=False)
+        least += encoding.min_size
+        if encoding.fixed_size is None:
+            steps.append(encoding.skip)
+        elif steps and isinstance(steps[-1], int):
+            steps[-1] += encoding.fixed_size
+        else:
+            steps.append(encoding.fixed_size)
+    if not flexible and all(isinstance(step, int) for step in steps):
+        return _fixed(least)
+    frozen = tuple(steps)
 
-        def skip_legacy(frame: Buffer, position: int, end: int) -> int:
-            for skip_field in skips:
-                position = skip_field(frame, position, end)
-            return position
+    def skip(frame: Buffer, position: int, end: int) -> int:
+        # Past `end` after a fixed run, the next read of a length refuses the frame, or the
+        # check below does.
+        for step in frozen:
+            if isinstance(step, int):
+                position += step
+            else:
+                position = step(frame, position, end)
+        if flexible:
+            if position < end and frame[position] == 0:
+                position += 1  # no tagged fields, the usual case
+            else:
+                position = _skip_tagged_fields(tagged, frame, position, end)
+        if position > end:
+            raise DeclaredSizeError(f"{schema.__name__} runs {position - end} bytes past the end")
+        return position
 
-        return _Encoding(skip_legacy, least, None)
-
-    def skip_flexible(frame: Buffer, position: int, end: int) -> int:
-        for skip_field in skips:
-            position = skip_field(frame, position, end)
-        return _skip_tagged_fields(tagged, frame, position, end)
-
-    return _Encoding(skip_flexible, least + 1, None)
+    return _Encoding(skip, least + 1 if flexible else least, None)
 
 
 def _skip_tagged_fields(tagged: dict[int, Skip], frame: Buffer, position: int, end: int) -> int:

@@ -147,11 +147,14 @@ def test_a_huge_declared_count_is_refused_before_kio_allocates() -> None:
 @hypothesis.seed(SEED)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=requests())
-def test_a_well_formed_body_walks_to_its_exact_end(body: object) -> None:
+def test_a_well_formed_body_walks_to_its_exact_end_and_a_cut_one_is_refused(body: object) -> None:
     print(f"seed: {SEED} (set KAFKA_FUZZ_SEED to replay)")
     data = _encoded(body)
     assert check_declared_sizes(type(body), data, 0) == len(data)  # type: ignore[arg-type]
     assert check_declared_sizes(type(body), b"xyz" + data, 3) == len(data) + 3  # type: ignore[arg-type]
+    for cut in {0, len(data) // 3, len(data) // 2, len(data) - 1} & set(range(len(data))):
+        with pytest.raises(DeclaredSizeError):  # never an end position beyond the bytes given
+            check_declared_sizes(type(body), data[:cut], 0)  # type: ignore[arg-type]
 
 
 def test_a_string_longer_than_the_frame_is_refused() -> None:
