@@ -25,6 +25,7 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._backends.postgres import PostgresStore, _CommitLost
 from diskless.coordinator._backends.postgres_schema import MIGRATIONS, SCHEMA_VERSION
+from diskless.coordinator._backends.postgres_txn import GATE_LOCK_KEY
 from diskless.errors import (
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,
@@ -324,4 +325,43 @@ async def test_keys_with_array_literal_syntax_round_trip(tmp_path: Path) -> None
         again = await coordinator.commit_file(keys[0], 1, epoch, 100, [batch(tp, count=1)])
         assert again.refused is CommitRefusal.OBJECT_KEY_CONFLICT
     finally:
+        await coordinator.close()
+
+
+async def test_wide_commits_queue_at_the_gate_and_narrow_ones_pass_it(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """While another session holds the gate: a commit of all 10 partitions of a 10-partition
+    cluster waits for it (at the gate, holding no row lock, so a narrow commit to the same
+    partitions still goes through), and commits once it is free. With 1,000 more partitions
+    in the cluster, the same commit is not wide any more and passes."""
+    dsn = database_dsn(tmp_path)
+    coordinator = PostgresBatchCoordinator(dsn)
+    admin = await asyncpg.connect(pg.dsn("postgres"))
+    holder = await asyncpg.connect(dsn)
+    try:
+        await coordinator.create_topic(TOPIC, 10)
+        epoch = await coordinator.register_broker(1)
+        everything = [batch(TopicPartition(TOPIC, p)) for p in range(10)]
+        await holder.execute("SELECT pg_advisory_lock($1)", GATE_LOCK_KEY)
+        wide = asyncio.create_task(coordinator.commit_file("w/0", 1, epoch, 1000, everything))
+        await _backend_waiting(admin, _database(pg, dsn), "advisory")
+        narrow = await asyncio.wait_for(
+            coordinator.commit_file("n/0", 1, epoch, 100, everything[:1]), HANG_GUARD_S
+        )
+        assert [(r.error, r.base_offset) for r in narrow.batches] == [(ErrorCode.NONE, 0)]
+        assert not wide.done()
+        await holder.execute("SELECT pg_advisory_unlock($1)", GATE_LOCK_KEY)
+        committed = await asyncio.wait_for(wide, HANG_GUARD_S)
+        assert [r.base_offset for r in committed.batches] == [1] + [0] * 9
+
+        await coordinator.create_topic("many", 1000)
+        await holder.execute("SELECT pg_advisory_lock($1)", GATE_LOCK_KEY)
+        again = await asyncio.wait_for(
+            coordinator.commit_file("w/1", 1, epoch, 1000, everything), HANG_GUARD_S
+        )
+        assert [r.base_offset for r in again.batches] == [2] + [1] * 9
+    finally:
+        await holder.close()
+        await admin.close()
         await coordinator.close()

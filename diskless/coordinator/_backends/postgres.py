@@ -3,9 +3,11 @@
 - Each step is one READ COMMITTED transaction on a pooled asyncpg connection, with row locks
   taken in a fixed order by its loads (`postgres_txn`): commits to overlapping partitions queue
   behind each other, never deadlock in the common paths, and a step always decides on rows
-  nobody else can change until it commits. A step that loses an insert race on a unique key
-  (23505), or is chosen as a deadlock victim (40P01), or meets a serialization failure (40001),
-  is rolled back and run again from the start; the engine reads the clock inside the step.
+  nobody else can change until it commits. Steps wide enough to overlap almost surely queue
+  first, in arrival order, at one advisory lock (the gate, also in `postgres_txn`). A step
+  that loses an insert race on a unique key (23505), or is chosen as a deadlock victim
+  (40P01), or meets a serialization failure (40001), is rolled back and run again from the
+  start; the engine reads the clock inside the step.
 - Durable steps commit with the server's `synchronous_commit`; VOLATILE ones with
   `synchronous_commit = off` (atomic and visible at once; a server crash may forget the last
   few, which the engine allows for that state).

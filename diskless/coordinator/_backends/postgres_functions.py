@@ -42,8 +42,7 @@ LOADED_BROKER: Final = 5
 LOADED_FILE: Final = 6
 """(key in `name`, state code, size, since ms, live batches)."""
 
-LOAD_FUNCTION: Final = f"""
-CREATE OR REPLACE FUNCTION diskless_load(
+_LOAD_PARAMETERS: Final = """
     part_names text[], part_nums int[],
     producer_slots int[], producer_ids bigint[],
     registration_slots int[], registration_ids bigint[],
@@ -51,7 +50,10 @@ CREATE OR REPLACE FUNCTION diskless_load(
 ) RETURNS TABLE (
     kind int, a bigint, name text, b bigint, c bigint, d bigint, e bigint, f bigint, g bigint,
     h bigint, i bigint, j bigint, k bigint, l bigint, m bigint, blob bytea
-) LANGUAGE plpgsql AS $fn$
+)"""
+
+LOAD_FUNCTION: Final = f"""
+CREATE OR REPLACE FUNCTION diskless_load({_LOAD_PARAMETERS} LANGUAGE plpgsql AS $fn$
 DECLARE
     slots int[];
     ids bigint[];
@@ -117,6 +119,22 @@ BEGIN
 END
 $fn$
 """
+
+GATED_LOAD_FUNCTION: Final = f"""
+CREATE OR REPLACE FUNCTION diskless_gated_load(gate_key bigint, gate_overlap bigint,
+    {_LOAD_PARAMETERS.strip()} LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF cardinality(part_names)::bigint * cardinality(part_names)
+            >= gate_overlap * (SELECT coalesce(sum(partition_count), 0) FROM topics) THEN
+        PERFORM pg_advisory_xact_lock(gate_key);
+    END IF;
+    RETURN QUERY SELECT * FROM diskless_load(part_names, part_nums, producer_slots,
+        producer_ids, registration_slots, registration_ids, lease_ids, broker_ids, file_keys);
+END
+$fn$
+"""
+"""`diskless_load` behind the commit gate when the step is wide (`postgres_txn`'s module doc);
+migration 5. The caller makes sure it is the transaction's first lock."""
 
 APPLY_COMMIT_FUNCTION: Final = """
 CREATE OR REPLACE FUNCTION diskless_apply_commit(

@@ -14,7 +14,11 @@ from typing import Final
 import asyncpg
 
 from diskless.coordinator._backends.postgres_extents import MIGRATION as EXTENTS
-from diskless.coordinator._backends.postgres_functions import APPLY_COMMIT_FUNCTION, LOAD_FUNCTION
+from diskless.coordinator._backends.postgres_functions import (
+    APPLY_COMMIT_FUNCTION,
+    GATED_LOAD_FUNCTION,
+    LOAD_FUNCTION,
+)
 
 MIGRATION_LOCK_KEY: Final = 0x6469736B6C657373  # "diskless"
 """The advisory lock serializing migrations (advisory locks are per database)."""
@@ -153,6 +157,8 @@ MIGRATIONS: Final[list[list[str]]] = [
     ],
     # 4: a commit's load and apply as server-side functions, one round trip each.
     [LOAD_FUNCTION, APPLY_COMMIT_FUNCTION],
+    # 5: the commit gate in front of wide loads.
+    [GATED_LOAD_FUNCTION],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

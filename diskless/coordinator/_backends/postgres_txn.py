@@ -14,6 +14,16 @@ Isolation is READ COMMITTED with explicit row locks, the way the SQLite store ge
   which now finds the row. Steps that load in several calls may, rarely, lock in an order
   another step reverses: PostgreSQL detects that deadlock (40P01) and the store re-runs the
   step the same way.
+- Wide steps first pass one gate, an advisory lock taken before any row lock (by
+  `diskless_gated_load`, in the same round trip as the load). When two steps each lock w of a
+  cluster's P partitions with w^2 >= 3 P, they share a partition with a probability of 95% or
+  more, so they would queue on the partition locks anyway. What the gate changes is the
+  order. Waiting on row locks, a step holds the locks it already has while it waits for the
+  next one, and queues form behind queues that starve some steps: with four brokers
+  committing objects of 100 of 1,000 partitions, p99 was 35 ms, against 19 ms through the
+  gate, at the same rate. The gate serves in arrival order. It is taken only as a
+  transaction's first lock, so a step waiting for it holds nothing another step could wait
+  on: no deadlock.
 """
 
 from __future__ import annotations
@@ -69,6 +79,40 @@ from diskless.coordinator._store import (
 )
 from diskless.coordinator._values import TopicConfig
 
+GATE_LOCK_KEY: Final = 0x6469_736B_6C65_7331
+"""The gate's advisory lock (ASCII "diskles1"): one key per database."""
+GATE_OVERLAP: Final = 3
+"""A step is wide when width^2 >= this times the cluster's partitions (see the module doc)."""
+GATE_WIDTH_MIN: Final = 8
+"""Narrower steps skip even the check: it would cost them a round trip."""
+
+
+_LOAD_ARGUMENT_TYPES: Final = (
+    "text[]",
+    "int[]",
+    "int[]",
+    "bigint[]",
+    "int[]",
+    "bigint[]",
+    "bigint[]",
+    "bigint[]",
+    "text[]",
+)
+"""`diskless_load`'s parameters, each sent as text (see `int_array`)."""
+
+
+def _load_call(function: str, leading: int) -> str:
+    """The call of a load function with `leading` plain parameters before the load's own."""
+    parameters = [f"${n}" for n in range(1, leading + 1)]
+    parameters += [
+        f"${leading + n}::text::{kind}" for n, kind in enumerate(_LOAD_ARGUMENT_TYPES, 1)
+    ]
+    return f"SELECT * FROM {function}({', '.join(parameters)})"
+
+
+LOAD_CALL: Final = _load_call("diskless_load", 0)
+GATED_LOAD_CALL: Final = _load_call("diskless_gated_load", 2)
+
 
 class PostgresTxn(StoreTxn):
     """Loads and applies over one connection inside one transaction (see the module doc)."""
@@ -83,11 +127,20 @@ class PostgresTxn(StoreTxn):
         self._txns_seen: set[str] = set()
         self.xid: int | None = None
         """The transaction's id, when an apply has already asked for it."""
+        self._gate_considered = False
+        """Set once anything may have taken a lock: from then on the gate is not taken."""
 
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
         conn = self._conn
         loaded = LoadingSnapshot()
+        wanted = set(needs.partitions)
+        for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
+            wanted.add(tp)
+        # The gate only as the transaction's first lock: the first load, before its own locks.
+        gated = not (self._gate_considered or needs.txns or needs.topics)
+        gated = gated and len(wanted) >= GATE_WIDTH_MIN
+        self._gate_considered = True
         if needs.txns:
             for tid, blob in await conn.fetch(
                 "SELECT transactional_id, record FROM txn_records"
@@ -103,12 +156,9 @@ class PostgresTxn(StoreTxn):
                 sorted(needs.topics),
             ):
                 loaded.topics[row[0]] = topic_from_row(row)
-        wanted = set(needs.partitions)
-        for tp, _ in (*needs.producers, *needs.registrations, *needs.other_ongoing):
-            wanted.add(tp)
         partitions: dict[TopicPartition, PartitionState] = {}
         if wanted or needs.leases or needs.brokers or needs.files:
-            partitions = await self._load_locked(needs, sorted(wanted), loaded)
+            partitions = await self._load_locked(needs, sorted(wanted), loaded, gated)
         loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
         if needs.counters:
             for name, value in await conn.fetch(
@@ -122,20 +172,17 @@ class PostgresTxn(StoreTxn):
         return loaded.freeze()
 
     async def _load_locked(
-        self, needs: Needs, ordered: list[TopicPartition], loaded: LoadingSnapshot
+        self, needs: Needs, ordered: list[TopicPartition], loaded: LoadingSnapshot, gated: bool
     ) -> dict[TopicPartition, PartitionState]:
         """Lock and read partitions, leases, brokers and files, and read the producer entries
-        and registrations of the locked partitions, in one call (`diskless_load`); returns
-        every locked partition."""
+        and registrations of the locked partitions, in one call (`diskless_load`, behind the
+        gate if `gated` and the step is wide); returns every locked partition."""
         slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
         producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
         registrations = sorted((slot_of[tp], pid) for tp, pid in needs.registrations)
         producer_slots, producer_ids = _two_columns(producers)
         registration_slots, registration_ids = _two_columns(registrations)
-        rows = await self._conn.fetch(
-            "SELECT * FROM diskless_load($1::text::text[], $2::text::int[], $3::text::int[],"
-            " $4::text::bigint[], $5::text::int[], $6::text::bigint[], $7::text::bigint[],"
-            " $8::text::bigint[], $9::text::text[])",
+        arguments = (
             text_array([tp.topic for tp in ordered]),
             int_array([tp.partition for tp in ordered]),
             int_array(producer_slots),
@@ -146,6 +193,10 @@ class PostgresTxn(StoreTxn):
             int_array(sorted(needs.brokers)),
             text_array(sorted(needs.files)),
         )
+        if gated:
+            rows = await self._conn.fetch(GATED_LOAD_CALL, GATE_LOCK_KEY, GATE_OVERLAP, *arguments)
+        else:
+            rows = await self._conn.fetch(LOAD_CALL, *arguments)
         partitions = {}
         configs: dict[tuple[Any, ...], TopicConfig] = {}
         for row in rows:
@@ -246,6 +297,7 @@ class PostgresTxn(StoreTxn):
 
     # --- apply --------------------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
+        self._gate_considered = True
         file_key = _commit_shaped(changes)
         if file_key is not None:
             await self._apply_commit(file_key, changes)
