@@ -87,6 +87,8 @@ def _past_end(what: str, size: int, position: int, end: int) -> DeclaredSizeErro
 
 
 def _read_uvarint(frame: Buffer, position: int, end: int) -> tuple[int, int]:
+    if position < end and frame[position] < 0x80:  # one byte, the usual case
+        return frame[position], position + 1
     value = shift = 0
     while position < end:
         byte = frame[position]
@@ -123,8 +125,6 @@ def _fixed(size: int) -> _Encoding:
 
 
 def _compact_bytes(frame: Buffer, position: int, end: int) -> int:
-    if position < end and frame[position] < 0x80:  # a length below 127, in one byte
-        return _skip_bytes(frame[position] - 1, position + 1, end)
     length_plus_one, position = _read_uvarint(frame, position, end)
     return _skip_bytes(length_plus_one - 1, position, end)
 
@@ -156,12 +156,8 @@ def _array(item: _Encoding, flexible: bool) -> _Encoding:
 
     def skip(frame: Buffer, position: int, end: int) -> int:
         if flexible:
-            if position < end and frame[position] < 0x80:  # fewer than 127 items
-                count = frame[position] - 1
-                position += 1
-            else:
-                count_plus_one, position = _read_uvarint(frame, position, end)
-                count = count_plus_one - 1
+            count_plus_one, position = _read_uvarint(frame, position, end)
+            count = count_plus_one - 1
         else:
             count = _read_fixed(_INT32, frame, position, end)
             position += _INT32.size
