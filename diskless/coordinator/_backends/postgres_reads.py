@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import asyncpg
 
@@ -19,7 +19,6 @@ from diskless._types import TopicPartition
 from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
-    BATCH_FROM,
     PARTITION_COLUMNS,
     PARTITION_FROM,
     batch_from_row,
@@ -37,6 +36,8 @@ from diskless.coordinator._backends.sqlite_rows import (
     TOPIC_COLUMNS,
     entry_from_row,
     file_from_row,
+    first_batch_reaching,
+    max_timestamp_row,
     partition_from_row,
     registration_from_row,
     topic_from_row,
@@ -54,6 +55,8 @@ from diskless.coordinator._values import BrokerRegistration, FileState, Metadata
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
+
+_MARKS: Final = ("$1", "$2", "$3")
 
 
 class PostgresReads(ReadView):
@@ -100,16 +103,11 @@ class PostgresReads(ReadView):
             rows = self._run(batches_after(self._conn, partition_id, after, chunk))
 
     def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
-        row = self._fetchrow(
-            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
-            " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1",
-            state.key,
-        )
-        top = None if row is None else batch_from_row(row)
         extent = self._run(postgres_extents.max_timestamp_extent(self._conn, state.key))
-        if extent is not None and (top is None or extent.timestamp >= top.timestamp):
-            return extent
-        return top
+        top = max_timestamp_row(
+            self._fetchrow, _MARKS, state.key, None if extent is None else extent.timestamp
+        )
+        return extent if top is None else top
 
     def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
         extent = self._run(
@@ -117,13 +115,7 @@ class PostgresReads(ReadView):
         )
         if extent is not None:
             return extent
-        row = self._fetchrow(
-            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
-            " AND b.ts_running_max >= $2 ORDER BY b.ts_running_max, b.base_offset LIMIT 1",
-            state.key,
-            ts,
-        )
-        return None if row is None else batch_from_row(row)
+        return first_batch_reaching(self._fetchrow, _MARKS, state.key, ts)
 
     def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
         after = offset - 1

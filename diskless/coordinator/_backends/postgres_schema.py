@@ -19,6 +19,7 @@ from diskless.coordinator._backends.postgres_functions import (
     GATED_LOAD_FUNCTION,
     LOAD_FUNCTION,
 )
+from diskless.coordinator._backends.sqlite_rows import TIME_MARK_INDEX
 
 MIGRATION_LOCK_KEY: Final = 0x6469736B6C657373  # "diskless"
 """The advisory lock serializing migrations (advisory locks are per database)."""
@@ -163,6 +164,8 @@ MIGRATIONS: Final[list[list[str]]] = [
     # cost each producer upsert new index entries (no HOT update), about 6% of a commit; the
     # expiry it served runs with the retention checks, minutes apart, and scans instead.
     ["DROP INDEX producers_idle"],
+    # 7: a sparse time index (the time marks) for the two per-batch timestamp indexes.
+    ["DROP INDEX batches_by_timestamp", "DROP INDEX batches_by_running_max", TIME_MARK_INDEX],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -39,8 +39,15 @@ _COLUMNS: Final = (
     " e.index_byte_offset, e.index_size, f.size"
 )
 _FROM: Final = "extents e JOIN files f ON f.file_id = e.file_id"
-_MEASURED: Final = ("batches", "batches_by_timestamp", "batches_by_running_max", "extents")
-"""The tables and indexes batch metadata takes."""
+_MEASURED: Final = (
+    "batches",
+    "batches_by_timestamp",
+    "batches_by_running_max",
+    "batches_time_marks",
+    "extents",
+)
+"""The tables and indexes batch metadata takes (the two per-batch timestamp indexes only in
+files from before migration 9)."""
 
 
 def extents_from(conn: sqlite3.Connection, partition_id: int, offset: int) -> list[StoredBatch]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import Any, Final
 
 from diskless._types import TopicPartition
 from diskless.coordinator._backends import sqlite_extents
@@ -23,7 +24,9 @@ from diskless.coordinator._backends.sqlite_rows import (
     batch_from_row,
     entry_from_row,
     file_from_row,
+    first_batch_reaching,
     in_lists,
+    max_timestamp_row,
     partition_from_row,
     registration_from_row,
     topic_from_row,
@@ -39,6 +42,8 @@ from diskless.coordinator._rules.rows import (
 from diskless.coordinator._store import ReadView, TopicRow
 from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
 from diskless.txn import ProducerEntry, TxnRecord
+
+_MARKS: Final = ("?", "?", "?")
 
 
 class SqliteReads(ReadView):
@@ -96,28 +101,21 @@ class SqliteReads(ReadView):
         after = self._before_holder(partition_id, offset)
         return found + self.batches_after(partition_id, after, limit - len(found))
 
+    def _fetchone(self, sql: str, *args: Any) -> Any:
+        return self._conn.execute(sql, args).fetchone()
+
     def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
-        row = self._conn.execute(
-            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = ?"
-            " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1",
-            (state.key,),
-        ).fetchone()
-        top = None if row is None else batch_from_row(row)
         extent = sqlite_extents.max_timestamp_extent(self._conn, state.key)
-        if extent is not None and (top is None or extent.timestamp >= top.timestamp):
-            return extent
-        return top
+        top = max_timestamp_row(
+            self._fetchone, _MARKS, state.key, None if extent is None else extent.timestamp
+        )
+        return extent if top is None else top
 
     def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
         extent = sqlite_extents.first_extent_running_max_at_least(self._conn, state.key, ts)
         if extent is not None:
             return extent
-        row = self._conn.execute(
-            f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = ?"
-            " AND b.ts_running_max >= ? ORDER BY b.ts_running_max, b.base_offset LIMIT 1",
-            (state.key, ts),
-        ).fetchone()
-        return None if row is None else batch_from_row(row)
+        return first_batch_reaching(self._fetchone, _MARKS, state.key, ts)
 
     def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
         after = offset - 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -30,6 +30,92 @@ BATCH_COLUMNS: Final = (
     " b.producer_epoch, b.control, b.coordinator_epoch, -1, -1, coalesce(f.size, -1)"
 )
 BATCH_FROM: Final = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
+TIME_MARK_OFFSETS: Final = 1024
+"""A batch holding an offset that is a multiple of this is a time mark (see `TIME_MARK`)."""
+TIME_MARK: Final = (
+    f"(base_offset + {TIME_MARK_OFFSETS - 1}) / {TIME_MARK_OFFSETS}"
+    f" <= last_offset / {TIME_MARK_OFFSETS}"
+)
+"""Whether a batch row is a time mark, the only rows the time index holds: as Kafka's time index
+has an entry per interval of the log, not per batch. Fewer than `TIME_MARK_OFFSETS` batches lie
+between two marks, so a lookup by time is one probe of that small index and a bounded walk of the
+primary key. Indexing every batch (twice, before) cost each commit an index page per partition it
+wrote to, most of what it wrote. Integer division in SQLite and PostgreSQL alike; a query can use
+the partial index only if it repeats this text."""
+TIME_MARK_INDEX: Final = (
+    "CREATE INDEX batches_time_marks ON batches (partition_id, ts_running_max, base_offset)"
+    f" WHERE {TIME_MARK}"
+)
+
+
+def last_mark_below(partition: str, timestamp: str) -> str:
+    """The last time mark whose running max is below `timestamp`: the first batch whose running
+    max reaches it lies after that mark and no later than the next one (arguments: placeholders)."""
+    return (
+        f"SELECT base_offset FROM batches WHERE partition_id = {partition}"
+        f" AND ts_running_max < {timestamp} AND {TIME_MARK}"
+        " ORDER BY ts_running_max DESC, base_offset DESC LIMIT 1"
+    )
+
+
+def first_running_max_after(partition: str, after: str, timestamp: str) -> str:
+    """The first batch above offset `after` whose running max is at least `timestamp`: a walk of
+    the primary key, short when `after` comes from `last_mark_below`."""
+    return (
+        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = {partition}"
+        f" AND b.base_offset > {after} AND b.ts_running_max >= {timestamp}"
+        " ORDER BY b.base_offset LIMIT 1"
+    )
+
+
+def last_running_max(partition: str) -> str:
+    """The running max of the partition's last batch row: the largest timestamp of its rows,
+    unless the batch that carried it is gone."""
+    return (
+        f"SELECT ts_running_max FROM batches WHERE partition_id = {partition}"
+        " ORDER BY base_offset DESC LIMIT 1"
+    )
+
+
+def max_timestamp_scan(partition: str) -> str:
+    """The first batch row with the largest timestamp, by reading them all: only for when the
+    batch that carried the running max was deleted (trimmed), which no index answers."""
+    return (
+        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = {partition}"
+        " ORDER BY b.timestamp DESC, b.base_offset LIMIT 1"
+    )
+
+
+RowFetcher = Callable[..., Sequence[Any] | None]
+"""Runs a query with its arguments and answers its first row (None when it has none)."""
+
+
+def first_batch_reaching(
+    fetch: RowFetcher, marks: Sequence[str], partition_id: int, timestamp: int
+) -> StoredBatch | None:
+    """The first batch row whose running max is at least `timestamp`, through the time marks
+    (`marks`: the backend's first three placeholders)."""
+    mark = fetch(last_mark_below(marks[0], marks[1]), partition_id, timestamp)
+    after = -1 if mark is None else mark[0]
+    row = fetch(first_running_max_after(*marks[:3]), partition_id, after, timestamp)
+    return None if row is None else batch_from_row(row)
+
+
+def max_timestamp_row(
+    fetch: RowFetcher, marks: Sequence[str], partition_id: int, unless_at_most: int | None
+) -> StoredBatch | None:
+    """The first batch row with the largest timestamp; None if there is none, or if that
+    timestamp is at most `unless_at_most` (an earlier candidate's, which wins ties)."""
+    last = fetch(last_running_max(marks[0]), partition_id)
+    if last is None or (unless_at_most is not None and last[0] <= unless_at_most):
+        return None
+    first = first_batch_reaching(fetch, marks, partition_id, last[0])
+    if first is not None and first.timestamp == last[0]:
+        return first
+    row = fetch(max_timestamp_scan(marks[0]), partition_id)
+    return None if row is None else batch_from_row(row)
+
+
 HEADS_FROM: Final = (
     "topics t JOIN partitions p ON p.topic_id = t.topic_id"
     " JOIN batches b ON b.partition_id = p.partition_id LEFT JOIN files f ON f.file_id = b.file_id"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 
 from diskless.coordinator._backends.sqlite_extents import MIGRATION as EXTENTS
+from diskless.coordinator._backends.sqlite_rows import TIME_MARK_INDEX
 
 MIGRATIONS: list[list[str]] = [
     # 1: topics, partitions, files, batches, producer state, broker epochs.
@@ -156,6 +157,13 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE txn_registrations ADD COLUMN client_epoch INTEGER NOT NULL DEFAULT -1",
         "ALTER TABLE txn_registrations ADD COLUMN sequence_base INTEGER NOT NULL DEFAULT 0",
+    ],
+    # 9: a sparse time index (the time marks) for the two per-batch timestamp indexes, which
+    # made each commit write two more index pages per partition than its batch rows did.
+    [
+        "DROP INDEX batches_by_timestamp",
+        "DROP INDEX batches_by_running_max",
+        TIME_MARK_INDEX,
     ],
 ]
 
