@@ -6,7 +6,7 @@
 Every case commits objects of 1, 100 or 1000 batches spread over PARTITIONS partitions, each
 partition written by one idempotent producer with in-order sequences. The baselines write, with
 `executemany` and no reads, rows computed before the clock starts into the same schema with the
-same settings (WAL, synchronous=FULL), one transaction per object:
+same settings (WAL, synchronous=FULL, the checkpoint interval), one transaction per object:
 - "all rows": exactly what the SQLite coordinator writes per commit (the file row, the batch
   rows, the producer-state rows and the partition counters), so the ratio is the price of the
   coordinator itself: reading state, the rules, building rows;
@@ -45,6 +45,7 @@ from diskless.coordinator import (
     InMemoryBatchCoordinator,
     SqliteBatchCoordinator,
 )
+from diskless.coordinator._backends.sqlite import WAL_CHECKPOINT_PAGES
 from diskless.coordinator._backends.sqlite_schema import migrate
 
 # The batch columns every schema version has (later migrations add columns with defaults).
@@ -82,6 +83,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
     conn.execute("PRAGMA cache_size = -16384")
     migrate(conn)
     return conn

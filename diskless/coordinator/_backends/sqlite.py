@@ -46,6 +46,11 @@ BUSY_RETRY_S_MAX: Final = 30.0
 """How long we keep retrying a busy database (with backoff) before giving up as unavailable."""
 CACHE_KIB_MAX: Final = 16 * 1024
 """The page cache per connection: bounds memory however large the database grows."""
+WAL_CHECKPOINT_PAGES: Final = 4000
+"""The write-ahead log is copied back into the database once it holds this many pages (16 MiB
+of 4 KiB pages) rather than SQLite's 1000: a commit of 100 batches writes about 200 pages, most
+of them the same hot pages again (each partition's last leaf), which a checkpoint copies once
+however often they were logged. About 7% more commits per second at 100 batches each."""
 READER_THREADS: Final = 2
 """Threads (each with its own connection) serving read-only queries beside the writer."""
 
@@ -93,6 +98,7 @@ class SqliteStore(CoordinatorStore):
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
                 conn.execute("PRAGMA synchronous = FULL")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
                 conn.execute(f"PRAGMA cache_size = -{CACHE_KIB_MAX}")
                 conn.execute("PRAGMA temp_store = MEMORY")
                 old = self._retry_busy(lambda: migrate(conn))
