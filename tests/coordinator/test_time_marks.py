@@ -31,8 +31,7 @@ from diskless.coordinator import (
 from diskless.coordinator._backends.sqlite_rows import (
     TIME_MARK,
     TIME_MARK_OFFSETS,
-    first_running_max_after,
-    last_mark_below,
+    first_reaching,
 )
 from tests._postgres import database_dsn
 
@@ -120,8 +119,8 @@ async def test_time_lookups_agree_with_the_committed_batches(
 
 
 def test_a_time_lookup_probes_the_marks_index_then_walks_the_primary_key(tmp_path: Path) -> None:
-    """Both halves of a lookup can use an index: the marks' partial index (only if the query
-    repeats its condition exactly) and the primary key."""
+    """Both halves of a lookup use an index: the marks' partial index (only if the query repeats
+    its condition exactly) and the primary key."""
     path = tmp_path / "plan.db"
 
     async def create() -> None:
@@ -132,23 +131,17 @@ def test_a_time_lookup_probes_the_marks_index_then_walks_the_primary_key(tmp_pat
     asyncio.run(create())
     conn = sqlite3.connect(path)
     try:
-        mark_plan = " ".join(
+        plan = " | ".join(
             str(row[-1])
-            for row in conn.execute("EXPLAIN QUERY PLAN " + last_mark_below("?", "?"), (1, 5))
-        )
-        walk_plan = " ".join(
-            str(row[-1])
-            for row in conn.execute(
-                "EXPLAIN QUERY PLAN " + first_running_max_after("?", "?", "?"), (1, -1, 5)
-            )
+            for row in conn.execute("EXPLAIN QUERY PLAN " + first_reaching("?1", "?2"), (1, 5))
         )
         indexes = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
     finally:
         conn.close()
-    assert "batches_time_marks" in mark_plan, mark_plan
-    assert "PRIMARY KEY" in walk_plan and "base_offset>?" in walk_plan, walk_plan
+    assert "INDEX batches_time_marks (partition_id=? AND ts_running_max<?)" in plan, plan
+    assert "USING PRIMARY KEY (partition_id=? AND base_offset>?)" in plan, plan
     assert not {"batches_by_timestamp", "batches_by_running_max"} & indexes
 
 
@@ -168,7 +161,7 @@ def test_a_batch_is_a_mark_when_it_holds_a_multiple_of_the_interval(
     assert bool(is_mark) == holds
 
 
-async def test_postgres_can_answer_the_mark_probe_from_the_partial_index(tmp_path: Path) -> None:
+async def test_postgres_can_answer_a_time_lookup_from_the_partial_index(tmp_path: Path) -> None:
     """PostgreSQL uses a partial index only when it can prove the query implies its condition;
     with sequential scans priced out (the test table is tiny), the plan shows that it can."""
     dsn = database_dsn(tmp_path)
@@ -180,7 +173,7 @@ async def test_postgres_can_answer_the_mark_probe_from_the_partial_index(tmp_pat
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("SET enable_seqscan = off")
-        plan = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + last_mark_below("1", "5")))
+        plan = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + first_reaching("1", "5")))
         indexes = {
             row[0]
             for row in await conn.fetch(

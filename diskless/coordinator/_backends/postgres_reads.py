@@ -56,7 +56,7 @@ from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
 
-_MARKS: Final = ("$1", "$2", "$3")
+_MARKS: Final = ("$1", "$2")
 
 
 class PostgresReads(ReadView):

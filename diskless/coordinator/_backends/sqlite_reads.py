@@ -43,7 +43,7 @@ from diskless.coordinator._store import ReadView, TopicRow
 from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
 from diskless.txn import ProducerEntry, TxnRecord
 
-_MARKS: Final = ("?", "?", "?")
+_MARKS: Final = ("?1", "?2")
 
 
 class SqliteReads(ReadView):

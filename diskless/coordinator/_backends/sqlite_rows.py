@@ -49,8 +49,8 @@ TIME_MARK_INDEX: Final = (
 
 
 def last_mark_below(partition: str, timestamp: str) -> str:
-    """The last time mark whose running max is below `timestamp`: the first batch whose running
-    max reaches it lies after that mark and no later than the next one (arguments: placeholders)."""
+    """The offset of the last time mark whose running max is below `timestamp` (arguments:
+    placeholders)."""
     return (
         f"SELECT base_offset FROM batches WHERE partition_id = {partition}"
         f" AND ts_running_max < {timestamp} AND {TIME_MARK}"
@@ -58,13 +58,14 @@ def last_mark_below(partition: str, timestamp: str) -> str:
     )
 
 
-def first_running_max_after(partition: str, after: str, timestamp: str) -> str:
-    """The first batch above offset `after` whose running max is at least `timestamp`: a walk of
-    the primary key, short when `after` comes from `last_mark_below`."""
+def first_reaching(partition: str, timestamp: str) -> str:
+    """The first batch whose running max is at least `timestamp`, in one statement: it lies after
+    the last mark below `timestamp` and no later than the next mark, so the walk of the primary
+    key from that mark is short."""
     return (
         f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = {partition}"
-        f" AND b.base_offset > {after} AND b.ts_running_max >= {timestamp}"
-        " ORDER BY b.base_offset LIMIT 1"
+        f" AND b.base_offset > coalesce(({last_mark_below(partition, timestamp)}), -1)"
+        f" AND b.ts_running_max >= {timestamp} ORDER BY b.base_offset LIMIT 1"
     )
 
 
@@ -94,10 +95,8 @@ def first_batch_reaching(
     fetch: RowFetcher, marks: Sequence[str], partition_id: int, timestamp: int
 ) -> StoredBatch | None:
     """The first batch row whose running max is at least `timestamp`, through the time marks
-    (`marks`: the backend's first three placeholders)."""
-    mark = fetch(last_mark_below(marks[0], marks[1]), partition_id, timestamp)
-    after = -1 if mark is None else mark[0]
-    row = fetch(first_running_max_after(*marks[:3]), partition_id, after, timestamp)
+    (`marks`: the backend's placeholders for the first and second argument)."""
+    row = fetch(first_reaching(marks[0], marks[1]), partition_id, timestamp)
     return None if row is None else batch_from_row(row)
 
 
