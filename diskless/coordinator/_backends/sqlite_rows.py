@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
@@ -48,9 +49,10 @@ TIME_MARK_INDEX: Final = (
 )
 
 
+@functools.cache
 def last_mark_below(partition: str, timestamp: str) -> str:
     """The offset of the last time mark whose running max is below `timestamp` (arguments:
-    placeholders)."""
+    placeholders; each backend builds its statements once, hence the caches here)."""
     return (
         f"SELECT base_offset FROM batches WHERE partition_id = {partition}"
         f" AND ts_running_max < {timestamp} AND {TIME_MARK}"
@@ -58,6 +60,7 @@ def last_mark_below(partition: str, timestamp: str) -> str:
     )
 
 
+@functools.cache
 def first_reaching(partition: str, timestamp: str) -> str:
     """The first batch whose running max is at least `timestamp`, in one statement: it lies after
     the last mark below `timestamp` and no later than the next mark, so the walk of the primary
@@ -69,6 +72,7 @@ def first_reaching(partition: str, timestamp: str) -> str:
     )
 
 
+@functools.cache
 def last_running_max(partition: str) -> str:
     """The running max of the partition's last batch row: the largest timestamp of its rows,
     unless the batch that carried it is gone."""
@@ -78,6 +82,7 @@ def last_running_max(partition: str) -> str:
     )
 
 
+@functools.cache
 def max_timestamp_scan(partition: str) -> str:
     """The first batch row with the largest timestamp, by reading them all: only for when the
     batch that carried the running max was deleted (trimmed), which no index answers."""
