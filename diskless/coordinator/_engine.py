@@ -24,11 +24,11 @@ from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, o
 from diskless.coordinator._rules.commit import plan_commit
 from diskless.coordinator._rules.files import (
     FileRow,
-    committed_file,
     condemned_file,
     may_forget,
     released_file,
 )
+from diskless.coordinator._rules.group import CommitGroup
 from diskless.coordinator._rules.rows import (
     PartitionState,
     StoredBatch,
@@ -51,6 +51,7 @@ from diskless.coordinator._values import (
     CommitRefusal,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    FileCommit,
     FileInfo,
     FileState,
     FileStats,
@@ -172,62 +173,65 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
         file_size: int,
         batches: Sequence[CommitBatch],
     ) -> CommitFileResult:
-        batches = list(batches)
-        producers = set()
-        registrations = set()
-        leases = set()
-        for b in batches:
-            if b.producer_id != NO_PRODUCER_ID:
-                producers.add((b.topic_partition, b.producer_id))
-                if b.is_transactional:
-                    registrations.add((b.topic_partition, b.producer_id))
-            if b.lease_id is not None:
-                leases.add(b.lease_id)
-        needs = Needs(
-            partitions={b.topic_partition for b in batches},
-            producers=producers,
-            registrations=registrations,
-            leases=leases,
-            brokers=(broker_id,),
-            files=(object_key,),
+        (result,) = await self.commit_files(
+            broker_id, broker_epoch, [FileCommit(object_key, file_size, batches)]
         )
+        return result
 
-        async def commit(txn: StoreTxn) -> CommitFileResult:
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        files = list(files)
+        needs = _commit_needs(broker_id, files)
+
+        async def commit(txn: StoreTxn) -> list[CommitFileResult]:
             now = self._clock.now_ms()
             snapshot = await txn.load(needs)
             fenced = broker_fenced(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id))
             if fenced is not None:
-                return CommitFileResult([], CommitRefusal.BROKER_FENCED, fenced)
-            existing = snapshot.files.get(object_key)
-            conflict = object_key_taken(
-                object_key, None if existing is None else existing.state
-            ) or commit_too_late(
-                object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
+                return [CommitFileResult([], CommitRefusal.BROKER_FENCED, fenced)] * len(files)
+            group = CommitGroup(
+                snapshot.partitions, snapshot.producers, snapshot.leases, snapshot.files
             )
-            if conflict is not None:
-                return CommitFileResult([], CommitRefusal.OBJECT_KEY_CONFLICT, conflict)
-            plan = plan_commit(
-                object_key,
-                batches,
-                snapshot.partitions,
-                snapshot.producers,
-                now,
-                self._expiration_ms,
-                snapshot.registrations,
-                snapshot.leases,
-                object_size=file_size,
-            )
-            await txn.apply(
-                Changes(
-                    files={object_key: committed_file(file_size, len(plan.new_batches), now)},
-                    batches=plan.new_batches,
-                    partitions=list(plan.partitions.values()),
-                    producers=plan.producers,
-                    leases_released=plan.released_leases,
-                    ongoing_opened=plan.opened_txns,
+            results = []
+            for file in files:
+                key = file.object_key
+                existing = group.stored_files.get(key)
+                conflict = object_key_taken(
+                    key, None if existing is None else existing.state
+                ) or commit_too_late(
+                    key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
                 )
-            )
-            return CommitFileResult(plan.results)
+                if conflict is not None:
+                    results.append(
+                        CommitFileResult([], CommitRefusal.OBJECT_KEY_CONFLICT, conflict)
+                    )
+                    continue
+                plan = plan_commit(
+                    key,
+                    file.batches,
+                    group.partitions,
+                    group.producers,
+                    now,
+                    self._expiration_ms,
+                    snapshot.registrations,
+                    group.leases,
+                    object_size=file.file_size,
+                )
+                group.add(key, file.file_size, plan, now)
+                results.append(CommitFileResult(plan.results))
+            if group.files:
+                await txn.apply(
+                    Changes(
+                        files=group.files,
+                        batches=group.batches,
+                        partitions=list(group.partition_states.values()),
+                        producers=group.producer_entries,
+                        leases_released=group.released_leases,
+                        ongoing_opened=group.opened_txns,
+                    )
+                )
+            return results
 
         return await self._write(commit, outcome_unknown_on_failure=True)
 
@@ -415,6 +419,32 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
             ]
 
         return await self._read(describe)
+
+
+def _commit_needs(broker_id: int, files: Sequence[FileCommit]) -> Needs:
+    """What committing `files` reads: every partition, producer, registration and lease their
+    batches name, the broker's epoch and the files' rows."""
+    partitions = set()
+    producers = set()
+    registrations = set()
+    leases = set()
+    for file in files:
+        for b in file.batches:
+            partitions.add(b.topic_partition)
+            if b.producer_id != NO_PRODUCER_ID:
+                producers.add((b.topic_partition, b.producer_id))
+                if b.is_transactional:
+                    registrations.add((b.topic_partition, b.producer_id))
+            if b.lease_id is not None:
+                leases.add(b.lease_id)
+    return Needs(
+        partitions=partitions,
+        producers=producers,
+        registrations=registrations,
+        leases=leases,
+        brokers=(broker_id,),
+        files={f.object_key for f in files},
+    )
 
 
 def _refs_of(batches: Sequence[StoredBatch]) -> BatchRefs:

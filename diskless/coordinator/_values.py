@@ -6,6 +6,7 @@ Plain data, shared by every backend, the engine and the callers.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -108,6 +109,14 @@ class CommitRefusal(enum.Enum):
     OBJECT_KEY_CONFLICT = "object key conflict"
     """The key was already committed, condemned as an orphan (it may be deleted), or created
     longer ago than the commit-age bound allows."""
+
+
+class FileCommit(msgspec.Struct, frozen=True):
+    """One uploaded object to commit: what `BatchCoordinator.commit_file` takes, as a value."""
+
+    object_key: str
+    file_size: int
+    batches: Sequence[CommitBatch]
 
 
 class CommitFileResult(msgspec.Struct, frozen=True):

@@ -16,6 +16,7 @@ import asyncpg
 from diskless.coordinator._backends.postgres_extents import MIGRATION as EXTENTS
 from diskless.coordinator._backends.postgres_functions import (
     APPLY_COMMIT_FUNCTION,
+    APPLY_COMMITS_FUNCTION,
     GATED_LOAD_FUNCTION,
     LOAD_FUNCTION,
 )
@@ -166,6 +167,8 @@ MIGRATIONS: Final[list[list[str]]] = [
     ["DROP INDEX producers_idle"],
     # 7: a sparse time index (the time marks) for the two per-batch timestamp indexes.
     ["DROP INDEX batches_by_timestamp", "DROP INDEX batches_by_running_max", TIME_MARK_INDEX],
+    # 8: the apply of a commit for several files at once (group commits), instead of one.
+    [APPLY_COMMITS_FUNCTION, "DROP FUNCTION diskless_apply_commit"],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -299,9 +299,9 @@ class PostgresTxn(StoreTxn):
     # --- apply --------------------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
         self._gate_considered = True
-        file_key = _commit_shaped(changes)
-        if file_key is not None:
-            await self._apply_commit(file_key, changes)
+        file_keys = _commit_shaped(changes)
+        if file_keys is not None:
+            await self._apply_commit(file_keys, changes)
             return []
         conn = self._conn
         for name in changes.topics_deleted:
@@ -403,13 +403,16 @@ class PostgresTxn(StoreTxn):
         await self._apply_txn_state(changes)
         return await self._apply_indexes(changes)
 
-    async def _apply_commit(self, file_key: str, changes: Changes) -> None:
-        """What a commit decided, in one call (`diskless_apply_commit`), which also answers the
-        transaction id."""
-        file = changes.files[file_key]
-        assert file is not None
-        # A batch row without its file id, which the function assigns.
-        batches = [(*row[:3], *row[4:]) for row in (batch_to_row(b, 0) for b in changes.batches)]
+    async def _apply_commit(self, file_keys: list[str], changes: Changes) -> None:
+        """What a commit of one or several objects decided, in one call
+        (`diskless_apply_commits`), which also answers the transaction id."""
+        slots = {key: slot for slot, key in enumerate(file_keys, 1)}
+        files = [changes.files[key] for key in file_keys]
+        # A batch row with its file's slot instead of its file id, which the function assigns.
+        batches = [
+            (slots[b.object_key], *row[:3], *row[4:])
+            for b, row in ((b, batch_to_row(b, 0)) for b in changes.batches)
+        ]
         partitions = [
             (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
             for s in changes.partitions
@@ -417,24 +420,21 @@ class PostgresTxn(StoreTxn):
         producers = [entry_to_row(key, e) for (key, _), e in changes.producers.items()]
         producer_columns = columns(producers, 8)
         arrays = [
-            *(int_array(c) for c in columns(batches, 13)),
+            text_array(file_keys),
+            int_array([int(key in self._files_seen) for key in file_keys]),
+            int_array([FILE_STATE_CODES[f.state] for f in files if f is not None]),
+            int_array([f.size for f in files if f is not None]),
+            int_array([f.since_ms for f in files if f is not None]),
+            int_array([f.live_batches for f in files if f is not None]),
+            *(int_array(c) for c in columns(batches, 14)),
             *(int_array(c) for c in columns(partitions, 5)),
             *(int_array(c) for c in producer_columns[:7]),
             bytea_array(producer_columns[7]),
             int_array(changes.leases_released),
             *(int_array(c) for c in columns(changes.ongoing_opened, 3)),
         ]
-        self.xid = await self._conn.fetchval(
-            APPLY_COMMIT_CALL,
-            file_key,
-            file_key in self._files_seen,
-            FILE_STATE_CODES[file.state],
-            file.size,
-            file.since_ms,
-            file.live_batches,
-            *arrays,
-        )
-        self._files_seen.add(file_key)
+        self.xid = await self._conn.fetchval(APPLY_COMMITS_CALL, *arrays)
+        self._files_seen.update(file_keys)
 
     async def _put(
         self,
@@ -684,18 +684,20 @@ def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
     return columns(list(pairs), 2)
 
 
-APPLY_COMMIT_TYPES: Final = (
-    *["bigint"] * 10,  # batches
+APPLY_COMMITS_TYPES: Final = (
+    *["text", "boolean", "smallint", "bigint", "bigint", "bigint"],  # files
+    "int",  # batches: the file's slot
+    *["bigint"] * 10,
     *["int"] * 3,
     *["bigint"] * 5,  # partitions
     *["bigint", "bigint", "int", "bigint", "bigint", "int", "bigint", "bytea"],  # producers
     "bigint",  # released leases
     *["bigint"] * 3,  # opened transactions
 )
-"""The array parameters of `diskless_apply_commit`, in order (each sent as a literal)."""
-APPLY_COMMIT_CALL: Final = (
-    "SELECT diskless_apply_commit($1, $2, $3, $4, $5, $6, "
-    + ", ".join(f"${n}::text::{t}[]" for n, t in enumerate(APPLY_COMMIT_TYPES, 7))
+"""The parameters of `diskless_apply_commits`, in order (each sent as a literal)."""
+APPLY_COMMITS_CALL: Final = (
+    "SELECT diskless_apply_commits("
+    + ", ".join(f"${n}::text::{t}[]" for n, t in enumerate(APPLY_COMMITS_TYPES, 1))
     + ")"
 )
 
@@ -703,21 +705,21 @@ APPLY_COMMIT_CALL: Final = (
 _COMMIT_FIELDS: Final = frozenset(
     {"files", "batches", "partitions", "producers", "leases_released", "ongoing_opened"}
 )
-"""What `diskless_apply_commit` stores; any other change takes the general path."""
+"""What `diskless_apply_commits` stores; any other change takes the general path."""
 
 
-def _commit_shaped(changes: Changes) -> str | None:
-    """The key of the one file `changes` store, when they are what a commit decides: that file,
-    batches in it, partitions, producer entries, released leases and opened transactions."""
+def _commit_shaped(changes: Changes) -> list[str] | None:
+    """The keys of the files `changes` store, when they are what a commit decides: those files,
+    batches in them, partitions, producer entries, released leases and opened transactions."""
     for name in Changes.__struct_fields__:
         value = getattr(changes, name)
         if name in _COMMIT_FIELDS or value is None:
             continue
         if not isinstance(value, Collection) or value:
             return None
-    if len(changes.files) != 1:
+    files = changes.files
+    if not files or None in files.values():
         return None
-    ((key, file),) = changes.files.items()
-    if file is None or any(b.object_key != key for b in changes.batches):
+    if any(b.object_key not in files for b in changes.batches):
         return None
-    return key
+    return list(files)
