@@ -18,8 +18,8 @@ from benchmarks.harness.workload import all_partitions, topic_name
 from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
     CommitFileResult,
+    FileCommit,
     TopicConfig,
 )
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
@@ -67,22 +67,16 @@ def open_coordinator(run: RunSpec, commits: LatencyLog | None = None) -> BatchCo
     if commits is None:
         return base(*args)
 
-    async def commit_file(
-        self: Any,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> CommitFileResult:
+    async def commit_files(
+        self: Any, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
         started = time.perf_counter()
-        results = await base.commit_file(
-            self, object_key, broker_id, broker_epoch, file_size, batches
-        )
-        commits.add(started, len(batches))
+        results = await base.commit_files(self, broker_id, broker_epoch, files)
+        commits.add(started, sum(len(f.batches) for f in files))
         return results
 
-    timed = type(f"Timed{base.__name__}", (base,), {"commit_file": commit_file})
+    # The engine's commit_file is a group of one: timing commit_files times every commit step.
+    timed = type(f"Timed{base.__name__}", (base,), {"commit_files": commit_files})
     coordinator: BatchCoordinator = timed(*args)
     return coordinator
 

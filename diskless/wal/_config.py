@@ -15,6 +15,9 @@ class WalConfig(msgspec.Struct, frozen=True):
     commit_interval_ms: int = 250
     """...or this long after its first write."""
     uploads_inflight_max: int = 8
+    commit_group_max: int = 8
+    """Uploaded objects waiting for their turn to commit go to the coordinator together, up to
+    this many in one step (`BatchCoordinator.commit_files`); 1 commits them one by one."""
     inflight_bytes_max: int = 64 * 1024 * 1024
     """Backpressure: `write` waits while buffered + uploading + committing bytes would exceed it."""
     upload_attempts: int = 3
@@ -33,6 +36,8 @@ class WalConfig(msgspec.Struct, frozen=True):
             raise ValueError(f"commit_interval_ms must be >= 0, got {self.commit_interval_ms}")
         if self.uploads_inflight_max < 1:
             raise ValueError(f"uploads_inflight_max must be >= 1, got {self.uploads_inflight_max}")
+        if self.commit_group_max < 1:
+            raise ValueError(f"commit_group_max must be >= 1, got {self.commit_group_max}")
         if self.inflight_bytes_max < self.buffer_max_bytes:
             raise ValueError(
                 f"inflight_bytes_max ({self.inflight_bytes_max}) must be >= buffer_max_bytes "
@@ -61,6 +66,9 @@ class WalStats(msgspec.Struct, frozen=True):
     upload_attempts_failed: int
     segments_upload_failed: int
     commits: int
+    """Objects committed."""
+    commit_steps: int
+    """Coordinator steps that committed them (fewer when waiting objects went together)."""
     commits_failed: int
     batches_committed: int
     """Batches answered by the coordinator (accepted, duplicate or rejected)."""

@@ -2,6 +2,9 @@
 
 Commit N waits for upload N and for commit N-1 only, so a slow later upload never blocks an
 earlier commit, and a producer's pipelined requests are sequenced in the order they were appended.
+When commit N may go, the segments after it that are already uploaded go with it, in one
+coordinator step (`commit_files`, up to `commit_group_max` objects): under load, the commits
+queue behind the coordinator, and one step for all that wait costs about what one object did.
 An upload attempt longer than `upload_timeout_ms` counts as failed, so a hung PUT cannot stall
 the ordered commits of later segments forever. Commits have no timeout of their own: abandoning a
 commit would not stop it from being applied.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -19,7 +23,13 @@ from diskless._kafka_errors import produce_error
 from diskless._limits import backoff_ms
 from diskless._types import ErrorCode
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator, CommitBatchResult, CommitRefusal
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatchResult,
+    CommitFileResult,
+    CommitRefusal,
+    FileCommit,
+)
 from diskless.errors import CoordinatorError, StorageTimeoutError
 from diskless.storage import ObjectStore
 from diskless.wal._cache import SegmentCache
@@ -69,6 +79,8 @@ class SegmentPipeline:
         self._release = release
         self._upload_slots = asyncio.Semaphore(config.uploads_inflight_max)
         self._last_done: asyncio.Future[None] | None = None
+        self._unresolved: collections.deque[Segment] = collections.deque()
+        """Launched segments not resolved yet, in commit order."""
         self._tasks: set[asyncio.Task[None]] = set()
 
         self.objects_uploaded = 0
@@ -76,6 +88,7 @@ class SegmentPipeline:
         self.upload_attempts_failed = 0
         self.segments_upload_failed = 0
         self.commits = 0
+        self.commit_steps = 0
         self.commits_failed = 0
         self.batches_committed = 0
         self.upload_latency: collections.deque[float] = collections.deque(
@@ -90,6 +103,7 @@ class SegmentPipeline:
         segment.done = asyncio.get_running_loop().create_future()
         previous = self._last_done
         self._last_done = segment.done
+        self._unresolved.append(segment)
         task = asyncio.create_task(
             self._run(segment, previous), name=f"wal-segment-{segment.number}"
         )
@@ -108,11 +122,15 @@ class SegmentPipeline:
 
     async def _run(self, segment: Segment, previous: asyncio.Future[None] | None) -> None:
         assert segment.done is not None
+        group = [segment]
         try:
             upload_failure = await self._upload(segment)
+            segment.uploaded = upload_failure is None
             if previous is not None:
                 await asyncio.wait([previous])  # never cancels `previous` if we are cancelled
-            if self._fenced():
+            if segment.resolved:
+                pass  # it went with the group of a segment before it
+            elif self._fenced():
                 segment.fail(self._fenced_result)
             elif upload_failure is not None:
                 self.segments_upload_failed += 1
@@ -124,25 +142,39 @@ class SegmentPipeline:
                     )
                 )
             else:
-                await self._commit(segment)
+                group = self._group_led_by(segment)
+                await self._commit(group)
         except asyncio.CancelledError as cancelled:
-            segment.fail(
-                error_result(
-                    produce_error(cancelled),
-                    "the broker closed before the batch was committed; outcome unknown",
+            for member in group:
+                member.fail(
+                    error_result(
+                        produce_error(cancelled),
+                        "the broker closed before the batch was committed; outcome unknown",
+                    )
                 )
-            )
             raise
         except Exception as error:
             log.exception("segment %s failed unexpectedly", segment.key)
-            segment.fail(error_result(produce_error(error), "internal error in the WAL writer"))
+            for member in group:
+                member.fail(error_result(produce_error(error), "internal error in the WAL writer"))
         finally:
             segment.resolved = True
             self._release(segment.batch_bytes)
+            self._unresolved.remove(segment)
             segment.done.set_result(None)
             segment.data = b""  # the cache holds its own reference when it keeps one
             segment.batches = []
             segment.slots = []
+
+    def _group_led_by(self, segment: Segment) -> list[Segment]:
+        """`segment`, whose turn it is, and the uploaded segments right after it."""
+        group = [segment]
+        following = itertools.islice(self._unresolved, self._unresolved.index(segment) + 1, None)
+        for later in following:
+            if len(group) == self._config.commit_group_max or not later.uploaded:
+                break
+            group.append(later)
+        return group
 
     async def _upload(self, segment: Segment) -> Exception | None:
         """Upload with retries: None once stored, else the last attempt's failure."""
@@ -195,31 +227,39 @@ class SegmentPipeline:
             )
         put.result()
 
-    async def _commit(self, segment: Segment) -> None:
-        batches = segment.batches
+    async def _commit(self, group: list[Segment]) -> None:
+        """Commit `group`'s objects in one coordinator step and answer their batches."""
         started = self._clock.monotonic()
+        files = [FileCommit(s.key, len(s.data), s.batches) for s in group]
         try:
-            outcome = await self._coordinator.commit_file(
-                segment.key, self._broker_id, self._broker_epoch, len(segment.data), batches
+            outcomes = await self._coordinator.commit_files(
+                self._broker_id, self._broker_epoch, files
             )
         except CoordinatorError as error:
-            log.warning(
-                "commit of %s failed (%r); object left for the file manager", segment.key, error
-            )
-            self.commits_failed += 1
-            segment.fail(
-                error_result(produce_error(error), f"commit failed or outcome unknown: {error}")
-            )
+            keys = ", ".join(s.key for s in group)
+            log.warning("commit of %s failed (%r); objects left for the file manager", keys, error)
+            self.commits_failed += len(group)
+            for segment in group:
+                segment.fail(
+                    error_result(produce_error(error), f"commit failed or outcome unknown: {error}")
+                )
             return
+        self.commit_steps += 1
+        self.commit_latency.append(self._clock.monotonic() - started)
+        for segment, outcome in zip(group, outcomes, strict=True):
+            self._settle(segment, outcome)
+
+    def _settle(self, segment: Segment, outcome: CommitFileResult) -> None:
         if outcome.refused is CommitRefusal.BROKER_FENCED:
-            log.error(
-                "broker %d epoch %d fenced while committing %s; refusing further writes",
-                self._broker_id,
-                self._broker_epoch,
-                segment.key,
-            )
+            if not self._fenced():
+                log.error(
+                    "broker %d epoch %d fenced while committing %s; refusing further writes",
+                    self._broker_id,
+                    self._broker_epoch,
+                    segment.key,
+                )
+                self._on_fenced()
             self.commits_failed += 1
-            self._on_fenced()
             segment.fail(self._fenced_result)
             return
         if outcome.refused is not None:
@@ -228,8 +268,7 @@ class SegmentPipeline:
             segment.fail(error_result(ErrorCode.KAFKA_STORAGE_ERROR, outcome.reason))
             return
         results = outcome.batches
-        assert len(results) == len(batches), (len(results), len(batches))
-        self.commit_latency.append(self._clock.monotonic() - started)
+        assert len(results) == len(segment.batches), (len(results), len(segment.batches))
         self.commits += 1
-        self.batches_committed += len(batches)
+        self.batches_committed += len(results)
         segment.answer(results)

@@ -26,6 +26,7 @@ class Segment:
         "parts",
         "resolved",
         "slots",
+        "uploaded",
     )
 
     def __init__(self, opened_at: float) -> None:
@@ -42,6 +43,9 @@ class Segment:
         self.done: asyncio.Future[None] | None = None
         """Set when the segment resolved (committed or failed): the next commit may go."""
         self.resolved = False
+        """Answered (committed or failed): nothing may answer its batches again."""
+        self.uploaded = False
+        """Stored in the object store: it may commit with the segments before it."""
 
     def add(self, entry: WalEntry, size: int) -> int:
         """Place `entry`'s batch (of `size` bytes) at the end; returns its part number."""
@@ -106,6 +110,9 @@ class Segment:
     def answer(self, results: Sequence[CommitBatchResult]) -> None:
         """Hand the coordinator's results to their waiters; `results[i]` answers batch i."""
         assert len(results) == len(self.slots), (len(results), len(self.slots))
+        if self.resolved:
+            return
+        self.resolved = True
         for (request, index), result in zip(self.slots, results, strict=True):
             request.answer(index, result)
 

@@ -437,6 +437,7 @@ class WalWriter:
             upload_attempts_failed=pipeline.upload_attempts_failed,
             segments_upload_failed=pipeline.segments_upload_failed,
             commits=pipeline.commits,
+            commit_steps=pipeline.commit_steps,
             commits_failed=pipeline.commits_failed,
             batches_committed=pipeline.batches_committed,
             requests=self._requests,

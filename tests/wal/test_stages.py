@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 
 import pytest
 
 from diskless import ManualClock, TopicPartition
 from diskless._types import ErrorCode
-from diskless.coordinator import CommitBatchResult, InMemoryBatchCoordinator
-from diskless.storage import FaultyObjectStore, MemoryObjectStore
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommitBatchResult,
+    CommitFileResult,
+    FaultyBatchCoordinator,
+    FileCommit,
+    InMemoryBatchCoordinator,
+)
+from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import SegmentCache, WalConfig, read_footer
 from diskless.wal._admission import Admission
 from diskless.wal._deadlines import DeadlineWatcher
@@ -112,6 +120,40 @@ async def test_the_watcher_calls_back_at_each_deadline_in_order_on_the_injected_
 
 
 # --- pipeline ----------------------------------------------------------------------------------
+def pipeline_of(
+    clock: ManualClock,
+    store: ObjectStore,
+    coordinator: BatchCoordinator,
+    epoch: int = 1,
+    config: WalConfig | None = None,
+    released: list[int] | None = None,
+) -> SegmentPipeline:
+    return SegmentPipeline(
+        broker_id=1,
+        broker_epoch=epoch,
+        store=store,
+        coordinator=coordinator,
+        config=config or WalConfig(),
+        clock=clock,
+        cache=SegmentCache(0),
+        fenced_result=CommitBatchResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        fenced=lambda: False,
+        on_fenced=lambda: None,
+        release=(released if released is not None else []).append,
+    )
+
+
+def launch(pipeline: SegmentPipeline, number: int, write: PendingWrite) -> Segment:
+    """Seal a segment of `write`'s first batch as object wal/`number` and launch it."""
+    segment = Segment(0.0)
+    segment.add(write.entries[0], write.entries[0].header.size)
+    segment.slots.append((write, 0))
+    segment.number, segment.key = number, f"wal/{number}"
+    segment.seal()
+    pipeline.launch(segment)
+    return segment
+
+
 async def test_commits_go_in_launch_order_even_when_a_later_upload_finishes_first() -> None:
     clock = ManualClock()
     store = GatedStore(MemoryObjectStore(clock))
@@ -119,29 +161,9 @@ async def test_commits_go_in_launch_order_even_when_a_later_upload_finishes_firs
     await coordinator.create_topic("t", 1)
     epoch = await coordinator.register_broker(1)
     released: list[int] = []
-    pipeline = SegmentPipeline(
-        broker_id=1,
-        broker_epoch=epoch,
-        store=store,
-        coordinator=coordinator,
-        config=WalConfig(),
-        clock=clock,
-        cache=SegmentCache(0),
-        fenced_result=CommitBatchResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER),
-        fenced=lambda: False,
-        on_fenced=lambda: None,
-        release=released.append,
-    )
+    pipeline = pipeline_of(clock, store, coordinator, epoch, released=released)
     writes = [request(), request()]
-    segments = []
-    for number, write in enumerate(writes):
-        segment = Segment(0.0)
-        segment.add(write.entries[0], write.entries[0].header.size)
-        segment.slots.append((write, 0))
-        segment.number, segment.key = number, f"wal/{number}"
-        segment.seal()
-        pipeline.launch(segment)
-        segments.append(segment)
+    segments = [launch(pipeline, number, write) for number, write in enumerate(writes)]
     await settle()
     store.open("wal/1")  # the later upload finishes first...
     await settle()
@@ -152,6 +174,126 @@ async def test_commits_go_in_launch_order_even_when_a_later_upload_finishes_firs
     assert [w.results[0].base_offset for w in writes if w.results[0]] == [0, 1]
     assert released == [s.batch_bytes for s in segments]
     assert pipeline.commits == 2 and pipeline.objects_uploaded == 2
+
+
+class GatedGroups(FaultyBatchCoordinator):
+    """Records the keys of each commit step; while `gated`, each step waits for the gate."""
+
+    def __init__(self, inner: BatchCoordinator) -> None:
+        super().__init__(inner, random.Random(0))
+        self.gate = asyncio.Event()
+        self.free_steps = 0
+        """Steps that do not wait for the gate."""
+        self.steps: list[list[str]] = []
+
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        self.steps.append([f.object_key for f in files])
+        if len(self.steps) > self.free_steps:
+            await self.gate.wait()
+        return await self.inner.commit_files(broker_id, broker_epoch, files)
+
+
+async def gated_groups(clock: ManualClock) -> tuple[GatedGroups, int]:
+    coordinator = GatedGroups(InMemoryBatchCoordinator(clock=clock))
+    await coordinator.create_topic("t", 1)
+    return coordinator, await coordinator.register_broker(1)
+
+
+@pytest.mark.parametrize("group_max", [1, 3, 8])
+async def test_uploaded_segments_waiting_for_a_commit_go_together_in_order(group_max: int) -> None:
+    clock = ManualClock()
+    coordinator, epoch = await gated_groups(clock)
+    pipeline = pipeline_of(
+        clock, MemoryObjectStore(clock), coordinator, epoch, WalConfig(commit_group_max=group_max)
+    )
+    writes = [request(count=1) for _ in range(7)]
+    launch(pipeline, 0, writes[0])
+    await settle()
+    assert coordinator.steps == [["wal/0"]]  # alone: nothing else was waiting
+    for number, write in enumerate(writes[1:], 1):
+        launch(pipeline, number, write)
+    await settle()
+    coordinator.gate.set()
+    await pipeline.drain()
+    keys = [f"wal/{n}" for n in range(1, 7)]
+    assert coordinator.steps == [["wal/0"]] + [
+        keys[i : i + group_max] for i in range(0, 6, group_max)
+    ]
+    assert [w.results[0].base_offset for w in writes if w.results[0]] == list(range(7))
+    assert pipeline.commits == 7 and pipeline.commit_steps == len(coordinator.steps)
+    assert pipeline.batches_committed == 7 and pipeline.commits_failed == 0
+
+
+async def test_a_group_stops_at_the_first_segment_still_uploading() -> None:
+    clock = ManualClock()
+    coordinator, epoch = await gated_groups(clock)
+    store = GatedStore(MemoryObjectStore(clock))
+    pipeline = pipeline_of(clock, store, coordinator, epoch)
+    writes = [request() for _ in range(4)]
+    for number, write in enumerate(writes):
+        launch(pipeline, number, write)
+    await settle()
+    store.open("wal/0")
+    await settle()
+    assert coordinator.steps == [["wal/0"]]  # at the gate
+    store.open("wal/1")
+    store.open("wal/3")  # wal/2 still uploading: wal/3 must wait for it
+    await settle()
+    coordinator.gate.set()
+    await settle()
+    assert coordinator.steps == [["wal/0"], ["wal/1"]]
+    store.open("wal/2")
+    await pipeline.drain()
+    assert coordinator.steps == [["wal/0"], ["wal/1"], ["wal/2", "wal/3"]]
+    assert [w.results[0].base_offset for w in writes if w.results[0]] == [0, 1, 2, 3]
+
+
+async def test_a_failed_upload_fails_alone_and_the_segments_after_it_still_commit() -> None:
+    clock = ManualClock()
+    coordinator, epoch = await gated_groups(clock)
+    store = GatedStore(MemoryObjectStore(clock))
+    store.stuck.add("wal/1")  # its PUT hangs: the upload times out
+    config = WalConfig(upload_attempts=1, upload_timeout_ms=100)
+    pipeline = pipeline_of(clock, store, coordinator, epoch, config)
+    writes = [request() for _ in range(3)]
+    for number, write in enumerate(writes):
+        launch(pipeline, number, write)
+    store.gated = False
+    coordinator.gate.set()
+    await clock.advance(0.2)
+    await settle()
+    await pipeline.drain()
+    assert coordinator.steps == [["wal/0"], ["wal/2"]]
+    errors = [w.results[0].error if w.results[0] else None for w in writes]
+    assert errors == [ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE]
+    assert pipeline.segments_upload_failed == 1 and pipeline.commits == 2
+
+
+async def test_closing_during_a_group_commit_answers_every_member_once() -> None:
+    clock = ManualClock()
+    coordinator, epoch = await gated_groups(clock)
+    coordinator.free_steps = 1
+    store = GatedStore(MemoryObjectStore(clock))
+    pipeline = pipeline_of(clock, store, coordinator, epoch)
+    writes = [request() for _ in range(3)]
+    for number, write in enumerate(writes):
+        launch(pipeline, number, write)
+    await settle()
+    store.open("wal/0")
+    await settle()
+    store.open("wal/1")
+    store.open("wal/2")
+    await settle()  # wal/0 committed; wal/1 and wal/2 wait at the gate in one step
+    pipeline.cancel()
+    await pipeline.drain()
+    assert coordinator.steps == [["wal/0"], ["wal/1", "wal/2"]]
+    assert writes[0].results[0] is not None and writes[0].results[0].error == ErrorCode.NONE
+    for write in writes[1:]:
+        (result,) = write.results
+        assert result is not None and result.error != ErrorCode.NONE
+        assert "outcome unknown" in (result.error_message or "")
 
 
 @pytest.mark.parametrize("attempts", [1, 3])
