@@ -5,8 +5,9 @@ together: either N `PostgresBatchCoordinator`s committing objects (each process 
 broker id, its own idempotent producers and object keys, over the same partitions, so that
 commits contend for the same partition rows), or N raw asyncpg writers of the same rows (the
 file row, the batch rows by COPY, the producer-state rows and the partition counters by
-executemany, in partition order, one transaction per object). The rate is the sum of the
-processes' batches per second; commit latencies are pooled over every process.
+executemany, in partition order, one transaction per commit step: per object, or per group of
+objects in the grouped case). The rate is the sum of the processes' batches per second; commit
+latencies (of a step) are pooled over every process.
 """
 
 from __future__ import annotations
@@ -17,22 +18,25 @@ import multiprocessing
 import os
 import statistics
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from multiprocessing.synchronize import Barrier
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import asyncpg
 
 from benchmarks._coordinator_workload import (
     BATCHES_PER_CASE_MAX,
-    BATCHES_PER_OBJECT,
+    CASES,
     PARTITIONS,
     TOPIC,
+    BaselineRows,
+    Case,
     Workload,
     baseline_rows,
+    in_groups,
 )
-from diskless.coordinator import PostgresBatchCoordinator
+from diskless.coordinator import FileCommit, PostgresBatchCoordinator
 from diskless.coordinator._backends.postgres_schema import migrate
 
 PROCESSES = (1, 4)
@@ -115,70 +119,57 @@ async def fresh_database_async(admin_dsn: str) -> AsyncIterator[str]:
 
 
 # --- one process ----------------------------------------------------------------------------
-async def _commits(dsn: str, index: int, bpo: int, seconds: float, barrier: Barrier) -> Measured:
+async def _commits(dsn: str, index: int, case: Case, seconds: float, barrier: Barrier) -> Measured:
     coordinator = PostgresBatchCoordinator(dsn, pool_size_max=2)
     try:
         epoch = await coordinator.register_broker(index + 1)
-        workload = Workload(bpo, seed=index + 1, producer_base=index * PARTITIONS).objects()
+        workload = Workload(
+            case.batches_per_object, seed=index + 1, producer_base=index * PARTITIONS
+        )
+        steps = in_groups(
+            [
+                FileCommit(f"obj/{index}/{n:09d}", 1000 * len(batches), batches)
+                for n, batches in enumerate(workload.objects())
+            ],
+            case.objects_per_commit,
+        )
         await asyncio.to_thread(barrier.wait, START_TIMEOUT_S)
         latencies = []
-        count = objects = 0
+        count = step = 0
         started = time.perf_counter()
         while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
-            batches = workload[objects]
+            files = steps[step]
             before = time.perf_counter()
-            result = await coordinator.commit_file(
-                f"obj/{index}/{objects:09d}", index + 1, epoch, 1000 * len(batches), batches
-            )
+            outcomes = await coordinator.commit_files(index + 1, epoch, files)
             latencies.append(time.perf_counter() - before)
-            assert all(r.error == 0 and not r.duplicate for r in result.batches), result
-            count += len(batches)
-            objects += 1
+            for outcome in outcomes:
+                assert all(r.error == 0 and not r.duplicate for r in outcome.batches), outcome
+            count += sum(len(f.batches) for f in files)
+            step += 1
         return Measured(count, time.perf_counter() - started, latencies)
     finally:
         await coordinator.close()
 
 
-async def _raw(dsn: str, index: int, bpo: int, seconds: float, barrier: Barrier) -> Measured:
+async def _raw(dsn: str, index: int, case: Case, seconds: float, barrier: Barrier) -> Measured:
     conn = await asyncpg.connect(dsn)
     try:
-        shift = index * _OFFSET_STRIDE
-        workload = []
-        for rows in baseline_rows(bpo):
-            file_id, key, size, live = rows.file
-            workload.append(
-                (
-                    (file_id + shift, f"{index}/{key}", size, live),
-                    [
-                        (
-                            b[0],
-                            b[1] + shift,
-                            b[2] + shift,
-                            b[3] + shift,
-                            *b[4:10],
-                            b[10] + index * PARTITIONS,
-                            b[11],
-                            -1,
-                            0,
-                        )
-                        for b in rows.batches
-                    ],
-                    [(p[0], p[1] + index * PARTITIONS, *p[2:]) for p in rows.producers],
-                    sorted(rows.partitions, key=lambda p: p[3]),
-                )
-            )
+        steps = [
+            _raw_step(group, index)
+            for group in in_groups(baseline_rows(case.batches_per_object), case.objects_per_commit)
+        ]
         await asyncio.to_thread(barrier.wait, START_TIMEOUT_S)
         latencies = []
-        count = objects = 0
+        count = step = 0
         started = time.perf_counter()
         while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
-            file, batches, producers, partitions = workload[objects]
+            files, batches, producers, partitions = steps[step]
             before = time.perf_counter()
             async with conn.transaction():
-                await conn.execute(
+                await conn.executemany(
                     "INSERT INTO files (file_id, key, state, size, since_ms, live_batches)"
                     " VALUES ($1, $2, 0, $3, 0, $4)",
-                    *file,
+                    files,
                 )
                 await conn.copy_records_to_table("batches", records=batches, columns=_BATCH_COLUMNS)
                 await conn.executemany(
@@ -194,24 +185,56 @@ async def _raw(dsn: str, index: int, bpo: int, seconds: float, barrier: Barrier)
                 )
             latencies.append(time.perf_counter() - before)
             count += len(batches)
-            objects += 1
+            step += 1
         return Measured(count, time.perf_counter() - started, latencies)
     finally:
         await conn.close()
+
+
+def _raw_step(group: Sequence[BaselineRows], index: int) -> tuple[list[Any], ...]:
+    """What raw writer `index` writes in one transaction for `group`: its files, its batches,
+    and the last producer and partition rows of each key (partitions in key order, as row locks
+    must be taken in one order by every writer)."""
+    shift = index * _OFFSET_STRIDE
+    files: list[tuple[int, str, int, int]] = []
+    batches: list[tuple[int, ...]] = []
+    producers: dict[tuple[Any, Any], tuple[Any, ...]] = {}
+    partitions: dict[int, tuple[int, int, int, int]] = {}
+    for rows in group:
+        file_id, key, size, live = rows.file
+        files.append((file_id + shift, f"{index}/{key}", size, live))
+        batches.extend(
+            (
+                b[0],
+                b[1] + shift,
+                b[2] + shift,
+                b[3] + shift,
+                *b[4:10],
+                b[10] + index * PARTITIONS,
+                b[11],
+                -1,
+                0,
+            )
+            for b in rows.batches
+        )
+        for p in rows.producers:
+            producers[p[0], p[1]] = (p[0], p[1] + index * PARTITIONS, *p[2:])
+        partitions.update((p[3], p) for p in rows.partitions)
+    return files, batches, list(producers.values()), [partitions[k] for k in sorted(partitions)]
 
 
 def _process(
     kind: str,
     dsn: str,
     index: int,
-    bpo: int,
+    case: Case,
     seconds: float,
     barrier: Barrier,
     results: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
     run = _commits if kind == "coordinator" else _raw
     try:
-        results.put(asyncio.run(run(dsn, index, bpo, seconds, barrier)))
+        results.put(asyncio.run(run(dsn, index, case, seconds, barrier)))
     except BaseException as error:
         barrier.abort()
         results.put(RuntimeError(f"{kind} process {index}: {error!r}"))
@@ -242,7 +265,9 @@ async def _prepare(dsn: str, kind: str) -> None:
         await conn.close()
 
 
-def run_processes(admin_dsn: str, kind: str, processes: int, bpo: int, seconds: float) -> Measured:
+def run_processes(
+    admin_dsn: str, kind: str, processes: int, case: Case, seconds: float
+) -> Measured:
     """`processes` processes of `kind` ("coordinator" or "raw") on one fresh database."""
     context = multiprocessing.get_context("spawn")
     with fresh_database(admin_dsn) as dsn:
@@ -251,7 +276,7 @@ def run_processes(admin_dsn: str, kind: str, processes: int, bpo: int, seconds: 
         results = context.Queue()
         children = [
             context.Process(
-                target=_process, args=(kind, dsn, index, bpo, seconds, barrier, results)
+                target=_process, args=(kind, dsn, index, case, seconds, barrier, results)
             )
             for index in range(processes)
         ]
@@ -297,19 +322,19 @@ def postgres_table(dsn: str | None, seconds: float, rounds: int) -> None:
             f" {'raw b/s':>10} | {'pg/raw':>6} | {'p50 ms':>7} | {'p99 ms':>7}"
         )
         for processes in PROCESSES:
-            for bpo in BATCHES_PER_OBJECT:
+            for case in CASES:
                 best: Measured | None = None
                 best_raw = 0.0
                 for _ in range(rounds):
-                    measured = run_processes(admin_dsn, "coordinator", processes, bpo, seconds)
+                    measured = run_processes(admin_dsn, "coordinator", processes, case, seconds)
                     if best is None or _rate(measured) > _rate(best):
                         best = measured
-                    raw = run_processes(admin_dsn, "raw", processes, bpo, seconds)
+                    raw = run_processes(admin_dsn, "raw", processes, case, seconds)
                     best_raw = max(best_raw, _rate(raw))
                 assert best is not None
                 rate = _rate(best)
                 print(
-                    f"{processes:>9} | {bpo:>14} | {rate:>12,.0f} | {best_raw:>10,.0f} |"
+                    f"{processes:>9} | {case.label:>14} | {rate:>12,.0f} | {best_raw:>10,.0f} |"
                     f" {rate / best_raw:>6.0%} | {_percentile_ms(best.latencies_s, 50):>7.1f} |"
                     f" {_percentile_ms(best.latencies_s, 99):>7.1f}",
                     flush=True,

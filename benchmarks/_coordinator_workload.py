@@ -5,18 +5,48 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
 from diskless import TopicPartition
 from diskless.coordinator import CommitBatch
 from diskless.txn import RetainedBatch
+from diskless.wal import WalConfig
+
+T = TypeVar("T")
 
 PARTITIONS = 1000
-BATCHES_PER_OBJECT = (1, 100, 1000)
 BATCHES_PER_CASE_MAX = 200_000
 TOPIC = "bench"
+
+
+class Case(NamedTuple):
+    batches_per_object: int
+    objects_per_commit: int = 1
+    """Objects committed in one step (`commit_files`), as a broker's pipeline groups the
+    uploaded objects waiting for their turn; the raw baselines write as many per transaction."""
+
+    @property
+    def label(self) -> str:
+        if self.objects_per_commit == 1:
+            return str(self.batches_per_object)
+        return f"{self.batches_per_object} x{self.objects_per_commit}"
+
+
+CASES = (
+    Case(1),
+    Case(100),
+    Case(100, WalConfig().commit_group_max),
+    Case(1000),
+)
+"""Objects of 1, 100 and 1000 batches, one per commit; and objects of 100 batches grouped as
+the WAL pipeline groups them when they queue (`WalConfig.commit_group_max`)."""
+
+
+def in_groups(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    """`items` cut into consecutive runs of `size` (the last one may be shorter)."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class Workload:
@@ -60,7 +90,7 @@ class BaselineRows(NamedTuple):
 
     file: tuple[int, str, int, int]
     batches: Sequence[tuple[int, ...]]
-    producers: Sequence[tuple[object, ...]]
+    producers: Sequence[tuple[Any, ...]]
     partitions: Sequence[tuple[int, int, int, int]]
 
 

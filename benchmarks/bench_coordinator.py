@@ -4,9 +4,12 @@
         [--postgres DSN | --no-postgres]
 
 Every case commits objects of 1, 100 or 1000 batches spread over PARTITIONS partitions, each
-partition written by one idempotent producer with in-order sequences. The baselines write, with
-`executemany` and no reads, rows computed before the clock starts into the same schema with the
-same settings (WAL, synchronous=FULL, the checkpoint interval), one transaction per object:
+partition written by one idempotent producer with in-order sequences: one object per commit,
+and (the "100 x8" case) objects of 100 batches eight per commit step (`commit_files`), as a
+broker's WAL pipeline groups the uploaded objects that wait for their turn. The baselines
+write, with `executemany` and no reads, rows computed before the clock starts into the same
+schema with the same settings (WAL, synchronous=FULL, the checkpoint interval), one transaction
+per commit step:
 - "all rows": exactly what the SQLite coordinator writes per commit (the file row, the batch
   rows, the producer-state rows and the partition counters), so the ratio is the price of the
   coordinator itself: reading state, the rules, building rows;
@@ -34,14 +37,17 @@ from pathlib import Path
 
 from benchmarks._coordinator_workload import (
     BATCHES_PER_CASE_MAX,
-    BATCHES_PER_OBJECT,
+    CASES,
     PARTITIONS,
     TOPIC,
+    Case,
     Workload,
     baseline_rows,
+    in_groups,
 )
 from diskless.coordinator import (
     BatchCoordinator,
+    FileCommit,
     InMemoryBatchCoordinator,
     SqliteBatchCoordinator,
 )
@@ -57,24 +63,24 @@ _INSERT_BATCH_ROW = (
 
 
 async def run_coordinator(
-    coordinator: BatchCoordinator, batches_per_object: int, seconds: float
+    coordinator: BatchCoordinator, case: Case, seconds: float
 ) -> tuple[float, float]:
     """Batches per second committed through the coordinator, by wall time and by CPU time."""
     await coordinator.create_topic(TOPIC, PARTITIONS)
     epoch = await coordinator.register_broker(1)
-    workload = Workload(batches_per_object).objects()
-    count = objects = 0
+    objects = Workload(case.batches_per_object).objects()
+    steps = in_groups(
+        [FileCommit(f"obj/{n:09d}", 1000 * len(b), b) for n, b in enumerate(objects)],
+        case.objects_per_commit,
+    )
+    count = step = 0
     started, started_cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
-        batches = workload[objects]
-        results = (
-            await coordinator.commit_file(
-                f"obj/{objects:09d}", 1, epoch, 1000 * len(batches), batches
-            )
-        ).batches
-        assert all(r.error == 0 and not r.duplicate for r in results)
-        count += len(batches)
-        objects += 1
+        files = steps[step]
+        for outcome in await coordinator.commit_files(1, epoch, files):
+            assert all(r.error == 0 and not r.duplicate for r in outcome.batches)
+        count += sum(len(f.batches) for f in files)
+        step += 1
     wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     return count / wall, count / cpu
 
@@ -89,8 +95,9 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def run_baseline(path: Path, batches_per_object: int, seconds: float, every_row: bool) -> float:
-    """Batches per second for plain executemany writes of the coordinator's rows, same schema.
+def run_baseline(path: Path, case: Case, seconds: float, every_row: bool) -> float:
+    """Batches per second for plain executemany writes of the coordinator's rows, same schema,
+    as many objects per transaction as the coordinator commits per step.
 
     With `every_row`, the rows are all that a commit writes (file, batches, producer state,
     partition counters); otherwise only the file and batch rows.
@@ -101,58 +108,59 @@ def run_baseline(path: Path, batches_per_object: int, seconds: float, every_row:
             "INSERT INTO partitions (topic_id, partition) VALUES (1, ?)",
             [(p,) for p in range(PARTITIONS)],
         )
-        workload = baseline_rows(batches_per_object)
-        count = objects = 0
+        workload = in_groups(baseline_rows(case.batches_per_object), case.objects_per_commit)
+        count = step = 0
         started = time.perf_counter()
         while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
-            rows = workload[objects]
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "INSERT INTO files (file_id, key, state, size, since_ms, live_batches)"
-                " VALUES (?, ?, 0, ?, 0, ?)",
-                rows.file,
-            )
-            conn.executemany(_INSERT_BATCH_ROW, rows.batches)
-            if every_row:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows.producers,
+            for rows in workload[step]:
+                conn.execute(
+                    "INSERT INTO files (file_id, key, state, size, since_ms, live_batches)"
+                    " VALUES (?, ?, 0, ?, 0, ?)",
+                    rows.file,
                 )
-                conn.executemany(
-                    "UPDATE partitions SET high_watermark = ?, size_bytes = ?, ts_running_max = ?"
-                    " WHERE partition_id = ?",
-                    rows.partitions,
-                )
+                conn.executemany(_INSERT_BATCH_ROW, rows.batches)
+                if every_row:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        rows.producers,
+                    )
+                    conn.executemany(
+                        "UPDATE partitions SET high_watermark = ?, size_bytes = ?,"
+                        " ts_running_max = ? WHERE partition_id = ?",
+                        rows.partitions,
+                    )
+                count += len(rows.batches)
             conn.execute("COMMIT")
-            count += len(rows.batches)
-            objects += 1
+            step += 1
         return count / (time.perf_counter() - started)
     finally:
         conn.close()
 
 
-async def run_round(directory: Path, bpo: int, seconds: float, tag: str) -> tuple[float, ...]:
+async def run_round(directory: Path, case: Case, seconds: float, tag: str) -> tuple[float, ...]:
     memory = InMemoryBatchCoordinator()
     try:
-        in_memory, in_memory_cpu = await run_coordinator(memory, bpo, seconds)
+        in_memory, in_memory_cpu = await run_coordinator(memory, case, seconds)
     finally:
         await memory.close()
-    sqlite = SqliteBatchCoordinator(directory / f"coordinator-{bpo}-{tag}.db")
+    name = f"{case.batches_per_object}-{case.objects_per_commit}-{tag}"
+    sqlite = SqliteBatchCoordinator(directory / f"coordinator-{name}.db")
     try:
-        in_sqlite, _ = await run_coordinator(sqlite, bpo, seconds)
+        in_sqlite, _ = await run_coordinator(sqlite, case, seconds)
     finally:
         await sqlite.close()
-    raw = run_baseline(directory / f"baseline-{bpo}-{tag}.db", bpo, seconds, every_row=True)
-    raw_batches = run_baseline(directory / f"batches-{bpo}-{tag}.db", bpo, seconds, every_row=False)
+    raw = run_baseline(directory / f"baseline-{name}.db", case, seconds, every_row=True)
+    raw_batches = run_baseline(directory / f"batches-{name}.db", case, seconds, every_row=False)
     return in_memory, in_memory_cpu, in_sqlite, raw, raw_batches
 
 
-def run_case(directory: Path, bpo: int, seconds: float, rounds: int) -> tuple[float, ...]:
+def run_case(directory: Path, case: Case, seconds: float, rounds: int) -> tuple[float, ...]:
     """The best of `rounds` interleaved rounds, so that a burst of load elsewhere on the machine
     does not land on one side of a ratio only."""
     best = (0.0, 0.0, 0.0, 0.0, 0.0)
     for index in range(rounds):
-        result = asyncio.run(run_round(directory, bpo, seconds, str(index)))
+        result = asyncio.run(run_round(directory, case, seconds, str(index)))
         best = tuple(max(a, b) for a, b in zip(best, result, strict=True))  # type: ignore[assignment]
     return best
 
@@ -178,12 +186,12 @@ def main() -> None:
             f" {'raw, all rows':>13} | {'sqlite/raw':>10} | {'raw, batch rows':>15} |"
             f" {'sqlite/raw':>10}"
         )
-        for bpo in BATCHES_PER_OBJECT:
+        for case in CASES:
             in_memory, in_memory_cpu, in_sqlite, raw, raw_batches = run_case(
-                directory, bpo, args.seconds, args.rounds
+                directory, case, args.seconds, args.rounds
             )
             print(
-                f"{bpo:>14} | {in_memory:>13,.0f} | {in_memory_cpu:>11,.0f} |"
+                f"{case.label:>14} | {in_memory:>13,.0f} | {in_memory_cpu:>11,.0f} |"
                 f" {in_sqlite:>10,.0f} | {raw:>13,.0f} |"
                 f" {in_sqlite / raw:>10.0%} | {raw_batches:>15,.0f} |"
                 f" {in_sqlite / raw_batches:>10.0%}"
