@@ -48,6 +48,8 @@ class FaultyBatchCoordinator(BatchCoordinator):
       (CommitOutcomeUnknownError) — the case that makes retries need idempotence;
     - `commit_latency_s`: every commit takes this long on the injected clock.
     Set `enabled = False` to stop injecting (e.g. for the verification phase of a test).
+    A group commit (`commit_files`) goes object by object through `commit_file` (the contract's
+    default), so each object draws its own fault, and subclasses intercept every object there.
     """
 
     def __init__(
