@@ -137,7 +137,32 @@ $fn$
 """`diskless_load` behind the commit gate when the step is wide (`postgres_txn`'s module doc);
 migration 5. The caller makes sure it is the transaction's first lock."""
 
-APPLY_COMMIT_FUNCTION: Final = """
+_APPLY_TAIL: Final = """\
+    UPDATE partitions p SET high_watermark = q.hw, log_start_offset = q.start,
+        size_bytes = q.size, ts_running_max = q.running_max
+        FROM unnest(p_id, p_hw, p_start, p_size, p_running_max) q(id, hw, start, size, running_max)
+        WHERE p.partition_id = q.id;
+    INSERT INTO producers SELECT * FROM unnest(r_partition, r_producer, r_epoch,
+        r_last_timestamp, r_update, r_coordinator_epoch, r_txn_first, r_batches)
+        ON CONFLICT (partition_id, producer_id) DO UPDATE SET
+        producer_epoch = excluded.producer_epoch, last_timestamp = excluded.last_timestamp,
+        last_update_ms = excluded.last_update_ms, coordinator_epoch = excluded.coordinator_epoch,
+        txn_first_offset = excluded.txn_first_offset, batches = excluded.batches;
+    IF cardinality(released) > 0 THEN
+        DELETE FROM txn_leases WHERE lease_id = ANY(released);
+    END IF;
+    IF cardinality(o_partition) > 0 THEN
+        INSERT INTO ongoing_txns SELECT * FROM unnest(o_partition, o_first, o_producer);
+    END IF;
+    RETURN txid_current();
+END
+$fn$
+"""
+"""What every apply function ends with: the partitions, producer entries, released leases and
+opened transactions, then the transaction id."""
+
+APPLY_COMMIT_FUNCTION: Final = (
+    """
 CREATE OR REPLACE FUNCTION diskless_apply_commit(
     file_key text, file_known boolean, file_state smallint, file_size bigint,
     file_since bigint, file_live bigint,
@@ -169,28 +194,12 @@ BEGIN
             b_append_time, b_timestamp, b_running_max, b_producer, b_epoch, b_control,
             b_coordinator_epoch) q(partition_id, base, last, byte_offset, size, max_timestamp,
             append_time, ts, running_max, producer, epoch, control, coordinator_epoch);
-    UPDATE partitions p SET high_watermark = q.hw, log_start_offset = q.start,
-        size_bytes = q.size, ts_running_max = q.running_max
-        FROM unnest(p_id, p_hw, p_start, p_size, p_running_max) q(id, hw, start, size, running_max)
-        WHERE p.partition_id = q.id;
-    INSERT INTO producers SELECT * FROM unnest(r_partition, r_producer, r_epoch,
-        r_last_timestamp, r_update, r_coordinator_epoch, r_txn_first, r_batches)
-        ON CONFLICT (partition_id, producer_id) DO UPDATE SET
-        producer_epoch = excluded.producer_epoch, last_timestamp = excluded.last_timestamp,
-        last_update_ms = excluded.last_update_ms, coordinator_epoch = excluded.coordinator_epoch,
-        txn_first_offset = excluded.txn_first_offset, batches = excluded.batches;
-    IF cardinality(released) > 0 THEN
-        DELETE FROM txn_leases WHERE lease_id = ANY(released);
-    END IF;
-    IF cardinality(o_partition) > 0 THEN
-        INSERT INTO ongoing_txns SELECT * FROM unnest(o_partition, o_first, o_producer);
-    END IF;
-    RETURN txid_current();
-END
-$fn$
 """
+    + _APPLY_TAIL
+)
 
-APPLY_COMMITS_FUNCTION: Final = """
+APPLY_COMMITS_FUNCTION: Final = (
+    """
 CREATE OR REPLACE FUNCTION diskless_apply_commits(
     f_key text[], f_known boolean[], f_state smallint[], f_size bigint[], f_since bigint[],
     f_live bigint[],
@@ -229,26 +238,9 @@ BEGIN
                 size, max_timestamp, append_time, ts, running_max, producer, epoch, control,
                 coordinator_epoch);
     END IF;
-    UPDATE partitions p SET high_watermark = q.hw, log_start_offset = q.start,
-        size_bytes = q.size, ts_running_max = q.running_max
-        FROM unnest(p_id, p_hw, p_start, p_size, p_running_max) q(id, hw, start, size, running_max)
-        WHERE p.partition_id = q.id;
-    INSERT INTO producers SELECT * FROM unnest(r_partition, r_producer, r_epoch,
-        r_last_timestamp, r_update, r_coordinator_epoch, r_txn_first, r_batches)
-        ON CONFLICT (partition_id, producer_id) DO UPDATE SET
-        producer_epoch = excluded.producer_epoch, last_timestamp = excluded.last_timestamp,
-        last_update_ms = excluded.last_update_ms, coordinator_epoch = excluded.coordinator_epoch,
-        txn_first_offset = excluded.txn_first_offset, batches = excluded.batches;
-    IF cardinality(released) > 0 THEN
-        DELETE FROM txn_leases WHERE lease_id = ANY(released);
-    END IF;
-    IF cardinality(o_partition) > 0 THEN
-        INSERT INTO ongoing_txns SELECT * FROM unnest(o_partition, o_first, o_producer);
-    END IF;
-    RETURN txid_current();
-END
-$fn$
 """
+    + _APPLY_TAIL
+)
 """`diskless_apply_commit` for any number of files, each batch naming its file by position in
 `f_key` (1-based), for the commits of several objects in one step; migration 8, which drops the
 one-file function."""
