@@ -18,6 +18,7 @@ from diskless.coordinator import (
     FileCommit,
     InMemoryBatchCoordinator,
 )
+from diskless.errors import CommitOutcomeUnknownError
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import SegmentCache, WalConfig, read_footer
 from diskless.wal._admission import Admission
@@ -177,7 +178,8 @@ async def test_commits_go_in_launch_order_even_when_a_later_upload_finishes_firs
 
 
 class GatedGroups(FaultyBatchCoordinator):
-    """Records the keys of each commit step; while `gated`, each step waits for the gate."""
+    """Records the keys of each commit step; each step after the first `free_steps` waits for
+    the gate; the steps numbered in `lost` (from 1) are applied, then their answer is lost."""
 
     def __init__(self, inner: BatchCoordinator) -> None:
         super().__init__(inner, random.Random(0))
@@ -185,6 +187,7 @@ class GatedGroups(FaultyBatchCoordinator):
         self.free_steps = 0
         """Steps that do not wait for the gate."""
         self.steps: list[list[str]] = []
+        self.lost: set[int] = set()
 
     async def commit_files(
         self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
@@ -192,7 +195,10 @@ class GatedGroups(FaultyBatchCoordinator):
         self.steps.append([f.object_key for f in files])
         if len(self.steps) > self.free_steps:
             await self.gate.wait()
-        return await self.inner.commit_files(broker_id, broker_epoch, files)
+        results = await self.inner.commit_files(broker_id, broker_epoch, files)
+        if len(self.steps) in self.lost:
+            raise CommitOutcomeUnknownError("injected: the answer of the step was lost")
+        return results
 
 
 async def gated_groups(clock: ManualClock) -> tuple[GatedGroups, int]:
@@ -269,6 +275,38 @@ async def test_a_failed_upload_fails_alone_and_the_segments_after_it_still_commi
     errors = [w.results[0].error if w.results[0] else None for w in writes]
     assert errors == [ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE]
     assert pipeline.segments_upload_failed == 1 and pipeline.commits == 2
+
+
+async def test_a_group_step_that_fails_fails_every_member_and_the_next_step_goes_on() -> None:
+    clock = ManualClock()
+    coordinator, epoch = await gated_groups(clock)
+    coordinator.lost = {2}
+    store = GatedStore(MemoryObjectStore(clock))
+    pipeline = pipeline_of(clock, store, coordinator, epoch, WalConfig(commit_group_max=2))
+    writes = [request() for _ in range(5)]
+    for number, write in enumerate(writes):
+        launch(pipeline, number, write)
+    await settle()
+    store.open("wal/0")
+    await settle()
+    for number in range(1, 5):
+        store.open(f"wal/{number}")
+    await settle()
+    coordinator.gate.set()
+    await pipeline.drain()
+    assert coordinator.steps == [["wal/0"], ["wal/1", "wal/2"], ["wal/3", "wal/4"]]
+    results = [w.results[0] for w in writes]
+    assert all(r is not None for r in results)
+    assert [r.error for r in results if r is not None] == [
+        ErrorCode.NONE,
+        ErrorCode.KAFKA_STORAGE_ERROR,  # retriable: the outcome is unknown
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.NONE,
+        ErrorCode.NONE,
+    ]
+    # The lost step was applied: the next one continues after it.
+    assert [r.base_offset for r in results if r is not None and r.error == 0] == [0, 3, 4]
+    assert pipeline.commits == 3 and pipeline.commits_failed == 2 and pipeline.commit_steps == 2
 
 
 async def test_closing_during_a_group_commit_answers_every_member_once() -> None:
