@@ -52,6 +52,8 @@ class Headline(msgspec.Struct, frozen=True, kw_only=True):
     """GB / buffer_max_bytes: every object a full segment (fewer objects cannot carry a GB)."""
     puts_per_gb: float
     commits_per_s: float
+    objects_per_commit: float = 0.0
+    """Objects per coordinator step: above 1 when uploaded objects queued for their turn."""
     raw_sqlite_txns_per_s: float
     commits_of_raw_sqlite: float
     batches_per_s: float
@@ -143,6 +145,7 @@ def headline(
         objects_per_gb_floor=GB / buffer_max_bytes,
         puts_per_gb=cost.puts_per_gb,
         commits_per_s=commits_per_s,
+        objects_per_commit=_ratio(analysis.objects.count, commits),
         raw_sqlite_txns_per_s=baselines.sqlite.txns_per_s,
         commits_of_raw_sqlite=_ratio(commits_per_s, baselines.sqlite.txns_per_s),
         batches_per_s=analysis.batches_per_s,
@@ -198,7 +201,7 @@ def headline_lines(report: RunReport) -> list[str]:
         f"Objects per GB: {h.objects_per_gb:.1f} (floor at full segments "
         f"{h.objects_per_gb_floor:.1f})",
         f"PUTs per GB: {h.puts_per_gb:.1f} (PUT cost {_usd(h.write_usd_per_gb)}/GB with storage)",
-        f"Coordinator commits: {h.commits_per_s:.1f}/s "
+        f"Coordinator commits: {h.commits_per_s:.1f}/s, {h.objects_per_commit:.1f} objects each "
         f"(raw SQLite limit {h.raw_sqlite_txns_per_s:,.0f} txn/s: {h.commits_of_raw_sqlite:.1%}); "
         f"batches {h.batches_per_s:,.0f}/s (raw SQLite {h.raw_sqlite_rows_per_s:,.0f} rows/s)",
         f"Cost per GB: {_usd(h.write_usd_per_gb)} diskless writes vs "

@@ -198,6 +198,7 @@ def test_reading_back_independently_finds_the_same_records_bytes_and_objects(
     assert report.analysis.batches_per_commit * steps == pytest.approx(
         report.analysis.batches_acked
     )
+    assert report.headline.objects_per_commit == pytest.approx(len(objects) / steps)
 
 
 def test_everything_was_consolidated_and_read_back_verified_from_there(
