@@ -203,7 +203,7 @@ APPLY_COMMITS_FUNCTION: Final = (
 CREATE OR REPLACE FUNCTION diskless_apply_commits(
     f_key text[], f_known boolean[], f_state smallint[], f_size bigint[], f_since bigint[],
     f_live bigint[],
-    b_file int[], b_partition bigint[], b_base bigint[], b_last bigint[], b_byte_offset bigint[],
+    b_partition bigint[], b_base bigint[], b_last bigint[], b_file int[], b_byte_offset bigint[],
     b_size bigint[], b_max_timestamp bigint[], b_append_time bigint[], b_timestamp bigint[],
     b_running_max bigint[], b_producer bigint[], b_epoch int[], b_control int[],
     b_coordinator_epoch int[],
@@ -232,9 +232,9 @@ BEGIN
         INSERT INTO batches SELECT q.partition_id, q.base, q.last, fids[q.file], q.byte_offset,
             q.size, q.max_timestamp, q.append_time, q.ts, q.running_max, q.producer, q.epoch,
             q.control, q.coordinator_epoch
-            FROM unnest(b_file, b_partition, b_base, b_last, b_byte_offset, b_size,
+            FROM unnest(b_partition, b_base, b_last, b_file, b_byte_offset, b_size,
                 b_max_timestamp, b_append_time, b_timestamp, b_running_max, b_producer, b_epoch,
-                b_control, b_coordinator_epoch) q(file, partition_id, base, last, byte_offset,
+                b_control, b_coordinator_epoch) q(partition_id, base, last, file, byte_offset,
                 size, max_timestamp, append_time, ts, running_max, producer, epoch, control,
                 coordinator_epoch);
     END IF;
@@ -242,5 +242,5 @@ BEGIN
     + _APPLY_TAIL
 )
 """`diskless_apply_commit` for any number of files, each batch naming its file by position in
-`f_key` (1-based), for the commits of several objects in one step; migration 8, which drops the
-one-file function."""
+`f_key` (1-based) where its row has the file id, for the commits of several objects in one
+step; migration 8, which drops the one-file function."""

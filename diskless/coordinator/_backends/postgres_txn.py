@@ -408,11 +408,8 @@ class PostgresTxn(StoreTxn):
         (`diskless_apply_commits`), which also answers the transaction id."""
         slots = {key: slot for slot, key in enumerate(file_keys, 1)}
         files = [changes.files[key] for key in file_keys]
-        # A batch row with its file's slot instead of its file id, which the function assigns.
-        batches = [
-            (slots[b.object_key], *row[:3], *row[4:])
-            for b, row in ((b, batch_to_row(b, 0)) for b in changes.batches)
-        ]
+        # A batch row with its file's slot for the file id, which the function assigns.
+        batches = [batch_to_row(b, slots[b.object_key]) for b in changes.batches]
         partitions = [
             (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
             for s in changes.partitions
@@ -686,8 +683,9 @@ def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
 
 APPLY_COMMITS_TYPES: Final = (
     *["text", "boolean", "smallint", "bigint", "bigint", "bigint"],  # files
-    "int",  # batches: the file's slot
-    *["bigint"] * 10,
+    *["bigint"] * 3,  # batches: partition, base and last offset, then the file's slot
+    "int",
+    *["bigint"] * 7,
     *["int"] * 3,
     *["bigint"] * 5,  # partitions
     *["bigint", "bigint", "int", "bigint", "bigint", "int", "bigint", "bytea"],  # producers
