@@ -17,7 +17,7 @@ from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MA
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
-class TopicConfig(msgspec.Struct, frozen=True):
+class TopicConfig(msgspec.Struct, frozen=True, gc=False):
     """Per-topic settings the coordinator and the broker enforce. -1 means unlimited."""
 
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
@@ -50,10 +50,12 @@ class TopicDescription(msgspec.Struct, frozen=True):
     config: TopicConfig
 
 
-class CommitBatch(msgspec.Struct, frozen=True):
+class CommitBatch(msgspec.Struct, frozen=True, gc=False):
     """A validated client batch placed at [byte_offset, byte_offset + size) of an uploaded object.
 
     The header fields are copied from the batch so that the coordinator never reads object bytes.
+    (One per produced batch, holding no container: untracked by the cyclic garbage collector,
+    whose full collections would otherwise walk every batch waiting in flight.)
     """
 
     topic_partition: TopicPartition

@@ -10,8 +10,9 @@ from diskless._types import ControlType, TimestampType, TopicPartition
 from diskless.coordinator._values import BatchInfo, ExtentIndex, TopicConfig
 
 
-class PartitionState(msgspec.Struct):
-    """One partition's counters. `key` is the backend's id for the partition."""
+class PartitionState(msgspec.Struct, gc=False):
+    """One partition's counters. `key` is the backend's id for the partition. (Loaded by the
+    hundred per commit and holding no container: untracked by the cyclic garbage collector.)"""
 
     key: int
     topic_partition: TopicPartition
