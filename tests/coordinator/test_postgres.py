@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -240,6 +241,40 @@ async def test_a_connection_killed_before_commit_applies_nothing(
             await coordinator.commit_file("k/2", 1, epoch, 100, [batch(tp, count=5)])
         ).batches
         assert (result.error, result.base_offset) == (ErrorCode.NONE, 3)
+    finally:
+        await admin.close()
+        await holder.close()
+        await coordinator.close()
+
+
+async def test_a_read_cancelled_mid_statement_is_cancelled_and_leaves_the_pool_sound(
+    pg: PostgresServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read is cancelled while its statement waits (behind a table lock): the caller gets
+    CancelledError, not a retriable CoordinatorError (which a periodic job would log and go
+    on from, never ending), and the connection is back in the pool in a sound state."""
+    dsn = database_dsn(tmp_path)
+    coordinator = PostgresBatchCoordinator(dsn)
+    holder = await asyncpg.connect(dsn)
+    admin = await asyncpg.connect(pg.dsn("postgres"))
+    try:
+        await coordinator.create_topic(TOPIC, 1)
+        epoch = await coordinator.register_broker(1)
+        tp = TopicPartition(TOPIC, 0)
+        await coordinator.commit_file("k/0", 1, epoch, 100, [batch(tp, count=3)])
+        lock = holder.transaction()
+        await lock.start()
+        await holder.execute("LOCK TABLE files IN ACCESS EXCLUSIVE MODE")
+        read = asyncio.create_task(coordinator.file_info(["k/0"]))
+        await _backend_waiting(admin, _database(pg, dsn), "relation")
+        read.cancel()
+        await asyncio.sleep(0.1)
+        await lock.rollback()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(read, HANG_GUARD_S)
+        (info,) = await coordinator.file_info(["k/0"])
+        assert info is not None and info.state is FileState.LIVE
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     finally:
         await admin.close()
         await holder.close()

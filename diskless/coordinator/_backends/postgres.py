@@ -20,13 +20,15 @@
   nothing had happened. Aborted: `CoordinatorUnavailableError` (nothing was applied). Still
   unknown: `CommitOutcomeUnknownError`.
 - Reads run on worker threads with a synchronous view (`postgres_reads`) in READ ONLY
-  REPEATABLE READ transactions: one snapshot, never behind a writer's locks.
+  REPEATABLE READ transactions: one snapshot, never behind a writer's locks. A cancelled read
+  stops at its next statement and raises CancelledError once its worker is off the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Coroutine
@@ -241,7 +243,17 @@ class PostgresStore(CoordinatorStore):
                 conn.transaction(isolation="repeatable_read", readonly=True),
             ):
                 view = PostgresReads(conn, loop, self._command_timeout_s + 1)
-                return await loop.run_in_executor(self._readers, query, view)
+                work = self._readers.submit(query, view)
+                try:
+                    return await asyncio.wrap_future(work)
+                except asyncio.CancelledError:
+                    # The worker may be in the middle of a statement on `conn`: rolling back
+                    # now would fail ("another operation is in progress"), and that error
+                    # would replace the cancellation, which callers retrying on
+                    # CoordinatorError would then never see.
+                    view.abandon()
+                    await _until_done(work)
+                    raise
         except CoordinatorError:
             raise
         except SchemaTooNewError as error:
@@ -265,6 +277,17 @@ class PostgresStore(CoordinatorStore):
                     pool.terminate()
         finally:
             self._readers.shutdown(wait=True)
+
+
+async def _until_done(work: concurrent.futures.Future[Any]) -> None:
+    """Wait until a read's worker has ended, even through further cancellations (the caller
+    raises its own); its outcome no longer matters."""
+    finished = asyncio.wrap_future(work)
+    while not finished.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([finished])
+    if not finished.cancelled():
+        finished.exception()  # retrieved, so that asyncio does not log it as lost
 
 
 async def _rollback(conn: asyncpg.Connection) -> None:

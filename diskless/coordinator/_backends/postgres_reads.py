@@ -59,6 +59,10 @@ T = TypeVar("T")
 _MARKS: Final = ("$1", "$2")
 
 
+class ReadAbandoned(Exception):
+    """Raised on the worker thread at the next statement of a read whose caller was cancelled."""
+
+
 class PostgresReads(ReadView):
     """Whole chunks are fetched per statement, so that no cursor stays open across calls."""
 
@@ -68,8 +72,17 @@ class PostgresReads(ReadView):
         self._conn = conn
         self._loop = loop
         self._timeout_s = timeout_s
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """Make the query stop before its next statement (the caller was cancelled). The
+        statement under way, if any, still finishes: the connection is never used by two."""
+        self._abandoned = True
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._abandoned:
+            coro.close()
+            raise ReadAbandoned("the read was cancelled")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self._timeout_s)
 
     def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
