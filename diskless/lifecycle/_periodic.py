@@ -56,6 +56,11 @@ class Periodic:
                     await self._job()
             except DisklessError:
                 logger.warning("%s: run failed; retrying next period", self._name, exc_info=True)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # The job was cancelled but answered with an error or a result (a layer below
+                # swallowed the cancellation): stop now, or `close` would wait forever.
+                raise asyncio.CancelledError
             elapsed = self._clock.monotonic() - started
             await self._clock.sleep(max(0.0, self._period_s - elapsed))
 

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from diskless import ManualClock
-from diskless.coordinator import FileInfo, FileState
+from diskless.coordinator import FileInfo, FileState, FileStats
 from diskless.errors import CoordinatorUnavailableError
 from diskless.lifecycle import FileManager, FileManagerConfig, required_orphan_grace_ms
 from diskless.storage import Fault, FaultyObjectStore, MemoryObjectStore, StoreOp
@@ -402,6 +402,29 @@ async def test_background_loop_survives_coordinator_failures(
     assert manager.stats().cycle_errors == 3
     assert await c.state(key) is None
     assert "sweep failed" in caplog.text
+
+
+async def test_close_ends_the_loop_when_a_cycle_turns_its_cancellation_into_an_error(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    """A call cancelled by `close` that fails with a retriable error instead of CancelledError
+    (a layer below swallowed the cancellation) does not keep the loop running."""
+    c = await cluster(new_coordinator)
+    called = asyncio.Event()
+
+    async def swallowing() -> FileStats:
+        called.set()
+        try:
+            await asyncio.get_running_loop().create_future()  # answers only when cancelled
+        except asyncio.CancelledError:
+            raise CoordinatorUnavailableError("the connection broke") from None
+        raise AssertionError("unreachable")
+
+    c.coordinator.file_stats = swallowing  # type: ignore[method-assign]
+    manager = c.manager(period_ms=1_000)
+    manager.start()
+    await asyncio.wait_for(called.wait(), 10)
+    await asyncio.wait_for(manager.close(), 10)
 
 
 # --- configuration ----------------------------------------------------------------------------
