@@ -43,6 +43,13 @@ LATENCY_SAMPLES_MAX: Final = 4096
 """Recent upload/commit latencies kept for `stats` (oldest dropped first)."""
 
 
+def _closed_result(cancelled: asyncio.CancelledError) -> CommitBatchResult:
+    return error_result(
+        produce_error(cancelled),
+        "the broker closed before the batch was committed; outcome unknown",
+    )
+
+
 class SegmentPipeline:
     """Runs one task per sealed segment: upload, wait for the previous segment, commit, answer.
 
@@ -109,6 +116,7 @@ class SegmentPipeline:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._resolve_unstarted(segment))
 
     def cancel(self) -> None:
         """Abandon every segment under way: their batches fail with an unknown outcome."""
@@ -146,25 +154,33 @@ class SegmentPipeline:
                 await self._commit(group)
         except asyncio.CancelledError as cancelled:
             for member in group:
-                member.fail(
-                    error_result(
-                        produce_error(cancelled),
-                        "the broker closed before the batch was committed; outcome unknown",
-                    )
-                )
+                member.fail(_closed_result(cancelled))
             raise
         except Exception as error:
             log.exception("segment %s failed unexpectedly", segment.key)
             for member in group:
                 member.fail(error_result(produce_error(error), "internal error in the WAL writer"))
         finally:
-            segment.resolved = True
-            self._release(segment.batch_bytes)
-            self._unresolved.remove(segment)
-            segment.done.set_result(None)
-            segment.data = b""  # the cache holds its own reference when it keeps one
-            segment.batches = []
-            segment.slots = []
+            self._resolve(segment)
+
+    def _resolve_unstarted(self, segment: Segment) -> None:
+        """A task cancelled before its first step (launched and cancelled in one step of the
+        loop) never runs `_run`, whose `finally` resolves the segment: resolve it here, or its
+        writers, its in-flight bytes and the next segment's commit would wait forever."""
+        assert segment.done is not None
+        if not segment.done.done():
+            segment.fail(_closed_result(asyncio.CancelledError()))
+            self._resolve(segment)
+
+    def _resolve(self, segment: Segment) -> None:
+        assert segment.done is not None
+        segment.resolved = True
+        self._release(segment.batch_bytes)
+        self._unresolved.remove(segment)
+        segment.done.set_result(None)
+        segment.data = b""  # the cache holds its own reference when it keeps one
+        segment.batches = []
+        segment.slots = []
 
     def _group_led_by(self, segment: Segment) -> list[Segment]:
         """`segment`, whose turn it is, and the uploaded segments right after it."""

@@ -558,6 +558,20 @@ async def test_close_without_flush_cancels_a_stuck_upload() -> None:
     assert writer.inflight_bytes == 0
 
 
+async def test_close_without_flush_right_after_a_rotation_fails_the_new_segment() -> None:
+    """The segment is launched and the writer closed in the same step of the loop, so its task
+    is cancelled before it ever ran: its batch still fails, and its bytes are released."""
+    rig = Rig(WalConfig(buffer_max_bytes=1))
+    await rig.topic()
+    writer = await rig.writer()
+    pending = writer.submit([entry(TP0, build_batch([b"x"]))], admit_s=TIMEOUT_S)  # rotates
+    await writer.close(flush=False)
+    (result,) = await asyncio.wait_for(writer.wait(pending, timeout_s=TIMEOUT_S), TIMEOUT_S)
+    assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
+    assert writer.inflight_bytes == 0
+    assert rig.coordinator.commit_calls == 0
+
+
 async def test_write_before_start_and_empty_writes() -> None:
     rig = Rig()
     writer = WalWriter(broker_id=1, broker_epoch=1, store=rig.store, coordinator=rig.coordinator)
