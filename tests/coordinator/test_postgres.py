@@ -6,13 +6,16 @@ All against the test run's real server (`tests._postgres`), no mocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -210,11 +213,16 @@ async def test_a_connection_killed_during_commit_is_resolved_as_committed(
         await setup.close()
 
 
-async def test_a_connection_killed_before_commit_applies_nothing(
-    pg: PostgresServer, tmp_path: Path
-) -> None:
-    """The commit waits for a partition's row lock when its connection is killed: a retriable
-    error, nothing applied, and the next commit takes the very next offsets."""
+TP0 = TopicPartition(TOPIC, 0)
+
+
+@contextlib.asynccontextmanager
+async def _committed_then_locked(
+    pg: PostgresServer, tmp_path: Path, lock_statement: str
+) -> AsyncIterator[tuple[PostgresBatchCoordinator, int, asyncpg.Connection, Any]]:
+    """A coordinator with one object committed to TP0 (3 records, as "k/0") by broker 1 (its
+    epoch), an admin connection, and another connection's transaction holding what
+    `lock_statement` locks."""
     dsn = database_dsn(tmp_path)
     coordinator = PostgresBatchCoordinator(dsn)
     holder = await asyncpg.connect(dsn)
@@ -222,15 +230,28 @@ async def test_a_connection_killed_before_commit_applies_nothing(
     try:
         await coordinator.create_topic(TOPIC, 1)
         epoch = await coordinator.register_broker(1)
-        tp = TopicPartition(TOPIC, 0)
-        await coordinator.commit_file("k/0", 1, epoch, 100, [batch(tp, count=3)])
+        await coordinator.commit_file("k/0", 1, epoch, 100, [batch(TP0, count=3)])
         lock = holder.transaction()
         await lock.start()
-        await holder.execute("SELECT * FROM partitions FOR UPDATE")
+        await holder.execute(lock_statement)
+        yield coordinator, epoch, admin, lock
+    finally:
+        await admin.close()
+        await holder.close()
+        await coordinator.close()
+
+
+async def test_a_connection_killed_before_commit_applies_nothing(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """The commit waits for a partition's row lock when its connection is killed: a retriable
+    error, nothing applied, and the next commit takes the very next offsets."""
+    locking = "SELECT * FROM partitions FOR UPDATE"
+    async with _committed_then_locked(pg, tmp_path, locking) as (coordinator, epoch, admin, lock):
         commit = asyncio.create_task(
-            coordinator.commit_file("k/1", 1, epoch, 100, [batch(tp, count=5)])
+            coordinator.commit_file("k/1", 1, epoch, 100, [batch(TP0, count=5)])
         )
-        pid = await _backend_waiting(admin, _database(pg, dsn), "transactionid")
+        pid = await _backend_waiting(admin, _database(pg, database_dsn(tmp_path)), "transactionid")
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
         with pytest.raises(CoordinatorUnavailableError) as raised:
             await asyncio.wait_for(commit, HANG_GUARD_S)
@@ -238,13 +259,9 @@ async def test_a_connection_killed_before_commit_applies_nothing(
         await lock.rollback()
         assert await coordinator.file_info(["k/1"]) == [None]
         (result,) = (
-            await coordinator.commit_file("k/2", 1, epoch, 100, [batch(tp, count=5)])
+            await coordinator.commit_file("k/2", 1, epoch, 100, [batch(TP0, count=5)])
         ).batches
         assert (result.error, result.base_offset) == (ErrorCode.NONE, 3)
-    finally:
-        await admin.close()
-        await holder.close()
-        await coordinator.close()
 
 
 async def test_a_read_cancelled_mid_statement_is_cancelled_and_leaves_the_pool_sound(
@@ -253,20 +270,11 @@ async def test_a_read_cancelled_mid_statement_is_cancelled_and_leaves_the_pool_s
     """A read is cancelled while its statement waits (behind a table lock): the caller gets
     CancelledError, not a retriable CoordinatorError (which a periodic job would log and go
     on from, never ending), and the connection is back in the pool in a sound state."""
-    dsn = database_dsn(tmp_path)
-    coordinator = PostgresBatchCoordinator(dsn)
-    holder = await asyncpg.connect(dsn)
-    admin = await asyncpg.connect(pg.dsn("postgres"))
-    try:
-        await coordinator.create_topic(TOPIC, 1)
-        epoch = await coordinator.register_broker(1)
-        tp = TopicPartition(TOPIC, 0)
-        await coordinator.commit_file("k/0", 1, epoch, 100, [batch(tp, count=3)])
-        lock = holder.transaction()
-        await lock.start()
-        await holder.execute("LOCK TABLE files IN ACCESS EXCLUSIVE MODE")
+    async with _committed_then_locked(
+        pg, tmp_path, "LOCK TABLE files IN ACCESS EXCLUSIVE MODE"
+    ) as (coordinator, _, admin, lock):
         read = asyncio.create_task(coordinator.file_info(["k/0"]))
-        await _backend_waiting(admin, _database(pg, dsn), "relation")
+        await _backend_waiting(admin, _database(pg, database_dsn(tmp_path)), "relation")
         read.cancel()
         await asyncio.sleep(0.1)
         await lock.rollback()
@@ -275,10 +283,6 @@ async def test_a_read_cancelled_mid_statement_is_cancelled_and_leaves_the_pool_s
         (info,) = await coordinator.file_info(["k/0"])
         assert info is not None and info.state is FileState.LIVE
         assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    finally:
-        await admin.close()
-        await holder.close()
-        await coordinator.close()
 
 
 async def test_a_lost_commit_the_restarted_server_never_heard_of_applied_nothing(

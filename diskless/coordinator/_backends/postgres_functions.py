@@ -137,6 +137,20 @@ $fn$
 """`diskless_load` behind the commit gate when the step is wide (`postgres_txn`'s module doc);
 migration 5. The caller makes sure it is the transaction's first lock."""
 
+_APPLY_PARAMETERS: Final = """\
+    b_size bigint[], b_max_timestamp bigint[], b_append_time bigint[], b_timestamp bigint[],
+    b_running_max bigint[], b_producer bigint[], b_epoch int[], b_control int[],
+    b_coordinator_epoch int[],
+    p_id bigint[], p_hw bigint[], p_start bigint[], p_size bigint[], p_running_max bigint[],
+    r_partition bigint[], r_producer bigint[], r_epoch int[], r_last_timestamp bigint[],
+    r_update bigint[], r_coordinator_epoch int[], r_txn_first bigint[], r_batches bytea[],
+    released bigint[],
+    o_partition bigint[], o_first bigint[], o_producer bigint[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+"""
+"""The parameters every apply function ends with: the rest of the batch columns, then the
+partitions, producer entries, released leases and opened transactions."""
+
 _APPLY_TAIL: Final = """\
     UPDATE partitions p SET high_watermark = q.hw, log_start_offset = q.start,
         size_bytes = q.size, ts_running_max = q.running_max
@@ -167,16 +181,9 @@ CREATE OR REPLACE FUNCTION diskless_apply_commit(
     file_key text, file_known boolean, file_state smallint, file_size bigint,
     file_since bigint, file_live bigint,
     b_partition bigint[], b_base bigint[], b_last bigint[], b_byte_offset bigint[],
-    b_size bigint[], b_max_timestamp bigint[], b_append_time bigint[], b_timestamp bigint[],
-    b_running_max bigint[], b_producer bigint[], b_epoch int[], b_control int[],
-    b_coordinator_epoch int[],
-    p_id bigint[], p_hw bigint[], p_start bigint[], p_size bigint[], p_running_max bigint[],
-    r_partition bigint[], r_producer bigint[], r_epoch int[], r_last_timestamp bigint[],
-    r_update bigint[], r_coordinator_epoch int[], r_txn_first bigint[], r_batches bytea[],
-    released bigint[],
-    o_partition bigint[], o_first bigint[], o_producer bigint[]
-) RETURNS bigint LANGUAGE plpgsql AS $fn$
-DECLARE
+"""
+    + _APPLY_PARAMETERS
+    + """DECLARE
     fid bigint;
 BEGIN
     IF file_known THEN
@@ -204,16 +211,9 @@ CREATE OR REPLACE FUNCTION diskless_apply_commits(
     f_key text[], f_known boolean[], f_state smallint[], f_size bigint[], f_since bigint[],
     f_live bigint[],
     b_partition bigint[], b_base bigint[], b_last bigint[], b_file int[], b_byte_offset bigint[],
-    b_size bigint[], b_max_timestamp bigint[], b_append_time bigint[], b_timestamp bigint[],
-    b_running_max bigint[], b_producer bigint[], b_epoch int[], b_control int[],
-    b_coordinator_epoch int[],
-    p_id bigint[], p_hw bigint[], p_start bigint[], p_size bigint[], p_running_max bigint[],
-    r_partition bigint[], r_producer bigint[], r_epoch int[], r_last_timestamp bigint[],
-    r_update bigint[], r_coordinator_epoch int[], r_txn_first bigint[], r_batches bytea[],
-    released bigint[],
-    o_partition bigint[], o_first bigint[], o_producer bigint[]
-) RETURNS bigint LANGUAGE plpgsql AS $fn$
-DECLARE
+"""
+    + _APPLY_PARAMETERS
+    + """DECLARE
     fids bigint[];
 BEGIN
     UPDATE files f SET state = q.state, size = q.size, since_ms = q.since,
