@@ -407,7 +407,19 @@ class PostgresTxn(StoreTxn):
         """What a commit of one or several objects decided, in one call
         (`diskless_apply_commits`), which also answers the transaction id."""
         slots = {key: slot for slot, key in enumerate(file_keys, 1)}
-        files = [changes.files[key] for key in file_keys]
+        # Each file's row: (known, state, size, since, live batches); `_commit_shaped` made sure
+        # that none is being forgotten.
+        files = [
+            (
+                int(key in self._files_seen),
+                FILE_STATE_CODES[f.state],
+                f.size,
+                f.since_ms,
+                f.live_batches,
+            )
+            for key in file_keys
+            if (f := changes.files[key]) is not None
+        ]
         # A batch row with its file's slot for the file id, which the function assigns.
         batches = [batch_to_row(b, slots[b.object_key]) for b in changes.batches]
         partitions = [
@@ -418,11 +430,7 @@ class PostgresTxn(StoreTxn):
         producer_columns = columns(producers, 8)
         arrays = [
             text_array(file_keys),
-            int_array([int(key in self._files_seen) for key in file_keys]),
-            int_array([FILE_STATE_CODES[f.state] for f in files if f is not None]),
-            int_array([f.size for f in files if f is not None]),
-            int_array([f.since_ms for f in files if f is not None]),
-            int_array([f.live_batches for f in files if f is not None]),
+            *(int_array(c) for c in columns(files, 5)),
             *(int_array(c) for c in columns(batches, 14)),
             *(int_array(c) for c in columns(partitions, 5)),
             *(int_array(c) for c in producer_columns[:7]),
