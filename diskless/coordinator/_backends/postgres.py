@@ -36,6 +36,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
+from diskless.coordinator._backends.postgres_optimistic import CommitCache, PlanOnLockedRows
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
 from diskless.coordinator._backends.postgres_txn import PostgresTxn
@@ -107,6 +108,7 @@ class PostgresStore(CoordinatorStore):
             max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
         )
         self._closed = False
+        self._commit_cache = CommitCache()
 
     # --- the pool -----------------------------------------------------------------------------
     async def _ready(self) -> asyncpg.Pool:
@@ -149,7 +151,12 @@ class PostgresStore(CoordinatorStore):
         delay = 0.001
         for attempt in range(1, STEP_ATTEMPTS_MAX + 1):
             try:
-                return await self._attempt(step, durability, outcome_unknown_on_failure)
+                return await self._attempt(
+                    step, durability, outcome_unknown_on_failure, optimistic=attempt == 1
+                )
+            except PlanOnLockedRows:
+                logger.debug("step needs locked rows, running it again")
+                continue
             except _CommitLost as lost:
                 return await self._resolve(lost)  # type: ignore[no-any-return]
             except CoordinatorError:
@@ -171,8 +178,10 @@ class PostgresStore(CoordinatorStore):
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability,
         outcome_unknown_on_failure: bool,
+        optimistic: bool,
     ) -> T:
-        """One run of `step` in one transaction on one pooled connection."""
+        """One run of `step` in one transaction on one pooled connection; an `optimistic` one
+        may plan a commit on a peek (`postgres_txn`)."""
         pool = await self._ready()
         async with pool.acquire(timeout=self._connect_timeout_s) as conn:
             if durability is Durability.VOLATILE:
@@ -180,22 +189,26 @@ class PostgresStore(CoordinatorStore):
             else:
                 await conn.execute("BEGIN")
             xid: int | None = None
+            txn = PostgresTxn(conn, self._commit_cache if optimistic else None)
             try:
-                txn = PostgresTxn(conn)
                 result = await step(txn)
+                txn.decided()
                 if outcome_unknown_on_failure:
                     xid = txn.xid
                     if xid is None:
                         xid = await conn.fetchval("SELECT txid_current()")
             except BaseException:
+                txn.abandoned()
                 await _rollback(conn)
                 raise
             try:
                 await conn.execute("COMMIT")
             except Exception as error:
+                txn.abandoned()
                 if xid is None:
                     raise
                 raise _CommitLost(xid, result, error) from error
+            txn.committed()
             return result
 
     async def _resolve(self, lost: _CommitLost) -> Any:

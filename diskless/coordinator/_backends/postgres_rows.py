@@ -38,6 +38,22 @@ ONGOING_MIN: Final = (
 PARTITION_COLUMNS: Final = PARTITION_COLUMNS_NO_LSO.replace("NULL::bigint", ONGOING_MIN)
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
+GATE_LOCK_KEY: Final = 0x6469_736B_6C65_7331
+"""The commit gate's advisory lock (ASCII "diskles1"; `postgres_txn`): one key per database."""
+GATE_OVERLAP: Final = 3
+"""A step is wide when width^2 >= this times the cluster's partitions (`postgres_txn`)."""
+GATE_WIDTH_MIN: Final = 8
+"""Narrower steps call `diskless_load` itself, sparing them the gated load's sum over topics:
+they would be wide only in a cluster of fewer than 22 partitions."""
+BATCH_TYPES: Final = (
+    *["bigint"] * 3,  # partition, base and last offset, then the file's slot
+    "int",
+    *["bigint"] * 7,
+    *["int"] * 3,
+)
+"""The element types of an apply function's batch columns."""
+PRODUCER_TYPES: Final = ("bigint", "bigint", "int", "bigint", "bigint", "int", "bigint", "bytea")
+"""The element types of an apply function's producer entry columns."""
 EPOCH_ANY: Final = (1 << 31) - 1
 """Stands for "every epoch" in `leases_dropped` (epochs are 16-bit in Kafka)."""
 

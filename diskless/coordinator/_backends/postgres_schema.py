@@ -17,8 +17,10 @@ from diskless.coordinator._backends.postgres_extents import MIGRATION as EXTENTS
 from diskless.coordinator._backends.postgres_functions import (
     APPLY_COMMIT_FUNCTION,
     APPLY_COMMITS_FUNCTION,
+    APPLY_REBASED_FUNCTION,
     GATED_LOAD_FUNCTION,
     LOAD_FUNCTION,
+    PEEK_COMMIT_FUNCTION,
 )
 from diskless.coordinator._backends.sqlite_rows import TIME_MARK_INDEX
 
@@ -169,6 +171,8 @@ MIGRATIONS: Final[list[list[str]]] = [
     ["DROP INDEX batches_by_timestamp", "DROP INDEX batches_by_running_max", TIME_MARK_INDEX],
     # 8: the apply of a commit for several files at once (group commits), instead of one.
     [APPLY_COMMITS_FUNCTION, "DROP FUNCTION diskless_apply_commit"],
+    # 9: optimistic commits, planned on an unlocked peek and moved onto the state they land on.
+    [PEEK_COMMIT_FUNCTION, APPLY_REBASED_FUNCTION],
 ]
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -1,0 +1,217 @@
+"""PostgreSQL's optimistic commits: planned on rows read without locks (or remembered from
+earlier commits), moved onto the state they land on, and planned again on locked rows when what
+they decided on has changed.
+
+Each test has another coordinator (another broker, on its own connections) change the state
+between a commit's planning and its apply, where an optimistic step holds no lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator import (
+    CommitRefusal,
+    DeleteRecordsRequest,
+    FindBatchesRequest,
+    PostgresBatchCoordinator,
+)
+from diskless.coordinator._backends import postgres_txn
+from tests._postgres import database_dsn
+
+from ._helpers import BASE_TS, batch, new_key
+
+TOPIC = "optimistic"
+P0 = TopicPartition(TOPIC, 0)
+P1 = TopicPartition(TOPIC, 1)
+PID = 7
+
+
+@pytest.fixture
+async def two(tmp_path: Path) -> AsyncIterator[tuple[PostgresBatchCoordinator, ...]]:
+    """Two coordinators (brokers 1 and 2) over one fresh database with a 2-partition topic."""
+    dsn = database_dsn(tmp_path)
+    first, second = PostgresBatchCoordinator(dsn), PostgresBatchCoordinator(dsn)
+    try:
+        await first.create_topic(TOPIC, 2)
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.fixture
+def before_the_apply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[Callable[[], Awaitable[Any]]], None]:
+    """Runs the given coroutine function once, at the next optimistic apply, before it."""
+    pending: list[Callable[[], Awaitable[Any]]] = []
+    original = postgres_txn.apply_rebased
+
+    async def intercepted(*args: Any) -> Any:
+        if pending:
+            await pending.pop()()
+        return await original(*args)
+
+    monkeypatch.setattr(postgres_txn, "apply_rebased", intercepted)
+    return pending.append
+
+
+async def test_appends_landing_after_the_peek_move_the_commit_after_them(
+    two: tuple[PostgresBatchCoordinator, PostgresBatchCoordinator],
+    before_the_apply: Callable[[Callable[[], Awaitable[Any]]], None],
+    tmp_path: Path,
+) -> None:
+    """Broker 2 appends to both partitions (and deletes records of one) while broker 1's commit
+    is planned: broker 1's batches land after broker 2's, with offsets, log starts, running
+    max timestamps and its producer's retained batches moved accordingly."""
+    first, second = two
+    epoch1, epoch2 = await first.register_broker(1), await second.register_broker(2)
+    early = await first.commit_file(
+        new_key(), 1, epoch1, 100, [batch(P0, pid=PID, epoch=0, seq=0, count=2)]
+    )
+    assert [r.base_offset for r in early.batches] == [0]
+
+    async def intrude() -> None:
+        result = await second.commit_file(
+            new_key(),
+            2,
+            epoch2,
+            100,
+            [batch(P0, count=3, ts=BASE_TS + 50), batch(P1, count=2, ts=BASE_TS + 50)],
+        )
+        assert [r.base_offset for r in result.batches] == [2, 0]
+        (deleted,) = await second.delete_records([DeleteRecordsRequest(P1, 1)])
+        assert deleted.error is ErrorCode.NONE
+
+    before_the_apply(intrude)
+    retried_batch = batch(P0, pid=PID, epoch=0, seq=2, count=4, ts=BASE_TS + 10)
+    moved = await first.commit_file(
+        new_key(), 1, epoch1, 100, [retried_batch, batch(P1, count=1, ts=BASE_TS + 10)]
+    )
+    assert [(r.error, r.base_offset, r.log_start_offset) for r in moved.batches] == [
+        (ErrorCode.NONE, 5, 0),
+        (ErrorCode.NONE, 2, 1),
+    ]
+
+    # The producer's entry kept the moved offsets: a retry of the batch is a duplicate there,
+    # and its next batch follows it.
+    again = await first.commit_file(new_key(), 1, epoch1, 100, [retried_batch])
+    assert [(r.base_offset, r.duplicate) for r in again.batches] == [(5, True)]
+    (entry,) = await first.describe_producers(P0)
+    assert [b[2:] for b in entry.retained_batches] == [(0, 1), (5, 8)]
+    after = await first.commit_file(
+        new_key(), 1, epoch1, 100, [batch(P0, pid=PID, epoch=0, seq=6, count=1)]
+    )
+    assert [(r.error, r.base_offset) for r in after.batches] == [(ErrorCode.NONE, 9)]
+
+    (p0, p1) = await first.find_batches(
+        [FindBatchesRequest(P0, 0, 1 << 20), FindBatchesRequest(P1, 1, 1 << 20)], 1 << 20
+    )
+    assert [(b.base_offset, b.last_offset) for b in p0.batches] == [(0, 1), (2, 4), (5, 8), (9, 9)]
+    assert (p0.high_watermark, p1.high_watermark, p1.log_start_offset) == (10, 3, 1)
+    assert [(b.base_offset, b.last_offset) for b in p1.batches] == [(0, 1), (2, 2)]
+
+    # The moved batches' running maximum timestamps include the intruder's later ones.
+    conn = await asyncpg.connect(database_dsn(tmp_path))
+    try:
+        marks = await conn.fetch(
+            "SELECT partition_id, base_offset, ts_running_max FROM batches"
+            " ORDER BY partition_id, base_offset"
+        )
+    finally:
+        await conn.close()
+    assert [(m[1], m[2] - BASE_TS) for m in marks] == [
+        (0, 0),
+        (2, 50),
+        (5, 50),
+        (9, 50),
+        (0, 50),
+        (2, 50),
+    ]
+
+
+async def test_a_producer_entry_changed_after_the_peek_is_decided_on_locked_rows(
+    two: tuple[PostgresBatchCoordinator, PostgresBatchCoordinator],
+    before_the_apply: Callable[[Callable[[], Awaitable[Any]]], None],
+) -> None:
+    """The same batch, sent to broker 1 and, on a retry, to broker 2: broker 2 commits it
+    while broker 1's commit is planned. Broker 1 must answer it as the duplicate it now is."""
+    first, second = two
+    epoch1, epoch2 = await first.register_broker(1), await second.register_broker(2)
+    sent = batch(P0, pid=PID, epoch=0, seq=0, count=2)
+    landed: list[int] = []
+
+    async def intrude() -> None:
+        result = await second.commit_file(new_key(), 2, epoch2, 100, [batch(P0, count=3), sent])
+        landed.extend(r.base_offset for r in result.batches)
+
+    before_the_apply(intrude)
+    result = await first.commit_file(new_key(), 1, epoch1, 100, [sent])
+    assert landed == [0, 3]
+    assert [(r.error, r.base_offset, r.duplicate) for r in result.batches] == [
+        (ErrorCode.NONE, 3, True)
+    ]
+    # Its next commit of the producer follows the entry broker 2 left.
+    after = await first.commit_file(
+        new_key(), 1, epoch1, 100, [batch(P0, pid=PID, epoch=0, seq=2, count=1)]
+    )
+    assert [(r.error, r.base_offset) for r in after.batches] == [(ErrorCode.NONE, 5)]
+
+
+async def test_a_broker_fenced_after_the_peek_commits_nothing(
+    two: tuple[PostgresBatchCoordinator, PostgresBatchCoordinator],
+    before_the_apply: Callable[[Callable[[], Awaitable[Any]]], None],
+) -> None:
+    """Broker 1 registers again (a new incarnation) while its old incarnation's commit is
+    planned: once the registration has returned, no commit of the old epoch may land."""
+    first, second = two
+    old_epoch = await first.register_broker(1)
+
+    async def intrude() -> None:
+        assert await second.register_broker(1) == old_epoch + 1
+
+    before_the_apply(intrude)
+    result = await first.commit_file(new_key(), 1, old_epoch, 100, [batch(P0)])
+    assert result.refused is CommitRefusal.BROKER_FENCED
+    (p0,) = await first.find_batches([FindBatchesRequest(P0, 0, 1 << 20)], 1 << 20)
+    assert p0.high_watermark == 0
+
+
+async def test_an_object_key_committed_after_the_peek_is_a_conflict(
+    two: tuple[PostgresBatchCoordinator, PostgresBatchCoordinator],
+    before_the_apply: Callable[[Callable[[], Awaitable[Any]]], None],
+) -> None:
+    first, second = two
+    epoch1, epoch2 = await first.register_broker(1), await second.register_broker(2)
+    key = new_key()
+
+    async def intrude() -> None:
+        result = await second.commit_file(key, 2, epoch2, 100, [batch(P1)])
+        assert result.refused is None
+
+    before_the_apply(intrude)
+    result = await first.commit_file(key, 1, epoch1, 100, [batch(P0)])
+    assert result.refused is CommitRefusal.OBJECT_KEY_CONFLICT
+    (p0,) = await first.find_batches([FindBatchesRequest(P0, 0, 1 << 20)], 1 << 20)
+    assert p0.high_watermark == 0
+
+
+async def test_a_refusal_planned_on_remembered_rows_is_decided_again(
+    two: tuple[PostgresBatchCoordinator, PostgresBatchCoordinator],
+) -> None:
+    """Broker 1's store remembers its epoch from its last commit; the broker registers again
+    through another store. A commit of the new epoch, refused on what was remembered, applies
+    nothing that could check it: it must be decided again on the rows themselves."""
+    first, second = two
+    old_epoch = await first.register_broker(1)
+    assert (await first.commit_file(new_key(), 1, old_epoch, 100, [batch(P0)])).refused is None
+    new_epoch = await second.register_broker(1)
+    result = await first.commit_file(new_key(), 1, new_epoch, 100, [batch(P0)])
+    assert (result.refused, [r.base_offset for r in result.batches]) == (None, [1])
