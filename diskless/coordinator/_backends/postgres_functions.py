@@ -314,11 +314,12 @@ BEGIN
             >= gate_overlap * (SELECT coalesce(sum(partition_count), 0) FROM topics) THEN
         PERFORM pg_advisory_xact_lock(gate_key);
     END IF;
-    PERFORM 1 FROM partitions WHERE partition_id = ANY(l_id) ORDER BY partition_id FOR UPDATE;
     SELECT array_agg(p.partition_id), array_agg(q.hw), array_agg(p.high_watermark - q.hw),
             array_agg(p.log_start_offset), array_agg(p.ts_running_max)
         INTO moved, hws, deltas, starts, maxes
-        FROM unnest(l_id, l_hw) q(id, hw) JOIN partitions p ON p.partition_id = q.id;
+        FROM (SELECT partition_id, high_watermark, log_start_offset, ts_running_max
+            FROM partitions WHERE partition_id = ANY(l_id) ORDER BY partition_id FOR UPDATE) p
+        JOIN unnest(l_id, l_hw) q(id, hw) ON q.id = p.partition_id;
     IF coalesce(cardinality(moved), 0) <> cardinality(l_id)
         OR EXISTS (SELECT 1 FROM unnest(w_broker, w_epoch) q(id, epoch)
             LEFT JOIN (SELECT * FROM brokers WHERE broker_id = ANY(w_broker)

@@ -37,15 +37,15 @@ from diskless.coordinator._backends.postgres_rows import (
     GATE_LOCK_KEY,
     GATE_OVERLAP,
     PRODUCER_TYPES,
+    batch_columns,
     bytea_array,
     columns,
+    entry_columns,
     int_array,
     text_array,
 )
 from diskless.coordinator._backends.sqlite_rows import (
     FILE_STATE_CODES,
-    batch_to_row,
-    entry_to_row,
     shifted_retained,
 )
 from diskless.coordinator._rules.commit import ProducerKey
@@ -162,9 +162,8 @@ async def apply_rebased(
         for key in file_keys
         if (f := changes.files[key]) is not None
     ]
-    batches = [batch_to_row(b, slots[b.object_key]) for b in changes.batches]
-    read = sorted((s.key, s) for s in peeked.partitions.values())
-    was = dict(read)
+    batches = batch_columns(changes.batches, [slots[b.object_key] for b in changes.batches])
+    was = {s.key: s for s in peeked.partitions.values()}
     partitions = [
         (
             s.key,
@@ -174,21 +173,24 @@ async def apply_rebased(
         )
         for s in changes.partitions
     ]
-    producer_columns = columns([entry_to_row(k, e) for (k, _), e in changes.producers.items()], 8)
-    versions = sorted((key, version) for key, (_, version) in peeked.producers.items())
-    brokers = sorted(peeked.broker_epochs.items())
+    producer_columns = entry_columns(changes.producers)
+    read = list(was.values())
+    versions = list(peeked.producers.items())
+    brokers = list(peeked.broker_epochs.items())
     xid, moved, deltas, starts = await conn.fetchrow(
         APPLY_REBASED_CALL,
         GATE_LOCK_KEY,
         GATE_OVERLAP,
         int_array([b for b, _ in brokers]),
         int_array([e for _, e in brokers]),
-        *(int_array(c) for c in columns([(*key, v) for key, v in versions], 3)),
-        int_array([key for key, _ in read]),
-        int_array([s.high_watermark for _, s in read]),
+        int_array([key for (key, _), _ in versions]),
+        int_array([pid for (_, pid), _ in versions]),
+        int_array([version for _, (_, version) in versions]),
+        int_array([s.key for s in read]),
+        int_array([s.high_watermark for s in read]),
         text_array(file_keys),
         *(int_array(c) for c in columns(files, 4)),
-        *(int_array(c) for c in columns(batches, 14)),
+        *(int_array(c) for c in batches),
         *(int_array(c) for c in columns(partitions, 4)),
         *(int_array(c) for c in producer_columns[:7]),
         bytea_array(producer_columns[7]),

@@ -7,7 +7,8 @@ columns in the same order, so one decoder serves both. Key lists go to the serve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import asyncpg
@@ -17,8 +18,10 @@ from diskless.coordinator._backends.sqlite_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
     batch_from_row,
+    retained_to_blob,
 )
 from diskless.coordinator._rules.rows import StoredBatch
+from diskless.txn import ProducerEntry
 
 __all__ = ["BATCH_COLUMNS", "BATCH_FROM", "batch_from_row"]
 
@@ -63,6 +66,51 @@ def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+_BATCH_FIELDS: Final = [
+    operator.attrgetter(name)
+    for name in (
+        "byte_offset",
+        "size",
+        "max_timestamp",
+        "log_append_time",
+        "timestamp",
+        "ts_running_max",
+        "producer_id",
+        "producer_epoch",
+        "control",
+        "coordinator_epoch",
+    )
+]
+
+
+def batch_columns(batches: Sequence[StoredBatch], file_ids: list[int]) -> list[list[int]]:
+    """The columns of `batches`' rows (`batch_to_row`'s), the i-th batch in file `file_ids[i]`.
+    Built column by column, a commit's hottest rows make no tuple per row to be collected."""
+    return [
+        [b.partition_key for b in batches],
+        [b.base_offset for b in batches],
+        [b.last_offset for b in batches],
+        file_ids,
+        *(list(map(field, batches)) for field in _BATCH_FIELDS),
+    ]
+
+
+def entry_columns(entries: Mapping[tuple[int, int], ProducerEntry]) -> list[list[Any]]:
+    """The columns of the producer entries' rows (`entry_to_row`'s), by (partition key,
+    producer id), built column by column as `batch_columns` are."""
+    values = list(entries.values())
+    return [
+        [key for key, _ in entries],
+        [pid for _, pid in entries],
+        [e.producer_epoch for e in values],
+        [e.last_timestamp for e in values],
+        [e.last_update_ms for e in values],
+        [e.coordinator_epoch for e in values],
+        [e.current_txn_first_offset for e in values],
+        [retained_to_blob(e.batches) for e in values],
+    ]
 
 
 async def batches_after(

@@ -61,8 +61,10 @@ from diskless.coordinator._backends.postgres_rows import (
     PARTITION_FROM,
     PRODUCER_TYPES,
     TXN_TABLES,
+    batch_columns,
     bytea_array,
     columns,
+    entry_columns,
     int_array,
     text_array,
 )
@@ -71,9 +73,7 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_STATES,
     MARKER_FILE_ID,
     TOPIC_COLUMNS,
-    batch_to_row,
     entry_from_row,
-    entry_to_row,
     partition_from_row,
     registration_from_row,
     topic_from_row,
@@ -432,16 +432,15 @@ class PostgresTxn(StoreTxn):
         if changes.extents:
             await postgres_extents.swap_in(conn, changes.extents)
         if changes.batches:
-            rows = [
-                batch_to_row(b, file_ids[b.object_key] if b.object_key else MARKER_FILE_ID)
-                for b in changes.batches
+            ids = [
+                file_ids[b.object_key] if b.object_key else MARKER_FILE_ID for b in changes.batches
             ]
             await conn.execute(
                 "INSERT INTO batches SELECT * FROM unnest($1::bigint[], $2::bigint[],"
                 " $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],"
                 " $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::int[],"
                 " $13::int[], $14::int[])",
-                *columns(rows, 14),
+                *batch_columns(changes.batches, ids),
             )
         if changes.partitions:
             await conn.execute(
@@ -473,7 +472,7 @@ class PostgresTxn(StoreTxn):
                 " last_update_ms = excluded.last_update_ms,"
                 " coordinator_epoch = excluded.coordinator_epoch,"
                 " txn_first_offset = excluded.txn_first_offset, batches = excluded.batches",
-                *columns([entry_to_row(key, e) for (key, _), e in changes.producers.items()], 8),
+                *entry_columns(changes.producers),
             )
         if changes.producers_idle_before is not None:
             await conn.execute(
@@ -501,17 +500,16 @@ class PostgresTxn(StoreTxn):
             if (f := changes.files[key]) is not None
         ]
         # A batch row with its file's slot for the file id, which the function assigns.
-        batches = [batch_to_row(b, slots[b.object_key]) for b in changes.batches]
+        batches = batch_columns(changes.batches, [slots[b.object_key] for b in changes.batches])
         partitions = [
             (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
             for s in changes.partitions
         ]
-        producers = [entry_to_row(key, e) for (key, _), e in changes.producers.items()]
-        producer_columns = columns(producers, 8)
+        producer_columns = entry_columns(changes.producers)
         arrays = [
             text_array(file_keys),
             *(int_array(c) for c in columns(files, 5)),
-            *(int_array(c) for c in columns(batches, 14)),
+            *(int_array(c) for c in batches),
             *(int_array(c) for c in columns(partitions, 5)),
             *(int_array(c) for c in producer_columns[:7]),
             bytea_array(producer_columns[7]),

@@ -256,8 +256,12 @@ def entry_to_row(partition_id: int, e: ProducerEntry) -> tuple[Any, ...]:
         e.last_update_ms,
         e.coordinator_epoch,
         e.current_txn_first_offset,
-        _RETAINED_ENCODER.encode(e.batches),
+        retained_to_blob(e.batches),
     )
+
+
+def retained_to_blob(batches: tuple[RetainedBatch, ...]) -> bytes:
+    return _RETAINED_ENCODER.encode(batches)
 
 
 def file_from_row(row: Sequence[Any]) -> tuple[str, FileRow]:
