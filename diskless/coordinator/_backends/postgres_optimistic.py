@@ -152,10 +152,10 @@ class CommitCache:
 
 async def apply_rebased(
     conn: asyncpg.Connection, peeked: Peeked, file_keys: list[str], changes: Changes
-) -> tuple[int, dict[int, Rebase], Peeked]:
+) -> tuple[int, dict[int, Rebase]]:
     """Apply a commit planned on `peeked`, moved onto the current state, in one call; returns
-    the transaction's id, the partitions whose answers move, and what the step leaves behind
-    (for `CommitCache`). Raises serialization_failure if the plan no longer holds."""
+    the transaction's id and how every partition the step read moved. Raises
+    serialization_failure if the plan no longer holds."""
     slots = {key: slot for slot, key in enumerate(file_keys, 1)}
     files = [
         (FILE_STATE_CODES[f.state], f.size, f.since_ms, f.live_batches)
@@ -195,19 +195,23 @@ async def apply_rebased(
         *(int_array(c) for c in producer_columns[:7]),
         bytea_array(producer_columns[7]),
     )
-    moves = {
-        key: Rebase(delta, start) for key, delta, start in zip(moved, deltas, starts, strict=True)
-    }
-    rebased = {
+    return xid, {k: Rebase(d, start) for k, d, start in zip(moved, deltas, starts, strict=True)}
+
+
+def moved_answers(peeked: Peeked, moves: dict[int, Rebase]) -> dict[int, Rebase]:
+    """The moves of the partitions whose answers change: offsets moved, or a new log start."""
+    starts = {s.key: s.log_start_offset for s in peeked.partitions.values()}
+    return {
         key: move
         for key, move in moves.items()
-        if move.offset_delta or move.log_start_offset != was[key].log_start_offset
+        if move.offset_delta or move.log_start_offset != starts[key]
     }
-    return xid, rebased, _landed(peeked, changes, moves, xid & _XMIN_MASK)
 
 
-def _landed(peeked: Peeked, changes: Changes, moves: dict[int, Rebase], version: int) -> Peeked:
-    """The rows a step read and wrote as it left them, moved where the store put them."""
+def landed(peeked: Peeked, changes: Changes, moves: dict[int, Rebase], xid: int) -> Peeked:
+    """The rows a step read and wrote as it left them, moved where the store put them (its
+    transaction `xid` wrote the producer entries it changed)."""
+    version = xid & _XMIN_MASK
     planned_on = {s.key: s.high_watermark for s in peeked.partitions.values()}
     changed = {s.key: s for s in changes.partitions}
     partitions = {}

@@ -50,6 +50,8 @@ from diskless.coordinator._backends.postgres_optimistic import (
     PlanOnLockedRows,
     apply_rebased,
     is_commit,
+    landed,
+    moved_answers,
 )
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_TYPES,
@@ -128,7 +130,8 @@ class PostgresTxn(StoreTxn):
         self._conn = conn
         self._cache = cache
         self._peeked: Peeked | None = None
-        self._landed: Peeked | None = None
+        self._applied: tuple[Changes, dict[int, Rebase]] | None = None
+        """An optimistic apply's changes and moves."""
         self._remembered = False
         """Whether the step plans on what the cache remembered, which only an apply checks."""
         self.rebased: dict[int, Rebase] = {}
@@ -376,9 +379,9 @@ class PostgresTxn(StoreTxn):
         if self._peeked is not None:
             if file_keys is None or changes.leases_released or changes.ongoing_opened:
                 raise PlanOnLockedRows("a step that peeked changes more than a commit does")
-            self.xid, self.rebased, self._landed = await apply_rebased(
-                self._conn, self._peeked, file_keys, changes
-            )
+            self.xid, moves = await apply_rebased(self._conn, self._peeked, file_keys, changes)
+            self.rebased = moved_answers(self._peeked, moves)
+            self._applied = (changes, moves)
             return []
         if file_keys is not None:
             await self._apply_commit(file_keys, changes)
@@ -522,13 +525,15 @@ class PostgresTxn(StoreTxn):
     def decided(self) -> None:
         """The step is over: its answers stand, unless it planned on what the cache remembered
         and never applied anything (a refusal, say), so nothing checked them."""
-        if self._remembered and self._landed is None:
+        if self._remembered and self._applied is None:
             raise PlanOnLockedRows("a step answered on remembered rows without applying")
 
     def committed(self) -> None:
-        """The step committed: what it left behind is worth remembering."""
-        if self._cache is not None and self._landed is not None:
-            self._cache.remember(self._landed)
+        """The step committed: what it left behind is worth remembering (worked out only now,
+        the partitions' locks released)."""
+        if self._cache is not None and self._peeked is not None and self._applied is not None:
+            assert self.xid is not None
+            self._cache.remember(landed(self._peeked, *self._applied, self.xid))
 
     def abandoned(self) -> None:
         """The step failed or its outcome is unknown: what it planned on is not to be trusted."""
