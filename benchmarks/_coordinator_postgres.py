@@ -34,6 +34,7 @@ from benchmarks._coordinator_workload import (
     Case,
     Workload,
     baseline_rows,
+    frozen_out_of_gc,
     in_groups,
 )
 from diskless.coordinator import FileCommit, PostgresBatchCoordinator
@@ -119,6 +120,8 @@ async def fresh_database_async(admin_dsn: str) -> AsyncIterator[str]:
 
 
 # --- one process ----------------------------------------------------------------------------
+
+
 async def _commits(dsn: str, index: int, case: Case, seconds: float, barrier: Barrier) -> Measured:
     coordinator = PostgresBatchCoordinator(dsn, pool_size_max=2)
     try:
@@ -133,6 +136,7 @@ async def _commits(dsn: str, index: int, case: Case, seconds: float, barrier: Ba
             ],
             case.objects_per_commit,
         )
+        frozen_out_of_gc()
         await asyncio.to_thread(barrier.wait, START_TIMEOUT_S)
         latencies = []
         count = step = 0
@@ -158,6 +162,7 @@ async def _raw(dsn: str, index: int, case: Case, seconds: float, barrier: Barrie
             _raw_step(group, index)
             for group in in_groups(baseline_rows(case.batches_per_object), case.objects_per_commit)
         ]
+        frozen_out_of_gc()
         await asyncio.to_thread(barrier.wait, START_TIMEOUT_S)
         latencies = []
         count = step = 0

@@ -43,6 +43,7 @@ from benchmarks._coordinator_workload import (
     Case,
     Workload,
     baseline_rows,
+    frozen_out_of_gc,
     in_groups,
 )
 from diskless.coordinator import (
@@ -73,6 +74,7 @@ async def run_coordinator(
         [FileCommit(f"obj/{n:09d}", 1000 * len(b), b) for n, b in enumerate(objects)],
         case.objects_per_commit,
     )
+    frozen_out_of_gc()
     count = step = 0
     started, started_cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:
@@ -109,6 +111,7 @@ def run_baseline(path: Path, case: Case, seconds: float, every_row: bool) -> flo
             [(p,) for p in range(PARTITIONS)],
         )
         workload = in_groups(baseline_rows(case.batches_per_object), case.objects_per_commit)
+        frozen_out_of_gc()
         count = step = 0
         started = time.perf_counter()
         while time.perf_counter() - started < seconds and count < BATCHES_PER_CASE_MAX:

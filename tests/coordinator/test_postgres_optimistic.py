@@ -8,6 +8,9 @@ between a commit's planning and its apply, where an optimistic step holds no loc
 
 from __future__ import annotations
 
+import asyncio
+import os
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import (
+    CommitBatch,
     CommitRefusal,
     DeleteRecordsRequest,
     FindBatchesRequest,
@@ -215,3 +219,75 @@ async def test_a_refusal_planned_on_remembered_rows_is_decided_again(
     new_epoch = await second.register_broker(1)
     result = await first.commit_file(new_key(), 1, new_epoch, 100, [batch(P0)])
     assert (result.refused, [r.base_offset for r in result.batches]) == (None, [1])
+
+
+SEED = int(os.environ.get("OPTIMISTIC_SEED", random.randrange(1 << 30)))
+
+
+async def test_brokers_racing_on_shared_producers_and_partitions_agree_with_kafka(
+    tmp_path: Path,
+) -> None:
+    """Two brokers commit at once, over and over, to the same partitions for the same
+    producers, each batch sent to one broker and its retry to the other: every commit lands on
+    state the other just changed (moved offsets, changed producer entries, stale memories).
+    Every new batch must be appended once, every retry answered as its duplicate at the same
+    offsets, and each partition's log must tile its offsets. The seed is printed
+    (OPTIMISTIC_SEED replays it)."""
+    print(f"OPTIMISTIC_SEED={SEED}")
+    rng = random.Random(SEED)
+    dsn = database_dsn(tmp_path)
+    brokers = [PostgresBatchCoordinator(dsn), PostgresBatchCoordinator(dsn)]
+    try:
+        await brokers[0].create_topic(TOPIC, 4)
+        epochs = [await b.register_broker(i + 1) for i, b in enumerate(brokers)]
+        pairs = [(TopicPartition(TOPIC, p), pid) for p in range(4) for pid in (1, 2, 3)]
+        next_seq = dict.fromkeys(pairs, 0)
+        sent: dict[tuple[TopicPartition, int, int], int] = {}  # (tp, pid, seq) -> base offset
+        last: dict[tuple[TopicPartition, int], CommitBatch] = {}
+
+        async def commit(side: int, batches: list[CommitBatch]) -> list[Any]:
+            result = await brokers[side].commit_file(
+                new_key(), side + 1, epochs[side], 100, batches
+            )
+            assert result.refused is None, result
+            return list(zip(batches, result.batches, strict=True))
+
+        for _ in range(40):
+            objects: list[list[CommitBatch]] = [[] for _ in range(4)]
+            retries: list[list[CommitBatch]] = [[] for _ in range(4)]
+            for tp, pid in rng.sample(pairs, 8):
+                count = rng.randint(1, 3)
+                new = batch(tp, pid=pid, epoch=0, seq=next_seq[(tp, pid)], count=count)
+                next_seq[(tp, pid)] += count
+                objects[rng.randrange(4)].append(new)
+                if (tp, pid) in last and rng.random() < 0.5:
+                    retries[rng.randrange(4)].append(last[(tp, pid)])
+                last[(tp, pid)] = new
+            rounds = await asyncio.gather(
+                *(commit(i % 2, o) for i, o in enumerate(objects) if o),
+                *(commit(1 - i % 2, r) for i, r in enumerate(retries) if r),
+            )
+            answers = [pair for answered in rounds for pair in answered]
+            for b, answer in answers:
+                key = (b.topic_partition, b.producer_id, b.base_sequence)
+                assert answer.error is ErrorCode.NONE, (SEED, b, answer)
+                if key in sent:
+                    assert (answer.duplicate, answer.base_offset) == (True, sent[key]), SEED
+                else:
+                    assert not answer.duplicate, (SEED, b, answer)
+                    sent[key] = answer.base_offset
+
+        for p in range(4):
+            (found,) = await brokers[1].find_batches(
+                [FindBatchesRequest(TopicPartition(TOPIC, p), 0, 1 << 30)], 1 << 30
+            )
+            offset = 0
+            for info in found.batches:
+                assert info.base_offset == offset, (SEED, p, found.batches)
+                offset = info.last_offset + 1
+            assert offset == found.high_watermark, SEED
+            appended = sorted(o for (tp, _, _), o in sent.items() if tp.partition == p)
+            assert appended == [info.base_offset for info in found.batches], SEED
+    finally:
+        for b in brokers:
+            await b.close()
