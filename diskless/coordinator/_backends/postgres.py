@@ -8,6 +8,11 @@
   that loses an insert race on a unique key (23505), or is chosen as a deadlock victim
   (40P01), or meets a serialization failure (40001), is rolled back and run again from the
   start; the engine reads the clock inside the step.
+- A plain commit's first run is optimistic (`postgres_optimistic`): planned on what this
+  store remembers of its earlier commits, or on an unlocked peek, it holds its locks only
+  while its apply runs, which checks what the plan decided on and moves its offsets by what
+  landed since. If that no longer holds (serialization failure), or the step turns out to
+  need more, it runs again on locked rows.
 - Durable steps commit with the server's `synchronous_commit`; VOLATILE ones with
   `synchronous_commit = off` (atomic and visible at once; a server crash may forget the last
   few, which the engine allows for that state).

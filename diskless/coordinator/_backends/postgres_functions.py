@@ -18,8 +18,12 @@ stores what a commit of one or several objects decided (their files, batches, pa
 producer entries, released leases, opened transactions) and answers the transaction's id,
 which resolves a lost COMMIT.
 
-These texts are those of migration 4 and, like every released migration, never change: a later
-version of a function is a new constant, installed (CREATE OR REPLACE) by a new migration.
+`diskless_peek_commit` and `diskless_apply_rebased` are the optimistic commit's read and apply
+(`postgres_optimistic`).
+
+These texts are those of their migrations and, like every released migration, never change: a
+later version of a function is a new constant, installed (CREATE OR REPLACE) by a new
+migration. Texts shared between versions are built from the same pieces.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ Isolation is READ COMMITTED with explicit row locks, the way the SQLite store ge
   gate, at the same rate. The gate serves in arrival order. It is taken only as a
   transaction's first lock, so a step waiting for it holds nothing another step could wait
   on: no deadlock.
+- A plain commit's first run is optimistic instead (given a `CommitCache`): its load comes
+  from the cache or an unlocked peek, and its apply (`diskless_apply_rebased`) takes the gate
+  and the partitions' locks itself, then checks and moves the plan (`postgres_optimistic`).
 """
 
 from __future__ import annotations
