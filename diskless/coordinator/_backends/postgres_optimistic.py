@@ -53,8 +53,9 @@ from diskless.coordinator._rules.rows import PartitionState
 from diskless.coordinator._store import Changes, Needs, Rebase, Snapshot
 from diskless.txn import ProducerEntry
 
-CACHE_ENTRIES_MAX: Final = 100_000
-"""Producer entries a `CommitCache` keeps before it starts over (about 40 MB)."""
+CACHE_ENTRIES_MAX: Final = 25_000
+"""Producer entries a `CommitCache` keeps before it starts over: about 30 MB when each retains
+five batches. A broker writing for more producers than that peeks more often."""
 _XMIN_MASK: Final = (1 << 32) - 1
 """`txid_current()` is the 64-bit transaction id; a row's `xmin` its low 32 bits."""
 
