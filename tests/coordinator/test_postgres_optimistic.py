@@ -25,8 +25,13 @@ from diskless.coordinator import (
     DeleteRecordsRequest,
     FindBatchesRequest,
     PostgresBatchCoordinator,
+    TopicConfig,
 )
 from diskless.coordinator._backends import postgres_txn
+from diskless.coordinator._backends.postgres_optimistic import CommitCache, Peeked
+from diskless.coordinator._rules.rows import PartitionState
+from diskless.coordinator._store import Needs
+from diskless.txn import ProducerEntry
 from tests._postgres import database_dsn
 
 from ._helpers import BASE_TS, batch, new_key
@@ -291,3 +296,25 @@ async def test_brokers_racing_on_shared_producers_and_partitions_agree_with_kafk
     finally:
         for b in brokers:
             await b.close()
+
+
+def test_the_commit_cache_answers_only_when_it_knows_everything_and_stays_bounded() -> None:
+    state = PartitionState(5, P0, TopicConfig(), 10, 0, 100, BASE_TS)
+    entry = ProducerEntry(PID, 0)
+    cache = CommitCache(entries_max=2)
+    cache.remember(Peeked({P0: state}, {(5, PID): (entry, 77), (5, 8): (None, None)}, {1: 3}))
+    needs = Needs(partitions={P0}, producers={(P0, PID)}, brokers=(1,), files={"k"})
+    known = cache.lookup(needs)
+    assert known is not None
+    assert (known.partitions, known.producers, known.broker_epochs) == (
+        {P0: state},
+        {(5, PID): (entry, 77)},
+        {1: 3},
+    )
+    assert cache.lookup(Needs(partitions={P0, P1}, files={"k"})) is None
+    assert cache.lookup(Needs(partitions={P0}, producers={(P0, 9)}, files={"k"})) is None
+    assert cache.lookup(Needs(partitions={P0}, brokers=(2,), files={"k"})) is None
+    # A third entry is over the bound: the cache starts over with what it is told last.
+    cache.remember(Peeked({P0: state}, {(5, 9): (None, None)}, {}))
+    assert cache.lookup(needs) is None
+    assert cache.lookup(Needs(partitions={P0}, producers={(P0, 9)}, files={"k"})) is not None
