@@ -115,8 +115,9 @@ _COMMIT_NEEDS: Final = frozenset({"partitions", "producers", "brokers", "files"}
 
 
 class CommitCache:
-    """The rows this store's optimistic commits read and wrote, as of then: never trusted, since
-    every apply checks what it planned on, only a way to skip the peek."""
+    """The rows this store's optimistic commits read and wrote, as of then: never trusted, only a
+    way to skip the peek. A plan made on it is checked by its apply, or, when it applies
+    nothing (a refusal), made again on locked rows (`PostgresTxn.decided`)."""
 
     def __init__(self, entries_max: int = CACHE_ENTRIES_MAX) -> None:
         self._entries_max = entries_max
