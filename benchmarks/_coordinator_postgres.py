@@ -38,27 +38,12 @@ from benchmarks._coordinator_workload import (
     in_groups,
 )
 from diskless.coordinator import FileCommit, PostgresBatchCoordinator
+from diskless.coordinator._backends.postgres_rows import BATCH_TABLE_COLUMNS
 from diskless.coordinator._backends.postgres_schema import migrate
 
 PROCESSES = (1, 4)
 START_TIMEOUT_S = 120.0
 """How long the processes may take to build their workloads before the clock starts."""
-_BATCH_COLUMNS = (
-    "partition_id",
-    "base_offset",
-    "last_offset",
-    "file_id",
-    "byte_offset",
-    "size",
-    "max_timestamp",
-    "log_append_time",
-    "timestamp",
-    "ts_running_max",
-    "producer_id",
-    "producer_epoch",
-    "control",
-    "coordinator_epoch",
-)
 _OFFSET_STRIDE = 10**12
 """Raw writers shift their rows' offsets and file ids by this times their index: no collisions."""
 _databases = itertools.count()
@@ -176,7 +161,9 @@ async def _raw(dsn: str, index: int, case: Case, seconds: float, barrier: Barrie
                     " VALUES ($1, $2, 0, $3, 0, $4)",
                     files,
                 )
-                await conn.copy_records_to_table("batches", records=batches, columns=_BATCH_COLUMNS)
+                await conn.copy_records_to_table(
+                    "batches", records=batches, columns=BATCH_TABLE_COLUMNS
+                )
                 await conn.executemany(
                     "INSERT INTO producers VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                     " ON CONFLICT (partition_id, producer_id) DO UPDATE SET"

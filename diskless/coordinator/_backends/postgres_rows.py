@@ -68,21 +68,28 @@ def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     return [list(column) for column in zip(*rows, strict=True)]
 
 
-_BATCH_FIELDS: Final = [
-    operator.attrgetter(name)
-    for name in (
-        "byte_offset",
-        "size",
-        "max_timestamp",
-        "log_append_time",
-        "timestamp",
-        "ts_running_max",
-        "producer_id",
-        "producer_epoch",
-        "control",
-        "coordinator_epoch",
-    )
-]
+_BATCH_VALUES: Final = (
+    "byte_offset",
+    "size",
+    "max_timestamp",
+    "log_append_time",
+    "timestamp",
+    "ts_running_max",
+    "producer_id",
+    "producer_epoch",
+    "control",
+    "coordinator_epoch",
+)
+"""The batch row's columns after its key and file, named as `StoredBatch`'s fields."""
+BATCH_TABLE_COLUMNS: Final = (
+    "partition_id",
+    "base_offset",
+    "last_offset",
+    "file_id",
+    *_BATCH_VALUES,
+)
+"""The columns of `batches`, in order."""
+_BATCH_FIELDS: Final = [operator.attrgetter(name) for name in _BATCH_VALUES]
 
 
 def batch_columns(batches: Sequence[StoredBatch], file_ids: list[int]) -> list[list[int]]:
