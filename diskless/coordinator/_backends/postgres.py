@@ -186,7 +186,8 @@ class PostgresStore(CoordinatorStore):
         optimistic: bool,
     ) -> T:
         """One run of `step` in one transaction on one pooled connection; an `optimistic` one
-        may plan a commit on a peek (`postgres_txn`)."""
+        may plan a commit on what the commit cache remembers or on a peek
+        (`postgres_optimistic`)."""
         pool = await self._ready()
         async with pool.acquire(timeout=self._connect_timeout_s) as conn:
             if durability is Durability.VOLATILE:
