@@ -1,10 +1,19 @@
 """Kafka record batch v2 (magic 2): header view, validation, rewrites and control batches.
 
-A batch is the unit that moves through every stage untouched: the broker validates it, copies it
-byte-for-byte into a WAL segment, and the read path hands the same bytes back with only the base
-offset (outside the CRC) and, for LogAppendTime topics, the timestamp rewritten. Parsing here never
-copies a batch and never raises on hostile input: every problem is an `InvalidBatch` carrying the
-Kafka error the producer must see.
+A batch is the unit that moves through every stage: the broker validates it, copies it into a
+WAL segment, and the read path hands it back. Its records are never changed, and its header only
+where Kafka's broker changes it too; these three rewrites are the only ones the broker may make:
+- the base offset, on read (outside the CRC);
+- for LogAppendTime topics, the timestamp-type bit and maxTimestamp (the append time), on read,
+  with a new CRC;
+- for CreateTime topics, a client's maxTimestamp that is not its largest record timestamp (-1
+  from older clients), set to it on produce with a new CRC (`with_max_timestamp`), as Kafka's
+  LogValidator does; the WAL stores the fixed batch, so the time index, ListOffsets and every
+  later read see the right value.
+(A front end that bridges transaction version 1 clients also presents their batches at the
+coordinator's producer epoch and sequences, `rewrite_producer_state`, before they reach produce.)
+Parsing here never copies a batch that needs no rewrite and never raises on hostile input: every
+problem is an `InvalidBatch` carrying the Kafka error the producer must see.
 """
 
 from diskless.records._compression import (
@@ -38,6 +47,7 @@ from diskless.records._header import (
     set_log_append_time,
     split_batches,
     validate_client_batch,
+    with_max_timestamp,
 )
 from diskless.records._produce import (
     TIMESTAMP_AFTER_MAX_MS_DEFAULT,
@@ -80,5 +90,6 @@ __all__ = [
     "set_log_append_time",
     "split_batches",
     "validate_client_batch",
+    "with_max_timestamp",
     "rewrite_producer_state",
 ]

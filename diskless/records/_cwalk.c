@@ -9,13 +9,17 @@
  * that both agree on random and hostile records.
  *
  * walk(buffer, start, end, count, base_timestamp, max_timestamp, create_time, now_ms,
- *      before_max_ms, after_max_ms) -> None | (error_code, message)
+ *      before_max_ms, after_max_ms) -> None | max_timestamp | (error_code, message)
  *
- * error_code is Kafka's: INVALID_RECORD (87) for any structural fault and for a maxTimestamp that
- * is not the records' maximum, INVALID_TIMESTAMP (32) for a CreateTime record outside
+ * None when every record passes and, for CreateTime, `max_timestamp` is already what Kafka's
+ * LogValidator leaves there: the largest record timestamp, or -1 (NO_TIMESTAMP) when no record's
+ * is larger. When it is not, the value it must become (an int): the walk visits every record, so
+ * the largest timestamp costs one compare per record. error_code is Kafka's: INVALID_RECORD (87)
+ * for any structural fault, INVALID_TIMESTAMP (32) for a CreateTime record outside
  * [now - before_max_ms, now + after_max_ms]. A structural fault anywhere wins over a timestamp
  * out of bounds, as in Kafka, where the record iterator throws while timestamp errors are
- * collected until the end. Timestamps are compared exactly (128-bit), not wrapped.
+ * collected until the end. Timestamps are compared exactly (128-bit), not wrapped, so a largest
+ * timestamp past the int64 range (allowed by the bounds) cannot be written and is INVALID_RECORD.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -374,16 +378,25 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         result = timestamp_failure(bad_index, args[4], bad_delta, args[7], args[8], args[9]);
         goto done;
     }
-    if (create_time && (wide)base_timestamp + max_delta != (wide)max_timestamp) {
-        PyObject *largest = sum_of(args[4], max_delta);
-        if (largest != NULL) {
-            result = failure(CODE_INVALID_RECORD,
-                             PyUnicode_FromFormat("batch max timestamp %lld is not the largest "
-                                                  "record timestamp %S",
-                                                  (long long)max_timestamp, largest));
-            Py_DECREF(largest);
+    if (create_time) {
+        wide largest = (wide)base_timestamp + max_delta;
+        if (largest < -1)
+            largest = -1; /* LogValidator starts its maximum at NO_TIMESTAMP */
+        if (UNLIKELY(largest != (wide)max_timestamp)) {
+            if (largest > INT64_MAX) {
+                PyObject *exact = sum_of(args[4], max_delta);
+                if (exact != NULL) {
+                    result = failure(CODE_INVALID_RECORD,
+                                     PyUnicode_FromFormat("largest record timestamp %S is past "
+                                                          "the int64 range",
+                                                          exact));
+                    Py_DECREF(exact);
+                }
+                goto done;
+            }
+            result = PyLong_FromLongLong((int64_t)largest);
+            goto done;
         }
-        goto done;
     }
     result = Py_NewRef(Py_None);
 done:

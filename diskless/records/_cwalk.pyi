@@ -12,6 +12,7 @@ def walk(
     before_max_ms: int,
     after_max_ms: int,
     /,
-) -> tuple[int, str] | None:
-    """None when `count` records fill buffer[start:end] exactly and pass every check;
-    otherwise (Kafka error code, message)."""
+) -> tuple[int, str] | int | None:
+    """None when `count` records fill buffer[start:end] exactly and pass every check, and (for
+    CreateTime) `max_timestamp` is right; the maxTimestamp the batch must carry instead when only
+    that differs; otherwise (Kafka error code, message)."""

@@ -1,5 +1,6 @@
-"""Framing, the 61-byte header and its client checks, and the in-place rewrites (base offset,
-LogAppendTime); the package docstring says what a batch goes through."""
+"""Framing, the 61-byte header and its client checks, and the header rewrites (base offset and
+LogAppendTime in place, a client's maxTimestamp on a copy); the package docstring says what a batch
+goes through."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ _LENGTH_AT: Final = 8
 _CRC_AT: Final = 17
 _ATTRIBUTES_AT: Final = 21
 _MAX_TIMESTAMP_AT: Final = 35
+_PRODUCER_ID_AT: Final = 43
 
 COMPRESSION_MASK: Final = 0x07
 TIMESTAMP_TYPE_BIT: Final = 0x08
@@ -317,3 +319,27 @@ def set_log_append_time(batch: bytearray | memoryview, append_time: int, positio
     _UINT32.pack_into(
         view, position + _CRC_AT, crc32c.crc32c(view[position + _ATTRIBUTES_AT : end])
     )
+
+
+def with_max_timestamp(header: BatchHeader, max_timestamp: int) -> BatchHeader:
+    """The batch of `header` carrying `max_timestamp`, its CRC recomputed: Kafka's LogValidator
+    rewrite of a CreateTime batch whose maxTimestamp is not its largest record timestamp.
+
+    A copy, made once in one join (the client's bytes may still be referenced by its request);
+    every other byte is the client's. Only a batch whose CRC was valid may be rewritten, or the
+    new CRC would hide its corruption.
+    """
+    view = header.bytes_view()
+    stamp = _INT64.pack(max_timestamp)
+    crc = crc32c.crc32c(view[_ATTRIBUTES_AT:_MAX_TIMESTAMP_AT])
+    crc = crc32c.crc32c(view[_PRODUCER_ID_AT:], crc32c.crc32c(stamp, crc))
+    batch = b"".join(
+        (
+            view[:_CRC_AT],
+            _UINT32.pack(crc),
+            view[_ATTRIBUTES_AT:_MAX_TIMESTAMP_AT],
+            stamp,
+            view[_PRODUCER_ID_AT:],
+        )
+    )
+    return BatchHeader(memoryview(batch))

@@ -34,16 +34,18 @@ def _validate(
     header: BatchHeader, max_message_bytes: int, rules: RecordRules | None
 ) -> BatchHeader | InvalidBatch:
     invalid = validate_client_batch(header, max_message_bytes)
-    if invalid is None and rules is not None:
-        invalid = validate_records(
-            header,
-            max_message_bytes=max_message_bytes,
-            timestamp_type=rules.timestamp_type,
-            now_ms=rules.now_ms,
-            timestamp_before_max_ms=rules.timestamp_before_max_ms,
-            timestamp_after_max_ms=rules.timestamp_after_max_ms,
-        )
-    return header if invalid is None else invalid
+    if invalid is not None:
+        return invalid
+    if rules is None:
+        return header
+    return validate_records(
+        header,
+        max_message_bytes=max_message_bytes,
+        timestamp_type=rules.timestamp_type,
+        now_ms=rules.now_ms,
+        timestamp_before_max_ms=rules.timestamp_before_max_ms,
+        timestamp_after_max_ms=rules.timestamp_after_max_ms,
+    )
 
 
 def parse_produce_payload(
@@ -54,8 +56,9 @@ def parse_produce_payload(
     """The single valid batch of one partition's produce data, or the error for that partition.
 
     Produce v3+ carries exactly one batch per partition; anything else is INVALID_RECORD. With
-    `rules` every record is decoded and checked too (`validate_records`); without, only the
-    framing, header and CRC are (for callers that re-read batches the broker already accepted).
+    `rules` every record is decoded and checked too (`validate_records`), and the batch returned
+    may be a fixed copy (its maxTimestamp); without, only the framing, header and CRC are checked
+    (for callers that re-read batches the broker already accepted).
     """
     buffer = _byte_view(data)
     first = parse_batch(buffer)

@@ -1,10 +1,11 @@
 """Record-level validation of a client batch: every record decoded, as Kafka's LogValidator does.
 
-The broker stores the client's bytes unchanged, so a batch is accepted only when every consumer
+The broker stores the client's records unchanged, so a batch is accepted only when every consumer
 can decode it as written: each record consumes exactly its declared length, the records number
-exactly recordsCount and fill the batch, offset deltas run 0..n-1 and maxTimestamp is the largest
-record timestamp. Kafka rewrites lastOffsetDelta and maxTimestamp when they are wrong; a broker that
-keeps the client's bytes can only refuse such a batch (INVALID_RECORD).
+exactly recordsCount and fill the batch, and offset deltas run 0..n-1. One header field is fixed
+rather than refused, as Kafka fixes it: a CreateTime batch's maxTimestamp becomes its largest
+record timestamp (older clients, Sarama before 2025, send -1 there), on a copy with a new CRC;
+a batch that needs no fix is never copied.
 
 Error codes follow Kafka: structural faults in records are `InvalidRecordException` there
 (`DefaultRecord.readFrom`, "Incorrect declared batch size"), hence INVALID_RECORD; a timestamp
@@ -37,6 +38,7 @@ from diskless.records._header import (
     LOG_OVERHEAD,
     BatchHeader,
     InvalidBatch,
+    with_max_timestamp,
 )
 
 try:
@@ -58,14 +60,14 @@ def validate_records(
     now_ms: int,
     timestamp_before_max_ms: int,
     timestamp_after_max_ms: int,
-) -> InvalidBatch | None:
-    """Every record of a client batch whose header already passed `validate_client_batch`.
+) -> BatchHeader | InvalidBatch:
+    """Every record of a client batch whose header already passed `validate_client_batch`; the
+    batch to store (`header` itself, unless its maxTimestamp was fixed) or why it is refused.
 
     For CreateTime topics each timestamp must lie in [now - before_max, now + after_max]
-    (message.timestamp.before.max.ms / message.timestamp.after.max.ms) and maxTimestamp must be
-    the largest record timestamp: Kafka would rewrite a wrong maxTimestamp, but these bytes are
-    stored as sent, so a mismatch is INVALID_RECORD. LogAppendTime topics skip both, as Kafka
-    does (their maxTimestamp is replaced when the batch is read).
+    (message.timestamp.before.max.ms / message.timestamp.after.max.ms), and a maxTimestamp other
+    than Kafka's (the largest record timestamp, at least -1) is rewritten to it. LogAppendTime
+    topics skip both, as Kafka does (their maxTimestamp is the append time, stamped on read).
     """
     buffer: bytes | memoryview = header.buffer
     start = header.position + HEADER_SIZE
@@ -92,7 +94,9 @@ def validate_records(
         timestamp_after_max_ms,
     )
     if problem is None:
-        return None
+        return header
+    if isinstance(problem, int):
+        return with_max_timestamp(header, problem)
     code, message = problem
     if codec and code == ErrorCode.INVALID_RECORD:
         message = f"{CODEC_NAMES[codec]} batch: {message}"

@@ -2,7 +2,8 @@
 
 `diskless.records._cwalk.walk` runs in production; this copy states the same rules as directly as
 Python allows (no fast paths), so that a differential test can hold the two against each other
-and against kafka-python's decoder. Same signature and answer: None, or (error code, message).
+and against kafka-python's decoder. Same signature and answer: None, the maxTimestamp a CreateTime
+batch must carry when its own is not it, or (error code, message).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def reference_walk(
     after_max_ms: int,
     *,
     visit: Visitor | None = None,
-) -> tuple[int, str] | None:
+) -> tuple[int, str] | int | None:
     """What `diskless.records._cwalk.walk` answers for the same arguments."""
     data = bytes(buffer)
     earliest = now_ms - before_max_ms
@@ -170,10 +171,12 @@ def reference_walk(
             ErrorCode.INVALID_TIMESTAMP,
             f"record {index} timestamp {timestamp} is outside [{earliest}, {latest}]",
         )
-    largest = base_timestamp + max(deltas)
+    largest = max(-1, base_timestamp + max(deltas))  # Kafka's maximum starts at NO_TIMESTAMP
     if create_time and largest != max_timestamp:
-        return (
-            ErrorCode.INVALID_RECORD,
-            f"batch max timestamp {max_timestamp} is not the largest record timestamp {largest}",
-        )
+        if largest >= _INT64_LIMIT // 2:
+            return (
+                ErrorCode.INVALID_RECORD,
+                f"largest record timestamp {largest} is past the int64 range",
+            )
+        return largest
     return None

@@ -143,13 +143,6 @@ def test_before_max_bounds_old_timestamps_and_log_append_time_skips_bounds() -> 
     assert isinstance(_check(batch, lat), BatchHeader)
 
 
-def test_a_wrong_max_timestamp_is_invalid() -> None:
-    batch = bytearray(build(NOW, 0, 4))
-    struct.pack_into(">q", batch, 35, NOW - 1)
-    result = _check(with_crc(batch))
-    assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD, result
-
-
 def test_a_null_header_key_is_invalid() -> None:
     # attributes, ts delta 0, offset delta 0, null key, value "v", 1 header with key length -1
     body = b"\x00\x00\x00\x01\x02v\x02\x01\x00"

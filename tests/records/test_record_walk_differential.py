@@ -173,9 +173,11 @@ def test_c_walk_equals_reference_and_kafka_python_reads_what_it_accepts(
     args = (section, 0, len(section), count, base, max_timestamp, create_time, NOW, before, after)
     answer = walk(*args)
     assert answer == reference_walk(*args)
-    event(f"walk: {ErrorCode(answer[0]).name if answer else 'accepted'}")
-    if answer is not None:
+    if isinstance(answer, tuple):
+        event(f"walk: {ErrorCode(answer[0]).name}")
         return
+    event("walk: accepted" if answer is None else "walk: accepted, maxTimestamp to fix")
+    assert create_time or answer is None  # LogAppendTime: the append time replaces it
     try:
         timestamps = _kafka_python_reads(header, section, count, base)
     except (CorruptRecordError, UnicodeDecodeError, ValueError, IndexError) as error:
@@ -185,6 +187,9 @@ def test_c_walk_equals_reference_and_kafka_python_reads_what_it_accepts(
     assert len(timestamps) == count
     if not seen.kafka_python_stricter:
         assert timestamps == [base + delta for delta in seen.deltas]
+        if create_time:  # Kafka's maxTimestamp: the largest record timestamp, at least -1
+            kafka_max = max(-1, *timestamps)
+            assert (max_timestamp if answer is None else answer) == kafka_max
 
 
 def _utf8(keys: list[bytes]) -> bool:
@@ -250,3 +255,73 @@ def test_timestamps_out_of_int64_are_compared_exactly() -> None:
     )
     assert answer is not None and answer[0] == ErrorCode.INVALID_TIMESTAMP, answer
     assert str(base + delta) in answer[1]
+
+
+@SETTINGS
+@given(
+    records=records_strategy,
+    base=st.integers(0, 2**45),
+    claimed=st.sampled_from(["exact", "minus one", "above", "below"]) | st.integers(-(2**63), -2),
+    shift=st.integers(1, 2**40),
+)
+def test_the_max_timestamp_to_write_is_kafka_pythons_largest_timestamp(
+    records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    base: int,
+    claimed: str | int,
+    shift: int,
+) -> None:
+    """Valid sections whose batch claims any maxTimestamp: the C walk and the reference answer
+    nothing to do when the claim is Kafka's, and Kafka's otherwise."""
+    header, section = _build(records, base)
+    parsed = DefaultRecordBatch(header + section)
+    timestamps = [record.timestamp for record in parsed]
+    kafka_max = max(-1, *timestamps)
+    assert parsed.max_timestamp == max(timestamps)  # what kafka-python itself writes
+    claims = {"exact": kafka_max, "minus one": -1, "above": kafka_max + shift}
+    claims["below"] = kafka_max - shift
+    max_timestamp = claims[claimed] if isinstance(claimed, str) else claimed
+    first = parsed.first_timestamp
+    args = (section, 0, len(section), len(records), first, max_timestamp, True, NOW, 2**63 - 1)
+    answer = walk(*args, 2**63 - 1)
+    assert answer == reference_walk(*args, 2**63 - 1)
+    assert answer == (None if max_timestamp == kafka_max else kafka_max)
+    event("nothing to do" if answer is None else "maxTimestamp to fix")
+
+
+@pytest.mark.parametrize(
+    ("base", "deltas", "max_timestamp", "expected"),
+    [
+        (NOW, [0, 7, 3], NOW + 7, None),  # already right: nothing to do
+        (NOW, [0, 7, 3], -1, NOW + 7),  # older clients (Sarama) send -1
+        (NOW, [0, 7, 3], NOW + 100, NOW + 7),  # larger than any record: lowered, as Kafka does
+        (NOW, [0, 7, 3], NOW, NOW + 7),
+        (-9, [0, 4], -5, -1),  # every record before the epoch: Kafka's maximum starts at -1
+        (-9, [0, 4], -1, None),
+    ],
+)
+def test_the_walk_answers_the_max_timestamp_kafka_writes(
+    base: int, deltas: list[int], max_timestamp: int, expected: int | None
+) -> None:
+    section = b"".join(_record(index, delta) for index, delta in enumerate(deltas))
+    for create_time in (True, False):
+        args = (section, 0, len(section), len(deltas), base, max_timestamp, create_time)
+        bounds = (NOW, 2**63 - 1, 2**63 - 1)
+        answer = walk(*args, *bounds)
+        assert answer == reference_walk(*args, *bounds)
+        assert answer == (expected if create_time else None)
+
+
+def test_a_largest_timestamp_past_int64_cannot_be_written() -> None:
+    """Within bounds that allow it, but no int64 can carry it as the batch's maxTimestamp."""
+    base = 2**63 - 1
+    section = _record(0, 0) + _record(1, 1000)
+    args = (section, 0, len(section), 2, base, -1, True, NOW, 2**63 - 1, 2**63 - 1)
+    answer = walk(*args)
+    assert answer == reference_walk(*args)
+    assert isinstance(answer, tuple) and answer[0] == ErrorCode.INVALID_RECORD, answer
+    assert str(base + 1000) in answer[1]
+
+
+def _record(index: int, delta: int) -> bytes:
+    body = b"\x00" + _varint(delta) + _varint(index) + b"\x01" + b"\x02v" + b"\x00"
+    return _varint(len(body)) + body
