@@ -237,12 +237,14 @@ class DisklessBroker:
         *,
         acks: int = ACKS_ALL,
         timeout_ms: int | None = None,
+        allow_zstd: bool = True,
     ) -> dict[TopicPartition, ProduceResult]:
         """Kafka Produce: one record batch per partition; a result per partition.
 
         Every partition is validated on its own and fails alone. acks=1 behaves as acks=-1 (an
         ack always means durable and sequenced); acks=0 returns {} at once while the write goes
         on in the background (awaited by `close`). Raises BrokerClosedError after `close`.
+        `allow_zstd=False` (for a Produce request below v7) refuses zstd batches.
 
         As in Kafka, `timeout_ms` (even 0) bounds only the wait: partitions not answered in time
         get REQUEST_TIMED_OUT while their write goes on, to be committed or to fail within the
@@ -266,7 +268,7 @@ class DisklessBroker:
         budget_s = max(timeout_s, self._request_budget_s)
         admit_s = max(budget_s, self._wal_budget_s)
         owned = {tp: _owned(data) for tp, data in partitions.items()}
-        checked = self._check_now(owned)
+        checked = self._check_now(owned, allow_zstd)
         if checked is not None and not has_transactional(checked[1]):
             prepared = self._hand_over(writer, checked, admit_s, acks)
             if prepared is None:  # acks=0 whose hand-over failed (logged)
@@ -275,7 +277,7 @@ class DisklessBroker:
                 self._count_unanswered(prepared)
                 return {}
         else:
-            prepare = self._prepare_later(writer, owned, checked, admit_s)
+            prepare = self._prepare_later(writer, owned, checked, admit_s, allow_zstd)
             await asyncio.sleep(0)  # its first step: all of it unless it waits
             if not prepare.done():  # waiting for the coordinator or for the request before it
                 self._bound(prepare, now + budget_s)
@@ -294,7 +296,9 @@ class DisklessBroker:
         self._count_produce(len(owned), failed=failed, accepted_bytes=_size_of(entries))
         return {tp: results[tp] for tp in partitions}
 
-    def _check_now(self, partitions: dict[TopicPartition, bytes | memoryview]) -> _Checked | None:
+    def _check_now(
+        self, partitions: dict[TopicPartition, bytes | memoryview], allow_zstd: bool
+    ) -> _Checked | None:
         """Validate at once when nothing has to be waited for: no earlier request is still on its
         way to the WAL, and the topic cache answers for every partition. None otherwise."""
         previous = self._admitted
@@ -303,7 +307,7 @@ class DisklessBroker:
         topics = self._topics.cached(partitions)
         if topics is None:
             return None
-        return check_produce(partitions, topics, {}, self._clock.now_ms())
+        return check_produce(partitions, topics, {}, self._clock.now_ms(), allow_zstd=allow_zstd)
 
     def _hand_over(
         self, writer: WalWriter, checked: _Checked, admit_s: float, acks: int
@@ -327,6 +331,7 @@ class DisklessBroker:
         partitions: dict[TopicPartition, bytes | memoryview],
         checked: _Checked | None,
         admit_s: float,
+        allow_zstd: bool,
     ) -> asyncio.Task[_Prepared]:
         """Start the request's way to the WAL as a task of its own, holding the next ticket."""
         # Take the ticket now, synchronously, so that arrival order is write order.
@@ -334,7 +339,7 @@ class DisklessBroker:
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admitted = mine
         prepare = asyncio.create_task(
-            self._prepare(writer, partitions, checked, previous, mine, admit_s),
+            self._prepare(writer, partitions, checked, previous, mine, admit_s, allow_zstd),
             name=f"produce-b{self._broker_id}",
         )
         self._background.add(prepare)
@@ -368,6 +373,7 @@ class DisklessBroker:
         previous: asyncio.Future[None] | None,
         mine: asyncio.Future[None],
         admit_s: float,
+        allow_zstd: bool,
     ) -> _Prepared:
         """Validate (unless `checked` already is), take leases, wait for the request before this
         one, hand the valid batches to the WAL.
@@ -376,8 +382,14 @@ class DisklessBroker:
         appends whatever the produce timeout; the timeout bounds the wait for acknowledgement).
         """
         try:
-            if checked is None:
-                checked = await self._validate(partitions)
+            if checked is None:  # against the topics' descriptions, refreshed if need be
+                topics, unavailable = await self._topics.describe(
+                    {tp.topic for tp in partitions}, partitions
+                )
+                now_ms = self._clock.now_ms()
+                checked = check_produce(
+                    partitions, topics, unavailable, now_ms, allow_zstd=allow_zstd
+                )
             results, entries = await self._lease(checked)
             if previous is not None:
                 # Shielded: giving up on our deadline must not cancel the predecessor's ticket.
@@ -451,15 +463,6 @@ class DisklessBroker:
         finally:
             alarm.cancel()
         return future.done()
-
-    async def _validate(
-        self, partitions: Mapping[TopicPartition, bytes | bytearray | memoryview]
-    ) -> _Checked:
-        """Per-partition checks against the topics' descriptions, refreshed if need be."""
-        topics, unavailable = await self._topics.describe(
-            {tp.topic for tp in partitions}, partitions
-        )
-        return check_produce(partitions, topics, unavailable, self._clock.now_ms())
 
     async def _lease(
         self, checked: _Checked

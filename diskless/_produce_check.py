@@ -21,9 +21,12 @@ def check_produce(
     topics: Mapping[str, TopicDescription],
     unavailable: Mapping[str, Exception],
     now_ms: int,
+    *,
+    allow_zstd: bool = True,
 ) -> Checked:
     """Validate every partition on its own (framing, CRC, every record, size, timestamps at
-    `now_ms`), then Kafka's one-transactional-producer-per-request rule.
+    `now_ms`, zstd only if `allow_zstd`), then Kafka's one-transactional-producer-per-request
+    rule.
 
     A topic missing from `topics` is unknown, or fails with produce's error for the failure in
     `unavailable` that kept its description from being read.
@@ -53,7 +56,7 @@ def check_produce(
             config.message_timestamp_before_max_ms,
             config.message_timestamp_after_max_ms,
         )
-        parsed = parse_produce_payload(data, config.max_message_bytes, rules)
+        parsed = parse_produce_payload(data, config.max_message_bytes, rules, allow_zstd=allow_zstd)
         if isinstance(parsed, InvalidBatch):
             results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
         else:

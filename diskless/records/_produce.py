@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from diskless._types import ErrorCode, TimestampType
+from diskless.records._compression import CODEC_ZSTD
 from diskless.records._header import (
+    COMPRESSION_MASK,
     BatchHeader,
     InvalidBatch,
     _byte_view,
@@ -52,6 +54,8 @@ def parse_produce_payload(
     data: bytes | bytearray | memoryview,
     max_message_bytes: int,
     rules: RecordRules | None = None,
+    *,
+    allow_zstd: bool = True,
 ) -> BatchHeader | InvalidBatch:
     """The single valid batch of one partition's produce data, or the error for that partition.
 
@@ -59,11 +63,21 @@ def parse_produce_payload(
     `rules` every record is decoded and checked too (`validate_records`), and the batch returned
     may be a fixed copy (its maxTimestamp); without, only the framing, header and CRC are checked
     (for callers that re-read batches the broker already accepted).
+
+    `allow_zstd` False (a request below Produce v7, whose client could not read zstd back) makes
+    a zstd batch UNSUPPORTED_COMPRESSION_TYPE. Kafka checks this with the request's own rules
+    (`ProduceRequest.validateRecords`), on the first batch, before its CRC and every other rule.
     """
     buffer = _byte_view(data)
     first = parse_batch(buffer)
-    if isinstance(first, BatchHeader) and first.size == len(buffer):  # the common case
-        return _validate(first, max_message_bytes, rules)
+    if isinstance(first, BatchHeader):
+        if not allow_zstd and first.attributes & COMPRESSION_MASK == CODEC_ZSTD:
+            return InvalidBatch(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                "zstd batches need Produce v7 or later",
+            )
+        if first.size == len(buffer):  # the common case
+            return _validate(first, max_message_bytes, rules)
     batches = split_batches(buffer)
     if isinstance(batches, InvalidBatch):
         return batches

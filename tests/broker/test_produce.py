@@ -22,7 +22,8 @@ from diskless.errors import BrokerClosedError
 from diskless.records import set_log_append_time
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch, records_of
+from tests.broker._kafka import CREATE_TIME_MS, build_batch, records_of
+from tests.records._oracle import build_batch as oracle_batch
 
 FAST = BrokerConfig(wal=WalConfig(commit_interval_ms=5, upload_attempts=1, upload_backoff_ms=0))
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
@@ -165,6 +166,21 @@ async def test_transactional_batches_of_two_producers_fail_with_invalid_mapping(
         }
     )
     assert {r.error for r in same.values()} & {ErrorCode.INVALID_PRODUCER_ID_MAPPING} == set()
+
+
+async def test_zstd_when_not_allowed_fails_only_its_partition(
+    broker: DisklessBroker, coordinator: CountingCoordinator
+) -> None:
+    """Below Produce v7 a front end forbids zstd; the library's callers may use it by default.
+    The first request checks in a task (no topic cached yet), the second in the caller's step."""
+    zstd = oracle_batch([(CREATE_TIME_MS, None, b"z" * 50, [])], compression=4)
+    for _ in range(2):
+        results = await broker.produce({T0: zstd, T1: build_batch([b"ok"])}, allow_zstd=False)
+        assert results[T0].error == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, results[T0]
+        assert results[T1].error == ErrorCode.NONE, results[T1]
+    assert coordinator.describe_calls == 1  # both paths ran
+    assert (await broker.list_offsets({T0: OffsetSpec.LATEST}))[T0].offset == 0
+    assert (await broker.produce({T0: zstd}))[T0].error == ErrorCode.NONE
 
 
 @pytest.mark.parametrize("acks", [2, -2, 5])

@@ -250,3 +250,19 @@ def test_zstd_frames_with_and_without_a_declared_size() -> None:
             result = _check(_with_body(batch, hostile))
             assert isinstance(result, InvalidBatch), (declare, hostile[-4:])
             assert result.error == ErrorCode.CORRUPT_MESSAGE, (declare, result)
+
+
+def test_zstd_when_not_allowed_is_refused_before_every_other_rule() -> None:
+    """Kafka checks the request's own rules (Produce below v7: no zstd) on the first batch
+    before its CRC and its records; other codecs are unaffected."""
+    zstd = build(NOW, 4, 3)
+    assert isinstance(_check(zstd), BatchHeader)  # allowed by default
+    corrupt = bytearray(zstd)
+    corrupt[-1] ^= 0x01
+    for batch in (zstd, bytes(corrupt), zstd + build(NOW, 0, 1)):
+        result = parse_produce_payload(batch, MAX, RecordRules(NOW), allow_zstd=False)
+        assert isinstance(result, InvalidBatch), result
+        assert result.error == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, result
+    for codec in (0, 1, 2, 3):
+        batch = build(NOW, codec, 3)
+        assert isinstance(parse_produce_payload(batch, MAX, allow_zstd=False), BatchHeader)
