@@ -7,12 +7,17 @@ version 1 clients are rewritten on the way in (`TransactionFront.rewrite_batches
 the coordinator first; so each produce request takes a turn on its connection
 (`Connection.produce_turn`), and one that need not read goes straight on when no earlier one
 is still reading.
+
+zstd batches need Produce v7 or later: an older client could not read them back, so Kafka answers
+UNSUPPORTED_COMPRESSION_TYPE for such a partition, and so does `DisklessBroker.produce` when told
+that zstd is not allowed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity
@@ -27,6 +32,9 @@ from diskless.kafka_server._messages import ProduceRequest, ProduceResponse
 from diskless.kafka_server._route import NO_THROTTLE, millis
 from diskless.kafka_server._steps import Steps
 from diskless.kafka_server._versions import ApiKey
+
+ZSTD_VERSION_MIN: Final = 7
+"""The first Produce version whose clients can read zstd batches (KIP-110)."""
 
 
 async def handle_produce(
@@ -60,7 +68,12 @@ async def handle_produce(
                 partitions = await context.transactions.rewrite_batches(partitions, transactional)
         # No await between the turn and this call: it fixes the request's place in the write
         # order of the broker.
-        produced = context.broker.produce(partitions, acks=acks, timeout_ms=millis(request.timeout))
+        produced = context.broker.produce(
+            partitions,
+            acks=acks,
+            timeout_ms=millis(request.timeout),
+            allow_zstd=request.__version__ >= ZSTD_VERSION_MIN,
+        )
     except DisklessError as e:
         failed = failure(ApiKey.PRODUCE, e, f"produce on broker {context.broker_id}")
     finally:

@@ -1,0 +1,166 @@
+"""Produce rules that depend on the request or fix the batch, through real wire requests.
+
+- zstd needs Produce v7 or later: below, Kafka answers UNSUPPORTED_COMPRESSION_TYPE (76) for the
+  zstd partition alone, and the request's other partitions are stored.
+- A batch whose maxTimestamp is -1 (Sarama before 2025) or larger than its records' is stored
+  with its largest record timestamp, as Kafka's LogValidator stores it: Fetch reads it back with
+  a valid CRC, and ListOffsets finds its records by MAX_TIMESTAMP (-3) and by time.
+
+Batches are built by kafka-python's record classes, read back by kafka-python.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import warnings
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode as WireError
+from kio.schema.list_offsets.v7 import request as list_offsets_v7
+from kio.static.primitive import i8, i32, i64
+
+from diskless.clock import SystemClock
+from diskless.kafka_server import KafkaCluster
+from tests.kafka_server._wire import WireClient, fetch_request
+from tests.records._oracle import MAX_TIMESTAMP_AT, build_batch, patch
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record import MemoryRecords
+
+GZIP, ZSTD = 1, 4
+NOW = 1_700_000_000_000
+
+
+def _batch(timestamps: list[int], codec: int, *, claimed: int | None = None) -> bytes:
+    records = [(ts, None, f"at {ts}".encode() * 10, []) for ts in timestamps]
+    batch = build_batch(records, compression=codec)
+    return batch if claimed is None else patch(batch, ">q", MAX_TIMESTAMP_AT, claimed)
+
+
+def _produce(version: int, topic: str, batches: dict[int, bytes]) -> Any:
+    """A Produce request of `version` carrying one batch per partition."""
+    schema = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    return schema.ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            schema.TopicProduceData(
+                name=topic,
+                partition_data=tuple(
+                    schema.PartitionProduceData(index=i32(p), records=batch)
+                    for p, batch in batches.items()
+                ),
+            ),
+        ),
+    )
+
+
+def _errors(response: Any) -> dict[int, WireError]:
+    [topic] = response.responses
+    return {p.index: p.error_code for p in topic.partition_responses}
+
+
+async def _fetch(client: WireClient, topic: str, partitions: int) -> dict[int, tuple[int, bytes]]:
+    """(high watermark, records) per partition, from offset 0."""
+    response = await client.request(fetch_request(topic, partitions))
+    [answer] = response.responses
+    out = {}
+    for p in answer.partitions:
+        assert p.error_code == WireError.none, p
+        out[p.partition_index] = (p.high_watermark, bytes(p.records or b""))
+    return out
+
+
+def _batches(records: bytes) -> list[Any]:
+    memory, batches = MemoryRecords(records), []
+    while (batch := memory.next_batch()) is not None:
+        assert batch.validate_crc(), "kafka-python rejects the CRC"
+        batches.append(batch)
+    return batches
+
+
+async def test_zstd_below_produce_v7_fails_its_partition_alone(cluster: KafkaCluster) -> None:
+    await cluster.create_topic("z", 2)
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        zstd, gzip = _batch([NOW, NOW + 1], ZSTD), _batch([NOW + 2], GZIP)
+        for version in (3, 6):
+            response = await client.request(_produce(version, "z", {0: zstd, 1: gzip}))
+            assert _errors(response) == {
+                0: WireError.unsupported_compression_type,
+                1: WireError.none,
+            }, version
+        fetched = await _fetch(client, "z", 2)
+        assert fetched[0] == (0, b"")  # nothing of the refused batches was stored
+        assert fetched[1][0] == 2
+        for version in (7, 11):
+            response = await client.request(_produce(version, "z", {0: zstd, 1: gzip}))
+            assert _errors(response) == {0: WireError.none, 1: WireError.none}, version
+        fetched = await _fetch(client, "z", 2)
+        assert fetched[0][0] == 4 and fetched[1][0] == 4
+        stored = _batches(fetched[0][1])
+        assert [b.compression_type for b in stored] == [ZSTD, ZSTD]
+        assert [[r.timestamp for r in b] for b in stored] == [[NOW, NOW + 1]] * 2
+    finally:
+        await client.close()
+
+
+def _list_offsets(topic: str, timestamp: int) -> Any:
+    return list_offsets_v7.ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=i8(0),
+        topics=(
+            list_offsets_v7.ListOffsetsTopic(
+                name=topic,
+                partitions=(
+                    list_offsets_v7.ListOffsetsPartition(
+                        partition_index=i32(0), timestamp=i64(timestamp)
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+async def _offset_for(client: WireClient, topic: str, timestamp: int) -> tuple[int, int]:
+    response = await client.request(_list_offsets(topic, timestamp))
+    [answer] = response.topics
+    [partition] = answer.partitions
+    assert partition.error_code == WireError.none, partition
+    return int(partition.offset), int(partition.timestamp)
+
+
+@pytest.mark.parametrize("version", [3, 7, 9])
+@pytest.mark.parametrize("codec", [0, GZIP], ids=["none", "gzip"])
+async def test_a_wrong_max_timestamp_is_stored_fixed(
+    cluster: KafkaCluster, codec: int, version: int
+) -> None:
+    await cluster.create_topic("m", 1)
+    now = SystemClock().now_ms()
+    sent = [
+        [now - 50_000, now - 20_000, now - 60_000],  # offsets 0..2, claims -1
+        [now - 10_000, now - 15_000],  # offsets 3..4, claims ten minutes ahead
+    ]
+    client = await WireClient.connect(cluster.servers[1])
+    try:
+        for timestamps, claimed in zip(sent, (-1, now + 600_000), strict=True):
+            batch = _batch(timestamps, codec, claimed=claimed)
+            response = await client.request(_produce(version, "m", {0: batch}))
+            assert _errors(response) == {0: WireError.none}
+        ((high_watermark, records),) = (await _fetch(client, "m", 1)).values()
+        assert high_watermark == 5
+        stored = _batches(records)
+        assert [[r.timestamp for r in b] for b in stored] == sent
+        assert [b.max_timestamp for b in stored] == [now - 20_000, now - 10_000]
+        assert await _offset_for(client, "m", -3) == (3, now - 10_000)  # MAX_TIMESTAMP
+        offset, timestamp = await _offset_for(client, "m", now - 55_000)
+        assert offset == 0 and timestamp >= now - 55_000
+        offset, timestamp = await _offset_for(client, "m", now - 12_000)
+        assert offset == 3 and timestamp >= now - 12_000
+        assert await _offset_for(client, "m", now - 9_000) == (-1, -1)
+    finally:
+        await client.close()
