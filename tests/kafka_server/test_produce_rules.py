@@ -1,7 +1,8 @@
 """Produce rules that depend on the request or fix the batch, through real wire requests.
 
 - zstd needs Produce v7 or later: below, Kafka answers UNSUPPORTED_COMPRESSION_TYPE (76) for the
-  zstd partition alone, and the request's other partitions are stored.
+  zstd partition alone, and the request's other partitions are stored. Real clients that
+  compress with zstd negotiate v7 or later, and their batches are stored.
 - A batch whose maxTimestamp is -1 (Sarama before 2025) or larger than its records' is stored
   with its largest record timestamp, as Kafka's LogValidator stores it: Fetch reads it back with
   a valid CRC, and ListOffsets finds its records by MAX_TIMESTAMP (-3) and by time.
@@ -11,6 +12,7 @@ Batches are built by kafka-python's record classes, read back by kafka-python.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import importlib
 import warnings
@@ -23,11 +25,13 @@ from kio.static.primitive import i8, i32, i64
 
 from diskless.clock import SystemClock
 from diskless.kafka_server import KafkaCluster
+from tests.kafka_server._clients import confluent_consume, confluent_produce, value
 from tests.kafka_server._wire import WireClient, fetch_request
 from tests.records._oracle import MAX_TIMESTAMP_AT, build_batch, patch
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaProducer
     from kafka.record import MemoryRecords
 
 GZIP, ZSTD = 1, 4
@@ -107,6 +111,35 @@ async def test_zstd_below_produce_v7_fails_its_partition_alone(cluster: KafkaClu
         assert [[r.timestamp for r in b] for b in stored] == [[NOW, NOW + 1]] * 2
     finally:
         await client.close()
+
+
+def _kafka_python_produce_zstd(bootstrap: str, topic: str, count: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="zstd")
+    futures = [producer.send(topic, value("kp", s), partition=s % 2) for s in range(count)]
+    producer.flush(60)
+    for future in futures:
+        future.get(timeout=60)
+    producer.close()
+
+
+async def test_real_clients_compressing_with_zstd_are_accepted(cluster: KafkaCluster) -> None:
+    await cluster.create_topic("zc", 2)
+    bootstrap = cluster.bootstrap(cluster.racks[0])
+    extra = {"compression.type": "zstd"}
+    await asyncio.to_thread(confluent_produce, bootstrap, "zc", "rd", 400, 2, extra=extra)
+    await asyncio.to_thread(_kafka_python_produce_zstd, bootstrap, "zc", 400)
+    audit = await asyncio.to_thread(confluent_consume, bootstrap, "zc", {0: 400, 1: 400})
+    read = sorted(v for records in audit.records.values() for _, v in records)
+    assert read == sorted(
+        [value("rd", s) for s in range(400)] + [value("kp", s) for s in range(400)]
+    )
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        fetched = await _fetch(client, "zc", 2)
+    finally:
+        await client.close()
+    codecs = {b.compression_type for _, records in fetched.values() for b in _batches(records)}
+    assert codecs == {ZSTD}  # compressed as asked, so sent with Produce v7 or later
 
 
 def _list_offsets(topic: str, timestamp: int) -> Any:
