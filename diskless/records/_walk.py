@@ -4,8 +4,8 @@ The broker stores the client's records unchanged, so a batch is accepted only wh
 can decode it as written: each record consumes exactly its declared length, the records number
 exactly recordsCount and fill the batch, and offset deltas run 0..n-1. One header field is fixed
 rather than refused, as Kafka fixes it: a CreateTime batch's maxTimestamp becomes its largest
-record timestamp (older clients, Sarama before 2025, send -1 there), on a copy with a new CRC;
-a batch that needs no fix is never copied.
+record timestamp, or -1 when none is larger (older clients, Sarama before 2025, send -1 there),
+on a copy with a new CRC; a batch that needs no fix is never copied.
 
 Error codes follow Kafka: structural faults in records are `InvalidRecordException` there
 (`DefaultRecord.readFrom`, "Incorrect declared batch size"), hence INVALID_RECORD; a timestamp
