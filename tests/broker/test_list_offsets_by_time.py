@@ -26,7 +26,7 @@ import pytest
 
 from diskless import BrokerConfig, DisklessBroker, SystemClock
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TimestampType, TopicPartition
-from diskless.coordinator import BatchCoordinator, TopicConfig
+from diskless.coordinator import BatchCoordinator, FindBatchesRequest, TopicConfig
 from diskless.lifecycle import Consolidator, ConsolidatorConfig
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TransactionCoordinator
@@ -125,6 +125,40 @@ async def test_a_record_found_at_the_last_stable_offset_answers_none(
         assert (answer[tp].error, answer[tp].offset, answer[tp].timestamp) == (0, -1, -1)
         assert await lookup(broker, tp, base + 10) == (5, base + 12)
         assert await lookup(broker, tp, OffsetSpec.MAX_TIMESTAMP) == (6, base + 13)
+
+
+async def test_a_batch_that_cannot_be_read_fails_only_its_partition(
+    coordinator: BatchCoordinator,
+) -> None:
+    """A corrupt batch and a missing object each answer KAFKA_STORAGE_ERROR for their own
+    partition; the others of the request are answered."""
+    base = int(time.time() * 1000) - 3_600_000
+    store = MemoryObjectStore()
+    tps = [TopicPartition("r", p) for p in range(3)]
+    async with DisklessBroker(1, store, coordinator, CONFIG) as writer:
+        await writer.create_topic("r", len(tps))
+        for tp in tps:  # one object each
+            batch = build_batch([b"a", b"b", b"c"], timestamp_ms=base, timestamp_step=10)
+            (result,) = (await writer.produce({tp: batch})).values()
+            assert result.error == ErrorCode.NONE
+    found = await coordinator.find_batches(
+        [FindBatchesRequest(tp, 0, 1 << 20) for tp in tps], 1 << 30
+    )
+    corrupt, missing, good = (f.batches for f in found)
+    assert len({corrupt[0].object_key, missing[0].object_key, good[0].object_key}) == 3
+    data = bytearray(await store.get(corrupt[0].object_key))
+    data[corrupt[0].byte_offset + corrupt[0].size - 1] ^= 0xFF  # the last record: the CRC fails
+    await store.put(corrupt[0].object_key, bytes(data))
+    assert await store.delete_many([missing[0].object_key]) == [missing[0].object_key]
+    async with DisklessBroker(2, store, coordinator, CONFIG) as reader:  # no segment cache
+        answers = await reader.list_offsets(dict.fromkeys(tps, base + 15))
+        assert [answers[tp].error for tp in tps] == [
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            ErrorCode.NONE,
+        ]
+        assert (answers[tps[2]].offset, answers[tps[2]].timestamp) == (2, base + 20)
+        assert reader.stats().fetch.corrupt_batches == 1
 
 
 # --- differential -----------------------------------------------------------------------------
