@@ -506,7 +506,11 @@ class DisklessBroker:
         *,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> dict[TopicPartition, ListOffsetsResult]:
-        """Kafka ListOffsets: an `OffsetSpec` sentinel or a timestamp (ms) per partition."""
+        """Kafka ListOffsets: an `OffsetSpec` sentinel or a timestamp (ms) per partition.
+
+        By time and MAX_TIMESTAMP the answer is a record, as in Kafka: the coordinator names the
+        batch holding it and one read of that batch finds it (KAFKA_STORAGE_ERROR for that
+        partition alone should the read fail)."""
         self._require_running()
         isolation_level = check_isolation_level(isolation_level)
         requests = [ListOffsetsRequest(tp, ts, isolation_level) for tp, ts in timestamps.items()]

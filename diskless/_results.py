@@ -67,6 +67,9 @@ class FetchStats(msgspec.Struct, frozen=True):
     corrupt_batches: int = 0
     object_cache_block_hits: int = 0
     """Reads the shared object cache answered from a block it held."""
+    time_lookup_batches_read: int = 0
+    """Batches whose records ListOffsets walked to answer by time (one per answer; two when
+    the log start cuts the first)."""
 
 
 class ProduceStats(msgspec.Struct, frozen=True):

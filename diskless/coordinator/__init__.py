@@ -34,6 +34,7 @@ from diskless.coordinator._values import (
     ProducerSnapshot,
     RegisteredTxn,
     RetentionResult,
+    TimeLookup,
     TopicConfig,
     TopicDescription,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "LeaseResult",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
+    "TimeLookup",
     "ProducerSnapshot",
     "RegisteredTxn",
     "RetentionResult",

@@ -291,7 +291,9 @@ class BatchCoordinator(abc.ABC):
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]
     ) -> list[ListOffsetsResponse]:
-        """Kafka ListOffsets: EARLIEST, LATEST, MAX_TIMESTAMP or the first offset at a time."""
+        """Kafka ListOffsets: EARLIEST, LATEST, MAX_TIMESTAMP or the first offset at a time.
+        The last two lie in records: the response names the batches holding them
+        (`ListOffsetsResponse.lookup`) and the read path answers from their records."""
 
     # --- deletion -----------------------------------------------------------------------------
     @abc.abstractmethod

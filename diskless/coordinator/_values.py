@@ -221,15 +221,35 @@ class ListOffsetsRequest(msgspec.Struct, frozen=True):
     isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
+class TimeLookup(msgspec.Struct, frozen=True):
+    """A ListOffsets answer only records hold. Kafka reads the batch holding the answer and
+    answers its first record whose timestamp reaches the target; the coordinator knows batches,
+    not records, so it names them and the read path reads them.
+
+    The answer is the first record, walking `batches` in offset order, whose offset is at least
+    `start_offset` (the log start) and whose timestamp is at least `target`: its offset and
+    timestamp when its offset is below `end_offset` (the high watermark, or the LSO for
+    READ_COMMITTED), else none (offset and timestamp -1), as Kafka filters what it found. When
+    no record qualifies, the response's own offset and timestamp stand.
+
+    `batches` are rows (batches, markers or extents, whose index finds the batch inside them):
+    the first row whose largest timestamp reaches `target`, which holds the answer unless the
+    log start cuts it, and then the next such row.
+    """
+
+    target: int
+    start_offset: int
+    end_offset: int
+    batches: list[BatchInfo]
+
+
 class ListOffsetsResponse(msgspec.Struct, frozen=True):
     error: ErrorCode
     offset: int = -1
     timestamp: int = -1
-    extent: BatchInfo | None = None
-    """Set when the answer lies inside an extent, which only its object's index can resolve:
-    the answer is then the extent's first batch whose last offset is >= `offset` and whose
-    timestamp is >= `timestamp`, answered as (max(its base offset, `offset`), its timestamp).
-    `DisklessBroker.list_offsets` resolves it."""
+    lookup: TimeLookup | None = None
+    """Set when the answer lies in records: `DisklessBroker.list_offsets` resolves it (see
+    `TimeLookup`); `offset` and `timestamp` are then the answer should no record qualify."""
 
 
 class DeleteRecordsRequest(msgspec.Struct, frozen=True):

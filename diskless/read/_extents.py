@@ -2,7 +2,7 @@
 its index footer and a walk over batch headers.
 
 A fetch expands the extents of its answer into their batches (with the bytes, already as served)
-so that the fetch budgets can be applied exactly; ListOffsets finds the batch that answers inside
+so that the fetch budgets can be applied exactly; ListOffsets finds the record that answers inside
 an extent. Every batch walked is checked as a stored batch is: it frames, its CRC holds, and its
 offsets follow the previous batch's within the extent.
 """
@@ -21,6 +21,7 @@ from diskless.records import (
     MAGIC,
     BatchHeader,
     InvalidBatch,
+    first_record_reaching,
     parse_batch,
 )
 from diskless.wal import ExtentFooter, ExtentFormatError, ExtentIndexEntry, decode_extent_footer
@@ -49,6 +50,8 @@ class ExtentReader:
         self._cache = cache
         self._footers: OrderedDict[str, ExtentFooter] = OrderedDict()
         self._footers_max = footers_max
+        self.lookup_batches_read = 0
+        """Batches whose records `find_record` walked."""
 
     @property
     def cache(self) -> ObjectCache:
@@ -98,18 +101,39 @@ class ExtentReader:
                 break
         return served
 
-    async def find(self, info: BatchInfo, offset: int, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets inside extent `info`: (max(base offset, `offset`), timestamp) of its first
-        batch whose last offset is >= `offset` and whose timestamp is >= `timestamp`."""
+    async def find_record(
+        self, info: BatchInfo, offset: int, timestamp: int
+    ) -> tuple[int, int] | None:
+        """ListOffsets inside extent `info`: (offset, timestamp) of its first record whose offset
+        is at least `offset` and whose timestamp is at least `timestamp`, None when none is.
+
+        The index skips every batch before the later of the entries for `offset` and for
+        `timestamp`; the headers after it find the first batch that could answer, and only that
+        batch is read whole (the next ones too only while `offset` cuts them short)."""
         footer = await self.footer(info)
         by_offset = footer.start_for_offset(max(offset, info.base_offset))
         by_time = footer.start_for_timestamp(timestamp)
         start = by_offset if by_offset.position >= by_time.position else by_time
         if start.position >= info.byte_offset + info.size:
             return None  # the extent ends before any batch that could answer
-        async for header, _ in _Walk(self._cache, info, start, headers_only=True):
-            if header.last_offset >= offset and header.max_timestamp >= timestamp:
-                return max(header.base_offset, offset), header.max_timestamp
+        walk = _Walk(self._cache, info, start, headers_only=True)
+        async for header, _ in walk:
+            if header.last_offset < offset or header.max_timestamp < timestamp:
+                continue
+            position = walk.position - header.size
+            data = await self._cache.read(
+                info.object_key, position, position + header.size, _size_of(info)
+            )
+            self.lookup_batches_read += 1
+            found = first_record_reaching(
+                _checked(data, f"{info.object_key} at {position}"),
+                offset=offset,
+                timestamp=timestamp,
+            )
+            if isinstance(found, InvalidBatch):
+                raise CorruptBatch(f"{info.object_key} at {position}: {found.message}")
+            if found is not None:
+                return found
         return None
 
 
@@ -162,15 +186,20 @@ class _Walk:
             data = await self._cache.read(
                 info.object_key, self.position, self.position + header.size, self._size
             )
-            full = parse_batch(data)
-            if isinstance(full, InvalidBatch) or full.size != len(data):
-                raise CorruptBatch(f"{where}: batch does not frame")
-            if not full.crc_valid():
-                raise CorruptBatch(f"{where}: CRC-32C mismatch")
-            header = full
+            header = _checked(data, where)
         self.position += header.size
         self._next_offset = header.last_offset + 1
         return header, data
+
+
+def _checked(data: bytes, where: str) -> BatchHeader:
+    """The batch that `data` holds whole, its CRC checked."""
+    full = parse_batch(data)
+    if isinstance(full, InvalidBatch) or full.size != len(data):
+        raise CorruptBatch(f"{where}: batch does not frame")
+    if not full.crc_valid():
+        raise CorruptBatch(f"{where}: CRC-32C mismatch")
+    return full
 
 
 def _frame(head: bytes, where: str) -> BatchHeader:

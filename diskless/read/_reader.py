@@ -16,6 +16,9 @@ a block is read whole, up to the object's end). Extents (consolidated runs of ba
 expanded through their object's index and the budgets applied again (`_plan`); their batches are
 already as served and go out unchanged, after the same checks.
 
+ListOffsets answers that lie in records (by time, MAX_TIMESTAMP) are found by reading the batch
+the coordinator names and walking its records (`_time_lookup`).
+
 Failures stay local: a failed read or a corrupt batch turns only the partitions that needed those
 bytes into KAFKA_STORAGE_ERROR (retriable); the rest of the fetch succeeds.
 """
@@ -54,6 +57,7 @@ from diskless.read._cache import ObjectCache
 from diskless.read._extents import ExtentReader, Served
 from diskless.read._plan import PartitionPlan, has_extents, plan_exact
 from diskless.read._spans import Span, SpanIndex, coalesce
+from diskless.read._time_lookup import TimeLookups
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -108,11 +112,12 @@ class FetchReader:
                 gets=self._gets,
             )
         )
+        self._time_lookups = TimeLookups(self._read_batch, self._extents)
         self._stats: dict[str, int] = dict.fromkeys(FetchStats.__struct_fields__, 0)
 
     @property
     def extents(self) -> ExtentReader:
-        """Extents found through their objects' indexes (ListOffsets resolves answers here)."""
+        """Extents found through their objects' indexes."""
         return self._extents
 
     def stats(self) -> FetchStats:
@@ -124,6 +129,7 @@ class FetchReader:
                 "gets_issued": self._stats["gets_issued"] + cache.gets_issued,
                 "bytes_fetched": self._stats["bytes_fetched"] + cache.bytes_fetched,
                 "object_cache_block_hits": cache.block_hits,
+                "time_lookup_batches_read": self._time_lookups.batches_read,
             }
         )
 
@@ -208,29 +214,34 @@ class FetchReader:
     async def resolve_list_offsets(
         self, responses: Sequence[ListOffsetsResponse]
     ) -> list[ListOffsetsResponse]:
-        """Answers that lie inside an extent (`ListOffsetsResponse.extent`), resolved through the
-        extent's index as that field documents; the others as they are. An extent that cannot
-        be read answers KAFKA_STORAGE_ERROR for its partition only."""
+        """Answers that lie in records (`ListOffsetsResponse.lookup`), found by reading the
+        batches the lookup names (`TimeLookups`); the others as they are. A batch that cannot be
+        read answers KAFKA_STORAGE_ERROR for its partition only."""
 
         async def resolve(response: ListOffsetsResponse) -> ListOffsetsResponse:
-            extent = response.extent
-            if extent is None:
+            if response.lookup is None:
                 return response
             try:
-                found = await self._extents.find(extent, response.offset, response.timestamp)
+                return await self._time_lookups.resolve(response)
             except (CorruptBatch, StorageError) as e:
-                _log.error("list offsets: extent %s: %s", extent.object_key, e)
+                self._stats["corrupt_batches"] += int(isinstance(e, CorruptBatch))
+                _log.error("list offsets: %s", e)
                 return ListOffsetsResponse(fetch_error(e))
-            if found is None:
-                _log.error("list offsets: no answer inside extent %s", extent)
-                return ListOffsetsResponse(ErrorCode.KAFKA_STORAGE_ERROR)
-            return ListOffsetsResponse(ErrorCode.NONE, offset=found[0], timestamp=found[1])
 
-        if all(response.extent is None for response in responses):
+        if all(response.lookup is None for response in responses):
             return list(responses)
         return list(await asyncio.gather(*(resolve(response) for response in responses)))
 
     # --- reading ------------------------------------------------------------------------------
+    async def _read_batch(self, info: BatchInfo) -> bytes:
+        """One batch row's stored bytes, read as a fetch reads them (caches first)."""
+        span = Span(info.object_key, info.byte_offset, info.byte_offset + info.size)
+        sizes = {} if info.object_size is None else {info.object_key: info.object_size}
+        chunk = (await self._read_spans([span], sizes))[span]
+        if isinstance(chunk, StorageError):
+            raise chunk
+        return chunk
+
     async def _read_spans(
         self, spans: Sequence[Span], sizes: Mapping[str, int]
     ) -> dict[Span, bytes | StorageError]:

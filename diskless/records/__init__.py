@@ -56,6 +56,7 @@ from diskless.records._produce import (
     parse_produce_payload,
 )
 from diskless.records._rewrite import rewrite_producer_state
+from diskless.records._timestamps import first_record_reaching
 from diskless.records._walk import validate_records
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "TIMESTAMP_BEFORE_MAX_MS_DEFAULT",
     "RecordRules",
     "decompressed_bytes_max",
+    "first_record_reaching",
     "validate_records",
     "COMPRESSION_CODECS_MAX",
     "COMPRESSION_MASK",

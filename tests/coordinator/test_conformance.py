@@ -320,40 +320,81 @@ async def test_find_batches_reports_object_coordinates(c: Committer) -> None:
 
 # --- list_offsets -----------------------------------------------------------------------------
 async def test_list_offsets(c: Committer) -> None:
+    """By time and MAX_TIMESTAMP the coordinator names the rows whose records answer (the read
+    path reads them): the first row reaching the timestamp, and the next one when the log start
+    cuts it. MAX_TIMESTAMP's own offset and timestamp answer should the log start have cut the
+    record holding the largest timestamp."""
     coordinator = c.coordinator
 
     async def lookup(
         ts: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
-    ) -> tuple[ErrorCode, int, int]:
+    ) -> tuple[ErrorCode, int, int, list[int]]:
         (response,) = await coordinator.list_offsets([ListOffsetsRequest(TP, ts, isolation)])
-        return response.error, response.offset, response.timestamp
+        rows: list[int] = []
+        if response.lookup is not None:
+            named = response.lookup
+            target = ts if ts >= 0 else named.target
+            assert (named.target, named.end_offset) == (target, 10), named
+            rows = [b.base_offset for b in named.batches]
+            assert all(b.object_key == key for b in named.batches), named
+            start = (await coordinator.list_offsets([ListOffsetsRequest(TP, -2)]))[0].offset
+            assert named.start_offset == start, named
+        return response.error, response.offset, response.timestamp, rows
 
-    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, -1, -1)
-    assert await lookup(0) == (OK, -1, -1)
+    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, -1, -1, [])
+    assert await lookup(0) == (OK, -1, -1, [])
     times = [BASE_TS + 10, BASE_TS + 30, BASE_TS + 20, BASE_TS + 30, BASE_TS + 5]
-    await c.commit([batch(TP, count=2, ts=t) for t in times])  # offsets 0,2,4,6,8
-    assert await lookup(OffsetSpec.EARLIEST) == (OK, 0, -1)
-    assert await lookup(OffsetSpec.LATEST) == (OK, 10, -1)
-    assert await lookup(OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED) == (OK, 10, -1)
-    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, 2, BASE_TS + 30)
-    assert await lookup(BASE_TS) == (OK, 0, BASE_TS + 10)
-    assert await lookup(BASE_TS + 11) == (OK, 2, BASE_TS + 30)
-    assert await lookup(BASE_TS + 30) == (OK, 2, BASE_TS + 30)
-    assert await lookup(BASE_TS + 31) == (OK, -1, -1)
-    # Inside the first remaining batch, the answer is the log start offset.
+    key = new_key()
+    await c.commit([batch(TP, count=2, ts=t) for t in times], key)  # offsets 0,2,4,6,8
+    assert await lookup(OffsetSpec.EARLIEST) == (OK, 0, -1, [])
+    assert await lookup(OffsetSpec.LATEST) == (OK, 10, -1, [])
+    assert await lookup(OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED) == (OK, 10, -1, [])
+    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, 2, BASE_TS + 30, [2])
+    assert await lookup(BASE_TS) == (OK, -1, -1, [0])
+    assert await lookup(BASE_TS + 11) == (OK, -1, -1, [2])
+    assert await lookup(BASE_TS + 30) == (OK, -1, -1, [2])
+    assert await lookup(BASE_TS + 31) == (OK, -1, -1, [])
+    # The log start cuts the first row reaching the time: the next one is named too.
     await coordinator.delete_records([DeleteRecordsRequest(TP, 3)])
-    assert await lookup(OffsetSpec.EARLIEST) == (OK, 3, -1)
-    assert await lookup(BASE_TS) == (OK, 3, BASE_TS + 30)
+    assert await lookup(OffsetSpec.EARLIEST) == (OK, 3, -1, [])
+    assert await lookup(BASE_TS) == (OK, -1, -1, [2, 4])
+    assert await lookup(BASE_TS + 21) == (OK, -1, -1, [2, 6])
+    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, 3, BASE_TS + 30, [2])
     # Once the first max batch is gone, the next one with that timestamp answers.
     await coordinator.delete_records([DeleteRecordsRequest(TP, 4)])
-    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, 6, BASE_TS + 30)
-    assert await lookup(BASE_TS + 15) == (OK, 4, BASE_TS + 20)
-    assert await lookup(BASE_TS + 25) == (OK, 6, BASE_TS + 30)
+    assert await lookup(OffsetSpec.MAX_TIMESTAMP) == (OK, 6, BASE_TS + 30, [6])
+    assert await lookup(BASE_TS + 15) == (OK, -1, -1, [4])
+    assert await lookup(BASE_TS + 25) == (OK, -1, -1, [6])
     await coordinator.delete_records([DeleteRecordsRequest(TP, 8)])
-    assert await lookup(BASE_TS) == (OK, 8, BASE_TS + 5)
-    assert await lookup(BASE_TS + 6) == (OK, -1, -1)
+    assert await lookup(BASE_TS) == (OK, -1, -1, [8])
+    assert await lookup(BASE_TS + 6) == (OK, -1, -1, [])
     (unknown,) = await coordinator.list_offsets([ListOffsetsRequest(TopicPartition("x", 0), -1)])
     assert unknown.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_list_offsets_by_time_stop_at_the_last_stable_offset(c: Committer) -> None:
+    """Kafka answers nothing it found at or past the last fetchable offset: the LSO for
+    READ_COMMITTED, the high watermark otherwise."""
+    coordinator = c.coordinator
+    await c.one(batch(TP, count=3, ts=BASE_TS + 10))
+    assert await coordinator.add_partitions_to_txn(4, 0, [TP]) == [OK]
+    await c.one(batch(TP, pid=4, epoch=0, seq=0, count=2, ts=BASE_TS + 20, txn=True))
+    await c.one(batch(TP, count=2, ts=BASE_TS + 30))
+
+    async def lookup(ts: int, isolation: IsolationLevel) -> tuple[int, int, list[int]]:
+        (response,) = await coordinator.list_offsets([ListOffsetsRequest(TP, ts, isolation)])
+        if response.lookup is None:
+            return response.offset, -1, []
+        named = response.lookup
+        return response.offset, named.end_offset, [b.base_offset for b in named.batches]
+
+    committed, uncommitted = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
+    assert await lookup(BASE_TS + 5, committed) == (-1, 3, [0])
+    assert await lookup(BASE_TS + 5, uncommitted) == (-1, 7, [0])
+    assert await lookup(BASE_TS + 15, committed) == (-1, -1, [])
+    assert await lookup(BASE_TS + 15, uncommitted) == (-1, 7, [3])
+    assert await lookup(OffsetSpec.MAX_TIMESTAMP, committed) == (-1, -1, [])
+    assert await lookup(OffsetSpec.MAX_TIMESTAMP, uncommitted) == (5, 7, [5])
 
 
 async def test_list_offsets_max_timestamp_log_append_time(

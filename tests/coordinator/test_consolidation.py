@@ -302,26 +302,35 @@ async def test_read_committed_over_extents_keeps_the_aborted_index(
         assert after.last_stable_offset == before[offset].last_stable_offset == 4
 
 
+def named(response: ListOffsetsResponse) -> list[tuple[int, int, bool]]:
+    """The rows a lookup names for the read path."""
+    return [] if response.lookup is None else spans(response.lookup.batches)
+
+
 async def test_list_offsets_answered_with_an_extent(c: Committer, clock: ManualClock) -> None:
+    """An extent is named like a row; the read path finds the record through its index."""
     coordinator = c.coordinator
     for ts in (10, 30, 20):
         await c.one(batch(TP, ts=BASE_TS + ts))
     (swap,) = await consolidate(coordinator, clock)
     await c.one(batch(TP, ts=BASE_TS + 25))  # 3, a row
     top = await list_offset(coordinator, OffsetSpec.MAX_TIMESTAMP)
-    assert (top.offset, top.timestamp) == (0, BASE_TS + 30)
-    assert top.extent is not None and top.extent.object_key == swap.object_key
-    assert top.extent.extent == swap.index
+    assert (top.offset, top.timestamp, named(top)) == (0, BASE_TS + 30, [(0, 2, True)])
+    assert top.lookup is not None and top.lookup.target == BASE_TS + 30
+    (extent,) = top.lookup.batches
+    assert extent.object_key == swap.object_key and extent.extent == swap.index
     by_time = await list_offset(coordinator, BASE_TS + 15)
-    assert (by_time.offset, by_time.timestamp) == (0, BASE_TS + 15) and by_time.extent
+    assert (by_time.offset, named(by_time)) == (-1, [(0, 2, True)])
+    assert by_time.lookup is not None and by_time.lookup.target == BASE_TS + 15
     past = await list_offset(coordinator, BASE_TS + 31)
-    assert (past.offset, past.timestamp, past.extent) == (-1, -1, None)
+    assert (past.offset, past.timestamp, past.lookup) == (-1, -1, None)
     await c.coordinator.delete_records([DeleteRecordsRequest(TP, 2)])
-    floor = await list_offset(coordinator, BASE_TS + 15)
-    assert (floor.offset, floor.timestamp) == (2, BASE_TS + 15) and floor.extent is not None
+    cut = await list_offset(coordinator, BASE_TS + 15)  # the log start cuts the extent
+    assert named(cut) == [(0, 2, True), (3, 3, False)]
+    assert cut.lookup is not None and cut.lookup.start_offset == 2
     await c.one(batch(TP, ts=BASE_TS + 40))  # 4
     row = await list_offset(coordinator, OffsetSpec.MAX_TIMESTAMP)
-    assert (row.offset, row.timestamp, row.extent) == (4, BASE_TS + 40, None)
+    assert (row.offset, row.timestamp, named(row)) == (4, BASE_TS + 40, [(4, 4, False)])
     assert (await list_offset(coordinator, OffsetSpec.EARLIEST)).offset == 2
 
 
@@ -340,8 +349,8 @@ async def test_list_offsets_on_log_append_time(
     await clock.advance(0.01)
     (swap,) = await consolidate(coordinator, clock)
     top = await list_offset(coordinator, OffsetSpec.MAX_TIMESTAMP, tp)
-    assert (top.offset, top.timestamp) == (0, start + 10) and top.extent is not None
-    assert top.extent.max_timestamp == start + 10
+    assert (top.offset, top.timestamp, named(top)) == (0, start + 10, [(0, 1, True)])
+    assert top.lookup is not None and top.lookup.batches[0].max_timestamp == start + 10
     (extent,) = (await fetch(coordinator, 1, tp=tp)).batches
     assert extent.timestamp_type == TimestampType.LOG_APPEND_TIME and extent.extent == swap.index
 

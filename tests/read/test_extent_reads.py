@@ -23,6 +23,7 @@ from diskless.coordinator import (
     FindBatchesRequest,
     FindBatchesResponse,
     ListOffsetsResponse,
+    TimeLookup,
 )
 from diskless.read import FetchReader, ObjectCache, read_as_served
 from diskless.storage import MemoryObjectStore
@@ -203,7 +204,7 @@ async def test_fetches_and_list_offsets_over_extents_match_rows(seed: int) -> No
             fetches += 1
     assert fetches > 100
 
-    # ListOffsets: the rows' answer against the extent's resolution, for every timestamp
+    # ListOffsets: the record the rows answer against the one the extent's index finds
     reader = after_readers[1]
     for tp in TPS:
         rows, extents = table[tp], after[tp]
@@ -218,12 +219,19 @@ async def test_fetches_and_list_offsets_over_extents_match_rows(seed: int) -> No
             start = rng.randint(0, hit.base_offset)
             if any(_timestamp(r) >= ts for r in rows if start <= r.last_offset < hit.base_offset):
                 start = hit.base_offset  # an earlier batch would answer; ask from here
-            [resolved] = await reader.resolve_list_offsets(
-                [ListOffsetsResponse(ErrorCode.NONE, start, ts, extent=holder)]
+            end = ends[tp]
+            by_rows, by_extent = await reader.resolve_list_offsets(
+                [
+                    ListOffsetsResponse(ErrorCode.NONE, lookup=TimeLookup(ts, start, end, [hit])),
+                    ListOffsetsResponse(
+                        ErrorCode.NONE, lookup=TimeLookup(ts, start, end, [holder])
+                    ),
+                ]
             )
-            assert resolved == ListOffsetsResponse(
-                ErrorCode.NONE, max(hit.base_offset, start), _timestamp(hit)
-            ), (seed, tp, ts)
+            assert by_rows.error == ErrorCode.NONE and by_rows.offset >= start, (seed, tp, ts)
+            assert hit.base_offset <= by_rows.offset <= hit.last_offset, (seed, tp, ts)
+            assert by_rows.timestamp >= ts, (seed, tp, ts)
+            assert by_extent == by_rows, (seed, tp, ts)
 
 
 async def test_a_corrupt_batch_inside_an_extent_fails_only_its_partition() -> None:

@@ -19,6 +19,7 @@ from diskless.coordinator._values import (
     FindBatchesResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    TimeLookup,
 )
 
 
@@ -207,11 +208,8 @@ def list_offsets(
 ) -> list[ListOffsetsResponse]:
     """Kafka ListOffsets over batch metadata.
 
-    Answers are batch-granular: MAX_TIMESTAMP and a lookup by time return the base offset of the
-    matching batch (at least the log start offset) and the batch's timestamp, since the coordinator
-    never reads record bytes. On LOG_APPEND_TIME topics every record of a batch carries the append
-    time, so the answer is exact there. An answer inside an extent names the extent
-    (`ListOffsetsResponse.extent`) for the read path to resolve through its index.
+    A lookup by time, and MAX_TIMESTAMP, are answered by records: the coordinator finds the rows
+    that hold the answer and the read path reads their records (`TimeLookup`).
     """
     responses = [_list_offset(source, request) for request in requests]
     assert len(responses) == len(requests)
@@ -223,43 +221,64 @@ def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsets
     if state is None:
         return ListOffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     ts = request.timestamp
+    committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+    end = state.last_stable_offset if committed else state.high_watermark
     if ts == OffsetSpec.EARLIEST:
         return ListOffsetsResponse(ErrorCode.NONE, state.log_start_offset)
     if ts == OffsetSpec.LATEST:
-        if request.isolation_level == IsolationLevel.READ_COMMITTED:
-            return ListOffsetsResponse(ErrorCode.NONE, state.last_stable_offset)
-        return ListOffsetsResponse(ErrorCode.NONE, state.high_watermark)
+        return ListOffsetsResponse(ErrorCode.NONE, end)
     if ts == OffsetSpec.MAX_TIMESTAMP:
-        top = source.max_timestamp_batch(state)
-        if top is None:
-            return ListOffsetsResponse(ErrorCode.NONE)
-        return _answer(top, state, top.timestamp)
+        return _max_timestamp(source, state, end)
     if ts < 0:
         return ListOffsetsResponse(ErrorCode.INVALID_REQUEST)
+    first = _first_reaching(source, state, ts)
+    if first is None or first.base_offset >= end:
+        return ListOffsetsResponse(ErrorCode.NONE)  # whatever it holds is past the end: none
+    rows = [first]
+    if first.base_offset < state.log_start_offset:
+        # The log start cuts `first`: the records it kept may all be earlier than `ts`, and the
+        # answer is then in the next row that reaches `ts`.
+        later = _below(source.batches_from(state, first.last_offset + 1), end)
+        then = next((row for row in later if row.timestamp >= ts), None)
+        if then is not None:
+            rows.append(then)
+    return ListOffsetsResponse(ErrorCode.NONE, lookup=_lookup(state, ts, end, rows))
+
+
+def _first_reaching(source: ReadSource, state: PartitionState, ts: int) -> StoredBatch | None:
+    """The first stored row whose timestamp is at least `ts`."""
     top = source.max_timestamp_batch(state)
     if top is None or top.timestamp < ts:
-        return ListOffsetsResponse(ErrorCode.NONE)
+        return None
     # Every stored batch before `first` has a running max, hence a timestamp, below `ts`. Only
     # when `first` is the oldest stored batch can its running max come from a deleted batch; then
     # scan forward (bounded by the answer's position, which `top` guarantees exists).
     first = source.first_running_max_at_least(state, ts)
     assert first is not None
     if first.timestamp >= ts:
-        return _answer(first, state, ts)
+        return first
     for batch in source.batches_from(state, first.base_offset):
         if batch.timestamp >= ts:
-            return _answer(batch, state, ts)
+            return batch
     raise AssertionError(f"no batch at or after timestamp {ts} although {top} exists")
 
 
-def _answer(batch: StoredBatch, state: PartitionState, target: int) -> ListOffsetsResponse:
-    """The answer in `batch`; in an extent only its object's index knows the batch, so the
-    answer says where to look from (the floor) and for which timestamp (`target`)."""
-    floor = max(batch.base_offset, state.log_start_offset)
-    if batch.is_extent:
-        info = batch.to_info(state.config.timestamp_type)
-        return ListOffsetsResponse(ErrorCode.NONE, floor, target, extent=info)
-    return ListOffsetsResponse(ErrorCode.NONE, floor, batch.timestamp)
+def _max_timestamp(source: ReadSource, state: PartitionState, end: int) -> ListOffsetsResponse:
+    """Kafka answers the first record holding the largest timestamp, found in the first batch
+    holding it. Should the log start have cut that record off, the batch's first kept offset
+    answers, with the largest timestamp."""
+    top = source.max_timestamp_batch(state)
+    if top is None or top.base_offset >= end:
+        return ListOffsetsResponse(ErrorCode.NONE)
+    floor = max(top.base_offset, state.log_start_offset)
+    offset, timestamp = (floor, top.timestamp) if floor < end else (-1, -1)
+    lookup = _lookup(state, top.timestamp, end, [top])
+    return ListOffsetsResponse(ErrorCode.NONE, offset, timestamp, lookup)
+
+
+def _lookup(state: PartitionState, ts: int, end: int, rows: list[StoredBatch]) -> TimeLookup:
+    batches = [row.to_info(state.config.timestamp_type) for row in rows]
+    return TimeLookup(ts, state.log_start_offset, end, batches)
 
 
 class DeleteRecordsDecision(NamedTuple):
