@@ -17,8 +17,12 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     ConnectTimeoutError,
+    InvalidRegionError,
+    ParamValidationError,
     ReadTimeoutError,
 )
+from botocore.handlers import validate_bucket_name
+from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
 
 from diskless.errors import (
     InvalidRangeError,
@@ -106,10 +110,7 @@ class S3ObjectStore(ObjectStore):
         read_timeout_s: float = 30.0,
         session: AioSession | None = None,
     ) -> None:
-        if not bucket:
-            raise ValueError("bucket is required")
-        if prefix:
-            validate_prefix(prefix)
+        self.check_location(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, region=region)
         if multipart_part_size < PART_BYTES_MIN:
             raise ValueError(f"multipart_part_size must be at least {PART_BYTES_MIN} bytes")
         if multipart_threshold < 1 or multipart_concurrency < 1 or max_pool_connections < 1:
@@ -140,6 +141,37 @@ class S3ObjectStore(ObjectStore):
         self._exit_stack: AsyncExitStack | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+
+    @staticmethod
+    def check_location(
+        *,
+        bucket: str | None = None,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+    ) -> None:
+        """ValueError unless the given parts of a location are well formed, by botocore's own
+        rules (which it applies only at the first request, or the first client): checked when
+        a store is created, and by a command line for each of its flags."""
+        if bucket is not None:
+            if not bucket:
+                raise ValueError("bucket is required")
+            try:
+                validate_bucket_name({"Bucket": bucket})
+            except ParamValidationError:
+                raise ValueError(f"invalid bucket name {bucket!r}") from None
+        if prefix:
+            validate_prefix(prefix)
+        if endpoint_url is not None and not (
+            is_valid_endpoint_url(endpoint_url) or is_valid_ipv6_endpoint_url(endpoint_url)
+        ):
+            raise ValueError(
+                f"invalid endpoint URL {endpoint_url!r}: expected http(s)://HOST[:PORT]"
+            )
+        try:
+            validate_region_name(region)
+        except InvalidRegionError:
+            raise ValueError(f"invalid region name {region!r}") from None
 
     def __repr__(self) -> str:
         return f"S3ObjectStore(bucket={self._bucket!r}, prefix={self._prefix!r})"
