@@ -71,15 +71,6 @@ def _translate(exc: BaseException, operation: str, key: str) -> StorageError:
     return StorageError(f"S3 {operation} {key!r} failed: {type(exc).__name__}: {exc}")
 
 
-@contextlib.contextmanager
-def _boundary(operation: str, key: str) -> Iterator[None]:
-    """Translate third-party errors raised inside the block; let ours and cancellation pass."""
-    try:
-        yield
-    except _TRANSLATED as exc:
-        raise _translate(exc, operation, key) from exc
-
-
 class S3ObjectStore(ObjectStore):
     """Objects in one bucket under an optional key prefix.
 
@@ -173,6 +164,18 @@ class S3ObjectStore(ObjectStore):
         except InvalidRegionError:
             raise ValueError(f"invalid region name {region!r}") from None
 
+    @contextlib.contextmanager
+    def _boundary(self, operation: str, key: str) -> Iterator[None]:
+        """Translate third-party errors raised inside the block, and report the request's
+        outcome to the availability; let ours and cancellation pass."""
+        try:
+            yield
+        except _TRANSLATED as exc:
+            error = _translate(exc, operation, key)
+            self.availability.report(error)
+            raise error from exc
+        self.availability.answered()
+
     def __repr__(self) -> str:
         return f"S3ObjectStore(bucket={self._bucket!r}, prefix={self._prefix!r})"
 
@@ -197,7 +200,7 @@ class S3ObjectStore(ObjectStore):
             self._closed = True
             stack, self._exit_stack, self._client = self._exit_stack, None, None
             if stack is not None:
-                with _boundary("close", ""):
+                with self._boundary("close", ""):
                     await stack.aclose()
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
@@ -207,7 +210,7 @@ class S3ObjectStore(ObjectStore):
         if view.nbytes < self._multipart_threshold:
             self._counters.put(view.nbytes)
             body = data if isinstance(data, bytes) else view.tobytes()
-            with _boundary("put", key):
+            with self._boundary("put", key):
                 await client.put_object(Bucket=self._bucket, Key=self._prefix + key, Body=body)
         else:
             await self._put_multipart(client, key, view)
@@ -216,7 +219,7 @@ class S3ObjectStore(ObjectStore):
         validate_key(key)
         client = await self._get_client()
         self._counters.get()
-        with _boundary("get", key):
+        with self._boundary("get", key):
             response = await client.get_object(Bucket=self._bucket, Key=self._prefix + key)
             async with response["Body"] as stream:
                 blob: bytes = await stream.read()
@@ -228,7 +231,7 @@ class S3ObjectStore(ObjectStore):
         check_range(key, start, end)
         client = await self._get_client()
         self._counters.ranged_get()
-        with _boundary("get_range", key):
+        with self._boundary("get_range", key):
             response = await client.get_object(
                 Bucket=self._bucket, Key=self._prefix + key, Range=f"bytes={start}-{end - 1}"
             )
@@ -262,7 +265,7 @@ class S3ObjectStore(ObjectStore):
         if start_after is not None:
             request["StartAfter"] = self._prefix + start_after
         self._counters.list()
-        with _boundary("list", prefix):
+        with self._boundary("list", prefix):
             response = await client.list_objects_v2(**request)
         strip = len(self._prefix)
         objects = [
@@ -288,7 +291,7 @@ class S3ObjectStore(ObjectStore):
         for first in range(0, len(unique), DELETE_KEYS_MAX):
             chunk = unique[first : first + DELETE_KEYS_MAX]
             self._counters.delete(len(chunk))
-            with _boundary("delete", chunk[0]):
+            with self._boundary("delete", chunk[0]):
                 response = await client.delete_objects(
                     Bucket=self._bucket,
                     Delete={"Objects": [{"Key": self._prefix + k} for k in chunk], "Quiet": False},
@@ -309,7 +312,7 @@ class S3ObjectStore(ObjectStore):
                 raise RuntimeError(f"{self!r} is closed")
             if self._client is None:
                 stack = AsyncExitStack()
-                with _boundary("connect", ""):
+                with self._boundary("connect", ""):
                     self._client = await stack.enter_async_context(
                         self._session.create_client("s3", **self._client_kwargs)
                     )
@@ -321,7 +324,7 @@ class S3ObjectStore(ObjectStore):
         part_size = max(self._part_size, -(-size // PARTS_MAX))
         full_key = self._prefix + key
         self._counters.put(size)
-        with _boundary("put", key):
+        with self._boundary("put", key):
             created = await client.create_multipart_upload(Bucket=self._bucket, Key=full_key)
         upload_id = created["UploadId"]
         slots = asyncio.Semaphore(self._part_concurrency)
@@ -330,7 +333,7 @@ class S3ObjectStore(ObjectStore):
             async with slots:
                 body = view[offset : offset + part_size].tobytes()  # one copy per in-flight part
                 self._counters.put_request()
-                with _boundary("put", key):
+                with self._boundary("put", key):
                     part = await client.upload_part(
                         Bucket=self._bucket,
                         Key=full_key,
@@ -352,7 +355,7 @@ class S3ObjectStore(ObjectStore):
                 raise
             assert [p["PartNumber"] for p in parts] == list(range(1, len(offsets) + 1))
             self._counters.put_request()
-            with _boundary("put", key):
+            with self._boundary("put", key):
                 await client.complete_multipart_upload(
                     Bucket=self._bucket,
                     Key=full_key,

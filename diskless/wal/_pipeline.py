@@ -238,9 +238,11 @@ class SegmentPipeline:
                 put.cancel()
                 await asyncio.wait([put])
         if put.cancelled():
-            raise StorageTimeoutError(
+            timeout = StorageTimeoutError(
                 f"PUT of {segment.key} took over {self._config.upload_timeout_ms} ms"
             )
+            self._store.availability.failed(timeout)  # the store never answered it
+            raise timeout
         put.result()
 
     async def _commit(self, group: list[Segment]) -> None:
