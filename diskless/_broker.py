@@ -34,6 +34,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
+from diskless._availability import log_failure
 from diskless._broker_config import BrokerConfig, check_commit_bounds, txn_lease_budget_ms
 from diskless._kafka_errors import list_offsets_error
 from diskless._produce_check import Checked as _Checked
@@ -309,7 +310,7 @@ class DisklessBroker:
         except Exception as error:
             if acks != ACKS_NONE:
                 raise
-            _log.warning("produce on broker %d failed: %r", self._broker_id, error)
+            log_failure(_log, error, "produce on broker %d failed", self._broker_id)
             return None
         return results, entries, pending
 
@@ -350,7 +351,7 @@ class DisklessBroker:
     def _background_done(self, task: asyncio.Task[_Prepared]) -> None:
         self._background.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
-            _log.warning("produce on broker %d failed: %r", self._broker_id, error)
+            log_failure(_log, error, "produce on broker %d failed", self._broker_id)
 
     async def _prepare(
         self,
@@ -426,7 +427,8 @@ class DisklessBroker:
     async def _cancel_at(self, prepare: asyncio.Task[_Prepared], deadline: float) -> None:
         if not await self._wait_until(prepare, deadline):
             prepare.cancel()
-            _log.warning(
+            # Per request, and the coordinator's availability logs an outage: DEBUG.
+            _log.debug(
                 "produce on broker %d: the coordinator did not answer in time; "
                 "the request's batches were not written",
                 self._broker_id,

@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from logging import ERROR
 from typing import Final, Protocol
 
+from diskless._availability import log_failure
 from diskless._kafka_errors import fetch_error
 from diskless._results import FetchResult, FetchStats
 from diskless._types import (
@@ -219,7 +221,7 @@ class FetchReader:
             try:
                 found = await self._extents.find(extent, response.offset, response.timestamp)
             except (CorruptBatch, StorageError) as e:
-                _log.error("list offsets: extent %s: %s", extent.object_key, e)
+                log_failure(_log, e, "list offsets: extent %s", extent.object_key, level=ERROR)
                 return ListOffsetsResponse(fetch_error(e))
             if found is None:
                 _log.error("list offsets: no answer inside extent %s", extent)
@@ -267,7 +269,7 @@ class FetchReader:
                 return await cache.read(*span, sizes.get(span.key))
             except StorageError as e:
                 self._stats["storage_errors"] += 1
-                _log.warning("fetch: reading %s [%d, %d) failed: %r", *span, e)
+                log_failure(_log, e, "fetch: reading %s [%d, %d) failed", *span)
                 return e
 
         async with asyncio.TaskGroup() as group:
@@ -290,7 +292,7 @@ class FetchReader:
                 chunk = await self._store.get_range(span.key, span.start, span.end)
             except StorageError as e:
                 self._stats["storage_errors"] += 1
-                _log.warning("fetch: reading %s [%d, %d) failed: %r", *span, e)
+                log_failure(_log, e, "fetch: reading %s [%d, %d) failed", *span)
                 return e
         if len(chunk) != span.end - span.start:
             return StorageError(

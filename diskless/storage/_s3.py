@@ -24,6 +24,7 @@ from botocore.exceptions import (
 from botocore.handlers import validate_bucket_name
 from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
 
+from diskless._availability import log_failure
 from diskless.errors import (
     InvalidRangeError,
     ObjectNotFoundError,
@@ -369,10 +370,9 @@ class S3ObjectStore(ObjectStore):
     async def _abort_multipart(self, client: Any, key: str, full_key: str, upload_id: str) -> None:
         """Best effort: an unaborted upload keeps its parts, and their cost, until lifecycle GC."""
         try:
-            await client.abort_multipart_upload(
-                Bucket=self._bucket, Key=full_key, UploadId=upload_id
-            )
-        except _TRANSLATED as exc:
-            logger.warning(
-                "could not abort multipart upload of %r: %s", key, _translate(exc, "abort", key)
-            )
+            with self._boundary("abort", key):
+                await client.abort_multipart_upload(
+                    Bucket=self._bucket, Key=full_key, UploadId=upload_id
+                )
+        except StorageError as error:
+            log_failure(logger, error, "could not abort multipart upload of %r", key)
