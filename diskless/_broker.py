@@ -34,12 +34,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
-from diskless._broker_config import BrokerConfig, txn_lease_budget_ms
+from diskless._availability import log_failure
+from diskless._broker_config import BrokerConfig, check_commit_bounds, txn_lease_budget_ms
 from diskless._kafka_errors import list_offsets_error
-from diskless._limits import (
-    check_commit_age_covers,
-    check_object_prefix,
-)
 from diskless._produce_check import Checked as _Checked
 from diskless._produce_check import check_produce, has_transactional
 from diskless._results import (
@@ -103,11 +100,7 @@ class DisklessBroker:
         self._store = store
         self._coordinator = coordinator
         self._config = config if config is not None else BrokerConfig()
-        bounds = coordinator.commit_bounds
-        check_object_prefix("WalConfig.object_prefix", self._config.wal.object_prefix, bounds)
-        check_commit_age_covers(
-            "the WAL's commit budget", txn_lease_budget_ms(self._config.wal), bounds
-        )
+        check_commit_bounds(self._config, coordinator.commit_bounds)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._request_budget_s = self._config.request_timeout_ms / 1000
         self._wal_budget_s = txn_lease_budget_ms(self._config.wal) / 1000
@@ -321,7 +314,7 @@ class DisklessBroker:
         except Exception as error:
             if acks != ACKS_NONE:
                 raise
-            _log.warning("produce on broker %d failed: %r", self._broker_id, error)
+            log_failure(_log, error, "produce on broker %d failed", self._broker_id)
             return None
         return results, entries, pending
 
@@ -363,7 +356,7 @@ class DisklessBroker:
     def _background_done(self, task: asyncio.Task[_Prepared]) -> None:
         self._background.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
-            _log.warning("produce on broker %d failed: %r", self._broker_id, error)
+            log_failure(_log, error, "produce on broker %d failed", self._broker_id)
 
     async def _prepare(
         self,
@@ -446,7 +439,8 @@ class DisklessBroker:
     async def _cancel_at(self, prepare: asyncio.Task[_Prepared], deadline: float) -> None:
         if not await self._wait_until(prepare, deadline):
             prepare.cancel()
-            _log.warning(
+            # Per request, and the coordinator's availability logs an outage: DEBUG.
+            _log.debug(
                 "produce on broker %d: the coordinator did not answer in time; "
                 "the request's batches were not written",
                 self._broker_id,

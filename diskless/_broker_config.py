@@ -6,7 +6,13 @@ from typing import Final
 
 import msgspec
 
-from diskless._limits import LEASE_TTL_MS_MAX, backoff_ms
+from diskless._limits import (
+    LEASE_TTL_MS_MAX,
+    CommitBounds,
+    backoff_ms,
+    check_commit_age_covers,
+    check_object_prefix,
+)
 from diskless.read import (
     COALESCE_GAP_BYTES_MAX_DEFAULT,
     GETS_INFLIGHT_MAX_DEFAULT,
@@ -98,3 +104,11 @@ class BrokerConfig(msgspec.Struct, frozen=True):
                     f"txn_lease_ttl_ms ({self.txn_lease_ttl_ms}) must cover the WAL's upload "
                     f"budget ({floor} ms): a healthy broker's batch would outlive its lease"
                 )
+
+
+def check_commit_bounds(config: BrokerConfig, bounds: CommitBounds) -> None:
+    """A broker with `config` fits a coordinator with `bounds`: its WAL names objects under the
+    coordinator's prefix, and commits them before they are too old to commit. A broker checks
+    this when it is created; a command line checks its values with it before starting one."""
+    check_object_prefix("WalConfig.object_prefix", config.wal.object_prefix, bounds)
+    check_commit_age_covers("the WAL's commit budget", txn_lease_budget_ms(config.wal), bounds)

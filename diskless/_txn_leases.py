@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+from diskless._availability import log_failure
 from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
@@ -156,7 +157,7 @@ class TransactionLeases:
         try:
             await self._coordinator.release_txn_leases(lease_ids)
         except CoordinatorError as error:  # they expire anyway
-            _log.warning("releasing %d transaction leases failed: %r", len(lease_ids), error)
+            log_failure(_log, error, "releasing %d transaction leases failed", len(lease_ids))
 
     async def _acquire_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
         return await self._coordinator.acquire_txn_leases(

@@ -21,6 +21,7 @@ LAYERS: Final = (
         "diskless._kafka_errors",
         "diskless._limits",
         "diskless._object_keys",
+        "diskless._availability",
     ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),

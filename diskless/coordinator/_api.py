@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 
+from diskless._availability import Availability
 from diskless._limits import CommitBounds
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator._values import (
@@ -60,6 +61,13 @@ class BatchCoordinator(abc.ABC):
     def commit_bounds(self) -> CommitBounds:
         """The object prefix and commit-age bound it enforces, which writers and the file
         manager check their own budgets against (`diskless._limits`)."""
+
+    @property
+    @abc.abstractmethod
+    def availability(self) -> Availability:
+        """Whether its backing store answers, as this process sees it: every operation reports
+        its outcome there, which logs when the store stops answering and when it is back
+        (`diskless._availability`)."""
 
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from diskless._availability import Availability
 from diskless._limits import CommitBounds
 from diskless.clock import Clock
 from diskless.coordinator._api import (
@@ -16,6 +17,7 @@ from diskless.coordinator._store import (
     ReadView,
     StoreTxn,
 )
+from diskless.errors import CoordinatorError
 from diskless.txn import ProducerEntry, is_expired
 
 T = TypeVar("T")
@@ -36,25 +38,40 @@ class EngineBase(BatchCoordinator):
         self._expiration_ms = producer_id_expiration_ms
         self._bounds = commit_bounds
         self._closed = False
+        self._availability = Availability("coordinator")
 
     @property
     def commit_bounds(self) -> CommitBounds:
         return self._bounds
 
-    def _write(
+    @property
+    def availability(self) -> Availability:
+        return self._availability
+
+    async def _write(
         self,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
-    ) -> Awaitable[T]:
+    ) -> T:
         if self._closed:
             raise RuntimeError("the coordinator is closed")
-        return self._store.write(step, durability, outcome_unknown_on_failure)
+        return await self._reported(self._store.write(step, durability, outcome_unknown_on_failure))
 
     async def _read(self, query: Callable[[ReadView], T]) -> T:
         if self._closed:
             raise RuntimeError("the coordinator is closed")
-        return await self._store.read(query)
+        return await self._reported(self._store.read(query))
+
+    async def _reported(self, call: Awaitable[T]) -> T:
+        """`call`'s outcome, reported to the availability: every operation passes here."""
+        try:
+            result = await call
+        except CoordinatorError as error:
+            self._availability.report(error)
+            raise
+        self._availability.answered()
+        return result
 
     def _live(self, entry: ProducerEntry | None, now_ms: int) -> ProducerEntry | None:
         """The entry, unless it has expired (then the producer is unknown)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
+from diskless._availability import Availability
 from diskless._limits import CommitBounds
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
@@ -272,6 +273,11 @@ class FaultyBatchCoordinator(BatchCoordinator):
     @property
     def commit_bounds(self) -> CommitBounds:
         return self.inner.commit_bounds
+
+    @property
+    def availability(self) -> Availability:
+        """The inner coordinator's: injected faults are not its store failing."""
+        return self.inner.availability
 
     async def close(self) -> None:
         await self.inner.close()

@@ -31,15 +31,16 @@ import signal
 import sys
 from pathlib import Path
 
-import msgspec
-
 from diskless import BrokerConfig
 from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL
+from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, CommitBounds
+from diskless._object_keys import DEFAULT_OBJECT_PREFIX
 from diskless.coordinator import (
     BatchCoordinator,
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
+from diskless.kafka_server import _cli
 from diskless.kafka_server._cluster import KafkaCluster
 from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._lifecycle import (
@@ -47,81 +48,20 @@ from diskless.kafka_server._lifecycle import (
     lowest_live_broker,
     running_lifecycle,
 )
-from diskless.lifecycle import ConsolidatorConfig
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 
-POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def _topic(spec: str) -> tuple[str, int]:
-    name, _, partitions = spec.rpartition(":")
-    if not name or not partitions.isdigit() or int(partitions) < 1:
-        raise argparse.ArgumentTypeError(f"expected NAME:PARTITIONS, got {spec!r}")
-    return name, int(partitions)
-
-
-def _broker_ids(spec: str) -> list[int]:
-    ids = spec.split(",")
-    if not all(i.strip().isdigit() for i in ids) or len(set(ids)) != len(ids):
-        raise argparse.ArgumentTypeError(f"expected distinct ids like 4,5, got {spec!r}")
-    return [int(i) for i in ids]
-
-
-def _postgresql_url(spec: str) -> str:
-    if not spec.startswith(POSTGRESQL_SCHEMES):
-        raise argparse.ArgumentTypeError(f"expected postgresql://USER@HOST:PORT/DB, got {spec!r}")
-    return spec
-
-
-def _server_option(spec: str) -> tuple[str, str]:
-    name, _, value = spec.partition("=")
-    if name not in ServerConfig.__struct_fields__ or not value:
-        fields = ", ".join(ServerConfig.__struct_fields__)
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD one of {fields}")
-    return name, value
-
-
-def _server_config(args: argparse.Namespace) -> ServerConfig:
-    options: dict[str, object] = {"auto_create_topic_partitions": args.auto_create_partitions}
-    options.update(dict(args.server_option))
-    try:
-        return msgspec.convert(options, ServerConfig, strict=False)
-    except (msgspec.ValidationError, ValueError) as e:
-        raise SystemExit(f"--server-option: {e}") from None
-
-
-def _broker_config(args: argparse.Namespace) -> BrokerConfig:
-    try:
-        wal = WalConfig(upload_timeout_ms=args.upload_timeout_ms)
-        return BrokerConfig(wal=wal, txn_lease_ttl_ms=args.txn_lease_ttl_ms)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
-
-
-def _lifecycle_config(args: argparse.Namespace, node_id: int) -> LifecycleConfig:
-    try:
-        consolidation = ConsolidatorConfig(
-            node_id=node_id,
-            age_ms=args.consolidation_age_ms,
-            period_ms=args.consolidation_period_ms,
-        )
-        return LifecycleConfig(
-            enabled=args.lifecycle,
-            retention_check_interval_ms=args.retention_check_interval_ms,
-            consolidation=consolidation,
-        )
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
+COMMIT_BOUNDS = CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT)
+"""The coordinator's, which the brokers' settings are checked against before it is opened."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m diskless.kafka_server", description=__doc__)
-    parser.add_argument("--brokers", type=int, default=3)
-    parser.add_argument("--racks", type=int, default=3)
+    parser = _cli.Parser(prog="python -m diskless.kafka_server", description=__doc__)
+    parser.add_argument("--brokers", type=_cli.broker_count, default=3)
+    parser.add_argument("--racks", type=_cli.rack_count, default=3)
     parser.add_argument(
         "--broker-ids",
-        type=_broker_ids,
+        type=_cli.broker_ids,
         default=None,
         metavar="ID,ID",
         help="the ids of this process's brokers (default 0..N-1; sets --brokers)",
@@ -135,19 +75,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--coordinator",
-        type=_postgresql_url,
+        type=_cli.postgresql_url,
         default=None,
         metavar="postgresql://USER@HOST:PORT/DB",
         help="a PostgreSQL batch coordinator that processes on several hosts share",
     )
-    parser.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (objects in S3)")
-    parser.add_argument("--bucket", help="S3 bucket (with --s3-endpoint, or --region for AWS)")
-    parser.add_argument("--s3-prefix", default="", help="key prefix inside the bucket")
-    parser.add_argument("--region", help="S3 region")
+    parser.add_argument(
+        "--s3-endpoint", type=_cli.s3_endpoint, help="S3-compatible endpoint URL (objects in S3)"
+    )
+    parser.add_argument(
+        "--bucket", type=_cli.s3_bucket, help="S3 bucket (with --s3-endpoint, or --region for AWS)"
+    )
+    parser.add_argument(
+        "--s3-prefix", type=_cli.s3_prefix, default="", help="key prefix inside the bucket"
+    )
+    parser.add_argument("--region", type=_cli.s3_region, help="S3 region")
     parser.add_argument(
         "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
     )
-    parser.add_argument("--topic", type=_topic, action="append", default=[], metavar="NAME:N")
+    parser.add_argument("--topic", type=_cli.topic, action="append", default=[], metavar="NAME:N")
     parser.add_argument(
         "--auto-create-partitions",
         type=int,
@@ -157,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--server-option",
-        type=_server_option,
+        type=_cli.server_option,
         action="append",
         default=[],
         metavar="FIELD=VALUE",
@@ -206,18 +152,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="time between two consolidation runs",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", type=_cli.log_level, default="INFO")
     return parser
-
-
-def _check_places(args: argparse.Namespace) -> None:
-    """Exit with a usage error unless every shared part has a place."""
-    if args.s3_endpoint and not args.bucket:
-        raise SystemExit("--s3-endpoint needs --bucket")
-    if args.bucket and not (args.s3_endpoint or args.region):
-        raise SystemExit("--bucket needs --s3-endpoint or --region")
-    if args.data_dir is None and (args.coordinator is None or args.bucket is None):
-        raise SystemExit("--data-dir is needed unless both --coordinator and --bucket are given")
 
 
 def _open_store(args: argparse.Namespace) -> ObjectStore:
@@ -230,20 +166,23 @@ def _open_store(args: argparse.Namespace) -> ObjectStore:
 
 
 def _open_coordinator(args: argparse.Namespace) -> BatchCoordinator:
+    age_max_ms, prefix = COMMIT_BOUNDS.commit_age_max_ms, COMMIT_BOUNDS.object_prefix
     if args.coordinator is not None:
-        return PostgresBatchCoordinator(args.coordinator)
+        return PostgresBatchCoordinator(
+            args.coordinator, commit_age_max_ms=age_max_ms, object_prefix=prefix
+        )
     path: Path = args.data_dir / "coordinator.sqlite"
-    return SqliteBatchCoordinator(path)
+    return SqliteBatchCoordinator(path, commit_age_max_ms=age_max_ms, object_prefix=prefix)
 
 
 async def _run(
-    args: argparse.Namespace, server_config: ServerConfig, broker_config: BrokerConfig
+    args: argparse.Namespace,
+    server_config: ServerConfig,
+    broker_config: BrokerConfig,
+    lifecycle: LifecycleConfig,
 ) -> None:
-    ids = args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
+    ids = _ids(args)
     ports = [args.base_port + i for i in ids] if args.base_port else None
-    lifecycle = _lifecycle_config(args, node_id=min(ids))
-    if args.data_dir is not None:
-        args.data_dir.mkdir(parents=True, exist_ok=True)
     store = _open_store(args)
     coordinator = _open_coordinator(args)
     try:
@@ -278,15 +217,21 @@ async def _run(
         await store.close()
 
 
+def _ids(args: argparse.Namespace) -> list[int]:
+    return args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    if args.brokers < 1 or args.racks < 1 or args.auto_create_partitions < 0:
-        raise SystemExit("--brokers and --racks must be >= 1, --auto-create-partitions >= 0")
-    _check_places(args)
-    server_config = _server_config(args)
-    broker_config = _broker_config(args)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_run(args, server_config, broker_config))
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        configs = _cli.configs(args, _ids(args), COMMIT_BOUNDS)
+    except _cli.UsageError as error:
+        parser.error(str(error))
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    asyncio.run(_run(args, configs.server, configs.broker, configs.lifecycle))
 
 
 if __name__ == "__main__":

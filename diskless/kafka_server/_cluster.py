@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Final
 
 from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import BatchCoordinator, TopicConfig
@@ -28,6 +29,18 @@ from diskless.kafka_server._txn import TransactionFront
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
+
+BROKER_ID_MAX: Final = 2**31 - 1
+"""Kafka's node ids are int32 on the wire (Metadata, FindCoordinator), and negative ones mean
+"no broker"."""
+
+
+def check_broker_id(broker_id: int) -> None:
+    if not 0 <= broker_id <= BROKER_ID_MAX:
+        raise ValueError(f"broker id {broker_id} is outside 0..{BROKER_ID_MAX}")
+
+
+PORT_MAX: Final = 65535
 
 
 def rack_name(index: int) -> str:
@@ -54,10 +67,14 @@ class KafkaCluster:
             raise ValueError("a cluster needs at least one broker and one rack")
         if ports is not None and len(ports) != brokers:
             raise ValueError(f"{len(ports)} ports for {brokers} brokers")
+        if ports is not None and not all(0 <= port <= PORT_MAX for port in ports):
+            raise ValueError(f"ports must be in 0..{PORT_MAX} (0: any free one), not {ports}")
         if broker_ids is not None and (
             len(broker_ids) != brokers or len(set(broker_ids)) != brokers
         ):
             raise ValueError(f"{brokers} brokers need {brokers} distinct ids, not {broker_ids}")
+        for broker_id in broker_ids or ():
+            check_broker_id(broker_id)
         self._store = store
         self._coordinator = coordinator
         self._broker_count = brokers

@@ -12,6 +12,9 @@ QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
 FRAME_RECEIVE_MS_MAX: Final = 30_000
 INLINE_FRAME_BYTES_MAX: Final = 64 * 1024
+MAX_PARTITIONS_PER_REQUEST: Final = 10_000
+"""Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
+so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAFKA-15485)."""
 
 
 class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,7 +72,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("requests_inflight_max must be >= 1")
         if self.fetch_wait_ms_max < 0 or self.fetch_poll_ms < 1:
             raise ValueError("fetch_wait_ms_max must be >= 0 and fetch_poll_ms >= 1")
-        if self.auto_create_topic_partitions < 0:
-            raise ValueError("auto_create_topic_partitions must be >= 0")
+        if not 0 <= self.auto_create_topic_partitions <= MAX_PARTITIONS_PER_REQUEST:
+            raise ValueError(
+                f"auto_create_topic_partitions must be in 0..{MAX_PARTITIONS_PER_REQUEST}: a"
+                " request may add no more partitions"
+            )
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")

@@ -28,6 +28,7 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 
+from diskless._availability import log_failure
 from diskless._types import ErrorCode
 from diskless.kafka_server._versions import ApiKey
 
@@ -62,9 +63,10 @@ def wire(code: ErrorCode) -> WireError:
 def failure(api: ApiKey, error: Exception, what: str) -> WireError:
     """The code for the entries of `api`'s response that a library failure left unanswered.
 
-    `what` says which call failed, for the log: the exception is logged here, once.
+    `what` says which call failed, for the log: the exception is logged here, once (at DEBUG
+    when the coordinator or the store did not answer: their availability logs the outage).
     """
-    _log.warning("%s: %s failed: %r", api.name, what, error)
+    log_failure(_log, error, "%s: %s failed", api.name, what)
     return _ON_FAILURE[api]
 
 

@@ -24,6 +24,7 @@ from diskless._types import TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, nested
+from diskless.kafka_server._config import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._context import BrokerContext, Connection
 from diskless.kafka_server._errors import failure, wire
 from diskless.kafka_server._messages_admin import (
@@ -53,9 +54,6 @@ _RESOURCE_TOPIC: Final = 2
 _RESOURCE_BROKER: Final = 4
 _DEFAULT: Final = -1
 """num_partitions / replication_factor -1: the broker's default (Kafka 2.4+, KIP-464)."""
-MAX_PARTITIONS_PER_REQUEST: Final = 10_000
-"""Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
-so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAFKA-15485)."""
 _TOO_MANY_PARTITIONS: Final = "Excessively large number of partitions per request."
 _WITHOUT_DOCUMENTATION: Final = (
     describe_configs_v1.DescribeConfigsRequest,

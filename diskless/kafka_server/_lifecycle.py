@@ -42,6 +42,12 @@ class LifecycleConfig(msgspec.Struct, frozen=True, kw_only=True):
     consolidation: ConsolidatorConfig = ConsolidatorConfig()
     file_manager: FileManagerConfig = FileManagerConfig()
 
+    def __post_init__(self) -> None:
+        self.retention()  # its checks run now, not when the services start
+
+    def retention(self) -> RetentionSchedulerConfig:
+        return RetentionSchedulerConfig(period_ms=self.retention_check_interval_ms)
+
 
 def lowest_live_broker(view: ClusterView, own: Collection[int]) -> Callable[[], bool]:
     """Whether this process (brokers `own`) holds the cluster's lowest live broker id now."""
@@ -66,10 +72,7 @@ async def running_lifecycle(
         yield []
         return
     services = [
-        RetentionScheduler(
-            coordinator,
-            RetentionSchedulerConfig(period_ms=config.retention_check_interval_ms),
-        ),
+        RetentionScheduler(coordinator, config.retention()),
         Consolidator(store, coordinator, config.consolidation),
         FileManager(store, coordinator, config.file_manager),
     ]

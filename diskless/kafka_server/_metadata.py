@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from diskless._availability import log_failure
 from diskless._types import TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
@@ -150,7 +151,7 @@ class ClusterView:
                     await self._announce(address, epoch)
             live = await self._coordinator.live_brokers()
         except DisklessError as e:
-            _log.warning("broker registry unavailable: %r", e)
+            log_failure(_log, e, "broker registry unavailable")
             return
         self._remote = {
             r.broker_id: BrokerAddress(r.broker_id, r.host, r.port, r.rack) for r in live
@@ -177,7 +178,7 @@ class ClusterView:
                 address.broker_id, epoch, address.host, address.port, address.rack, 0
             )
         except DisklessError as e:
-            _log.warning("cannot withdraw broker %d: %r", address.broker_id, e)
+            log_failure(_log, e, "cannot withdraw broker %d", address.broker_id)
 
     def _update(self) -> None:
         # This process knows its own brokers best: one that left here is gone at once, though

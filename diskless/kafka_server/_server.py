@@ -38,6 +38,7 @@ from typing import Final, TypeVar
 from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
+from diskless._availability import log_failure
 from diskless.kafka_server._codec import (
     FRAME_SIZE,
     DecodedRequest,
@@ -381,9 +382,14 @@ class BrokerServer:
                 data = await answer
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                _log.exception(
-                    "closing %s on broker %d: a handler failed", connection.peer, self.broker_id
+            except Exception as error:
+                log_failure(
+                    _log,
+                    error,
+                    "closing %s on broker %d: a handler failed",
+                    connection.peer,
+                    self.broker_id,
+                    level=logging.ERROR,
                 )
                 writer.transport.abort()
                 return

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from diskless._availability import log_failure
 from diskless._object_keys import new_object_key
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
@@ -130,7 +131,7 @@ class Consolidator(PeriodicService):
         try:
             served = await read_as_served(self._cache, candidate.batches, whole_blocks)
         except (StorageError, CorruptBatch) as e:
-            logger.warning("consolidation: reading %s failed: %s", tp, e)
+            log_failure(logger, e, "consolidation: reading %s failed", tp)
             return None
         try:
             data, footer_at = await asyncio.to_thread(  # CPU work, off the event loop
@@ -143,7 +144,7 @@ class Consolidator(PeriodicService):
         try:
             await self._store.put(key, data)
         except StorageError as e:
-            logger.warning("consolidation: uploading %s for %s failed: %s", key, tp, e)
+            log_failure(logger, e, "consolidation: uploading %s for %s failed", key, tp)
             return None
         self._count(uploaded=len(data))
         swap = ExtentSwap(
@@ -158,7 +159,7 @@ class Consolidator(PeriodicService):
             result = await self._coordinator.commit_extent(swap)
         except CoordinatorError as e:
             # Unknown outcome: committed, or an orphan the file manager will reclaim.
-            logger.warning("consolidation: swap of %s into %s failed: %s", tp, key, e)
+            log_failure(logger, e, "consolidation: swap of %s into %s failed", tp, key)
             return None
         if not result.swapped:
             logger.info(

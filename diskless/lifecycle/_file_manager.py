@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from diskless._availability import log_failure
 from diskless._limits import check_object_prefix, check_orphan_grace
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator, FileStats
@@ -85,19 +86,19 @@ class FileManager(PeriodicService):
         try:
             await self._reconciler.recheck_pending(frontier)
             await self._reconciler.scan_frontier(now_ms, frontier)
-        except (StorageError, CoordinatorError):
+        except (StorageError, CoordinatorError) as error:
             errors += 1
-            logger.warning("reconciliation listing failed", exc_info=True)
+            log_failure(logger, error, "reconciliation listing failed")
         try:
             await self._reconciler.rescan_step(now_ms, rescan)
-        except (StorageError, CoordinatorError):
+        except (StorageError, CoordinatorError) as error:
             errors += 1
-            logger.warning("rescan step failed", exc_info=True)
+            log_failure(logger, error, "rescan step failed")
         try:
             await self._sweeper.sweep(now_ms, sweep)
-        except (StorageError, CoordinatorError):
+        except (StorageError, CoordinatorError) as error:
             errors += 1
-            logger.warning("sweep failed", exc_info=True)
+            log_failure(logger, error, "sweep failed")
         # The coordinator's books carry no size for a condemned file: use the listed one.
         listed = {key: size for key, (_, size) in frontier.condemned_ms.items()}
         deleted_bytes = sum(
@@ -108,14 +109,14 @@ class FileManager(PeriodicService):
         books: FileStats | None = None
         try:
             books = await self._coordinator.file_stats()
-        except CoordinatorError:
+        except CoordinatorError as error:
             errors += 1
-            logger.warning("file_stats failed", exc_info=True)
+            log_failure(logger, error, "file_stats failed")
         try:
             await self._sweep_temp_files(now_ms)
-        except StorageError:
+        except StorageError as error:
             errors += 1
-            logger.warning("temp file sweep failed", exc_info=True)
+            log_failure(logger, error, "temp file sweep failed")
         report = CycleReport(
             listing_calls=frontier.listing_calls + rescan.listing_calls,
             objects_listed=frontier.objects_listed + rescan.objects_listed,

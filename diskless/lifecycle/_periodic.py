@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Self
 
+from diskless._availability import log_failure
 from diskless.clock import Clock
 from diskless.errors import DisklessError
 
@@ -54,8 +55,8 @@ class Periodic:
             try:
                 if self.only_when is None or self.only_when():
                     await self._job()
-            except DisklessError:
-                logger.warning("%s: run failed; retrying next period", self._name, exc_info=True)
+            except DisklessError as error:
+                log_failure(logger, error, "%s: run failed; retrying next period", self._name)
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 # The job was cancelled but answered with an error or a result (a layer below

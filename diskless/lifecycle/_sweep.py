@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from diskless._availability import log_failure
 from diskless.coordinator import BatchCoordinator, FileInfo, FileState
 from diskless.errors import StorageError
 from diskless.lifecycle._config import FileManagerConfig
@@ -79,7 +80,7 @@ class Sweeper:
             gone = await self._store.delete_many(keys)
         except StorageError as error:
             done.failures += len(keys)
-            logger.warning("deleting %d objects failed (%s); retrying next cycle", len(keys), error)
+            log_failure(logger, error, "deleting %d objects failed; retrying next cycle", len(keys))
             return
         gone_set = set(gone)
         confirmed = [key for key in keys if key in gone_set]

@@ -28,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from logging import ERROR
 from typing import Final, Protocol
 
+from diskless._availability import log_failure
 from diskless._kafka_errors import fetch_error
 from diskless._results import FetchResult, FetchStats
 from diskless._types import (
@@ -225,7 +227,7 @@ class FetchReader:
                 return await self._time_lookups.resolve(response)
             except (CorruptBatch, StorageError) as e:
                 self._stats["corrupt_batches"] += int(isinstance(e, CorruptBatch))
-                _log.error("list offsets: %s", e)
+                log_failure(_log, e, "list offsets", level=ERROR)
                 return ListOffsetsResponse(fetch_error(e))
 
         if all(response.lookup is None for response in responses):
@@ -278,7 +280,7 @@ class FetchReader:
                 return await cache.read(*span, sizes.get(span.key))
             except StorageError as e:
                 self._stats["storage_errors"] += 1
-                _log.warning("fetch: reading %s [%d, %d) failed: %r", *span, e)
+                log_failure(_log, e, "fetch: reading %s [%d, %d) failed", *span)
                 return e
 
         async with asyncio.TaskGroup() as group:
@@ -301,7 +303,7 @@ class FetchReader:
                 chunk = await self._store.get_range(span.key, span.start, span.end)
             except StorageError as e:
                 self._stats["storage_errors"] += 1
-                _log.warning("fetch: reading %s [%d, %d) failed: %r", *span, e)
+                log_failure(_log, e, "fetch: reading %s [%d, %d) failed", *span)
                 return e
         if len(chunk) != span.end - span.start:
             return StorageError(

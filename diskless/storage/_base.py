@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import msgspec
 
+from diskless._availability import Availability
 from diskless.storage._stats import StatsCounter, StoreStats
 
 LIST_PAGE_LIMIT_MAX = 1000  # S3 never returns more per ListObjectsV2 page
@@ -39,6 +40,7 @@ class ObjectStore(abc.ABC):
     """
 
     _stats_counter: StatsCounter | None = None
+    _availability: Availability | None = None
 
     @abc.abstractmethod
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
@@ -101,6 +103,16 @@ class ObjectStore(abc.ABC):
         Wrappers report their inner store's counters: what reached storage is what is billed.
         """
         return self._counters.snapshot()
+
+    @property
+    def availability(self) -> Availability:
+        """Whether the storage answers, as this process sees it: each backend reports every
+        request's outcome there (and a caller a request it gave up waiting for), which logs
+        when the storage stops answering and when it is back (`diskless._availability`).
+        Wrappers report to their inner store's."""
+        if self._availability is None:
+            self._availability = Availability("object store")
+        return self._availability
 
     @property
     def _counters(self) -> StatsCounter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from diskless._availability import Availability
 from diskless.storage._base import ListPage, ObjectStore
 from diskless.storage._stats import StoreStats
 
@@ -21,6 +22,10 @@ class ForwardingObjectStore(ObjectStore):
     @property
     def inner(self) -> ObjectStore:
         return self._inner
+
+    @property
+    def availability(self) -> Availability:
+        return self._inner.availability
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
         await self._inner.put(key, data)

@@ -85,32 +85,22 @@ class LocalObjectStore(ObjectStore):
         path = self._path(key)
         view = memoryview(data).cast("B")
         self._counters.put(view.nbytes)
-        try:
+        with self._boundary(f"put {key!r}"):
             await asyncio.to_thread(self._put_sync, path, view)
-        except OSError as exc:
-            raise StorageError(f"local put {key!r} failed: {exc.strerror or exc}") from exc
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)
         self._counters.get()
-        try:
+        with self._boundary(f"get {key!r}", missing=key):
             blob = await asyncio.to_thread(self._get_sync, path)
-        except _ABSENT:
-            raise ObjectNotFoundError(f"no object {key!r}") from None
-        except OSError as exc:
-            raise StorageError(f"local get {key!r} failed: {exc.strerror or exc}") from exc
         self._counters.bytes_read(len(blob))
         return blob
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
         path = self._path(key)
         self._counters.ranged_get()
-        try:
+        with self._boundary(f"get {key!r}", missing=key):
             chunk = await asyncio.to_thread(self._get_range_sync, key, path, start, end)
-        except _ABSENT:
-            raise ObjectNotFoundError(f"no object {key!r}") from None
-        except OSError as exc:
-            raise StorageError(f"local get {key!r} failed: {exc.strerror or exc}") from exc
         self._counters.bytes_read(len(chunk))
         return chunk
 
@@ -128,21 +118,17 @@ class LocalObjectStore(ObjectStore):
             return ListPage(objects=[], next_token=None)
         self._counters.list()
         floor = listing_floor(token, start_after)
-        try:
+        with self._boundary(f"list {prefix!r}"):
             objects, more = await asyncio.to_thread(
                 self._list_sync, directory, name_prefix, floor, limit
             )
-        except OSError as exc:
-            raise StorageError(f"local list {prefix!r} failed: {exc.strerror or exc}") from exc
         return ListPage(objects=objects, next_token=objects[-1].key if more else None)
 
     async def delete_many(self, keys: Sequence[str]) -> list[str]:
         paths = {key: self._path(key) for key in keys}
         self._counters.delete(len(paths), requests=-(-len(paths) // DELETE_KEYS_MAX))
-        try:
+        with self._boundary("delete"):
             await asyncio.to_thread(self._delete_sync, list(paths.values()))
-        except OSError as exc:
-            raise StorageError(f"local delete failed: {exc.strerror or exc}") from exc
         return list(paths)
 
     async def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
@@ -153,10 +139,24 @@ class LocalObjectStore(ObjectStore):
         """
         if older_than_s < 0:
             raise ValueError("older_than_s must not be negative")
-        try:
+        with self._boundary("temp sweep"):
             return await asyncio.to_thread(self._remove_stale_sync, older_than_s)
+
+    @contextlib.contextmanager
+    def _boundary(self, operation: str, missing: str | None = None) -> Iterator[None]:
+        """Translate an OSError raised inside the block (a file that is not there is the
+        ObjectNotFoundError of key `missing`, when given) and report the outcome to the
+        availability: a failing disk is this store not answering."""
+        try:
+            yield
         except OSError as exc:
-            raise StorageError(f"local temp sweep failed: {exc.strerror or exc}") from exc
+            if missing is not None and isinstance(exc, _ABSENT):
+                self.availability.answered()
+                raise ObjectNotFoundError(f"no object {missing!r}") from None
+            error = StorageError(f"local {operation} failed: {exc.strerror or exc}")
+            self.availability.failed(error)
+            raise error from exc
+        self.availability.answered()
 
     def _remove_stale_sync(self, older_than_s: float) -> int:
         cutoff_ns = time.time_ns() - int(older_than_s * 1e9)

@@ -114,7 +114,9 @@ class RetryingObjectStore(ForwardingObjectStore):
         try:
             done, _ = await asyncio.wait((work, alarm), return_when=asyncio.FIRST_COMPLETED)
             if work not in done:
-                raise StorageTimeoutError(f"{operation} {key!r} exceeded {self._timeout_s}s")
+                timeout = StorageTimeoutError(f"{operation} {key!r} exceeded {self._timeout_s}s")
+                self.availability.failed(timeout)  # the store never answered it
+                raise timeout
             return work.result()
         finally:
             alarm.cancel()

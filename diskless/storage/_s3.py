@@ -17,9 +17,14 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     ConnectTimeoutError,
+    InvalidRegionError,
+    ParamValidationError,
     ReadTimeoutError,
 )
+from botocore.handlers import validate_bucket_name
+from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
 
+from diskless._availability import log_failure
 from diskless.errors import (
     InvalidRangeError,
     ObjectNotFoundError,
@@ -67,15 +72,6 @@ def _translate(exc: BaseException, operation: str, key: str) -> StorageError:
     return StorageError(f"S3 {operation} {key!r} failed: {type(exc).__name__}: {exc}")
 
 
-@contextlib.contextmanager
-def _boundary(operation: str, key: str) -> Iterator[None]:
-    """Translate third-party errors raised inside the block; let ours and cancellation pass."""
-    try:
-        yield
-    except _TRANSLATED as exc:
-        raise _translate(exc, operation, key) from exc
-
-
 class S3ObjectStore(ObjectStore):
     """Objects in one bucket under an optional key prefix.
 
@@ -106,10 +102,7 @@ class S3ObjectStore(ObjectStore):
         read_timeout_s: float = 30.0,
         session: AioSession | None = None,
     ) -> None:
-        if not bucket:
-            raise ValueError("bucket is required")
-        if prefix:
-            validate_prefix(prefix)
+        self.check_location(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, region=region)
         if multipart_part_size < PART_BYTES_MIN:
             raise ValueError(f"multipart_part_size must be at least {PART_BYTES_MIN} bytes")
         if multipart_threshold < 1 or multipart_concurrency < 1 or max_pool_connections < 1:
@@ -141,6 +134,49 @@ class S3ObjectStore(ObjectStore):
         self._lock = asyncio.Lock()
         self._closed = False
 
+    @staticmethod
+    def check_location(
+        *,
+        bucket: str | None = None,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+    ) -> None:
+        """ValueError unless the given parts of a location are well formed, by botocore's own
+        rules (which it applies only at the first request, or the first client): checked when
+        a store is created, and by a command line for each of its flags."""
+        if bucket is not None:
+            if not bucket:
+                raise ValueError("bucket is required")
+            try:
+                validate_bucket_name({"Bucket": bucket})
+            except ParamValidationError:
+                raise ValueError(f"invalid bucket name {bucket!r}") from None
+        if prefix:
+            validate_prefix(prefix)
+        if endpoint_url is not None and not (
+            is_valid_endpoint_url(endpoint_url) or is_valid_ipv6_endpoint_url(endpoint_url)
+        ):
+            raise ValueError(
+                f"invalid endpoint URL {endpoint_url!r}: expected http(s)://HOST[:PORT]"
+            )
+        try:
+            validate_region_name(region)
+        except InvalidRegionError:
+            raise ValueError(f"invalid region name {region!r}") from None
+
+    @contextlib.contextmanager
+    def _boundary(self, operation: str, key: str) -> Iterator[None]:
+        """Translate third-party errors raised inside the block, and report the request's
+        outcome to the availability; let ours and cancellation pass."""
+        try:
+            yield
+        except _TRANSLATED as exc:
+            error = _translate(exc, operation, key)
+            self.availability.report(error)
+            raise error from exc
+        self.availability.answered()
+
     def __repr__(self) -> str:
         return f"S3ObjectStore(bucket={self._bucket!r}, prefix={self._prefix!r})"
 
@@ -165,7 +201,7 @@ class S3ObjectStore(ObjectStore):
             self._closed = True
             stack, self._exit_stack, self._client = self._exit_stack, None, None
             if stack is not None:
-                with _boundary("close", ""):
+                with self._boundary("close", ""):
                     await stack.aclose()
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
@@ -175,7 +211,7 @@ class S3ObjectStore(ObjectStore):
         if view.nbytes < self._multipart_threshold:
             self._counters.put(view.nbytes)
             body = data if isinstance(data, bytes) else view.tobytes()
-            with _boundary("put", key):
+            with self._boundary("put", key):
                 await client.put_object(Bucket=self._bucket, Key=self._prefix + key, Body=body)
         else:
             await self._put_multipart(client, key, view)
@@ -184,7 +220,7 @@ class S3ObjectStore(ObjectStore):
         validate_key(key)
         client = await self._get_client()
         self._counters.get()
-        with _boundary("get", key):
+        with self._boundary("get", key):
             response = await client.get_object(Bucket=self._bucket, Key=self._prefix + key)
             async with response["Body"] as stream:
                 blob: bytes = await stream.read()
@@ -196,7 +232,7 @@ class S3ObjectStore(ObjectStore):
         check_range(key, start, end)
         client = await self._get_client()
         self._counters.ranged_get()
-        with _boundary("get_range", key):
+        with self._boundary("get_range", key):
             response = await client.get_object(
                 Bucket=self._bucket, Key=self._prefix + key, Range=f"bytes={start}-{end - 1}"
             )
@@ -230,7 +266,7 @@ class S3ObjectStore(ObjectStore):
         if start_after is not None:
             request["StartAfter"] = self._prefix + start_after
         self._counters.list()
-        with _boundary("list", prefix):
+        with self._boundary("list", prefix):
             response = await client.list_objects_v2(**request)
         strip = len(self._prefix)
         objects = [
@@ -256,7 +292,7 @@ class S3ObjectStore(ObjectStore):
         for first in range(0, len(unique), DELETE_KEYS_MAX):
             chunk = unique[first : first + DELETE_KEYS_MAX]
             self._counters.delete(len(chunk))
-            with _boundary("delete", chunk[0]):
+            with self._boundary("delete", chunk[0]):
                 response = await client.delete_objects(
                     Bucket=self._bucket,
                     Delete={"Objects": [{"Key": self._prefix + k} for k in chunk], "Quiet": False},
@@ -277,7 +313,7 @@ class S3ObjectStore(ObjectStore):
                 raise RuntimeError(f"{self!r} is closed")
             if self._client is None:
                 stack = AsyncExitStack()
-                with _boundary("connect", ""):
+                with self._boundary("connect", ""):
                     self._client = await stack.enter_async_context(
                         self._session.create_client("s3", **self._client_kwargs)
                     )
@@ -289,7 +325,7 @@ class S3ObjectStore(ObjectStore):
         part_size = max(self._part_size, -(-size // PARTS_MAX))
         full_key = self._prefix + key
         self._counters.put(size)
-        with _boundary("put", key):
+        with self._boundary("put", key):
             created = await client.create_multipart_upload(Bucket=self._bucket, Key=full_key)
         upload_id = created["UploadId"]
         slots = asyncio.Semaphore(self._part_concurrency)
@@ -298,7 +334,7 @@ class S3ObjectStore(ObjectStore):
             async with slots:
                 body = view[offset : offset + part_size].tobytes()  # one copy per in-flight part
                 self._counters.put_request()
-                with _boundary("put", key):
+                with self._boundary("put", key):
                     part = await client.upload_part(
                         Bucket=self._bucket,
                         Key=full_key,
@@ -320,7 +356,7 @@ class S3ObjectStore(ObjectStore):
                 raise
             assert [p["PartNumber"] for p in parts] == list(range(1, len(offsets) + 1))
             self._counters.put_request()
-            with _boundary("put", key):
+            with self._boundary("put", key):
                 await client.complete_multipart_upload(
                     Bucket=self._bucket,
                     Key=full_key,
@@ -334,10 +370,9 @@ class S3ObjectStore(ObjectStore):
     async def _abort_multipart(self, client: Any, key: str, full_key: str, upload_id: str) -> None:
         """Best effort: an unaborted upload keeps its parts, and their cost, until lifecycle GC."""
         try:
-            await client.abort_multipart_upload(
-                Bucket=self._bucket, Key=full_key, UploadId=upload_id
-            )
-        except _TRANSLATED as exc:
-            logger.warning(
-                "could not abort multipart upload of %r: %s", key, _translate(exc, "abort", key)
-            )
+            with self._boundary("abort", key):
+                await client.abort_multipart_upload(
+                    Bucket=self._bucket, Key=full_key, UploadId=upload_id
+                )
+        except StorageError as error:
+            log_failure(logger, error, "could not abort multipart upload of %r", key)

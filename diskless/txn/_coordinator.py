@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from logging import ERROR
 from typing import Final
 
 import msgspec
 
+from diskless._availability import log_failure
 from diskless._kafka_errors import txn_markers_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import Clock, SystemClock
@@ -117,8 +119,8 @@ class TransactionCoordinator:
                     assert step.record is not None
                     await self._complete(step.record)
                     continue
-            except DisklessError:
-                logger.exception("InitProducerId of %r failed", transactional_id)
+            except DisklessError as error:
+                log_failure(logger, error, "InitProducerId of %r failed", transactional_id)
                 break
             assert step.record is not None
             return InitProducerIdResult(
@@ -174,7 +176,7 @@ class TransactionCoordinator:
                 transactional_id, producer_id, producer_epoch, commit
             )
         except DisklessError as error:
-            logger.exception("EndTxn of %r failed", transactional_id)
+            log_failure(logger, error, "EndTxn of %r failed", transactional_id)
             return EndTxnResult(txn_markers_error(error))
         if step.error is ErrorCode.NONE and step.must_complete:
             assert step.record is not None
@@ -216,7 +218,9 @@ class TransactionCoordinator:
         try:
             step = await self._participant.txn_complete(prepared, self._coordinator_epoch)
         except DisklessError as error:
-            logger.exception("placing markers for producer %d failed", prepared.producer_id)
+            log_failure(
+                logger, error, "placing markers for producer %d failed", prepared.producer_id
+            )
             return TxnStep(txn_markers_error(error), prepared, True)
         if step.error is not ErrorCode.NONE:
             logger.warning("markers for producer %d not all placed", prepared.producer_id)
@@ -243,5 +247,7 @@ class TransactionCoordinator:
             await self._clock.sleep(TIMEOUT_CHECK_INTERVAL_S)
             try:
                 await self.abort_expired()
-            except Exception:
-                logger.exception("ending expired transactions failed; will retry")
+            except Exception as error:
+                log_failure(
+                    logger, error, "ending expired transactions failed; will retry", level=ERROR
+                )

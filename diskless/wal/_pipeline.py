@@ -17,8 +17,10 @@ import collections
 import itertools
 import logging
 from collections.abc import Callable
+from logging import ERROR
 from typing import Final
 
+from diskless._availability import log_failure
 from diskless._kafka_errors import produce_error
 from diskless._limits import backoff_ms
 from diskless._types import ErrorCode
@@ -157,7 +159,7 @@ class SegmentPipeline:
                 member.fail(_closed_result(cancelled))
             raise
         except Exception as error:
-            log.exception("segment %s failed unexpectedly", segment.key)
+            log_failure(log, error, "segment %s failed unexpectedly", segment.key, level=ERROR)
             for member in group:
                 member.fail(error_result(produce_error(error), "internal error in the WAL writer"))
         finally:
@@ -204,12 +206,13 @@ class SegmentPipeline:
                 except Exception as error:
                     failure = error
                     self.upload_attempts_failed += 1
-                    log.warning(
-                        "upload of %s failed (attempt %d/%d): %r",
+                    log_failure(
+                        log,
+                        error,
+                        "upload of %s failed (attempt %d/%d)",
                         segment.key,
                         attempt,
                         attempts,
-                        error,
                     )
                     if attempt < attempts:
                         retry_ms = backoff_ms(self._config.upload_backoff_ms, attempt - 1)
@@ -220,8 +223,10 @@ class SegmentPipeline:
                 self.object_bytes_uploaded += len(segment.data)
                 self._cache.put(segment.key, segment.data)
                 return None
-        log.error("giving up on %s after %d attempts", segment.key, attempts)
         assert failure is not None
+        log_failure(
+            log, failure, "giving up on %s after %d attempts", segment.key, attempts, level=ERROR
+        )
         return failure
 
     async def _put_within_timeout(self, segment: Segment) -> None:
@@ -238,9 +243,11 @@ class SegmentPipeline:
                 put.cancel()
                 await asyncio.wait([put])
         if put.cancelled():
-            raise StorageTimeoutError(
+            timeout = StorageTimeoutError(
                 f"PUT of {segment.key} took over {self._config.upload_timeout_ms} ms"
             )
+            self._store.availability.failed(timeout)  # the store never answered it
+            raise timeout
         put.result()
 
     async def _commit(self, group: list[Segment]) -> None:
@@ -253,7 +260,7 @@ class SegmentPipeline:
             )
         except CoordinatorError as error:
             keys = ", ".join(s.key for s in group)
-            log.warning("commit of %s failed (%r); objects left for the file manager", keys, error)
+            log_failure(log, error, "commit of %s failed; objects left for the file manager", keys)
             self.commits_failed += len(group)
             for segment in group:
                 segment.fail(

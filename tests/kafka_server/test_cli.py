@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import kio.schema.metadata.v1.request as metadata_v1
-import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
@@ -150,21 +149,6 @@ def test_a_second_process_joins_the_cluster_of_the_first(tmp_path: Path) -> None
             second.kill()
             second.communicate(timeout=30)
         _stop(first)
-
-
-def test_shared_parts_without_a_place_are_refused() -> None:
-    from diskless.kafka_server.__main__ import main
-
-    for argv, message in [
-        ([], "--data-dir is needed"),
-        (["--coordinator", "postgresql://u@h/db"], "--data-dir is needed"),
-        (["--s3-endpoint", "http://h:9000"], "--s3-endpoint needs --bucket"),
-        (["--bucket", "b"], "--bucket needs --s3-endpoint or --region"),
-    ]:
-        with pytest.raises(SystemExit, match=message):
-            main(argv)
-    with pytest.raises(SystemExit):  # argparse's usage error
-        main(["--coordinator", "mysql://h/db", "--data-dir", "x"])
 
 
 def _metadata(path: Path) -> tuple[int, int]:

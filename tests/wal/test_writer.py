@@ -735,6 +735,8 @@ async def test_a_hung_upload_attempt_times_out_and_later_segments_still_commit()
     assert rig.clock.monotonic() - started == pytest.approx(2.1)
     assert writer.stats().upload_attempts_failed == 3  # hung: 2, later: 1 (its first attempt)
     assert writer.stats().segments_upload_failed == 1
+    # The store never answered those attempts: the writer reported them, as one outage.
+    assert gated.availability.outages == 1 and gated.availability.failed_calls == 3
     await rig.close()
 
 

@@ -219,7 +219,8 @@ class PostgresStore(CoordinatorStore):
 
     async def _resolve(self, lost: _CommitLost) -> Any:
         """Ask the server what became of a transaction whose COMMIT answer was lost."""
-        logger.warning("COMMIT answer lost (%r); resolving transaction %d", lost.error, lost.xid)
+        # Per commit, and the coordinator's availability logs the outage: DEBUG.
+        logger.debug("COMMIT answer lost (%r); resolving transaction %d", lost.error, lost.xid)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._resolve_timeout_s
         delay = 0.01

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
+from diskless._availability import log_failure
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_schema import SchemaTooNewError, migrate
 from diskless.coordinator._backends.sqlite_txn import SqliteTxn
@@ -174,8 +175,8 @@ class SqliteStore(CoordinatorStore):
                 if conn.in_transaction:
                     try:
                         conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        logger.exception("rollback after a failed COMMIT failed")
+                    except sqlite3.Error as rollback_error:
+                        log_failure(logger, rollback_error, "rollback after a failed COMMIT failed")
                 if outcome_unknown_on_failure:
                     raise CommitOutcomeUnknownError(f"COMMIT failed: {error}") from error
                 raise
