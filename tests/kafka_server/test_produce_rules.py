@@ -139,7 +139,9 @@ async def test_real_clients_compressing_with_zstd_are_accepted(cluster: KafkaClu
     finally:
         await client.close()
     codecs = {b.compression_type for _, records in fetched.values() for b in _batches(records)}
-    assert codecs == {ZSTD}  # compressed as asked, so sent with Produce v7 or later
+    # Compressed as asked, so sent with Produce v7 or later. (librdkafka sends a batch that
+    # zstd would not make smaller, say a single small record, uncompressed.)
+    assert ZSTD in codecs and codecs <= {ZSTD, 0}
 
 
 def _list_offsets(topic: str, timestamp: int) -> Any:
