@@ -94,7 +94,9 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
 
 def _broker_config(args: argparse.Namespace) -> BrokerConfig:
     try:
-        wal = WalConfig(upload_timeout_ms=args.upload_timeout_ms)
+        wal = WalConfig(
+            commit_interval_ms=args.commit_interval_ms, upload_timeout_ms=args.upload_timeout_ms
+        )
         return BrokerConfig(wal=wal, txn_lease_ttl_ms=args.txn_lease_ttl_ms)
     except ValueError as e:
         raise SystemExit(str(e)) from None
@@ -163,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FIELD=VALUE",
         help="a ServerConfig field, e.g. connections_idle_ms_max=600000 (repeatable)",
+    )
+    parser.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=WalConfig().commit_interval_ms,
+        metavar="MS",
+        help="how long a WAL segment collects batches before it is uploaded and committed",
     )
     parser.add_argument(
         "--upload-timeout-ms",

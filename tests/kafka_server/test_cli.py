@@ -167,6 +167,23 @@ def test_shared_parts_without_a_place_are_refused() -> None:
         main(["--coordinator", "mysql://h/db", "--data-dir", "x"])
 
 
+def test_the_wal_commit_interval_is_an_option_and_the_lease_covers_it() -> None:
+    from diskless._broker_config import txn_lease_budget_ms
+    from diskless.kafka_server.__main__ import _broker_config, _parser
+
+    default = _broker_config(_parser().parse_args(["--data-dir", "x"]))
+    chosen = _broker_config(
+        _parser().parse_args(["--data-dir", "x", "--commit-interval-ms", "5000"])
+    )
+    assert chosen.wal.commit_interval_ms == 5000 != default.wal.commit_interval_ms
+    assert chosen.txn_lease_ttl_ms == txn_lease_budget_ms(chosen.wal)
+    assert (
+        chosen.txn_lease_ttl_ms - default.txn_lease_ttl_ms == 5000 - default.wal.commit_interval_ms
+    )
+    with pytest.raises(SystemExit, match="commit_interval_ms must be >= 0"):
+        _broker_config(_parser().parse_args(["--data-dir", "x", "--commit-interval-ms", "-1"]))
+
+
 def _metadata(path: Path) -> tuple[int, int]:
     """(batch rows, extent rows) of the coordinator at `path`, read as another process would."""
     import asyncio
