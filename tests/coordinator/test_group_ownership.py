@@ -7,10 +7,16 @@ the owner and the generation in the step that stores them (every backend).
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import pytest
+
 from diskless import ManualClock
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.txn import PendingOffset
+from tests._backends import BACKENDS, open_coordinator
 
 TTL_MS = 10_000
 TP = TopicPartition("t", 0)
@@ -55,6 +61,33 @@ async def test_ownership_moves_only_once_the_owner_is_gone_and_keeps_the_generat
     newer = await _live(coordinator, 2)  # broker 2 restarted: its old epoch's ownership died
     assert await coordinator.claim_group("g", 1, three) == GroupOwnership(1, three, 3)
     assert await coordinator.claim_group("g", 2, newer) == GroupOwnership(1, three, 3)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+async def test_first_claims_racing_from_two_processes_agree_on_one_owner(
+    backend: str, tmp_path: Path
+) -> None:
+    """Two processes claim new groups for different brokers at once: each group gets one
+    owner, and both claimants are told the same one (no claim overwrites another)."""
+    clock = ManualClock()
+    first = open_coordinator(backend, tmp_path, clock)
+    second = open_coordinator(backend, tmp_path, clock)  # another broker process
+    try:
+        one, two = await _live(first, 1), await _live(first, 2)
+        groups = [f"g{i}" for i in range(40)]
+        claims = await asyncio.gather(
+            *(
+                claim
+                for group in groups
+                for claim in (first.claim_group(group, 1, one), second.claim_group(group, 2, two))
+            )
+        )
+        for i, group in enumerate(groups):
+            stored = await second.group_ownership(group)
+            assert claims[2 * i] == claims[2 * i + 1] == stored, group
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def test_no_owner_when_no_claimant_is_live(

@@ -146,6 +146,7 @@ class PostgresTxn(StoreTxn):
         self._brokers_seen: set[int] = set()
         self._counters_seen: set[str] = set()
         self._txns_seen: set[str] = set()
+        self._groups_seen: set[str] = set()
         self.xid: int | None = None
         """The transaction's id, when an apply has already asked for it."""
         self._gate_considered = False
@@ -205,6 +206,7 @@ class PostgresTxn(StoreTxn):
                 sorted(needs.groups),
             ):
                 loaded.groups[group_id] = GroupOwnership(*owner)
+                self._groups_seen.add(group_id)
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -644,16 +646,21 @@ class PostgresTxn(StoreTxn):
                     for r in changes.broker_registrations.values()
                 ],
             )
-        if changes.groups:
-            await conn.executemany(
-                "INSERT INTO group_owners VALUES ($1, $2, $3, $4) ON CONFLICT (group_id)"
-                " DO UPDATE SET broker_id = excluded.broker_id,"
-                " broker_epoch = excluded.broker_epoch, generation = excluded.generation",
-                [
-                    (group_id, o.broker_id, o.broker_epoch, o.generation)
-                    for group_id, o in changes.groups.items()
-                ],
-            )
+        for group_id, o in sorted(changes.groups.items()):
+            # A group's first owner is INSERTed: of two first claims, the second fails on the
+            # key (and runs again, finding the first's owner) instead of overwriting it.
+            if group_id in self._groups_seen:
+                await conn.execute(
+                    "UPDATE group_owners SET broker_id = $2, broker_epoch = $3, generation = $4"
+                    " WHERE group_id = $1",
+                    group_id, o.broker_id, o.broker_epoch, o.generation,
+                )  # fmt: skip
+            else:
+                await conn.execute(
+                    "INSERT INTO group_owners VALUES ($1, $2, $3, $4)",
+                    group_id, o.broker_id, o.broker_epoch, o.generation,
+                )  # fmt: skip
+                self._groups_seen.add(group_id)
         if changes.broker_leases_dropped:
             await conn.execute(
                 "DELETE FROM txn_leases l USING unnest($1::int[], $2::bigint[]) k(id, epoch)"
