@@ -11,8 +11,9 @@ answers the clients never saw, so their retries elsewhere are duplicates) or fai
 (`flush=False`, a process crash: nothing unanswered is committed, the retries are first writes).
 
 One incarnation per broker id: a broker starts only once no other incarnation of its id holds
-a live registration (one that died is waited out, for up to `broker_session_timeout_ms`; a
-live one makes `start` fail with `BrokerIdInUseError`). A broker fenced by a newer incarnation
+a live registration (one that died is waited out, until the moment its registration said it
+would expire; a live one, which renews it meanwhile, makes `start` fail with
+`BrokerIdInUseError`). A broker fenced by a newer incarnation
 stops serving at once (`fenced` tells which, and `lost` is set).
 """
 
@@ -38,9 +39,9 @@ _log = logging.getLogger(__name__)
 
 REGISTRATION_RETRY_S: Final = 0.5
 """How often a broker whose id another incarnation holds tries to register again."""
-REGISTRATION_WAIT_MARGIN_MS: Final = 3_000
-"""Beyond the session timeout: how much longer a start waits for an old registration (clock
-skew between processes, a renewal under way)."""
+REGISTRATION_WAIT_MARGIN_MS: Final = 1_000
+"""Beyond the moment the old registration said it would expire: how much longer a start waits
+for it (a renewal that was under way)."""
 
 
 def rack_name(index: int) -> str:
@@ -134,24 +135,23 @@ class KafkaCluster:
         died leaves a registration that expires within the session timeout; one still renewing
         it makes this fail (two processes serving one broker id would fence each other)."""
         loop = asyncio.get_running_loop()
-        session_ms = self.view.ttl_ms + REGISTRATION_WAIT_MARGIN_MS
-        deadline = loop.time() + session_ms / 1000
-        warned = False
+        deadline: float | None = None
         while True:
             try:
                 await broker.start(exclusive=True)
                 return
             except BrokerIdInUseError as e:
-                if loop.time() + REGISTRATION_RETRY_S > deadline:
-                    raise
-                if not warned:
-                    warned = True
+                if deadline is None:  # a dead holder's registration expires by then
+                    wait_ms = e.expires_in_ms + REGISTRATION_WAIT_MARGIN_MS
+                    deadline = loop.time() + wait_ms / 1000
                     _log.warning(
                         "broker %d: %s; waiting up to %d ms for it to expire",
                         broker.broker_id,
                         e,
-                        session_ms,
+                        wait_ms,
                     )
+                if loop.time() + REGISTRATION_RETRY_S > deadline:
+                    raise
                 await asyncio.sleep(REGISTRATION_RETRY_S)
 
     def _fenced(self, broker_id: int, epoch: int) -> None:

@@ -97,12 +97,15 @@ class GroupState:
         self,
         group_id: str,
         owner: GroupOwnership,
+        term: int,
         now: Callable[[], float],
         on_due: Callable[[GroupState], None],
     ) -> None:
         self.group_id = group_id
         self.owner = owner
         """The broker incarnation coordinating the group here, with the generation it found."""
+        self.term = term
+        """The term of the owner's registration in which it took the group over."""
         self.generation = owner.generation
         self.phase = GroupPhase.EMPTY
         self.protocol_type: str | None = None

@@ -10,8 +10,9 @@ agrees on it; the group's membership lives in the owner's memory (`_group_state.
 - **Every group request** (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
   OffsetFetch, TxnOffsetCommit) is served only by the owner; any other broker answers
   NOT_COORDINATOR, and the client looks the coordinator up again. The owner serves a group only
-  while its own registration is certainly live (`ClusterView.registration_live`): a process
-  paused past it no longer answers for groups that may have moved.
+  within the term of its own registration in which it took the group
+  (`ClusterView.registration_term`): a process paused past its registration, even one that
+  renews it afterwards, no longer answers for groups that may have moved meanwhile.
 - **Generations outlive owners.** Each rebalance stores the next generation before handing it
   out (`store_group_generation`, refused once the group has moved), and a new owner continues
   from the stored one. Its members, unknown to it, get UNKNOWN_MEMBER_ID and join again.
@@ -101,23 +102,30 @@ class GroupCoordinator:
 
     async def _owned(self, me: GroupOwnership, group_id: str) -> GroupState | WireError:
         """The group's state if broker `me` (id, epoch) coordinates it now, else
-        NOT_COORDINATOR."""
+        NOT_COORDINATOR. It is taken, and kept, within one term of the broker's registration
+        (`ClusterView.registration_term`): once that lapsed, the group may have moved."""
+        term = self._view.registration_term(me.broker_id)
         group = self._groups.get(group_id)
-        if not self._view.registration_live(me.broker_id):
-            if group is not None and _same_broker(group.owner, me):
-                self._lose(group, "its registration is not certainly live")
+        if group is not None and _same_broker(group.owner, me) and group.term != term:
+            self._lose(group, "its registration lapsed")
+            group = None
+        if term is None:
             return WireError.not_coordinator
         if group is not None:
             return group if _same_broker(group.owner, me) else WireError.not_coordinator
         stored = await self._coordinator.group_ownership(group_id)
         if stored is None or not _same_broker(stored, me):
             return WireError.not_coordinator
-        group = self._groups.get(group_id)  # re-validate after the await
+        if self._view.registration_term(me.broker_id) != term:  # re-validate after the await
+            return WireError.not_coordinator
+        group = self._groups.get(group_id)
         if group is None:
             group = self._groups[group_id] = GroupState(
-                group_id, stored, self._clock.monotonic, self._complete
+                group_id, stored, term, self._clock.monotonic, self._complete
             )
-        return group if _same_broker(group.owner, me) else WireError.not_coordinator
+        if not _same_broker(group.owner, me) or group.term != term:
+            return WireError.not_coordinator
+        return group
 
     def _lose(self, group: GroupState, why: str) -> None:
         """This process no longer coordinates the group: its members look the coordinator up
@@ -238,8 +246,8 @@ class GroupCoordinator:
         while True:
             await self._clock.sleep(SESSION_CHECK_INTERVAL_S)
             for group in list(self._groups.values()):
-                if not self._view.registration_live(group.owner.broker_id):
-                    self._lose(group, "its registration is not certainly live")
+                if self._view.registration_term(group.owner.broker_id) != group.term:
+                    self._lose(group, "its registration lapsed")
                 else:
                     group.expire()
 

@@ -86,6 +86,8 @@ class ClusterView:
         self._local: dict[int, tuple[BrokerAddress, int]] = {}
         self._live_until: dict[int, float] = {}
         """Local broker id -> monotonic time until which its registration is certainly live."""
+        self._terms: dict[int, int] = {}
+        """Local broker id -> how many unbroken stretches of live registration it has begun."""
         self._remote: dict[int, BrokerAddress] = {}
         self._epochs: dict[int, int] = {}
         """Broker id -> the epoch of its live registration, as last read or announced."""
@@ -164,10 +166,19 @@ class ClusterView:
     def registration_live(self, broker_id: int) -> bool:
         """Whether this process's broker certainly holds a live registration now: what it owns
         by its epoch is its own only until then. Always True without a coordinator."""
+        return self.registration_term(broker_id) is not None
+
+    def registration_term(self, broker_id: int) -> int | None:
+        """Which unbroken stretch of live registration this process's broker is in, None when
+        it is not certainly live. A renewal that may have come after the registration expired
+        starts a new term: anything the broker held may have moved in between (another process
+        may have claimed its groups), so what it held in an older term is no longer its own."""
         if self._coordinator is None:
-            return broker_id in self._local
+            return 0 if broker_id in self._local else None
         until = self._live_until.get(broker_id)
-        return until is not None and asyncio.get_running_loop().time() < until
+        if until is None or asyncio.get_running_loop().time() >= until:
+            return None
+        return self._terms.get(broker_id, 0)
 
     def coordinator_for(self, key: str) -> BrokerAddress | None:
         """The broker that coordinates `key` (a group or transactional id): the same from every
@@ -210,11 +221,16 @@ class ClusterView:
     async def _announce(self, address: BrokerAddress, epoch: int) -> None:
         assert self._coordinator is not None
         host, port, rack, broker_id = address.host, address.port, address.rack, address.broker_id
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         if await self._coordinator.announce_broker(
             broker_id, epoch, host, port, rack, self._ttl_ms
         ):
             if self._local.get(broker_id, (None, None))[1] == epoch:
+                # The renewal landed by now; if the registration could have expired before it,
+                # this is a new term (the step's own time is somewhere before `loop.time()`).
+                if loop.time() >= self._live_until.get(broker_id, 0.0):
+                    self._terms[broker_id] = self._terms.get(broker_id, -1) + 1
                 self._live_until[broker_id] = started + self._ttl_ms / 1000
             return
         if self._local.get(broker_id, (None, None))[1] != epoch:

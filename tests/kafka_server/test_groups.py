@@ -338,3 +338,36 @@ async def test_kafka_python_subscribes_and_commits(cluster: KafkaCluster) -> Non
     assert count == RECORDS
     committed = await cluster.coordinator.fetch_offsets("kafka-python-group")
     assert sum(offset for offset, _ in committed.values()) == RECORDS
+
+
+async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
+    """A process paused past its registration, which renews it afterwards (same epoch), no
+    longer answers for the groups it held: another process may have claimed them meanwhile."""
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    epoch = await coordinator.register_broker(0)
+    view = ClusterView("test", coordinator, ttl_ms=300)
+    view.join(BrokerAddress(0, "127.0.0.1", 9092, None), epoch)
+    await view.renew()
+    groups = GroupCoordinator(coordinator, view)
+    owner = Owner(groups, GroupOwnership(0, epoch, -1), coordinator, view)
+    try:
+        assert view.registration_term(0) == 0
+        assert await groups.locate("g") == view.get(0)
+        joined = await _join(owner)
+        assert joined.error == WireError.none
+        await asyncio.sleep(0.4)  # no renewal ran: the registration may have expired
+        assert view.registration_term(0) is None
+        await view.renew()
+        assert view.registration_term(0) == 1
+        # Nobody else took the group, so it is served again, but from scratch: the members of
+        # the old term are unknown and join again, into the next generation.
+        assert await groups.heartbeat(owner.me, "g", joined.generation, joined.member_id) == (
+            WireError.unknown_member_id
+        )
+        again = await _join(owner)
+        assert again.error == WireError.none and again.generation == joined.generation + 1
+    finally:
+        await groups.close()
+        await view.close()
+        await coordinator.close()
