@@ -159,13 +159,16 @@ class DisklessBroker:
     def started(self) -> bool:
         return self._writer is not None
 
-    async def start(self) -> None:
-        """Register with the coordinator and start the WAL writer. Idempotent."""
+    async def start(self, *, exclusive: bool = False) -> None:
+        """Register with the coordinator and start the WAL writer. Idempotent.
+
+        `exclusive`: refuse to start (`BrokerIdInUseError`) while another incarnation of this
+        broker id holds a live registration (`BatchCoordinator.register_broker`)."""
         if self._closing:
             raise BrokerClosedError(f"broker {self._broker_id} is closed")
         if self._writer is not None:
             return
-        epoch = await self._coordinator.register_broker(self._broker_id)
+        epoch = await self._coordinator.register_broker(self._broker_id, exclusive=exclusive)
         if self._writer is not None or self._closing:  # re-validate after the await
             return
         writer = WalWriter(

@@ -16,6 +16,23 @@ class TopicPartition(NamedTuple):
         return f"{self.topic}-{self.partition}"
 
 
+class GroupOwnership(NamedTuple):
+    """Which broker incarnation coordinates a consumer group, and the group's generation.
+
+    A group has one coordinator at a time (Kafka's group coordinator). The ownership is held
+    by a broker *epoch*: it moves to another broker only once that epoch's registration is no
+    longer live (expired, withdrawn, or replaced by a newer incarnation), and the step that
+    moves it is the one that finds so. The generation outlives owners, so that a new owner
+    continues the numbering and a commit of an older generation is refused wherever it lands.
+    """
+
+    broker_id: int
+    broker_epoch: int
+    generation: int = 0
+    """The group's generation as its owner last stored it (bumped by every rebalance); as a
+    fence (`commit_offsets`), the generation the committing member claims, -1 for none."""
+
+
 class ErrorCode(enum.IntEnum):
     """Kafka's numeric error codes, as they appear in protocol responses."""
 
@@ -31,6 +48,7 @@ class ErrorCode(enum.IntEnum):
     NOT_COORDINATOR = 16
     RECORD_LIST_TOO_LARGE = 18
     INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
     INVALID_TIMESTAMP = 32
     INVALID_PARTITIONS = 37
     INVALID_REQUEST = 42

@@ -13,7 +13,8 @@ sqlite3, OSError) are translated at the boundary where they occur and never leak
     ├── CoordinatorError              the batch coordinator failed; retriable
     │   ├── CoordinatorUnavailableError   the backing store is busy, locked or broken
     │   ├── CommitOutcomeUnknownError     a commit may or may not have been applied
-    │   └── BrokerFencedError             the broker epoch is stale (a zombie broker)
+    │   ├── BrokerFencedError             the broker epoch is stale (a zombie broker)
+    │   └── BrokerIdInUseError            another live incarnation holds the broker id
     └── BrokerClosedError             the broker is shut down and takes no more work
 """
 
@@ -66,6 +67,26 @@ class BrokerFencedError(CoordinatorError):
     """The commit carried a stale broker epoch; a newer incarnation of the broker exists."""
 
     retriable = False
+
+
+class BrokerIdInUseError(CoordinatorError):
+    """Registering a broker id refused: another incarnation's registration of it is live.
+
+    Kafka's controller refuses a duplicate broker registration while the old session lives;
+    registering anyway would fence a process that is still serving. Once that registration
+    expires (its process died), the same call succeeds.
+    """
+
+    retriable = False
+
+    def __init__(self, broker_id: int, holder_epoch: int, expires_in_ms: int) -> None:
+        super().__init__(
+            f"broker id {broker_id} is registered by a live process (epoch {holder_epoch}, "
+            f"for {expires_in_ms} ms more unless renewed)"
+        )
+        self.broker_id = broker_id
+        self.holder_epoch = holder_epoch
+        self.expires_in_ms = expires_in_ms
 
 
 class BrokerClosedError(DisklessError):

@@ -1,5 +1,6 @@
 """The batch coordinator: its contract and its backends."""
 
+from diskless._types import GroupOwnership
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._faulty import FaultyBatchCoordinator
 from diskless.coordinator._memory import InMemoryBatchCoordinator
@@ -56,6 +57,7 @@ __all__ = [
     "FileStats",
     "FindBatchesRequest",
     "FindBatchesResponse",
+    "GroupOwnership",
     "LeaseRequest",
     "LeaseResult",
     "ListOffsetsRequest",

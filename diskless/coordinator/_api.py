@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from diskless._availability import Availability
 from diskless._limits import CommitBounds
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._values import (
     BrokerRegistration,
     CommitBatch,
@@ -91,8 +91,14 @@ class BatchCoordinator(abc.ABC):
 
     # --- brokers ------------------------------------------------------------------------------
     @abc.abstractmethod
-    async def register_broker(self, broker_id: int) -> int:
-        """Hand out the next broker epoch for `broker_id`, fencing every older incarnation."""
+    async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
+        """Hand out the next broker epoch for `broker_id`, fencing every older incarnation;
+        the leases the older incarnations hold die in the same step.
+
+        `exclusive` refuses (`BrokerIdInUseError`, no change) while another incarnation's
+        registration (`announce_broker`) of the id is live: a broker process must not fence
+        one that is still serving. Once that registration expires, the call succeeds.
+        """
 
     @abc.abstractmethod
     async def announce_broker(
@@ -105,7 +111,10 @@ class BatchCoordinator(abc.ABC):
         ttl_ms: int,
     ) -> bool:
         """Register or renew where this broker incarnation listens, for `ttl_ms` (0 withdraws
-        it); False, and no change, when the epoch is not the broker's current one (fenced)."""
+        it); False, and no change, when the epoch is not the broker's current one (fenced).
+
+        What the incarnation holds lives as long as this registration: once it expires, a
+        transaction's end no longer waits for its leases, and its groups may move."""
 
     @abc.abstractmethod
     async def live_brokers(self) -> list[BrokerRegistration]:
@@ -273,16 +282,44 @@ class BatchCoordinator(abc.ABC):
         producer_epoch: int,
         group_id: str,
         offsets: Sequence[PendingOffset],
+        fence: GroupOwnership | None = None,
     ) -> ErrorCode:
-        """TxnOffsetCommit: the offsets take effect if and when the transaction commits."""
+        """TxnOffsetCommit: the offsets take effect if and when the transaction commits.
+        A `fence` is checked first, as for `commit_offsets`."""
 
     # --- consumer groups (Kafka's __consumer_offsets) -----------------------------------------
     @abc.abstractmethod
+    async def claim_group(
+        self, group_id: str, broker_id: int, broker_epoch: int
+    ) -> GroupOwnership | None:
+        """FindCoordinator: the group's owner. The current one while its registration is
+        live; otherwise (no owner yet, or its registration expired or was replaced) the broker
+        `broker_id` at `broker_epoch` takes the group over, keeping its generation, if that
+        incarnation's own registration is live; None when neither is."""
+
+    @abc.abstractmethod
+    async def group_ownership(self, group_id: str) -> GroupOwnership | None:
+        """The group's owner as stored, live or not (None: never claimed). A read."""
+
+    @abc.abstractmethod
+    async def store_group_generation(self, group_id: str, owner: GroupOwnership) -> ErrorCode:
+        """A rebalance completed: store `owner.generation` as the group's. NOT_COORDINATOR
+        when that incarnation no longer owns the group; ILLEGAL_GENERATION unless the
+        generation grows."""
+
+    @abc.abstractmethod
     async def commit_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        fence: GroupOwnership | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """Store committed offsets, (offset, metadata) per partition; an unknown partition's
-        answer is UNKNOWN_TOPIC_OR_PARTITION. Offsets of a deleted topic are dropped with it."""
+        answer is UNKNOWN_TOPIC_OR_PARTITION. Offsets of a deleted topic are dropped with it.
+
+        With a `fence` (the owner committing, and the generation its member claims: see
+        `_rules.ownership.check_group_fence`), nothing is stored and every partition answers
+        NOT_COORDINATOR or ILLEGAL_GENERATION unless that owner and generation are current."""
 
     @abc.abstractmethod
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:

@@ -10,7 +10,7 @@ behind writes. A backend is only a store: see `_backends`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from msgspec.structs import replace
@@ -18,6 +18,7 @@ from msgspec.structs import replace
 from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
 from diskless.coordinator._engine_consolidation import ConsolidationOperations
+from diskless.coordinator._engine_groups import GroupOperations
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
 from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, object_key_taken
@@ -29,6 +30,7 @@ from diskless.coordinator._rules.files import (
     released_file,
 )
 from diskless.coordinator._rules.group import CommitGroup, rebased_results
+from diskless.coordinator._rules.ownership import id_in_use
 from diskless.coordinator._rules.rows import (
     PartitionState,
     StoredBatch,
@@ -64,12 +66,13 @@ from diskless.coordinator._values import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.errors import BrokerIdInUseError
 
 RETENTION_CHUNK_ROWS: Final = 256
 """Batches loaded at a time while retention walks a partition from its start."""
 
 
-class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
+class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOperations):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 
     # --- topics -------------------------------------------------------------------------------
@@ -123,11 +126,20 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
         await self._write(delete)
 
     # --- brokers ------------------------------------------------------------------------------
-    async def register_broker(self, broker_id: int) -> int:
+    async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
+        needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
+
         async def register(txn: StoreTxn) -> int:
-            epochs = (await txn.load(Needs(brokers={broker_id}))).broker_epochs
-            epoch = epochs.get(broker_id, 0) + 1
-            await txn.apply(Changes(broker_epochs={broker_id: epoch}))
+            now = self._clock.now_ms()
+            snapshot = await txn.load(needs)
+            live = snapshot.broker_registrations.get(broker_id)
+            if exclusive and live is not None and id_in_use(live, now):
+                raise BrokerIdInUseError(broker_id, live.broker_epoch, live.expires_ms - now)
+            epoch = snapshot.broker_epochs.get(broker_id, 0) + 1
+            # The older incarnations' leases die with them (`_rules.ownership`).
+            await txn.apply(
+                Changes(broker_epochs={broker_id: epoch}, broker_leases_dropped={broker_id: epoch})
+            )
             return epoch
 
         return await self._write(register)
@@ -385,27 +397,6 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations):
             condemned_objects=of(FileState.CONDEMNED)[0],
             condemned_bytes=of(FileState.CONDEMNED)[1],
         )
-
-    # --- consumer groups ----------------------------------------------------------------------
-    async def commit_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
-    ) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit (membership and generations are the group coordinator's business)."""
-        needs = Needs(partitions=set(offsets))
-
-        async def commit(txn: StoreTxn) -> dict[TopicPartition, ErrorCode]:
-            known = (await txn.load(needs)).partitions
-            stored = {(group_id, tp): value for tp, value in offsets.items() if tp in known}
-            await txn.apply(Changes(group_offsets=stored))
-            return {
-                tp: ErrorCode.NONE if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                for tp in offsets
-            }
-
-        return await self._write(commit)
-
-    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
-        return await self._read(lambda view: view.group_offsets(group_id))
 
     # --- inspection ---------------------------------------------------------------------------
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:

@@ -15,6 +15,7 @@ from diskless.coordinator._rules.checks import (
     check_broker_epoch,
 )
 from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.ownership import lease_wait_deadline
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
     PartitionState,
@@ -27,6 +28,7 @@ from diskless.coordinator._store import (
     Changes,
     Durability,
     Needs,
+    ReadView,
     Snapshot,
     StoreTxn,
 )
@@ -132,7 +134,11 @@ class TransactionOperations(EngineBase):
                 if error is not ErrorCode.NONE:
                     results.append(LeaseResult(error))
                     continue
-                granted.append(TxnLease(-1, state.key, producer_id, producer_epoch, expires))
+                granted.append(
+                    TxnLease(
+                        -1, state.key, producer_id, producer_epoch, expires, broker_id, broker_epoch
+                    )
+                )
                 results.append(None)
             ids = iter(await txn.apply(Changes(leases_granted=granted)))
             return [
@@ -199,14 +205,20 @@ class TransactionOperations(EngineBase):
     async def _wait_for_leases(
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
     ) -> None:
-        """Phase 2: no lease can be added any more, so this waits at most one lease TTL."""
+        """Phase 2: no lease can be added any more, so this waits at most one lease TTL, and
+        no longer than the registrations of the brokers holding them live."""
         clock = self._clock
+
+        def deadline(view: ReadView) -> int | None:
+            now = clock.now_ms()
+            holders = view.lease_holders(partitions, producer_id, producer_epoch, now)
+            if not holders:
+                return None
+            registrations = {r.broker_id: r for r in view.broker_registrations()}
+            return lease_wait_deadline(holders, registrations, now)
+
         while True:
-            deadline_ms = await self._read(
-                lambda view: view.earliest_lease_expiry(
-                    partitions, producer_id, producer_epoch, clock.now_ms()
-                )
-            )
+            deadline_ms = await self._read(deadline)
             if deadline_ms is None:
                 return
             delay_s = min(max(0.0, (deadline_ms - clock.now_ms()) / 1000), LEASE_POLL_INTERVAL_S)

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 
 from msgspec.structs import replace
 
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._engine_txn import NEXT_PRODUCER_ID, TransactionOperations, _ending
 from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.ownership import check_group_fence
 from diskless.coordinator._rules.rows import TxnRegistration
 from diskless.coordinator._rules.txn import check_registration
 from diskless.coordinator._store import Changes, Needs, Snapshot, StoreTxn
@@ -143,11 +144,19 @@ class TxnRecordOperations(TransactionOperations):
         self,
         transactional_id: str,
         decide: Callable[[TxnRecord | None, int], TxnStep],
+        group_fence: tuple[str, GroupOwnership] | None = None,
     ) -> TxnStep:
         """One step: `decide(record, now)`, and the record it answers stored if it changed,
-        with the partitions of a transaction it prepares closed to new leases."""
+        with the partitions of a transaction it prepares closed to new leases. With a
+        `group_fence` (group id, fence), nothing happens unless it holds (`check_group_fence`)."""
 
         async def transition(txn: StoreTxn) -> TxnStep:
+            if group_fence is not None:
+                group_id, fence = group_fence
+                stored = (await txn.load(Needs(groups=(group_id,)))).groups.get(group_id)
+                error = check_group_fence(stored, fence)
+                if error is not ErrorCode.NONE:
+                    return TxnStep(error)
             now = self._clock.now_ms()
             record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
             step = decide(record, now)
@@ -181,6 +190,7 @@ class TxnRecordOperations(TransactionOperations):
         producer_epoch: int,
         group_id: str,
         offsets: Sequence[PendingOffset],
+        fence: GroupOwnership | None = None,
     ) -> ErrorCode:
         """TxnOffsetCommit: the offsets take effect if and when the transaction commits."""
         step = await self._transition(
@@ -188,6 +198,7 @@ class TxnRecordOperations(TransactionOperations):
             lambda record, _: commit_offsets_to_record(
                 record, producer_id, producer_epoch, group_id, offsets
             ),
+            (group_id, fence) if fence is not None else None,
         )
         return step.error
 

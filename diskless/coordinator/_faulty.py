@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from diskless._availability import Availability
 from diskless._limits import CommitBounds
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._values import (
@@ -110,8 +110,8 @@ class FaultyBatchCoordinator(BatchCoordinator):
     async def delete_topics(self, names: Sequence[str]) -> None:
         await self.inner.delete_topics(names)
 
-    async def register_broker(self, broker_id: int) -> int:
-        return await self.inner.register_broker(broker_id)
+    async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
+        return await self.inner.register_broker(broker_id, exclusive=exclusive)
 
     async def find_batches(
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
@@ -215,15 +215,30 @@ class FaultyBatchCoordinator(BatchCoordinator):
         producer_epoch: int,
         group_id: str,
         offsets: Sequence[PendingOffset],
+        fence: GroupOwnership | None = None,
     ) -> ErrorCode:
         return await self.inner.txn_commit_offsets(
-            transactional_id, producer_id, producer_epoch, group_id, offsets
+            transactional_id, producer_id, producer_epoch, group_id, offsets, fence
         )
 
+    async def claim_group(
+        self, group_id: str, broker_id: int, broker_epoch: int
+    ) -> GroupOwnership | None:
+        return await self.inner.claim_group(group_id, broker_id, broker_epoch)
+
+    async def group_ownership(self, group_id: str) -> GroupOwnership | None:
+        return await self.inner.group_ownership(group_id)
+
+    async def store_group_generation(self, group_id: str, owner: GroupOwnership) -> ErrorCode:
+        return await self.inner.store_group_generation(group_id, owner)
+
     async def commit_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        fence: GroupOwnership | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        return await self.inner.commit_offsets(group_id, offsets)
+        return await self.inner.commit_offsets(group_id, offsets, fence)
 
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return await self.inner.fetch_offsets(group_id)

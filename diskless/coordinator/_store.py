@@ -20,18 +20,24 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from diskless._types import TopicPartition
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import ReadSource
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
+    LeaseHolder,
     PartitionState,
     StoredBatch,
     TxnLease,
     TxnRegistration,
 )
-from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats, TopicConfig
+from diskless.coordinator._values import (
+    BrokerRegistration,
+    FileState,
+    MetadataStats,
+    TopicConfig,
+)
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
@@ -71,6 +77,11 @@ class Needs(msgspec.Struct):
     registrations: Collection[tuple[TopicPartition, int]] = ()
     leases: Collection[int] = ()
     brokers: Collection[int] = ()
+    """Broker ids: their current epochs."""
+    broker_registrations: Collection[int] = ()
+    """Broker ids: their registrations (where they listen, until when), expired or not."""
+    groups: Collection[str] = ()
+    """Consumer group ids: their ownership."""
     files: Collection[str] = ()
     topics: Collection[str] = ()
     counters: Collection[str] = ()
@@ -95,6 +106,8 @@ class Snapshot(msgspec.Struct):
     registrations: Mapping[ProducerKey, TxnRegistration] = EMPTY
     leases: Mapping[int, TxnLease] = EMPTY
     broker_epochs: Mapping[int, int] = EMPTY
+    broker_registrations: Mapping[int, BrokerRegistration] = EMPTY
+    groups: Mapping[str, GroupOwnership] = EMPTY
     files: Mapping[str, FileRow] = EMPTY
     topics: Mapping[str, TopicRow] = EMPTY
     counters: Mapping[str, int] = EMPTY
@@ -113,6 +126,8 @@ class LoadingSnapshot(msgspec.Struct):
     registrations: dict[ProducerKey, TxnRegistration] = {}
     leases: dict[int, TxnLease] = {}
     broker_epochs: dict[int, int] = {}
+    broker_registrations: dict[int, BrokerRegistration] = {}
+    groups: dict[str, GroupOwnership] = {}
     files: dict[str, FileRow] = {}
     topics: dict[str, TopicRow] = {}
     counters: dict[str, int] = {}
@@ -140,6 +155,10 @@ class Changes(msgspec.Struct):
     broker_epochs: Mapping[int, int] = EMPTY
     broker_registrations: Mapping[int, BrokerRegistration] = EMPTY
     """Replaced by broker id."""
+    broker_leases_dropped: Mapping[int, int] = EMPTY
+    """Broker id -> epoch: every lease that an older incarnation of the broker holds goes."""
+    groups: Mapping[str, GroupOwnership] = EMPTY
+    """Consumer group ownerships, inserted or replaced by group id."""
     counters: Mapping[str, int] = EMPTY
     files: Mapping[str, FileRow | None] = EMPTY
     """Inserted or replaced by key; None forgets the file."""
@@ -185,6 +204,7 @@ class Changes(msgspec.Struct):
             or self.registrations_dropped
             or self.leases_released
             or self.leases_dropped
+            or self.broker_leases_dropped
             or self.leases_granted
             or self.ongoing_opened
             or self.ongoing_closed
@@ -275,14 +295,17 @@ class ReadView(ReadSource, Protocol):
         """The committed offsets of a consumer group: (offset, metadata) per partition."""
         ...
 
+    def group_ownership(self, group_id: str) -> GroupOwnership | None: ...
+
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         """Records whose `due_ms` is before `now_ms`, earliest first."""
         ...
 
-    def earliest_lease_expiry(
+    def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
-    ) -> int | None:
-        """The earliest expiry later than `after_ms` of a lease of (producer, epoch) there."""
+    ) -> list[LeaseHolder]:
+        """Who holds leases of (producer, epoch) there that expire later than `after_ms`: one
+        entry per broker incarnation, with the earliest expiry of its leases."""
         ...
 
 

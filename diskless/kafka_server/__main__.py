@@ -40,6 +40,7 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
+from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server import _cli
 from diskless.kafka_server._cluster import KafkaCluster
 from diskless.kafka_server._config import ServerConfig
@@ -108,6 +109,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FIELD=VALUE",
         help="a ServerConfig field, e.g. connections_idle_ms_max=600000 (repeatable)",
+    )
+    parser.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=WalConfig().commit_interval_ms,
+        metavar="MS",
+        help="how long a WAL segment collects batches before it is uploaded and committed",
     )
     parser.add_argument(
         "--upload-timeout-ms",
@@ -211,7 +219,17 @@ async def _run(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError):
                     loop.add_signal_handler(sig, stop.set)
+            watch = asyncio.ensure_future(cluster.lost.wait())  # a fenced broker stops us too
+            watch.add_done_callback(lambda _: stop.set())
             await stop.wait()
+            watch.cancel()
+            if cluster.lost.is_set():
+                fenced = ", ".join(str(b) for b in sorted(cluster.fenced))
+                raise SystemExit(
+                    f"broker {fenced} was fenced by a newer incarnation of its id; exiting"
+                )
+    except BrokerIdInUseError as e:
+        raise SystemExit(f"cannot start: {e}; is another process serving it?") from None
     finally:
         await coordinator.close()
         await store.close()

@@ -326,13 +326,20 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
 
 def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:
     def build(values: dict[str, int]) -> BrokerConfig:
-        wal = WalConfig(upload_timeout_ms=values["upload_timeout_ms"])
+        wal = WalConfig(
+            commit_interval_ms=values["commit_interval_ms"],
+            upload_timeout_ms=values["upload_timeout_ms"],
+        )
         config = BrokerConfig(wal=wal, txn_lease_ttl_ms=values["txn_lease_ttl_ms"])
         check_commit_bounds(config, bounds)
         return config
 
+    commit_interval_ms = WalConfig().commit_interval_ms
     upload_timeout_ms = WalConfig().upload_timeout_ms
     settings = {
+        "commit_interval_ms": Setting(
+            "--commit-interval-ms", args.commit_interval_ms, commit_interval_ms, commit_interval_ms
+        ),
         "upload_timeout_ms": Setting(
             "--upload-timeout-ms", args.upload_timeout_ms, upload_timeout_ms, upload_timeout_ms
         ),

@@ -9,6 +9,12 @@ coordinator request. `kill` takes a broker's listener down abruptly, as a crash 
 clients. Its `DisklessBroker` then either flushes what it had accepted (`flush=True`: commits whose
 answers the clients never saw, so their retries elsewhere are duplicates) or fails it
 (`flush=False`, a process crash: nothing unanswered is committed, the retries are first writes).
+
+One incarnation per broker id: a broker starts only once no other incarnation of its id holds
+a live registration (one that died is waited out, until the moment its registration said it
+would expire; a live one, which renews it meanwhile, makes `start` fail with
+`BrokerIdInUseError`). A broker fenced by a newer incarnation
+stops serving at once (`fenced` tells which, and `lost` is set).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Final
 
 from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import BatchCoordinator, TopicConfig
+from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._groups import GroupCoordinator
 from diskless.kafka_server._memory import RequestMemory
@@ -41,6 +48,11 @@ def check_broker_id(broker_id: int) -> None:
 
 
 PORT_MAX: Final = 65535
+REGISTRATION_RETRY_S: Final = 0.5
+"""How often a broker whose id another incarnation holds tries to register again."""
+REGISTRATION_WAIT_MARGIN_MS: Final = 1_000
+"""Beyond the moment the old registration said it would expire: how much longer a start waits
+for it (a renewal that was under way)."""
 
 
 def rack_name(index: int) -> str:
@@ -87,11 +99,22 @@ class KafkaCluster:
             (server_config or ServerConfig()).queued_request_bytes_max
         )
         """One `queued_request_bytes_max` budget for all brokers: they share one process."""
-        self.view = ClusterView(cluster_id, coordinator)
+        config = server_config or ServerConfig()
+        self.view = ClusterView(
+            cluster_id,
+            coordinator,
+            ttl_ms=config.broker_session_timeout_ms,
+            on_fenced=self._fenced,
+        )
         self.transactions = TransactionFront(coordinator)
-        self.groups = GroupCoordinator(coordinator)
+        self.groups = GroupCoordinator(coordinator, self.view)
         self.servers: dict[int, BrokerServer] = {}
         self._killed: set[int] = set()
+        self.fenced: set[int] = set()
+        """Brokers stopped because a newer incarnation of their id registered."""
+        self.lost = asyncio.Event()
+        """Set once any broker of this cluster was fenced: the process should exit."""
+        self._stopping: set[asyncio.Task[None]] = set()
 
     @property
     def coordinator(self) -> BatchCoordinator:
@@ -109,7 +132,7 @@ class KafkaCluster:
                 self._broker_config,
                 rack=rack_name(broker_id % self._racks),
             )
-            await broker.start()
+            await self._start_exclusively(broker)
             server = BrokerServer(
                 broker,
                 self.view,
@@ -122,7 +145,44 @@ class KafkaCluster:
             self.servers[broker_id] = server
             await server.start()
 
+    async def _start_exclusively(self, broker: DisklessBroker) -> None:
+        """Start `broker` once no other incarnation of its id is registered: a process that
+        died leaves a registration that expires within the session timeout; one still renewing
+        it makes this fail (two processes serving one broker id would fence each other)."""
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        while True:
+            try:
+                await broker.start(exclusive=True)
+                return
+            except BrokerIdInUseError as e:
+                if deadline is None:  # a dead holder's registration expires by then
+                    wait_ms = e.expires_in_ms + REGISTRATION_WAIT_MARGIN_MS
+                    deadline = loop.time() + wait_ms / 1000
+                    _log.warning(
+                        "broker %d: %s; waiting up to %d ms for it to expire",
+                        broker.broker_id,
+                        e,
+                        wait_ms,
+                    )
+                if loop.time() + REGISTRATION_RETRY_S > deadline:
+                    raise
+                await asyncio.sleep(REGISTRATION_RETRY_S)
+
+    def _fenced(self, broker_id: int, epoch: int) -> None:
+        """A newer incarnation of `broker_id` registered: this one stops serving at once."""
+        server = self.servers.get(broker_id)
+        if server is None or broker_id in self.fenced or server.broker.broker_epoch != epoch:
+            return
+        self.fenced.add(broker_id)
+        self.groups.forget_broker(broker_id)
+        task = asyncio.get_running_loop().create_task(self.kill(broker_id, flush=False))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        self.lost.set()
+
     async def close(self) -> None:
+        await asyncio.gather(*self._stopping, return_exceptions=True)
         for server in self.servers.values():
             await server.close()
         await asyncio.gather(*(s.broker.close() for s in self.servers.values()))

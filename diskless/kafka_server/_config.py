@@ -50,6 +50,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     auto_create_topic_partitions: int = 0
     """Metadata for an unknown topic creates it with this many partitions when the client allows
     it (Kafka's auto.create.topics.enable with num.partitions); 0 never creates."""
+    broker_session_timeout_ms: int = 9_000
+    """Kafka's `broker.session.timeout.ms`: a broker whose process stops renewing its
+    registration (every third of this) leaves the cluster after this long, and with it what it
+    held (transaction leases, consumer groups). A process starting a broker whose id another
+    incarnation holds waits this long for that registration to expire, then gives up."""
     close_warning_interval_ms: int = 10_000
     close_warnings_max: int = 10
     """At most this many warnings per `close_warning_interval_ms` about connections closed for a
@@ -77,5 +82,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"auto_create_topic_partitions must be in 0..{MAX_PARTITIONS_PER_REQUEST}: a"
                 " request may add no more partitions"
             )
+        if self.broker_session_timeout_ms < 1:
+            raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")

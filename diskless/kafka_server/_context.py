@@ -7,6 +7,7 @@ import asyncio
 from typing import Protocol
 
 from diskless import DisklessBroker
+from diskless._types import GroupOwnership
 from diskless.kafka_server._config import ServerConfig
 from diskless.kafka_server._groups import GroupCoordinator
 from diskless.kafka_server._metadata import BrokerAddress, ClusterView
@@ -57,3 +58,8 @@ class BrokerContext(Protocol):
 
     @property
     def address(self) -> BrokerAddress: ...
+
+
+def serving(context: BrokerContext) -> GroupOwnership:
+    """The broker incarnation a group request came to: it must own the group (`_groups`)."""
+    return GroupOwnership(context.broker_id, context.broker.broker_epoch, -1)

@@ -13,9 +13,8 @@ retriable error depends on the API (`failure`):
 - Metadata answers the topics it could not describe as LEADER_NOT_AVAILABLE: clients refresh
   metadata and try again, and keep the topic (after UNKNOWN_TOPIC_OR_PARTITION for long enough,
   librdkafka fails the messages queued for it).
-- OffsetCommit and OffsetFetch (offsets live in the batch coordinator) answer
-  COORDINATOR_NOT_AVAILABLE, as the transaction APIs do; group membership lives in this process
-  and calls nothing that fails this way.
+- the group APIs (offsets, generations and each group's owner live in the batch coordinator)
+  and FindCoordinator answer COORDINATOR_NOT_AVAILABLE, as the transaction APIs do.
 - the admin APIs that change or describe topics answer REQUEST_TIMED_OUT (retriable; a retried
   create that did happen answers TOPIC_ALREADY_EXISTS, as with Kafka); DeleteRecords answers
   KAFKA_STORAGE_ERROR, as the other data APIs.
@@ -46,6 +45,11 @@ _ON_FAILURE: Final[dict[ApiKey, WireError]] = {
     ApiKey.TXN_OFFSET_COMMIT: WireError.coordinator_not_available,
     ApiKey.OFFSET_COMMIT: WireError.coordinator_not_available,
     ApiKey.OFFSET_FETCH: WireError.coordinator_not_available,
+    ApiKey.FIND_COORDINATOR: WireError.coordinator_not_available,
+    ApiKey.JOIN_GROUP: WireError.coordinator_not_available,
+    ApiKey.SYNC_GROUP: WireError.coordinator_not_available,
+    ApiKey.HEARTBEAT: WireError.coordinator_not_available,
+    ApiKey.LEAVE_GROUP: WireError.coordinator_not_available,
     ApiKey.CREATE_TOPICS: WireError.request_timed_out,
     ApiKey.DELETE_TOPICS: WireError.request_timed_out,
     ApiKey.CREATE_PARTITIONS: WireError.request_timed_out,

@@ -1,104 +1,66 @@
-"""A minimal consumer-group coordinator: membership per process, offsets in the batch coordinator.
+"""The group coordinator: one owner per group, recorded in the batch coordinator.
 
-Enough of Kafka's classic group protocol for clients to subscribe and commit: JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch. Deliberate simplifications, all visible to a
-client only as extra rebalances:
-- a join without a member id gets MEMBER_ID_REQUIRED and a fresh id (KIP-394) from JoinGroup v4
-  on; older versions get the id with their first answer. Pending ids are kept, unbounded, for the
-  life of the process (a prototype; Kafka expires them after the session timeout);
-- no static membership (group instance ids are ignored);
-- a rebalance completes as soon as every known member has rejoined, or when the longest
-  rebalance timeout of the members runs out (the others are dropped);
-Committed offsets are kept by the batch coordinator (Kafka keeps them in `__consumer_offsets`):
-they survive a restart and read the same from every broker process. Membership is per process: a
-group whose members reach different processes would form one group per process (FindCoordinator
-sends all of a group's members to one broker to avoid that). A failure of the batch coordinator
-propagates as `DisklessError`; the handlers turn it into a retriable code (`_errors`).
+A consumer group has one coordinator at a time, as in Kafka. Which broker incarnation owns a
+group lives in the batch coordinator (`BatchCoordinator.claim_group`), so every broker process
+agrees on it; the group's membership lives in the owner's memory (`_group_state.GroupState`).
+- **FindCoordinator** names the owner while its registration is live. Otherwise it claims the
+  group for the broker the group's id hashes to among the live brokers; the claim takes effect
+  only if the owner's registration is no longer live, so a broker joining the cluster never
+  takes a group from a live owner, and two processes can never both own one.
+- **Every group request** (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+  OffsetFetch, TxnOffsetCommit) is served only by the owner; any other broker answers
+  NOT_COORDINATOR, and the client looks the coordinator up again. The owner serves a group only
+  within the term of its own registration in which it took the group
+  (`ClusterView.registration_term`): a process paused past its registration, even one that
+  renews it afterwards, no longer answers for groups that may have moved meanwhile.
+- **Generations outlive owners.** Each rebalance stores the next generation before handing it
+  out (`store_group_generation`, refused once the group has moved), and a new owner continues
+  from the stored one. Its members, unknown to it, get UNKNOWN_MEMBER_ID and join again.
+- **Offsets** are committed by the owner only, fenced in the very step that stores them by the
+  owner's epoch and the member's generation (`commit_offsets`, `txn_commit_offsets`): a process
+  that lost the group cannot move a committed offset backwards.
+A failure of the batch coordinator propagates as `DisklessError`; the handlers turn it into a
+retriable code (`_errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import Final, NamedTuple
+from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
+from diskless.errors import DisklessError
 from diskless.kafka_server._errors import wire
+from diskless.kafka_server._group_state import GroupState, JoinOutcome
+from diskless.kafka_server._metadata import BrokerAddress, ClusterView
 
 _log = logging.getLogger(__name__)
 
 SESSION_CHECK_INTERVAL_S: Final = 0.5
-INITIAL_REBALANCE_DELAY_MS: Final = 100
-"""Kafka's `group.initial.rebalance.delay.ms` (3 s by default), shortened for a prototype."""
-
-
-class _State(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING = "PreparingRebalance"
-    COMPLETING = "CompletingRebalance"
-    STABLE = "Stable"
-
-
-class JoinOutcome(NamedTuple):
-    error: WireError
-    generation: int = -1
-    protocol: str | None = None
-    leader: str = ""
-    member_id: str = ""
-    members: list[tuple[str, bytes]] = []  # noqa: RUF012 - NamedTuple default, never mutated
-
-
-class _Member:
-    __slots__ = (
-        "assignment",
-        "join",
-        "last_seen",
-        "member_id",
-        "protocols",
-        "rebalance_timeout_ms",
-        "session_timeout_ms",
-        "sync",
-    )
-
-    def __init__(self, member_id: str) -> None:
-        self.member_id = member_id
-        self.protocols: list[tuple[str, bytes]] = []
-        self.session_timeout_ms = 10_000
-        self.rebalance_timeout_ms = 10_000
-        self.last_seen = 0.0
-        self.join: asyncio.Future[JoinOutcome] | None = None
-        self.sync: asyncio.Future[tuple[WireError, bytes]] | None = None
-        self.assignment = b""
-
-
-class _Group:
-    def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
-        self.state = _State.EMPTY
-        self.generation = 0
-        self.protocol_type: str | None = None
-        self.protocol: str | None = None
-        self.leader = ""
-        self.members: dict[str, _Member] = {}
-        self.pending: set[str] = set()
-        """Member ids handed out with MEMBER_ID_REQUIRED, not yet used to join."""
-        self.completion: asyncio.TimerHandle | None = None
+"""How often members' sessions, and this process's own ownerships, are checked."""
 
 
 class GroupCoordinator:
-    def __init__(self, coordinator: BatchCoordinator, *, clock: Clock | None = None) -> None:
+    """The groups owned by this process's brokers; each call names the broker it came to
+    (its id and epoch), which must own the group."""
+
+    def __init__(
+        self, coordinator: BatchCoordinator, view: ClusterView, *, clock: Clock | None = None
+    ) -> None:
         self._coordinator = coordinator
+        self._view = view
         self._clock = clock or SystemClock()
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, GroupState] = {}
         self._member_ids = itertools.count(1)
         self._expiry_task: asyncio.Task[None] | None = None
+        self._completions: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         if self._expiry_task is None:
@@ -110,23 +72,94 @@ class GroupCoordinator:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         for group in self._groups.values():
-            if group.completion is not None:
-                group.completion.cancel()
-            for member in group.members.values():
-                _fail(member, WireError.coordinator_not_available)
+            group.fail_all(WireError.coordinator_not_available)
+        self._groups.clear()
+        await asyncio.gather(*self._completions, return_exceptions=True)
 
-    def _group(self, group_id: str) -> _Group:
+    # --- ownership ----------------------------------------------------------------------------
+    async def locate(self, group_id: str) -> BrokerAddress | None:
+        """FindCoordinator: the live owner of the group, claimed for the broker its id hashes
+        to when it has none; None when no live broker can take it now (retriable)."""
+        stored = await self._coordinator.group_ownership(group_id)
+        if stored is not None and self._view.epoch_of(stored.broker_id) == stored.broker_epoch:
+            return self._view.get(stored.broker_id)
+        preferred = self._view.coordinator_for(group_id)
+        epoch = None if preferred is None else self._view.epoch_of(preferred.broker_id)
+        if preferred is None or epoch is None:
+            return None
+        owner = await self._coordinator.claim_group(group_id, preferred.broker_id, epoch)
+        if owner is None:
+            return None
+        if owner != stored:
+            _log.info(
+                "group %s: coordinated by broker %d (epoch %d) from generation %d",
+                group_id,
+                owner.broker_id,
+                owner.broker_epoch,
+                owner.generation,
+            )
+        return self._view.get(owner.broker_id)
+
+    async def _owned(self, me: GroupOwnership, group_id: str) -> GroupState | WireError:
+        """The group's state if broker `me` (id, epoch) coordinates it now, else
+        NOT_COORDINATOR. It is taken, and kept, within one term of the broker's registration
+        (`ClusterView.registration_term`): once that lapsed, the group may have moved."""
+        term = self._view.registration_term(me.broker_id)
+        group = self._groups.get(group_id)
+        if group is not None and _same_broker(group.owner, me) and group.term != term:
+            self._lose(group, "its registration lapsed")
+            group = None
+        if term is None:
+            return WireError.not_coordinator
+        if group is not None:
+            return group if _same_broker(group.owner, me) else WireError.not_coordinator
+        stored = await self._coordinator.group_ownership(group_id)
+        if stored is None or not _same_broker(stored, me):
+            return WireError.not_coordinator
+        if self._view.registration_term(me.broker_id) != term:  # re-validate after the await
+            return WireError.not_coordinator
         group = self._groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = _Group(group_id)
+            group = self._groups[group_id] = GroupState(
+                group_id, stored, term, self._clock.monotonic, self._complete
+            )
+        if not _same_broker(group.owner, me) or group.term != term:
+            return WireError.not_coordinator
         return group
+
+    def _lose(self, group: GroupState, why: str) -> None:
+        """This process no longer coordinates the group: its members look the coordinator up
+        again (NOT_COORDINATOR) and join wherever it is now."""
+        if self._groups.get(group.group_id) is not group:
+            return
+        _log.warning(
+            "group %s: broker %d no longer coordinates it: %s",
+            group.group_id,
+            group.owner.broker_id,
+            why,
+        )
+        del self._groups[group.group_id]
+        group.fail_all(WireError.not_coordinator)
+
+    def refused(self, me: GroupOwnership, group_id: str) -> None:
+        """The batch coordinator answered NOT_COORDINATOR to a step of this group's owner."""
+        group = self._groups.get(group_id)
+        if group is not None and _same_broker(group.owner, me):
+            self._lose(group, "the batch coordinator refused a step of its owner")
+
+    def forget_broker(self, broker_id: int) -> None:
+        """The broker stopped serving (fenced, say): the groups it owned are no longer here."""
+        for group in [g for g in self._groups.values() if g.owner.broker_id == broker_id]:
+            self._lose(group, f"broker {broker_id} stopped")
 
     # --- membership ---------------------------------------------------------------------------
     async def join(
         self,
+        me: GroupOwnership,
         *,
         group_id: str,
         member_id: str,
+        instance_id: str | None = None,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         session_timeout_ms: int,
@@ -135,229 +168,146 @@ class GroupCoordinator:
     ) -> JoinOutcome:
         """JoinGroup; `require_known_member_id` from v4 on (a client may send its first join
         twice, and each anonymous join would otherwise become a member of its own)."""
-        group = self._group(group_id)
-        if not protocols:
-            return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
-        if group.members and group.protocol_type != protocol_type:
-            return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
-        if not member_id:
-            member_id = f"{group_id}-member-{next(self._member_ids)}"
-            if require_known_member_id:
-                group.pending.add(member_id)
-                return JoinOutcome(WireError.member_id_required, member_id=member_id)
-            group.members[member_id] = _Member(member_id)
-        elif member_id in group.pending:
-            group.pending.discard(member_id)
-            group.members[member_id] = _Member(member_id)
-        elif member_id not in group.members:
-            return JoinOutcome(WireError.unknown_member_id, member_id=member_id)
-        member = group.members[member_id]
-        group.protocol_type = protocol_type
-        member.protocols = protocols
-        member.session_timeout_ms = session_timeout_ms
-        member.rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms)
-        member.last_seen = self._clock.monotonic()
-        if member.join is not None and not member.join.done():
-            member.join.set_result(
-                JoinOutcome(WireError.rebalance_in_progress, member_id=member_id)
-            )
-        member.join = asyncio.get_running_loop().create_future()
-        future = member.join
-        self._prepare(group)
-        if all(m.join is not None and not m.join.done() for m in group.members.values()):
-            delay_ms = INITIAL_REBALANCE_DELAY_MS if group.generation == 0 else 0
-            self._schedule_completion(group, delay_ms)
-        return await future
-
-    def _prepare(self, group: _Group) -> None:
-        """Start a rebalance: members that are not rejoining learn it from their next call."""
-        if group.state is _State.PREPARING:
-            return
-        group.state = _State.PREPARING
-        for member in group.members.values():
-            if member.sync is not None and not member.sync.done():
-                member.sync.set_result((WireError.rebalance_in_progress, b""))
-        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        self._schedule_completion(group, timeout_ms)
-
-    def _schedule_completion(self, group: _Group, delay_ms: int) -> None:
-        if group.completion is not None:
-            group.completion.cancel()
-        loop = asyncio.get_running_loop()
-        group.completion = loop.call_later(delay_ms / 1000, self._complete, group)
-
-    def _complete(self, group: _Group) -> None:
-        group.completion = None
-        if group.state is not _State.PREPARING:
-            return
-        for member_id, member in list(group.members.items()):
-            if member.join is None or member.join.done():
-                _log.info("group %s: member %s did not rejoin; removed", group.group_id, member_id)
-                _fail(member, WireError.unknown_member_id)
-                del group.members[member_id]
-        if not group.members:
-            group.state = _State.EMPTY
-            group.generation += 1
-            return
-        group.generation += 1
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
-        leader = group.members[group.leader]
-        common = set.intersection(
-            *({name for name, _ in m.protocols} for m in group.members.values())
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return JoinOutcome(group, member_id=member_id)
+        answer = group.join(
+            member_id=member_id,
+            instance_id=instance_id,
+            protocol_type=protocol_type,
+            protocols=protocols,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            new_member_id=lambda: f"{group_id}-member-{next(self._member_ids)}",
+            require_known_member_id=require_known_member_id,
         )
-        group.protocol = next((name for name, _ in leader.protocols if name in common), None)
-        if group.protocol is None:
-            for member in group.members.values():
-                _fail(member, WireError.inconsistent_group_protocol)
-            group.members.clear()
-            group.state = _State.EMPTY
-            return
-        group.state = _State.COMPLETING
-        listing = [(m.member_id, dict(m.protocols)[group.protocol]) for m in group.members.values()]
-        for member in group.members.values():
-            assert member.join is not None
-            member.sync = None
-            member.join.set_result(
-                JoinOutcome(
-                    WireError.none,
-                    generation=group.generation,
-                    protocol=group.protocol,
-                    leader=group.leader,
-                    member_id=member.member_id,
-                    members=listing if member.member_id == group.leader else [],
-                )
+        return await answer if isinstance(answer, asyncio.Future) else answer
+
+    def _complete(self, group: GroupState) -> None:
+        task = asyncio.get_running_loop().create_task(self._store_generation(group))
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _store_generation(self, group: GroupState) -> None:
+        """A rebalance is due: its generation is stored first, so that it survives this
+        process and no later owner hands out the same one."""
+        owner = group.owner
+        generation = group.generation + 1
+        try:
+            error = await self._coordinator.store_group_generation(
+                group.group_id, GroupOwnership(owner.broker_id, owner.broker_epoch, generation)
             )
+        except DisklessError as e:
+            _log.debug("group %s: storing generation %d failed: %r", group.group_id, generation, e)
+            group.abandon_rebalance(WireError.coordinator_not_available)
+            return
+        if error is not ErrorCode.NONE:
+            self._lose(group, f"storing generation {generation} answered {error.name}")
+            return
+        group.finish_rebalance(generation)
 
     async def sync(
-        self, group_id: str, generation: int, member_id: str, assignments: Mapping[str, bytes]
+        self,
+        me: GroupOwnership,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        assignments: Mapping[str, bytes],
+        instance_id: str | None = None,
     ) -> tuple[WireError, bytes]:
-        group = self._group(group_id)
-        member = group.members.get(member_id)
-        if member is None:
-            return WireError.unknown_member_id, b""
-        if generation != group.generation:
-            return WireError.illegal_generation, b""
-        if group.state is _State.PREPARING:
-            return WireError.rebalance_in_progress, b""
-        member.last_seen = self._clock.monotonic()
-        if group.state is _State.STABLE:
-            return WireError.none, member.assignment
-        if member_id == group.leader:
-            for other in group.members.values():
-                other.assignment = assignments.get(other.member_id, b"")
-                if other.sync is not None and not other.sync.done():
-                    other.sync.set_result((WireError.none, other.assignment))
-            group.state = _State.STABLE
-            return WireError.none, member.assignment
-        member.sync = asyncio.get_running_loop().create_future()
-        return await member.sync
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group, b""
+        answer = group.sync(generation, member_id, instance_id, assignments)
+        return await answer if isinstance(answer, asyncio.Future) else answer
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> WireError:
-        group = self._group(group_id)
-        member = group.members.get(member_id)
-        if member is None:
-            return WireError.unknown_member_id
-        member.last_seen = self._clock.monotonic()
-        if group.state is _State.PREPARING:
-            return WireError.rebalance_in_progress
-        if generation != group.generation:
-            return WireError.illegal_generation
-        return WireError.none
+    async def heartbeat(
+        self,
+        me: GroupOwnership,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None = None,
+    ) -> WireError:
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        return group.heartbeat(generation, member_id, instance_id)
 
-    def leave(self, group_id: str, member_id: str) -> WireError:
-        group = self._group(group_id)
-        member = group.members.pop(member_id, None)
-        if member is None:
-            return WireError.unknown_member_id
-        _fail(member, WireError.unknown_member_id)
-        self._after_removal(group)
-        return WireError.none
-
-    def _after_removal(self, group: _Group) -> None:
-        if group.leader not in group.members:
-            group.leader = ""
-        if not group.members:
-            if group.completion is not None:
-                group.completion.cancel()
-                group.completion = None
-            group.state = _State.EMPTY
-            return
-        self._prepare(group)
-        if all(m.join is not None and not m.join.done() for m in group.members.values()):
-            self._schedule_completion(group, 0)
+    async def leave(
+        self, me: GroupOwnership, group_id: str, member_id: str, instance_id: str | None = None
+    ) -> WireError:
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        return group.leave(member_id, instance_id)
 
     async def _expire_forever(self) -> None:
         while True:
             await self._clock.sleep(SESSION_CHECK_INTERVAL_S)
-            now = self._clock.monotonic()
-            for group in self._groups.values():
-                expired = [
-                    m
-                    for m in group.members.values()
-                    if (m.join is None or m.join.done())
-                    and now - m.last_seen > m.session_timeout_ms / 1000
-                ]
-                for member in expired:
-                    _log.info("group %s: member %s expired", group.group_id, member.member_id)
-                    del group.members[member.member_id]
-                    _fail(member, WireError.unknown_member_id)
-                if expired:
-                    self._after_removal(group)
+            for group in list(self._groups.values()):
+                if self._view.registration_term(group.owner.broker_id) != group.term:
+                    self._lose(group, "its registration lapsed")
+                else:
+                    group.expire()
 
     # --- offsets ------------------------------------------------------------------------------
-    def check_member(self, group_id: str, generation: int, member_id: str) -> WireError:
-        """May this member commit now? A commit without generation and member id (a consumer
-        that assigns its partitions itself, or an admin tool) always may."""
-        if generation < 0 and not member_id:
-            return WireError.none
-        group = self._group(group_id)
-        member = group.members.get(member_id)
-        if member is None:
-            return WireError.unknown_member_id
-        if group.state is _State.PREPARING:
-            return WireError.rebalance_in_progress
-        if generation != group.generation:
-            return WireError.illegal_generation
-        member.last_seen = self._clock.monotonic()
-        return WireError.none
-
-    def check_txn_member(self, group_id: str, generation: int, member_id: str) -> WireError:
-        """TxnOffsetCommit v3+ (KIP-447) names the consumer whose offsets the producer commits;
-        a zombie of an older generation is refused. Kafka checks no rebalance state here."""
-        group = self._groups.get(group_id)
-        if member_id and (group is None or member_id not in group.members):
-            return WireError.unknown_member_id
-        if generation >= 0 and (group is None or generation != group.generation):
-            return WireError.illegal_generation
-        return WireError.none
-
     async def commit_offsets(
         self,
+        me: GroupOwnership,
         group_id: str,
         generation: int,
         member_id: str,
         offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        instance_id: str | None = None,
     ) -> dict[TopicPartition, WireError]:
         """OffsetCommit: the answer per partition (UNKNOWN_TOPIC_OR_PARTITION for a partition
         that does not exist); raises `DisklessError` when the batch coordinator fails."""
-        error = self.check_member(group_id, generation, member_id)
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return dict.fromkeys(offsets, group)
+        error = group.check_member(generation, member_id, instance_id)
         if error is not WireError.none:
             return dict.fromkeys(offsets, error)
         if not offsets:
             return {}
-        codes = await self._coordinator.commit_offsets(group_id, offsets)
-        return {tp: wire(codes[tp]) for tp in offsets}
+        claimed = group.generation if generation >= 0 else -1
+        fence = GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
+        codes = await self._coordinator.commit_offsets(group_id, offsets, fence)
+        answers = {tp: wire(codes[tp]) for tp in offsets}
+        if WireError.not_coordinator in answers.values():
+            self.refused(me, group_id)
+        return answers
 
     async def committed_offsets(
-        self, group_id: str
-    ) -> dict[TopicPartition, tuple[int, str | None]]:
-        """OffsetFetch: the group's offsets, as every broker process sees them."""
-        return await self._coordinator.fetch_offsets(group_id)
+        self, me: GroupOwnership, group_id: str
+    ) -> tuple[WireError, dict[TopicPartition, tuple[int, str | None]]]:
+        """OffsetFetch, from the group's coordinator only: its offsets, as every broker
+        process sees them."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group, {}
+        return WireError.none, await self._coordinator.fetch_offsets(group_id)
+
+    async def txn_fence(
+        self,
+        me: GroupOwnership,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None = None,
+    ) -> GroupOwnership | WireError:
+        """TxnOffsetCommit's checks at the group's coordinator (KIP-447): the fence its
+        offsets are staged under, or the error to answer."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        error = group.check_txn_member(generation, member_id, instance_id)
+        if error is not WireError.none:
+            return error
+        claimed = group.generation if generation >= 0 else -1
+        return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
 
 
-def _fail(member: _Member, error: WireError) -> None:
-    if member.join is not None and not member.join.done():
-        member.join.set_result(JoinOutcome(error, member_id=member.member_id))
-    if member.sync is not None and not member.sync.done():
-        member.sync.set_result((error, b""))
+def _same_broker(owner: GroupOwnership, me: GroupOwnership) -> bool:
+    return owner.broker_id == me.broker_id and owner.broker_epoch == me.broker_epoch

@@ -1,8 +1,9 @@
 """Consumer groups: OffsetCommit, OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
-Each decodes its request for `GroupCoordinator` (`_groups`), which keeps membership in this
-process and answers with Kafka error codes itself. Committed offsets live in the batch
-coordinator: a failure there is COORDINATOR_NOT_AVAILABLE (retriable, see `_errors`).
+Each decodes its request for `GroupCoordinator` (`_groups`), which serves a group only on the
+broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership there and answers with
+Kafka error codes itself. Ownership and committed offsets live in the batch coordinator: a
+failure there is COORDINATOR_NOT_AVAILABLE (retriable, see `_errors`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from kio.static.protocol import Entity
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, nested, partition_errors
-from diskless.kafka_server._context import BrokerContext, Connection
+from diskless.kafka_server._context import BrokerContext, Connection, serving
 from diskless.kafka_server._errors import failure
+from diskless.kafka_server._group_state import JoinOutcome
 from diskless.kafka_server._messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -38,6 +40,13 @@ from diskless.kafka_server._messages import (
 )
 from diskless.kafka_server._route import NO_THROTTLE, millis
 from diskless.kafka_server._versions import ApiKey
+
+
+def instance_id(request: object) -> str | None:
+    """A static member's `group.instance.id` (KIP-345), in the versions that carry one."""
+    value = getattr(request, "group_instance_id", None)
+    return value if isinstance(value, str) else None
+
 
 _ONE_MEMBER_LEAVES: Final = (
     leave_group_v0.LeaveGroupRequest,
@@ -64,7 +73,12 @@ async def handle_offset_commit(
     errors: dict[TopicPartition, WireError]
     try:
         errors = await context.groups.commit_offsets(
-            request.group_id, int(request.generation_id_or_member_epoch), request.member_id, offsets
+            serving(context),
+            request.group_id,
+            int(request.generation_id_or_member_epoch),
+            request.member_id,
+            offsets,
+            instance_id(request),
         )
         unanswered = WireError.unknown_topic_or_partition
     except DisklessError as e:
@@ -89,9 +103,10 @@ async def handle_offset_fetch(
     request: OffsetFetchRequest,
     response: type[OffsetFetchResponse],
 ) -> OffsetFetchResponse:
-    error = WireError.none
     try:
-        committed = await context.groups.committed_offsets(request.group_id)
+        error, committed = await context.groups.committed_offsets(
+            serving(context), request.group_id
+        )
     except DisklessError as e:
         error = failure(ApiKey.OFFSET_FETCH, e, "fetching offsets")
         committed = {}
@@ -134,15 +149,21 @@ async def handle_join_group(
         if isinstance(request, join_group_v0.JoinGroupRequest)
         else request.rebalance_timeout
     )
-    outcome = await context.groups.join(
-        group_id=request.group_id,
-        member_id=request.member_id,
-        protocol_type=request.protocol_type,
-        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-        session_timeout_ms=millis(request.session_timeout),
-        rebalance_timeout_ms=millis(rebalance_timeout),
-        require_known_member_id=request.__version__ >= 4,
-    )
+    try:
+        outcome = await context.groups.join(
+            serving(context),
+            group_id=request.group_id,
+            instance_id=instance_id(request),
+            member_id=request.member_id,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            session_timeout_ms=millis(request.session_timeout),
+            rebalance_timeout_ms=millis(rebalance_timeout),
+            require_known_member_id=request.__version__ >= 4,
+        )
+    except DisklessError as e:
+        error = failure(ApiKey.JOIN_GROUP, e, "joining a group")
+        outcome = JoinOutcome(error, member_id=request.member_id)
     member_entry = nested(response, "JoinGroupResponseMember")
     return build(
         response,
@@ -154,8 +175,8 @@ async def handle_join_group(
         leader=outcome.leader,
         member_id=outcome.member_id,
         members=tuple(
-            build(member_entry, member_id=member, group_instance_id=None, metadata=metadata)
-            for member, metadata in outcome.members
+            build(member_entry, member_id=member, group_instance_id=instance, metadata=metadata)
+            for member, instance, metadata in outcome.members
         ),
     )
 
@@ -166,12 +187,17 @@ async def handle_sync_group(
     request: SyncGroupRequest,
     response: type[SyncGroupResponse],
 ) -> SyncGroupResponse:
-    error, assignment = await context.groups.sync(
-        request.group_id,
-        int(request.generation_id),
-        request.member_id,
-        {a.member_id: bytes(a.assignment) for a in request.assignments},
-    )
+    try:
+        error, assignment = await context.groups.sync(
+            serving(context),
+            request.group_id,
+            int(request.generation_id),
+            request.member_id,
+            {a.member_id: bytes(a.assignment) for a in request.assignments},
+            instance_id(request),
+        )
+    except DisklessError as e:
+        error, assignment = failure(ApiKey.SYNC_GROUP, e, "syncing a group"), b""
     protocol_type, protocol_name = (
         (request.protocol_type, request.protocol_name)
         if isinstance(request, sync_group_v5.SyncGroupRequest)  # v5 echoes the protocol
@@ -193,9 +219,16 @@ async def handle_heartbeat(
     request: HeartbeatRequest,
     response: type[HeartbeatResponse],
 ) -> HeartbeatResponse:
-    error = context.groups.heartbeat(
-        request.group_id, int(request.generation_id), request.member_id
-    )
+    try:
+        error = await context.groups.heartbeat(
+            serving(context),
+            request.group_id,
+            int(request.generation_id),
+            request.member_id,
+            instance_id(request),
+        )
+    except DisklessError as e:
+        error = failure(ApiKey.HEARTBEAT, e, "a heartbeat")
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -205,17 +238,36 @@ async def handle_leave_group(
     request: LeaveGroupRequest,
     response: type[LeaveGroupResponse],
 ) -> LeaveGroupResponse:
-    if isinstance(request, _ONE_MEMBER_LEAVES):
-        error = context.groups.leave(request.group_id, request.member_id)
-        return build(response, throttle_time=NO_THROTTLE, error_code=error)
+    me = serving(context)
+    try:
+        if isinstance(request, _ONE_MEMBER_LEAVES):
+            error = await context.groups.leave(me, request.group_id, request.member_id)
+            return build(response, throttle_time=NO_THROTTLE, error_code=error)
+        leaving = [
+            (
+                member,
+                await context.groups.leave(
+                    me, request.group_id, member.member_id, member.group_instance_id
+                ),
+            )
+            for member in request.members
+        ]
+    except DisklessError as e:
+        error = failure(ApiKey.LEAVE_GROUP, e, "leaving a group")
+        return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
     member_entry = nested(response, "MemberResponse")
-    members = tuple(
-        build(
-            member_entry,
-            member_id=member.member_id,
-            group_instance_id=member.group_instance_id,
-            error_code=context.groups.leave(request.group_id, member.member_id),
+    members = []
+    for member, error in leaving:
+        if error is WireError.not_coordinator:  # the whole request went to the wrong broker
+            return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
+        members.append(
+            build(
+                member_entry,
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                error_code=error,
+            )
         )
-        for member in request.members
+    return build(
+        response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=tuple(members)
     )
-    return build(response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=members)

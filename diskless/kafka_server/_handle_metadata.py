@@ -200,29 +200,38 @@ async def handle_find_coordinator(
     request: FindCoordinatorRequest,
     response: type[FindCoordinatorResponse],
 ) -> FindCoordinatorResponse:
-    """One broker per key, the same from every process (`ClusterView.coordinator_for`): group
-    membership and the transaction front end's bridge live in one process, so every member of a
-    group, and every request of a transactional id, must meet in the same one."""
+    """A group's coordinator is its owner, recorded in the batch coordinator (`_groups`): the
+    same from every process, and it moves only when its owner is gone. A transactional id may
+    be served anywhere (its state is in the batch coordinator); the id's hash spreads them."""
     key_type = (
         _KEY_TYPE_GROUP  # v0 knows only groups
         if isinstance(request, find_coordinator_v0.FindCoordinatorRequest)
         else int(request.key_type)
     )
-    if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
-        error, message = WireError.invalid_request, f"unknown coordinator key type {key_type}"
-    else:
-        error, message = WireError.none, None
 
-    def coordinator(key: str) -> tuple[int, str, int]:
-        found = context.cluster.coordinator_for(key) if message is None else None
-        return (found.broker_id, found.host, found.port) if found is not None else (-1, "", -1)
+    async def coordinator(key: str) -> tuple[WireError, str | None, int, str, int]:
+        if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+            message = f"unknown coordinator key type {key_type}"
+            return WireError.invalid_request, message, -1, "", -1
+        try:
+            found = (
+                await context.groups.locate(key)
+                if key_type == _KEY_TYPE_GROUP
+                else context.cluster.coordinator_for(key)
+            )
+        except DisklessError as e:
+            error = failure(ApiKey.FIND_COORDINATOR, e, "finding a coordinator")
+            return error, "the batch coordinator is unavailable", -1, "", -1
+        if found is None:
+            return WireError.coordinator_not_available, "no live broker", -1, "", -1
+        return WireError.none, None, found.broker_id, found.host, found.port
 
     if isinstance(request, find_coordinator_v4.FindCoordinatorRequest):
         entry = nested(response, "Coordinator")
-        return build(
-            response,
-            throttle_time=NO_THROTTLE,
-            coordinators=tuple(
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message, node_id, host, port = await coordinator(key)
+            coordinators.append(
                 build(
                     entry,
                     key=key,
@@ -232,11 +241,9 @@ async def handle_find_coordinator(
                     error_code=error,
                     error_message=message,
                 )
-                for key in request.coordinator_keys
-                for node_id, host, port in (coordinator(key),)
-            ),
-        )
-    node_id, host, port = coordinator(request.key)
+            )
+        return build(response, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
+    error, message, node_id, host, port = await coordinator(request.key)
     return build(
         response,
         throttle_time=NO_THROTTLE,

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode as WireError
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, nested, partition_errors
-from diskless.kafka_server._context import BrokerContext, Connection
+from diskless.kafka_server._context import BrokerContext, Connection, serving
 from diskless.kafka_server._errors import coordinator_error, failure
 from diskless.kafka_server._messages import (
     AddOffsetsToTxnRequest,
@@ -151,14 +151,13 @@ async def handle_txn_offset_commit(
     request: TxnOffsetCommitRequest,
     response: type[TxnOffsetCommitResponse],
 ) -> TxnOffsetCommitResponse:
-    """Partitions of unknown topics are refused one by one (UNKNOWN_TOPIC_OR_PARTITION); the
-    others are staged in the transaction together, so they share one answer."""
+    """Served by the group's coordinator only (NOT_COORDINATOR elsewhere), which checks the
+    member (v3+, KIP-447). Partitions of unknown topics are refused one by one
+    (UNKNOWN_TOPIC_OR_PARTITION); the others are staged in the transaction together, under the
+    group's fence, so they share one answer."""
     errors: dict[TopicPartition, WireError] = {}
     error = WireError.none
-    if isinstance(request, txn_offset_commit_v3.TxnOffsetCommitRequest):
-        error = context.groups.check_txn_member(
-            request.group_id, int(request.generation_id), request.member_id
-        )
+    me = serving(context)
     offsets = [
         PendingOffset(
             request.group_id,
@@ -170,7 +169,19 @@ async def handle_txn_offset_commit(
         for p in topic.partitions
     ]
     try:
-        if error is WireError.none:
+        if isinstance(request, txn_offset_commit_v3.TxnOffsetCommitRequest):
+            fence = await context.groups.txn_fence(
+                me,
+                request.group_id,
+                int(request.generation_id),
+                request.member_id,
+                request.group_instance_id,
+            )
+        else:
+            fence = await context.groups.txn_fence(me, request.group_id, -1, "")
+        if isinstance(fence, WireError):
+            error = fence
+        else:
             names = sorted({o.topic_partition.topic for o in offsets})
             partitions = {d.name: d.partitions for d in await context.broker.describe_topics(names)}
             for o in offsets:
@@ -185,8 +196,11 @@ async def handle_txn_offset_commit(
                         int(request.producer_epoch),
                         request.group_id,
                         known,
+                        fence,
                     )
                 )
+                if error is WireError.not_coordinator:
+                    context.groups.refused(me, request.group_id)
     except DisklessError as e:
         error = failure(ApiKey.TXN_OFFSET_COMMIT, e, "txn offset commit")
     return build(

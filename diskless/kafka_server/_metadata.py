@@ -21,7 +21,14 @@ when it closes, cleanly or not. With a batch coordinator, the view also announce
 coordinator's broker registry (`announce_broker`, renewed every `ttl/3`, withdrawn at a clean
 close) and lists the brokers other processes announced (`live_brokers`), so several processes
 over one coordinator are one cluster. A process that dies stops renewing; its brokers drop out
-of every view when their registration expires.
+of every view when their registration expires (Kafka's `broker.session.timeout.ms`).
+
+What a broker holds by its epoch (its transaction leases, the consumer groups it coordinates)
+lives as long as that registration, so the view tells how long each local broker's
+registration is certainly live (`registration_live`): until the start of its last successful
+renewal plus the TTL, on this process's monotonic clock. A broker whose renewal is refused has
+been fenced by a newer incarnation of its id: the view stops renewing it and reports it
+(`on_fenced`), and it must stop serving.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import asyncio
 import logging
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
 
 from diskless._availability import log_failure
@@ -41,8 +48,9 @@ from diskless.routing import BrokerNode, produce_assignment
 
 _log = logging.getLogger(__name__)
 
-REGISTRATION_TTL_MS: Final = 10_000
-"""How long a broker stays listed after its process stopped renewing its registration."""
+REGISTRATION_TTL_MS: Final = 9_000
+"""How long a broker stays listed after its process stopped renewing its registration (Kafka's
+`broker.session.timeout.ms` default)."""
 
 _TOPIC_ID_NAMESPACE: Final = uuid.UUID("6f1d3c0e-8a5b-4d1e-9f3a-2b7c4e5d6a10")
 
@@ -68,18 +76,32 @@ class ClusterView:
         coordinator: BatchCoordinator | None = None,
         *,
         ttl_ms: int = REGISTRATION_TTL_MS,
+        on_fenced: Callable[[int, int], None] | None = None,
     ) -> None:
-        """Without `coordinator`, the view is this process's brokers only."""
+        """Without `coordinator`, the view is this process's brokers only. `on_fenced(broker_id,
+        epoch)` is called once when a local broker's renewal is refused."""
         self.cluster_id = cluster_id
         self._coordinator = coordinator
         self._ttl_ms = ttl_ms
+        self._on_fenced = on_fenced
         self._local: dict[int, tuple[BrokerAddress, int]] = {}
+        self._live_until: dict[int, float] = {}
+        """Local broker id -> monotonic time until which its registration is certainly live."""
+        self._terms: dict[int, int] = {}
+        """Local broker id -> how many unbroken stretches of live registration it has begun."""
         self._remote: dict[int, BrokerAddress] = {}
+        self._epochs: dict[int, int] = {}
+        """Broker id -> the epoch of its live registration, as last read or announced."""
         self._gone: set[int] = set()
         """Brokers that left this process and have not joined again."""
         self._brokers: dict[int, BrokerAddress] = {}
         self._generation = 0
         self._task: asyncio.Task[None] | None = None
+        self._announcing: set[asyncio.Task[None]] = set()
+
+    @property
+    def ttl_ms(self) -> int:
+        return self._ttl_ms
 
     @property
     def generation(self) -> int:
@@ -97,6 +119,7 @@ class ClusterView:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*self._announcing, return_exceptions=True)
         if self._coordinator is not None:
             for address, epoch in list(self._local.values()):
                 await self._withdraw(address, epoch)
@@ -107,13 +130,24 @@ class ClusterView:
         self._gone.discard(address.broker_id)
         self._update()
         if self._coordinator is not None and broker_epoch >= 0:
-            asyncio.get_running_loop().create_task(self._announce(address, broker_epoch))
+            task = asyncio.get_running_loop().create_task(
+                self._first_announce(address, broker_epoch)
+            )
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
+
+    async def _first_announce(self, address: BrokerAddress, epoch: int) -> None:
+        try:
+            await self._announce(address, epoch)
+        except DisklessError as e:  # the next renewal tries again
+            _log.debug("announcing broker %d failed: %r", address.broker_id, e)
 
     def leave(self, broker_id: int) -> None:
         """The broker stopped serving here; other processes see it go when it expires, or
         at once after `withdraw`."""
         if self._local.pop(broker_id, None) is not None:
             self._gone.add(broker_id)
+        self._live_until.pop(broker_id, None)
         self._update()
 
     async def withdraw(self, address: BrokerAddress, broker_epoch: int) -> None:
@@ -125,6 +159,27 @@ class ClusterView:
 
     def get(self, broker_id: int) -> BrokerAddress | None:
         return self._brokers.get(broker_id)
+
+    def epoch_of(self, broker_id: int) -> int | None:
+        """The epoch of the broker's live registration, as this view last saw it."""
+        return self._epochs.get(broker_id) if broker_id in self._brokers else None
+
+    def registration_live(self, broker_id: int) -> bool:
+        """Whether this process's broker certainly holds a live registration now: what it owns
+        by its epoch is its own only until then. Always True without a coordinator."""
+        return self.registration_term(broker_id) is not None
+
+    def registration_term(self, broker_id: int) -> int | None:
+        """Which unbroken stretch of live registration this process's broker is in, None when
+        it is not certainly live. A renewal that may have come after the registration expired
+        starts a new term: anything the broker held may have moved in between (another process
+        may have claimed its groups), so what it held in an older term is no longer its own."""
+        if self._coordinator is None:
+            return 0 if broker_id in self._local else None
+        until = self._live_until.get(broker_id)
+        if until is None or asyncio.get_running_loop().time() >= until:
+            return None
+        return self._terms.get(broker_id, 0)
 
     def coordinator_for(self, key: str) -> BrokerAddress | None:
         """The broker that coordinates `key` (a group or transactional id): the same from every
@@ -156,6 +211,7 @@ class ClusterView:
         self._remote = {
             r.broker_id: BrokerAddress(r.broker_id, r.host, r.port, r.rack) for r in live
         }
+        self._epochs = {r.broker_id: r.broker_epoch for r in live}
         self._update()
 
     async def _renew_forever(self) -> None:
@@ -165,11 +221,30 @@ class ClusterView:
 
     async def _announce(self, address: BrokerAddress, epoch: int) -> None:
         assert self._coordinator is not None
-        host, port, rack = address.host, address.port, address.rack
-        if not await self._coordinator.announce_broker(
-            address.broker_id, epoch, host, port, rack, self._ttl_ms
+        host, port, rack, broker_id = address.host, address.port, address.rack, address.broker_id
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if await self._coordinator.announce_broker(
+            broker_id, epoch, host, port, rack, self._ttl_ms
         ):
-            _log.warning("broker %d epoch %d is fenced", address.broker_id, epoch)
+            if self._local.get(broker_id, (None, None))[1] == epoch:
+                # The renewal landed by now; if the registration could have expired before it,
+                # this is a new term (the step's own time is somewhere before `loop.time()`).
+                if loop.time() >= self._live_until.get(broker_id, 0.0):
+                    self._terms[broker_id] = self._terms.get(broker_id, -1) + 1
+                self._live_until[broker_id] = started + self._ttl_ms / 1000
+            return
+        if self._local.get(broker_id, (None, None))[1] != epoch:
+            return  # it left meanwhile
+        _log.error(
+            "broker %d epoch %d was fenced: a newer incarnation of broker %d registered",
+            broker_id,
+            epoch,
+            broker_id,
+        )
+        self.leave(broker_id)
+        if self._on_fenced is not None:
+            self._on_fenced(broker_id, epoch)
 
     async def _withdraw(self, address: BrokerAddress, epoch: int) -> None:
         assert self._coordinator is not None
@@ -185,6 +260,7 @@ class ClusterView:
         # its registration lives on until it expires.
         brokers = {b: a for b, a in self._remote.items() if b not in self._gone}
         brokers.update((b, address) for b, (address, _) in self._local.items())
+        self._epochs.update((b, epoch) for b, (_, epoch) in self._local.items())
         if brokers.keys() != self._brokers.keys():
             self._generation += 1
         self._brokers = brokers

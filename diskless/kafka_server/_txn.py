@@ -33,7 +33,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.records import (
@@ -126,10 +126,11 @@ class TransactionFront:
         client_epoch: int,
         group_id: str,
         offsets: Sequence[PendingOffset],
+        fence: GroupOwnership | None = None,
     ) -> ErrorCode:
         epoch = await self._server_epoch(transactional_id, producer_id, client_epoch)
         return await self._coordinator.txn_offset_commit(
-            transactional_id, producer_id, epoch, group_id, offsets
+            transactional_id, producer_id, epoch, group_id, offsets, fence
         )
 
     async def end_txn(

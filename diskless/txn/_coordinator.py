@@ -25,7 +25,7 @@ import msgspec
 
 from diskless._availability import log_failure
 from diskless._kafka_errors import txn_markers_error
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.errors import DisklessError
 from diskless.txn._participant import TransactionParticipant
@@ -156,11 +156,13 @@ class TransactionCoordinator:
         producer_epoch: int,
         group_id: str,
         offsets: Sequence[PendingOffset],
+        fence: GroupOwnership | None = None,
     ) -> ErrorCode:
         """TxnOffsetCommit: the offsets take effect atomically with the transaction's commit,
-        and never if it aborts (consume-transform-produce exactly once)."""
+        and never if it aborts (consume-transform-produce exactly once). With a `fence` (the
+        group's owner and its member's generation, KIP-447), only if they are current."""
         return await self._participant.txn_commit_offsets(
-            transactional_id, producer_id, producer_epoch, group_id, offsets
+            transactional_id, producer_id, producer_epoch, group_id, offsets, fence
         )
 
     async def end_txn(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.txn._txn_state import PendingOffset, TxnRecord, TxnStep
 
 
@@ -50,8 +50,9 @@ class TransactionParticipant(Protocol):
         producer_epoch: int,
         group_id: str,
         offsets: Sequence[PendingOffset],
+        fence: GroupOwnership | None = None,
     ) -> ErrorCode:
-        """TxnOffsetCommit (`commit_offsets_to_record`)."""
+        """TxnOffsetCommit (`commit_offsets_to_record`), if the group's `fence` holds."""
         ...
 
     async def txn_end(

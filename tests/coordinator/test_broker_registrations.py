@@ -3,8 +3,11 @@ where it listens with a liveness deadline; Metadata lists every live broker of t
 
 from __future__ import annotations
 
+import pytest
+
 from diskless import ManualClock
 from diskless.coordinator import BatchCoordinator
+from diskless.errors import BrokerIdInUseError
 
 
 async def test_live_brokers_expire_unless_renewed_and_a_stale_epoch_cannot_announce(
@@ -29,3 +32,25 @@ async def test_live_brokers_expire_unless_renewed_and_a_stale_epoch_cannot_annou
     # A clean shutdown withdraws at once.
     assert await coordinator.announce_broker(1, second, "h1b", 9003, "rack-a", 0)
     assert await coordinator.live_brokers() == []
+
+
+async def test_an_exclusive_registration_is_refused_while_another_incarnation_lives(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    first = await coordinator.register_broker(1, exclusive=True)
+    assert await coordinator.announce_broker(1, first, "h1", 9001, None, 10_000)
+    with pytest.raises(BrokerIdInUseError) as refused:
+        await coordinator.register_broker(1, exclusive=True)
+    assert refused.value.holder_epoch == first and not refused.value.retriable
+    assert "broker id 1" in str(refused.value)
+    # Nothing changed: the live incarnation still renews and commits.
+    assert await coordinator.announce_broker(1, first, "h1", 9001, None, 10_000)
+    # Once it stops renewing and its registration expires, a new incarnation may take the id.
+    await clock.advance(10.0)
+    second = await coordinator.register_broker(1, exclusive=True)
+    assert second == first + 1
+    assert not await coordinator.announce_broker(1, first, "h1", 9001, None, 10_000)
+    # A withdrawn registration frees the id at once.
+    assert await coordinator.announce_broker(1, second, "h1", 9002, None, 10_000)
+    assert await coordinator.announce_broker(1, second, "h1", 9002, None, 0)
+    assert await coordinator.register_broker(1, exclusive=True) == second + 1

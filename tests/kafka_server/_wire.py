@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import datetime
 import io
+import socket
 import struct
 from typing import Any
 
@@ -93,6 +94,18 @@ def decode_response(frame: bytes, api_key: int, version: int, correlation_id: in
     body, size = entity_reader(schema)(frame, offset)
     assert offset + size == len(frame), "trailing bytes after the response body"
     return body
+
+
+def ask(address: str, body: Any, timeout_s: float = 10.0) -> Any:
+    """One request to the broker at `host:port` over a connection of its own; the decoded answer
+    (for tests that probe broker processes)."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+        connection.sendall(encode_request(body, 1))
+        stream = connection.makefile("rb")
+        (size,) = _SIZE.unpack(stream.read(4))
+        frame = stream.read(size)
+    return decode_response(frame, type(body).__api_key__, type(body).__version__, 1)
 
 
 def fetch_request(topic: str, partitions: int, *, isolation_level: int = 0, rack: str = "") -> Any:

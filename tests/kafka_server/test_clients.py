@@ -198,5 +198,5 @@ async def test_aiokafka_round_trip_with_a_consumer_group(cluster: KafkaCluster) 
     for (partition, offset), data in sorted(read.items()):
         audit.add(partition, offset, data)
     audit.check({"aio": range(2000)})
-    committed = await cluster.groups.committed_offsets("aio-group")
+    committed = await cluster.coordinator.fetch_offsets("aio-group")
     assert sum(offset for offset, _ in committed.values()) == 2000

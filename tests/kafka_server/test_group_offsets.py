@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i32, i64
 
 from diskless import ErrorCode, TopicPartition
+from diskless._types import GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator, SqliteBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster
@@ -92,11 +93,14 @@ class _Unreachable(InMemoryBatchCoordinator):
     down = False
 
     async def commit_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str | None]]
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        fence: GroupOwnership | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         if self.down:
             raise CoordinatorUnavailableError("unreachable")
-        return await super().commit_offsets(group_id, offsets)
+        return await super().commit_offsets(group_id, offsets, fence)
 
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         if self.down:
@@ -127,6 +131,8 @@ async def test_a_failing_coordinator_answers_a_retriable_error() -> None:
         broker_config=broker_config(),
         server_config=server_config(),
     ) as cluster:
+        await cluster.view.renew()  # the broker's registration is live: it may own groups
+        assert await cluster.groups.locate(GROUP) == cluster.servers[0].address
         client = await WireClient.connect(cluster.servers[0])
         fetch = offset_fetch_v7.OffsetFetchRequest(
             group_id=GROUP, topics=None, require_stable=False

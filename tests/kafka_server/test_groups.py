@@ -9,83 +9,236 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
+from typing import Any, NamedTuple
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless import TopicPartition
+from diskless import ManualClock, TopicPartition
+from diskless._types import GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server._group_state import JoinOutcome
 from diskless.kafka_server._groups import GroupCoordinator
+from diskless.kafka_server._metadata import BrokerAddress, ClusterView
 
 PARTITIONS = 6
 RECORDS = 3000
 
 
-async def _join(groups: GroupCoordinator, member_id: str = "") -> object:
-    return await groups.join(
+class Owner(NamedTuple):
+    """A group coordinator whose broker (id 0) owns group "g", over an in-memory coordinator."""
+
+    groups: GroupCoordinator
+    me: GroupOwnership
+    coordinator: InMemoryBatchCoordinator
+    view: ClusterView
+
+
+async def _owner(
+    coordinator: InMemoryBatchCoordinator, broker_id: int = 0, group: str = "g"
+) -> Owner:
+    """A process serving broker `broker_id` over `coordinator`, which owns `group`."""
+    epoch = await coordinator.register_broker(broker_id)
+    view = ClusterView("test", coordinator)
+    view.join(BrokerAddress(broker_id, "127.0.0.1", 9092 + broker_id, None), epoch)
+    await view.renew()
+    groups = GroupCoordinator(coordinator, view)
+    await groups.start()
+    me = GroupOwnership(broker_id, epoch, -1)
+    located = await groups.locate(group)
+    assert located is not None and located.broker_id == broker_id
+    return Owner(groups, me, coordinator, view)
+
+
+@pytest.fixture
+async def owner() -> AsyncIterator[Owner]:
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    found = await _owner(coordinator)
+    try:
+        yield found
+    finally:
+        await found.groups.close()
+        await found.view.close()
+        await coordinator.close()
+
+
+async def _join(
+    owner: Owner, member_id: str = "", instance_id: str | None = None, **options: Any
+) -> JoinOutcome:
+    return await owner.groups.join(
+        owner.me,
         group_id="g",
         member_id=member_id,
+        instance_id=instance_id,
         protocol_type="consumer",
         protocols=[("range", b"meta-" + member_id.encode())],
         session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
+        **options,
     )
 
 
-async def test_join_sync_heartbeat_leave() -> None:
-    coordinator = InMemoryBatchCoordinator()
-    await coordinator.create_topic("t", 1)
-    groups = GroupCoordinator(coordinator)
-    await groups.start()
+async def test_join_sync_heartbeat_leave(owner: Owner) -> None:
+    groups, me = owner.groups, owner.me
+    first = await _join(owner)
+    assert first.error == WireError.none
+    member, generation = first.member_id, first.generation
+    assert first.leader == member
+    error, assignment = await groups.sync(me, "g", generation, member, {member: b"all"})
+    assert (error, assignment) == (WireError.none, b"all")
+    assert await groups.heartbeat(me, "g", generation, member) == WireError.none
+    assert await groups.heartbeat(me, "g", generation + 1, member) == WireError.illegal_generation
+    assert await groups.heartbeat(me, "g", generation, "stranger") == WireError.unknown_member_id
+
+    # A second member triggers a rebalance; the first learns it from its heartbeat.
+    second_join = asyncio.create_task(_join(owner))
+    await asyncio.sleep(0.01)
+    assert await groups.heartbeat(me, "g", generation, member) == WireError.rebalance_in_progress
+    rejoin = await _join(owner, member)
+    second = await second_join
+    assert rejoin.generation == second.generation == generation + 1
+    assert rejoin.leader == member and len(rejoin.members) == 2
+    assert second.members == []
+    follower = asyncio.create_task(groups.sync(me, "g", generation + 1, second.member_id, {}))
+    leader = await groups.sync(
+        me, "g", generation + 1, member, {member: b"a", second.member_id: b"b"}
+    )
+    assert leader == (WireError.none, b"a")
+    assert await follower == (WireError.none, b"b")
+
+    offsets = {TopicPartition("t", 0): (42, None)}
+    stale = await groups.commit_offsets(me, "g", generation, member, offsets)
+    assert stale == {TopicPartition("t", 0): WireError.illegal_generation}
+    assert await groups.committed_offsets(me, "g") == (WireError.none, {})
+    unknown = {TopicPartition("t", 1): (1, None)}
+    answers = await groups.commit_offsets(me, "g", generation + 1, member, {**offsets, **unknown})
+    assert answers == {
+        TopicPartition("t", 0): WireError.none,
+        TopicPartition("t", 1): WireError.unknown_topic_or_partition,
+    }
+    assert await groups.committed_offsets(me, "g") == (WireError.none, offsets)
+    assert await groups.leave(me, "g", member) == WireError.none
+    assert await groups.leave(me, "g", member) == WireError.unknown_member_id
+    # Every generation handed out was stored first, where any later owner continues from it.
+    stored = await owner.coordinator.group_ownership("g")
+    assert stored is not None and stored.generation == generation + 1
+
+
+async def test_a_broker_that_does_not_own_the_group_answers_not_coordinator(
+    owner: Owner,
+) -> None:
+    other = await _owner(owner.coordinator, broker_id=1, group="elsewhere")
     try:
-        first = await _join(groups)
-        assert first.error == WireError.none  # type: ignore[attr-defined]
-        member, generation = first.member_id, first.generation  # type: ignore[attr-defined]
-        assert first.leader == member  # type: ignore[attr-defined]
-        error, assignment = await groups.sync("g", generation, member, {member: b"all"})
-        assert (error, assignment) == (WireError.none, b"all")
-        assert groups.heartbeat("g", generation, member) == WireError.none
-        assert groups.heartbeat("g", generation + 1, member) == WireError.illegal_generation
-        assert groups.heartbeat("g", generation, "stranger") == WireError.unknown_member_id
-
-        # A second member triggers a rebalance; the first learns it from its heartbeat.
-        second_join = asyncio.create_task(_join(groups))
-        await asyncio.sleep(0)
-        assert groups.heartbeat("g", generation, member) == WireError.rebalance_in_progress
-        rejoin = await _join(groups, member)
-        second = await second_join
-        assert rejoin.generation == second.generation == generation + 1  # type: ignore[attr-defined]
-        assert rejoin.leader == member and len(rejoin.members) == 2  # type: ignore[attr-defined]
-        assert second.members == []  # type: ignore[attr-defined]
-        follower = asyncio.create_task(
-            groups.sync("g", generation + 1, second.member_id, {})  # type: ignore[attr-defined]
+        # Broker 1 joined the cluster after broker 0 took "g": "g" does not move.
+        assert await other.groups.locate("g") == owner.view.get(0)
+        joined = await _join(other)
+        assert joined.error == WireError.not_coordinator
+        assert await other.groups.heartbeat(other.me, "g", 1, "m") == WireError.not_coordinator
+        assert await other.groups.committed_offsets(other.me, "g") == (
+            WireError.not_coordinator,
+            {},
         )
-        leader = await groups.sync(
-            "g",
-            generation + 1,
-            member,
-            {member: b"a", second.member_id: b"b"},  # type: ignore[attr-defined]
+        commit = await other.groups.commit_offsets(
+            other.me, "g", -1, "", {TopicPartition("t", 0): (1, None)}
         )
-        assert leader == (WireError.none, b"a")
-        assert await follower == (WireError.none, b"b")
-
-        offsets = {TopicPartition("t", 0): (42, None)}
-        stale = await groups.commit_offsets("g", generation, member, offsets)
-        assert stale == {TopicPartition("t", 0): WireError.illegal_generation}
-        assert await groups.committed_offsets("g") == {}
-        unknown = {TopicPartition("t", 1): (1, None)}
-        answers = await groups.commit_offsets("g", generation + 1, member, {**offsets, **unknown})
-        assert answers == {
-            TopicPartition("t", 0): WireError.none,
-            TopicPartition("t", 1): WireError.unknown_topic_or_partition,
-        }
-        assert await groups.committed_offsets("g") == offsets
-        assert groups.leave("g", member) == WireError.none
-        assert groups.leave("g", member) == WireError.unknown_member_id
+        assert commit == {TopicPartition("t", 0): WireError.not_coordinator}
+        assert await other.groups.txn_fence(other.me, "g", -1, "") == WireError.not_coordinator
     finally:
-        await groups.close()
+        await other.groups.close()
+        await other.view.close()
+
+
+async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
+    groups, me = owner.groups, owner.me
+    first = await _join(owner, instance_id="consumer-1", require_known_member_id=True)
+    assert first.error == WireError.none, "a static member gets its id at once"
+    assert first.members == [(first.member_id, "consumer-1", b"meta-")]
+    assert (await groups.sync(me, "g", first.generation, first.member_id, {}))[0] == (
+        WireError.none
+    )
+    # The same instance restarts: it joins without its old member id and replaces it.
+    second = await _join(owner, instance_id="consumer-1")
+    assert second.error == WireError.none and second.member_id != first.member_id
+    for answer in (
+        await groups.heartbeat(me, "g", second.generation, first.member_id, "consumer-1"),
+        await groups.leave(me, "g", first.member_id, "consumer-1"),
+        await groups.txn_fence(me, "g", second.generation, first.member_id, "consumer-1"),
+    ):
+        assert answer == WireError.fenced_instance_id
+    offsets = {TopicPartition("t", 0): (1, None)}
+    commit = await groups.commit_offsets(
+        me, "g", second.generation, first.member_id, offsets, "consumer-1"
+    )
+    assert commit == {TopicPartition("t", 0): WireError.fenced_instance_id}
+    fence = await groups.txn_fence(me, "g", second.generation, second.member_id, "consumer-1")
+    assert fence == GroupOwnership(0, me.broker_epoch, second.generation)
+
+
+async def test_an_anonymous_join_from_v4_on_gets_member_id_required(owner: Owner) -> None:
+    first = await _join(owner, require_known_member_id=True)
+    assert first.error == WireError.member_id_required and first.member_id
+    again = await _join(owner, require_known_member_id=True)
+    assert again.member_id != first.member_id
+    joined = await owner.groups.join(
+        owner.me,
+        group_id="g",
+        member_id=first.member_id,
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        require_known_member_id=True,
+    )
+    assert joined.error == WireError.none and joined.members == [(first.member_id, None, b"")]
+
+
+async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced() -> None:
+    clock = ManualClock()
+    coordinator = InMemoryBatchCoordinator(clock=clock)
+    await coordinator.create_topic("t", 1)
+    old = await _owner(coordinator)
+    try:
+        joined = await _join(old)
+        assert joined.error == WireError.none
+        assert (await old.groups.sync(old.me, "g", joined.generation, joined.member_id, {}))[
+            0
+        ] == WireError.none
+        # Broker 0's process stalls past its registration; broker 1 takes the group over.
+        await clock.advance(old.view.ttl_ms / 1000)
+        new = await _owner(coordinator, broker_id=1, group="elsewhere")
+        try:
+            assert await new.groups.locate("g") == new.view.get(1)
+            # The member, unknown to the new owner, joins again: the next generation.
+            assert (
+                await new.groups.heartbeat(new.me, "g", joined.generation, joined.member_id)
+                == WireError.unknown_member_id
+            )
+            again = await _join(new)
+            assert again.error == WireError.none and again.generation == joined.generation + 1
+            # The stalled owner still believes in its group, but its commit is refused.
+            offsets = {TopicPartition("t", 0): (9, None)}
+            refused = await old.groups.commit_offsets(
+                old.me, "g", joined.generation, joined.member_id, offsets
+            )
+            assert refused == {TopicPartition("t", 0): WireError.not_coordinator}
+            assert await coordinator.fetch_offsets("g") == {}
+            # ...and it has let the group go: its members look the coordinator up again.
+            assert (
+                await old.groups.heartbeat(old.me, "g", joined.generation, joined.member_id)
+                == WireError.not_coordinator
+            )
+        finally:
+            await new.groups.close()
+            await new.view.close()
+    finally:
+        await old.groups.close()
+        await old.view.close()
+        await coordinator.close()
 
 
 def _produce(bootstrap: str) -> None:
@@ -159,7 +312,7 @@ async def test_librdkafka_consumers_share_a_topic_through_a_group(cluster: Kafka
     # commits what it reads, so none is read twice even when the last one to leave takes over.
     assert read_by[0] and read_by[1]
     assert not read_by[0] & read_by[1]
-    committed = await cluster.groups.committed_offsets("librdkafka-group")
+    committed = await cluster.coordinator.fetch_offsets("librdkafka-group")
     assert sum(offset for offset, _ in committed.values()) == RECORDS
 
 
@@ -183,26 +336,38 @@ async def test_kafka_python_subscribes_and_commits(cluster: KafkaCluster) -> Non
     await asyncio.to_thread(_produce, cluster.bootstrap("rack-2"))
     count = await asyncio.to_thread(_kafka_python_group, cluster.bootstrap("rack-2"))
     assert count == RECORDS
-    committed = await cluster.groups.committed_offsets("kafka-python-group")
+    committed = await cluster.coordinator.fetch_offsets("kafka-python-group")
     assert sum(offset for offset, _ in committed.values()) == RECORDS
 
 
-async def test_an_anonymous_join_from_v4_on_gets_member_id_required() -> None:
-    groups = GroupCoordinator(InMemoryBatchCoordinator())
+async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
+    """A process paused past its registration, which renews it afterwards (same epoch), no
+    longer answers for the groups it held: another process may have claimed them meanwhile."""
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    epoch = await coordinator.register_broker(0)
+    view = ClusterView("test", coordinator, ttl_ms=300)
+    view.join(BrokerAddress(0, "127.0.0.1", 9092, None), epoch)
+    await view.renew()
+    groups = GroupCoordinator(coordinator, view)
+    owner = Owner(groups, GroupOwnership(0, epoch, -1), coordinator, view)
     try:
-        arguments = {
-            "group_id": "g",
-            "protocol_type": "consumer",
-            "protocols": [("range", b"")],
-            "session_timeout_ms": 10_000,
-            "rebalance_timeout_ms": 10_000,
-            "require_known_member_id": True,
-        }
-        first = await groups.join(member_id="", **arguments)  # type: ignore[arg-type]
-        assert first.error == WireError.member_id_required and first.member_id
-        again = await groups.join(member_id="", **arguments)  # type: ignore[arg-type]
-        assert again.member_id != first.member_id
-        joined = await groups.join(member_id=first.member_id, **arguments)  # type: ignore[arg-type]
-        assert joined.error == WireError.none and joined.members == [(first.member_id, b"")]
+        assert view.registration_term(0) == 0
+        assert await groups.locate("g") == view.get(0)
+        joined = await _join(owner)
+        assert joined.error == WireError.none
+        await asyncio.sleep(0.4)  # no renewal ran: the registration may have expired
+        assert view.registration_term(0) is None
+        await view.renew()
+        assert view.registration_term(0) == 1
+        # Nobody else took the group, so it is served again, but from scratch: the members of
+        # the old term are unknown and join again, into the next generation.
+        assert await groups.heartbeat(owner.me, "g", joined.generation, joined.member_id) == (
+            WireError.unknown_member_id
+        )
+        again = await _join(owner)
+        assert again.error == WireError.none and again.generation == joined.generation + 1
     finally:
         await groups.close()
+        await view.close()
+        await coordinator.close()

@@ -63,12 +63,13 @@ async def context() -> AsyncIterator[tuple[Context, ManualClock]]:
     broker = DisklessBroker(0, MemoryObjectStore(), coordinator, clock=clock)
     await broker.start()
     await broker.create_topic("waiting", 1)
+    view = ClusterView("test")
     yield (
         Context(
             broker,
-            ClusterView("test"),
+            view,
             TransactionFront(coordinator, clock=clock),
-            GroupCoordinator(coordinator, clock=clock),
+            GroupCoordinator(coordinator, view, clock=clock),
             ServerConfig(fetch_wait_ms_max=int(WAIT_S * 2000)),
         ),
         clock,

@@ -17,11 +17,12 @@ from typing import Any, TypeVar
 from msgspec.structs import replace
 from sortedcontainers import SortedDict
 
-from diskless._types import TopicPartition
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
+    LeaseHolder,
     PartitionState,
     StoredBatch,
     TxnLease,
@@ -38,7 +39,11 @@ from diskless.coordinator._store import (
     TopicRow,
     run_inline,
 )
-from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
+from diskless.coordinator._values import (
+    BrokerRegistration,
+    FileState,
+    MetadataStats,
+)
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
@@ -163,6 +168,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._counters: dict[str, int] = {}
         self._txns: dict[str, TxnRecord] = {}
         self._group_offsets: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
+        self._group_owners: dict[str, GroupOwnership] = {}
         self._leases: dict[int, TxnLease] = {}
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
@@ -225,6 +231,10 @@ class MemoryStore(StoreTxn, ReadView):
             snapshot.leases = _pick(needs.leases, self._leases)
         if needs.brokers:
             snapshot.broker_epochs = _pick(needs.brokers, self._brokers)
+        if needs.broker_registrations:
+            snapshot.broker_registrations = _pick(needs.broker_registrations, self._registrations)
+        if needs.groups:
+            snapshot.groups = _pick(needs.groups, self._group_owners)
         if needs.files:
             snapshot.files = _pick(needs.files, self._files)
         if needs.txns:
@@ -268,6 +278,7 @@ class MemoryStore(StoreTxn, ReadView):
             self._brokers.update(changes.broker_epochs)
             self._counters.update(changes.counters)
             self._registrations.update(changes.broker_registrations)
+        self._group_owners.update(changes.groups)
         if changes.trims:
             self._apply_trims(changes.trims)
         for file_key, file in changes.files.items():
@@ -323,6 +334,11 @@ class MemoryStore(StoreTxn, ReadView):
             self._drop_lease(lease_id)
         for producer_key, epoch_max in changes.leases_dropped:
             self._drop_leases(producer_key, epoch_max)
+        if changes.broker_leases_dropped:
+            for lease in list(self._leases.values()):
+                below = changes.broker_leases_dropped.get(lease.broker_id)
+                if below is not None and lease.broker_epoch < below:
+                    self._drop_lease(lease.lease_id)
         granted = []
         for lease in changes.leases_granted:
             lease_id = next(self._lease_ids)
@@ -344,7 +360,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._txns.update(changes.txns)
         for (group_id, tp), committed in changes.group_offsets.items():
             self._group_offsets.setdefault(group_id, {})[tp] = committed
-        if changes.leases_released:
+        if changes.leases_released or changes.broker_leases_dropped:
             self._signal_release()
         return granted
 
@@ -485,6 +501,9 @@ class MemoryStore(StoreTxn, ReadView):
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return dict(self._group_offsets.get(group_id, {}))
 
+    def group_ownership(self, group_id: str) -> GroupOwnership | None:
+        return self._group_owners.get(group_id)
+
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         due = sorted(
             (record.due_ms, tid)
@@ -493,23 +512,20 @@ class MemoryStore(StoreTxn, ReadView):
         )
         return [self._txns[tid] for _, tid in due[:limit]]
 
-    def earliest_lease_expiry(
+    def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
-    ) -> int | None:
-        earliest: int | None = None
-        for tp in partitions:
+    ) -> list[LeaseHolder]:
+        earliest: dict[tuple[int, int], int] = {}
+        for tp in dict.fromkeys(partitions):
             found = self._partitions.get(tp)
             if found is None:
                 continue
             for lease_id in self._leases_by_producer.get((found.state.key, producer_id), ()):
                 lease = self._leases[lease_id]
-                if (
-                    lease.producer_epoch == epoch
-                    and lease.expires_ms > after_ms
-                    and (earliest is None or lease.expires_ms < earliest)
-                ):
-                    earliest = lease.expires_ms
-        return earliest
+                if lease.producer_epoch == epoch and lease.expires_ms > after_ms:
+                    holder = (lease.broker_id, lease.broker_epoch)
+                    earliest[holder] = min(lease.expires_ms, earliest.get(holder, lease.expires_ms))
+        return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]
 
 
 def _pick(keys: Collection[K], source: dict[K, V]) -> dict[K, V]:

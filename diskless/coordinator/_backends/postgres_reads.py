@@ -15,7 +15,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from diskless._types import TopicPartition
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
@@ -30,9 +30,11 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_COLUMNS,
     FILE_STATES,
     HEADS_FROM,
+    OWNER_COLUMNS,
     PARTITION_WIDTH,
     READ_CHUNK_ROWS_MAX,
     REGISTRATION_COLUMNS,
+    REGISTRATION_ROW,
     TOPIC_COLUMNS,
     entry_from_row,
     file_from_row,
@@ -46,12 +48,17 @@ from diskless.coordinator._backends.sqlite_rows import (
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
+    LeaseHolder,
     PartitionState,
     StoredBatch,
     TxnRegistration,
 )
 from diskless.coordinator._store import ReadView, TopicRow
-from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
+from diskless.coordinator._values import (
+    BrokerRegistration,
+    FileState,
+    MetadataStats,
+)
 from diskless.txn import ProducerEntry, TxnRecord
 
 T = TypeVar("T")
@@ -244,10 +251,15 @@ class PostgresReads(ReadView):
         return [
             BrokerRegistration(*row)
             for row in self._fetch(
-                "SELECT broker_id, broker_epoch, host, port, rack, expires_ms"
-                " FROM broker_registrations ORDER BY broker_id"
+                f"SELECT {REGISTRATION_ROW} FROM broker_registrations ORDER BY broker_id"
             )
         ]
+
+    def group_ownership(self, group_id: str) -> GroupOwnership | None:
+        row = self._fetchrow(
+            f"SELECT {OWNER_COLUMNS} FROM group_owners WHERE group_id = $1", group_id
+        )
+        return None if row is None else GroupOwnership(*row)
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return {
@@ -270,22 +282,24 @@ class PostgresReads(ReadView):
             )
         ]
 
-    def earliest_lease_expiry(
+    def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
-    ) -> int | None:
+    ) -> list[LeaseHolder]:
         wanted = list(dict.fromkeys(partitions))
-        found = self._run(
-            self._conn.fetchval(
-                "SELECT min(l.expires_ms) FROM unnest($1::text[], $2::int[]) k(name, part)"
+        return [
+            LeaseHolder(*row)
+            for row in self._fetch(
+                "SELECT l.broker_id, l.broker_epoch, min(l.expires_ms)"
+                " FROM unnest($1::text[], $2::int[]) k(name, part)"
                 " JOIN topics t ON t.name = k.name"
                 " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.part"
                 " JOIN txn_leases l ON l.partition_id = p.partition_id"
-                " WHERE l.producer_id = $3 AND l.producer_epoch = $4 AND l.expires_ms > $5",
+                " WHERE l.producer_id = $3 AND l.producer_epoch = $4 AND l.expires_ms > $5"
+                " GROUP BY 1, 2 ORDER BY 1, 2",
                 [tp.topic for tp in wanted],
                 [tp.partition for tp in wanted],
                 producer_id,
                 epoch,
                 after_ms,
             )
-        )
-        return None if found is None else int(found)
+        ]

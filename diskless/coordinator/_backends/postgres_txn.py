@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from diskless._types import TopicPartition
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_functions import (
     LOADED_BROKER,
@@ -77,6 +77,8 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_STATE_CODES,
     FILE_STATES,
     MARKER_FILE_ID,
+    OWNER_COLUMNS,
+    REGISTRATION_ROW,
     TOPIC_COLUMNS,
     entry_from_row,
     partition_from_row,
@@ -96,7 +98,7 @@ from diskless.coordinator._store import (
     Snapshot,
     StoreTxn,
 )
-from diskless.coordinator._values import TopicConfig
+from diskless.coordinator._values import BrokerRegistration, TopicConfig
 
 _LOAD_ARGUMENT_TYPES: Final = (
     "text[]",
@@ -144,6 +146,7 @@ class PostgresTxn(StoreTxn):
         self._brokers_seen: set[int] = set()
         self._counters_seen: set[str] = set()
         self._txns_seen: set[str] = set()
+        self._groups_seen: set[str] = set()
         self.xid: int | None = None
         """The transaction's id, when an apply has already asked for it."""
         self._gate_considered = False
@@ -189,6 +192,21 @@ class PostgresTxn(StoreTxn):
         if wanted or needs.leases or needs.brokers or needs.files:
             partitions = await self._load_locked(needs, sorted(wanted), loaded, gated)
         loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
+        if needs.broker_registrations:
+            for row in await conn.fetch(
+                f"SELECT {REGISTRATION_ROW} FROM broker_registrations"
+                " WHERE broker_id = ANY($1::int[]) ORDER BY broker_id",
+                sorted(needs.broker_registrations),
+            ):
+                loaded.broker_registrations[row[0]] = BrokerRegistration(*row)
+        if needs.groups:
+            for group_id, *owner in await conn.fetch(
+                f"SELECT group_id, {OWNER_COLUMNS} FROM group_owners"
+                " WHERE group_id = ANY($1::text[]) ORDER BY group_id FOR UPDATE",
+                sorted(needs.groups),
+            ):
+                loaded.groups[group_id] = GroupOwnership(*owner)
+                self._groups_seen.add(group_id)
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -628,6 +646,27 @@ class PostgresTxn(StoreTxn):
                     for r in changes.broker_registrations.values()
                 ],
             )
+        for group_id, o in sorted(changes.groups.items()):
+            # A group's first owner is INSERTed: of two first claims, the second fails on the
+            # key (and runs again, finding the first's owner) instead of overwriting it.
+            if group_id in self._groups_seen:
+                await conn.execute(
+                    "UPDATE group_owners SET broker_id = $2, broker_epoch = $3, generation = $4"
+                    " WHERE group_id = $1",
+                    group_id, o.broker_id, o.broker_epoch, o.generation,
+                )  # fmt: skip
+            else:
+                await conn.execute(
+                    "INSERT INTO group_owners VALUES ($1, $2, $3, $4)",
+                    group_id, o.broker_id, o.broker_epoch, o.generation,
+                )  # fmt: skip
+                self._groups_seen.add(group_id)
+        if changes.broker_leases_dropped:
+            await conn.execute(
+                "DELETE FROM txn_leases l USING unnest($1::int[], $2::bigint[]) k(id, epoch)"
+                " WHERE l.broker_id = k.id AND l.broker_epoch < k.epoch",
+                *_two_columns(sorted(changes.broker_leases_dropped.items())),
+            )
         if changes.group_offsets:
             await conn.execute(
                 "INSERT INTO group_offsets SELECT * FROM unnest($1::text[], $2::text[],"
@@ -716,14 +755,23 @@ class PostgresTxn(StoreTxn):
                 )
             )
             await conn.execute(
-                "INSERT INTO txn_leases SELECT * FROM unnest($1::bigint[], $2::bigint[],"
-                " $3::bigint[], $4::int[], $5::bigint[])",
+                "INSERT INTO txn_leases (lease_id, partition_id, producer_id, producer_epoch,"
+                " expires_ms, broker_id, broker_epoch) SELECT * FROM unnest($1::bigint[],"
+                " $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::bigint[])",
                 *columns(
                     [
-                        (lease_id, x.partition_key, x.producer_id, x.producer_epoch, x.expires_ms)
+                        (
+                            lease_id,
+                            x.partition_key,
+                            x.producer_id,
+                            x.producer_epoch,
+                            x.expires_ms,
+                            x.broker_id,
+                            x.broker_epoch,
+                        )
                         for lease_id, x in zip(granted, changes.leases_granted, strict=True)
                     ],
-                    5,
+                    7,
                 ),
             )
         if changes.ongoing_opened:

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from diskless._types import TopicPartition
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sqlite_rows import (
     BATCH_COLUMNS,
@@ -15,11 +15,13 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_COLUMNS,
     FILE_STATES,
     HEADS_FROM,
+    OWNER_COLUMNS,
     PARTITION_COLUMNS,
     PARTITION_FROM,
     PARTITION_WIDTH,
     READ_CHUNK_ROWS_MAX,
     REGISTRATION_COLUMNS,
+    REGISTRATION_ROW,
     TOPIC_COLUMNS,
     batch_from_row,
     entry_from_row,
@@ -35,12 +37,17 @@ from diskless.coordinator._backends.sqlite_rows import (
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
+    LeaseHolder,
     PartitionState,
     StoredBatch,
     TxnRegistration,
 )
 from diskless.coordinator._store import ReadView, TopicRow
-from diskless.coordinator._values import BrokerRegistration, FileState, MetadataStats
+from diskless.coordinator._values import (
+    BrokerRegistration,
+    FileState,
+    MetadataStats,
+)
 from diskless.txn import ProducerEntry, TxnRecord
 
 _MARKS: Final = ("?1", "?2")
@@ -227,10 +234,15 @@ class SqliteReads(ReadView):
         return [
             BrokerRegistration(*row)
             for row in self._conn.execute(
-                "SELECT broker_id, broker_epoch, host, port, rack, expires_ms"
-                " FROM broker_registrations ORDER BY broker_id"
+                f"SELECT {REGISTRATION_ROW} FROM broker_registrations ORDER BY broker_id"
             )
         ]
+
+    def group_ownership(self, group_id: str) -> GroupOwnership | None:
+        row = self._conn.execute(
+            f"SELECT {OWNER_COLUMNS} FROM group_owners WHERE group_id = ?", (group_id,)
+        ).fetchone()
+        return None if row is None else GroupOwnership(*row)
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return {
@@ -252,17 +264,18 @@ class SqliteReads(ReadView):
             )
         ]
 
-    def earliest_lease_expiry(
+    def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
-    ) -> int | None:
-        earliest: int | None = None
+    ) -> list[LeaseHolder]:
+        earliest: dict[tuple[int, int], int] = {}
         for tp in dict.fromkeys(partitions):
-            (found,) = self._conn.execute(
-                f"SELECT min(l.expires_ms) FROM {PARTITION_FROM} JOIN txn_leases l"
-                " ON l.partition_id = p.partition_id WHERE t.name = ? AND p.partition = ?"
-                " AND l.producer_id = ? AND l.producer_epoch = ? AND l.expires_ms > ?",
+            for broker_id, broker_epoch, expires in self._conn.execute(
+                f"SELECT l.broker_id, l.broker_epoch, min(l.expires_ms) FROM {PARTITION_FROM}"
+                " JOIN txn_leases l ON l.partition_id = p.partition_id"
+                " WHERE t.name = ? AND p.partition = ? AND l.producer_id = ?"
+                " AND l.producer_epoch = ? AND l.expires_ms > ? GROUP BY 1, 2",
                 (tp.topic, tp.partition, producer_id, epoch, after_ms),
-            ).fetchone()
-            if found is not None and (earliest is None or found < earliest):
-                earliest = int(found)
-        return earliest
+            ):
+                holder = (broker_id, broker_epoch)
+                earliest[holder] = min(expires, earliest.get(holder, expires))
+        return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]

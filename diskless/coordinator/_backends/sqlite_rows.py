@@ -150,6 +150,10 @@ ENTRY_COLUMNS: Final = (
 REGISTRATION_COLUMNS: Final = "r.producer_epoch, r.ending, r.client_epoch, r.sequence_base"
 """A `txn_registrations` row (as `r`) in `registration_from_row`'s order."""
 FILE_COLUMNS: Final = "key, state, size, since_ms, live_batches"
+REGISTRATION_ROW: Final = "broker_id, broker_epoch, host, port, rack, expires_ms"
+"""A `BrokerRegistration`'s fields, in order."""
+OWNER_COLUMNS: Final = "broker_id, broker_epoch, generation"
+"""A `GroupOwnership`'s fields, in order."""
 INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 

@@ -165,6 +165,18 @@ MIGRATIONS: list[list[str]] = [
         "DROP INDEX batches_by_running_max",
         TIME_MARK_INDEX,
     ],
+    # 10: leases held by a broker incarnation (they die with it), and consumer groups' owners.
+    [
+        "ALTER TABLE txn_leases ADD COLUMN broker_id INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE txn_leases ADD COLUMN broker_epoch INTEGER NOT NULL DEFAULT -1",
+        "CREATE INDEX txn_leases_by_broker ON txn_leases (broker_id, broker_epoch)",
+        """CREATE TABLE group_owners (
+            group_id TEXT PRIMARY KEY,
+            broker_id INTEGER NOT NULL,
+            broker_epoch INTEGER NOT NULL,
+            generation INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Collection
 from typing import Any
 
-from diskless._types import TopicPartition
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_rows import (
@@ -15,9 +15,11 @@ from diskless.coordinator._backends.sqlite_rows import (
     FILE_STATE_CODES,
     INSERT_BATCH,
     MARKER_FILE_ID,
+    OWNER_COLUMNS,
     PARTITION_COLUMNS,
     PARTITION_FROM,
     REGISTRATION_COLUMNS,
+    REGISTRATION_ROW,
     TOPIC_COLUMNS,
     TXN_TABLES,
     UPSERT_PRODUCER,
@@ -42,7 +44,7 @@ from diskless.coordinator._store import (
     Snapshot,
     StoreTxn,
 )
-from diskless.coordinator._values import TopicConfig
+from diskless.coordinator._values import BrokerRegistration, TopicConfig
 
 
 class SqliteTxn(StoreTxn):
@@ -91,8 +93,8 @@ class SqliteTxn(StoreTxn):
                 snapshot.other_ongoing[key] = row[0]
         for marks, chunk in in_lists(sorted(needs.leases)):
             for row in conn.execute(
-                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms"
-                f" FROM txn_leases WHERE lease_id IN ({marks})",
+                "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms,"
+                f" broker_id, broker_epoch FROM txn_leases WHERE lease_id IN ({marks})",
                 chunk,
             ):
                 snapshot.leases[row[0]] = TxnLease(*row)
@@ -101,6 +103,18 @@ class SqliteTxn(StoreTxn):
                 f"SELECT broker_id, epoch FROM brokers WHERE broker_id IN ({marks})", chunk
             ):
                 snapshot.broker_epochs[broker_id] = epoch
+        for marks, chunk in in_lists(sorted(needs.broker_registrations)):
+            for row in conn.execute(
+                f"SELECT {REGISTRATION_ROW} FROM broker_registrations WHERE broker_id IN ({marks})",
+                chunk,
+            ):
+                snapshot.broker_registrations[row[0]] = BrokerRegistration(*row)
+        for marks, chunk in in_lists(sorted(needs.groups)):
+            for group_id, *owner in conn.execute(
+                f"SELECT group_id, {OWNER_COLUMNS} FROM group_owners WHERE group_id IN ({marks})",
+                chunk,
+            ):
+                snapshot.groups[group_id] = GroupOwnership(*owner)
         for marks, chunk in in_lists(sorted(needs.files)):
             for row in conn.execute(
                 f"SELECT {FILE_COLUMNS} FROM files WHERE key IN ({marks})", chunk
@@ -209,6 +223,14 @@ class SqliteTxn(StoreTxn):
                     for r in changes.broker_registrations.values()
                 ],
             )
+        if changes.groups:
+            conn.executemany(
+                "INSERT OR REPLACE INTO group_owners VALUES (?, ?, ?, ?)",
+                [
+                    (group_id, o.broker_id, o.broker_epoch, o.generation)
+                    for group_id, o in changes.groups.items()
+                ],
+            )
         if changes.counters:
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         file_ids = self._apply_files(changes)
@@ -255,9 +277,16 @@ class SqliteTxn(StoreTxn):
         granted = []
         for lease in changes.leases_granted:
             lease_id = conn.execute(
-                "INSERT INTO txn_leases (partition_id, producer_id, producer_epoch, expires_ms)"
-                " VALUES (?, ?, ?, ?)",
-                (lease.partition_key, lease.producer_id, lease.producer_epoch, lease.expires_ms),
+                "INSERT INTO txn_leases (partition_id, producer_id, producer_epoch, expires_ms,"
+                " broker_id, broker_epoch) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    lease.partition_key,
+                    lease.producer_id,
+                    lease.producer_epoch,
+                    lease.expires_ms,
+                    lease.broker_id,
+                    lease.broker_epoch,
+                ),
             ).lastrowid
             assert lease_id is not None
             granted.append(lease_id)
@@ -334,6 +363,11 @@ class SqliteTxn(StoreTxn):
             conn.executemany(
                 "DELETE FROM txn_leases WHERE lease_id = ?",
                 [(lease_id,) for lease_id in changes.leases_released],
+            )
+        if changes.broker_leases_dropped:
+            conn.executemany(
+                "DELETE FROM txn_leases WHERE broker_id = ? AND broker_epoch < ?",
+                changes.broker_leases_dropped.items(),
             )
         for (key, pid), epoch in changes.leases_dropped:
             if epoch is None:

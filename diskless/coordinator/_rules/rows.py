@@ -113,6 +113,18 @@ class TxnLease(msgspec.Struct, frozen=True, gc=False):
     producer_id: int
     producer_epoch: int
     expires_ms: int
+    broker_id: int = -1
+    """The broker incarnation holding the lease (-1: unknown, a lease older than this field):
+    the lease dies with that incarnation (`_rules.ownership.lease_alive`)."""
+    broker_epoch: int = -1
+
+
+class LeaseHolder(NamedTuple):
+    """The leases one broker incarnation holds for a transaction: their earliest expiry."""
+
+    broker_id: int
+    broker_epoch: int
+    expires_ms: int
 
 
 class AbortedTxn(NamedTuple):

@@ -1,0 +1,83 @@
+"""The engine's consumer groups: who coordinates each group, and its committed offsets.
+
+Kafka keeps both in `__consumer_offsets`, whose partition leader is the group's coordinator.
+Here the batch coordinator keeps them, so that every broker process sees one owner per group
+(`_rules.ownership`): membership lives in the owner's memory, and the owner's epoch and the
+group's generation fence every offset commit in the same step that stores it. A process that
+lost a group learns it here (NOT_COORDINATOR), never from a clock of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._rules.ownership import check_group_fence, group_owner_after_claim
+from diskless.coordinator._store import Changes, Needs, StoreTxn
+
+
+class GroupOperations(EngineBase):
+    async def claim_group(
+        self, group_id: str, broker_id: int, broker_epoch: int
+    ) -> GroupOwnership | None:
+        needs = Needs(groups=(group_id,))
+
+        async def claim(txn: StoreTxn) -> GroupOwnership | None:
+            now = self._clock.now_ms()
+            current = (await txn.load(needs)).groups.get(group_id)
+            brokers = {broker_id} if current is None else {broker_id, current.broker_id}
+            loaded = await txn.load(Needs(broker_registrations=brokers))
+            registrations = loaded.broker_registrations
+            owner = group_owner_after_claim(current, registrations, broker_id, broker_epoch, now)
+            if owner is not None and owner != current:
+                await txn.apply(Changes(groups={group_id: owner}))
+            return owner
+
+        return await self._write(claim)
+
+    async def group_ownership(self, group_id: str) -> GroupOwnership | None:
+        return await self._read(lambda view: view.group_ownership(group_id))
+
+    async def store_group_generation(self, group_id: str, owner: GroupOwnership) -> ErrorCode:
+        needs = Needs(groups=(group_id,))
+
+        async def store(txn: StoreTxn) -> ErrorCode:
+            stored = (await txn.load(needs)).groups.get(group_id)
+            fence = GroupOwnership(owner.broker_id, owner.broker_epoch, -1)
+            error = check_group_fence(stored, fence)
+            if error is ErrorCode.NONE:
+                assert stored is not None
+                if owner.generation <= stored.generation:
+                    return ErrorCode.ILLEGAL_GENERATION
+                await txn.apply(Changes(groups={group_id: owner}))
+            return error
+
+        return await self._write(store)
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        fence: GroupOwnership | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        needs = Needs(partitions=set(offsets), groups=(group_id,) if fence is not None else ())
+
+        async def commit(txn: StoreTxn) -> dict[TopicPartition, ErrorCode]:
+            snapshot = await txn.load(needs)
+            if fence is not None:
+                error = check_group_fence(snapshot.groups.get(group_id), fence)
+                if error is not ErrorCode.NONE:
+                    return dict.fromkeys(offsets, error)
+            known = snapshot.partitions
+            stored = {(group_id, tp): value for tp, value in offsets.items() if tp in known}
+            await txn.apply(Changes(group_offsets=stored))
+            return {
+                tp: ErrorCode.NONE if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                for tp in offsets
+            }
+
+        return await self._write(commit)
+
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+        return await self._read(lambda view: view.group_offsets(group_id))

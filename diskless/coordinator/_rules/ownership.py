@@ -1,0 +1,112 @@
+"""Who owns what, by broker epoch: one owner at a time, and ownership dies with its epoch.
+
+Whatever several broker processes must agree on is held by a broker *incarnation* (broker id
+and epoch), and lives exactly as long as that incarnation's registration does. A registration
+(`BrokerRegistration`) stops being live when it expires (its process stopped renewing it, or
+withdrew it) or when a newer incarnation of the same id registers. No timer of the holder's
+own decides it: the step that reads the registrations does, so every process decides alike.
+
+- **Broker ids.** A new incarnation may register an id only while no other incarnation's
+  registration of it is live (KRaft refuses a duplicate registration the same way).
+- **Transaction leases** (the commit barrier) die with the incarnation that took them: a
+  transaction's end need not wait out the lease's own TTL once its broker is gone. The barrier
+  itself is untouched: the markers drop every lease of the transaction, and a commit naming a
+  dropped lease is refused.
+- **Consumer groups.** A group has one coordinator at a time. Ownership moves only when the
+  owner's registration is no longer live, in the step that claims the group for another
+  broker; offsets are committed only by the current owner, for the current generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from diskless._types import ErrorCode, GroupOwnership
+from diskless.coordinator._rules.rows import LeaseHolder
+from diskless.coordinator._values import BrokerRegistration
+
+
+def registration_live(
+    registration: BrokerRegistration | None, broker_epoch: int, now_ms: int
+) -> bool:
+    """Whether the broker's incarnation `broker_epoch` holds a live registration."""
+    return (
+        registration is not None
+        and registration.broker_epoch == broker_epoch
+        and registration.expires_ms > now_ms
+    )
+
+
+def id_in_use(registration: BrokerRegistration | None, now_ms: int) -> bool:
+    """Whether a new incarnation of the broker must be refused: another one is live."""
+    return registration is not None and registration.expires_ms > now_ms
+
+
+def lease_alive(holder: LeaseHolder, registration: BrokerRegistration | None, now_ms: int) -> bool:
+    """Whether a lease still binds a transaction's end: its own TTL has not run out, and the
+    incarnation holding it is neither replaced nor expired. A broker that never registered a
+    liveness (a library user's broker, or a lease older than holders) leaves only the TTL."""
+    if holder.expires_ms <= now_ms:
+        return False
+    if registration is None or holder.broker_id < 0:
+        return True
+    if registration.broker_epoch > holder.broker_epoch:
+        return False  # a newer incarnation of the broker fenced this one
+    return registration.broker_epoch < holder.broker_epoch or registration.expires_ms > now_ms
+
+
+def lease_wait_deadline(
+    holders: Iterable[LeaseHolder],
+    registrations: Mapping[int, BrokerRegistration],
+    now_ms: int,
+) -> int | None:
+    """When a transaction's end must look again at the leases that still bind it: the earliest
+    moment one of them may die (its TTL, or its holder's registration running out); None when
+    none binds it any more."""
+    deadline: int | None = None
+    for holder in holders:
+        registration = registrations.get(holder.broker_id)
+        if not lease_alive(holder, registration, now_ms):
+            continue
+        due = holder.expires_ms
+        if registration is not None and registration.broker_epoch == holder.broker_epoch:
+            due = min(due, registration.expires_ms)
+        if deadline is None or due < deadline:
+            deadline = due
+    return deadline
+
+
+def group_owner_after_claim(
+    current: GroupOwnership | None,
+    registrations: Mapping[int, BrokerRegistration],
+    claimant_id: int,
+    claimant_epoch: int,
+    now_ms: int,
+) -> GroupOwnership | None:
+    """The group's owner once `claimant` asked for it: the current owner while its
+    registration is live, else the claimant if its own is (the generation carries over);
+    None when neither is live."""
+    if current is not None and registration_live(
+        registrations.get(current.broker_id), current.broker_epoch, now_ms
+    ):
+        return current
+    if not registration_live(registrations.get(claimant_id), claimant_epoch, now_ms):
+        return None
+    generation = current.generation if current is not None else 0
+    return GroupOwnership(claimant_id, claimant_epoch, generation)
+
+
+def check_group_fence(stored: GroupOwnership | None, fence: GroupOwnership) -> ErrorCode:
+    """May the owner named by `fence` act for the group, for its member's generation?
+    NOT_COORDINATOR if it no longer owns the group (the client looks the coordinator up
+    again); ILLEGAL_GENERATION if the generation is not the group's current one (-1: none
+    claimed, as an admin tool's or a standalone consumer's commit)."""
+    if (
+        stored is None
+        or stored.broker_id != fence.broker_id
+        or stored.broker_epoch != fence.broker_epoch
+    ):
+        return ErrorCode.NOT_COORDINATOR
+    if fence.generation >= 0 and fence.generation != stored.generation:
+        return ErrorCode.ILLEGAL_GENERATION
+    return ErrorCode.NONE

@@ -1,0 +1,413 @@
+"""A consumer group of real librdkafka consumers, watched from outside, and the checks of what
+Kafka promises a group: one owner per partition, committed offsets that only move forward,
+every record consumed, and a partition resumed exactly at its committed offset.
+
+- `Member`: a consumer in a thread of its own (`enable.auto.commit=False`) that commits what it
+  consumed synchronously after every batch, and logs, in the order it saw them, its assignment
+  changes (on_assign, on_revoke, on_lost) and every record it consumed.
+- `Commits`: every offset commit the members made, with when it was sent and when it returned.
+- `Observer`: polls the batch coordinator (opened in the test, on the brokers' database) for the
+  group's committed offsets and its ownership (owner incarnation and generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from diskless._types import GroupOwnership
+from diskless.coordinator import BatchCoordinator
+
+OBSERVE_INTERVAL_S: Final = 0.05
+
+
+@dataclass(frozen=True)
+class Event:
+    """What one member saw: an assignment change ("assign", "revoke", "lost": the partitions),
+    a consumed record ("record": its partition, offset and value) or its end ("close")."""
+
+    at: float
+    kind: str
+    partitions: tuple[int, ...] = ()
+    offset: int = -1
+    data: bytes = b""
+
+
+@dataclass(frozen=True)
+class Commit:
+    member: str
+    sent: float
+    done: float
+    offsets: Mapping[int, int]
+    """The partitions whose commit succeeded: partition -> committed offset."""
+
+
+@dataclass
+class Commits:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: list[Commit] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def add(self, commit: Commit) -> None:
+        with self.lock:
+            self.done.append(commit)
+
+    def fail(self, why: str) -> None:
+        with self.lock:
+            self.failed.append(why)
+
+
+class Member:
+    """One consumer of the group, in a thread of its own."""
+
+    def __init__(
+        self, name: str, bootstrap: str, config: Mapping[str, object], commits: Commits
+    ) -> None:
+        self.name = name
+        self.events: list[Event] = []
+        self.errors: list[str] = []
+        self.failure: BaseException | None = None
+        self._config = {
+            "bootstrap.servers": bootstrap,
+            "client.id": name,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **config,
+        }
+        self._commits = commits
+        self._stop = threading.Event()
+        self.started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self, topic: str) -> None:
+        self._topic = topic
+        self.started = time.monotonic()
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Close the consumer (it leaves the group); its failure, if any, is `failure`."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"{self.name} did not stop"
+
+    def holding(self) -> set[int]:
+        """The partitions assigned to this member, as it last learnt."""
+        held: set[int] = set()
+        for event in list(self.events):
+            if event.kind == "assign":
+                held = set(event.partitions)  # eager protocol: the whole assignment
+            elif event.kind in ("revoke", "lost"):
+                held -= set(event.partitions)
+            elif event.kind == "close":
+                held = set()
+        return held
+
+    def consumed(self) -> int:
+        return sum(1 for e in list(self.events) if e.kind == "record")
+
+    def _note(self, kind: str, partitions: Sequence[CkTopicPartition]) -> None:
+        self.events.append(
+            Event(time.monotonic(), kind, tuple(sorted(p.partition for p in partitions)))
+        )
+
+    def _run(self) -> None:
+        try:
+            consumer = Consumer(self._config)
+            try:
+                self._consume(consumer)
+            finally:
+                consumer.close()  # revokes (logged) and leaves the group
+                self.events.append(Event(time.monotonic(), "close"))
+        except BaseException as e:  # reported by stop()
+            self.failure = e
+
+    def _consume(self, consumer: Consumer) -> None:
+        consumer.subscribe(
+            [self._topic],
+            on_assign=lambda _, parts: self._note("assign", parts),
+            on_revoke=lambda _, parts: self._note("revoke", parts),
+            on_lost=lambda _, parts: self._note("lost", parts),
+        )
+        while not self._stop.is_set():
+            positions: dict[int, int] = {}
+            for message in consumer.consume(200, 0.2):
+                error = message.error()
+                if error is not None:
+                    self.errors.append(error.str())  # transport errors while a broker restarts
+                    continue
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                self.events.append(
+                    Event(time.monotonic(), "record", (partition,), offset, message.value() or b"")
+                )
+                positions[partition] = offset + 1
+            if positions:
+                self._commit(consumer, positions)
+
+    def _commit(self, consumer: Consumer, positions: Mapping[int, int]) -> None:
+        sent = time.monotonic()
+        offsets = [CkTopicPartition(self._topic, p, o) for p, o in sorted(positions.items())]
+        try:
+            answered = consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:  # a rebalance, or the coordinator moving: Kafka's retriables
+            self._commits.fail(f"{self.name}: {e.args[0].str()}")
+            return
+        assert answered is not None
+        done = {tp.partition: tp.offset for tp in answered if tp.error is None}
+        for tp in answered:
+            if tp.error is not None:
+                self._commits.fail(f"{self.name}: partition {tp.partition}: {tp.error.str()}")
+        self._commits.add(Commit(self.name, sent, time.monotonic(), done))
+
+
+class KeepProducing:
+    """An idempotent producer writing `producer:<sequence>` round-robin until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, interval_s: float) -> None:
+        self.acked: list[int] = []
+        self.sent = 0
+        self.failures: list[str] = []
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
+        self._topic, self._partitions, self._interval_s = topic, partitions, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+        self._thread.start()
+
+    def _delivered(self, error: KafkaError | None, sequence: int) -> None:
+        if error is None:
+            self.acked.append(sequence)
+        else:
+            self.failures.append(error.str())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sequence = self.sent
+            self._producer.produce(
+                self._topic,
+                value=f"producer:{sequence}".encode(),
+                partition=sequence % self._partitions,
+                on_delivery=lambda e, _, s=sequence: self._delivered(e, s),
+            )
+            self.sent += 1
+            self._producer.poll(self._interval_s)
+
+    def stop(self) -> None:
+        """Stop producing; every record sent must then be acknowledged."""
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+        assert self._producer.flush(60) == 0, "records never delivered"
+        assert not self.failures, self.failures[:3]
+        assert sorted(self.acked) == list(range(self.sent))
+
+    def halt(self) -> None:
+        self._stop.set()
+
+
+class Observer:
+    """Polls the group's committed offsets and ownership in the batch coordinator, from a
+    thread with an event loop of its own."""
+
+    def __init__(
+        self, open_coordinator: Callable[[], BatchCoordinator], group: str, topic: str
+    ) -> None:
+        self.offsets: list[tuple[float, dict[int, int]]] = []
+        self.owners: list[tuple[float, GroupOwnership | None]] = []
+        self._open, self._group, self._topic = open_coordinator, group, topic
+        self._stop = threading.Event()
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="observer", daemon=True)
+        self._thread.start()
+
+    def owner(self) -> GroupOwnership | None:
+        return self.owners[-1][1] if self.owners else None
+
+    def committed(self) -> dict[int, int]:
+        return self.offsets[-1][1] if self.offsets else {}
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._poll())
+        except BaseException as e:
+            self.failure = e
+
+    async def _poll(self) -> None:
+        coordinator = self._open()
+        try:
+            while not self._stop.is_set():
+                offsets = await coordinator.fetch_offsets(self._group)
+                owner = await coordinator.group_ownership(self._group)
+                now = time.monotonic()
+                self.offsets.append(
+                    (
+                        now,
+                        {
+                            tp.partition: o
+                            for tp, (o, _) in offsets.items()
+                            if tp.topic == self._topic
+                        },
+                    )
+                )
+                self.owners.append((now, owner))
+                await asyncio.sleep(OBSERVE_INTERVAL_S)
+        finally:
+            await coordinator.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+        if self.failure is not None:
+            raise self.failure
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Episode:
+    """One stretch of a member holding a partition: from its assignment to its revocation."""
+
+    member: str
+    partition: int
+    start: float
+    end: float
+    records: list[Event] = field(default_factory=list)
+
+
+def episodes(members: Iterable[Member], run_end: float) -> list[Episode]:
+    found: list[Episode] = []
+    for member in members:
+        open_: dict[int, Episode] = {}
+        for event in member.events:
+            if event.kind == "assign":
+                for partition in event.partitions:
+                    if partition not in open_:
+                        open_[partition] = Episode(member.name, partition, event.at, run_end)
+            elif event.kind in ("revoke", "lost"):
+                for partition in event.partitions:
+                    if (episode := open_.pop(partition, None)) is not None:
+                        episode.end = event.at
+                        found.append(episode)
+            elif event.kind == "close":
+                for episode in open_.values():
+                    episode.end = event.at
+                    found.append(episode)
+                open_.clear()
+            elif event.kind == "record":
+                episode = open_.get(event.partitions[0])
+                assert episode is not None, f"{member.name} consumed {event} unassigned"
+                episode.records.append(event)
+        found.extend(open_.values())
+    return found
+
+
+def longest_double_ownership(found: Sequence[Episode]) -> tuple[float, str]:
+    """The longest time two members held one partition at once, and who."""
+    longest, who = 0.0, ""
+    by_partition: dict[int, list[Episode]] = collections.defaultdict(list)
+    for episode in found:
+        by_partition[episode.partition].append(episode)
+    for partition, held in by_partition.items():
+        for i, a in enumerate(held):
+            for b in held[i + 1 :]:
+                if a.member == b.member:
+                    continue
+                overlap = min(a.end, b.end) - max(a.start, b.start)
+                if overlap > longest:
+                    longest, who = overlap, f"partition {partition}: {a.member} and {b.member}"
+    return longest, who
+
+
+def check_resumes(found: Sequence[Episode], commits: Sequence[Commit]) -> None:
+    """Each episode reads its partition without a gap, from the group's committed offset:
+    at least every offset committed before the assignment (none is lost), and one that a
+    commit sent before its first record made (0 if none: auto.offset.reset=earliest). So a
+    record is consumed twice only when it was consumed and not yet committed when its
+    partition moved: Kafka's at-least-once."""
+    for episode in found:
+        if not episode.records:
+            continue
+        first = episode.records[0]
+        offsets = [r.offset for r in episode.records]
+        assert offsets == list(range(first.offset, first.offset + len(offsets))), (
+            f"{episode.member} partition {episode.partition}: a gap in {offsets[:5]}..."
+        )
+        p = episode.partition
+        before = [c.offsets[p] for c in commits if p in c.offsets and c.done < episode.start]
+        candidates = {0} | {c.offsets[p] for c in commits if p in c.offsets and c.sent < first.at}
+        floor = max(before, default=0)
+        assert first.offset >= floor, (
+            f"{episode.member} resumed partition {p} at {first.offset}, below {floor} committed"
+        )
+        assert first.offset in candidates, (
+            f"{episode.member} resumed partition {p} at {first.offset}, never committed"
+        )
+
+
+def check_forward(observed: Sequence[tuple[float, Mapping[int, int]]]) -> None:
+    """No committed offset ever moves backwards."""
+    last: dict[int, int] = {}
+    for at, offsets in observed:
+        for partition, offset in offsets.items():
+            assert offset >= last.get(partition, 0), (
+                f"partition {partition}: committed offset went back from"
+                f" {last[partition]} to {offset} at {at:.3f}"
+            )
+            last[partition] = offset
+
+
+def owners_in_order(
+    observed: Sequence[tuple[float, GroupOwnership | None]],
+) -> list[tuple[float, int, int, int]]:
+    """The successive owners as observed: (first seen at, broker id, epoch, generation)."""
+    owners: list[tuple[float, int, int, int]] = []
+    for at, owner in observed:
+        if owner is None:
+            continue
+        if not owners or owners[-1][1:3] != (owner.broker_id, owner.broker_epoch):
+            owners.append((at, owner.broker_id, owner.broker_epoch, owner.generation))
+    return owners
+
+
+def check_generations(observed: Sequence[tuple[float, GroupOwnership | None]]) -> None:
+    """Once recorded, the ownership stays, and its generation never goes back."""
+    generation, seen = -1, False
+    for at, owner in observed:
+        if owner is None:
+            assert not seen, f"the group lost its ownership record at {at:.3f}"
+            continue
+        seen = True
+        assert owner.generation >= generation, f"generation {owner.generation} after {generation}"
+        generation = owner.generation
+
+
+def generation_at(observed: Sequence[tuple[float, GroupOwnership | None]], at: float) -> int:
+    generation = 0
+    for seen, owner in observed:
+        if seen > at:
+            break
+        if owner is not None:
+            generation = owner.generation
+    return generation
+
+
+def by_value(members: Iterable[Member]) -> collections.Counter[bytes]:
+    return collections.Counter(e.data for m in members for e in m.events if e.kind == "record")
+
+
+def by_offset(members: Iterable[Member]) -> collections.Counter[tuple[int, int]]:
+    return collections.Counter(
+        (e.partitions[0], e.offset) for m in members for e in m.events if e.kind == "record"
+    )
