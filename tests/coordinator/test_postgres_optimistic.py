@@ -226,6 +226,56 @@ async def test_a_refusal_planned_on_remembered_rows_is_decided_again(
     assert (result.refused, [r.base_offset for r in result.batches]) == (None, [1])
 
 
+async def test_a_commit_remembered_late_does_not_take_its_partitions_back(
+    two: tuple[PostgresBatchCoordinator, PostgresBatchCoordinator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two commits of one broker to one partition land in one order and are remembered in the
+    other (their COMMITs' answers came back that way). The first remembered its producer entry
+    and the partition after it; the second, told last, the partition as it was before the
+    first. A commit planned on those memories, on a producer entry written after the partition
+    it remembers, must still move only its own batches: a retry of the first commit's batch is
+    a duplicate at the offsets it was given."""
+    first, _ = two
+    epoch = await first.register_broker(1)
+    setup = await first.commit_file(
+        new_key(),
+        1,
+        epoch,
+        100,
+        [batch(P0, pid=PID, epoch=0, seq=0, count=1), batch(P0, pid=8, epoch=0, seq=0, count=1)],
+    )
+    assert [r.base_offset for r in setup.batches] == [0, 1]
+
+    held: list[postgres_txn.PostgresTxn] = []
+    remember_now = postgres_txn.PostgresTxn.committed
+
+    def committed_later(txn: postgres_txn.PostgresTxn) -> None:
+        held.append(txn)
+
+    # Producer 8's commit lands first; what it leaves is remembered only after producer 7's.
+    monkeypatch.setattr(postgres_txn.PostgresTxn, "committed", committed_later)
+    other = await first.commit_file(
+        new_key(), 1, epoch, 100, [batch(P0, pid=8, epoch=0, seq=1, count=2)]
+    )
+    assert [r.base_offset for r in other.batches] == [2]
+    monkeypatch.setattr(postgres_txn.PostgresTxn, "committed", remember_now)
+    sent = batch(P0, pid=PID, epoch=0, seq=1, count=3)
+    landed = await first.commit_file(new_key(), 1, epoch, 100, [sent])
+    assert [r.base_offset for r in landed.batches] == [4]
+    (late,) = held
+    remember_now(late)
+
+    after = await first.commit_file(
+        new_key(), 1, epoch, 100, [batch(P0, pid=PID, epoch=0, seq=4, count=1)]
+    )
+    assert [(r.error, r.base_offset) for r in after.batches] == [(ErrorCode.NONE, 7)]
+    again = await first.commit_file(new_key(), 1, epoch, 100, [sent])
+    assert [(r.base_offset, r.duplicate) for r in again.batches] == [(4, True)]
+    described = {e.producer_id: e for e in await first.describe_producers(P0)}
+    assert [b[2:] for b in described[PID].retained_batches] == [(0, 0), (4, 6), (7, 7)]
+
+
 SEED = int(os.environ.get("OPTIMISTIC_SEED", random.randrange(1 << 30)))
 
 
@@ -318,3 +368,23 @@ def test_the_commit_cache_answers_only_when_it_knows_everything_and_stays_bounde
     cache.remember(Peeked({P0: state}, {(5, 9): (None, None)}, {}))
     assert cache.lookup(needs) is None
     assert cache.lookup(Needs(partitions={P0}, producers={(P0, 9)}, files={"k"})) is not None
+
+
+def test_the_commit_cache_keeps_the_latest_state_of_a_partition_whatever_the_order_told() -> None:
+    """A peek or a commit told after a later one does not take a partition back under the
+    producer entries remembered with the later one; a topic created again (a larger id) or a
+    raised log start is newer."""
+    entry = ProducerEntry(PID, 0)
+    before = PartitionState(5, P0, TopicConfig(), 10, 0, 100, BASE_TS)
+    after = PartitionState(5, P0, TopicConfig(), 13, 0, 130, BASE_TS)
+    trimmed = PartitionState(5, P0, TopicConfig(), 13, 4, 90, BASE_TS)
+    again = PartitionState(6, P0, TopicConfig(), 0, 0, 0, BASE_TS)
+    needs = Needs(partitions={P0}, files={"k"})
+    cache = CommitCache()
+    told = []
+    for state in (after, before, trimmed, after, again, trimmed):
+        cache.remember(Peeked({P0: state}, {(state.key, PID): (entry, 1)}, {}))
+        known = cache.lookup(needs)
+        assert known is not None
+        told.append(known.partitions[P0])
+    assert told == [after, after, trimmed, trimmed, again, again]

@@ -140,9 +140,20 @@ class CommitCache:
         return Peeked(partitions, producers, brokers)
 
     def remember(self, known: Peeked) -> None:
+        """Remember `known`, keeping of each partition the latest state told. What the cache is
+        told comes out of order: a peek answered after a commit of this store landed, two
+        commits whose COMMITs answered the other way round. Each producer entry is told with its
+        partition as its writer left it, its batches below the high watermark. A partition
+        taken back under them would have the producer's next commit plan on it, and the apply
+        would move those batches as if planned by that commit (`sqlite_rows.SHIFT_MARK`). An
+        entry told late is harmless: the apply finds its version changed."""
         if len(self._producers) + len(known.producers) > self._entries_max:
             self.clear()
-        self._partitions.update(known.partitions)
+        partitions = self._partitions
+        for tp, state in known.partitions.items():
+            held = partitions.get(tp)
+            if held is None or _progress(state) >= _progress(held):
+                partitions[tp] = state
         self._producers.update(known.producers)
         self._brokers.update(known.broker_epochs)
 
@@ -150,6 +161,12 @@ class CommitCache:
         self._partitions.clear()
         self._producers.clear()
         self._brokers.clear()
+
+
+def _progress(state: PartitionState) -> tuple[int, int, int]:
+    """What orders a partition's states in time: its id (a topic created again has a larger
+    one), then its high watermark and log start, which only grow."""
+    return state.key, state.high_watermark, state.log_start_offset
 
 
 async def apply_rebased(
