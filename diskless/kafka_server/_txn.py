@@ -23,6 +23,15 @@ a restarted one) bridges any producer.
   (the registration carries the client sequence at which the epoch began there; the coordinator
   advances it when the transaction completes, from the last sequence it stored). The CRC is
   recomputed; a batch whose CRC was already wrong is left alone for the broker to refuse.
+- A batch whose sequence is behind that base was sent before the registered epoch began on its
+  partition, in a transaction that has ended (a paused broker's queued request, a late retry).
+  Shifted, its sequence would wrap into the current epoch, and the coordinator would answer
+  OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka treats as fatal. The batch is passed on at the
+  client's epoch instead. A base moves only when the bridge moves to a newer epoch, so the
+  client's epoch is older than the registered one, and the coordinator answers
+  INVALID_PRODUCER_EPOCH, as for any late batch of an ended transaction. Before the first move
+  the base is 0 and the epochs are equal, so the batch is unchanged either way. "Behind" means
+  within the half of the sequence space below the base, since sequences wrap.
 The batch coordinator is the participant (it allocates producer ids, registers partitions and
 places markers).
 """
@@ -55,6 +64,9 @@ from diskless.txn import (
 _log = logging.getLogger(__name__)
 
 _SEQUENCE_MODULUS: Final = SEQUENCE_MAX + 1
+_SEQUENCE_AHEAD_MAX: Final = _SEQUENCE_MODULUS // 2
+"""How far past a registration's base a batch's sequence may be and still belong to its epoch;
+further means behind the base (wrapped), from an epoch that has ended."""
 _COMPLETED: Final = {True: TxnState.COMPLETE_COMMIT, False: TxnState.COMPLETE_ABORT}
 
 
@@ -190,6 +202,8 @@ class TransactionFront:
             if header.producer_epoch != registration.client_epoch:
                 continue
             sequence = (header.base_sequence - registration.sequence_base) % _SEQUENCE_MODULUS
+            if sequence >= _SEQUENCE_AHEAD_MAX:
+                continue  # from before the registered epoch: stale at the client's epoch
             if registration.producer_epoch == header.producer_epoch and sequence == (
                 header.base_sequence
             ):

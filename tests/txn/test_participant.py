@@ -312,6 +312,28 @@ async def test_abort_is_indexed_for_read_committed(c: Committer, clock: ManualCl
     assert (await find(coordinator, 4, isolation=COMMITTED)).aborted_transactions == []
 
 
+async def test_a_batch_older_than_its_registration_is_stale_whatever_its_sequence(
+    c: Committer, clock: ManualClock
+) -> None:
+    """A late batch of a transaction that ended, on a partition the next transactions left alone
+    until one registered it again: its epoch is newer than the producer's entry there (the old
+    marker's) but older than the registration. Its epoch is looked at before its sequence, as
+    Kafka's verification comes before the log's checks: INVALID_PRODUCER_EPOCH, never
+    OUT_OF_ORDER_SEQUENCE_NUMBER (fatal for librdkafka) nor INVALID_TXN_STATE."""
+    coordinator = c.coordinator
+    assert await coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
+    assert (await c.one(batch(TP, pid=1, epoch=0, seq=0, count=2, txn=True))).error == OK
+    assert await end(coordinator, clock, 1, 0, True, [TP]) == [OK]  # TP's entry: epoch 1
+    assert await coordinator.add_partitions_to_txn(1, 1, [TP1]) == [OK]
+    assert await end(coordinator, clock, 1, 1, False, [TP1]) == [OK]  # epoch 1 ended
+    assert await coordinator.add_partitions_to_txn(1, 2, [TP]) == [OK]
+    for late in (0, 3):  # in sequence after the marker, or not: stale either way
+        result = await c.one(batch(TP, pid=1, epoch=1, seq=late, txn=True))
+        assert result.error == ErrorCode.INVALID_PRODUCER_EPOCH, (late, result)
+    assert (await c.one(batch(TP, pid=1, epoch=2, seq=0, txn=True))).error == OK
+    assert (await find(coordinator)).high_watermark == 4  # 2 records, a marker, 1 record
+
+
 async def test_marker_without_data_takes_an_offset_only(c: Committer, clock: ManualClock) -> None:
     coordinator = c.coordinator
     assert await coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]

@@ -19,11 +19,12 @@ import msgspec
 
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TimestampType, TopicPartition
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease, TxnRegistration
-from diskless.coordinator._rules.txn import check_txn_commit
+from diskless.coordinator._rules.txn import check_txn_commit, check_txn_epoch
 from diskless.coordinator._values import CommitBatch, CommitBatchResult
 from diskless.txn import (
     Duplicate,
     ProducerEntry,
+    Rejected,
     RetainedBatch,
     check_append,
     is_expired,
@@ -138,18 +139,25 @@ def plan_commit(
                 entries[pkey] = entry
             first_seq = batch.base_sequence
             last_seq = last_sequence_of(first_seq, count)
-            verdict = check_append(entry, epoch, first_seq, last_seq, batch.is_transactional)
-            if verdict is None and batch.is_transactional:
-                lease_id = batch.lease_id
-                verdict = check_txn_commit(
-                    registrations.get(pkey),
-                    lease_id,
-                    None if lease_id is None else leases.get(lease_id),
-                    state.key,
-                    pid,
-                    epoch,
-                    now_ms,
-                )
+            verdict: Duplicate | Rejected | None
+            if batch.is_transactional:
+                registration = registrations.get(pkey)
+                verdict = check_txn_epoch(entry, registration, epoch)  # before the sequence
+                if verdict is None:
+                    verdict = check_append(entry, epoch, first_seq, last_seq, True)
+                if verdict is None:
+                    lease_id = batch.lease_id
+                    verdict = check_txn_commit(
+                        registration,
+                        lease_id,
+                        None if lease_id is None else leases.get(lease_id),
+                        state.key,
+                        pid,
+                        epoch,
+                        now_ms,
+                    )
+            else:
+                verdict = check_append(entry, epoch, first_seq, last_seq, False)
             if verdict is not None:
                 if isinstance(verdict, Duplicate):
                     original_batch = verdict.original

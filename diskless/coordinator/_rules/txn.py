@@ -4,6 +4,13 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
 
 - **Verification** (KIP-890): `add_partitions_to_txn` registers (producer, epoch) as having an
   ongoing transaction on a partition; only a registered pair may write transactional batches.
+- **Stale epochs first**: a transactional batch older than the newest epoch the partition knows
+  of its producer (its entry, or a registration of a later transaction) belongs to a transaction
+  that has ended, and is refused as INVALID_PRODUCER_EPOCH before its sequence is looked at, at
+  AddPartitionsToTxn, at the lease and at the commit alike (`stored_epoch`). Kafka's verification
+  asks the transaction coordinator before the log checks sequences; checked after them, a late
+  batch newer than the entry (the partition had no part in the transactions in between) would
+  be answered OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka treats as fatal.
 - **Leases** (the commit barrier): a broker takes a lease for each transactional batch before the
   batch enters a WAL segment. A lease is granted only while the registration is ONGOING, and it
   expires `ttl` later on the coordinator's clock; the commit of the batch releases it. A commit
@@ -88,6 +95,19 @@ def check_lease_grant(
     if registration.ending:
         return ErrorCode.INVALID_TXN_STATE
     return ErrorCode.NONE
+
+
+def check_txn_epoch(
+    entry: ProducerEntry | None, registration: TxnRegistration | None, producer_epoch: int
+) -> Rejected | None:
+    """The first check of a transactional batch at its commit: is its epoch still current?"""
+    stored = stored_epoch(entry, registration)
+    if producer_epoch < stored:
+        return Rejected(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"epoch {producer_epoch} is older than the current epoch {stored}",
+        )
+    return None
 
 
 def check_txn_commit(
