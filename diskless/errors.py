@@ -13,8 +13,8 @@ sqlite3, OSError) are translated at the boundary where they occur and never leak
     ├── CoordinatorError              the batch coordinator failed; retriable
     │   ├── CoordinatorUnavailableError   the backing store is busy, locked or broken
     │   ├── CommitOutcomeUnknownError     a commit may or may not have been applied
-    │   ├── BrokerFencedError             the broker epoch is stale (a zombie broker)
-    │   └── BrokerIdInUseError            another live incarnation holds the broker id
+    │   └── BrokerFencedError             the broker epoch is stale (a zombie broker)
+    ├── BrokerIdInUseError            another live incarnation holds the broker id
     └── BrokerClosedError             the broker is shut down and takes no more work
 """
 
@@ -69,7 +69,7 @@ class BrokerFencedError(CoordinatorError):
     retriable = False
 
 
-class BrokerIdInUseError(CoordinatorError):
+class BrokerIdInUseError(DisklessError):
     """Registering a broker id refused: another incarnation's registration of it is live.
 
     Kafka's controller refuses a duplicate broker registration while the old session lives;
@@ -77,9 +77,7 @@ class BrokerIdInUseError(CoordinatorError):
     expires (its process died), the same call succeeds.
     """
 
-    retriable = False
-
-    def __init__(self, broker_id: int, holder_epoch: int, expires_in_ms: int) -> None:
+    def __init__(self, broker_id: int, holder_epoch: int = -1, expires_in_ms: int = 0) -> None:
         super().__init__(
             f"broker id {broker_id} is registered by a live process (epoch {holder_epoch}, "
             f"for {expires_in_ms} ms more unless renewed)"
