@@ -43,7 +43,7 @@ COMMITTED = IsolationLevel.READ_COMMITTED
 
 @pytest.fixture
 async def c(coordinator: BatchCoordinator) -> Committer:
-    assert await coordinator.create_topic("t", 2)
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
     return Committer(coordinator)
 
 
@@ -381,7 +381,7 @@ async def test_lso_never_below_log_start(c: Committer, clock: ManualClock) -> No
 
 # --- the commit-age bound -------------------------------------------------------------------
 async def test_commit_age_bound(coordinator: BatchCoordinator, clock: ManualClock) -> None:
-    assert await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
     epoch = await coordinator.register_broker(1)
     old = new_object_key(DEFAULT_OBJECT_PREFIX, clock.now_ms(), 1)
     fresh = new_object_key(DEFAULT_OBJECT_PREFIX, clock.now_ms(), 1)
@@ -467,7 +467,7 @@ async def test_end_in_one_sqlite_instance_waits_for_a_lease_held_through_another
     broker_side = SqliteBatchCoordinator(tmp_path / "shared.db", clock=clock)
     txn_side = SqliteBatchCoordinator(tmp_path / "shared.db", clock=clock)
     try:
-        assert await broker_side.create_topic("t", 1)
+        assert await broker_side.create_topic("t", 1) is ErrorCode.NONE
         c = Committer(broker_side)
         assert await txn_side.add_partitions_to_txn(1, 0, [TP]) == [OK]
         held = await lease(c, 1, 0)
