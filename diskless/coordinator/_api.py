@@ -203,8 +203,9 @@ class BatchCoordinator(abc.ABC):
         A lease is granted only while the (producer, epoch) registration is ONGOING
         (INVALID_TXN_STATE otherwise, INVALID_PRODUCER_EPOCH for a stale epoch); it expires
         `ttl_ms` later on the coordinator's clock. An end of the transaction waits until each of
-        its leases is released by a commit or has expired. Raises BrokerFencedError for a stale
-        broker epoch. `result[i]` answers `requests[i]`.
+        its leases is released by a commit or has expired. A stale broker epoch is fenced, as
+        for `commit_file`: every request answers STALE_BROKER_EPOCH and none is granted.
+        `result[i]` answers `requests[i]`.
         """
 
     @abc.abstractmethod

@@ -27,7 +27,6 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
-from diskless.errors import BrokerFencedError
 from diskless.txn import TransactionParticipant
 from tests.coordinator._helpers import Committer, batch
 
@@ -193,8 +192,13 @@ async def test_leases_need_an_ongoing_registration_and_a_current_broker(c: Commi
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ]
     assert results[0].lease_id >= 0
-    with pytest.raises(BrokerFencedError):
-        await coordinator.acquire_txn_leases(1, epoch + 1, [LeaseRequest(TP, 7, 1)], TTL_MS)
+    # A stale (or unknown) broker epoch is fenced, as a commit is: every request, nothing granted.
+    for broker, stale in ((1, epoch + 1), (1, epoch - 1), (2, 1)):
+        fenced = await coordinator.acquire_txn_leases(
+            broker, stale, [LeaseRequest(TP, 7, 1), LeaseRequest(UNKNOWN, 7, 1)], TTL_MS
+        )
+        assert [r.error for r in fenced] == [ErrorCode.STALE_BROKER_EPOCH] * 2
+        assert [r.lease_id for r in fenced] == [-1, -1]
 
 
 async def test_commit_releases_its_lease(c: Committer, clock: ManualClock) -> None:
