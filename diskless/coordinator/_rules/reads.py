@@ -32,6 +32,9 @@ T_Sized = TypeVar("T_Sized", bound=Sized)
 
 
 class Row(Sized, Protocol):
+    """What `ExtentBudget` walks: a stored row, or (for models of the contract) anything that
+    tells its size and whether it is an extent."""
+
     @property
     def is_extent(self) -> bool: ...
 
