@@ -7,12 +7,12 @@ asks the function of its API's family, so the same failure answers the same way 
 
     failure                           produce          fetch / list     txn coordinator    admin
                                                        offsets          APIs
-    broker fenced (zombie epoch)      NOT_LEADER_OR_   NOT_LEADER_OR_   NOT_COORDINATOR    REQUEST_
-    broker closed                     FOLLOWER         FOLLOWER                            TIMED_OUT
+    broker closed                     NOT_LEADER_OR_   NOT_LEADER_OR_   NOT_COORDINATOR    REQUEST_
+                                      FOLLOWER         FOLLOWER                            TIMED_OUT
     storage, coordinator, timeout,    KAFKA_STORAGE_   KAFKA_STORAGE_   COORDINATOR_NOT_   REQUEST_
     unknown commit outcome, bug       ERROR            ERROR            AVAILABLE          TIMED_OUT
 
-Every code in the table is retriable for Kafka clients: a fenced or closing broker sends them to
+Every code in the table is retriable for Kafka clients: a closing broker sends them to
 another broker (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR refresh metadata or the coordinator), a
 failure of the machinery is retried in place. The transaction markers of an ending transaction
 are the one exception to the per-failure table: whatever stopped them, the transaction stays
@@ -25,10 +25,12 @@ from __future__ import annotations
 from typing import Final
 
 from diskless._types import ErrorCode
-from diskless.errors import BrokerClosedError, BrokerFencedError
+from diskless.errors import BrokerClosedError
 
-_GONE: Final = (BrokerFencedError, BrokerClosedError)
-"""This broker must not (fenced) or can no longer (closed) serve the request: go elsewhere."""
+_GONE: Final = (BrokerClosedError,)
+"""This broker can no longer serve the request: go elsewhere. (A fenced broker epoch is an
+answer of the coordinator, `ErrorCode.STALE_BROKER_EPOCH`, which the produce path turns into
+NOT_LEADER_OR_FOLLOWER as this table does.)"""
 
 
 def produce_error(error: BaseException) -> ErrorCode:

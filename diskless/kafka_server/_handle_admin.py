@@ -20,7 +20,7 @@ import kio.schema.describe_configs.v2 as describe_configs_v2
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity
 
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._codec import build, nested
@@ -134,13 +134,11 @@ async def handle_create_topics(
                 raise _Refused(WireError.invalid_config, str(e)) from None
             if request.validate_only:
                 known = await context.broker.describe_topics([topic.name])
-                created = not known
+                created = ErrorCode.TOPIC_ALREADY_EXISTS if known else ErrorCode.NONE
             else:
                 created = await context.broker.create_topic(topic.name, partitions, config)
-            if not created:
-                raise _Refused(
-                    WireError.topic_already_exists, f"topic {topic.name!r} already exists"
-                )
+            if created is not ErrorCode.NONE:
+                raise _Refused(wire(created), f"topic {topic.name!r} already exists")
             error, message = WireError.none, None
         except _Refused as refused:
             error, message = refused.code, refused.message
@@ -189,11 +187,10 @@ async def handle_delete_topics(
     names = list(dict.fromkeys(request.topic_names))
     errors: dict[str, WireError] = {}
     try:
-        known = {d.name for d in await context.broker.describe_topics(names)}
-        errors = {n: WireError.unknown_topic_or_partition for n in names if n not in known}
-        if known:
-            await context.broker.delete_topics(sorted(known))
-            _log.info("deleted topics %s", sorted(known))
+        deleted = await context.broker.delete_topics(names) if names else []
+        errors = {n: wire(code) for n, code in zip(names, deleted, strict=True)}
+        if gone := [n for n, code in zip(names, deleted, strict=True) if code is ErrorCode.NONE]:
+            _log.info("deleted topics %s", gone)
     except DisklessError as e:
         code = failure(ApiKey.DELETE_TOPICS, e, "deleting topics")
         errors = dict.fromkeys(names, code)
