@@ -25,7 +25,14 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
-from diskless.coordinator import DeleteRecordsRequest, FaultyBatchCoordinator, FileState
+from diskless.coordinator import (
+    CallFaults,
+    DeleteRecordsRequest,
+    FaultyBatchCoordinator,
+    FileState,
+    StepFault,
+    StoreCall,
+)
 from diskless.errors import BrokerClosedError
 from diskless.lifecycle import FileManager
 from diskless.storage import FaultyObjectStore, LocalObjectStore, ObjectStore, S3ObjectStore
@@ -207,16 +214,16 @@ async def _check_fault_run(
     coordinator = FaultyBatchCoordinator(
         inner,
         random.Random(w.rng.random()),
-        commit_failure_rate=0.08,
-        commit_unknown_rate=0.04,
-        clock=clock,
+        commits=CallFaults(fail_rate=0.08, lost_answer_rate=0.04),
     )
     await _run_workload(store, coordinator, clock, w)
     print(f"sent={w.sent} failed={w.failed} crashes={w.crashes} {w.errors.most_common(5)}")
     assert w.sent == requests
     assert 0 < w.failed < requests
     assert w.crashes > 0 and w.records_deleted
-    assert coordinator.failed_commits > 0 and coordinator.unknown_commits > 0
+    injected = coordinator.store.injected
+    assert injected[StoreCall.COMMIT, StepFault.FAIL] > 0
+    assert injected[StoreCall.COMMIT, StepFault.LOST_ANSWER] > 0
     before = [info.key async for info in store.list_all(PREFIX)]
     orphans_before = [
         key for key, info in zip(before, await inner.file_info(before), strict=True) if info is None

@@ -30,13 +30,15 @@ from diskless._types import ErrorCode, IsolationLevel, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
-    CommitBatchResult,
+    CallFaults,
+    CommitFileResult,
     FaultyBatchCoordinator,
+    FileCommit,
     InMemoryBatchCoordinator,
+    StepFault,
+    StoreCall,
 )
-from diskless.storage import MemoryObjectStore
-from diskless.storage._faulty import FaultyObjectStore
+from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
 from tests.broker._kafka import build_batch
@@ -63,33 +65,28 @@ STALL_S = 20.0
 
 
 class StallingCoordinator(FaultyBatchCoordinator):
-    """Also stalls some commits (a broker paused before its commit reaches the coordinator)."""
+    """The brokers' coordinator: its commits fail, lose their answer or stall past their lease
+    (a broker paused before its commit reaches the store) at its store; it counts the answers."""
 
     def __init__(
         self, inner: BatchCoordinator, rng: random.Random, clock: ManualClock, stall_rate: float
     ) -> None:
-        super().__init__(
-            inner, rng, commit_failure_rate=0.03, commit_unknown_rate=0.03, clock=clock
+        faults = CallFaults(
+            fail_rate=0.03, lost_answer_rate=0.03, slow_rate=stall_rate, slow_latency_s=STALL_S
         )
-        self._stall_rng = random.Random(rng.random())
-        self._stall_rate = stall_rate
-        self.stalls = 0
+        super().__init__(inner, rng, commits=faults, clock=clock)
         self.errors: collections.Counter[ErrorCode] = collections.Counter()
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
-        if self.enabled and self._stall_rng.random() < self._stall_rate:
-            self.stalls += 1
-            await self._clock.sleep(STALL_S)
-        outcome = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.errors.update(r.error for r in outcome.batches)
-        return outcome
+    @property
+    def stalls(self) -> int:
+        return self.store.injected[StoreCall.COMMIT, StepFault.SLOW]
+
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        outcomes = await super().commit_files(broker_id, broker_epoch, files)
+        self.errors.update(r.error for outcome in outcomes for r in outcome.batches)
+        return outcomes
 
 
 @dataclass

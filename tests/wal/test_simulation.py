@@ -21,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import (
+    BatchCoordinator,
+    CallFaults,
     FaultyBatchCoordinator,
     FindBatchesRequest,
     InMemoryBatchCoordinator,
@@ -69,7 +72,7 @@ class Scenario:
     rng: random.Random
     clock: ManualClock
     store: MemoryObjectStore
-    coordinator: InMemoryBatchCoordinator
+    coordinator: BatchCoordinator
     faulty_store: FaultyObjectStore
     faulty_coordinator: FaultyBatchCoordinator
     config: WalConfig
@@ -262,11 +265,18 @@ async def _audit(sim: Scenario, producers: list[Producer]) -> None:
         assert response.high_watermark == next_offset, sim.fail(f"{tp}: high watermark")
 
 
-async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
+async def simulate(
+    seed: int,
+    *,
+    requests_per_producer: int = 12,
+    coordinator_of: Callable[[ManualClock], BatchCoordinator] = InMemoryBatchCoordinator,
+) -> Scenario:
+    """One run. The brokers reach the coordinator (`coordinator_of`) through its store wrapped
+    in faults, so commits run the engine's real group step; the auditor reads it fault free."""
     rng = random.Random(seed)
     clock = ManualClock(SIM_START_MS)  # fixed, so that a seed replays exactly
     store = MemoryObjectStore(clock)
-    coordinator = InMemoryBatchCoordinator(clock)
+    coordinator = coordinator_of(clock)
     faulty_store = FaultyObjectStore(
         store,
         random.Random(rng.getrandbits(64)),
@@ -277,14 +287,14 @@ async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
         slow_rate=rng.choice([0.0, 0.05, 0.2]),
         slow_latency_s=lambda r: r.uniform(0.2, 3.0),
     )
-    commit_failure_rate = rng.choice([0.0, 0.05, 0.15])
     faulty_coordinator = FaultyBatchCoordinator(
         coordinator,
         random.Random(rng.getrandbits(64)),
-        commit_failure_rate=commit_failure_rate,
-        commit_unknown_rate=rng.choice([0.0, 0.05, 0.15]),
-        commit_latency_s=rng.uniform(0.001, 0.02),
-        clock=clock,
+        commits=CallFaults(
+            fail_rate=rng.choice([0.0, 0.05, 0.15]),
+            lost_answer_rate=rng.choice([0.0, 0.05, 0.15]),
+            latency_s=rng.uniform(0.001, 0.02),
+        ),
     )
     buffer_max = rng.choice([600, 2000, 8000])
     config = WalConfig(
