@@ -12,6 +12,9 @@ store (decoded with kafka-python) and checks:
 - every `write` returned within its timeout (virtual time);
 - no writer ever had more than `inflight_bytes_max` bytes in flight (or one larger batch alone).
 
+A mutation check keeps the auditor honest: with a store that applies half of a group commit and
+then fails, the simulation must fail.
+
 Replay one seed:  DISKLESS_SIM_SEED=1234 .venv/bin/python -m pytest tests/wal/test_simulation.py -s
 (a seed of the long variant: add --run-slow -k long; `--sim-seeds N` runs N seeds).
 """
@@ -37,6 +40,7 @@ from diskless.coordinator import (
 from diskless.records import set_base_offset
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig, WalEntry, WalWriter
+from tests._torn_store import HalfGroupCoordinators
 from tests.wal._helpers import build_batch, decode_values, header_of
 from tests.wal._rig import drive
 
@@ -403,3 +407,23 @@ async def test_the_auditor_catches_wrong_acknowledgements() -> None:
         sim.producers[0].requests[-1],
         sim.producers[0].requests[0],
     )
+
+
+async def test_a_group_commit_applied_by_half_fails_the_simulation() -> None:
+    """The mutation check: the commit steps are the engine's real group steps, so a store that
+    applies half of a group's objects, then fails, breaks what producers were told. Every run
+    it tears must fail an assertion (the auditor's, mostly a gap in a partition, or one of the
+    library's own that its reads hit); here, the first few seeds that tear a group."""
+    torn_runs = 0
+    for seed in range(40):
+        broken = HalfGroupCoordinators()
+        try:
+            await simulate(seed, coordinator_of=broken)
+        except AssertionError:
+            assert broken.torn_groups > 0, f"seed={seed} failed, yet nothing was torn"
+            torn_runs += 1
+            if torn_runs == 3:
+                return
+            continue
+        assert broken.torn_groups == 0, f"seed={seed}: a torn group commit went unnoticed"
+    raise AssertionError(f"only {torn_runs} of 40 runs tore a group commit")
