@@ -1,11 +1,12 @@
 """Deterministic simulation of the produce path: brokers, faults, idempotent producers, an auditor.
 
 Everything runs on a ManualClock and draws from one seeded `random.Random`: object-store faults
-(failed, slow and lost-ack PUTs), coordinator faults (failures before applying, lost answers after
-applying), broker restarts that fence the old incarnation, and several WalWriters shared by
-idempotent producers that pipeline up to 5 requests and retry failed batches with the same
-sequence numbers. Afterwards an auditor reads every partition back through the coordinator and the
-store (decoded with kafka-python) and checks:
+(failed, slow and lost-ack PUTs), coordinator faults at its store (failures before applying, lost
+answers after applying, under the engine's real group commit step), broker restarts that fence
+the old incarnation, and several WalWriters shared by idempotent producers that pipeline up to 5
+requests and retry failed batches with the same sequence numbers. Afterwards an auditor reads
+every partition back through the coordinator and the store (decoded with kafka-python) and
+checks:
 - every acknowledged batch is in the log exactly once, at its acknowledged offset, with its records;
 - the log holds nothing else, at contiguous offsets;
 - each producer's batches sit in sequence order on every partition;
