@@ -13,7 +13,7 @@
 (b) Latency with commit_interval_ms=250 and 100 ms of injected store latency (FaultyObjectStore):
     for every request, library-added = total - interval wait - store - coordinator, where the
     interval wait runs from the call to the start of its segment's successful PUT, and store and
-    coordinator are the PUT and commit_file durations measured around the calls.
+    coordinator are the PUT and commit step durations measured around the calls.
 (c) Objects per GB (10^9 bytes) at default settings under a saturating load (store discards data).
 """
 
@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from diskless import DisklessBroker, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
     CommitFileResult,
     FaultyBatchCoordinator,
+    FileCommit,
     InMemoryBatchCoordinator,
 )
 from diskless.records import BatchHeader, parse_batch
@@ -231,26 +231,24 @@ class TimedStore(ForwardingObjectStore):
 
 
 class TimedCoordinator(FaultyBatchCoordinator):
-    """Records each commit's duration and which (partition, offset) it placed in which object."""
+    """Records each object's commit (the span of the step that committed it) and which
+    (partition, offset) it placed in which object."""
 
     def __init__(self, inner: BatchCoordinator) -> None:
         super().__init__(inner, random.Random(0))
         self.commits: dict[str, tuple[float, float]] = {}
         self.placed: dict[tuple[TopicPartition, int], str] = {}
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> CommitFileResult:
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
         started = time.perf_counter()
-        results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.commits[object_key] = (started, time.perf_counter())
-        for batch, result in zip(batches, results.batches, strict=True):
-            self.placed[batch.topic_partition, result.base_offset] = object_key
+        results = await super().commit_files(broker_id, broker_epoch, files)
+        ended = time.perf_counter()
+        for file, result in zip(files, results, strict=True):
+            self.commits[file.object_key] = (started, ended)
+            for batch, placed in zip(file.batches, result.batches, strict=True):
+                self.placed[batch.topic_partition, placed.base_offset] = file.object_key
         return results
 
 

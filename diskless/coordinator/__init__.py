@@ -2,7 +2,13 @@
 
 from diskless._types import GroupOwnership
 from diskless.coordinator._api import BatchCoordinator
-from diskless.coordinator._faulty import FaultyBatchCoordinator
+from diskless.coordinator._faulty import (
+    CallFaults,
+    FaultyBatchCoordinator,
+    FaultyCoordinatorStore,
+    StepFault,
+    StoreCall,
+)
 from diskless.coordinator._memory import InMemoryBatchCoordinator
 from diskless.coordinator._postgres import PostgresBatchCoordinator
 from diskless.coordinator._rules.checks import check_topic_name
@@ -81,5 +87,9 @@ __all__ = [
     "SqliteBatchCoordinator",
     "PostgresBatchCoordinator",
     # fault injection, for failure tests
+    "CallFaults",
     "FaultyBatchCoordinator",
+    "FaultyCoordinatorStore",
+    "StepFault",
+    "StoreCall",
 ]

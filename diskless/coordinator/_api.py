@@ -41,7 +41,6 @@ from diskless.coordinator._values import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.errors import CommitOutcomeUnknownError, CoordinatorError
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
 
@@ -146,34 +145,16 @@ class BatchCoordinator(abc.ABC):
         lease (`CommitBatch.lease_id`); the commit releases the leases its batches carry.
         """
 
+    @abc.abstractmethod
     async def commit_files(
         self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
     ) -> list[CommitFileResult]:
-        """Commit several uploaded objects of one broker, in order; `results[i]` answers
-        `files[i]` exactly as `commit_file` would have, had they been committed one after
-        another (a key twice is a conflict the second time).
-
-        Backends do it in one atomic step: one load, one apply, one durable write for all, and
-        a `CoordinatorError` means none was applied (or, for `CommitOutcomeUnknownError`, that
-        it is unknown whether all were). This default, for wrappers that intercept
-        `commit_file`, commits them one by one: a failure after the first commit then raises
-        `CommitOutcomeUnknownError`, since some were applied.
+        """Commit several uploaded objects of one broker, in order, in one atomic step: one
+        load, one apply, one durable write for all. `results[i]` answers `files[i]` exactly as
+        `commit_file` would have, had they been committed one after another (a key twice is a
+        conflict the second time). A `CoordinatorError` means none was applied, or, for
+        `CommitOutcomeUnknownError`, that it is unknown whether all were.
         """
-        results: list[CommitFileResult] = []
-        for file in files:
-            try:
-                results.append(
-                    await self.commit_file(
-                        file.object_key, broker_id, broker_epoch, file.file_size, file.batches
-                    )
-                )
-            except CoordinatorError as error:
-                if not results:
-                    raise
-                raise CommitOutcomeUnknownError(
-                    f"{len(results)} of {len(files)} objects committed before: {error!r}"
-                ) from error
-        return results
 
     # --- transactions (the partitions' side; `diskless.txn.TransactionParticipant`) ------------
     @abc.abstractmethod

@@ -2,12 +2,11 @@
 
 Two coordinators of the same backend on one virtual clock take the same random operations: one
 commits each group of objects in one step (`commit_files`), the other one object after another
-(the contract's default `commit_files`, which calls `commit_file` per object). Every answer and
-the resulting state must be identical. The groups chain what one object changes into the next
-one's checks: sequences continuing from one object to the next, duplicates of a batch of an
-earlier object of the same group, a key twice in a group, a lease used by two objects (the
-first releases it), transactions opened by one object and continued by the next. The seed is
-printed (GROUP_COMMIT_SEED replays it).
+(`commit_file` per object). Every answer and the resulting state must be identical. The groups
+chain what one object changes into the next one's checks: sequences continuing from one object
+to the next, duplicates of a batch of an earlier object of the same group, a key twice in a
+group, a lease used by two objects (the first releases it), transactions opened by one object
+and continued by the next. The seed is printed (GROUP_COMMIT_SEED replays it).
 """
 
 from __future__ import annotations
@@ -33,6 +32,8 @@ from diskless.coordinator import (
     FindBatchesRequest,
     LeaseRequest,
     ListOffsetsRequest,
+    StepFault,
+    StoreCall,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 from tests._backends import BACKENDS, open_coordinator
@@ -160,7 +161,7 @@ async def test_a_group_commit_answers_as_commits_one_by_one(backend: str, tmp_pa
             grouped_files += len(files) > 1
             answers = [
                 await grouped.commit_files(1, epoch, files),
-                await BatchCoordinator.commit_files(single, 1, epoch, files),
+                await _one_by_one(single, 1, epoch, files),
             ]
             assert answers[0] == answers[1], (SEED, files, answers)
             assert len(answers[0]) == len(files)
@@ -190,42 +191,46 @@ async def test_a_fenced_broker_commits_nothing_of_its_group(backend: str, tmp_pa
         await coordinator.close()
 
 
-class _FailingSecond(FaultyBatchCoordinator):
-    """Fails the commit of one chosen key, before anything of it is applied."""
-
-    def __init__(self, inner: BatchCoordinator, failing_key: str) -> None:
-        super().__init__(inner, random.Random(0))
-        self.failing_key = failing_key
-
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> CommitFileResult:
-        if object_key == self.failing_key:
-            raise CoordinatorUnavailableError("injected")
-        return await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+async def _one_by_one(
+    coordinator: BatchCoordinator, broker_id: int, epoch: int, files: Sequence[FileCommit]
+) -> list[CommitFileResult]:
+    return [
+        await coordinator.commit_file(f.object_key, broker_id, epoch, f.file_size, f.batches)
+        for f in files
+    ]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
-    ("failing", "raised"),
-    [("f/0", CoordinatorUnavailableError), ("f/1", CommitOutcomeUnknownError)],
+    ("fault", "raised"),
+    [
+        (StepFault.FAIL, CoordinatorUnavailableError),
+        (StepFault.LOST_ANSWER, CommitOutcomeUnknownError),
+    ],
 )
-async def test_one_by_one_a_failure_after_a_commit_leaves_the_outcome_unknown(
-    failing: str, raised: type[Exception], tmp_path: Path
+async def test_a_group_step_that_fails_at_the_store_is_applied_whole_or_not_at_all(
+    backend: str, fault: StepFault, raised: type[Exception], tmp_path: Path
 ) -> None:
-    inner = open_coordinator("memory", tmp_path, ManualClock())
-    wrapper = _FailingSecond(inner, failing)
+    """A failure before the step applies nothing of the group; a lost answer hides a step that
+    applied all of it. The producers' retry, in new objects, then appends every batch, or
+    finds every one a duplicate."""
+    inner = open_coordinator(backend, tmp_path, ManualClock())
+    faulty = FaultyBatchCoordinator(inner)
     try:
-        await wrapper.create_topic(TOPIC, len(PARTITIONS))
-        epoch = await wrapper.register_broker(1)
-        files = [FileCommit(f"f/{n}", 100, [batch(PARTITIONS[n])]) for n in range(3)]
+        await inner.create_topic(TOPIC, len(PARTITIONS))
+        epoch = await inner.register_broker(1)
+        batches = [batch(PARTITIONS[n], pid=1, epoch=0, seq=0) for n in range(3)]
+        files = [FileCommit(f"f/{n}", 100, [b]) for n, b in enumerate(batches)]
+        faulty.store.schedule(StoreCall.COMMIT, fault)
         with pytest.raises(raised):
-            await wrapper.commit_files(1, epoch, files)
-        infos = await wrapper.file_info([f.object_key for f in files])
-        assert [info is not None for info in infos] == [failing == "f/1", False, False]
+            await faulty.commit_files(1, epoch, files)
+        applied = fault is StepFault.LOST_ANSWER
+        infos = await inner.file_info([f.object_key for f in files])
+        assert [info is not None for info in infos] == [applied] * 3
+        retry = [FileCommit(f"retry/{n}", 100, [b]) for n, b in enumerate(batches)]
+        retried = await faulty.commit_files(1, epoch, retry)
+        assert [(r.refused, r.batches[0].error) for r in retried] == [(None, 0)] * 3
+        assert [r.batches[0].duplicate for r in retried] == [applied] * 3
+        assert [r.batches[0].base_offset for r in retried] == [0] * 3
     finally:
-        await wrapper.close()
+        await faulty.close()

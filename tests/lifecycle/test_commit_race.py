@@ -17,10 +17,10 @@ from kafka.record.default_records import DefaultRecordBatch
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
     CommitFileResult,
     CommitRefusal,
     FaultyBatchCoordinator,
+    FileCommit,
     FileState,
 )
 from diskless.storage import MemoryObjectStore
@@ -48,24 +48,17 @@ class GatedCoordinator(FaultyBatchCoordinator):
         self.arrived = asyncio.Event()
         self.outcomes: list[CommitFileResult | BaseException] = []
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> CommitFileResult:
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
         self.arrived.set()
         await self.gate.wait()
         try:
-            results = await self.inner.commit_file(
-                object_key, broker_id, broker_epoch, file_size, batches
-            )
+            results = await super().commit_files(broker_id, broker_epoch, files)
         except BaseException as error:
             self.outcomes.append(error)
             raise
-        self.outcomes.append(results)
+        self.outcomes.extend(results)
         return results
 
 

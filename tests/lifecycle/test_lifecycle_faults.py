@@ -1,13 +1,15 @@
 """Storage stays bounded under repeated failures, and nothing acknowledged is lost.
 
-Thousands of produce requests go through several brokers whose commits fail at random (before
-being applied, or applied with the answer lost), whose uploads fail or lose their ack, and which
-crash at random (the WAL writer closed without flushing: uploads and commits cancelled midway),
-each crash followed by a new incarnation of the broker. A file manager runs all along. Then the
-clock moves past the graces and the manager's cycles run: the object store must hold exactly the
-objects the coordinator references as LIVE, and every acknowledged record must still be readable
-at its offset. Real stores (local files, S3 over HTTP) and both coordinators; the seed is printed
-first (DISKLESS_SEED reruns the same fault draws; real-time interleavings still vary).
+Thousands of produce requests go through several brokers whose commits fail at random at the
+coordinator's store (before being applied, or applied with the answer lost; each commit is the
+engine's real group step), whose uploads fail or lose their ack, and which crash at random (the
+WAL writer closed without flushing: uploads and commits cancelled midway), each crash followed by
+a new incarnation of the broker. A file manager runs all along, its own coordinator calls failing
+now and then. Then the clock moves past the graces and the manager's cycles run: the object store
+must hold exactly the objects the coordinator references as LIVE, and every acknowledged record
+must still be readable at its offset. Real stores (local files, S3 over HTTP) and every
+coordinator backend; the seed is printed first (DISKLESS_SEED reruns the same fault draws;
+real-time interleavings still vary).
 """
 
 from __future__ import annotations
@@ -25,9 +27,16 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
-from diskless.coordinator import DeleteRecordsRequest, FaultyBatchCoordinator, FileState
+from diskless.coordinator import (
+    CallFaults,
+    DeleteRecordsRequest,
+    FaultyBatchCoordinator,
+    FileState,
+    StepFault,
+    StoreCall,
+)
 from diskless.errors import BrokerClosedError
-from diskless.lifecycle import FileManager
+from diskless.lifecycle import FileManager, FileManagerStats
 from diskless.storage import FaultyObjectStore, LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 from tests._s3server import S3_CREDENTIALS, create_bucket
@@ -96,7 +105,8 @@ async def _crash(broker: DisklessBroker) -> None:
 
 async def _run_workload(
     store: ObjectStore, coordinator: FaultyBatchCoordinator, clock: ShiftedClock, w: Workload
-) -> None:
+) -> FileManagerStats:
+    """Run the brokers and a file manager until every request was sent; the manager's stats."""
     broker_config = BrokerConfig(
         wal=WalConfig(commit_interval_ms=5, upload_attempts=2, upload_backoff_ms=1),
         request_timeout_ms=10_000,
@@ -150,7 +160,14 @@ async def _run_workload(
         await restarted.start()  # a new epoch: the old incarnation's late commits are fenced
         brokers[broker_id] = restarted
 
-    manager = FileManager(faulty_store, coordinator, config(period_ms=50), clock)
+    # The file manager's own calls to the coordinator fail now and then too.
+    manager_coordinator = FaultyBatchCoordinator(
+        coordinator.inner,
+        random.Random(w.rng.random()),
+        writes=CallFaults(fail_rate=0.05, lost_answer_rate=0.05),
+        reads=CallFaults(fail_rate=0.05),
+    )
+    manager = FileManager(faulty_store, manager_coordinator, config(period_ms=50), clock)
     manager.start()
     try:
         await asyncio.gather(
@@ -164,6 +181,7 @@ async def _run_workload(
         await manager.close()
         for broker in brokers.values():
             await broker.close()
+    return manager.stats()
 
 
 async def _read_all(
@@ -207,16 +225,17 @@ async def _check_fault_run(
     coordinator = FaultyBatchCoordinator(
         inner,
         random.Random(w.rng.random()),
-        commit_failure_rate=0.08,
-        commit_unknown_rate=0.04,
-        clock=clock,
+        commits=CallFaults(fail_rate=0.08, lost_answer_rate=0.04),
     )
-    await _run_workload(store, coordinator, clock, w)
+    running_manager = await _run_workload(store, coordinator, clock, w)
     print(f"sent={w.sent} failed={w.failed} crashes={w.crashes} {w.errors.most_common(5)}")
     assert w.sent == requests
     assert 0 < w.failed < requests
     assert w.crashes > 0 and w.records_deleted
-    assert coordinator.failed_commits > 0 and coordinator.unknown_commits > 0
+    injected = coordinator.store.injected
+    assert injected[StoreCall.COMMIT, StepFault.FAIL] > 0
+    assert injected[StoreCall.COMMIT, StepFault.LOST_ANSWER] > 0
+    assert running_manager.cycle_errors > 0  # its own calls failed too
     before = [info.key async for info in store.list_all(PREFIX)]
     orphans_before = [
         key for key, info in zip(before, await inner.file_info(before), strict=True) if info is None

@@ -17,6 +17,7 @@ from diskless.coordinator import (
     CommitBatch,
     CommitFileResult,
     FaultyBatchCoordinator,
+    FileCommit,
     LeaseRequest,
     LeaseResult,
 )
@@ -57,16 +58,11 @@ class Watching(FaultyBatchCoordinator):
             raise CoordinatorUnavailableError("injected")
         return await super().acquire_txn_leases(broker_id, broker_epoch, requests, ttl_ms)
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> CommitFileResult:
-        self.committed.extend(batches)
-        return await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        self.committed.extend(b for f in files for b in f.batches)
+        return await super().commit_files(broker_id, broker_epoch, files)
 
 
 def txn(pid: int, seq: int = 0, epoch: int = 0) -> bytes:

@@ -29,7 +29,9 @@ from diskless.coordinator import (
     BatchCoordinator,
     CommitBatch,
     CommitBatchResult,
+    CommitFileResult,
     FaultyBatchCoordinator,
+    FileCommit,
     FindBatchesRequest,
     LeaseRequest,
     ListOffsetsRequest,
@@ -59,19 +61,14 @@ class GatedCommits(FaultyBatchCoordinator):
         self.waiting = 0
         self.results: list[list[CommitBatchResult]] = []
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
         self.waiting += 1
         await self.gate.wait()
-        outcome = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.results.append(outcome.batches)
-        return outcome
+        outcomes = await super().commit_files(broker_id, broker_epoch, files)
+        self.results.extend(outcome.batches for outcome in outcomes)
+        return outcomes
 
 
 class GatedPuts(MemoryObjectStore):

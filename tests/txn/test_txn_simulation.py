@@ -1,10 +1,12 @@
 """Simulation: transactional producers through three brokers under faults, on a virtual clock.
 
-Faults: failed and slow PUTs, lost PUT acks, failed commits, commits whose answer is lost, and
-commits that stall past their lease (zombie brokers); transactions also time out and are aborted by
-the transaction coordinator. Producers abort whenever a produce fails, otherwise commit or abort
-at random. An auditor reads every partition read_committed (one atomic snapshot, filtered as a
-consumer does) many times during the run and once at the end, and checks:
+Faults: failed and slow PUTs, lost PUT acks; at the coordinator's store (each commit is the
+engine's real group step), failed commits, commits whose answer is lost, commits that stall past
+their lease (zombie brokers), and lease grants and releases that fail or lose their answer;
+transactions also time out and are aborted by the transaction coordinator. Producers abort
+whenever a produce fails, otherwise commit or abort at random. An auditor reads every partition
+read_committed (one atomic snapshot, filtered as a consumer does) many times during the run and
+once at the end, and checks:
 - nothing of an aborted transaction is ever visible, and nothing of one whose commit was never
   requested;
 - on each partition, what is visible of a transaction is a prefix of what it had acknowledged
@@ -30,13 +32,15 @@ from diskless._types import ErrorCode, IsolationLevel, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
-    CommitBatchResult,
+    CallFaults,
+    CommitFileResult,
     FaultyBatchCoordinator,
+    FileCommit,
     InMemoryBatchCoordinator,
+    StepFault,
+    StoreCall,
 )
-from diskless.storage import MemoryObjectStore
-from diskless.storage._faulty import FaultyObjectStore
+from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
 from tests.broker._kafka import build_batch
@@ -63,33 +67,26 @@ STALL_S = 20.0
 
 
 class StallingCoordinator(FaultyBatchCoordinator):
-    """Also stalls some commits (a broker paused before its commit reaches the coordinator)."""
+    """The brokers' coordinator: at its store, commits fail, lose their answer or stall past
+    their lease (a broker paused before its commit reaches the store), and the brokers' other
+    writes (lease grants and releases) fail or lose their answer; it counts commit answers."""
 
     def __init__(
         self, inner: BatchCoordinator, rng: random.Random, clock: ManualClock, stall_rate: float
     ) -> None:
-        super().__init__(
-            inner, rng, commit_failure_rate=0.03, commit_unknown_rate=0.03, clock=clock
+        faults = CallFaults(
+            fail_rate=0.03, lost_answer_rate=0.03, slow_rate=stall_rate, slow_latency_s=STALL_S
         )
-        self._stall_rng = random.Random(rng.random())
-        self._stall_rate = stall_rate
-        self.stalls = 0
+        leases = CallFaults(fail_rate=0.02, lost_answer_rate=0.02)
+        super().__init__(inner, rng, commits=faults, writes=leases, clock=clock)
         self.errors: collections.Counter[ErrorCode] = collections.Counter()
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> list[CommitBatchResult]:
-        if self.enabled and self._stall_rng.random() < self._stall_rate:
-            self.stalls += 1
-            await self._clock.sleep(STALL_S)
-        outcome = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.errors.update(r.error for r in outcome.batches)
-        return outcome
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        outcomes = await super().commit_files(broker_id, broker_epoch, files)
+        self.errors.update(r.error for outcome in outcomes for r in outcome.batches)
+        return outcomes
 
 
 @dataclass
@@ -225,8 +222,10 @@ async def simulate(seed: int, transactions: int) -> World:
     reader = DisklessBroker(99, memory, inner, CONFIG, clock=clock)
     tc = TransactionCoordinator(inner, clock=clock)
     world = World(seed, clock, tc, brokers, reader, faulty)
+    faulty.enabled = False  # the brokers start (register) without faults
     for broker in [*brokers, reader]:
         await broker.start()
+    faulty.enabled = True
     await tc.start()
     running = True
 
@@ -275,15 +274,18 @@ async def test_the_simulation_exercises_both_outcomes_and_faults() -> None:
     """Across a few seeds, transactions commit, abort and time out, and faults fire."""
     outcomes: collections.Counter[str] = collections.Counter()
     errors: collections.Counter[ErrorCode] = collections.Counter()
-    visible = stalls = 0
+    injected: collections.Counter[tuple[StoreCall, StepFault]] = collections.Counter()
+    visible = 0
     for seed in range(5):
         world = await simulate(seed, transactions=6)
         outcomes.update(t.outcome for t in world.txns.values())
         errors.update(world.coordinator.errors)
         visible = max(visible, world.visible_max)
-        stalls += world.coordinator.stalls
+        injected.update(world.coordinator.store.injected)
     assert outcomes["committed"] > 0 and outcomes["aborted"] > 0, outcomes
-    assert visible > 0 and stalls > 0
+    assert visible > 0 and injected[StoreCall.COMMIT, StepFault.SLOW] > 0
+    assert injected[StoreCall.WRITE, StepFault.FAIL] > 0
+    assert injected[StoreCall.WRITE, StepFault.LOST_ANSWER] > 0
     # Late commits were refused: by an expired lease, or after the marker bumped the epoch.
     assert errors[ErrorCode.INVALID_TXN_STATE] + errors[ErrorCode.INVALID_PRODUCER_EPOCH] > 0
 

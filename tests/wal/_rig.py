@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 from diskless import ManualClock, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
+    CallFaults,
     CommitFileResult,
     FaultyBatchCoordinator,
+    FileCommit,
     FindBatchesRequest,
     InMemoryBatchCoordinator,
 )
@@ -25,24 +26,21 @@ T = TypeVar("T")
 
 
 class RecordingCoordinator(FaultyBatchCoordinator):
-    """Passes everything through (faults off by default) and records commit order."""
+    """`inner`'s engine over its store (faults off by default): records the objects committed,
+    in commit order, and how many were sent to be committed."""
 
-    def __init__(self, inner: BatchCoordinator, **faults: Any) -> None:
-        super().__init__(inner, random.Random(0), **faults)
+    def __init__(self, inner: BatchCoordinator, commits: CallFaults | None = None) -> None:
+        super().__init__(inner, random.Random(0), commits=commits or CallFaults())
         self.committed_keys: list[str] = []
         self.commit_calls = 0
+        """Objects sent to be committed, whether their step succeeded or not."""
 
-    async def commit_file(
-        self,
-        object_key: str,
-        broker_id: int,
-        broker_epoch: int,
-        file_size: int,
-        batches: Sequence[CommitBatch],
-    ) -> CommitFileResult:
-        self.commit_calls += 1
-        results = await super().commit_file(object_key, broker_id, broker_epoch, file_size, batches)
-        self.committed_keys.append(object_key)
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        self.commit_calls += len(files)
+        results = await super().commit_files(broker_id, broker_epoch, files)
+        self.committed_keys.extend(f.object_key for f in files)
         return results
 
 

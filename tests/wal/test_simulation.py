@@ -1,16 +1,20 @@
 """Deterministic simulation of the produce path: brokers, faults, idempotent producers, an auditor.
 
 Everything runs on a ManualClock and draws from one seeded `random.Random`: object-store faults
-(failed, slow and lost-ack PUTs), coordinator faults (failures before applying, lost answers after
-applying), broker restarts that fence the old incarnation, and several WalWriters shared by
-idempotent producers that pipeline up to 5 requests and retry failed batches with the same
-sequence numbers. Afterwards an auditor reads every partition back through the coordinator and the
-store (decoded with kafka-python) and checks:
+(failed, slow and lost-ack PUTs), coordinator faults at its store (failures before applying, lost
+answers after applying, under the engine's real group commit step), broker restarts that fence
+the old incarnation, and several WalWriters shared by idempotent producers that pipeline up to 5
+requests and retry failed batches with the same sequence numbers. Afterwards an auditor reads
+every partition back through the coordinator and the store (decoded with kafka-python) and
+checks:
 - every acknowledged batch is in the log exactly once, at its acknowledged offset, with its records;
 - the log holds nothing else, at contiguous offsets;
 - each producer's batches sit in sequence order on every partition;
 - every `write` returned within its timeout (virtual time);
 - no writer ever had more than `inflight_bytes_max` bytes in flight (or one larger batch alone).
+
+A mutation check keeps the auditor honest: with a store that applies half of a group commit and
+then fails, the simulation must fail.
 
 Replay one seed:  DISKLESS_SIM_SEED=1234 .venv/bin/python -m pytest tests/wal/test_simulation.py -s
 (a seed of the long variant: add --run-slow -k long; `--sim-seeds N` runs N seeds).
@@ -21,12 +25,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import (
+    BatchCoordinator,
+    CallFaults,
     FaultyBatchCoordinator,
     FindBatchesRequest,
     InMemoryBatchCoordinator,
@@ -34,6 +41,7 @@ from diskless.coordinator import (
 from diskless.records import set_base_offset
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig, WalEntry, WalWriter
+from tests._torn_store import HalfGroupCoordinators
 from tests.wal._helpers import build_batch, decode_values, header_of
 from tests.wal._rig import drive
 
@@ -69,7 +77,7 @@ class Scenario:
     rng: random.Random
     clock: ManualClock
     store: MemoryObjectStore
-    coordinator: InMemoryBatchCoordinator
+    coordinator: BatchCoordinator
     faulty_store: FaultyObjectStore
     faulty_coordinator: FaultyBatchCoordinator
     config: WalConfig
@@ -262,11 +270,18 @@ async def _audit(sim: Scenario, producers: list[Producer]) -> None:
         assert response.high_watermark == next_offset, sim.fail(f"{tp}: high watermark")
 
 
-async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
+async def simulate(
+    seed: int,
+    *,
+    requests_per_producer: int = 12,
+    coordinator_of: Callable[[ManualClock], BatchCoordinator] = InMemoryBatchCoordinator,
+) -> Scenario:
+    """One run. The brokers reach the coordinator (`coordinator_of`) through its store wrapped
+    in faults, so commits run the engine's real group step; the auditor reads it fault free."""
     rng = random.Random(seed)
     clock = ManualClock(SIM_START_MS)  # fixed, so that a seed replays exactly
     store = MemoryObjectStore(clock)
-    coordinator = InMemoryBatchCoordinator(clock)
+    coordinator = coordinator_of(clock)
     faulty_store = FaultyObjectStore(
         store,
         random.Random(rng.getrandbits(64)),
@@ -277,14 +292,14 @@ async def simulate(seed: int, *, requests_per_producer: int = 12) -> Scenario:
         slow_rate=rng.choice([0.0, 0.05, 0.2]),
         slow_latency_s=lambda r: r.uniform(0.2, 3.0),
     )
-    commit_failure_rate = rng.choice([0.0, 0.05, 0.15])
     faulty_coordinator = FaultyBatchCoordinator(
         coordinator,
         random.Random(rng.getrandbits(64)),
-        commit_failure_rate=commit_failure_rate,
-        commit_unknown_rate=rng.choice([0.0, 0.05, 0.15]),
-        commit_latency_s=rng.uniform(0.001, 0.02),
-        clock=clock,
+        commits=CallFaults(
+            fail_rate=rng.choice([0.0, 0.05, 0.15]),
+            lost_answer_rate=rng.choice([0.0, 0.05, 0.15]),
+            latency_s=rng.uniform(0.001, 0.02),
+        ),
     )
     buffer_max = rng.choice([600, 2000, 8000])
     config = WalConfig(
@@ -393,3 +408,23 @@ async def test_the_auditor_catches_wrong_acknowledgements() -> None:
         sim.producers[0].requests[-1],
         sim.producers[0].requests[0],
     )
+
+
+async def test_a_group_commit_applied_by_half_fails_the_simulation() -> None:
+    """The mutation check: the commit steps are the engine's real group steps, so a store that
+    applies half of a group's objects, then fails, breaks what producers were told. Every run
+    it tears must fail an assertion (the auditor's, mostly a gap in a partition, or one of the
+    library's own that its reads hit); here, the first few seeds that tear a group."""
+    torn_runs = 0
+    for seed in range(40):
+        broken = HalfGroupCoordinators()
+        try:
+            await simulate(seed, coordinator_of=broken)
+        except AssertionError:
+            assert broken.torn_groups > 0, f"seed={seed} failed, yet nothing was torn"
+            torn_runs += 1
+            if torn_runs == 3:
+                return
+            continue
+        assert broken.torn_groups == 0, f"seed={seed}: a torn group commit went unnoticed"
+    raise AssertionError(f"only {torn_runs} of 40 runs tore a group commit")

@@ -9,7 +9,13 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
-from diskless.coordinator import CommitBatchResult, CommitFileResult, InMemoryBatchCoordinator
+from diskless.coordinator import (
+    CallFaults,
+    CommitBatchResult,
+    CommitFileResult,
+    FileCommit,
+    InMemoryBatchCoordinator,
+)
 from diskless.errors import BrokerClosedError
 from diskless.storage import Fault, FaultyObjectStore, MemoryObjectStore, StoreOp
 from diskless.wal import (
@@ -298,8 +304,8 @@ async def test_upload_failure_after_all_attempts_is_a_storage_error_and_later_se
 async def test_commit_failure_or_unknown_outcome_is_a_storage_error(fault: str) -> None:
     clock = ManualClock()
     inner = InMemoryBatchCoordinator(clock)
-    rates = {"commit_failure_rate": 1.0} if fault == "failure" else {"commit_unknown_rate": 1.0}
-    coordinator = RecordingCoordinator(inner, **rates)
+    faults = CallFaults(fail_rate=1.0) if fault == "failure" else CallFaults(lost_answer_rate=1.0)
+    coordinator = RecordingCoordinator(inner, faults)
     rig = Rig(WalConfig(buffer_max_bytes=500), coordinator=coordinator, clock=clock)
     await rig.topic()
     writer = await rig.writer()
@@ -350,9 +356,11 @@ async def test_backpressure_bounds_inflight_bytes_under_a_flood() -> None:
     seen: list[int] = []
 
     class Probe(RecordingCoordinator):
-        async def commit_file(self, *args: object, **kwargs: object) -> CommitFileResult:
+        async def commit_files(
+            self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+        ) -> list[CommitFileResult]:
             seen.append(writer.inflight_bytes)
-            return await super().commit_file(*args, **kwargs)  # type: ignore[arg-type]
+            return await super().commit_files(broker_id, broker_epoch, files)
 
     # Observe in-flight bytes at each commit.
     writer._pipeline._coordinator = Probe(rig.coordinator.inner)
