@@ -29,12 +29,15 @@ Running something in a host:
 - `Host.call(fn)`: `fn` in a thread of this process that has joined the host's namespace. A socket
   belongs to the namespace it was created in, so `Host.socket()` gives this process's event loop a
   socket of that host, and the threads `fn` starts (a server's, a client library's) are in the
-  host too.
+  host too. A Kafka client runs in-process from a host when all of its code runs in `call`: a
+  library may connect from whichever thread calls it (kafka-python's consumer does), though
+  confluent-kafka's and kafka-python's producer's own threads are born where they are made. For
+  aiokafka, the loop runs there: `await asyncio.to_thread(host.call, asyncio.run, main())`.
 
 Partitions (no firewall involved, only `ip`):
 - `Network.cut(host)`: the host's switch port goes down, as a pulled cable. Every frame to or
   from the host is dropped; open connections stay open with nothing arriving; a new connection
-  fails with EHOSTUNREACH after about 3 s, once ARP gives up (or times out first).
+  fails with EHOSTUNREACH after about 3 s, once ARP gives up (unless its own timeout is shorter).
   `restore(host)` brings the port up: open connections carry on where they were (TCP resends
   what was held), and a first new connection may take a second (its SYN resent).
 - `Network.cut_between(a, b)`: `a` and `b` lose each other, and only each other: each host's
