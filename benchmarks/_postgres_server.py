@@ -1,9 +1,11 @@
 """A throwaway PostgreSQL server: real binaries, started by the tests and the benchmarks.
 
 `initdb` into a temp dir, then `pg_ctl start` listening on 127.0.0.1 (a free port) and on a unix
-socket in the same dir, with `fsync=off`. The binaries are Debian's (`pg_config --bindir`,
-`/usr/lib/postgresql/*/bin`, or PATH). `initdb` refuses to run as root: as root, the server runs
-as `nobody`, and owns its temp dir.
+socket in the same dir, with `fsync=off`. A server for other hosts listens on an address of its
+own, trusts their subnet, and is started through a launcher that puts it in its host (`ip netns
+exec NAME`). The binaries are Debian's (`pg_config --bindir`, `/usr/lib/postgresql/*/bin`, or
+PATH). `initdb` refuses to run as root: as root, the server runs as `nobody`, and owns its temp
+dir.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import subprocess
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -63,10 +66,21 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One initdb'd cluster under a temp dir (see the module doc)."""
+    """One initdb'd cluster under a temp dir (see the module doc). `listen`: the address it serves
+    on; `trusted`: a subnet (CIDR) whose clients may connect over TCP as well as the local ones;
+    `launcher`: a command prefix that `pg_ctl start` runs under, so the server runs where it
+    puts it."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(
+        self,
+        bindir: Path,
+        listen: str = "127.0.0.1",
+        trusted: str | None = None,
+        launcher: Sequence[str] = (),
+    ) -> None:
         self.bindir = bindir
+        self.listen = listen
+        self._launcher = list(launcher)
         self.root = Path(tempfile.mkdtemp(prefix="diskless-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
@@ -92,7 +106,7 @@ class PostgresServer:
             "--no-sync",
         )
         settings = {
-            "listen_addresses": "'127.0.0.1'",
+            "listen_addresses": f"'{listen}'",
             "port": str(self.port),
             "unix_socket_directories": f"'{self.root}'",
             "fsync": "off",
@@ -103,11 +117,16 @@ class PostgresServer:
         }
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+        if trusted is not None:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {trusted} trust\n")
         self.start()
 
-    def _run(self, tool: str, *args: str, timeout: float = 120) -> str:
+    def _run(
+        self, tool: str, *args: str, timeout: float = 120, launcher: Sequence[str] = ()
+    ) -> str:
         out = subprocess.run(
-            [*self._as_user, str(self.bindir / tool), *args],
+            [*launcher, *self._as_user, str(self.bindir / tool), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -120,7 +139,10 @@ class PostgresServer:
         return out.stdout
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start",
+            launcher=self._launcher,
+        )  # fmt: skip
 
     def stop(self) -> None:
         """Stop at once, as a crash would (`pg_ctl stop -m immediate`)."""
@@ -146,7 +168,7 @@ class PostgresServer:
         )
 
     def dsn(self, database: str) -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{SUPERUSER}@{self.listen}:{self.port}/{database}"
 
     def database(self, directory: Path | str, name: str) -> str:
         """The database of (`directory`, `name`): created empty on first request, the same one

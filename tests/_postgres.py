@@ -19,11 +19,30 @@ import pytest
 
 from benchmarks._postgres_server import PostgresServer, find_bindir
 
-__all__ = ["PostgresServer", "database_dsn", "postgres_dsn", "postgres_server", "server"]
+__all__ = [
+    "PostgresServer",
+    "bindir_or_skip",
+    "database_dsn",
+    "postgres_dsn",
+    "postgres_server",
+    "server",
+]
 
 
 _server: PostgresServer | None = None
 _server_lock = threading.Lock()
+
+
+def bindir_or_skip() -> Path:
+    """Where PostgreSQL's binaries are; skips the calling test when there are none (fails under
+    CI)."""
+    bindir = find_bindir()
+    if bindir is None:
+        reason = "PostgreSQL binaries not found (install Debian's postgresql package)"
+        if os.environ.get("CI") or os.environ.get("DISKLESS_REQUIRE_POSTGRES"):
+            raise RuntimeError(reason)
+        pytest.skip(reason)
+    return bindir
 
 
 def server() -> PostgresServer:
@@ -32,13 +51,7 @@ def server() -> PostgresServer:
     global _server
     with _server_lock:
         if _server is None:
-            bindir = find_bindir()
-            if bindir is None:
-                reason = "PostgreSQL binaries not found (install Debian's postgresql package)"
-                if os.environ.get("CI") or os.environ.get("DISKLESS_REQUIRE_POSTGRES"):
-                    raise RuntimeError(reason)
-                pytest.skip(reason)
-            _server = PostgresServer(bindir)
+            _server = PostgresServer(bindir_or_skip())
             atexit.register(_server.close)
         return _server
 

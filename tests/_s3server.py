@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypedDict
 
 from aiobotocore.session import AioSession
@@ -37,10 +37,15 @@ S3_CREDENTIALS: S3Credentials = {
 
 
 @contextlib.contextmanager
-def running_s3_server() -> Iterator[str]:
-    """Start moto on 127.0.0.1 on a free port; yield its endpoint URL; stop it on exit."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+def running_s3_server(
+    ip_address: str = "127.0.0.1",
+    start_in: Callable[[Callable[[], None]], object] = lambda start: start(),
+) -> Iterator[str]:
+    """Start moto on `ip_address` on a free port; yield its endpoint URL; stop it on exit.
+    `start_in` runs moto's start, which starts its serving thread: a thread started in another
+    network namespace serves there (`tests._netns.Host.call`)."""
+    server = ThreadedMotoServer(ip_address=ip_address, port=0, verbose=False)
+    start_in(server.start)
     try:
         host, port = server.get_host_and_port()
         yield f"http://{host}:{port}"

@@ -1,0 +1,3 @@
+from tests._netns import network_of
+
+__all__ = ["network_of"]
