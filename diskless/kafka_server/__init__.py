@@ -21,12 +21,12 @@ Where to read on:
 - `_groups`: the minimal consumer-group coordinator.
 """
 
-from diskless.kafka_server._cluster import KafkaCluster, rack_name
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
-from diskless.kafka_server._server import BrokerServer
-from diskless.kafka_server._txn import TransactionFront
-from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._protocol.versions import SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._server.broker_server import BrokerServer
+from diskless.kafka_server._server.cluster import KafkaCluster, rack_name
+from diskless.kafka_server._server.config import ServerConfig
 
 __all__ = [
     # running brokers

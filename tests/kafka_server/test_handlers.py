@@ -20,12 +20,12 @@ from kio.schema.fetch.v12 import response as fetch_v12_response
 from diskless import DisklessBroker, ManualClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig, TransactionFront
-from diskless.kafka_server._context import Connection
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._handlers import HANDLERS
-from diskless.kafka_server._metadata import BrokerAddress
-from diskless.kafka_server._route import Route
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._handlers._route import Route
+from diskless.kafka_server._handlers.context import Connection
+from diskless.kafka_server._handlers.table import HANDLERS
+from diskless.kafka_server._protocol.versions import ApiKey
 from diskless.storage import MemoryObjectStore
 from tests.kafka_server._wire import fetch_request
 

@@ -8,10 +8,10 @@ from typing import Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
-from diskless.kafka_server._txn import TransactionFront
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._server.config import ServerConfig
 
 
 class Connection:

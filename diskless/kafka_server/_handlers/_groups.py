@@ -20,11 +20,12 @@ from kio.static.protocol import Entity
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested, partition_errors
-from diskless.kafka_server._context import BrokerContext, Connection, serving
-from diskless.kafka_server._errors import failure
-from diskless.kafka_server._group_state import JoinOutcome
-from diskless.kafka_server._messages import (
+from diskless.kafka_server._coordination.group_state import JoinOutcome
+from diskless.kafka_server._handlers._errors import failure
+from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
+from diskless.kafka_server._protocol.codec import build, nested, partition_errors
+from diskless.kafka_server._protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -38,8 +39,7 @@ from diskless.kafka_server._messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from diskless.kafka_server._route import NO_THROTTLE, millis
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._protocol.versions import ApiKey
 
 
 def instance_id(request: object) -> str | None:

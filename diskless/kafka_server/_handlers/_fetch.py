@@ -18,17 +18,17 @@ from kio.static.protocol import Entity
 from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested
-from diskless.kafka_server._context import BrokerContext, Connection
-from diskless.kafka_server._errors import failure, wire
-from diskless.kafka_server._messages import (
+from diskless.kafka_server._handlers._errors import failure, wire
+from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.messages import (
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
-from diskless.kafka_server._route import NO_THROTTLE, millis
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._protocol.versions import ApiKey
 
 _WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
 """Fetch v11 added `rack_id` (KIP-392): the consumer's `client.rack`."""

@@ -21,10 +21,13 @@ from kio.static.protocol import Entity
 from diskless._types import TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested
-from diskless.kafka_server._context import BrokerContext, Connection
-from diskless.kafka_server._errors import failure
-from diskless.kafka_server._messages import (
+from diskless.kafka_server._coordination.cluster_view import topic_id
+from diskless.kafka_server._handlers._errors import failure
+from diskless.kafka_server._handlers._route import NO_THROTTLE
+from diskless.kafka_server._handlers._steps import Steps
+from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     FindCoordinatorRequest,
@@ -32,10 +35,7 @@ from diskless.kafka_server._messages import (
     MetadataRequest,
     MetadataResponse,
 )
-from diskless.kafka_server._metadata import topic_id
-from diskless.kafka_server._route import NO_THROTTLE
-from diskless.kafka_server._steps import Steps
-from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._protocol.versions import SUPPORTED_VERSIONS, ApiKey
 
 _log = logging.getLogger(__name__)
 

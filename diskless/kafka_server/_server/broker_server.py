@@ -39,7 +39,12 @@ from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
 from diskless._availability import log_failure
-from diskless.kafka_server._codec import (
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._handlers.context import Connection
+from diskless.kafka_server._handlers.table import HANDLERS, unsupported_api_versions_response
+from diskless.kafka_server._protocol.codec import (
     FRAME_SIZE,
     DecodedRequest,
     FrameError,
@@ -48,15 +53,10 @@ from diskless.kafka_server._codec import (
     read_prefix,
     request_schema,
 )
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._context import Connection
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._handlers import HANDLERS, unsupported_api_versions_response
-from diskless.kafka_server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._memory import RequestMemory, Reservation
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
-from diskless.kafka_server._txn import TransactionFront
-from diskless.kafka_server._versions import ApiKey, supported
+from diskless.kafka_server._protocol.versions import ApiKey, supported
+from diskless.kafka_server._server._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server._request_budget import RequestMemory, Reservation
+from diskless.kafka_server._server.config import ServerConfig
 
 _log = logging.getLogger(__name__)
 

@@ -27,12 +27,12 @@ from typing import Final
 from diskless import BrokerConfig, DisklessBroker
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._memory import RequestMemory
-from diskless.kafka_server._metadata import ClusterView
-from diskless.kafka_server._server import BrokerServer
-from diskless.kafka_server._txn import TransactionFront
+from diskless.kafka_server._coordination.cluster_view import ClusterView
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._server._request_budget import RequestMemory
+from diskless.kafka_server._server.broker_server import BrokerServer
+from diskless.kafka_server._server.config import ServerConfig
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)

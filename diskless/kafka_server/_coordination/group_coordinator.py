@@ -37,9 +37,9 @@ from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
-from diskless.kafka_server._errors import wire
-from diskless.kafka_server._group_state import GroupState, JoinOutcome
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_state import GroupState, JoinOutcome
+from diskless.kafka_server._handlers._errors import wire
 
 _log = logging.getLogger(__name__)
 

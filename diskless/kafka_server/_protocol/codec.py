@@ -33,7 +33,7 @@ from kio.static.primitive import i32
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
 from diskless._types import TopicPartition
-from diskless.kafka_server._declared_sizes import check_declared_sizes
+from diskless.kafka_server._protocol._declared_sizes import check_declared_sizes
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""

@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._availability import log_failure
 from diskless._types import ErrorCode
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._protocol.versions import ApiKey
 
 _log = logging.getLogger(__name__)
 

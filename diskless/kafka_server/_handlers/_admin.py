@@ -23,11 +23,17 @@ from kio.static.protocol import Entity
 from diskless._types import TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested
-from diskless.kafka_server._config import MAX_PARTITIONS_PER_REQUEST
-from diskless.kafka_server._context import BrokerContext, Connection
-from diskless.kafka_server._errors import failure, wire
-from diskless.kafka_server._messages_admin import (
+from diskless.kafka_server._coordination.cluster_view import topic_id
+from diskless.kafka_server._handlers._errors import failure, wire
+from diskless.kafka_server._handlers._route import NO_THROTTLE
+from diskless.kafka_server._handlers._topic_configs import (
+    InvalidConfig,
+    describe_topic_config,
+    parse_topic_config,
+)
+from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.messages_admin import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -39,14 +45,8 @@ from diskless.kafka_server._messages_admin import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
-from diskless.kafka_server._metadata import topic_id
-from diskless.kafka_server._route import NO_THROTTLE
-from diskless.kafka_server._topic_configs import (
-    InvalidConfig,
-    describe_topic_config,
-    parse_topic_config,
-)
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._protocol.versions import ApiKey
+from diskless.kafka_server._server.config import MAX_PARTITIONS_PER_REQUEST
 
 _log = logging.getLogger(__name__)
 

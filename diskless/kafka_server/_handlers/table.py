@@ -13,17 +13,21 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless.kafka_server import _messages as messages
-from diskless.kafka_server import _messages_admin as admin
-from diskless.kafka_server._handle_admin import (
+from diskless.kafka_server._handlers._admin import (
     handle_create_partitions,
     handle_create_topics,
     handle_delete_records,
     handle_delete_topics,
     handle_describe_configs,
 )
-from diskless.kafka_server._handle_fetch import handle_fetch, handle_list_offsets
-from diskless.kafka_server._handle_groups import (
+from diskless.kafka_server._handlers._discovery import (
+    api_versions_response,
+    handle_api_versions,
+    handle_find_coordinator,
+    handle_metadata,
+)
+from diskless.kafka_server._handlers._fetch import handle_fetch, handle_list_offsets
+from diskless.kafka_server._handlers._groups import (
     handle_heartbeat,
     handle_join_group,
     handle_leave_group,
@@ -31,22 +35,22 @@ from diskless.kafka_server._handle_groups import (
     handle_offset_fetch,
     handle_sync_group,
 )
-from diskless.kafka_server._handle_metadata import (
-    api_versions_response,
-    handle_api_versions,
-    handle_find_coordinator,
-    handle_metadata,
-)
-from diskless.kafka_server._handle_produce import handle_produce
-from diskless.kafka_server._handle_txn import (
+from diskless.kafka_server._handlers._produce import handle_produce
+from diskless.kafka_server._handlers._route import Handler, Route
+from diskless.kafka_server._handlers._transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
     handle_end_txn,
     handle_init_producer_id,
     handle_txn_offset_commit,
 )
-from diskless.kafka_server._route import Handler, Route
-from diskless.kafka_server._versions import API_VERSIONS_FALLBACK, SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._protocol import messages
+from diskless.kafka_server._protocol import messages_admin as admin
+from diskless.kafka_server._protocol.versions import (
+    API_VERSIONS_FALLBACK,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+)
 
 # The type arguments tie each union to its handler's annotations (mypy checks that); the values
 # are the same unions, which `Route` checks every request against at run time.

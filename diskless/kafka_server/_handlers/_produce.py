@@ -25,13 +25,13 @@ from kio.static.protocol import Entity
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested
-from diskless.kafka_server._context import BrokerContext, Connection
-from diskless.kafka_server._errors import failure, wire
-from diskless.kafka_server._messages import ProduceRequest, ProduceResponse
-from diskless.kafka_server._route import NO_THROTTLE, millis
-from diskless.kafka_server._steps import Steps
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._handlers._errors import failure, wire
+from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers._steps import Steps
+from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.messages import ProduceRequest, ProduceResponse
+from diskless.kafka_server._protocol.versions import ApiKey
 
 ZSTD_VERSION_MIN: Final = 7
 """The first Produce version whose clients can read zstd batches (KIP-110)."""

@@ -17,9 +17,9 @@ from typing import Final, Generic, Protocol, TypeGuard, TypeVar
 
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from diskless.kafka_server._codec import request_schema, response_schema
-from diskless.kafka_server._context import BrokerContext, Connection
-from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.codec import request_schema, response_schema
+from diskless.kafka_server._protocol.versions import SUPPORTED_VERSIONS, ApiKey
 
 NO_THROTTLE: Final = datetime.timedelta(0)
 

@@ -6,7 +6,7 @@ from typing import Final
 
 import msgspec
 
-from diskless.kafka_server._codec import FRAME_BYTES_MAX
+from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
 
 QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000

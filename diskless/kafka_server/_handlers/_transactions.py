@@ -14,10 +14,11 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested, partition_errors
-from diskless.kafka_server._context import BrokerContext, Connection, serving
-from diskless.kafka_server._errors import coordinator_error, failure
-from diskless.kafka_server._messages import (
+from diskless.kafka_server._handlers._errors import coordinator_error, failure
+from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
+from diskless.kafka_server._protocol.codec import build, nested, partition_errors
+from diskless.kafka_server._protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
@@ -29,8 +30,7 @@ from diskless.kafka_server._messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
-from diskless.kafka_server._route import NO_THROTTLE, millis
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._protocol.versions import ApiKey
 from diskless.txn import PendingOffset
 
 
