@@ -55,7 +55,7 @@ from diskless.kafka_server._protocol.codec import (
 )
 from diskless.kafka_server._protocol.versions import ApiKey, supported
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._request_budget import RequestMemory, Reservation
+from diskless.kafka_server._server._request_budget import RequestBudget, Reservation
 from diskless.kafka_server._server.config import ServerConfig
 
 _log = logging.getLogger(__name__)
@@ -87,19 +87,19 @@ class BrokerServer:
         *,
         port: int = 0,
         config: ServerConfig | None = None,
-        request_memory: RequestMemory | None = None,
+        request_budget: RequestBudget | None = None,
     ) -> None:
-        """`request_memory`: the `queued_request_bytes_max` budget, when shared with other servers
+        """`request_budget`: the `queued_request_bytes_max` budget, when shared with other servers
         of the same process (a `KafkaCluster` passes one to all of its brokers)."""
         self.broker = broker
         self.cluster = cluster
         self.transactions = transactions
         self.groups = groups
         self.config = config if config is not None else ServerConfig()
-        self.request_memory = (
-            request_memory
-            if request_memory is not None
-            else RequestMemory(self.config.queued_request_bytes_max)
+        self.request_budget = (
+            request_budget
+            if request_budget is not None
+            else RequestBudget(self.config.queued_request_bytes_max)
         )
         self._port = port
         self._server: asyncio.Server | None = None
@@ -257,14 +257,14 @@ class BrokerServer:
     async def _read_frame(
         self, connection: Connection, reader: asyncio.StreamReader
     ) -> tuple[memoryview, Reservation] | None:
-        """The next frame, in a buffer reserved from the request memory; None at a clean EOF."""
+        """The next frame, in a buffer reserved from the request budget; None at a clean EOF."""
         prefix = await self._read_prefix(connection, reader)
         if prefix is None:
             return None
         (size,) = FRAME_SIZE.unpack(prefix)
         if size < 0 or size > self.config.frame_bytes_max:
             raise _Close(f"frame size {size} outside [0, {self.config.frame_bytes_max}]")
-        reservation = await self.request_memory.reserve(size)
+        reservation = await self.request_budget.reserve(size)
         try:
             frame = await self._read_body(reader, size)
         except BaseException:
