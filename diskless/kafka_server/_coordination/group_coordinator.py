@@ -39,7 +39,7 @@ from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_state import GroupState, JoinOutcome
-from diskless.kafka_server._handlers._errors import wire
+from diskless.kafka_server._protocol.fields import wire
 
 _log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from diskless._types import TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
-from diskless.kafka_server._handlers._errors import failure, wire
+from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE
 from diskless.kafka_server._handlers._topic_configs import (
     InvalidConfig,
@@ -32,7 +32,7 @@ from diskless.kafka_server._handlers._topic_configs import (
     parse_topic_config,
 )
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
-from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages_admin import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,

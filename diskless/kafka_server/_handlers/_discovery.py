@@ -26,7 +26,7 @@ from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE
 from diskless.kafka_server._handlers._steps import Steps
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
-from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.fields import build, nested
 from diskless.kafka_server._protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._availability import log_failure
 from diskless._types import ErrorCode
+from diskless.kafka_server._protocol.fields import wire
 from diskless.kafka_server._protocol.versions import ApiKey
 
 _log = logging.getLogger(__name__)
@@ -57,11 +58,6 @@ _ON_FAILURE: Final[dict[ApiKey, WireError]] = {
     ApiKey.DELETE_RECORDS: WireError.kafka_storage_error,
 }
 """The APIs whose handlers call into the library, and the code a failure of that call becomes."""
-
-
-def wire(code: ErrorCode) -> WireError:
-    """A protocol outcome of the library, with the same number on the wire."""
-    return WireError(int(code))
 
 
 def failure(api: ApiKey, error: Exception, what: str) -> WireError:

@@ -24,7 +24,7 @@ from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
-from diskless.kafka_server._protocol.codec import build, nested, partition_errors
+from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,

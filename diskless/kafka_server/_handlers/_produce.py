@@ -25,11 +25,11 @@ from kio.static.protocol import Entity
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._handlers._errors import failure, wire
+from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
 from diskless.kafka_server._handlers._steps import Steps
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
-from diskless.kafka_server._protocol.codec import build, nested
+from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages import ProduceRequest, ProduceResponse
 from diskless.kafka_server._protocol.versions import ApiKey
 

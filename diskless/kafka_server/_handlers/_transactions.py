@@ -17,7 +17,7 @@ from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import coordinator_error, failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
-from diskless.kafka_server._protocol.codec import build, nested, partition_errors
+from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
