@@ -23,7 +23,8 @@ Where to read on:
 
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.txn_front import TransactionFront
-from diskless.kafka_server._protocol.versions import SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._handlers.table import SUPPORTED_VERSIONS
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._server.broker_server import BrokerServer
 from diskless.kafka_server._server.cluster import KafkaCluster, rack_name
 from diskless.kafka_server._server.config import ServerConfig

@@ -18,34 +18,29 @@ from typing import Final
 import kio.schema.describe_configs.v1 as describe_configs_v1
 import kio.schema.describe_configs.v2 as describe_configs_v2
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._types import TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._errors import failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._topic_configs import (
     InvalidConfig,
     describe_topic_config,
     parse_topic_config,
 )
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages_admin import (
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteRecordsRequest,
-    DeleteRecordsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
-    DescribeConfigsResponse,
 )
-from diskless.kafka_server._protocol.versions import ApiKey
 from diskless.kafka_server._server.config import MAX_PARTITIONS_PER_REQUEST
 
 _log = logging.getLogger(__name__)
@@ -101,8 +96,8 @@ async def handle_create_topics(
     context: BrokerContext,
     connection: Connection,
     request: CreateTopicsRequest,
-    response: type[CreateTopicsResponse],
-) -> CreateTopicsResponse:
+    response: Response,
+) -> ResponsePayload:
     result_entry = nested(response, "CreatableTopicResult")
     # v5 (KIP-525) echoes the topic's configs; older versions have no entry for them.
     config_entry = nested(response, "CreatableTopicConfigs") if response.__version__ >= 5 else None
@@ -184,8 +179,8 @@ async def handle_delete_topics(
     context: BrokerContext,
     connection: Connection,
     request: DeleteTopicsRequest,
-    response: type[DeleteTopicsResponse],
-) -> DeleteTopicsResponse:
+    response: Response,
+) -> ResponsePayload:
     names = list(dict.fromkeys(request.topic_names))
     errors: dict[str, WireError] = {}
     try:
@@ -229,8 +224,8 @@ async def handle_create_partitions(
     context: BrokerContext,
     connection: Connection,
     request: CreatePartitionsRequest,
-    response: type[CreatePartitionsResponse],
-) -> CreatePartitionsResponse:
+    response: Response,
+) -> ResponsePayload:
     entry = nested(response, "CreatePartitionsTopicResult")
     results: list[Entity] = []
     too_many = False
@@ -278,8 +273,8 @@ async def handle_describe_configs(
     context: BrokerContext,
     connection: Connection,
     request: DescribeConfigsRequest,
-    response: type[DescribeConfigsResponse],
-) -> DescribeConfigsResponse:
+    response: Response,
+) -> ResponsePayload:
     result_entry = nested(response, "DescribeConfigsResult")
     config_entry = nested(response, "DescribeConfigsResourceResult")
     topics = [r.resource_name for r in request.resources if r.resource_type == _RESOURCE_TOPIC]
@@ -343,8 +338,8 @@ async def handle_delete_records(
     context: BrokerContext,
     connection: Connection,
     request: DeleteRecordsRequest,
-    response: type[DeleteRecordsResponse],
-) -> DeleteRecordsResponse:
+    response: Response,
+) -> ResponsePayload:
     offsets = {
         TopicPartition(topic.name, int(p.partition_index)): int(p.offset)
         for topic in request.topics

@@ -7,6 +7,7 @@ whom it names and why.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Final
 
 import kio.schema.find_coordinator.v0 as find_coordinator_v0
@@ -16,26 +17,22 @@ import kio.schema.metadata.v1 as metadata_v1
 import kio.schema.metadata.v2 as metadata_v2
 import kio.schema.metadata.v3 as metadata_v3
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._types import TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._errors import failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._steps import Steps
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested
 from diskless.kafka_server._protocol.messages import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
     FindCoordinatorRequest,
-    FindCoordinatorResponse,
     MetadataRequest,
-    MetadataResponse,
 )
-from diskless.kafka_server._protocol.versions import SUPPORTED_VERSIONS, ApiKey
 
 _log = logging.getLogger(__name__)
 
@@ -52,23 +49,15 @@ _WITHOUT_AUTO_CREATE_FLAG: Final = (
 
 # --- ApiVersions ----------------------------------------------------------------------------------
 def api_versions_response(
-    response: type[ApiVersionsResponse], error: WireError
-) -> ApiVersionsResponse:
+    response: Response, error: WireError, versions: Mapping[ApiKey, tuple[int, int]]
+) -> ResponsePayload:
+    """The ApiVersions answer listing `versions` (the handler table's, `table`)."""
     entry = nested(response, "ApiVersion")
     keys = tuple(
         build(entry, api_key=int(key), min_version=low, max_version=high)
-        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+        for key, (low, high) in sorted(versions.items())
     )
     return build(response, error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
-
-
-async def handle_api_versions(
-    context: BrokerContext,
-    connection: Connection,
-    request: ApiVersionsRequest,
-    response: type[ApiVersionsResponse],
-) -> ApiVersionsResponse:
-    return api_versions_response(response, WireError.none)
 
 
 # --- Metadata -------------------------------------------------------------------------------------
@@ -76,8 +65,8 @@ async def handle_metadata(
     context: BrokerContext,
     connection: Connection,
     request: MetadataRequest,
-    response: type[MetadataResponse],
-) -> MetadataResponse:
+    response: Response,
+) -> ResponsePayload:
     broker_entry = nested(response, "MetadataResponseBroker")
     topic_entry = nested(response, "MetadataResponseTopic")
     partition_entry = nested(response, "MetadataResponsePartition")
@@ -198,8 +187,8 @@ async def handle_find_coordinator(
     context: BrokerContext,
     connection: Connection,
     request: FindCoordinatorRequest,
-    response: type[FindCoordinatorResponse],
-) -> FindCoordinatorResponse:
+    response: Response,
+) -> ResponsePayload:
     """A group's coordinator is its owner, recorded in the batch coordinator (`_groups`): the
     same from every process, and it moves only when its owner is gone. A transactional id may
     be served anywhere (its state is in the batch coordinator); the id's hash spreads them."""

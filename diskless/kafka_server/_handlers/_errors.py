@@ -29,8 +29,8 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._availability import log_failure
 from diskless._types import ErrorCode
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import wire
-from diskless.kafka_server._protocol.versions import ApiKey
 
 _log = logging.getLogger(__name__)
 

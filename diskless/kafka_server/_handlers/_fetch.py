@@ -13,22 +13,20 @@ import kio.schema.fetch.v11 as fetch_v11
 import kio.schema.fetch.v12 as fetch_v12
 import kio.schema.list_offsets.v1 as list_offsets_v1
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages import (
     FetchRequest,
-    FetchResponse,
     ListOffsetsRequest,
-    ListOffsetsResponse,
 )
-from diskless.kafka_server._protocol.versions import ApiKey
 
 _WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
 """Fetch v11 added `rack_id` (KIP-392): the consumer's `client.rack`."""
@@ -47,8 +45,8 @@ async def handle_fetch(
     context: BrokerContext,
     connection: Connection,
     request: FetchRequest,
-    response: type[FetchResponse],
-) -> FetchResponse:
+    response: Response,
+) -> ResponsePayload:
     if isinstance(request, _WITH_RACK) and request.rack_id:
         connection.client_rack = request.rack_id
     isolation = _isolation(int(request.isolation_level))
@@ -137,8 +135,8 @@ async def handle_list_offsets(
     context: BrokerContext,
     connection: Connection,
     request: ListOffsetsRequest,
-    response: type[ListOffsetsResponse],
-) -> ListOffsetsResponse:
+    response: Response,
+) -> ResponsePayload:
     isolation = _isolation(
         0  # v1 predates isolation levels: READ_UNCOMMITTED
         if isinstance(request, list_offsets_v1.ListOffsetsRequest)

@@ -16,30 +16,24 @@ import kio.schema.leave_group.v1 as leave_group_v1
 import kio.schema.leave_group.v2 as leave_group_v2
 import kio.schema.sync_group.v5 as sync_group_v5
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.kafka_server._handlers._errors import failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
     HeartbeatRequest,
-    HeartbeatResponse,
     JoinGroupRequest,
-    JoinGroupResponse,
     LeaveGroupRequest,
-    LeaveGroupResponse,
     OffsetCommitRequest,
-    OffsetCommitResponse,
     OffsetFetchRequest,
-    OffsetFetchResponse,
     SyncGroupRequest,
-    SyncGroupResponse,
 )
-from diskless.kafka_server._protocol.versions import ApiKey
 
 
 def instance_id(request: object) -> str | None:
@@ -60,8 +54,8 @@ async def handle_offset_commit(
     context: BrokerContext,
     connection: Connection,
     request: OffsetCommitRequest,
-    response: type[OffsetCommitResponse],
-) -> OffsetCommitResponse:
+    response: Response,
+) -> ResponsePayload:
     offsets = {
         TopicPartition(topic.name, p.partition_index): (
             int(p.committed_offset),
@@ -101,8 +95,8 @@ async def handle_offset_fetch(
     context: BrokerContext,
     connection: Connection,
     request: OffsetFetchRequest,
-    response: type[OffsetFetchResponse],
-) -> OffsetFetchResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         error, committed = await context.groups.committed_offsets(
             serving(context), request.group_id
@@ -142,8 +136,8 @@ async def handle_join_group(
     context: BrokerContext,
     connection: Connection,
     request: JoinGroupRequest,
-    response: type[JoinGroupResponse],
-) -> JoinGroupResponse:
+    response: Response,
+) -> ResponsePayload:
     rebalance_timeout = (
         request.session_timeout  # v0 has one timeout for both
         if isinstance(request, join_group_v0.JoinGroupRequest)
@@ -185,8 +179,8 @@ async def handle_sync_group(
     context: BrokerContext,
     connection: Connection,
     request: SyncGroupRequest,
-    response: type[SyncGroupResponse],
-) -> SyncGroupResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         error, assignment = await context.groups.sync(
             serving(context),
@@ -217,8 +211,8 @@ async def handle_heartbeat(
     context: BrokerContext,
     connection: Connection,
     request: HeartbeatRequest,
-    response: type[HeartbeatResponse],
-) -> HeartbeatResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         error = await context.groups.heartbeat(
             serving(context),
@@ -236,8 +230,8 @@ async def handle_leave_group(
     context: BrokerContext,
     connection: Connection,
     request: LeaveGroupRequest,
-    response: type[LeaveGroupResponse],
-) -> LeaveGroupResponse:
+    response: Response,
+) -> ResponsePayload:
     me = serving(context)
     try:
         if isinstance(request, _ONE_MEMBER_LEAVES):

@@ -20,18 +20,18 @@ import datetime
 from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers._steps import Steps
 from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
-from diskless.kafka_server._protocol.messages import ProduceRequest, ProduceResponse
-from diskless.kafka_server._protocol.versions import ApiKey
+from diskless.kafka_server._protocol.messages import ProduceRequest
 
 ZSTD_VERSION_MIN: Final = 7
 """The first Produce version whose clients can read zstd batches (KIP-110)."""
@@ -41,8 +41,8 @@ async def handle_produce(
     context: BrokerContext,
     connection: Connection,
     request: ProduceRequest,
-    response: type[ProduceResponse],
-) -> ProduceResponse | None:
+    response: Response,
+) -> ResponsePayload | None:
     partitions: dict[TopicPartition, bytes] = {}
     duplicates: set[TopicPartition] = set()
     for topic in request.topic_data:

@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import kio.schema.txn_offset_commit.v3 as txn_offset_commit_v3
 from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import ResponsePayload
 
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import coordinator_error, failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE, millis
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
     AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
     EndTxnRequest,
-    EndTxnResponse,
     InitProducerIdRequest,
-    InitProducerIdResponse,
     TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
 )
-from diskless.kafka_server._protocol.versions import ApiKey
 from diskless.txn import PendingOffset
 
 
@@ -38,8 +34,8 @@ async def handle_init_producer_id(
     context: BrokerContext,
     connection: Connection,
     request: InitProducerIdRequest,
-    response: type[InitProducerIdResponse],
-) -> InitProducerIdResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         result = await context.transactions.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout)
@@ -62,8 +58,8 @@ async def handle_add_partitions_to_txn(
     context: BrokerContext,
     connection: Connection,
     request: AddPartitionsToTxnRequest,
-    response: type[AddPartitionsToTxnResponse],
-) -> AddPartitionsToTxnResponse:
+    response: Response,
+) -> ResponsePayload:
     partitions = [
         TopicPartition(topic.name, int(p))
         for topic in request.v3_and_below_topics
@@ -111,8 +107,8 @@ async def handle_end_txn(
     context: BrokerContext,
     connection: Connection,
     request: EndTxnRequest,
-    response: type[EndTxnResponse],
-) -> EndTxnResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         result = await context.transactions.end_txn(
             request.transactional_id,
@@ -130,8 +126,8 @@ async def handle_add_offsets_to_txn(
     context: BrokerContext,
     connection: Connection,
     request: AddOffsetsToTxnRequest,
-    response: type[AddOffsetsToTxnResponse],
-) -> AddOffsetsToTxnResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         code = await context.transactions.add_offsets_to_txn(
             request.transactional_id,
@@ -149,8 +145,8 @@ async def handle_txn_offset_commit(
     context: BrokerContext,
     connection: Connection,
     request: TxnOffsetCommitRequest,
-    response: type[TxnOffsetCommitResponse],
-) -> TxnOffsetCommitResponse:
+    response: Response,
+) -> ResponsePayload:
     """Served by the group's coordinator only (NOT_COORDINATOR elsewhere), which checks the
     member (v3+, KIP-447). Partitions of unknown topics are refused one by one
     (UNKNOWN_TOPIC_OR_PARTITION); the others are staged in the transaction together, under the

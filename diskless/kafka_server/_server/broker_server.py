@@ -43,7 +43,8 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._handlers.context import Connection
-from diskless.kafka_server._handlers.table import HANDLERS, unsupported_api_versions_response
+from diskless.kafka_server._handlers.table import route, unsupported_version_answer
+from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.codec import (
     FRAME_SIZE,
     DecodedRequest,
@@ -53,7 +54,6 @@ from diskless.kafka_server._protocol.codec import (
     read_prefix,
     request_schema,
 )
-from diskless.kafka_server._protocol.versions import ApiKey, supported
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._request_budget import RequestBudget, Reservation
 from diskless.kafka_server._server.config import ServerConfig
@@ -328,13 +328,14 @@ class BrokerServer:
         """
         prefix = read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
-        if key == ApiKey.API_VERSIONS and not supported(key, version):
-            response = unsupported_api_versions_response()
+        handler = route(key, version)
+        if handler is None:
+            response = unsupported_version_answer(key)
+            if response is None:
+                raise FrameError(f"api key {key} v{version} is not supported")
             done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
             done.set_result(encode_response(prefix.correlation_id, response))
             return done
-        if not supported(key, version):
-            raise FrameError(f"api key {key} v{version} is not supported")
         schema = request_schema(key, version)
         assert schema is not None, (key, version)  # every advertised version is modelled
         large = len(frame) > self.config.inline_frame_bytes_max
@@ -345,7 +346,6 @@ class BrokerServer:
             request = decode_request(frame, schema)
         if key == ApiKey.PRODUCE:
             self.produce_requests[request.client_id or ""] += 1
-        handler = HANDLERS[ApiKey(key)]
         handling = handler(self, connection, request.body)
         return asyncio.ensure_future(self._answer(handling, prefix.correlation_id, large=large))
 
