@@ -26,7 +26,7 @@ from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig,
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._handlers._route import Route
-from diskless.kafka_server._handlers.context import Connection
+from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.kafka_server._protocol.apis import Api, ApiKey
 from diskless.kafka_server._protocol.fields import build
@@ -90,7 +90,7 @@ async def test_an_empty_fetch_waits_on_the_brokers_clock(
     request = dataclasses.replace(
         fetch_request("waiting", 1), min_bytes=1, max_wait=datetime.timedelta(seconds=WAIT_S)
     )
-    answer = asyncio.ensure_future(HANDLERS[ApiKey.FETCH](ctx, Connection("test", 0.0), request))
+    answer = asyncio.ensure_future(HANDLERS[ApiKey.FETCH](ctx, Session("test"), request))
     await clock.advance(WAIT_S - 1)
     assert not answer.done(), "the long poll ended before its max_wait on the broker's clock"
     await clock.advance(2)
@@ -128,7 +128,7 @@ async def test_a_request_of_another_api_is_refused_before_the_handler_runs(
 ) -> None:
     ctx, _ = context
     with pytest.raises(TypeError, match="not a request of PRODUCE"):
-        await HANDLERS[ApiKey.PRODUCE](ctx, Connection("test", 0.0), fetch_request("waiting", 1))
+        await HANDLERS[ApiKey.PRODUCE](ctx, Session("test"), fetch_request("waiting", 1))
 
 
 async def test_a_failed_library_call_is_answered_with_the_apis_retriable_code(
@@ -136,9 +136,7 @@ async def test_a_failed_library_call_is_answered_with_the_apis_retriable_code(
 ) -> None:
     ctx, _ = context
     await ctx.broker.close(flush=False)  # every later call raises BrokerClosedError
-    response = await HANDLERS[ApiKey.FETCH](
-        ctx, Connection("test", 0.0), fetch_request("waiting", 2)
-    )
+    response = await HANDLERS[ApiKey.FETCH](ctx, Session("test"), fetch_request("waiting", 2))
     assert isinstance(response, fetch_v12_response.FetchResponse)
     codes = [p.error_code for p in response.responses[0].partitions]
     assert codes == [WireError.kafka_storage_error] * 2
@@ -150,10 +148,10 @@ async def test_an_answer_of_another_class_than_the_versions_response_is_refused(
     ctx, _ = context
 
     async def answers_produce(
-        context: Context, connection: Connection, request: FetchRequest, response: type[Entity]
+        context: Context, session: Session, request: FetchRequest, response: type[Entity]
     ) -> Entity:
         return build(load_response_schema(int(ApiKey.PRODUCE), 11), responses=())
 
     wrong = Route(answers_produce)
     with pytest.raises(TypeError, match="FETCH answered"):
-        await wrong(ctx, Connection("test", 0.0), fetch_request("waiting", 1))
+        await wrong(ctx, Session("test"), fetch_request("waiting", 1))

@@ -31,7 +31,11 @@ from diskless.kafka_server._handlers._topic_configs import (
     describe_topic_config,
     parse_topic_config,
 )
-from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._handlers.context import (
+    MAX_PARTITIONS_PER_REQUEST,
+    BrokerContext,
+    Session,
+)
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages_admin import (
@@ -41,7 +45,6 @@ from diskless.kafka_server._protocol.messages_admin import (
     DeleteTopicsRequest,
     DescribeConfigsRequest,
 )
-from diskless.kafka_server._server.config import MAX_PARTITIONS_PER_REQUEST
 
 _log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def _requested_partitions(context: BrokerContext, request: CreateTopicsRequest) 
 
 async def handle_create_topics(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: CreateTopicsRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -177,7 +180,7 @@ async def handle_create_topics(
 # --- DeleteTopics ---------------------------------------------------------------------------------
 async def handle_delete_topics(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: DeleteTopicsRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -222,7 +225,7 @@ async def _added_partitions(context: BrokerContext, request: CreatePartitionsReq
 
 async def handle_create_partitions(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: CreatePartitionsRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -271,7 +274,7 @@ async def handle_create_partitions(
 # --- DescribeConfigs ------------------------------------------------------------------------------
 async def handle_describe_configs(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: DescribeConfigsRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -336,7 +339,7 @@ async def handle_describe_configs(
 # --- DeleteRecords --------------------------------------------------------------------------------
 async def handle_delete_records(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: DeleteRecordsRequest,
     response: Response,
 ) -> ResponsePayload:

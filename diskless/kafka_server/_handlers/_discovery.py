@@ -26,7 +26,7 @@ from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._steps import Steps
-from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested
 from diskless.kafka_server._protocol.messages import (
@@ -63,7 +63,7 @@ def api_versions_response(
 # --- Metadata -------------------------------------------------------------------------------------
 async def handle_metadata(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: MetadataRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -92,7 +92,7 @@ async def handle_metadata(
         missing = [name for name in names if name not in known]
         if missing and _may_create(context, request):
             known.update(await _create_topics(context, missing))
-        rack = connection.client_rack if connection.client_rack is not None else context.rack
+        rack = session.client_rack if session.client_rack is not None else context.rack
         steps = Steps()
         for name in names:
             await steps.pause()
@@ -185,7 +185,7 @@ async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, 
 # --- FindCoordinator ------------------------------------------------------------------------------
 async def handle_find_coordinator(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: FindCoordinatorRequest,
     response: Response,
 ) -> ResponsePayload:

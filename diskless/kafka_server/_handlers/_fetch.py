@@ -20,7 +20,7 @@ from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_iso
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
-from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages import (
@@ -43,12 +43,12 @@ def _isolation(value: int) -> IsolationLevel | None:
 # --- Fetch ----------------------------------------------------------------------------------------
 async def handle_fetch(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: FetchRequest,
     response: Response,
 ) -> ResponsePayload:
     if isinstance(request, _WITH_RACK) and request.rack_id:
-        connection.client_rack = request.rack_id
+        session.client_rack = request.rack_id
     isolation = _isolation(int(request.isolation_level))
     offsets: dict[TopicPartition, int] = {}
     partition_max_bytes = 0
@@ -133,7 +133,7 @@ async def handle_fetch(
 # --- ListOffsets ----------------------------------------------------------------------------------
 async def handle_list_offsets(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: ListOffsetsRequest,
     response: Response,
 ) -> ResponsePayload:

@@ -23,7 +23,7 @@ from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
-from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
+from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
@@ -52,7 +52,7 @@ _ONE_MEMBER_LEAVES: Final = (
 
 async def handle_offset_commit(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: OffsetCommitRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -93,7 +93,7 @@ async def handle_offset_commit(
 
 async def handle_offset_fetch(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: OffsetFetchRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -134,7 +134,7 @@ async def handle_offset_fetch(
 
 async def handle_join_group(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: JoinGroupRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -177,7 +177,7 @@ async def handle_join_group(
 
 async def handle_sync_group(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: SyncGroupRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -209,7 +209,7 @@ async def handle_sync_group(
 
 async def handle_heartbeat(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: HeartbeatRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -228,7 +228,7 @@ async def handle_heartbeat(
 
 async def handle_leave_group(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: LeaveGroupRequest,
     response: Response,
 ) -> ResponsePayload:

@@ -5,7 +5,7 @@ its place in the write order when it is called, and a producer's pipelined reque
 the order in which they arrived on the connection. Transactional batches of transaction
 version 1 clients are rewritten on the way in (`TransactionFront.rewrite_batches`), which reads
 the coordinator first; so each produce request takes a turn on its connection
-(`Connection.produce_turn`), and one that need not read goes straight on when no earlier one
+(`Session.produce_turn`), and one that need not read goes straight on when no earlier one
 is still reading.
 
 zstd batches need Produce v7 or later: an older client could not read them back, so Kafka answers
@@ -28,7 +28,7 @@ from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers._steps import Steps
-from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages import ProduceRequest
@@ -39,7 +39,7 @@ ZSTD_VERSION_MIN: Final = 7
 
 async def handle_produce(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: ProduceRequest,
     response: Response,
 ) -> ResponsePayload | None:
@@ -56,8 +56,8 @@ async def handle_produce(
     acks = int(request.acks)
     failed = None
     results: dict[TopicPartition, ProduceResult] = {}
-    previous = connection.produce_turn
-    turn = connection.produce_turn = asyncio.get_running_loop().create_future()
+    previous = session.produce_turn
+    turn = session.produce_turn = asyncio.get_running_loop().create_future()
     produced = None
     try:
         transactional = context.transactions.transactional(partitions)

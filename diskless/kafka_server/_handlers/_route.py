@@ -19,7 +19,7 @@ from typing import Final, Generic, Protocol, TypeGuard, TypeVar
 
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import Api
 
 NO_THROTTLE: Final = datetime.timedelta(0)
@@ -36,7 +36,7 @@ class Handler(Protocol):
     def api(self) -> Api: ...
 
     def __call__(
-        self, context: BrokerContext, connection: Connection, request: RequestPayload
+        self, context: BrokerContext, session: Session, request: RequestPayload
     ) -> Awaitable[ResponsePayload | None]: ...
 
 
@@ -48,7 +48,7 @@ class Route(Generic[Request]):
     def __init__(
         self,
         handle: Callable[
-            [BrokerContext, Connection, Request, Response], Awaitable[ResponsePayload | None]
+            [BrokerContext, Session, Request, Response], Awaitable[ResponsePayload | None]
         ],
     ) -> None:
         self._handle = handle
@@ -58,12 +58,12 @@ class Route(Generic[Request]):
         return self.api.is_request(request)
 
     async def __call__(
-        self, context: BrokerContext, connection: Connection, request: RequestPayload
+        self, context: BrokerContext, session: Session, request: RequestPayload
     ) -> ResponsePayload | None:
         if not self._is_request(request):
             raise TypeError(f"{type(request)} is not a request of {self.api.key.name}")
         schema = self.api.response_schema(request.__version__)
-        response = await self._handle(context, connection, request, schema)
+        response = await self._handle(context, session, request, schema)
         if response is not None and type(response) is not schema:
             raise TypeError(f"{self.api.key.name} answered {type(response)}, not {schema}")
         return response

@@ -17,7 +17,7 @@ from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import coordinator_error, failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
-from diskless.kafka_server._handlers.context import BrokerContext, Connection, serving
+from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
@@ -32,7 +32,7 @@ from diskless.txn import PendingOffset
 
 async def handle_init_producer_id(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: InitProducerIdRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -56,7 +56,7 @@ async def handle_init_producer_id(
 
 async def handle_add_partitions_to_txn(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: AddPartitionsToTxnRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -105,7 +105,7 @@ async def handle_add_partitions_to_txn(
 
 async def handle_end_txn(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: EndTxnRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -124,7 +124,7 @@ async def handle_end_txn(
 
 async def handle_add_offsets_to_txn(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: AddOffsetsToTxnRequest,
     response: Response,
 ) -> ResponsePayload:
@@ -143,7 +143,7 @@ async def handle_add_offsets_to_txn(
 
 async def handle_txn_offset_commit(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: TxnOffsetCommitRequest,
     response: Response,
 ) -> ResponsePayload:

@@ -1,35 +1,48 @@
-"""What a request handler may use of the broker serving it: a typed view, so that handlers
-depend on this protocol and the server on the handlers, never the other way round."""
+"""What a request handler may use of the broker serving it and of the connection a request came
+on: typed views, so that handlers depend on these protocols and the server on the handlers, never
+the other way round."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Final, Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
-from diskless.kafka_server._server.config import ServerConfig
+
+MAX_PARTITIONS_PER_REQUEST: Final = 10_000
+"""Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
+so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAFKA-15485)."""
 
 
-class Connection:
-    """What the server learns about one client connection."""
+class Session:
+    """What the handlers know of the client connection a request came on."""
 
-    __slots__ = ("client_rack", "last_active", "peer", "produce_turn", "unanswered")
+    __slots__ = ("client_rack", "peer", "produce_turn")
 
-    def __init__(self, peer: str, now: float) -> None:
+    def __init__(self, peer: str) -> None:
         self.peer = peer
         self.client_rack: str | None = None
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
-        self.last_active = now
-        """Event-loop time of the last frame read or response written (for the idle timeout)."""
-        self.unanswered = 0
-        """Requests read and not yet answered: while there are some, the connection is busy."""
         self.produce_turn: asyncio.Future[None] | None = None
         """Resolved once the connection's latest produce request has taken its place in the
         broker's write order: a later one that must await first waits for it."""
+
+
+class Settings(Protocol):
+    """The server settings handlers read (`ServerConfig` has them, under the same names)."""
+
+    @property
+    def fetch_wait_ms_max(self) -> int: ...
+
+    @property
+    def fetch_poll_ms(self) -> int: ...
+
+    @property
+    def auto_create_topic_partitions(self) -> int: ...
 
 
 class BrokerContext(Protocol):
@@ -48,7 +61,7 @@ class BrokerContext(Protocol):
     def groups(self) -> GroupCoordinator: ...
 
     @property
-    def config(self) -> ServerConfig: ...
+    def config(self) -> Settings: ...
 
     @property
     def broker_id(self) -> int: ...

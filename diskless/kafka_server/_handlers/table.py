@@ -48,13 +48,13 @@ from diskless.kafka_server._handlers._transactions import (
     handle_init_producer_id,
     handle_txn_offset_commit,
 )
-from diskless.kafka_server._handlers.context import BrokerContext, Connection
+from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import API_VERSIONS_FALLBACK, ApiKey
 from diskless.kafka_server._protocol.messages import ApiVersionsRequest
 
 
 async def handle_api_versions(
-    context: BrokerContext, connection: Connection, request: ApiVersionsRequest, response: Response
+    context: BrokerContext, session: Session, request: ApiVersionsRequest, response: Response
 ) -> ResponsePayload:
     return api_versions_response(response, WireError.none, SUPPORTED_VERSIONS)
 

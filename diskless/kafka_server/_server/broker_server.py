@@ -1,28 +1,15 @@
-"""One broker's Kafka listener: asyncio TCP on 127.0.0.1, requests in, responses out in order.
+"""One broker's Kafka listener: asyncio TCP on 127.0.0.1, each accepted connection served by a
+`Connection` (framing, order, limits), each request routed by the handler table.
 
-Per connection, requests are decoded in arrival order and each starts its handler at once (so a
-producer's pipelined Produce requests reach the broker in order and overlap while they wait for
-their commit); responses are written strictly in request order, as Kafka clients require. At
-most `requests_inflight_max` requests of one connection are under way; further reads wait.
+The listener is where requests meet the APIs, and only through the handler table
+(`_handlers.table`): a frame's API key and version pick its route, or none (the connection is
+closed: an API key this server does not know, or a version it does not advertise, other than
+ApiVersions, which is answered, as Kafka does, with a v0 response carrying UNSUPPORTED_VERSION and
+the supported ranges). The listener knows no API beyond that; requests are counted per API key
+and client id (`received`). Handlers see the listener as their `BrokerContext`.
 
-What one client can cost the others is bounded (see `ServerConfig` for each limit):
-- memory: a frame's bytes are reserved from a budget shared by all connections
-  (`queued_request_bytes_max`) before its body is read, and given back once it is answered;
-- time on the event loop: a frame above `inline_frame_bytes_max` is decoded, and its response
-  encoded, in a worker thread;
-- connections: one that is idle for `connections_idle_ms_max`, or that takes longer than
-  `frame_receive_ms_max` to send a frame's body, is closed.
-
-What closes a connection (logged with the reason, at most `close_warnings_max` warnings per
-`close_warning_interval_ms`; other connections are unaffected):
-- a size prefix that is negative or above `frame_bytes_max`, or a frame cut short or too slow
-  (the stream cannot be resynchronized);
-- an API key this server does not know, or a version it does not advertise, other than
-  ApiVersions: the protocol has no response shape for them, and Kafka closes too;
-- a request that does not decode with the schema of its version;
-- an unexpected failure inside a handler (a bug): the connection cannot answer that request.
-ApiVersions of an unsupported version is answered, as Kafka does, with a v0 response carrying
-UNSUPPORTED_VERSION and the supported ranges, so the client can retry with a version it finds.
+A frame above `inline_frame_bytes_max` is decoded, and its response encoded, in a worker thread:
+time on the event loop is shared by every broker of the process.
 """
 
 from __future__ import annotations
@@ -38,15 +25,13 @@ from typing import Final, TypeVar
 from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
-from diskless._availability import log_failure
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
-from diskless.kafka_server._handlers.context import Connection
+from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import route, unsupported_version_answer
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.codec import (
-    FRAME_SIZE,
     DecodedRequest,
     FrameError,
     decode_request,
@@ -54,25 +39,15 @@ from diskless.kafka_server._protocol.codec import (
     read_prefix,
     request_schema,
 )
+from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._request_budget import RequestBudget, Reservation
+from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
 
 _log = logging.getLogger(__name__)
 
 LISTEN_HOST: Final = "127.0.0.1"
-READ_CHUNK_BYTES: Final = 256 * 1024
-"""A frame's body is read in pieces of at most this into its reserved buffer."""
-
 _Result = TypeVar("_Result")
-
-
-class _Close(Exception):
-    """Stop serving this connection after what was already answered."""
-
-
-class _Idle(Exception):
-    """The connection has been idle for `connections_idle_ms_max`: close it quietly."""
 
 
 class BrokerServer:
@@ -111,8 +86,7 @@ class BrokerServer:
             burst=self.config.close_warnings_max,
             what="connection closes",
         )
-        self.produce_requests: collections.Counter[str] = collections.Counter()
-        """Produce requests answered by this broker, per client id: where routing sent whom."""
+        self._received: collections.Counter[tuple[ApiKey, str]] = collections.Counter()
 
     @property
     def broker_id(self) -> int:
@@ -183,10 +157,16 @@ class BrokerServer:
             writer.transport.abort()
             return
         self._connections[task] = writer
-        peer = str(writer.get_extra_info("peername"))
+        connection = Connection(
+            str(writer.get_extra_info("peername")),
+            config=self.config,
+            budget=self.request_budget,
+            warnings=self._close_warnings,
+            dispatch=self._dispatch,
+            broker_id=self.broker_id,
+        )
         try:
-            now = asyncio.get_running_loop().time()
-            await self._serve(Connection(peer, now), reader, writer)
+            await connection.serve(reader, writer)
         except asyncio.CancelledError:
             # Only `_stop` cancels a connection; ending quietly keeps asyncio's stream callback
             # from reporting the cancellation as an error.
@@ -195,137 +175,15 @@ class BrokerServer:
             self._connections.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
 
-    async def _serve(
-        self, connection: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        pending: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(
-            self.config.requests_inflight_max
-        )
-        responder = asyncio.create_task(self._respond(connection, pending, writer))
-        try:
-            while not responder.done():
-                try:
-                    received = await self._read_frame(connection, reader)
-                except _Idle:
-                    _log.debug("closing idle %s on broker %d", connection.peer, self.broker_id)
-                    break
-                except _Close as e:
-                    self._warn_close(connection, str(e))
-                    break
-                if received is None:
-                    break  # the client closed the connection
-                frame, reservation = received
-                try:
-                    answer = await self._dispatch(connection, frame)
-                except BaseException as e:
-                    reservation.release()
-                    if not isinstance(e, FrameError):
-                        raise
-                    self._warn_close(connection, str(e))
-                    break
-                del frame  # the decoded request is all that is kept
-                connection.unanswered += 1
-                answer.add_done_callback(functools.partial(self._answered, connection, reservation))
-                await pending.put(answer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            responder.cancel()
-            raise
-        finally:
-            try:
-                pending.put_nowait(None)  # answer what was accepted, then stop
-            except asyncio.QueueFull:
-                responder.cancel()
-            await asyncio.gather(responder, return_exceptions=True)
-            while not pending.empty():
-                leftover = pending.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
-
-    def _warn_close(self, connection: Connection, reason: str) -> None:
-        self._close_warnings.warning(
-            "closing %s on broker %d: %s", connection.peer, self.broker_id, reason
+    def received(self, api: ApiKey) -> collections.Counter[str]:
+        """Requests of `api` this broker received, per client id (where routing sent whom)."""
+        return collections.Counter(
+            {client: n for (key, client), n in self._received.items() if key is api}
         )
 
-    @staticmethod
-    def _answered(connection: Connection, reservation: Reservation, _: object) -> None:
-        reservation.release()
-        connection.unanswered -= 1
-        connection.last_active = asyncio.get_running_loop().time()
-
-    async def _read_frame(
-        self, connection: Connection, reader: asyncio.StreamReader
-    ) -> tuple[memoryview, Reservation] | None:
-        """The next frame, in a buffer reserved from the request budget; None at a clean EOF."""
-        prefix = await self._read_prefix(connection, reader)
-        if prefix is None:
-            return None
-        (size,) = FRAME_SIZE.unpack(prefix)
-        if size < 0 or size > self.config.frame_bytes_max:
-            raise _Close(f"frame size {size} outside [0, {self.config.frame_bytes_max}]")
-        reservation = await self.request_budget.reserve(size)
-        try:
-            frame = await self._read_body(reader, size)
-        except BaseException:
-            reservation.release()
-            raise
-        connection.last_active = asyncio.get_running_loop().time()
-        return frame, reservation
-
-    async def _read_prefix(
-        self, connection: Connection, reader: asyncio.StreamReader
-    ) -> bytes | None:
-        """Wait for a size prefix; a connection with nothing under way for too long is `_Idle`.
-
-        A cancelled `readexactly` consumes nothing, so waiting again after a timeout is safe.
-        """
-        idle_s = self.config.connections_idle_ms_max / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            deadline = connection.last_active + idle_s
-            if deadline <= loop.time():  # busy past the deadline: look again in a while
-                deadline = loop.time() + idle_s
-            try:
-                async with asyncio.timeout_at(deadline):
-                    return await reader.readexactly(FRAME_SIZE.size)
-            except asyncio.IncompleteReadError as e:
-                if e.partial:
-                    raise _Close("connection ended inside a size prefix") from None
-                return None
-            except TimeoutError:
-                if connection.unanswered == 0 and loop.time() >= connection.last_active + idle_s:
-                    raise _Idle from None
-                # busy (a held fetch, a join waiting for its group): busy is not idle
-
-    async def _read_body(self, reader: asyncio.StreamReader, size: int) -> memoryview:
-        """Read `size` bytes into one buffer of that size (no growth, no final copy), in time."""
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        received = 0
-        timeout_ms = self.config.frame_receive_ms_max
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                while received < size:
-                    chunk = await reader.read(min(size - received, READ_CHUNK_BYTES))
-                    if not chunk:
-                        raise _Close(f"connection ended after {received} of {size} bytes")
-                    view[received : received + len(chunk)] = chunk
-                    received += len(chunk)
-        except TimeoutError:
-            raise _Close(
-                f"frame body not received within {timeout_ms} ms ({received} of {size} bytes)"
-            ) from None
-        return view.toreadonly()  # kio reads only read-only buffers
-
-    async def _dispatch(
-        self, connection: Connection, frame: memoryview
-    ) -> asyncio.Future[bytes | None]:
-        """Decode one request and start its handler; FrameError when the connection must close.
-
-        Handlers start in the order their requests arrived: the caller awaits this before it
-        reads the next frame of the connection.
-        """
+    async def _dispatch(self, session: Session, frame: memoryview) -> Answer:
+        """Decode one request and start its handler; FrameError when the connection must close
+        (see `_connection.Dispatch`)."""
         prefix = read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
         handler = route(key, version)
@@ -333,7 +191,7 @@ class BrokerServer:
             response = unsupported_version_answer(key)
             if response is None:
                 raise FrameError(f"api key {key} v{version} is not supported")
-            done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+            done: Answer = asyncio.get_running_loop().create_future()
             done.set_result(encode_response(prefix.correlation_id, response))
             return done
         schema = request_schema(key, version)
@@ -344,9 +202,8 @@ class BrokerServer:
             request = await self._in_codec_thread(functools.partial(decode_request, frame, schema))
         else:
             request = decode_request(frame, schema)
-        if key == ApiKey.PRODUCE:
-            self.produce_requests[request.client_id or ""] += 1
-        handling = handler(self, connection, request.body)
+        self._received[(handler.api.key, request.client_id or "")] += 1
+        handling = handler(self, session, request.body)
         return asyncio.ensure_future(self._answer(handling, prefix.correlation_id, large=large))
 
     async def _answer(
@@ -367,33 +224,3 @@ class BrokerServer:
         if self._codec is None:
             raise ConnectionError("the server is closing")
         return await asyncio.get_running_loop().run_in_executor(self._codec, function)
-
-    async def _respond(
-        self,
-        connection: Connection,
-        pending: asyncio.Queue[asyncio.Future[bytes | None] | None],
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        while True:
-            answer = await pending.get()
-            if answer is None:
-                return
-            try:
-                data = await answer
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log_failure(
-                    _log,
-                    error,
-                    "closing %s on broker %d: a handler failed",
-                    connection.peer,
-                    self.broker_id,
-                    level=logging.ERROR,
-                )
-                writer.transport.abort()
-                return
-            if data is not None:
-                writer.write(data)
-                await writer.drain()
-                connection.last_active = asyncio.get_running_loop().time()
