@@ -131,17 +131,6 @@ async def test_a_request_of_another_api_is_refused_before_the_handler_runs(
         await HANDLERS[ApiKey.PRODUCE](ctx, Session("test"), fetch_request("waiting", 1))
 
 
-async def test_a_failed_library_call_is_answered_with_the_apis_retriable_code(
-    context: tuple[Context, ManualClock],
-) -> None:
-    ctx, _ = context
-    await ctx.broker.close(flush=False)  # every later call raises BrokerClosedError
-    response = await HANDLERS[ApiKey.FETCH](ctx, Session("test"), fetch_request("waiting", 2))
-    assert isinstance(response, fetch_v12_response.FetchResponse)
-    codes = [p.error_code for p in response.responses[0].partitions]
-    assert codes == [WireError.kafka_storage_error] * 2
-
-
 async def test_an_answer_of_another_class_than_the_versions_response_is_refused(
     context: tuple[Context, ManualClock],
 ) -> None:

@@ -19,8 +19,8 @@ agrees on it; the group's membership lives in the owner's memory (`_group_state.
 - **Offsets** are committed by the owner only, fenced in the very step that stores them by the
   owner's epoch and the member's generation (`commit_offsets`, `txn_commit_offsets`): a process
   that lost the group cannot move a committed offset backwards.
-A failure of the batch coordinator propagates as `DisklessError`; the handlers turn it into a
-retriable code (`_errors`).
+A failure of the batch coordinator propagates as `DisklessError`; the handlers answer it with
+the library's `group_error` code.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ message saying why; nothing a client asks closes its connection. Topics live in 
 coordinator, so whichever broker is asked (Metadata names the one answering as the controller)
 changes them for the whole cluster. A diskless topic has no replicas to place: a replication
 factor or replica assignment is accepted and has no effect beyond the partition count it implies.
-A failure of the batch coordinator is REQUEST_TIMED_OUT for the topic mutations and
-DescribeConfigs (retriable: a retried create that did happen then answers TOPIC_ALREADY_EXISTS,
-as with Kafka), KAFKA_STORAGE_ERROR for DeleteRecords (see `_errors`).
+A failure of the batch coordinator gets the code of the library's error table:
+`admin_error` for the topic APIs, `delete_records_error` for DeleteRecords.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import kio.schema.describe_configs.v2 as describe_configs_v2
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
+from diskless._kafka_errors import admin_error, delete_records_error
 from diskless._types import TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
@@ -36,7 +36,6 @@ from diskless.kafka_server._handlers.context import (
     BrokerContext,
     Session,
 )
-from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages_admin import (
     CreatePartitionsRequest,
@@ -145,7 +144,7 @@ async def handle_create_topics(
         except ValueError as e:  # a rule of the coordinator
             error, message = WireError.invalid_request, str(e)
         except DisklessError as e:
-            error = failure(ApiKey.CREATE_TOPICS, e, f"creating topic {topic.name!r}")
+            error = failure(admin_error, e, f"creating topic {topic.name!r}")
             message = "the batch coordinator is unavailable; try again"
         ok = error is WireError.none
         if ok:
@@ -193,7 +192,7 @@ async def handle_delete_topics(
             await context.broker.delete_topics(sorted(known))
             _log.info("deleted topics %s", sorted(known))
     except DisklessError as e:
-        code = failure(ApiKey.DELETE_TOPICS, e, "deleting topics")
+        code = failure(admin_error, e, "deleting topics")
         errors = dict.fromkeys(names, code)
     entry = nested(response, "DeletableTopicResult")
     return build(
@@ -235,7 +234,7 @@ async def handle_create_partitions(
     try:
         too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
     except DisklessError as e:
-        failed = failure(ApiKey.CREATE_PARTITIONS, e, "growing topics")
+        failed = failure(admin_error, e, "growing topics")
         return build(
             response,
             throttle_time=NO_THROTTLE,
@@ -260,7 +259,7 @@ async def handle_create_partitions(
             else:
                 error = wire(await context.broker.create_partitions(topic.name, count))
         except DisklessError as e:
-            error = failure(ApiKey.CREATE_PARTITIONS, e, f"growing topic {topic.name!r}")
+            error = failure(admin_error, e, f"growing topic {topic.name!r}")
         message = {
             WireError.none: None,
             WireError.invalid_partitions: f"topic {topic.name!r} has {count} or more partitions",
@@ -287,7 +286,7 @@ async def handle_describe_configs(
         if topics:
             configs = {d.name: d.config for d in await context.broker.describe_topics(topics)}
     except DisklessError as e:
-        failed = failure(ApiKey.DESCRIBE_CONFIGS, e, "describing topic configs")
+        failed = failure(admin_error, e, "describing topic configs")
     documented = not isinstance(request, _WITHOUT_DOCUMENTATION) and bool(
         request.include_documentation
     )
@@ -353,7 +352,7 @@ async def handle_delete_records(
         for tp, result in (await context.broker.delete_records(offsets)).items():
             answers[tp] = (wire(result.error), result.low_watermark)
     except DisklessError as e:
-        code = failure(ApiKey.DELETE_RECORDS, e, "deleting records")
+        code = failure(delete_records_error, e, "deleting records")
         answers = dict.fromkeys(offsets, (code, -1))
     topic_entry = nested(response, "DeleteRecordsTopicResult")
     partition_entry = nested(response, "DeleteRecordsPartitionResult")

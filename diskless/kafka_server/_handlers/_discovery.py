@@ -19,6 +19,7 @@ import kio.schema.metadata.v3 as metadata_v3
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
+from diskless._kafka_errors import find_coordinator_error, metadata_error
 from diskless._types import TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
@@ -84,7 +85,7 @@ async def handle_metadata(
             descriptions = await context.broker.describe_topics(requested)
             unknown = WireError.unknown_topic_or_partition
         except DisklessError as e:
-            unknown = failure(ApiKey.METADATA, e, "describing topics")
+            unknown = failure(metadata_error, e, "describing topics")
             descriptions = []
             requested = requested or []
         known = {d.name: d for d in descriptions}
@@ -174,11 +175,11 @@ async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, 
         except ValueError as e:  # refused by the coordinator: the topic stays unknown
             _log.warning("metadata: cannot create topic %r: %r", name, e)
         except DisklessError as e:
-            failure(ApiKey.METADATA, e, f"creating topic {name!r}")
+            failure(metadata_error, e, f"creating topic {name!r}")
     try:
         return {d.name: d for d in await context.broker.describe_topics(names)}
     except DisklessError as e:
-        failure(ApiKey.METADATA, e, "describing created topics")
+        failure(metadata_error, e, "describing created topics")
         return {}
 
 
@@ -209,7 +210,7 @@ async def handle_find_coordinator(
                 else context.cluster.coordinator_for(key)
             )
         except DisklessError as e:
-            error = failure(ApiKey.FIND_COORDINATOR, e, "finding a coordinator")
+            error = failure(find_coordinator_error, e, "finding a coordinator")
             return error, "the batch coordinator is unavailable", -1, "", -1
         if found is None:
             return WireError.coordinator_not_available, "no live broker", -1, "", -1

@@ -15,13 +15,13 @@ import kio.schema.list_offsets.v1 as list_offsets_v1
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
+from diskless._kafka_errors import fetch_error, list_offsets_error
 from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session
-from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages import (
     FetchRequest,
@@ -74,7 +74,7 @@ async def handle_fetch(
                 isolation_level=isolation,
             )
         except DisklessError as e:
-            failed = failure(ApiKey.FETCH, e, f"fetch on broker {context.broker_id}")
+            failed = failure(fetch_error, e, f"fetch on broker {context.broker_id}")
             results = {}
             break
         total = sum(len(r.records) for r in results.values())
@@ -155,7 +155,7 @@ async def handle_list_offsets(
         try:
             results = await context.broker.list_offsets(timestamps, isolation_level=isolation)
         except DisklessError as e:
-            failed = failure(ApiKey.LIST_OFFSETS, e, f"list offsets on broker {context.broker_id}")
+            failed = failure(list_offsets_error, e, f"list offsets on broker {context.broker_id}")
     topic_entry = nested(response, "ListOffsetsTopicResponse")
     partition_entry = nested(response, "ListOffsetsPartitionResponse")
     topics = []

@@ -1,9 +1,9 @@
 """Consumer groups: OffsetCommit, OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
-Each decodes its request for `GroupCoordinator` (`_groups`), which serves a group only on the
-broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership there and answers with
-Kafka error codes itself. Ownership and committed offsets live in the batch coordinator: a
-failure there is COORDINATOR_NOT_AVAILABLE (retriable, see `_errors`).
+Each decodes its request for `GroupCoordinator` (`_coordination.group_coordinator`), which
+serves a group only on the broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership
+there and answers with Kafka error codes itself. Ownership and committed offsets live in the
+batch coordinator: a failure there gets the library's `group_error` code.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import kio.schema.sync_group.v5 as sync_group_v5
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
+from diskless._kafka_errors import group_error
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
-from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, partition_errors
 from diskless.kafka_server._protocol.messages import (
     HeartbeatRequest,
@@ -76,7 +76,7 @@ async def handle_offset_commit(
         )
         unanswered = WireError.unknown_topic_or_partition
     except DisklessError as e:
-        errors, unanswered = {}, failure(ApiKey.OFFSET_COMMIT, e, "committing offsets")
+        errors, unanswered = {}, failure(group_error, e, "committing offsets")
     return build(
         response,
         throttle_time=NO_THROTTLE,
@@ -102,7 +102,7 @@ async def handle_offset_fetch(
             serving(context), request.group_id
         )
     except DisklessError as e:
-        error = failure(ApiKey.OFFSET_FETCH, e, "fetching offsets")
+        error = failure(group_error, e, "fetching offsets")
         committed = {}
     wanted: dict[str, list[int]]
     if request.topics is None:
@@ -156,7 +156,7 @@ async def handle_join_group(
             require_known_member_id=request.__version__ >= 4,
         )
     except DisklessError as e:
-        error = failure(ApiKey.JOIN_GROUP, e, "joining a group")
+        error = failure(group_error, e, "joining a group")
         outcome = JoinOutcome(error, member_id=request.member_id)
     member_entry = nested(response, "JoinGroupResponseMember")
     return build(
@@ -191,7 +191,7 @@ async def handle_sync_group(
             instance_id(request),
         )
     except DisklessError as e:
-        error, assignment = failure(ApiKey.SYNC_GROUP, e, "syncing a group"), b""
+        error, assignment = failure(group_error, e, "syncing a group"), b""
     protocol_type, protocol_name = (
         (request.protocol_type, request.protocol_name)
         if isinstance(request, sync_group_v5.SyncGroupRequest)  # v5 echoes the protocol
@@ -222,7 +222,7 @@ async def handle_heartbeat(
             instance_id(request),
         )
     except DisklessError as e:
-        error = failure(ApiKey.HEARTBEAT, e, "a heartbeat")
+        error = failure(group_error, e, "a heartbeat")
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -247,7 +247,7 @@ async def handle_leave_group(
             for member in request.members
         ]
     except DisklessError as e:
-        error = failure(ApiKey.LEAVE_GROUP, e, "leaving a group")
+        error = failure(group_error, e, "leaving a group")
         return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
     member_entry = nested(response, "MemberResponse")
     members = []

@@ -22,6 +22,7 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
+from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
@@ -29,7 +30,6 @@ from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers._steps import Steps
 from diskless.kafka_server._handlers.context import BrokerContext, Session
-from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages import ProduceRequest
 
@@ -75,14 +75,14 @@ async def handle_produce(
             allow_zstd=request.__version__ >= ZSTD_VERSION_MIN,
         )
     except DisklessError as e:
-        failed = failure(ApiKey.PRODUCE, e, f"produce on broker {context.broker_id}")
+        failed = failure(produce_error, e, f"produce on broker {context.broker_id}")
     finally:
         turn.set_result(None)
     if produced is not None:
         try:
             results = await produced
         except DisklessError as e:
-            failed = failure(ApiKey.PRODUCE, e, f"produce on broker {context.broker_id}")
+            failed = failure(produce_error, e, f"produce on broker {context.broker_id}")
     if acks == 0:
         return None  # Kafka sends no response to acks=0
     topic_entry = nested(response, "TopicProduceResponse")

@@ -2,9 +2,10 @@
 EndTxn, through `TransactionFront`.
 
 The front end bridges the clients' transaction version 1 to the library's version 2 (see
-`_txn`); a failure of the coordinator is COORDINATOR_NOT_AVAILABLE (see `_errors`). Offsets a
-transaction commits wait in its durable record and reach the group's committed offsets with its
-commit markers, in the same step (never if it aborts).
+`_coordination.txn_front`); a failure of the coordinator gets the library's `txn_error` code
+(`group_error` for TxnOffsetCommit, which the group's coordinator serves). Offsets a transaction
+commits wait in its durable record and reach the group's committed offsets with its commit
+markers, in the same step (never if it aborts).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import kio.schema.txn_offset_commit.v3 as txn_offset_commit_v3
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
+from diskless._kafka_errors import group_error, txn_error
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._handlers._errors import coordinator_error, failure
+from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
-from diskless.kafka_server._protocol.apis import ApiKey
-from diskless.kafka_server._protocol.fields import build, nested, partition_errors
+from diskless.kafka_server._protocol.fields import build, nested, partition_errors, wire
 from diskless.kafka_server._protocol.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -40,10 +41,10 @@ async def handle_init_producer_id(
         result = await context.transactions.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout)
         )
-        error = coordinator_error(result.error)
+        error = wire(result.error)
         producer_id, epoch = result.producer_id, result.producer_epoch
     except DisklessError as e:
-        error = failure(ApiKey.INIT_PRODUCER_ID, e, "init producer id")
+        error = failure(txn_error, e, "init producer id")
         producer_id, epoch = -1, -1
     return build(
         response,
@@ -72,11 +73,9 @@ async def handle_add_partitions_to_txn(
             int(request.v3_and_below_producer_epoch),
             partitions,
         )
-        errors = [coordinator_error(code) for code in codes]
+        errors = [wire(code) for code in codes]
     except DisklessError as e:
-        errors = [failure(ApiKey.ADD_PARTITIONS_TO_TXN, e, "add partitions to txn")] * len(
-            partitions
-        )
+        errors = [failure(txn_error, e, "add partitions to txn")] * len(partitions)
     results = dict(zip(partitions, errors, strict=True))
     topic_entry = nested(response, "AddPartitionsToTxnTopicResult")
     partition_entry = nested(response, "AddPartitionsToTxnPartitionResult")
@@ -91,9 +90,7 @@ async def handle_add_partitions_to_txn(
                     build(
                         partition_entry,
                         partition_index=p,
-                        partition_error_code=results.get(
-                            TopicPartition(topic.name, int(p)), coordinator_error(None)
-                        ),
+                        partition_error_code=results[TopicPartition(topic.name, int(p))],
                     )
                     for p in topic.partitions
                 ),
@@ -116,9 +113,9 @@ async def handle_end_txn(
             int(request.producer_epoch),
             bool(request.committed),
         )
-        error = coordinator_error(result.error)
+        error = wire(result.error)
     except DisklessError as e:
-        error = failure(ApiKey.END_TXN, e, "end txn")
+        error = failure(txn_error, e, "end txn")
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -135,9 +132,9 @@ async def handle_add_offsets_to_txn(
             int(request.producer_epoch),
             request.group_id,
         )
-        error = coordinator_error(code)
+        error = wire(code)
     except DisklessError as e:
-        error = failure(ApiKey.ADD_OFFSETS_TO_TXN, e, "add offsets to txn")
+        error = failure(txn_error, e, "add offsets to txn")
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -185,7 +182,7 @@ async def handle_txn_offset_commit(
                     errors[o.topic_partition] = WireError.unknown_topic_or_partition
             known = [o for o in offsets if o.topic_partition not in errors]
             if known:
-                error = coordinator_error(
+                error = wire(
                     await context.transactions.txn_offset_commit(
                         request.transactional_id,
                         int(request.producer_id),
@@ -198,7 +195,7 @@ async def handle_txn_offset_commit(
                 if error is WireError.not_coordinator:
                     context.groups.refused(me, request.group_id)
     except DisklessError as e:
-        error = failure(ApiKey.TXN_OFFSET_COMMIT, e, "txn offset commit")
+        error = failure(group_error, e, "txn offset commit")
     return build(
         response,
         throttle_time=NO_THROTTLE,
