@@ -37,8 +37,16 @@ from typing import Final, TypeAlias, TypeVar, cast
 from diskless._availability import log_failure
 from diskless._broker_config import BrokerConfig, check_commit_bounds, txn_lease_budget_ms
 from diskless._kafka_errors import list_offsets_error
+from diskless._produce_check import (
+    TIMED_OUT,
+    check_produce,
+    errors_in,
+    has_lease,
+    has_transactional,
+    owned_bytes,
+    size_of,
+)
 from diskless._produce_check import Checked as _Checked
-from diskless._produce_check import check_produce, has_transactional
 from diskless._results import (
     BrokerStats,
     FetchResult,
@@ -263,7 +271,7 @@ class DisklessBroker:
         # The work before the WAL outlives a caller that stops waiting, within its own budget.
         budget_s = max(timeout_s, self._request_budget_s)
         admit_s = max(budget_s, self._wal_budget_s)
-        owned = {tp: _owned(data) for tp, data in partitions.items()}
+        owned = {tp: owned_bytes(data) for tp, data in partitions.items()}
         checked = self._check_now(owned, allow_zstd)
         if checked is not None and not has_transactional(checked[1]):
             prepared = self._hand_over(writer, checked, admit_s, acks)
@@ -282,14 +290,14 @@ class DisklessBroker:
                 return {}
             if not await self._wait_until(prepare, deadline) or prepare.cancelled():
                 self._count_produce(len(owned), failed=len(owned), accepted_bytes=0)
-                return dict.fromkeys(partitions, _TIMED_OUT)
+                return dict.fromkeys(partitions, TIMED_OUT)
             prepared = prepare.result()
         results, entries, pending = prepared
-        failed = _errors_in(results)  # found before the WAL
+        failed = errors_in(results)  # found before the WAL
         if pending is not None:
             written = await writer.wait(pending, timeout_s=deadline - self._clock.monotonic())
             failed += self._answer(results, entries, written)
-        self._count_produce(len(owned), failed=failed, accepted_bytes=_size_of(entries))
+        self._count_produce(len(owned), failed=failed, accepted_bytes=size_of(entries))
         return {tp: results[tp] for tp in partitions}
 
     def _check_now(
@@ -347,8 +355,8 @@ class DisklessBroker:
         results, entries, _ = prepared
         self._count_produce(
             len(results) + len(entries),
-            failed=_errors_in(results),
-            accepted_bytes=_size_of(entries),
+            failed=errors_in(results),
+            accepted_bytes=size_of(entries),
         )
 
     def _count_unanswered_task(self, prepare: asyncio.Task[_Prepared]) -> None:
@@ -403,7 +411,7 @@ class DisklessBroker:
         if not entries:
             return None
         pending = writer.submit(entries, admit_s=admit_s)
-        if _has_lease(entries):
+        if has_lease(entries):
             pending.future.add_done_callback(lambda _: self._settle(entries, pending))
         return pending
 
@@ -564,35 +572,3 @@ class DisklessBroker:
             fetch=self._reader.stats(),
             wal=self._writer.stats() if self._writer is not None else None,
         )
-
-
-_TIMED_OUT: Final = ProduceResult(
-    ErrorCode.REQUEST_TIMED_OUT,
-    error_message="the request timed out before reaching the WAL; it may still be written",
-)
-
-
-def _errors_in(results: dict[TopicPartition, ProduceResult]) -> int:
-    failed = 0
-    for result in results.values():
-        if result.error != ErrorCode.NONE:
-            failed += 1
-    return failed
-
-
-def _size_of(entries: list[WalEntry]) -> int:
-    size = 0
-    for entry in entries:
-        size += entry.header.size
-    return size
-
-
-def _has_lease(entries: list[WalEntry]) -> bool:
-    return any(entry.lease_id is not None for entry in entries)
-
-
-def _owned(data: bytes | bytearray | memoryview) -> bytes | memoryview:
-    """`data`, copied unless immutable: the write may outlive the call (acks=0, a timeout)."""
-    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
-        return data
-    return bytes(data)
