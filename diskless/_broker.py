@@ -21,17 +21,18 @@ caller whose timeout passes is answered REQUEST_TIMED_OUT while its request stil
 
 Order matters: a producer pipelines up to five requests per connection and the coordinator
 sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
-`produce` started, even when an earlier one had to wait for topic metadata: each request takes a
-ticket synchronously when its coroutine starts running (at once when the caller awaits it) and hands
-its batches to the writer only after its predecessor has. A request handed over at once needs no
-ticket: its predecessors are all in already, and nothing runs between its check and its hand-over.
+`produce` started, even when an earlier one had to wait for topic metadata or for its caller's
+`rewrite`: each request takes a ticket synchronously when its coroutine starts running (at once
+when the caller awaits it) and hands its batches to the writer only after its predecessor has. A
+request handed over at once needs no ticket: its predecessors are all in already, and nothing runs
+between its check and its hand-over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
 from diskless._availability import log_failure
@@ -77,6 +78,11 @@ _Prepared: TypeAlias = tuple[
     dict[TopicPartition, ProduceResult], list[WalEntry], PendingWrite | None
 ]
 """A request handed to the WAL: the validation errors, the valid batches, their pending write."""
+Rewrite: TypeAlias = Callable[
+    [Mapping[TopicPartition, bytes | memoryview]],
+    Awaitable[Mapping[TopicPartition, bytes | bytearray | memoryview]],
+]
+"""Replaces a produce request's batches in its turn, before validation (see `produce`)."""
 _log = logging.getLogger(__name__)
 
 ACKS_ALL: Final = -1
@@ -242,13 +248,17 @@ class DisklessBroker:
         acks: int = ACKS_ALL,
         timeout_ms: int | None = None,
         allow_zstd: bool = True,
+        rewrite: Rewrite | None = None,
     ) -> dict[TopicPartition, ProduceResult]:
         """Kafka Produce: one record batch per partition; a result per partition.
 
         Every partition is validated on its own and fails alone. acks=1 behaves as acks=-1 (an
         ack always means durable and sequenced); acks=0 returns {} at once while the write goes
         on in the background (awaited by `close`). Raises BrokerClosedError after `close`.
-        `allow_zstd=False` (for a Produce request below v7) refuses zstd batches.
+        `allow_zstd=False` (for a Produce request below v7) refuses zstd batches. `rewrite` is
+        awaited in the request's turn, before validation, for the batches to write instead (the
+        Kafka front end's transaction-version-1 bridge, which reads the coordinator): the request
+        keeps its place in arrival order however long it takes, and its failure is the request's.
 
         As in Kafka, `timeout_ms` (even 0) bounds only the wait: partitions not answered in time
         get REQUEST_TIMED_OUT while their write goes on, to be committed or to fail within the
@@ -272,7 +282,7 @@ class DisklessBroker:
         budget_s = max(timeout_s, self._request_budget_s)
         admit_s = max(budget_s, self._wal_budget_s)
         owned = {tp: owned_bytes(data) for tp, data in partitions.items()}
-        checked = self._check_now(owned, allow_zstd)
+        checked = self._check_now(owned, allow_zstd) if rewrite is None else None
         if checked is not None and not has_transactional(checked[1]):
             prepared = self._hand_over(writer, checked, admit_s, acks)
             if prepared is None:  # acks=0 whose hand-over failed (logged)
@@ -281,7 +291,7 @@ class DisklessBroker:
                 self._count_unanswered(prepared)
                 return {}
         else:
-            prepare = self._prepare_later(writer, owned, checked, admit_s, allow_zstd)
+            prepare = self._prepare_later(writer, owned, checked, admit_s, allow_zstd, rewrite)
             await asyncio.sleep(0)  # its first step: all of it unless it waits
             if not prepare.done():  # waiting for the coordinator or for the request before it
                 self._bound(prepare, now + budget_s)
@@ -336,6 +346,7 @@ class DisklessBroker:
         checked: _Checked | None,
         admit_s: float,
         allow_zstd: bool,
+        rewrite: Rewrite | None,
     ) -> asyncio.Task[_Prepared]:
         """Start the request's way to the WAL as a task of its own, holding the next ticket."""
         # Take the ticket now, synchronously, so that arrival order is write order.
@@ -343,7 +354,9 @@ class DisklessBroker:
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admitted = mine
         prepare = asyncio.create_task(
-            self._prepare(writer, partitions, checked, previous, mine, admit_s, allow_zstd),
+            self._prepare(
+                writer, partitions, checked, previous, mine, admit_s, allow_zstd, rewrite
+            ),
             name=f"produce-b{self._broker_id}",
         )
         self._background.add(prepare)
@@ -378,14 +391,19 @@ class DisklessBroker:
         mine: asyncio.Future[None],
         admit_s: float,
         allow_zstd: bool,
+        rewrite: Rewrite | None,
     ) -> _Prepared:
-        """Validate (unless `checked` already is), take leases, wait for the request before this
-        one, hand the valid batches to the WAL.
+        """Rewrite (if asked to), validate (unless `checked` already is), take leases, wait for
+        the request before this one, hand the valid batches to the WAL.
 
         Runs as a task of its own, so that a caller giving up does not stop the write (Kafka
         appends whatever the produce timeout; the timeout bounds the wait for acknowledgement).
         """
         try:
+            if rewrite is not None:
+                rewritten = await rewrite(partitions)
+                assert rewritten.keys() == partitions.keys(), "a rewrite keeps the partitions"
+                partitions = {tp: owned_bytes(data) for tp, data in rewritten.items()}
             if checked is None:  # against the topics' descriptions, refreshed if need be
                 topics, unavailable = await self._topics.describe(
                     {tp.topic for tp in partitions}, partitions
