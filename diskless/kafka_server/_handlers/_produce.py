@@ -2,11 +2,11 @@
 
 The one handler whose requests must reach the broker in order: `DisklessBroker.produce` takes
 its place in the write order when it is called, and a producer's pipelined requests must keep
-the order in which they arrived on the connection. Transactional batches of transaction
-version 1 clients are rewritten on the way in (`TransactionFront.rewrite_batches`), which reads
-the coordinator first; so each produce request takes a turn on its connection
-(`Session.produce_turn`), and one that need not read goes straight on when no earlier one
-is still reading.
+the order in which they arrived on the connection. So the handler calls it before its first
+await (handlers start in arrival order), and the broker's ticket keeps that order from there.
+Transactional batches of transaction version 1 clients are rewritten on the way in, which reads
+the coordinator first: the rewrite (`TransactionFront.rewrite_for`) is handed to the broker,
+which runs it in the request's own turn, so it needs no ordering of its own.
 
 zstd batches need Produce v7 or later: an older client could not read them back, so Kafka answers
 UNSUPPORTED_COMPRESSION_TYPE for such a partition, and so does `DisklessBroker.produce` when told
@@ -15,7 +15,6 @@ that zstd is not allowed.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from typing import Final
 
@@ -56,33 +55,18 @@ async def handle_produce(
     acks = int(request.acks)
     failed = None
     results: dict[TopicPartition, ProduceResult] = {}
-    previous = session.produce_turn
-    turn = session.produce_turn = asyncio.get_running_loop().create_future()
-    produced = None
     try:
-        transactional = context.transactions.transactional(partitions)
-        if transactional or (previous is not None and not previous.done()):
-            if previous is not None:
-                await asyncio.wait([previous])  # never cancels it
-            if transactional:
-                partitions = await context.transactions.rewrite_batches(partitions, transactional)
-        # No await between the turn and this call: it fixes the request's place in the write
-        # order of the broker.
-        produced = context.broker.produce(
+        # No await before this call: it takes the request's place in the broker's write order,
+        # and the bridge's rewrite (which reads the coordinator) runs in that place.
+        results = await context.broker.produce(
             partitions,
             acks=acks,
             timeout_ms=millis(request.timeout),
             allow_zstd=request.__version__ >= ZSTD_VERSION_MIN,
+            rewrite=context.transactions.rewrite_for(partitions),
         )
     except DisklessError as e:
         failed = failure(produce_error, e, f"produce on broker {context.broker_id}")
-    finally:
-        turn.set_result(None)
-    if produced is not None:
-        try:
-            results = await produced
-        except DisklessError as e:
-            failed = failure(produce_error, e, f"produce on broker {context.broker_id}")
     if acks == 0:
         return None  # Kafka sends no response to acks=0
     topic_entry = nested(response, "TopicProduceResponse")

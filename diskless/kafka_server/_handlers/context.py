@@ -4,7 +4,6 @@ the other way round."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final, Protocol
 
 from diskless import DisklessBroker
@@ -21,15 +20,12 @@ so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAF
 class Session:
     """What the handlers know of the client connection a request came on."""
 
-    __slots__ = ("client_rack", "peer", "produce_turn")
+    __slots__ = ("client_rack", "peer")
 
     def __init__(self, peer: str) -> None:
         self.peer = peer
         self.client_rack: str | None = None
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
-        self.produce_turn: asyncio.Future[None] | None = None
-        """Resolved once the connection's latest produce request has taken its place in the
-        broker's write order: a later one that must await first waits for it."""
 
 
 class Settings(Protocol):
