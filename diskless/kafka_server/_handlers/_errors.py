@@ -32,5 +32,10 @@ def failure(family: Family, error: Exception, what: str) -> WireError:
     `what` says which call failed, for the log: the exception is logged here, once (at DEBUG
     when the coordinator or the store did not answer: their availability logs the outage).
     """
+    return wire(failure_code(family, error, what))
+
+
+def failure_code(family: Family, error: Exception, what: str) -> ErrorCode:
+    """`failure`, as the library's code (for a handler that answers with library results)."""
     log_failure(_log, error, "%s failed", what)
-    return wire(family(error))
+    return family(error)
