@@ -8,6 +8,7 @@ batch coordinator: a failure there gets the library's `group_error` code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import kio.schema.join_group.v0 as join_group_v0
@@ -92,25 +93,30 @@ async def handle_offset_commit(
 
 
 async def handle_offset_fetch(
-    context: BrokerContext,
-    session: Session,
-    request: OffsetFetchRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: OffsetFetchRequest, response: Response
 ) -> ResponsePayload:
     try:
         error, committed = await context.groups.committed_offsets(
             serving(context), request.group_id
         )
     except DisklessError as e:
-        error = failure(group_error, e, "fetching offsets")
-        committed = {}
+        error, committed = failure(group_error, e, "fetching offsets"), {}
     wanted: dict[str, list[int]]
-    if request.topics is None:
+    if request.topics is None:  # every partition with a committed offset
         wanted = {}
         for tp in sorted(committed):
             wanted.setdefault(tp.topic, []).append(tp.partition)
     else:
         wanted = {t.name: [int(p) for p in t.partition_indexes] for t in request.topics}
+    return _encode_offset_fetch(response, wanted, committed, error)
+
+
+def _encode_offset_fetch(
+    response: Response,
+    wanted: Mapping[str, list[int]],
+    committed: Mapping[TopicPartition, tuple[int, str | None]],
+    error: WireError,
+) -> ResponsePayload:
     topic_entry = nested(response, "OffsetFetchResponseTopic")
     partition_entry = nested(response, "OffsetFetchResponsePartition")
     topics = []
@@ -158,6 +164,12 @@ async def handle_join_group(
     except DisklessError as e:
         error = failure(group_error, e, "joining a group")
         outcome = JoinOutcome(error, member_id=request.member_id)
+    return _encode_join_group(response, request, outcome)
+
+
+def _encode_join_group(
+    response: Response, request: JoinGroupRequest, outcome: JoinOutcome
+) -> ResponsePayload:
     member_entry = nested(response, "JoinGroupResponseMember")
     return build(
         response,
@@ -227,41 +239,40 @@ async def handle_heartbeat(
 
 
 async def handle_leave_group(
-    context: BrokerContext,
-    session: Session,
-    request: LeaveGroupRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: LeaveGroupRequest, response: Response
 ) -> ResponsePayload:
     me = serving(context)
-    try:
-        if isinstance(request, _ONE_MEMBER_LEAVES):
+    if isinstance(request, _ONE_MEMBER_LEAVES):
+        try:
             error = await context.groups.leave(me, request.group_id, request.member_id)
-            return build(response, throttle_time=NO_THROTTLE, error_code=error)
-        leaving = [
-            (
-                member,
-                await context.groups.leave(
-                    me, request.group_id, member.member_id, member.group_instance_id
-                ),
-            )
-            for member in request.members
+        except DisklessError as e:
+            error = failure(group_error, e, "leaving a group")
+        return build(response, throttle_time=NO_THROTTLE, error_code=error)
+    leaving: list[tuple[str, str | None]] = [
+        (member.member_id, member.group_instance_id) for member in request.members
+    ]
+    try:
+        errors = [
+            await context.groups.leave(me, request.group_id, member_id, instance)
+            for member_id, instance in leaving
         ]
     except DisklessError as e:
         error = failure(group_error, e, "leaving a group")
         return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
+    return _encode_leave_group(response, leaving, errors)
+
+
+def _encode_leave_group(
+    response: Response, leaving: list[tuple[str, str | None]], errors: list[WireError]
+) -> ResponsePayload:
+    """Each member's answer, or one NOT_COORDINATOR for all: the request came to the wrong
+    broker."""
+    if WireError.not_coordinator in errors:
+        error = WireError.not_coordinator
+        return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
     member_entry = nested(response, "MemberResponse")
-    members = []
-    for member, error in leaving:
-        if error is WireError.not_coordinator:  # the whole request went to the wrong broker
-            return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
-        members.append(
-            build(
-                member_entry,
-                member_id=member.member_id,
-                group_instance_id=member.group_instance_id,
-                error_code=error,
-            )
-        )
-    return build(
-        response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=tuple(members)
+    members = tuple(
+        build(member_entry, member_id=member_id, group_instance_id=instance, error_code=error)
+        for (member_id, instance), error in zip(leaving, errors, strict=True)
     )
+    return build(response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=members)

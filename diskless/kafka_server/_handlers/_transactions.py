@@ -10,12 +10,14 @@ markers, in the same step (never if it aborts).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import kio.schema.txn_offset_commit.v3 as txn_offset_commit_v3
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
 from diskless._kafka_errors import group_error, txn_error
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
@@ -76,7 +78,14 @@ async def handle_add_partitions_to_txn(
         errors = [wire(code) for code in codes]
     except DisklessError as e:
         errors = [failure(txn_error, e, "add partitions to txn")] * len(partitions)
-    results = dict(zip(partitions, errors, strict=True))
+    return _encode_add_partitions(response, request, dict(zip(partitions, errors, strict=True)))
+
+
+def _encode_add_partitions(
+    response: Response,
+    request: AddPartitionsToTxnRequest,
+    results: Mapping[TopicPartition, WireError],
+) -> ResponsePayload:
     topic_entry = nested(response, "AddPartitionsToTxnTopicResult")
     partition_entry = nested(response, "AddPartitionsToTxnPartitionResult")
     return build(
@@ -139,18 +148,12 @@ async def handle_add_offsets_to_txn(
 
 
 async def handle_txn_offset_commit(
-    context: BrokerContext,
-    session: Session,
-    request: TxnOffsetCommitRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: TxnOffsetCommitRequest, response: Response
 ) -> ResponsePayload:
     """Served by the group's coordinator only (NOT_COORDINATOR elsewhere), which checks the
     member (v3+, KIP-447). Partitions of unknown topics are refused one by one
     (UNKNOWN_TOPIC_OR_PARTITION); the others are staged in the transaction together, under the
     group's fence, so they share one answer."""
-    errors: dict[TopicPartition, WireError] = {}
-    error = WireError.none
-    me = serving(context)
     offsets = [
         PendingOffset(
             request.group_id,
@@ -161,50 +164,57 @@ async def handle_txn_offset_commit(
         for topic in request.topics
         for p in topic.partitions
     ]
+    if isinstance(request, txn_offset_commit_v3.TxnOffsetCommitRequest):
+        member = (int(request.generation_id), request.member_id, request.group_instance_id)
+    else:
+        member = (-1, "", None)  # before v3 the member is not checked (KIP-447)
     try:
-        if isinstance(request, txn_offset_commit_v3.TxnOffsetCommitRequest):
-            fence = await context.groups.txn_fence(
-                me,
-                request.group_id,
-                int(request.generation_id),
-                request.member_id,
-                request.group_instance_id,
-            )
-        else:
-            fence = await context.groups.txn_fence(me, request.group_id, -1, "")
-        if isinstance(fence, WireError):
-            error = fence
-        else:
-            names = sorted({o.topic_partition.topic for o in offsets})
-            partitions = {d.name: d.partitions for d in await context.broker.describe_topics(names)}
-            for o in offsets:
-                if o.topic_partition.partition >= partitions.get(o.topic_partition.topic, 0):
-                    errors[o.topic_partition] = WireError.unknown_topic_or_partition
-            known = [o for o in offsets if o.topic_partition not in errors]
-            if known:
-                error = wire(
-                    await context.transactions.txn_offset_commit(
-                        request.transactional_id,
-                        int(request.producer_id),
-                        int(request.producer_epoch),
-                        request.group_id,
-                        known,
-                        fence,
-                    )
-                )
-                if error is WireError.not_coordinator:
-                    context.groups.refused(me, request.group_id)
+        errors, error = await _commit_in_txn(context, request, offsets, member)
     except DisklessError as e:
-        error = failure(group_error, e, "txn offset commit")
-    return build(
+        errors, error = {}, failure(group_error, e, "txn offset commit")
+    topics = partition_errors(
         response,
-        throttle_time=NO_THROTTLE,
-        topics=partition_errors(
-            response,
-            "TxnOffsetCommitResponseTopic",
-            "TxnOffsetCommitResponsePartition",
-            request.topics,
-            errors,
-            error,
-        ),
+        "TxnOffsetCommitResponseTopic",
+        "TxnOffsetCommitResponsePartition",
+        request.topics,
+        errors,
+        error,
     )
+    return build(response, throttle_time=NO_THROTTLE, topics=topics)
+
+
+async def _commit_in_txn(
+    context: BrokerContext,
+    request: TxnOffsetCommitRequest,
+    offsets: list[PendingOffset],
+    member: tuple[int, str, str | None],
+) -> tuple[dict[TopicPartition, WireError], WireError]:
+    """The partitions refused one by one, and the answer of the others."""
+    me = serving(context)
+    fence = await context.groups.txn_fence(me, request.group_id, *member)
+    if isinstance(fence, WireError):
+        return {}, fence
+    names = sorted({o.topic_partition.topic for o in offsets})
+    partitions = {d.name: d.partitions for d in await context.broker.describe_topics(names)}
+    errors = {
+        o.topic_partition: WireError.unknown_topic_or_partition
+        for o in offsets
+        if o.topic_partition.partition >= partitions.get(o.topic_partition.topic, 0)
+    }
+    known = [o for o in offsets if o.topic_partition not in errors]
+    if not known:
+        return errors, WireError.none
+    try:
+        code = await context.transactions.txn_offset_commit(
+            request.transactional_id,
+            int(request.producer_id),
+            int(request.producer_epoch),
+            request.group_id,
+            known,
+            fence,
+        )
+    except DisklessError as e:  # the partitions refused above keep their answer
+        return errors, failure(group_error, e, "txn offset commit")
+    if code is ErrorCode.NOT_COORDINATOR:
+        context.groups.refused(me, request.group_id)
+    return errors, wire(code)
