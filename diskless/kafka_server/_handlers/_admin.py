@@ -12,7 +12,8 @@ A failure of the batch coordinator gets the code of the library's error table:
 from __future__ import annotations
 
 import logging
-from typing import Final
+from collections.abc import Mapping, Sequence, Sized
+from typing import Final, NamedTuple, Protocol
 
 import kio.schema.describe_configs.v1 as describe_configs_v1
 import kio.schema.describe_configs.v2 as describe_configs_v2
@@ -59,6 +60,46 @@ _WITHOUT_DOCUMENTATION: Final = (
 """DescribeConfigs v3 added `include_documentation`."""
 
 
+class _Config(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class _Topic(Protocol):
+    """A CreateTopics request's topic entry (`CreatableTopic`), of whichever version."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    @property
+    def replication_factor(self) -> int: ...
+
+    @property
+    def assignments(self) -> Sized: ...
+
+    @property
+    def configs(self) -> Sequence[_Config]: ...
+
+
+class _Resource(Protocol):
+    """A DescribeConfigs request's resource entry (`DescribeConfigsResource`)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+    @property
+    def configuration_keys(self) -> Sequence[str] | None: ...
+
+
 class _Refused(Exception):
     def __init__(self, code: WireError, message: str) -> None:
         super().__init__(message)
@@ -94,83 +135,101 @@ def _requested_partitions(context: BrokerContext, request: CreateTopicsRequest) 
     return total
 
 
+class _Created(NamedTuple):
+    """One topic of a CreateTopics request, created or refused."""
+
+    error: WireError
+    message: str | None
+    partitions: int = -1
+    config: TopicConfig | None = None
+
+
 async def handle_create_topics(
-    context: BrokerContext,
-    session: Session,
-    request: CreateTopicsRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: CreateTopicsRequest, response: Response
 ) -> ResponsePayload:
-    result_entry = nested(response, "CreatableTopicResult")
-    # v5 (KIP-525) echoes the topic's configs; older versions have no entry for them.
-    config_entry = nested(response, "CreatableTopicConfigs") if response.__version__ >= 5 else None
-    results: list[Entity] = []
     names = [t.name for t in request.topics]
     too_many = _requested_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
+    created = []
     for topic in request.topics:
-        partitions, config = 0, TopicConfig()
         try:
             if too_many:
                 raise _Refused(WireError.policy_violation, _TOO_MANY_PARTITIONS)
             if names.count(topic.name) > 1:
                 raise _Refused(WireError.invalid_request, f"topic {topic.name!r} given twice")
-            try:
-                check_topic_name(topic.name)
-            except ValueError as e:
-                raise _Refused(WireError.invalid_topic_exception, str(e)) from None
-            partitions = _partition_count(
-                context, int(topic.num_partitions), len(topic.assignments)
-            )
-            if int(topic.replication_factor) == 0 or int(topic.replication_factor) < _DEFAULT:
-                raise _Refused(
-                    WireError.invalid_replication_factor,
-                    f"replication factor {topic.replication_factor}: at least 1",
-                )
-            try:
-                config = parse_topic_config((c.name, c.value) for c in topic.configs)
-            except InvalidConfig as e:
-                raise _Refused(WireError.invalid_config, str(e)) from None
-            if request.validate_only:
-                known = await context.broker.describe_topics([topic.name])
-                created = not known
-            else:
-                created = await context.broker.create_topic(topic.name, partitions, config)
-            if not created:
-                raise _Refused(
-                    WireError.topic_already_exists, f"topic {topic.name!r} already exists"
-                )
-            error, message = WireError.none, None
+            created.append(await _create_topic(context, topic, bool(request.validate_only)))
         except _Refused as refused:
-            error, message = refused.code, refused.message
-        except ValueError as e:  # a rule of the coordinator
-            error, message = WireError.invalid_request, str(e)
-        except DisklessError as e:
-            error = failure(admin_error, e, f"creating topic {topic.name!r}")
-            message = "the batch coordinator is unavailable; try again"
-        ok = error is WireError.none
-        if ok:
-            _log.info("created topic %r with %d partitions", topic.name, partitions)
+            created.append(_Created(refused.code, refused.message))
+    return _encode_create_topics(response, request, created)
+
+
+async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bool) -> _Created:
+    """Kafka's checks, in Kafka's order, then the topic created (or, validating only, found
+    not to exist yet); raises `_Refused`."""
+    try:
+        check_topic_name(topic.name)
+    except ValueError as e:
+        raise _Refused(WireError.invalid_topic_exception, str(e)) from None
+    partitions = _partition_count(context, int(topic.num_partitions), len(topic.assignments))
+    if int(topic.replication_factor) == 0 or int(topic.replication_factor) < _DEFAULT:
+        raise _Refused(
+            WireError.invalid_replication_factor,
+            f"replication factor {topic.replication_factor}: at least 1",
+        )
+    try:
+        config = parse_topic_config((c.name, c.value) for c in topic.configs)
+    except InvalidConfig as e:
+        raise _Refused(WireError.invalid_config, str(e)) from None
+    try:
+        if validate_only:
+            created = not await context.broker.describe_topics([topic.name])
+        else:
+            created = await context.broker.create_topic(topic.name, partitions, config)
+    except ValueError as e:  # a rule of the coordinator
+        raise _Refused(WireError.invalid_request, str(e)) from None
+    except DisklessError as e:
+        error = failure(admin_error, e, f"creating topic {topic.name!r}")
+        return _Created(error, "the batch coordinator is unavailable; try again")
+    if not created:
+        raise _Refused(WireError.topic_already_exists, f"topic {topic.name!r} already exists")
+    _log.info("created topic %r with %d partitions", topic.name, partitions)
+    return _Created(WireError.none, None, partitions, config)
+
+
+def _encode_create_topics(
+    response: Response, request: CreateTopicsRequest, created: list[_Created]
+) -> ResponsePayload:
+    result_entry = nested(response, "CreatableTopicResult")
+    # v5 (KIP-525) echoes the topic's configs; older versions have no entry for them.
+    config_entry = nested(response, "CreatableTopicConfigs") if response.__version__ >= 5 else None
+    results = []
+    outcomes = iter(created)  # one per topic, in order
+    for topic in request.topics:
+        outcome = next(outcomes)
+        ok = outcome.error is WireError.none
+        configs: tuple[Entity, ...] = ()
+        if config_entry is not None and outcome.config is not None:
+            configs = tuple(
+                build(
+                    config_entry,
+                    name=e.name,
+                    value=e.value,
+                    read_only=e.read_only,
+                    config_source=int(e.source),
+                    is_sensitive=False,
+                )
+                for e in describe_topic_config(outcome.config)
+            )
         results.append(
             build(
                 result_entry,
                 name=topic.name,
                 topic_id=topic_id(topic.name) if ok else None,
-                error_code=error,
-                error_message=message,
+                error_code=outcome.error,
+                error_message=outcome.message,
                 topic_config_error_code=WireError.none,
-                num_partitions=partitions if ok else -1,
+                num_partitions=outcome.partitions,
                 replication_factor=1 if ok else -1,
-                configs=tuple(
-                    build(
-                        config_entry,
-                        name=e.name,
-                        value=e.value,
-                        read_only=e.read_only,
-                        config_source=int(e.source),
-                        is_sensitive=False,
-                    )
-                    for e in (describe_topic_config(config) if ok and config_entry else ())
-                    if config_entry is not None
-                ),
+                configs=configs,
             )
         )
     return build(response, throttle_time=NO_THROTTLE, topics=tuple(results))
@@ -178,10 +237,7 @@ async def handle_create_topics(
 
 # --- DeleteTopics ---------------------------------------------------------------------------------
 async def handle_delete_topics(
-    context: BrokerContext,
-    session: Session,
-    request: DeleteTopicsRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: DeleteTopicsRequest, response: Response
 ) -> ResponsePayload:
     names = list(dict.fromkeys(request.topic_names))
     errors: dict[str, WireError] = {}
@@ -195,22 +251,37 @@ async def handle_delete_topics(
         code = failure(admin_error, e, "deleting topics")
         errors = dict.fromkeys(names, code)
     entry = nested(response, "DeletableTopicResult")
-    return build(
-        response,
-        throttle_time=NO_THROTTLE,
-        responses=tuple(
-            build(
-                entry,
-                name=name,
-                error_code=errors.get(name, WireError.none),
-                error_message=None,
-            )
-            for name in names
-        ),
+    results = tuple(
+        build(entry, name=name, error_code=errors.get(name, WireError.none), error_message=None)
+        for name in names
     )
+    return build(response, throttle_time=NO_THROTTLE, responses=results)
 
 
 # --- CreatePartitions -----------------------------------------------------------------------------
+async def handle_create_partitions(
+    context: BrokerContext, session: Session, request: CreatePartitionsRequest, response: Response
+) -> ResponsePayload:
+    try:
+        too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
+    except DisklessError as e:
+        failed = failure(admin_error, e, "growing topics")
+        errors = [failed] * len(request.topics)
+    else:
+        errors = [
+            await _grow_topic(context, t.name, int(t.count), bool(request.validate_only), too_many)
+            for t in request.topics
+        ]
+    entry = nested(response, "CreatePartitionsTopicResult")
+    answers = iter(errors)  # one per topic, in order
+    results = tuple(
+        build(entry, name=t.name, error_code=error, error_message=_grown(error, t.name, t.count))
+        for t in request.topics
+        for error in (next(answers),)
+    )
+    return build(response, throttle_time=NO_THROTTLE, results=results)
+
+
 async def _added_partitions(context: BrokerContext, request: CreatePartitionsRequest) -> int:
     """How many partitions the request would add to the topics that exist."""
     if not request.topics:
@@ -222,63 +293,36 @@ async def _added_partitions(context: BrokerContext, request: CreatePartitionsReq
     return sum(max(int(t.count) - current[t.name], 0) for t in request.topics if t.name in current)
 
 
-async def handle_create_partitions(
-    context: BrokerContext,
-    session: Session,
-    request: CreatePartitionsRequest,
-    response: Response,
-) -> ResponsePayload:
-    entry = nested(response, "CreatePartitionsTopicResult")
-    results: list[Entity] = []
-    too_many = False
+async def _grow_topic(
+    context: BrokerContext, name: str, count: int, validate_only: bool, too_many: bool
+) -> WireError:
     try:
-        too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
+        if too_many:
+            return WireError.policy_violation
+        if not validate_only:
+            return wire(await context.broker.create_partitions(name, count))
+        known = await context.broker.describe_topics([name])
     except DisklessError as e:
-        failed = failure(admin_error, e, "growing topics")
-        return build(
-            response,
-            throttle_time=NO_THROTTLE,
-            results=tuple(
-                build(entry, name=t.name, error_code=failed, error_message=failed.name)
-                for t in request.topics
-            ),
-        )
-    for topic in request.topics:
-        count = int(topic.count)
-        try:
-            if too_many:
-                error = WireError.policy_violation
-            elif request.validate_only:
-                known = await context.broker.describe_topics([topic.name])
-                if not known:
-                    error = WireError.unknown_topic_or_partition
-                elif count <= known[0].partitions:
-                    error = WireError.invalid_partitions
-                else:
-                    error = WireError.none
-            else:
-                error = wire(await context.broker.create_partitions(topic.name, count))
-        except DisklessError as e:
-            error = failure(admin_error, e, f"growing topic {topic.name!r}")
-        message = {
-            WireError.none: None,
-            WireError.invalid_partitions: f"topic {topic.name!r} has {count} or more partitions",
-            WireError.unknown_topic_or_partition: f"unknown topic {topic.name!r}",
-            WireError.policy_violation: _TOO_MANY_PARTITIONS,
-        }.get(error, error.name)
-        results.append(build(entry, name=topic.name, error_code=error, error_message=message))
-    return build(response, throttle_time=NO_THROTTLE, results=tuple(results))
+        return failure(admin_error, e, f"growing topic {name!r}")
+    if not known:
+        return WireError.unknown_topic_or_partition
+    return WireError.invalid_partitions if count <= known[0].partitions else WireError.none
+
+
+def _grown(error: WireError, name: str, count: int) -> str | None:
+    """The message of a topic's answer."""
+    return {
+        WireError.none: None,
+        WireError.invalid_partitions: f"topic {name!r} has {count} or more partitions",
+        WireError.unknown_topic_or_partition: f"unknown topic {name!r}",
+        WireError.policy_violation: _TOO_MANY_PARTITIONS,
+    }.get(error, error.name)
 
 
 # --- DescribeConfigs ------------------------------------------------------------------------------
 async def handle_describe_configs(
-    context: BrokerContext,
-    session: Session,
-    request: DescribeConfigsRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: DescribeConfigsRequest, response: Response
 ) -> ResponsePayload:
-    result_entry = nested(response, "DescribeConfigsResult")
-    config_entry = nested(response, "DescribeConfigsResourceResult")
     topics = [r.resource_name for r in request.resources if r.resource_type == _RESOURCE_TOPIC]
     failed: WireError | None = None
     configs: dict[str, TopicConfig] = {}
@@ -290,38 +334,12 @@ async def handle_describe_configs(
     documented = not isinstance(request, _WITHOUT_DOCUMENTATION) and bool(
         request.include_documentation
     )
-    results: list[Entity] = []
+    result_entry = nested(response, "DescribeConfigsResult")
+    results = []
     for resource in request.resources:
-        entries: list[Entity] = []
-        error, message = WireError.none, None
-        if resource.resource_type == _RESOURCE_BROKER:
-            pass  # no broker config is exposed: an empty list
-        elif resource.resource_type != _RESOURCE_TOPIC:
-            error = WireError.invalid_request
-            message = f"resource type {resource.resource_type} is not supported"
-        elif failed is not None:
-            error, message = failed, "the batch coordinator is unavailable; try again"
-        elif resource.resource_name not in configs:
-            error = WireError.unknown_topic_or_partition
-            message = f"unknown topic {resource.resource_name!r}"
-        else:
-            keys = resource.configuration_keys
-            for config in describe_topic_config(configs[resource.resource_name]):
-                if keys is not None and config.name not in keys:
-                    continue
-                entries.append(
-                    build(
-                        config_entry,
-                        name=config.name,
-                        value=config.value,
-                        read_only=config.read_only,
-                        config_source=int(config.source),
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=int(config.type),
-                        documentation="" if documented else None,
-                    )
-                )
+        error, message, entries = _describe_resource(
+            response, resource, configs, failed, documented
+        )
         results.append(
             build(
                 result_entry,
@@ -329,18 +347,53 @@ async def handle_describe_configs(
                 error_message=message,
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
-                configs=tuple(entries),
+                configs=entries,
             )
         )
     return build(response, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+def _describe_resource(
+    response: Response,
+    resource: _Resource,
+    configs: Mapping[str, TopicConfig],
+    failed: WireError | None,
+    documented: bool,
+) -> tuple[WireError, str | None, tuple[Entity, ...]]:
+    """A resource's answer: its error, message and config entries."""
+    if resource.resource_type == _RESOURCE_BROKER:
+        return WireError.none, None, ()  # no broker config is exposed: an empty list
+    if resource.resource_type != _RESOURCE_TOPIC:
+        message = f"resource type {resource.resource_type} is not supported"
+        return WireError.invalid_request, message, ()
+    if failed is not None:
+        return failed, "the batch coordinator is unavailable; try again", ()
+    name = resource.resource_name
+    if name not in configs:
+        return WireError.unknown_topic_or_partition, f"unknown topic {name!r}", ()
+    config_entry = nested(response, "DescribeConfigsResourceResult")
+    keys = resource.configuration_keys
+    entries = tuple(
+        build(
+            config_entry,
+            name=config.name,
+            value=config.value,
+            read_only=config.read_only,
+            config_source=int(config.source),
+            is_sensitive=False,
+            synonyms=(),
+            config_type=int(config.type),
+            documentation="" if documented else None,
+        )
+        for config in describe_topic_config(configs[name])
+        if keys is None or config.name in keys
+    )
+    return WireError.none, None, entries
+
+
 # --- DeleteRecords --------------------------------------------------------------------------------
 async def handle_delete_records(
-    context: BrokerContext,
-    session: Session,
-    request: DeleteRecordsRequest,
-    response: Response,
+    context: BrokerContext, session: Session, request: DeleteRecordsRequest, response: Response
 ) -> ResponsePayload:
     offsets = {
         TopicPartition(topic.name, int(p.partition_index)): int(p.offset)
@@ -354,31 +407,31 @@ async def handle_delete_records(
     except DisklessError as e:
         code = failure(delete_records_error, e, "deleting records")
         answers = dict.fromkeys(offsets, (code, -1))
+    return _encode_delete_records(response, request, answers)
+
+
+def _encode_delete_records(
+    response: Response,
+    request: DeleteRecordsRequest,
+    answers: Mapping[TopicPartition, tuple[WireError, int]],
+) -> ResponsePayload:
     topic_entry = nested(response, "DeleteRecordsTopicResult")
     partition_entry = nested(response, "DeleteRecordsPartitionResult")
-    return build(
-        response,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                topic_entry,
-                name=topic.name,
-                partitions=tuple(
-                    build(
-                        partition_entry,
-                        partition_index=p.partition_index,
-                        error_code=code,
-                        low_watermark=low_watermark,
-                    )
-                    for p in topic.partitions
-                    for code, low_watermark in (
-                        answers.get(
-                            TopicPartition(topic.name, int(p.partition_index)),
-                            (WireError.unknown_topic_or_partition, -1),
-                        ),
-                    )
-                ),
+    unknown = (WireError.unknown_topic_or_partition, -1)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            code, low_watermark = answers.get(
+                TopicPartition(topic.name, int(p.partition_index)), unknown
             )
-            for topic in request.topics
-        ),
-    )
+            partitions.append(
+                build(
+                    partition_entry,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    low_watermark=low_watermark,
+                )
+            )
+        topics.append(build(topic_entry, name=topic.name, partitions=tuple(partitions)))
+    return build(response, throttle_time=NO_THROTTLE, topics=tuple(topics))
