@@ -2,7 +2,7 @@
 
 A consumer group has one coordinator at a time, as in Kafka. Which broker incarnation owns a
 group lives in the batch coordinator (`BatchCoordinator.claim_group`), so every broker process
-agrees on it; the group's membership lives in the owner's memory (`_group_state.GroupState`).
+agrees on it; the group's membership lives in the owner's memory (`group_state.GroupState`).
 - **FindCoordinator** names the owner while its registration is live. Otherwise it claims the
   group for the broker the group's id hashes to among the live brokers; the claim takes effect
   only if the owner's registration is no longer live, so a broker joining the cluster never

@@ -70,5 +70,6 @@ class BrokerContext(Protocol):
 
 
 def serving(context: BrokerContext) -> GroupOwnership:
-    """The broker incarnation a group request came to: it must own the group (`_groups`)."""
+    """The broker incarnation a group request came to: it must own the group
+    (`_coordination.group_coordinator`)."""
     return GroupOwnership(context.broker_id, context.broker.broker_epoch, -1)

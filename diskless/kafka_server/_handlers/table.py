@@ -8,7 +8,7 @@ this table's ranges, so its handler is the table's own.
 Handlers are written once for every advertised version: values are named as kio names the fields
 and `build` keeps those the requested version has. Protocol outcomes are error codes in the
 response; a library failure becomes the code the library's error table gives the API's family
-(`diskless._kafka_errors`, through `_errors`).
+(`diskless._kafka_errors`).
 """
 
 from __future__ import annotations
