@@ -31,6 +31,7 @@ from diskless.clock import Clock, ManualClock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
     InMemoryBatchCoordinator,
+    PostgresBatchCoordinator,
     SqliteBatchCoordinator,
     TopicConfig,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "LocalObjectStore",
     "MemoryObjectStore",
     "ObjectStore",
+    "PostgresBatchCoordinator",
     "S3ObjectStore",
     "SqliteBatchCoordinator",
     "TopicConfig",

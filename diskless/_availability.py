@@ -101,7 +101,7 @@ class Availability:
         self._logger.debug("%s call failed: %r", self.dependency, error)
 
     def report(self, error: BaseException | None) -> None:
-        """A call's outcome: None or an answer (a missing object, a fenced broker) is
+        """A call's outcome: None or an answer (a missing object, a range outside it) is
         `answered`, a dependency's failure (`is_dependency_failure`) `failed`; anything else
         (a bug on this side) says nothing about the dependency."""
         if error is None:
@@ -114,7 +114,7 @@ class Availability:
 
 def is_dependency_failure(error: BaseException) -> bool:
     """Whether `error` is a coordinator or object store that did not answer (which its
-    `Availability` reports), rather than an answer (a fenced broker, a missing object) or a bug."""
+    `Availability` reports), rather than an answer (a missing object) or a bug."""
     return isinstance(error, CoordinatorError | StorageError) and error.retriable
 
 

@@ -556,8 +556,8 @@ class DisklessBroker:
     # --- administration pass-throughs ---------------------------------------------------------
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
-    ) -> bool:
-        """Create a topic in the coordinator; False if it already exists."""
+    ) -> ErrorCode:
+        """Create a topic in the coordinator: NONE, or TOPIC_ALREADY_EXISTS."""
         self._topics.forget([name])
         return await self._coordinator.create_topic(name, partitions, config)
 
@@ -566,9 +566,10 @@ class DisklessBroker:
         self._topics.forget([name])
         return await self._coordinator.create_partitions(name, total_partitions)
 
-    async def delete_topics(self, names: Sequence[str]) -> None:
+    async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
+        """Delete topics: per name NONE, or UNKNOWN_TOPIC_OR_PARTITION."""
         self._topics.forget(names)
-        await self._coordinator.delete_topics(names)
+        return await self._coordinator.delete_topics(names)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         return await self._coordinator.describe_topics(names)

@@ -7,9 +7,9 @@ asks the function of its API's family, the library (a failed partition inside a 
 fetch) and the Kafka front end (a call that raised) alike, so the same failure answers the same
 way whichever layer meets it.
 
-    family                  its APIs                        broker fenced      storage, coordinator,
-                                                            (zombie epoch)     timeout, unknown
-                                                            or closed          outcome, bug
+    family                  its APIs                        broker closed      storage, coordinator,
+                                                                               timeout, unknown
+                                                                               outcome, bug
     produce_error           Produce                         NOT_LEADER_OR_     KAFKA_STORAGE_ERROR
     fetch_error             Fetch                           FOLLOWER
     list_offsets_error      ListOffsets
@@ -26,7 +26,7 @@ way whichever layer meets it.
                             CreatePartitions,
                             DescribeConfigs
 
-Every code in the table is retriable for Kafka clients: a fenced or closing broker sends them to
+Every code in the table is retriable for Kafka clients: a closing broker sends them to
 another broker (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR refresh metadata or the coordinator), a
 failure of the machinery is retried in place. Where an API's list has no code that tells the two
 kinds apart (FindCoordinator, Metadata, the admin APIs), both get its one retriable code. The
@@ -40,10 +40,12 @@ from __future__ import annotations
 from typing import Final
 
 from diskless._types import ErrorCode
-from diskless.errors import BrokerClosedError, BrokerFencedError
+from diskless.errors import BrokerClosedError
 
-_GONE: Final = (BrokerFencedError, BrokerClosedError)
-"""This broker must not (fenced) or can no longer (closed) serve the request: go elsewhere."""
+_GONE: Final = (BrokerClosedError,)
+"""This broker can no longer serve the request: go elsewhere. (A fenced broker epoch is an
+answer of the coordinator, `ErrorCode.STALE_BROKER_EPOCH`, which the produce path turns into
+NOT_LEADER_OR_FOLLOWER as this table does.)"""
 
 
 def _partition_data(error: BaseException) -> ErrorCode:

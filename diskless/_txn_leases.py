@@ -127,6 +127,13 @@ class TransactionLeases:
             tp = request.topic_partition
             if lease.error is ErrorCode.NONE:
                 leases[tp] = lease.lease_id
+            elif lease.error is ErrorCode.STALE_BROKER_EPOCH:
+                # As for a fenced commit: the client goes to another broker.
+                results[tp] = ProduceResult(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    error_message=f"broker {self._broker_id} was fenced by a newer incarnation",
+                )
+                del valid[tp]
             else:
                 results[tp] = ProduceResult(
                     lease.error,

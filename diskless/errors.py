@@ -1,9 +1,10 @@
 """Exceptions for infrastructure failures.
 
-Protocol outcomes (a duplicate, an out-of-order sequence, a corrupt batch) are *values*: an
-`ErrorCode` in a per-partition result. Exceptions are reserved for failures of the machinery
-underneath, which callers turn into retriable Kafka errors. Third-party errors (botocore,
-sqlite3, OSError) are translated at the boundary where they occur and never leak.
+Protocol outcomes (a duplicate, an out-of-order sequence, a corrupt batch, a fenced broker
+epoch) are *values*: an `ErrorCode` in a per-partition result. Exceptions are reserved for
+failures of the machinery underneath, which callers turn into retriable Kafka errors.
+Third-party errors (botocore, sqlite3, OSError) are translated at the boundary where they occur
+and never leak.
 
     DisklessError
     ├── StorageError                  object storage failed; retriable
@@ -12,8 +13,7 @@ sqlite3, OSError) are translated at the boundary where they occur and never leak
     │   └── StorageTimeoutError       an operation exceeded its deadline
     ├── CoordinatorError              the batch coordinator failed; retriable
     │   ├── CoordinatorUnavailableError   the backing store is busy, locked or broken
-    │   ├── CommitOutcomeUnknownError     a commit may or may not have been applied
-    │   └── BrokerFencedError             the broker epoch is stale (a zombie broker)
+    │   └── CommitOutcomeUnknownError     a commit may or may not have been applied
     ├── BrokerIdInUseError            another live incarnation holds the broker id
     └── BrokerClosedError             the broker is shut down and takes no more work
 """
@@ -61,12 +61,6 @@ class CoordinatorUnavailableError(CoordinatorError):
 
 class CommitOutcomeUnknownError(CoordinatorError):
     """A commit's result was lost: it may or may not have been applied."""
-
-
-class BrokerFencedError(CoordinatorError):
-    """The commit carried a stale broker epoch; a newer incarnation of the broker exists."""
-
-    retriable = False
 
 
 class BrokerIdInUseError(DisklessError):

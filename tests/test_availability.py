@@ -10,7 +10,6 @@ import pytest
 
 from diskless._availability import Availability, is_dependency_failure, log_failure
 from diskless.errors import (
-    BrokerFencedError,
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,
     ObjectNotFoundError,
@@ -114,7 +113,7 @@ def test_settle_zero_ends_an_outage_at_the_first_answer(
 
 
 def test_report_tells_answers_from_failures(coordinator: Availability, clock: Clock) -> None:
-    coordinator.report(BrokerFencedError("stale epoch"))  # an answer: nothing changes
+    coordinator.report(ObjectNotFoundError("gone"))  # an answer: nothing changes
     assert coordinator.available
     coordinator.report(ValueError("a bug here"))  # says nothing about the dependency
     assert coordinator.available

@@ -32,6 +32,7 @@ EXPECTED_TOP_LEVEL = {
     "MemoryObjectStore",
     "ObjectStore",
     "OffsetSpec",
+    "PostgresBatchCoordinator",
     "ProduceResult",
     "ProduceStats",
     "RetentionScheduler",

@@ -4,12 +4,16 @@ Pipeline, one module per stage:
     spec        WorkloadSpec, RunSpec, CostRates: what a run is made of
     workload    seeded workload generation in Spark (one row per batch), parquet save/load
     execute     Spark tasks running brokers + pipelined idempotent producers on asyncio loops
-    verify      read-back through broker.fetch in Spark tasks, audited record by record
+    verify      read-back through broker.fetch in Spark tasks (readback), audited record by
+                record (audit)
     analysis    throughput, latency percentiles, object sizes, commit latency (Spark)
     cost        object-storage requests per GB vs. classic Kafka's cross-AZ replication
     baselines   raw PUT and raw SQLite insert rates on this machine, same run
     report      JSON, Markdown, PNG plots, printed summary, sweep comparison
-    cli         argparse front end and orchestration
+    consolidate the consolidation phase and its figures, before the second read-back
+    run         one run through every stage (progress: its bars and phase times)
+    options     the command line: workload spec, run options, sweep
+    cli         the entry point: one run or a sweep, exit status
 
 Examples:
     python -m benchmarks.harness                      # the default run, report in reports/<time>/

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
+from benchmarks.harness.audit import PartitionVerdict
 from benchmarks.harness.coordinators import is_shared
 from benchmarks.harness.env import (
     LatencyLog,
@@ -28,7 +29,7 @@ from benchmarks.harness.env import (
 from benchmarks.harness.placement import TaskPlace, here
 from benchmarks.harness.records import build_batch
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
-from benchmarks.harness.verify import PartitionVerdict, audit, expected_by_partition
+from benchmarks.harness.verify import audit, expected_by_partition
 from benchmarks.harness.workload import WorkloadRow, brokers_of_task
 from diskless import ErrorCode, TopicPartition
 from diskless.txn import TransactionCoordinator

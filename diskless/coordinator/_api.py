@@ -1,8 +1,11 @@
 """The batch coordinator's contract: the operations, and the values crossing it.
 
 Every batch-in operation is batch-out: `responses[i]` answers `requests[i]`, and a response list
-always has exactly the length of its request list. Protocol outcomes are `ErrorCode` values in the
-responses; exceptions (`diskless.errors.CoordinatorError`) mean the backing store failed.
+always has exactly the length of its request list. Protocol outcomes are values: an `ErrorCode`
+per topic, partition or request as Kafka answers it (a topic that exists, an unknown one, a
+stale broker epoch), or a refusal of a whole object (`CommitFileResult.refused`). Exceptions
+(`diskless.errors.CoordinatorError`) mean the backing store failed; a `ValueError` is an argument
+that no state of the coordinator would accept (an illegal topic name, a TTL out of range).
 """
 
 from __future__ import annotations
@@ -73,8 +76,9 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
-    ) -> bool:
-        """Create a topic; False (and no change) if it already exists."""
+    ) -> ErrorCode:
+        """Create a topic: NONE, or TOPIC_ALREADY_EXISTS (and no change). ValueError for an
+        illegal name or fewer than one partition (`check_topic_name`)."""
 
     @abc.abstractmethod
     async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
@@ -86,8 +90,10 @@ class BatchCoordinator(abc.ABC):
         """Describe the named topics (all topics when None); unknown names are omitted."""
 
     @abc.abstractmethod
-    async def delete_topics(self, names: Sequence[str]) -> None:
-        """Delete topics and all their batches; their files may become unreferenced."""
+    async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
+        """Delete topics and all their batches, in one step; their files may become
+        unreferenced. `result[i]` answers `names[i]`: NONE, or UNKNOWN_TOPIC_OR_PARTITION for a
+        topic that does not exist."""
 
     # --- brokers ------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -197,8 +203,9 @@ class BatchCoordinator(abc.ABC):
         A lease is granted only while the (producer, epoch) registration is ONGOING
         (INVALID_TXN_STATE otherwise, INVALID_PRODUCER_EPOCH for a stale epoch); it expires
         `ttl_ms` later on the coordinator's clock. An end of the transaction waits until each of
-        its leases is released by a commit or has expired. Raises BrokerFencedError for a stale
-        broker epoch. `result[i]` answers `requests[i]`.
+        its leases is released by a commit or has expired. A stale broker epoch is fenced, as
+        for `commit_file`: every request answers STALE_BROKER_EPOCH and none is granted.
+        `result[i]` answers `requests[i]`.
         """
 
     @abc.abstractmethod

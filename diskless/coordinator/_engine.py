@@ -78,15 +78,15 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
     # --- topics -------------------------------------------------------------------------------
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
-    ) -> bool:
+    ) -> ErrorCode:
         check_new_topic(name, partitions)
         row = TopicRow(name, partitions, config if config is not None else TopicConfig())
 
-        async def create(txn: StoreTxn) -> bool:
+        async def create(txn: StoreTxn) -> ErrorCode:
             if name in (await txn.load(Needs(topics={name}))).topics:
-                return False
+                return ErrorCode.TOPIC_ALREADY_EXISTS
             await txn.apply(Changes(topics_created=[row]))
-            return True
+            return ErrorCode.NONE
 
         return await self._write(create)
 
@@ -106,12 +106,16 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
         rows = await self._read(lambda view: view.topics(names))
         return [TopicDescription(r.name, r.partition_count, r.config) for r in rows]
 
-    async def delete_topics(self, names: Sequence[str]) -> None:
-        async def delete(txn: StoreTxn) -> None:
+    async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
+        async def delete(txn: StoreTxn) -> list[ErrorCode]:
             now = self._clock.now_ms()
             topics = (await txn.load(Needs(topics=set(names)))).topics
+            results = [
+                ErrorCode.NONE if name in topics else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                for name in names
+            ]
             if not topics:
-                return
+                return results
             tps = {
                 TopicPartition(t.name, i) for t in topics.values() for i in range(t.partition_count)
             }
@@ -122,8 +126,9 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
                 released.update(partition_refs.files)
             files = await self._released_files(txn, released, now)
             await txn.apply(Changes(topics_deleted=list(topics), files=files))
+            return results
 
-        await self._write(delete)
+        return await self._write(delete)
 
     # --- brokers ------------------------------------------------------------------------------
     async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:

@@ -11,9 +11,7 @@ import msgspec
 from diskless._limits import LEASE_TTL_MS_MAX
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator._engine_base import EngineBase
-from diskless.coordinator._rules.checks import (
-    check_broker_epoch,
-)
+from diskless.coordinator._rules.checks import broker_fenced
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.ownership import lease_wait_deadline
 from diskless.coordinator._rules.rows import (
@@ -117,7 +115,8 @@ class TransactionOperations(EngineBase):
             now = self._clock.now_ms()
             expires = now + ttl_ms
             snapshot = await txn.load(needs)
-            check_broker_epoch(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id))
+            if broker_fenced(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id)):
+                return [LeaseResult(ErrorCode.STALE_BROKER_EPOCH)] * len(requests)
             results: list[LeaseResult | None] = []
             granted: list[TxnLease] = []
             for tp, producer_id, producer_epoch in requests:

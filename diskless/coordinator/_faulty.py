@@ -98,7 +98,7 @@ class FaultyBatchCoordinator(BatchCoordinator):
     # Everything else passes straight through.
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
-    ) -> bool:
+    ) -> ErrorCode:
         return await self.inner.create_topic(name, partitions, config)
 
     async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
@@ -107,8 +107,8 @@ class FaultyBatchCoordinator(BatchCoordinator):
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         return await self.inner.describe_topics(names)
 
-    async def delete_topics(self, names: Sequence[str]) -> None:
-        await self.inner.delete_topics(names)
+    async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
+        return await self.inner.delete_topics(names)
 
     async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
         return await self.inner.register_broker(broker_id, exclusive=exclusive)

@@ -31,7 +31,7 @@ import signal
 import sys
 from pathlib import Path
 
-from diskless import BrokerConfig
+from diskless import BrokerConfig, ErrorCode
 from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL
 from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, CommitBounds
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX
@@ -208,7 +208,7 @@ async def _run(
             running_lifecycle(store, coordinator, lifecycle, lowest_live_broker(cluster.view, ids)),
         ):
             for name, partitions in args.topic:
-                created = await cluster.create_topic(name, partitions)
+                created = await cluster.create_topic(name, partitions) is ErrorCode.NONE
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
             print(f"bootstrap.servers={cluster.bootstrap()}")
             for rack in cluster.racks:

@@ -38,14 +38,12 @@ def aborted_transactions(
     response: FindBatchesResponse,
     batches: Sequence[BatchInfo],
     isolation_level: IsolationLevel,
-    more: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[int, int]]:
     """(producer id, first offset) of aborted transactions overlapping the returned batches.
 
     Only READ_COMMITTED fetches carry the list. The coordinator's index answers it (aborted
     transactions whose marker is at or after the fetch offset and whose first offset is below the
     end of the returned batches); this keeps those overlapping what is actually returned.
-    `more` are those of follow-up answers for the same partition (see `_plan`).
     """
     if isolation_level != IsolationLevel.READ_COMMITTED or not batches:
         return []
@@ -55,7 +53,7 @@ def aborted_transactions(
     assert first_offset <= last_offset, (first_offset, last_offset)
     return [
         (producer_id, txn_first_offset)
-        for producer_id, txn_first_offset in [*response.aborted_transactions, *more]
+        for producer_id, txn_first_offset in response.aborted_transactions
         if txn_first_offset <= last_offset
     ]
 

@@ -1,11 +1,12 @@
-"""The exact answer of a fetch whose coordinator answer holds extents.
+"""The exact answer of a fetch whose coordinator answer holds extents, from that answer alone.
 
-The coordinator cannot see inside an extent, so its answer is approximate (see
-`FindBatchesResponse`): it may hold more than the budgets allow, and when it counted an extent at
-full size it may hold less than they allow. This expands every extent into its batches from the
-fetch offset, applies `FetchBudget` again over all partitions in request order, and asks the
-coordinator for the rest of a partition when its answer stopped short of what the budgets allow.
-The result is what the fetch returned before consolidation, batch for batch.
+The coordinator sees an extent as one row, so over extents its answer is a superset (see
+`FindBatchesResponse`): it holds every batch the fetch budgets take, and possibly more. This
+expands each extent into its batches from the fetch offset, through the object's index (read
+once, then cached), and applies `FetchBudget` again over all partitions in request order. The
+result is what the fetch returned before consolidation, batch for batch, with no further call to
+the coordinator: where the answer ends before the budgets are spent, the next batch would not
+have fitted.
 """
 
 from __future__ import annotations
@@ -13,29 +14,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from diskless._types import ErrorCode, IsolationLevel
-from diskless.coordinator import (
-    BatchCoordinator,
-    BatchInfo,
-    FetchBudget,
-    FindBatchesRequest,
-    FindBatchesResponse,
-)
+from diskless._types import IsolationLevel
+from diskless.coordinator import BatchInfo, FetchBudget, FindBatchesRequest, FindBatchesResponse
 from diskless.errors import StorageError
-from diskless.read._batches import CorruptBatch, within_isolation
+from diskless.read._batches import CorruptBatch
 from diskless.read._extents import ExtentReader, Served
-
-TOP_UPS_PER_PARTITION_MAX = 64
-"""A bound on the follow-up calls for one partition (each one returns at least one batch)."""
 
 
 class PartitionPlan:
-    """What one partition returns: its batches, and any aborted transactions a follow-up call
-    reported beyond the first answer's; or the failure that stopped it."""
+    """What one partition returns: its batches, or the failure that stopped it."""
 
-    def __init__(self) -> None:
-        self.batches: list[Served] = []
-        self.extra_aborted: list[tuple[int, int]] = []
+    def __init__(self, batches: list[Served] | None = None) -> None:
+        self.batches: list[Served] = batches if batches is not None else []
         self.failure: CorruptBatch | StorageError | None = None
 
 
@@ -44,17 +34,20 @@ def has_extents(batches: Sequence[BatchInfo]) -> bool:
 
 
 async def plan_exact(
-    coordinator: BatchCoordinator,
     extents: ExtentReader,
     requests: Sequence[FindBatchesRequest],
     responses: Sequence[FindBatchesResponse],
     selected: dict[int, list[BatchInfo]],
     fetch_max_bytes: int,
 ) -> dict[int, PartitionPlan]:
-    """The batches each partition (by request index, in `selected`) returns."""
+    """The batches each partition (by request index, in `selected`) returns.
+
+    A partition that fails (an unreadable or corrupt extent) is charged nothing; the partitions
+    after it return what the answer holds for them, which is what they would have returned had
+    it not failed, or less."""
     await _warm(extents, requests, selected)
     budget = FetchBudget(fetch_max_bytes)
-    remaining, returned_any = fetch_max_bytes, False
+    remaining = fetch_max_bytes
     plans: dict[int, PartitionPlan] = {}
     for i, request in enumerate(requests):
         if i not in selected:
@@ -63,16 +56,12 @@ async def plan_exact(
         plan = PartitionPlan()
         plans[i] = plan
         try:
-            candidates = await _candidates(
-                coordinator, extents, request, responses[i], selected[i], room, returned_any, plan
-            )
+            candidates = await _candidates(extents, request, responses[i], selected[i], room)
         except (CorruptBatch, StorageError) as e:
             plan.failure = e
             continue
         plan.batches = budget.take(candidates, request.max_bytes)
-        taken = sum(batch.size for batch in plan.batches)
-        remaining = max(0, remaining - taken)
-        returned_any = returned_any or bool(plan.batches)
+        remaining = max(0, remaining - sum(batch.size for batch in plan.batches))
     return plans
 
 
@@ -95,17 +84,15 @@ async def _warm(
 
 
 async def _candidates(
-    coordinator: BatchCoordinator,
     extents: ExtentReader,
     request: FindBatchesRequest,
     response: FindBatchesResponse,
     batches: list[BatchInfo],
     room: int,
-    returned_any: bool,
-    plan: PartitionPlan,
 ) -> list[Served]:
     """The partition's batches from the fetch offset, enough of them for `FetchBudget.take` to
-    decide exactly: until they exceed `room`, or up to the end the first answer allows."""
+    decide exactly: until they exceed `room`, or to the end of the answer (which holds every
+    batch the budgets take)."""
     end = (
         response.last_stable_offset
         if request.isolation_level == IsolationLevel.READ_COMMITTED
@@ -113,42 +100,16 @@ async def _candidates(
     )
     candidates: list[Served] = []
     used = 0
-    next_offset = request.offset
-    known = set(response.aborted_transactions)
-    for _ in range(TOP_UPS_PER_PARTITION_MAX):
-        for info in batches:
-            if info.base_offset >= end or used > room:
+    for info in batches:
+        if info.base_offset >= end or used > room:
+            break
+        if info.extent is None:
+            found = [Served(info)]
+        else:
+            found = await extents.expand(info, request.offset, room - used)
+        for served in found:
+            if served.info.base_offset >= end or used > room:
                 break
-            if info.extent is None:
-                found = [Served(info)]
-            else:
-                found = await extents.expand(info, next_offset, room - used)
-            for served in found:
-                if served.info.base_offset >= end or used > room:
-                    break
-                candidates.append(served)
-                used += served.size
-                next_offset = served.info.last_offset + 1
-        if used > room or next_offset >= end or (used >= room and (candidates or returned_any)):
-            break
-        more = await coordinator.find_batches(
-            [
-                FindBatchesRequest(
-                    request.topic_partition,
-                    next_offset,
-                    max(1, room - used),
-                    request.isolation_level,
-                )
-            ],
-            max(1, room - used),
-        )
-        if len(more) != 1 or more[0].error != ErrorCode.NONE:
-            break
-        batches = within_isolation(more[0], request.isolation_level)
-        if not batches:
-            break
-        for aborted in more[0].aborted_transactions:
-            if aborted not in known:
-                known.add(aborted)
-                plan.extra_aborted.append(aborted)
+            candidates.append(served)
+            used += served.size
     return candidates

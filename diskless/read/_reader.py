@@ -13,8 +13,9 @@ path synthesizes their control batches.
 With an `ObjectCache`, stored bytes are read through its aligned blocks instead (one GET per
 block however many partitions and fetches need it: the coordinator gives each object's size, so
 a block is read whole, up to the object's end). Extents (consolidated runs of batches) are
-expanded through their object's index and the budgets applied again (`_plan`); their batches are
-already as served and go out unchanged, after the same checks.
+expanded through their object's index and the budgets applied again (`_plan`), over the same one
+answer of the coordinator; their batches are already as served and go out unchanged, after the
+same checks.
 
 ListOffsets answers that lie in records (by time, MAX_TIMESTAMP) are found by reading the batch
 the coordinator names and walking its records (`_time_lookup`).
@@ -177,11 +178,12 @@ class FetchReader:
             selected[i] = within_isolation(response, isolation_level)
 
         if any(has_extents(batches) for batches in selected.values()):
-            plans = await plan_exact(
-                self._coordinator, self._extents, requests, responses, selected, max_bytes
-            )
+            plans = await plan_exact(self._extents, requests, responses, selected, max_bytes)
         else:
-            plans = {i: _plan_of(batches) for i, batches in selected.items()}
+            plans = {
+                i: PartitionPlan([Served(info) for info in batches])
+                for i, batches in selected.items()
+            }
 
         spans = coalesce(
             (
@@ -353,15 +355,6 @@ class FetchReader:
             log_start_offset=response.log_start_offset,
             records=bytes(out),
             aborted_transactions=aborted_transactions(
-                response,
-                [served.info for served in plan.batches],
-                isolation_level,
-                plan.extra_aborted,
+                response, [served.info for served in plan.batches], isolation_level
             ),
         )
-
-
-def _plan_of(batches: list[BatchInfo]) -> PartitionPlan:
-    plan = PartitionPlan()
-    plan.batches = [Served(info) for info in batches]
-    return plan

@@ -128,7 +128,6 @@ def test_the_failures_cover_every_library_exception() -> None:
         "CoordinatorError",
         "CoordinatorUnavailableError",
         "CommitOutcomeUnknownError",
-        "BrokerFencedError",
         "BrokerClosedError",
         "WalFormatError",
     } <= names
@@ -145,9 +144,7 @@ def test_every_failure_is_a_retriable_code_of_its_api(family: str, failure: Base
 
 
 @pytest.mark.parametrize(
-    "failure",
-    [errors.BrokerFencedError("stale epoch"), errors.BrokerClosedError("closed")],
-    ids=lambda f: type(f).__name__,
+    "failure", [errors.BrokerClosedError("closed")], ids=lambda f: type(f).__name__
 )
 def test_a_broker_that_must_not_serve_sends_the_client_elsewhere(failure: Exception) -> None:
     assert produce_error(failure) is ErrorCode.NOT_LEADER_OR_FOLLOWER

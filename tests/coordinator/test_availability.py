@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from diskless._availability import SETTLE_S
+from diskless._types import ErrorCode
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator, SqliteBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
@@ -54,7 +55,7 @@ async def test_a_locked_sqlite_file_is_one_outage(
         tmp_path / "c.db", ManualClock(), busy_timeout_ms=10, busy_retry_s=0.05
     )
     try:
-        assert await coordinator.create_topic("before", 1)
+        assert await coordinator.create_topic("before", 1) is ErrorCode.NONE
         assert coordinator.availability.available
         holder = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
@@ -80,7 +81,7 @@ async def test_a_stopped_postgresql_server_is_one_outage(
     pg = server()
     coordinator = open_coordinator("postgres", tmp_path, ManualClock(), connect_timeout_ms=2_000)
     try:
-        assert await coordinator.create_topic("before", 1)
+        assert await coordinator.create_topic("before", 1) is ErrorCode.NONE
         await asyncio.to_thread(pg.stop)
         try:
             await _fail(coordinator, FAILED_CALLS)
@@ -108,8 +109,8 @@ async def test_a_backend_that_answers_stays_available(
 ) -> None:
     caplog.set_level(logging.INFO, "diskless.availability")
     coordinator = open_coordinator("memory", tmp_path, ManualClock())
-    assert await coordinator.create_topic("t", 1)
-    assert not await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
+    assert await coordinator.create_topic("t", 1) is ErrorCode.TOPIC_ALREADY_EXISTS
     with pytest.raises(ValueError):
         await coordinator.create_topic("bad/name", 1)  # refused: not the store failing
     assert coordinator.availability.available and coordinator.availability.outages == 0

@@ -29,7 +29,7 @@ OUT_OF_ORDER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 @pytest.fixture
 async def c(coordinator: BatchCoordinator) -> Committer:
-    assert await coordinator.create_topic("t", 2)
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
     return Committer(coordinator)
 
 
@@ -483,9 +483,9 @@ async def test_retention_ignores_unlimited_topics(c: Committer, clock: ManualClo
 # --- topics -----------------------------------------------------------------------------------
 async def test_topics(coordinator: BatchCoordinator) -> None:
     config = TopicConfig(retention_ms=5)
-    assert await coordinator.create_topic("a", 2, config)
-    assert not await coordinator.create_topic("a", 9)
-    assert await coordinator.create_topic("b", 1)
+    assert await coordinator.create_topic("a", 2, config) is ErrorCode.NONE
+    assert await coordinator.create_topic("a", 9) is ErrorCode.TOPIC_ALREADY_EXISTS
+    assert await coordinator.create_topic("b", 1) is ErrorCode.NONE
     described = await coordinator.describe_topics()
     assert [(d.name, d.partitions, d.config) for d in described] == [
         ("a", 2, config),
@@ -525,7 +525,7 @@ async def test_an_illegal_topic_name_is_refused(coordinator: BatchCoordinator, k
 async def test_kafkas_legal_topic_names_are_accepted(coordinator: BatchCoordinator) -> None:
     names = ["a", "x" * 249, "A-Z_a.z-0.9", "...", "_", "-"]
     for name in names:
-        assert await coordinator.create_topic(name, 1), name
+        assert await coordinator.create_topic(name, 1) is ErrorCode.NONE, name
     assert sorted(d.name for d in await coordinator.describe_topics()) == sorted(names)
 
 
@@ -539,7 +539,11 @@ async def test_delete_topics(coordinator: BatchCoordinator) -> None:
         shared,
     )
     await c.commit([batch(TopicPartition("a", 1))], only_a)
-    await coordinator.delete_topics(["a", "missing"])
+    assert await coordinator.delete_topics(["missing", "a"]) == [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NONE,
+    ]
+    assert await coordinator.delete_topics(["a"]) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
     assert [d.name for d in await coordinator.describe_topics()] == ["b"]
     assert (
         await c.one(batch(TopicPartition("a", 0)))

@@ -42,7 +42,7 @@ ALL = 1 << 40
 
 @pytest.fixture
 async def c(coordinator: BatchCoordinator) -> Committer:
-    assert await coordinator.create_topic("t", 2)
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
     return Committer(coordinator)
 
 
@@ -226,7 +226,7 @@ async def test_swap_refused_when_the_topic_was_recreated(c: Committer, clock: Ma
     await coordinator.delete_topics(["t"])
     result = await coordinator.commit_extent(swap_of(candidate))
     assert not result.swapped and "no longer exists" in result.reason
-    assert await coordinator.create_topic("t", 2)
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
     assert await coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
     assert await coordinator.write_txn_markers(1, 0, 1, False, 0, [TP]) == [OK]
     (recreated,) = await candidates(coordinator, clock)
@@ -419,7 +419,7 @@ async def test_topic_deletion_drops_extents(c: Committer, clock: ManualClock) ->
     assert await states(coordinator, [swap.object_key]) == [FileState.UNREFERENCED]
     stats = await coordinator.metadata_stats()
     assert (stats.batch_rows, stats.extent_rows, stats.retained_bytes) == (0, 0, 0)
-    assert await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
     assert (await fetch(coordinator, 0)).batches == []
 
 

@@ -113,7 +113,7 @@ async def test_generations_only_grow(coordinator: BatchCoordinator) -> None:
 async def test_offset_commits_are_fenced_by_owner_and_generation(
     coordinator: BatchCoordinator, clock: ManualClock
 ) -> None:
-    assert await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
     one = await _live(coordinator, 1)
     two = await _live(coordinator, 2, ttl_ms=10 * TTL_MS)
     owner = await coordinator.claim_group("g", 1, one)
@@ -142,7 +142,7 @@ async def test_offset_commits_are_fenced_by_owner_and_generation(
 async def test_transactional_offset_commits_are_fenced_too(
     coordinator: BatchCoordinator, clock: ManualClock
 ) -> None:
-    assert await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
     one = await _live(coordinator, 1)
     owner = await coordinator.claim_group("g", 1, one)
     assert owner is not None

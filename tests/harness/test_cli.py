@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import coordinators
-from benchmarks.harness.cli import parse_args
+from benchmarks.harness.options import parse_args
 from benchmarks.harness.spec import WorkloadSpec
 from tests import _postgres as postgres
 

@@ -20,10 +20,10 @@ import msgspec
 import pytest
 
 from benchmarks.harness import workload as workloads
-from benchmarks.harness.cli import Options, RunOutcome, run_once, succeeded
 from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID, gets_of, kb_per_retained_gb
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
 from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED, result_schema
+from benchmarks.harness.options import Options
 from benchmarks.harness.records import kafka_records
 from benchmarks.harness.report import (
     LATENCY_PLOT,
@@ -33,6 +33,7 @@ from benchmarks.harness.report import (
     THROUGHPUT_PLOT,
     write_report,
 )
+from benchmarks.harness.run import RunOutcome, run_once, succeeded
 from benchmarks.harness.spark import REPO_ROOT
 from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.verify import verify

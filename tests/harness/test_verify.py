@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.records import build_batch, record_value
-from benchmarks.harness.verify import (
+from benchmarks.harness.audit import (
     ExpectedBatch,
     Marker,
     PartitionVerdict,
     ReadRecord,
     check_partition,
-    committed_view,
-    decode_records,
-    summarize,
 )
+from benchmarks.harness.readback import committed_view, decode_records
+from benchmarks.harness.records import build_batch, record_value
+from benchmarks.harness.verify import summarize
 from benchmarks.harness.workload import WorkloadRow
 from diskless import TopicPartition
 

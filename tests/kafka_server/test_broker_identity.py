@@ -64,7 +64,7 @@ def _round_trip(address: str, name: str, count: int = 20) -> None:
     assert sorted(acked) == list(range(count))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def test_a_second_process_for_a_live_broker_id_exits_with_one_line(
     tmp_path: Path, backend: str
 ) -> None:
@@ -98,7 +98,7 @@ def test_a_second_process_for_a_live_broker_id_exits_with_one_line(
         first.kill()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def test_a_paused_process_fenced_by_a_new_one_stops_serving(tmp_path: Path, backend: str) -> None:
     places = _places(backend, tmp_path)
     options = [

@@ -263,6 +263,8 @@ def test_producers_ride_out_broker_processes_killed(
     options = [
         "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
         "--topic", f"{TOPIC}:{PARTITIONS}",
+        # A restarted broker waits for its old registration to expire: keep that short.
+        "--server-option", "broker_session_timeout_ms=3000",
     ]  # fmt: skip
     with broker_processes(3, tmp_path, options) as brokers:
 

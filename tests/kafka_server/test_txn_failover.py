@@ -97,6 +97,9 @@ class Server:
                 "1000",
                 "--txn-lease-ttl-ms",
                 "5000",
+                # The restarted process waits for its old registration to expire: keep it short.
+                "--server-option",
+                "broker_session_timeout_ms=3000",
                 "--log-level",
                 "INFO",
                 *options,

@@ -101,7 +101,11 @@ def _commit(producer: Producer, deadline: float) -> None:
             assert time.monotonic() < deadline, f"the transaction did not end in time: {e}"
 
 
-@pytest.mark.parametrize("restart", [True, False], ids=["restarted", "not-restarted"])
+@pytest.mark.parametrize(
+    "restart",
+    [True, pytest.param(False, marks=pytest.mark.slow)],
+    ids=["restarted", "not-restarted"],
+)
 def test_a_transaction_ends_soon_after_the_broker_holding_its_leases_dies(
     tmp_path: Path, restart: bool
 ) -> None:

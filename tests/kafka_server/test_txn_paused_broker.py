@@ -35,6 +35,7 @@ from typing import Any
 import kio.schema.add_partitions_to_txn.v1.request as add_partitions_v1
 import kio.schema.end_txn.v1.request as end_txn_v1
 import kio.schema.init_producer_id.v1.request as init_producer_id_v1
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode as WireError
@@ -271,6 +272,7 @@ def _high_watermarks(servers: str) -> dict[int, int]:
         consumer.close()
 
 
+@pytest.mark.slow  # a guard: it passes on code with the bug too; the test above reproduces it
 def test_librdkafka_transactions_ride_out_a_broker_paused_past_their_timeout(
     tmp_path: Path,
 ) -> None:

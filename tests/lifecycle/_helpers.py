@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import pytest
 
 from diskless import Clock, ManualClock, TopicPartition
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
@@ -48,6 +51,19 @@ def config(**overrides: object) -> FileManagerConfig:
     }
     settings.update(overrides)
     return FileManagerConfig(**settings)  # type: ignore[arg-type]
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, target: object, method: str) -> list[int]:
+    """From now on, `[n]`: how often the real `target.method` was called."""
+    calls = [0]
+    real: Callable[..., Awaitable[Any]] = getattr(target, method)
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(target, method, counted)
+    return calls
 
 
 class CommitRefused(Exception):

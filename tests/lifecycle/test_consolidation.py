@@ -4,8 +4,9 @@
   (aborts included, one transaction left open) on CREATE_TIME and LOG_APPEND_TIME topics, then
   DeleteRecords and retention. Every fetch (both isolation levels, every start offset, several
   budgets, alone and with the other partitions) and every ListOffsets answer is byte-for-byte
-  the same before and after the consolidator ran; WAL objects whose batches all moved become
-  UNREFERENCED, and the file manager deletes them.
+  the same before and after the consolidator ran, and every fetch over the extents asks the
+  coordinator once; WAL objects whose batches all moved become UNREFERENCED, and the file
+  manager deletes them.
 - Faults: a swap refused (the range changed) and a consolidator killed with SIGKILL between
   upload and swap (a child process, SQLite) each leave an orphan the file manager reclaims, and
   every fetch answers as before; a later consolidation moves the range once.
@@ -33,6 +34,7 @@ from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
 from tests._backends import BACKENDS, open_coordinator
 from tests.broker._kafka import build_batch
+from tests.lifecycle._helpers import count_calls
 
 SEED = int(os.environ.get("DISKLESS_SIM_SEED", random.randrange(1 << 30)))
 CT = [TopicPartition("ct", 0), TopicPartition("ct", 1)]
@@ -146,7 +148,7 @@ async def _observe(broker: DisklessBroker, rng: random.Random) -> list[Any]:
 
 
 async def test_consolidation_changes_no_fetch_and_no_list_offsets_answer(
-    coordinator: BatchCoordinator,
+    coordinator: BatchCoordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     print(f"seed={SEED} (DISKLESS_SIM_SEED={SEED} replays it)")
     rng = random.Random(SEED)
@@ -181,7 +183,10 @@ async def test_consolidation_changes_no_fetch_and_no_list_offsets_answer(
         assert stats.swaps_refused == 0 and stats.failures == 0, stats
         metadata = await coordinator.metadata_stats()
         assert metadata.extent_rows >= 8, metadata
+        calls = count_calls(monkeypatch, coordinator, "find_batches")
+        fetches = broker.stats().fetch.fetches
         after = await _observe(broker, random.Random(SEED))
+        assert calls == [broker.stats().fetch.fetches - fetches]  # one call per fetch
         assert len(after) == len(before)
         for expected, got in zip(before, after, strict=True):
             assert got == expected, (SEED, expected, got)

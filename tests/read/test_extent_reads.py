@@ -1,6 +1,7 @@
 """Property: over a coordinator that answers extents as the contract allows (the extent holding
-the fetch offset counted as empty, later ones at full size), every fetch and every ListOffsets
-answer is byte-for-byte what it was over the same batches as rows (seed printed).
+the fetch offset counted as empty, later ones at full size: a superset of what the budgets
+take), every fetch and every ListOffsets answer is byte-for-byte what it was over the same
+batches as rows, and every fetch asks the coordinator once (seed printed).
 
 The coordinator here is a small model of the contract, so that the read path is checked on its
 own; the differential test over the real coordinators is in tests/lifecycle."""
@@ -19,12 +20,12 @@ from diskless.coordinator import (
     BatchCoordinator,
     BatchInfo,
     ExtentIndex,
-    FetchBudget,
     FindBatchesRequest,
     FindBatchesResponse,
     ListOffsetsResponse,
     TimeLookup,
 )
+from diskless.coordinator._rules.reads import ExtentBudget
 from diskless.read import FetchReader, ObjectCache, read_as_served
 from diskless.storage import MemoryObjectStore
 from diskless.wal import encode_extent
@@ -33,13 +34,14 @@ from tests.broker._kafka import build_batch
 TPS = [TopicPartition("ct", 0), TopicPartition("lat", 0), TopicPartition("ct", 1)]
 
 
-class _Counted:
-    def __init__(self, info: BatchInfo, size: int) -> None:
-        self.info, self.size = info, size
+class _Row:
+    def __init__(self, info: BatchInfo) -> None:
+        self.info, self.size, self.is_extent = info, info.size, info.extent is not None
 
 
 class ModelCoordinator:
-    """find_batches over a fixed table of rows and extents, approximated as the contract says."""
+    """find_batches over a fixed table of rows and extents, as the contract says (the shared
+    rule's budget over extents)."""
 
     def __init__(self, table: dict[TopicPartition, list[BatchInfo]]) -> None:
         self.table = table
@@ -49,7 +51,7 @@ class ModelCoordinator:
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
     ) -> list[FindBatchesResponse]:
         self.calls += 1
-        budget = FetchBudget(fetch_max_bytes)
+        budget = ExtentBudget(fetch_max_bytes)
         out = []
         for r in requests:
             infos = self.table[r.topic_partition]
@@ -57,12 +59,7 @@ class ModelCoordinator:
             if not 0 <= r.offset <= hwm:
                 out.append(FindBatchesResponse(ErrorCode.OFFSET_OUT_OF_RANGE, []))
                 continue
-            rows = [
-                _Counted(b, 0 if b.extent is not None and b.base_offset <= r.offset else b.size)
-                for b in infos
-                if b.last_offset >= r.offset
-            ]
-            taken = budget.take(rows, r.max_bytes)
+            taken = budget.take((_Row(b) for b in infos if b.last_offset >= r.offset), r.max_bytes)
             out.append(
                 FindBatchesResponse(
                     ErrorCode.NONE,
@@ -174,11 +171,12 @@ async def test_fetches_and_list_offsets_over_extents_match_rows(seed: int) -> No
     after = await _consolidate(rng, store, table)
     assert any(b.extent is not None for rows in after.values() for b in rows)
     before_reader = FetchReader(store, cast(BatchCoordinator, ModelCoordinator(table)))
+    models = [ModelCoordinator(after), ModelCoordinator(after)]
     after_readers = [
-        FetchReader(store, cast(BatchCoordinator, ModelCoordinator(after))),
+        FetchReader(store, cast(BatchCoordinator, models[0])),
         FetchReader(
             store,
-            cast(BatchCoordinator, ModelCoordinator(after)),
+            cast(BatchCoordinator, models[1]),
             object_cache=ObjectCache(store, block_bytes=2048, bytes_max=1 << 16),
         ),
     ]
@@ -203,6 +201,7 @@ async def test_fetches_and_list_offsets_over_extents_match_rows(seed: int) -> No
                     assert got[o] == expected[o], (seed, o, request, partition_max, fetch_max)
             fetches += 1
     assert fetches > 100
+    assert [model.calls for model in models] == [fetches, fetches]  # one call per fetch
 
     # ListOffsets: the record the rows answer against the one the extent's index finds
     reader = after_readers[1]

@@ -77,7 +77,7 @@ def txn(pid: int, seq: int = 0, epoch: int = 0) -> bytes:
 
 @pytest.fixture
 async def watching(coordinator: BatchCoordinator) -> Watching:
-    assert await coordinator.create_topic("t", 3)
+    assert await coordinator.create_topic("t", 3) is ErrorCode.NONE
     return Watching(coordinator)
 
 

@@ -32,8 +32,8 @@ TTL_MS = 60_000
 @pytest.fixture
 async def c(coordinator: BatchCoordinator) -> Committer:
     # "b" is created last, so SQLite hands its partition ids out again when it is re-created.
-    assert await coordinator.create_topic("a", 2)
-    assert await coordinator.create_topic("b", 2)
+    assert await coordinator.create_topic("a", 2) is ErrorCode.NONE
+    assert await coordinator.create_topic("b", 2) is ErrorCode.NONE
     return Committer(coordinator)
 
 
@@ -154,7 +154,7 @@ async def test_a_re_created_topic_gets_no_marker_of_its_predecessors_transaction
     coordinator = c.coordinator
     pid, epoch = await open_txn(tc, c, "tx", [A0, B0])
     await coordinator.delete_topics(["b"])
-    assert await coordinator.create_topic("b", 2)
+    assert await coordinator.create_topic("b", 2) is ErrorCode.NONE
     # The new b-0 carries nothing of the transaction: no lease for it, no inherited state.
     assert c.epoch is not None
     (refused,) = await coordinator.acquire_txn_leases(
@@ -194,7 +194,7 @@ async def test_the_participant_answers_unknown_for_deleted_and_skips_re_created_
     assert await coordinator.add_partitions_to_txn(1, 0, [A0, B0, B1]) == [OK, OK, OK]
     await produce(c, B0, 1, 0, 0)
     await coordinator.delete_topics(["b"])
-    assert await coordinator.create_topic("b", 1)  # b-0 again; b-1 stays deleted
+    assert await coordinator.create_topic("b", 1) is OK  # b-0 again; b-1 stays deleted
     ended = await drive(clock, coordinator.write_txn_markers(1, 0, 1, False, 0, [A0, B0, B1]))
     assert ended == [OK, OK, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
     assert await log(coordinator, A0) == ([ControlType.ABORT], 1, 1)

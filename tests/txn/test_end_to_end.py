@@ -146,7 +146,7 @@ async def test_read_committed_sees_exactly_the_committed_transactions(
     print(f"seed {SEED} (set DISKLESS_SEED to replay)")
     rng = random.Random(SEED)
     async with backends(kind, tmp_path) as (store, coordinator):
-        assert await coordinator.create_topic(TOPIC, PARTITIONS)
+        assert await coordinator.create_topic(TOPIC, PARTITIONS) is ErrorCode.NONE
         brokers = [DisklessBroker(i, store, coordinator, CONFIG) for i in (1, 2, 3)]
         async with contextlib.AsyncExitStack() as stack:
             for broker in brokers:

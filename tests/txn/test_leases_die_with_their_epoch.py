@@ -30,7 +30,7 @@ async def _leased_by_broker(
 ) -> tuple[int, int]:
     """Broker 7 registers (announcing a registration for `ttl_ms` when asked) and leases a
     transactional batch of producer 1 on TP; returns (its epoch, the lease id)."""
-    assert await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
     assert await coordinator.add_partitions_to_txn(1, 0, [TP]) == [OK]
     epoch = await coordinator.register_broker(7)
     if announce:

@@ -27,7 +27,6 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
-from diskless.errors import BrokerFencedError
 from diskless.txn import TransactionParticipant
 from tests.coordinator._helpers import Committer, batch
 
@@ -43,7 +42,7 @@ COMMITTED = IsolationLevel.READ_COMMITTED
 
 @pytest.fixture
 async def c(coordinator: BatchCoordinator) -> Committer:
-    assert await coordinator.create_topic("t", 2)
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
     return Committer(coordinator)
 
 
@@ -193,8 +192,13 @@ async def test_leases_need_an_ongoing_registration_and_a_current_broker(c: Commi
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ]
     assert results[0].lease_id >= 0
-    with pytest.raises(BrokerFencedError):
-        await coordinator.acquire_txn_leases(1, epoch + 1, [LeaseRequest(TP, 7, 1)], TTL_MS)
+    # A stale (or unknown) broker epoch is fenced, as a commit is: every request, nothing granted.
+    for broker, stale in ((1, epoch + 1), (1, epoch - 1), (2, 1)):
+        fenced = await coordinator.acquire_txn_leases(
+            broker, stale, [LeaseRequest(TP, 7, 1), LeaseRequest(UNKNOWN, 7, 1)], TTL_MS
+        )
+        assert [r.error for r in fenced] == [ErrorCode.STALE_BROKER_EPOCH] * 2
+        assert [r.lease_id for r in fenced] == [-1, -1]
 
 
 async def test_commit_releases_its_lease(c: Committer, clock: ManualClock) -> None:
@@ -381,7 +385,7 @@ async def test_lso_never_below_log_start(c: Committer, clock: ManualClock) -> No
 
 # --- the commit-age bound -------------------------------------------------------------------
 async def test_commit_age_bound(coordinator: BatchCoordinator, clock: ManualClock) -> None:
-    assert await coordinator.create_topic("t", 1)
+    assert await coordinator.create_topic("t", 1) is ErrorCode.NONE
     epoch = await coordinator.register_broker(1)
     old = new_object_key(DEFAULT_OBJECT_PREFIX, clock.now_ms(), 1)
     fresh = new_object_key(DEFAULT_OBJECT_PREFIX, clock.now_ms(), 1)
@@ -467,7 +471,7 @@ async def test_end_in_one_sqlite_instance_waits_for_a_lease_held_through_another
     broker_side = SqliteBatchCoordinator(tmp_path / "shared.db", clock=clock)
     txn_side = SqliteBatchCoordinator(tmp_path / "shared.db", clock=clock)
     try:
-        assert await broker_side.create_topic("t", 1)
+        assert await broker_side.create_topic("t", 1) is ErrorCode.NONE
         c = Committer(broker_side)
         assert await txn_side.add_partitions_to_txn(1, 0, [TP]) == [OK]
         held = await lease(c, 1, 0)

@@ -101,7 +101,7 @@ async def opened_on_exit(gate: asyncio.Event) -> AsyncIterator[None]:
 async def tc(
     coordinator: BatchCoordinator, clock: ManualClock
 ) -> AsyncIterator[TransactionCoordinator]:
-    assert await coordinator.create_topic("t", 3)
+    assert await coordinator.create_topic("t", 3) is ErrorCode.NONE
     yield TransactionCoordinator(coordinator, clock=clock)
 
 
@@ -242,7 +242,7 @@ async def test_c_lso_with_interleaved_transactions_matches_a_model(
     rng = random.Random(SEED)
     partitions = [TopicPartition("m", p) for p in range(6)]
     producers = list(range(100, 110))
-    assert await coordinator.create_topic("m", len(partitions))
+    assert await coordinator.create_topic("m", len(partitions)) is ErrorCode.NONE
     broker_epoch = await coordinator.register_broker(1)
     model = Model(
         {tp: 0 for tp in partitions},

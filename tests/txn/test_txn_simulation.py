@@ -209,7 +209,7 @@ async def simulate(seed: int, transactions: int) -> World:
     clock = ManualClock(SIM_START_MS)  # fixed, so that a seed replays exactly
     memory = MemoryObjectStore(clock)
     inner = InMemoryBatchCoordinator(clock=clock)
-    assert await inner.create_topic(TOPIC, PARTITIONS)
+    assert await inner.create_topic(TOPIC, PARTITIONS) is ErrorCode.NONE
     store = FaultyObjectStore(
         memory,
         random.Random(rng.random()),

@@ -8,7 +8,6 @@ import re
 from typing import Final
 
 from diskless.coordinator._values import FileState
-from diskless.errors import BrokerFencedError
 
 
 def broker_fenced(broker_id: int, broker_epoch: int, latest_epoch: int | None) -> str | None:
@@ -19,13 +18,6 @@ def broker_fenced(broker_id: int, broker_epoch: int, latest_epoch: int | None) -
     if broker_epoch != latest_epoch:
         return f"broker {broker_id} epoch {broker_epoch} is not the current epoch {latest_epoch}"
     return None
-
-
-def check_broker_epoch(broker_id: int, broker_epoch: int, latest_epoch: int | None) -> None:
-    """`broker_fenced` as an exception, for the calls that answer with one (leases)."""
-    fenced = broker_fenced(broker_id, broker_epoch, latest_epoch)
-    if fenced is not None:
-        raise BrokerFencedError(fenced)
 
 
 def object_key_taken(object_key: str, state: FileState | None) -> str | None:

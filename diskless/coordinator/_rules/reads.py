@@ -31,6 +31,17 @@ class Sized(Protocol):
 T_Sized = TypeVar("T_Sized", bound=Sized)
 
 
+class Row(Sized, Protocol):
+    """What `ExtentBudget` walks: a stored row, or (for models of the contract) anything that
+    tells its size and whether it is an extent."""
+
+    @property
+    def is_extent(self) -> bool: ...
+
+
+T_Row = TypeVar("T_Row", bound=Row)
+
+
 class ReadSource(Protocol):
     """Index lookups a backend provides; every one is O(log n) plus the rows it yields."""
 
@@ -89,8 +100,9 @@ class FetchBudget:
 
 class ExtentBudget:
     """`FetchBudget` over rows some of which are extents, whose batches the coordinator does not
-    see: it returns, per partition, every row the exact walk over the expanded batches could
-    take from (a superset), and exactly `FetchBudget`'s answer when there is no extent.
+    see: it returns, per partition, every row the exact walk over the expanded batches takes
+    from (a superset, so that the read path cuts it back without asking again), and exactly
+    `FetchBudget`'s answer when there is no extent.
 
     It keeps two bounds on what the exact walk has left of the response budget. The high one
     decides what to take: the extent holding the fetch offset counts 0 bytes (the exact walk
@@ -98,6 +110,10 @@ class ExtentBudget:
     After a partition, the high bound loses only the bytes the exact walk surely took (the
     leading rows before any extent that fit the low bound), and the low bound everything
     returned; so no later partition gets less budget here than the exact walk gives it.
+
+    Where it stops, the exact walk stops too: a row that does not fit here (and is left out)
+    fits the exact walk's smaller budget even less, and a row taken past the budget here is
+    past it there.
     """
 
     def __init__(self, fetch_max_bytes: int) -> None:
@@ -105,10 +121,10 @@ class ExtentBudget:
         self._low = fetch_max_bytes
         self._returned_any = False
 
-    def take(self, rows: Iterable[StoredBatch], partition_max_bytes: int) -> list[StoredBatch]:
+    def take(self, rows: Iterable[T_Row], partition_max_bytes: int) -> list[T_Row]:
         budget = max(0, min(partition_max_bytes, self._high))
         sure_budget = max(0, min(partition_max_bytes, self._low))
-        taken: list[StoredBatch] = []
+        taken: list[T_Row] = []
         used = 0  # a lower bound of the exact walk's bytes up to here, should it get here
         sure = 0
         sure_open = True
@@ -145,7 +161,7 @@ def find_batches(
     source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
 ) -> list[FindBatchesResponse]:
     """Batches from each requested offset within the fetch's budgets (`FetchBudget`; over
-    extents a superset, `ExtentBudget`).
+    extents the superset of `ExtentBudget`, which the read path cuts back exactly).
 
     READ_COMMITTED stops at the last stable offset (the LSO is always the first offset of a
     batch: the open transaction's first one) and lists the aborted transactions overlapping what

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import admin_error, delete_records_error
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
@@ -181,7 +181,8 @@ async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bo
         raise _Refused(WireError.invalid_config, str(e)) from None
     try:
         if validate_only:
-            created = not await context.broker.describe_topics([topic.name])
+            known = await context.broker.describe_topics([topic.name])
+            created = ErrorCode.TOPIC_ALREADY_EXISTS if known else ErrorCode.NONE
         else:
             created = await context.broker.create_topic(topic.name, partitions, config)
     except ValueError as e:  # a rule of the coordinator
@@ -189,8 +190,8 @@ async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bo
     except DisklessError as e:
         error = failure(admin_error, e, f"creating topic {topic.name!r}")
         return _Created(error, "the batch coordinator is unavailable; try again")
-    if not created:
-        raise _Refused(WireError.topic_already_exists, f"topic {topic.name!r} already exists")
+    if created is not ErrorCode.NONE:
+        raise _Refused(wire(created), f"topic {topic.name!r} already exists")
     _log.info("created topic %r with %d partitions", topic.name, partitions)
     return _Created(WireError.none, None, partitions, config)
 
@@ -242,11 +243,10 @@ async def handle_delete_topics(
     names = list(dict.fromkeys(request.topic_names))
     errors: dict[str, WireError] = {}
     try:
-        known = {d.name for d in await context.broker.describe_topics(names)}
-        errors = {n: WireError.unknown_topic_or_partition for n in names if n not in known}
-        if known:
-            await context.broker.delete_topics(sorted(known))
-            _log.info("deleted topics %s", sorted(known))
+        deleted = await context.broker.delete_topics(names) if names else []
+        errors = {n: wire(code) for n, code in zip(names, deleted, strict=True)}
+        if gone := [n for n, code in zip(names, deleted, strict=True) if code is ErrorCode.NONE]:
+            _log.info("deleted topics %s", gone)
     except DisklessError as e:
         code = failure(admin_error, e, "deleting topics")
         errors = dict.fromkeys(names, code)

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import find_coordinator_error, metadata_error
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
@@ -125,7 +125,7 @@ async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, 
         except ValueError:
             continue  # Kafka's topic name rules; the topic stays unknown
         try:
-            if await context.broker.create_topic(name, partitions):
+            if await context.broker.create_topic(name, partitions) is ErrorCode.NONE:
                 _log.info("created topic %r with %d partitions on first use", name, partitions)
         except ValueError as e:  # refused by the coordinator: the topic stays unknown
             _log.warning("metadata: cannot create topic %r: %r", name, e)

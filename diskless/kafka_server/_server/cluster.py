@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from diskless import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker, ErrorCode
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server._coordination.cluster_view import ClusterView
@@ -203,7 +203,8 @@ class KafkaCluster:
 
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
-    ) -> bool:
+    ) -> ErrorCode:
+        """NONE, or TOPIC_ALREADY_EXISTS (`BatchCoordinator.create_topic`)."""
         return await self._coordinator.create_topic(name, partitions, config)
 
     def bootstrap(self, rack: str | None = None) -> str:
