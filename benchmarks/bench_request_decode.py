@@ -23,7 +23,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from diskless.kafka_server._declared_sizes import check_declared_sizes
+from diskless.kafka_server._protocol._declared_sizes import check_declared_sizes
 
 PARTITION_COUNTS: Final = (1, 10, 100, 1000)
 RECORD_BYTES: Final = (1024, 16 * 1024)

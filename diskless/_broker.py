@@ -21,24 +21,33 @@ caller whose timeout passes is answered REQUEST_TIMED_OUT while its request stil
 
 Order matters: a producer pipelines up to five requests per connection and the coordinator
 sequences them in the order they reach the WAL. So requests reach `WalWriter.write` in the order
-`produce` started, even when an earlier one had to wait for topic metadata: each request takes a
-ticket synchronously when its coroutine starts running (at once when the caller awaits it) and hands
-its batches to the writer only after its predecessor has. A request handed over at once needs no
-ticket: its predecessors are all in already, and nothing runs between its check and its hand-over.
+`produce` started, even when an earlier one had to wait for topic metadata or for its caller's
+`rewrite`: each request takes a ticket synchronously when its coroutine starts running (at once
+when the caller awaits it) and hands its batches to the writer only after its predecessor has. A
+request handed over at once needs no ticket: its predecessors are all in already, and nothing runs
+between its check and its hand-over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
 from diskless._availability import log_failure
 from diskless._broker_config import BrokerConfig, check_commit_bounds, txn_lease_budget_ms
 from diskless._kafka_errors import list_offsets_error
+from diskless._produce_check import (
+    TIMED_OUT,
+    check_produce,
+    errors_in,
+    has_lease,
+    has_transactional,
+    owned_bytes,
+    size_of,
+)
 from diskless._produce_check import Checked as _Checked
-from diskless._produce_check import check_produce, has_transactional
 from diskless._results import (
     BrokerStats,
     FetchResult,
@@ -69,6 +78,11 @@ _Prepared: TypeAlias = tuple[
     dict[TopicPartition, ProduceResult], list[WalEntry], PendingWrite | None
 ]
 """A request handed to the WAL: the validation errors, the valid batches, their pending write."""
+Rewrite: TypeAlias = Callable[
+    [Mapping[TopicPartition, bytes | memoryview]],
+    Awaitable[Mapping[TopicPartition, bytes | bytearray | memoryview]],
+]
+"""Replaces a produce request's batches in its turn, before validation (see `produce`)."""
 _log = logging.getLogger(__name__)
 
 ACKS_ALL: Final = -1
@@ -234,13 +248,17 @@ class DisklessBroker:
         acks: int = ACKS_ALL,
         timeout_ms: int | None = None,
         allow_zstd: bool = True,
+        rewrite: Rewrite | None = None,
     ) -> dict[TopicPartition, ProduceResult]:
         """Kafka Produce: one record batch per partition; a result per partition.
 
         Every partition is validated on its own and fails alone. acks=1 behaves as acks=-1 (an
         ack always means durable and sequenced); acks=0 returns {} at once while the write goes
         on in the background (awaited by `close`). Raises BrokerClosedError after `close`.
-        `allow_zstd=False` (for a Produce request below v7) refuses zstd batches.
+        `allow_zstd=False` (for a Produce request below v7) refuses zstd batches. `rewrite` is
+        awaited in the request's turn, before validation, for the batches to write instead (the
+        Kafka front end's transaction-version-1 bridge, which reads the coordinator): the request
+        keeps its place in arrival order however long it takes, and its failure is the request's.
 
         As in Kafka, `timeout_ms` (even 0) bounds only the wait: partitions not answered in time
         get REQUEST_TIMED_OUT while their write goes on, to be committed or to fail within the
@@ -263,8 +281,8 @@ class DisklessBroker:
         # The work before the WAL outlives a caller that stops waiting, within its own budget.
         budget_s = max(timeout_s, self._request_budget_s)
         admit_s = max(budget_s, self._wal_budget_s)
-        owned = {tp: _owned(data) for tp, data in partitions.items()}
-        checked = self._check_now(owned, allow_zstd)
+        owned = {tp: owned_bytes(data) for tp, data in partitions.items()}
+        checked = self._check_now(owned, allow_zstd) if rewrite is None else None
         if checked is not None and not has_transactional(checked[1]):
             prepared = self._hand_over(writer, checked, admit_s, acks)
             if prepared is None:  # acks=0 whose hand-over failed (logged)
@@ -273,7 +291,7 @@ class DisklessBroker:
                 self._count_unanswered(prepared)
                 return {}
         else:
-            prepare = self._prepare_later(writer, owned, checked, admit_s, allow_zstd)
+            prepare = self._prepare_later(writer, owned, checked, admit_s, allow_zstd, rewrite)
             await asyncio.sleep(0)  # its first step: all of it unless it waits
             if not prepare.done():  # waiting for the coordinator or for the request before it
                 self._bound(prepare, now + budget_s)
@@ -282,14 +300,14 @@ class DisklessBroker:
                 return {}
             if not await self._wait_until(prepare, deadline) or prepare.cancelled():
                 self._count_produce(len(owned), failed=len(owned), accepted_bytes=0)
-                return dict.fromkeys(partitions, _TIMED_OUT)
+                return dict.fromkeys(partitions, TIMED_OUT)
             prepared = prepare.result()
         results, entries, pending = prepared
-        failed = _errors_in(results)  # found before the WAL
+        failed = errors_in(results)  # found before the WAL
         if pending is not None:
             written = await writer.wait(pending, timeout_s=deadline - self._clock.monotonic())
             failed += self._answer(results, entries, written)
-        self._count_produce(len(owned), failed=failed, accepted_bytes=_size_of(entries))
+        self._count_produce(len(owned), failed=failed, accepted_bytes=size_of(entries))
         return {tp: results[tp] for tp in partitions}
 
     def _check_now(
@@ -328,6 +346,7 @@ class DisklessBroker:
         checked: _Checked | None,
         admit_s: float,
         allow_zstd: bool,
+        rewrite: Rewrite | None,
     ) -> asyncio.Task[_Prepared]:
         """Start the request's way to the WAL as a task of its own, holding the next ticket."""
         # Take the ticket now, synchronously, so that arrival order is write order.
@@ -335,7 +354,9 @@ class DisklessBroker:
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admitted = mine
         prepare = asyncio.create_task(
-            self._prepare(writer, partitions, checked, previous, mine, admit_s, allow_zstd),
+            self._prepare(
+                writer, partitions, checked, previous, mine, admit_s, allow_zstd, rewrite
+            ),
             name=f"produce-b{self._broker_id}",
         )
         self._background.add(prepare)
@@ -347,8 +368,8 @@ class DisklessBroker:
         results, entries, _ = prepared
         self._count_produce(
             len(results) + len(entries),
-            failed=_errors_in(results),
-            accepted_bytes=_size_of(entries),
+            failed=errors_in(results),
+            accepted_bytes=size_of(entries),
         )
 
     def _count_unanswered_task(self, prepare: asyncio.Task[_Prepared]) -> None:
@@ -370,14 +391,19 @@ class DisklessBroker:
         mine: asyncio.Future[None],
         admit_s: float,
         allow_zstd: bool,
+        rewrite: Rewrite | None,
     ) -> _Prepared:
-        """Validate (unless `checked` already is), take leases, wait for the request before this
-        one, hand the valid batches to the WAL.
+        """Rewrite (if asked to), validate (unless `checked` already is), take leases, wait for
+        the request before this one, hand the valid batches to the WAL.
 
         Runs as a task of its own, so that a caller giving up does not stop the write (Kafka
         appends whatever the produce timeout; the timeout bounds the wait for acknowledgement).
         """
         try:
+            if rewrite is not None:
+                rewritten = await rewrite(partitions)
+                assert rewritten.keys() == partitions.keys(), "a rewrite keeps the partitions"
+                partitions = {tp: owned_bytes(data) for tp, data in rewritten.items()}
             if checked is None:  # against the topics' descriptions, refreshed if need be
                 topics, unavailable = await self._topics.describe(
                     {tp.topic for tp in partitions}, partitions
@@ -403,7 +429,7 @@ class DisklessBroker:
         if not entries:
             return None
         pending = writer.submit(entries, admit_s=admit_s)
-        if _has_lease(entries):
+        if has_lease(entries):
             pending.future.add_done_callback(lambda _: self._settle(entries, pending))
         return pending
 
@@ -565,35 +591,3 @@ class DisklessBroker:
             fetch=self._reader.stats(),
             wal=self._writer.stats() if self._writer is not None else None,
         )
-
-
-_TIMED_OUT: Final = ProduceResult(
-    ErrorCode.REQUEST_TIMED_OUT,
-    error_message="the request timed out before reaching the WAL; it may still be written",
-)
-
-
-def _errors_in(results: dict[TopicPartition, ProduceResult]) -> int:
-    failed = 0
-    for result in results.values():
-        if result.error != ErrorCode.NONE:
-            failed += 1
-    return failed
-
-
-def _size_of(entries: list[WalEntry]) -> int:
-    size = 0
-    for entry in entries:
-        size += entry.header.size
-    return size
-
-
-def _has_lease(entries: list[WalEntry]) -> bool:
-    return any(entry.lease_id is not None for entry in entries)
-
-
-def _owned(data: bytes | bytearray | memoryview) -> bytes | memoryview:
-    """`data`, copied unless immutable: the write may outlive the call (acks=0, a timeout)."""
-    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
-        return data
-    return bytes(data)

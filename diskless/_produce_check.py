@@ -1,16 +1,18 @@
 """A produce request's per-partition checks against its topics' descriptions: the part of
-produce that needs no waiting, so the broker can run it in the caller's step."""
+produce that needs no waiting, so the broker can run it in the caller's step; and what the broker
+reads off a request on its way (its bytes made its own, its failures, its size)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription
 from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
+from diskless.wal import WalEntry
 
 Checked: TypeAlias = tuple[dict[TopicPartition, ProduceResult], dict[TopicPartition, BatchHeader]]
 """A checked request: the errors found, and the valid batches (before transaction leases)."""
@@ -90,3 +92,35 @@ def _unknown(tp: TopicPartition) -> ProduceResult:
     return ProduceResult(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown partition {tp}"
     )
+
+
+TIMED_OUT: Final = ProduceResult(
+    ErrorCode.REQUEST_TIMED_OUT,
+    error_message="the request timed out before reaching the WAL; it may still be written",
+)
+
+
+def errors_in(results: dict[TopicPartition, ProduceResult]) -> int:
+    failed = 0
+    for result in results.values():
+        if result.error != ErrorCode.NONE:
+            failed += 1
+    return failed
+
+
+def size_of(entries: list[WalEntry]) -> int:
+    size = 0
+    for entry in entries:
+        size += entry.header.size
+    return size
+
+
+def has_lease(entries: list[WalEntry]) -> bool:
+    return any(entry.lease_id is not None for entry in entries)
+
+
+def owned_bytes(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """`data`, copied unless immutable: the write may outlive the call (acks=0, a timeout)."""
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
+        return data
+    return bytes(data)

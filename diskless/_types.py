@@ -41,6 +41,7 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
@@ -79,6 +80,7 @@ _RETRIABLE = frozenset(
     {
         ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,

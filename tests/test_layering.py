@@ -150,20 +150,41 @@ def test_library_packages_meet_only_through_their_public_names() -> None:
     assert not private
 
 
-def test_kafka_handlers_reach_the_broker_only_through_their_context() -> None:
-    """Handlers see the serving broker as `_context.BrokerContext`, never as the server itself:
-    the server imports the handler table, so the other direction would be a circle."""
-    server_side = {"diskless.kafka_server._server", "diskless.kafka_server._cluster"}
-    handler_side = [
-        name
-        for name in modules()
-        if name.startswith(("diskless.kafka_server._handle", "diskless.kafka_server._route"))
-    ]
-    assert len(handler_side) >= 6  # the table, the route and the families
-    reaching = [
-        f"{name} -> {target}"
+KAFKA_SERVER: Final = "diskless.kafka_server"
+KAFKA_SERVER_PARTS: Final = ("_protocol", "_coordination", "_handlers", "_server")
+"""The parts of `diskless.kafka_server`, lowest first; the package's own modules (`__init__`,
+`__main__`) sit above them all."""
+
+
+def kafka_server_part(module: str) -> int:
+    first = module.removeprefix(KAFKA_SERVER).lstrip(".").split(".")[0]
+    return (
+        KAFKA_SERVER_PARTS.index(first) if first in KAFKA_SERVER_PARTS else len(KAFKA_SERVER_PARTS)
+    )
+
+
+def test_kafka_server_parts_import_down_and_only_each_others_public_modules() -> None:
+    """Protocol, coordination, handlers, server: the handlers see the broker serving them only as
+    `_handlers.context.BrokerContext`, and the server reaches the APIs only through the handler
+    table (`_handlers.table`), never a handler's module (they are private to their part)."""
+    inside = {
+        name: {t for t in targets if t.startswith(KAFKA_SERVER)}
         for name, targets in graph().items()
-        if name in handler_side
-        for target in targets & server_side
+        if name.startswith(KAFKA_SERVER)
+    }
+    assert {kafka_server_part(name) for name in inside} == set(range(len(KAFKA_SERVER_PARTS) + 1))
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in inside.items()
+        for target in targets
+        if kafka_server_part(target) > kafka_server_part(name)
     ]
-    assert not reaching
+    assert not upward
+    private = [
+        f"{name} -> {target}"
+        for name, targets in inside.items()
+        for target in targets
+        if kafka_server_part(target) != kafka_server_part(name)
+        and any(part.startswith("_") for part in target.split(".")[3:])
+    ]
+    assert not private

@@ -7,26 +7,36 @@ batch coordinator. From a shell:
 
     python -m diskless.kafka_server --brokers 3 --racks 3 --data-dir DIR [--topic NAME:N]
 
-Where to read on:
-- `_versions`: the advertised API versions and why each range ends where it does;
-- `_metadata`: how Metadata routes each client's produce requests to its rack's produce
-  representative (there is no partition leader on the write path);
-- `_server`: framing, ordering, and when a connection is closed rather than answered;
-- `_codec` and `_declared_sizes`: decoding with kio, and what is checked before kio reads;
-- `_handlers`: the handler of each API key; `_route` and `_messages` say how a request reaches
-  its typed handler, `_handle_*` hold the handlers by family, `_errors` maps library failures
-  to Kafka error codes;
-- `_txn`: transactions, and the bridge from the clients' transaction version 1 to the library's
-  transaction version 2;
-- `_groups`: the minimal consumer-group coordinator.
+Four parts, each importing only from those before it and only their public modules
+(`tests/test_layering.py`), as Kafka splits its broker into the network layer, the API handlers
+and the coordinators:
+- `_protocol`: the Kafka protocol as this server speaks it. `messages` and `messages_admin`
+  declare each advertised API once, as the union of its kio request classes (why each range
+  stops where it does is said there); `apis` reads key, versions and response classes from a
+  union; `codec` frames, decodes and encodes, after `_declared_sizes` has checked what kio would
+  otherwise trust; `fields` builds response entities for every version at once.
+- `_coordination`: what the brokers agree on through the batch coordinator, in Kafka's terms:
+  membership and the leaders Metadata names (`cluster_view`: each client's produce requests go
+  to its rack's produce representative, since the write path has no partition leader), the
+  consumer groups (`group_coordinator`, `group_state`) and transactions (`txn_front`, the bridge
+  from the clients' transaction version 1 to the library's version 2).
+- `_handlers`: one module per API family, each handler shaped decode, call the library,
+  encode; `table` lists them (a handler's annotation declares its API) and is all the server
+  sees of them. A library failure gets the code of the library's error table
+  (`diskless._kafka_errors`) for the API's family.
+- `_server`: each broker's listener (`broker_server`), its connections (framing, order, the
+  request byte budget, when a connection is closed rather than answered), the cluster of
+  brokers one process runs (`cluster`), their settings (`config`), the command line (`cli`)
+  and the lifecycle services a process runs beside its brokers (`services`).
 """
 
-from diskless.kafka_server._cluster import KafkaCluster, rack_name
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
-from diskless.kafka_server._server import BrokerServer
-from diskless.kafka_server._txn import TransactionFront
-from diskless.kafka_server._versions import SUPPORTED_VERSIONS, ApiKey
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._handlers.table import SUPPORTED_VERSIONS
+from diskless.kafka_server._protocol.apis import ApiKey
+from diskless.kafka_server._server.broker_server import BrokerServer
+from diskless.kafka_server._server.cluster import KafkaCluster, rack_name
+from diskless.kafka_server._server.config import ServerConfig
 
 __all__ = [
     # running brokers

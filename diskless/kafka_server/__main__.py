@@ -41,10 +41,10 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server import _cli
-from diskless.kafka_server._cluster import KafkaCluster
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._lifecycle import (
+from diskless.kafka_server._server import cli
+from diskless.kafka_server._server.cluster import KafkaCluster
+from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.services import (
     LifecycleConfig,
     lowest_live_broker,
     running_lifecycle,
@@ -57,12 +57,12 @@ COMMIT_BOUNDS = CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _cli.Parser(prog="python -m diskless.kafka_server", description=__doc__)
-    parser.add_argument("--brokers", type=_cli.broker_count, default=3)
-    parser.add_argument("--racks", type=_cli.rack_count, default=3)
+    parser = cli.Parser(prog="python -m diskless.kafka_server", description=__doc__)
+    parser.add_argument("--brokers", type=cli.broker_count, default=3)
+    parser.add_argument("--racks", type=cli.rack_count, default=3)
     parser.add_argument(
         "--broker-ids",
-        type=_cli.broker_ids,
+        type=cli.broker_ids,
         default=None,
         metavar="ID,ID",
         help="the ids of this process's brokers (default 0..N-1; sets --brokers)",
@@ -76,25 +76,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--coordinator",
-        type=_cli.postgresql_url,
+        type=cli.postgresql_url,
         default=None,
         metavar="postgresql://USER@HOST:PORT/DB",
         help="a PostgreSQL batch coordinator that processes on several hosts share",
     )
     parser.add_argument(
-        "--s3-endpoint", type=_cli.s3_endpoint, help="S3-compatible endpoint URL (objects in S3)"
+        "--s3-endpoint", type=cli.s3_endpoint, help="S3-compatible endpoint URL (objects in S3)"
     )
     parser.add_argument(
-        "--bucket", type=_cli.s3_bucket, help="S3 bucket (with --s3-endpoint, or --region for AWS)"
+        "--bucket", type=cli.s3_bucket, help="S3 bucket (with --s3-endpoint, or --region for AWS)"
     )
     parser.add_argument(
-        "--s3-prefix", type=_cli.s3_prefix, default="", help="key prefix inside the bucket"
+        "--s3-prefix", type=cli.s3_prefix, default="", help="key prefix inside the bucket"
     )
-    parser.add_argument("--region", type=_cli.s3_region, help="S3 region")
+    parser.add_argument("--region", type=cli.s3_region, help="S3 region")
     parser.add_argument(
         "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
     )
-    parser.add_argument("--topic", type=_cli.topic, action="append", default=[], metavar="NAME:N")
+    parser.add_argument("--topic", type=cli.topic, action="append", default=[], metavar="NAME:N")
     parser.add_argument(
         "--auto-create-partitions",
         type=int,
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--server-option",
-        type=_cli.server_option,
+        type=cli.server_option,
         action="append",
         default=[],
         metavar="FIELD=VALUE",
@@ -160,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="time between two consolidation runs",
     )
-    parser.add_argument("--log-level", type=_cli.log_level, default="INFO")
+    parser.add_argument("--log-level", type=cli.log_level, default="INFO")
     return parser
 
 
@@ -243,8 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        configs = _cli.configs(args, _ids(args), COMMIT_BOUNDS)
-    except _cli.UsageError as error:
+        configs = cli.configs(args, _ids(args), COMMIT_BOUNDS)
+    except cli.UsageError as error:
         parser.error(str(error))
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -24,7 +24,7 @@ from typing import Final
 import msgspec
 
 from diskless._availability import log_failure
-from diskless._kafka_errors import txn_markers_error
+from diskless._kafka_errors import txn_error, txn_markers_error
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.errors import DisklessError
@@ -121,7 +121,7 @@ class TransactionCoordinator:
                     continue
             except DisklessError as error:
                 log_failure(logger, error, "InitProducerId of %r failed", transactional_id)
-                break
+                return InitProducerIdResult(txn_error(error))
             assert step.record is not None
             return InitProducerIdResult(
                 step.error, step.record.producer_id, step.record.producer_epoch

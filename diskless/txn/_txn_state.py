@@ -10,7 +10,8 @@ Transaction version 2: every end bumps the epoch; the markers carry the bumped e
 producers that speak version 1 (they keep one epoch and count sequences on across transactions)
 the record also keeps what any broker process needs to translate their requests and batches:
 the epoch the producer holds, the coordinator epoch it stands for now, and per partition the
-producer's sequence at which the current coordinator epoch began (see `kafka_server._txn`).
+producer's sequence at which the current coordinator epoch began (see
+`kafka_server._coordination.txn_front`).
 """
 
 from __future__ import annotations

@@ -19,11 +19,15 @@ import diskless.read
 import diskless.storage
 import diskless.txn
 import diskless.wal
-from diskless import errors
+from diskless import _kafka_errors, errors
 from diskless._kafka_errors import (
     admin_error,
+    delete_records_error,
     fetch_error,
+    find_coordinator_error,
+    group_error,
     list_offsets_error,
+    metadata_error,
     produce_error,
     txn_error,
     txn_markers_error,
@@ -58,19 +62,39 @@ KAFKA_RETRIABLE = {
 PRODUCE = {3, 6, 7, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, 56}
 FETCH = {3, 6, LEADER_NOT_AVAILABLE, 56}
 LIST_OFFSETS = {3, 6, LEADER_NOT_AVAILABLE, 56}
+DELETE_RECORDS = {3, 6, 7, 56}
+"""56: Kafka's ReplicaManager answers it for a partition in a failed log directory."""
 TXN_COORDINATOR = {COORDINATOR_LOAD_IN_PROGRESS, 15, 16, 51}
 """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn share these."""
+GROUP_COORDINATOR = {COORDINATOR_LOAD_IN_PROGRESS, 15, 16}
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, TxnOffsetCommit."""
+FIND_COORDINATOR = {COORDINATOR_LOAD_IN_PROGRESS, 15}
+METADATA = {3, LEADER_NOT_AVAILABLE}
+"""A topic's entry; its partitions' entries take 5 and REPLICA_NOT_AVAILABLE (9)."""
 ADMIN = {7, NOT_CONTROLLER}
-"""CreateTopics, CreatePartitions, DeleteTopics; DeleteRecords also takes 6 and 56."""
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs."""
 
 FAMILIES: dict[str, tuple[Callable[[BaseException], ErrorCode], set[int]]] = {
     "produce": (produce_error, PRODUCE),
     "fetch": (fetch_error, FETCH),
     "list_offsets": (list_offsets_error, LIST_OFFSETS),
+    "delete_records": (delete_records_error, DELETE_RECORDS),
     "txn": (txn_error, TXN_COORDINATOR),
     "txn_markers": (txn_markers_error, TXN_COORDINATOR),
+    "group": (group_error, GROUP_COORDINATOR),
+    "find_coordinator": (find_coordinator_error, FIND_COORDINATOR),
+    "metadata": (metadata_error, METADATA),
     "admin": (admin_error, ADMIN),
 }
+
+
+def test_every_family_of_the_table_is_checked_here() -> None:
+    families = {
+        name
+        for name, value in vars(_kafka_errors).items()
+        if name.endswith("_error") and callable(value)
+    }
+    assert families == {to_code.__name__ for to_code, _ in FAMILIES.values()}
 
 
 def _subclasses(base: type[BaseException]) -> set[type[BaseException]]:
@@ -126,7 +150,9 @@ def test_a_broker_that_must_not_serve_sends_the_client_elsewhere(failure: Except
     assert produce_error(failure) is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert fetch_error(failure) is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert list_offsets_error(failure) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert delete_records_error(failure) is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert txn_error(failure) is ErrorCode.NOT_COORDINATOR
+    assert group_error(failure) is ErrorCode.NOT_COORDINATOR
 
 
 @pytest.mark.parametrize(
@@ -145,7 +171,9 @@ def test_a_failure_underneath_is_retried_in_place(failure: BaseException) -> Non
     assert produce_error(failure) is ErrorCode.KAFKA_STORAGE_ERROR
     assert fetch_error(failure) is ErrorCode.KAFKA_STORAGE_ERROR
     assert list_offsets_error(failure) is ErrorCode.KAFKA_STORAGE_ERROR
+    assert delete_records_error(failure) is ErrorCode.KAFKA_STORAGE_ERROR
     assert txn_error(failure) is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert group_error(failure) is ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert admin_error(failure) is ErrorCode.REQUEST_TIMED_OUT
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import pytest
 
@@ -18,7 +18,7 @@ from diskless.coordinator import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.errors import BrokerClosedError
+from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
 from diskless.records import set_log_append_time
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig
@@ -387,6 +387,42 @@ async def test_a_request_whose_caller_timed_out_still_reaches_the_wal_in_order(
     assert fetched[T0].high_watermark == 2
     assert [r.value for r in records_of(fetched[T0].records)] == [b"a", b"b"]
     await broker.close()
+
+
+async def test_a_rewrite_runs_in_the_requests_turn(broker: DisklessBroker) -> None:
+    """A request whose `rewrite` waits holds back the requests behind it, and what it returns is
+    what is written."""
+    gate = asyncio.Event()
+
+    async def rewrite(
+        partitions: Mapping[TopicPartition, bytes | memoryview],
+    ) -> dict[TopicPartition, bytes]:
+        await gate.wait()
+        return dict.fromkeys(partitions, _idempotent([b"a", b"rewritten"]))
+
+    first = asyncio.create_task(broker.produce({T0: _idempotent([b"a"])}, rewrite=rewrite))
+    second = asyncio.create_task(broker.produce({T0: _idempotent([b"b"], base_sequence=2)}))
+    await asyncio.sleep(0.05)
+    assert not first.done() and not second.done()
+    gate.set()
+    assert ((await first)[T0].error, (await first)[T0].base_offset) == (ErrorCode.NONE, 0)
+    assert ((await second)[T0].error, (await second)[T0].base_offset) == (ErrorCode.NONE, 2)
+    fetched = await broker.fetch({T0: 0})
+    assert [r.value for r in records_of(fetched[T0].records)] == [b"a", b"rewritten", b"b"]
+
+
+async def test_a_failed_rewrite_fails_its_request_only(broker: DisklessBroker) -> None:
+    async def unreachable(
+        partitions: Mapping[TopicPartition, bytes | memoryview],
+    ) -> dict[TopicPartition, bytes]:
+        await asyncio.sleep(0.01)
+        raise CoordinatorUnavailableError("the coordinator's server is down")
+
+    failed = asyncio.create_task(broker.produce({T0: _idempotent([b"a"])}, rewrite=unreachable))
+    behind = asyncio.create_task(broker.produce({T0: _idempotent([b"b"], pid=8)}))
+    with pytest.raises(CoordinatorUnavailableError):
+        await failed
+    assert ((await behind)[T0].error, (await behind)[T0].base_offset) == (ErrorCode.NONE, 0)
 
 
 async def test_acks_zero_with_timeout_zero_is_written(broker: DisklessBroker) -> None:

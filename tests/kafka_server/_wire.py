@@ -20,7 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from diskless.kafka_server import BrokerServer
-from diskless.kafka_server._codec import build
+from diskless.kafka_server._protocol.fields import build
 
 _SIZE = struct.Struct(">i")
 

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server import ApiKey, KafkaCluster
 from tests.kafka_server._clients import confluent_consume, confluent_produce
 from tests.kafka_server.test_clients import end_offsets
 
@@ -50,14 +50,14 @@ async def test_producers_survive_a_broker_kill_without_loss_or_duplicates(
         for rack, name, progress in zip(racks, names, acked, strict=True)
     ]
     victim = cluster.servers[VICTIM]
-    while not victim.produce_requests or min(len(a) for a in acked) < ACKED_BEFORE_KILL:
+    while not victim.received(ApiKey.PRODUCE) or min(len(a) for a in acked) < ACKED_BEFORE_KILL:
         assert not any(t.done() for t in producing), "a producer finished before the kill"
         await asyncio.sleep(0.01)
-    requests_before_kill = sum(victim.produce_requests.values())
+    requests_before_kill = sum(victim.received(ApiKey.PRODUCE).values())
     await cluster.kill(VICTIM, flush=flush)
     results = await asyncio.gather(*producing)
     assert requests_before_kill > 0
-    assert sum(victim.produce_requests.values()) == requests_before_kill
+    assert sum(victim.received(ApiKey.PRODUCE).values()) == requests_before_kill
     for result in results:
         assert sorted(result) == list(range(PER_PRODUCER))
     ends = await end_offsets(cluster, topic, PARTITIONS)
@@ -65,4 +65,4 @@ async def test_producers_survive_a_broker_kill_without_loss_or_duplicates(
     audit = await asyncio.to_thread(confluent_consume, cluster.bootstrap(), topic, ends)
     audit.check(dict(zip(names, results, strict=True)))
     # The live brokers took over the produce path.
-    assert all(cluster.servers[b].produce_requests for b in cluster.servers if b != VICTIM)
+    assert all(cluster.servers[b].received(ApiKey.PRODUCE) for b in cluster.servers if b != VICTIM)

@@ -155,12 +155,12 @@ def test_a_second_process_joins_the_cluster_of_the_first(tmp_path: Path) -> None
 
 def test_the_wal_commit_interval_is_an_option_and_the_lease_covers_it(tmp_path: Path) -> None:
     from diskless._broker_config import txn_lease_budget_ms
-    from diskless.kafka_server import _cli
     from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
+    from diskless.kafka_server._server import cli
 
     def configured(*argv: str) -> BrokerConfig:
         args = _parser().parse_args(["--data-dir", str(tmp_path), *argv])
-        return _cli.configs(args, [0], COMMIT_BOUNDS).broker
+        return cli.configs(args, [0], COMMIT_BOUNDS).broker
 
     default, chosen = configured(), configured("--commit-interval-ms", "5000")
     assert chosen.wal.commit_interval_ms == 5000 != default.wal.commit_interval_ms
@@ -168,7 +168,7 @@ def test_the_wal_commit_interval_is_an_option_and_the_lease_covers_it(tmp_path: 
     assert (
         chosen.txn_lease_ttl_ms - default.txn_lease_ttl_ms == 5000 - default.wal.commit_interval_ms
     )
-    with pytest.raises(_cli.UsageError, match="--commit-interval-ms"):
+    with pytest.raises(cli.UsageError, match="--commit-interval-ms"):
         configured("--commit-interval-ms", "-1")
 
 

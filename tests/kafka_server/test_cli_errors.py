@@ -3,7 +3,7 @@ the allowed range of a number), exit status 2, never a traceback.
 
 Integration test: a bad value of each flag runs the real module in a process of its own; every
 case runs in process too, and the ranges are checked against the rules they come from (unit
-tests of `_cli`).
+tests of `cli`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from diskless import BrokerConfig
 from diskless._broker_config import check_commit_bounds
 from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser, main
-from diskless.kafka_server._cli import Setting, UsageError, admitted_range, build_checked
+from diskless.kafka_server._server.cli import Setting, UsageError, admitted_range, build_checked
 from diskless.wal import WalConfig
 
 BAD_VALUES = [

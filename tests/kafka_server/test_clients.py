@@ -15,7 +15,7 @@ from kafka import TopicPartition as KpTopicPartition
 
 from diskless import OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
-from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server import ApiKey, KafkaCluster
 from diskless.storage import MemoryObjectStore
 from tests.kafka_server._clients import (
     Audit,
@@ -67,10 +67,10 @@ async def confluent_round_trip(cluster: KafkaCluster, topic: str, total: int) ->
     audit.check(dict(zip(names, acknowledged, strict=True)))
     # Routing: each producer's requests went to the brokers of its own rack.
     for server in cluster.servers.values():
-        for client_id, requests in server.produce_requests.items():
+        for client_id, requests in server.received(ApiKey.PRODUCE).items():
             if client_id in names:
                 assert client_id == f"producer-{server.rack}", (client_id, server.rack, requests)
-    assert all(server.produce_requests for server in cluster.servers.values())
+    assert all(server.received(ApiKey.PRODUCE) for server in cluster.servers.values())
 
 
 async def test_six_brokers_each_producer_writes_only_to_its_rack_representatives() -> None:
@@ -87,7 +87,7 @@ async def test_six_brokers_each_producer_writes_only_to_its_rack_representatives
         for rack in six.racks:
             servers = [s for s in six.servers.values() if s.rack == rack]
             assert len(servers) == 2
-            assert all(s.produce_requests[f"producer-{rack}"] > 0 for s in servers)
+            assert all(s.received(ApiKey.PRODUCE)[f"producer-{rack}"] > 0 for s in servers)
 
 
 async def test_confluent_idempotent_producers_in_three_racks_100k_records(

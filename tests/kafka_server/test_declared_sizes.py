@@ -26,8 +26,8 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.static.primitive import i16, i32
 
 from diskless.kafka_server import SUPPORTED_VERSIONS
-from diskless.kafka_server._codec import FrameError, decode_request
-from diskless.kafka_server._declared_sizes import DeclaredSizeError, check_declared_sizes
+from diskless.kafka_server._protocol._declared_sizes import DeclaredSizeError, check_declared_sizes
+from diskless.kafka_server._protocol.codec import FrameError, decode_request
 from tests.kafka_server._processes import run_in_bounded_memory
 from tests.kafka_server._strategies import requests
 
@@ -119,8 +119,8 @@ def test_a_huge_declared_count_is_refused_before_kio_allocates() -> None:
     script = textwrap.dedent(
         """
         import sys
-        from diskless.kafka_server._codec import FrameError, decode_request, request_schema
-        from diskless.kafka_server._codec import read_prefix
+        from diskless.kafka_server._protocol.codec import FrameError, decode_request, request_schema
+        from diskless.kafka_server._protocol.codec import read_prefix
         refused = 0
         for line in sys.stdin.read().split():
             frame = bytes.fromhex(line)

@@ -21,9 +21,9 @@ from diskless import ManualClock, TopicPartition
 from diskless._types import GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
-from diskless.kafka_server._group_state import JoinOutcome
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.group_state import JoinOutcome
 
 PARTITIONS = 6
 RECORDS = 3000

@@ -12,20 +12,25 @@ import datetime
 import typing
 from collections.abc import AsyncIterator
 
+import kio.schema.produce.v3 as produce_v3
+import kio.schema.produce.v5 as produce_v5
 import pytest
-from kio.index import load_request_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as WireError
 from kio.schema.fetch.v12 import response as fetch_v12_response
+from kio.static.protocol import Entity
 
 from diskless import DisklessBroker, ManualClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig, TransactionFront
-from diskless.kafka_server._context import Connection
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._handlers import HANDLERS
-from diskless.kafka_server._metadata import BrokerAddress
-from diskless.kafka_server._route import Route
-from diskless.kafka_server._versions import ApiKey
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._handlers._route import Route
+from diskless.kafka_server._handlers.context import Session
+from diskless.kafka_server._handlers.table import HANDLERS
+from diskless.kafka_server._protocol.apis import Api, ApiKey
+from diskless.kafka_server._protocol.fields import build
+from diskless.kafka_server._protocol.messages import FetchRequest, ProduceRequest
 from diskless.storage import MemoryObjectStore
 from tests.kafka_server._wire import fetch_request
 
@@ -85,7 +90,7 @@ async def test_an_empty_fetch_waits_on_the_brokers_clock(
     request = dataclasses.replace(
         fetch_request("waiting", 1), min_bytes=1, max_wait=datetime.timedelta(seconds=WAIT_S)
     )
-    answer = asyncio.ensure_future(HANDLERS[ApiKey.FETCH](ctx, Connection("test", 0.0), request))
+    answer = asyncio.ensure_future(HANDLERS[ApiKey.FETCH](ctx, Session("test"), request))
     await clock.advance(WAIT_S - 1)
     assert not answer.done(), "the long poll ended before its max_wait on the broker's clock"
     await clock.advance(2)
@@ -95,16 +100,27 @@ async def test_an_empty_fetch_waits_on_the_brokers_clock(
     assert (partition.error_code, partition.records) == (WireError.none, b"")
 
 
-def test_every_route_checks_the_unions_its_handler_is_annotated_with() -> None:
+def test_every_route_serves_the_union_its_handler_is_annotated_with() -> None:
     for key, handler in HANDLERS.items():
         assert isinstance(handler, Route)
-        assert handler.api_key is key
-        hints = typing.get_type_hints(handler._handle)
-        assert hints["request"] == handler._requests, key
-        assert hints["response"] == type[handler._responses], key
+        assert handler.api.key is key
+        union = typing.get_type_hints(handler._handle)["request"]
         low, high = SUPPORTED_VERSIONS[key]
-        members = set(typing.get_args(handler._requests))
-        assert members == {load_request_schema(int(key), v) for v in range(low, high + 1)}, key
+        expected = {load_request_schema(int(key), v) for v in range(low, high + 1)}
+        assert set(typing.get_args(union)) == expected, key
+        for version in range(low, high + 1):
+            assert handler.api.response_schema(version) is load_response_schema(int(key), version)
+        assert not handler.api.serves(low - 1) and not handler.api.serves(high + 1)
+
+
+def test_an_api_is_one_key_and_one_range_of_versions() -> None:
+    assert Api(ProduceRequest).versions == SUPPORTED_VERSIONS[ApiKey.PRODUCE]
+    with pytest.raises(TypeError, match="one API"):
+        Api(ProduceRequest | FetchRequest)
+    with pytest.raises(TypeError, match="not one range"):
+        Api(produce_v3.ProduceRequest | produce_v5.ProduceRequest)
+    with pytest.raises(TypeError, match="one API"):
+        Api(int)
 
 
 async def test_a_request_of_another_api_is_refused_before_the_handler_runs(
@@ -112,17 +128,19 @@ async def test_a_request_of_another_api_is_refused_before_the_handler_runs(
 ) -> None:
     ctx, _ = context
     with pytest.raises(TypeError, match="not a request of PRODUCE"):
-        await HANDLERS[ApiKey.PRODUCE](ctx, Connection("test", 0.0), fetch_request("waiting", 1))
+        await HANDLERS[ApiKey.PRODUCE](ctx, Session("test"), fetch_request("waiting", 1))
 
 
-async def test_a_failed_library_call_is_answered_with_the_apis_retriable_code(
+async def test_an_answer_of_another_class_than_the_versions_response_is_refused(
     context: tuple[Context, ManualClock],
 ) -> None:
     ctx, _ = context
-    await ctx.broker.close(flush=False)  # every later call raises BrokerClosedError
-    response = await HANDLERS[ApiKey.FETCH](
-        ctx, Connection("test", 0.0), fetch_request("waiting", 2)
-    )
-    assert isinstance(response, fetch_v12_response.FetchResponse)
-    codes = [p.error_code for p in response.responses[0].partitions]
-    assert codes == [WireError.kafka_storage_error] * 2
+
+    async def answers_produce(
+        context: Context, session: Session, request: FetchRequest, response: type[Entity]
+    ) -> Entity:
+        return build(load_response_schema(int(ApiKey.PRODUCE), 11), responses=())
+
+    wrong = Route(answers_produce)
+    with pytest.raises(TypeError, match="FETCH answered"):
+        await wrong(ctx, Session("test"), fetch_request("waiting", 1))

@@ -208,7 +208,7 @@ async def test_a_frame_waits_for_memory_and_goes_on_when_it_is_freed(
     try:
         await hog.send_raw(struct.pack(">i", MIB) + b"\x00" * 1000)  # the whole budget
         await asyncio.sleep(0.1)
-        assert server.request_memory.reserved == MIB
+        assert server.request_budget.reserved == MIB
         started = time.monotonic()
         response = await waiter.request(API_VERSIONS)  # waits until the hog is closed
         assert response.error_code == WireError.none
@@ -217,7 +217,7 @@ async def test_a_frame_waits_for_memory_and_goes_on_when_it_is_freed(
     finally:
         await hog.close()
         await waiter.close()
-    assert server.request_memory.reserved == 0
+    assert server.request_budget.reserved == 0
 
 
 def _produce_to_many_topics(topics: int) -> bytes:

@@ -15,15 +15,18 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
+from kio.schema.errors import ErrorCode as WireError
+from kio.schema.produce.v11 import request as produce_v11
 
 from diskless import ErrorCode, IsolationLevel, ManualClock, OffsetSpec, TopicPartition
-from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.coordinator import InMemoryBatchCoordinator, RegisteredTxn
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
@@ -32,7 +35,7 @@ from tests.broker._kafka import build_batch as broker_batch
 from tests.coordinator._helpers import Committer
 from tests.coordinator._helpers import batch as coordinator_batch
 from tests.kafka_server._clients import Audit, confluent_consume, value
-from tests.kafka_server._wire import WireClient, fetch_request
+from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
 from tests.kafka_server.conftest import broker_config, server_config
 from tests.kafka_server.test_clients import end_offsets
 from tests.wal._helpers import build_batch
@@ -179,6 +182,75 @@ async def test_a_timed_out_transaction_fences_the_client() -> None:
     assert await front.coordinator.abort_expired() == ["tx"]
     assert await front.add_partitions_to_txn("tx", pid, 0, [tp]) == [ErrorCode.PRODUCER_FENCED]
     assert (await front.end_txn("tx", pid, 0, commit=True)).error is ErrorCode.PRODUCER_FENCED
+
+
+class SlowRegistrations(InMemoryBatchCoordinator):
+    """The in-memory coordinator, whose partition registrations (what the bridge reads to
+    rewrite a transactional batch) are answered only once `gate` is set."""
+
+    gate: asyncio.Event | None = None
+
+    async def describe_txn_registrations(
+        self, keys: Sequence[tuple[TopicPartition, int]]
+    ) -> list[RegisteredTxn | None]:
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().describe_txn_registrations(keys)
+
+
+def _produce(tp: TopicPartition, records: bytes) -> produce_v11.ProduceRequest:
+    return produce_v11.ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            produce_v11.TopicProduceData(
+                name=tp.topic,
+                partition_data=(
+                    produce_v11.PartitionProduceData(index=tp.partition, records=records),
+                ),
+            ),
+        ),
+    )
+
+
+async def test_pipelined_produce_requests_keep_their_order_while_the_bridge_reads() -> None:
+    """A transactional request whose rewrite waits for the coordinator, then a plain one, on
+    one connection: the plain one lands after it, as it came after it."""
+    coordinator = SlowRegistrations()
+    async with KafkaCluster(
+        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
+    ) as cluster:
+        await cluster.create_topic("ordered", 1)
+        tp = TopicPartition("ordered", 0)
+        init = await cluster.transactions.init_producer_id("tx-ordered", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await cluster.transactions.add_partitions_to_txn("tx-ordered", pid, epoch, [tp]) == [
+            ErrorCode.NONE
+        ]
+        coordinator.gate = asyncio.Event()
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            first = _produce(tp, _transactional_batch(pid, epoch, 0, 3))
+            second = _produce(tp, build_batch([b"after"]))
+            await client.send_raw(encode_request(first, 1) + encode_request(second, 2))
+            await asyncio.sleep(0.2)  # the second request is read and dispatched meanwhile
+            coordinator.gate.set()
+            answers = []
+            for correlation_id in (1, 2):
+                frame = await client.read_frame()
+                assert frame is not None
+                answers.append(decode_response(frame, 0, 11, correlation_id))
+        finally:
+            await client.close()
+    results = [
+        (
+            a.responses[0].partition_responses[0].error_code,
+            a.responses[0].partition_responses[0].base_offset,
+        )
+        for a in answers
+    ]
+    assert results == [(WireError.none, 0), (WireError.none, 3)]
 
 
 # --- librdkafka through the bridge --------------------------------------------------------------

@@ -38,9 +38,10 @@ places markers).
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final, TypeAlias
 
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
@@ -69,6 +70,12 @@ _SEQUENCE_AHEAD_MAX: Final = _SEQUENCE_MODULUS // 2
 further means behind the base (wrapped), from an epoch that has ended."""
 _COMPLETED: Final = {True: TxnState.COMPLETE_COMMIT, False: TxnState.COMPLETE_ABORT}
 
+Batch: TypeAlias = bytes | memoryview
+Rewrite: TypeAlias = Callable[
+    [Mapping[TopicPartition, Batch]], Awaitable[Mapping[TopicPartition, Batch]]
+]
+"""`DisklessBroker.produce`'s `rewrite`: a request's batches, as the coordinator must see them."""
+
 
 def bridged_epoch(record: TxnRecord | None, producer_id: int, client_epoch: int) -> int:
     """The coordinator epoch a version 1 producer's epoch stands for; a stale or unknown one
@@ -78,7 +85,7 @@ def bridged_epoch(record: TxnRecord | None, producer_id: int, client_epoch: int)
     return record.bridged_epoch
 
 
-def transactional_header(records: bytes) -> BatchHeader | None:
+def transactional_header(records: Batch) -> BatchHeader | None:
     """The header of a whole, transactional batch with a valid CRC; None for anything else."""
     header = parse_batch(records)
     if isinstance(header, InvalidBatch) or header.size != len(records):
@@ -177,7 +184,7 @@ class TransactionFront:
     # --- the produce path ---------------------------------------------------------------------
     @staticmethod
     def transactional(
-        partitions: Mapping[TopicPartition, bytes],
+        partitions: Mapping[TopicPartition, Batch],
     ) -> dict[TopicPartition, BatchHeader]:
         """The batches of a produce request that the bridge may have to rewrite."""
         found = {}
@@ -187,12 +194,22 @@ class TransactionFront:
                 found[tp] = header
         return found
 
+    def rewrite_for(self, partitions: Mapping[TopicPartition, Batch]) -> Rewrite | None:
+        """The rewrite a produce request's batches need (`DisklessBroker.produce`'s `rewrite`,
+        run in the request's turn); None when none of them is a transactional batch the bridge
+        may have to rewrite, as for every request of a producer without transactions."""
+        headers = self.transactional(partitions)
+        if not headers:
+            return None
+        return functools.partial(self.rewrite_batches, headers=headers)
+
     async def rewrite_batches(
         self,
-        partitions: Mapping[TopicPartition, bytes],
+        partitions: Mapping[TopicPartition, Batch],
         headers: Mapping[TopicPartition, BatchHeader],
-    ) -> dict[TopicPartition, bytes]:
-        """The batches as the coordinator must see them (see the module docstring)."""
+    ) -> dict[TopicPartition, Batch]:
+        """The batches as the coordinator must see them (see the module docstring); `headers`:
+        those of `transactional(partitions)`."""
         keys = [(tp, header.producer_id) for tp, header in headers.items()]
         registrations = await self._batches.describe_txn_registrations(keys)
         rewritten = dict(partitions)

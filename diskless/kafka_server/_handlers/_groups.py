@@ -1,13 +1,14 @@
 """Consumer groups: OffsetCommit, OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
-Each decodes its request for `GroupCoordinator` (`_groups`), which serves a group only on the
-broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership there and answers with
-Kafka error codes itself. Ownership and committed offsets live in the batch coordinator: a
-failure there is COORDINATOR_NOT_AVAILABLE (retriable, see `_errors`).
+Each decodes its request for `GroupCoordinator` (`_coordination.group_coordinator`), which
+serves a group only on the broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership
+there and answers with Kafka error codes itself. Ownership and committed offsets live in the
+batch coordinator: a failure there gets the library's `group_error` code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import kio.schema.join_group.v0 as join_group_v0
@@ -16,30 +17,24 @@ import kio.schema.leave_group.v1 as leave_group_v1
 import kio.schema.leave_group.v2 as leave_group_v2
 import kio.schema.sync_group.v5 as sync_group_v5
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
+from diskless._kafka_errors import group_error
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
-from diskless.kafka_server._codec import build, nested, partition_errors
-from diskless.kafka_server._context import BrokerContext, Connection, serving
-from diskless.kafka_server._errors import failure
-from diskless.kafka_server._group_state import JoinOutcome
-from diskless.kafka_server._messages import (
+from diskless.kafka_server._coordination.group_state import JoinOutcome
+from diskless.kafka_server._handlers._errors import failure
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
+from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
+from diskless.kafka_server._protocol.fields import build, nested, partition_errors
+from diskless.kafka_server._protocol.messages import (
     HeartbeatRequest,
-    HeartbeatResponse,
     JoinGroupRequest,
-    JoinGroupResponse,
     LeaveGroupRequest,
-    LeaveGroupResponse,
     OffsetCommitRequest,
-    OffsetCommitResponse,
     OffsetFetchRequest,
-    OffsetFetchResponse,
     SyncGroupRequest,
-    SyncGroupResponse,
 )
-from diskless.kafka_server._route import NO_THROTTLE, millis
-from diskless.kafka_server._versions import ApiKey
 
 
 def instance_id(request: object) -> str | None:
@@ -58,10 +53,10 @@ _ONE_MEMBER_LEAVES: Final = (
 
 async def handle_offset_commit(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: OffsetCommitRequest,
-    response: type[OffsetCommitResponse],
-) -> OffsetCommitResponse:
+    response: Response,
+) -> ResponsePayload:
     offsets = {
         TopicPartition(topic.name, p.partition_index): (
             int(p.committed_offset),
@@ -82,7 +77,7 @@ async def handle_offset_commit(
         )
         unanswered = WireError.unknown_topic_or_partition
     except DisklessError as e:
-        errors, unanswered = {}, failure(ApiKey.OFFSET_COMMIT, e, "committing offsets")
+        errors, unanswered = {}, failure(group_error, e, "committing offsets")
     return build(
         response,
         throttle_time=NO_THROTTLE,
@@ -98,25 +93,30 @@ async def handle_offset_commit(
 
 
 async def handle_offset_fetch(
-    context: BrokerContext,
-    connection: Connection,
-    request: OffsetFetchRequest,
-    response: type[OffsetFetchResponse],
-) -> OffsetFetchResponse:
+    context: BrokerContext, session: Session, request: OffsetFetchRequest, response: Response
+) -> ResponsePayload:
     try:
         error, committed = await context.groups.committed_offsets(
             serving(context), request.group_id
         )
     except DisklessError as e:
-        error = failure(ApiKey.OFFSET_FETCH, e, "fetching offsets")
-        committed = {}
+        error, committed = failure(group_error, e, "fetching offsets"), {}
     wanted: dict[str, list[int]]
-    if request.topics is None:
+    if request.topics is None:  # every partition with a committed offset
         wanted = {}
         for tp in sorted(committed):
             wanted.setdefault(tp.topic, []).append(tp.partition)
     else:
         wanted = {t.name: [int(p) for p in t.partition_indexes] for t in request.topics}
+    return _encode_offset_fetch(response, wanted, committed, error)
+
+
+def _encode_offset_fetch(
+    response: Response,
+    wanted: Mapping[str, list[int]],
+    committed: Mapping[TopicPartition, tuple[int, str | None]],
+    error: WireError,
+) -> ResponsePayload:
     topic_entry = nested(response, "OffsetFetchResponseTopic")
     partition_entry = nested(response, "OffsetFetchResponsePartition")
     topics = []
@@ -140,10 +140,10 @@ async def handle_offset_fetch(
 
 async def handle_join_group(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: JoinGroupRequest,
-    response: type[JoinGroupResponse],
-) -> JoinGroupResponse:
+    response: Response,
+) -> ResponsePayload:
     rebalance_timeout = (
         request.session_timeout  # v0 has one timeout for both
         if isinstance(request, join_group_v0.JoinGroupRequest)
@@ -162,8 +162,14 @@ async def handle_join_group(
             require_known_member_id=request.__version__ >= 4,
         )
     except DisklessError as e:
-        error = failure(ApiKey.JOIN_GROUP, e, "joining a group")
+        error = failure(group_error, e, "joining a group")
         outcome = JoinOutcome(error, member_id=request.member_id)
+    return _encode_join_group(response, request, outcome)
+
+
+def _encode_join_group(
+    response: Response, request: JoinGroupRequest, outcome: JoinOutcome
+) -> ResponsePayload:
     member_entry = nested(response, "JoinGroupResponseMember")
     return build(
         response,
@@ -183,10 +189,10 @@ async def handle_join_group(
 
 async def handle_sync_group(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: SyncGroupRequest,
-    response: type[SyncGroupResponse],
-) -> SyncGroupResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         error, assignment = await context.groups.sync(
             serving(context),
@@ -197,7 +203,7 @@ async def handle_sync_group(
             instance_id(request),
         )
     except DisklessError as e:
-        error, assignment = failure(ApiKey.SYNC_GROUP, e, "syncing a group"), b""
+        error, assignment = failure(group_error, e, "syncing a group"), b""
     protocol_type, protocol_name = (
         (request.protocol_type, request.protocol_name)
         if isinstance(request, sync_group_v5.SyncGroupRequest)  # v5 echoes the protocol
@@ -215,10 +221,10 @@ async def handle_sync_group(
 
 async def handle_heartbeat(
     context: BrokerContext,
-    connection: Connection,
+    session: Session,
     request: HeartbeatRequest,
-    response: type[HeartbeatResponse],
-) -> HeartbeatResponse:
+    response: Response,
+) -> ResponsePayload:
     try:
         error = await context.groups.heartbeat(
             serving(context),
@@ -228,46 +234,45 @@ async def handle_heartbeat(
             instance_id(request),
         )
     except DisklessError as e:
-        error = failure(ApiKey.HEARTBEAT, e, "a heartbeat")
+        error = failure(group_error, e, "a heartbeat")
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
 
 
 async def handle_leave_group(
-    context: BrokerContext,
-    connection: Connection,
-    request: LeaveGroupRequest,
-    response: type[LeaveGroupResponse],
-) -> LeaveGroupResponse:
+    context: BrokerContext, session: Session, request: LeaveGroupRequest, response: Response
+) -> ResponsePayload:
     me = serving(context)
-    try:
-        if isinstance(request, _ONE_MEMBER_LEAVES):
+    if isinstance(request, _ONE_MEMBER_LEAVES):
+        try:
             error = await context.groups.leave(me, request.group_id, request.member_id)
-            return build(response, throttle_time=NO_THROTTLE, error_code=error)
-        leaving = [
-            (
-                member,
-                await context.groups.leave(
-                    me, request.group_id, member.member_id, member.group_instance_id
-                ),
-            )
-            for member in request.members
+        except DisklessError as e:
+            error = failure(group_error, e, "leaving a group")
+        return build(response, throttle_time=NO_THROTTLE, error_code=error)
+    leaving: list[tuple[str, str | None]] = [
+        (member.member_id, member.group_instance_id) for member in request.members
+    ]
+    try:
+        errors = [
+            await context.groups.leave(me, request.group_id, member_id, instance)
+            for member_id, instance in leaving
         ]
     except DisklessError as e:
-        error = failure(ApiKey.LEAVE_GROUP, e, "leaving a group")
+        error = failure(group_error, e, "leaving a group")
+        return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
+    return _encode_leave_group(response, leaving, errors)
+
+
+def _encode_leave_group(
+    response: Response, leaving: list[tuple[str, str | None]], errors: list[WireError]
+) -> ResponsePayload:
+    """Each member's answer, or one NOT_COORDINATOR for all: the request came to the wrong
+    broker."""
+    if WireError.not_coordinator in errors:
+        error = WireError.not_coordinator
         return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
     member_entry = nested(response, "MemberResponse")
-    members = []
-    for member, error in leaving:
-        if error is WireError.not_coordinator:  # the whole request went to the wrong broker
-            return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
-        members.append(
-            build(
-                member_entry,
-                member_id=member.member_id,
-                group_instance_id=member.group_instance_id,
-                error_code=error,
-            )
-        )
-    return build(
-        response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=tuple(members)
+    members = tuple(
+        build(member_entry, member_id=member_id, group_instance_id=instance, error_code=error)
+        for (member_id, instance), error in zip(leaving, errors, strict=True)
     )
+    return build(response, throttle_time=NO_THROTTLE, error_code=WireError.none, members=members)

@@ -6,15 +6,13 @@ from typing import Final
 
 import msgspec
 
-from diskless.kafka_server._codec import FRAME_BYTES_MAX
+from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
+from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
 
 QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
 FRAME_RECEIVE_MS_MAX: Final = 30_000
 INLINE_FRAME_BYTES_MAX: Final = 64 * 1024
-MAX_PARTITIONS_PER_REQUEST: Final = 10_000
-"""Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
-so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAFKA-15485)."""
 
 
 class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):

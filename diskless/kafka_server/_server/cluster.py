@@ -27,12 +27,12 @@ from typing import Final
 from diskless import BrokerConfig, DisklessBroker, ErrorCode
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._config import ServerConfig
-from diskless.kafka_server._groups import GroupCoordinator
-from diskless.kafka_server._memory import RequestMemory
-from diskless.kafka_server._metadata import ClusterView
-from diskless.kafka_server._server import BrokerServer
-from diskless.kafka_server._txn import TransactionFront
+from diskless.kafka_server._coordination.cluster_view import ClusterView
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._server._request_budget import RequestBudget
+from diskless.kafka_server._server.broker_server import BrokerServer
+from diskless.kafka_server._server.config import ServerConfig
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class KafkaCluster:
         self._broker_ids = list(broker_ids) if broker_ids is not None else list(range(brokers))
         self._broker_config = broker_config
         self._server_config = server_config
-        self.request_memory = RequestMemory(
+        self.request_budget = RequestBudget(
             (server_config or ServerConfig()).queued_request_bytes_max
         )
         """One `queued_request_bytes_max` budget for all brokers: they share one process."""
@@ -140,7 +140,7 @@ class KafkaCluster:
                 self.groups,
                 port=self._ports[index],
                 config=self._server_config,
-                request_memory=self.request_memory,
+                request_budget=self.request_budget,
             )
             self.servers[broker_id] = server
             await server.start()

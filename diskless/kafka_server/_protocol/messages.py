@@ -1,10 +1,28 @@
-"""The kio classes of every advertised version, as one typed union per API key and direction.
+"""The advertised versions of every API, declared once: a union of kio request classes per API.
 
 kio generates one frozen dataclass per (API, version, direction). A handler serves every version
-of its API with one body, so it takes the union of the request classes and answers with a member
-of the union of the response classes: mypy then checks each field it reads against every version
-(a field some versions lack must be narrowed with `isinstance` first). The unions span exactly the
-ranges of `_versions.SUPPORTED_VERSIONS`; a test holds the two together.
+of its API with one body, so it takes the union of the request classes: mypy then checks each
+field it reads against every version (a field some versions lack must be narrowed with
+`isinstance` first). The union is the whole declaration: `apis.Api` reads the API key, the version
+range and each version's response class from it, and the handler table (`_handlers.table`) reads
+the union from the handler's annotation. The admin APIs' unions are in `messages_admin`.
+
+The ranges cover what the three client libraries of the acceptance tests negotiate (each picks
+the highest version both sides support): librdkafka 2.x, kafka-python 3.x and aiokafka 0.14
+(which tops out at Produce v8, Fetch v11, Metadata v5). Upper bounds that are deliberate:
+- Produce v11 / Fetch v12: v13 of both address topics by topic id (KIP-516); this server
+  addresses them by name. Produce v12 is the transaction-version-2 marker (KIP-890 part 2:
+  the broker enrolls partitions itself), which the clients here do not use.
+- AddPartitionsToTxn v3 / AddOffsetsToTxn v3 / TxnOffsetCommit v3 / EndTxn v3 /
+  InitProducerId v4: the client-side transaction protocol (transaction version 1, see
+  `_coordination.txn_front`). v4+ of AddPartitionsToTxn is broker-to-broker; v4 of
+  AddOffsetsToTxn, TxnOffsetCommit and EndTxn only add TRANSACTION_ABORTABLE (KIP-890), which
+  this server does not send.
+- FindCoordinator v4: batched keys; v5/v6 only add error codes and share groups.
+- ListOffsets v7 (MAX_TIMESTAMP); v8+ add tiered-storage and remote offsets specs.
+- OffsetFetch v7: v8 batches several groups in one request.
+Lower bounds are kio's oldest models (Produce v3 is also the first with transactional ids and
+record batch v2, which is all the library stores).
 """
 
 from __future__ import annotations
@@ -129,17 +147,6 @@ ProduceRequest: TypeAlias = (
     | produce_v10.ProduceRequest
     | produce_v11.ProduceRequest
 )
-ProduceResponse: TypeAlias = (
-    produce_v3.ProduceResponse
-    | produce_v4.ProduceResponse
-    | produce_v5.ProduceResponse
-    | produce_v6.ProduceResponse
-    | produce_v7.ProduceResponse
-    | produce_v8.ProduceResponse
-    | produce_v9.ProduceResponse
-    | produce_v10.ProduceResponse
-    | produce_v11.ProduceResponse
-)
 FetchRequest: TypeAlias = (
     fetch_v4.FetchRequest
     | fetch_v5.FetchRequest
@@ -151,17 +158,6 @@ FetchRequest: TypeAlias = (
     | fetch_v11.FetchRequest
     | fetch_v12.FetchRequest
 )
-FetchResponse: TypeAlias = (
-    fetch_v4.FetchResponse
-    | fetch_v5.FetchResponse
-    | fetch_v6.FetchResponse
-    | fetch_v7.FetchResponse
-    | fetch_v8.FetchResponse
-    | fetch_v9.FetchResponse
-    | fetch_v10.FetchResponse
-    | fetch_v11.FetchResponse
-    | fetch_v12.FetchResponse
-)
 ListOffsetsRequest: TypeAlias = (
     list_offsets_v1.ListOffsetsRequest
     | list_offsets_v2.ListOffsetsRequest
@@ -170,15 +166,6 @@ ListOffsetsRequest: TypeAlias = (
     | list_offsets_v5.ListOffsetsRequest
     | list_offsets_v6.ListOffsetsRequest
     | list_offsets_v7.ListOffsetsRequest
-)
-ListOffsetsResponse: TypeAlias = (
-    list_offsets_v1.ListOffsetsResponse
-    | list_offsets_v2.ListOffsetsResponse
-    | list_offsets_v3.ListOffsetsResponse
-    | list_offsets_v4.ListOffsetsResponse
-    | list_offsets_v5.ListOffsetsResponse
-    | list_offsets_v6.ListOffsetsResponse
-    | list_offsets_v7.ListOffsetsResponse
 )
 MetadataRequest: TypeAlias = (
     metadata_v0.MetadataRequest
@@ -195,21 +182,6 @@ MetadataRequest: TypeAlias = (
     | metadata_v11.MetadataRequest
     | metadata_v12.MetadataRequest
 )
-MetadataResponse: TypeAlias = (
-    metadata_v0.MetadataResponse
-    | metadata_v1.MetadataResponse
-    | metadata_v2.MetadataResponse
-    | metadata_v3.MetadataResponse
-    | metadata_v4.MetadataResponse
-    | metadata_v5.MetadataResponse
-    | metadata_v6.MetadataResponse
-    | metadata_v7.MetadataResponse
-    | metadata_v8.MetadataResponse
-    | metadata_v9.MetadataResponse
-    | metadata_v10.MetadataResponse
-    | metadata_v11.MetadataResponse
-    | metadata_v12.MetadataResponse
-)
 OffsetCommitRequest: TypeAlias = (
     offset_commit_v2.OffsetCommitRequest
     | offset_commit_v3.OffsetCommitRequest
@@ -218,15 +190,6 @@ OffsetCommitRequest: TypeAlias = (
     | offset_commit_v6.OffsetCommitRequest
     | offset_commit_v7.OffsetCommitRequest
     | offset_commit_v8.OffsetCommitRequest
-)
-OffsetCommitResponse: TypeAlias = (
-    offset_commit_v2.OffsetCommitResponse
-    | offset_commit_v3.OffsetCommitResponse
-    | offset_commit_v4.OffsetCommitResponse
-    | offset_commit_v5.OffsetCommitResponse
-    | offset_commit_v6.OffsetCommitResponse
-    | offset_commit_v7.OffsetCommitResponse
-    | offset_commit_v8.OffsetCommitResponse
 )
 OffsetFetchRequest: TypeAlias = (
     offset_fetch_v1.OffsetFetchRequest
@@ -237,28 +200,12 @@ OffsetFetchRequest: TypeAlias = (
     | offset_fetch_v6.OffsetFetchRequest
     | offset_fetch_v7.OffsetFetchRequest
 )
-OffsetFetchResponse: TypeAlias = (
-    offset_fetch_v1.OffsetFetchResponse
-    | offset_fetch_v2.OffsetFetchResponse
-    | offset_fetch_v3.OffsetFetchResponse
-    | offset_fetch_v4.OffsetFetchResponse
-    | offset_fetch_v5.OffsetFetchResponse
-    | offset_fetch_v6.OffsetFetchResponse
-    | offset_fetch_v7.OffsetFetchResponse
-)
 FindCoordinatorRequest: TypeAlias = (
     find_coordinator_v0.FindCoordinatorRequest
     | find_coordinator_v1.FindCoordinatorRequest
     | find_coordinator_v2.FindCoordinatorRequest
     | find_coordinator_v3.FindCoordinatorRequest
     | find_coordinator_v4.FindCoordinatorRequest
-)
-FindCoordinatorResponse: TypeAlias = (
-    find_coordinator_v0.FindCoordinatorResponse
-    | find_coordinator_v1.FindCoordinatorResponse
-    | find_coordinator_v2.FindCoordinatorResponse
-    | find_coordinator_v3.FindCoordinatorResponse
-    | find_coordinator_v4.FindCoordinatorResponse
 )
 JoinGroupRequest: TypeAlias = (
     join_group_v0.JoinGroupRequest
@@ -270,16 +217,6 @@ JoinGroupRequest: TypeAlias = (
     | join_group_v6.JoinGroupRequest
     | join_group_v7.JoinGroupRequest
 )
-JoinGroupResponse: TypeAlias = (
-    join_group_v0.JoinGroupResponse
-    | join_group_v1.JoinGroupResponse
-    | join_group_v2.JoinGroupResponse
-    | join_group_v3.JoinGroupResponse
-    | join_group_v4.JoinGroupResponse
-    | join_group_v5.JoinGroupResponse
-    | join_group_v6.JoinGroupResponse
-    | join_group_v7.JoinGroupResponse
-)
 HeartbeatRequest: TypeAlias = (
     heartbeat_v0.HeartbeatRequest
     | heartbeat_v1.HeartbeatRequest
@@ -287,26 +224,12 @@ HeartbeatRequest: TypeAlias = (
     | heartbeat_v3.HeartbeatRequest
     | heartbeat_v4.HeartbeatRequest
 )
-HeartbeatResponse: TypeAlias = (
-    heartbeat_v0.HeartbeatResponse
-    | heartbeat_v1.HeartbeatResponse
-    | heartbeat_v2.HeartbeatResponse
-    | heartbeat_v3.HeartbeatResponse
-    | heartbeat_v4.HeartbeatResponse
-)
 LeaveGroupRequest: TypeAlias = (
     leave_group_v0.LeaveGroupRequest
     | leave_group_v1.LeaveGroupRequest
     | leave_group_v2.LeaveGroupRequest
     | leave_group_v3.LeaveGroupRequest
     | leave_group_v4.LeaveGroupRequest
-)
-LeaveGroupResponse: TypeAlias = (
-    leave_group_v0.LeaveGroupResponse
-    | leave_group_v1.LeaveGroupResponse
-    | leave_group_v2.LeaveGroupResponse
-    | leave_group_v3.LeaveGroupResponse
-    | leave_group_v4.LeaveGroupResponse
 )
 SyncGroupRequest: TypeAlias = (
     sync_group_v0.SyncGroupRequest
@@ -316,25 +239,11 @@ SyncGroupRequest: TypeAlias = (
     | sync_group_v4.SyncGroupRequest
     | sync_group_v5.SyncGroupRequest
 )
-SyncGroupResponse: TypeAlias = (
-    sync_group_v0.SyncGroupResponse
-    | sync_group_v1.SyncGroupResponse
-    | sync_group_v2.SyncGroupResponse
-    | sync_group_v3.SyncGroupResponse
-    | sync_group_v4.SyncGroupResponse
-    | sync_group_v5.SyncGroupResponse
-)
 ApiVersionsRequest: TypeAlias = (
     api_versions_v0.ApiVersionsRequest
     | api_versions_v1.ApiVersionsRequest
     | api_versions_v2.ApiVersionsRequest
     | api_versions_v3.ApiVersionsRequest
-)
-ApiVersionsResponse: TypeAlias = (
-    api_versions_v0.ApiVersionsResponse
-    | api_versions_v1.ApiVersionsResponse
-    | api_versions_v2.ApiVersionsResponse
-    | api_versions_v3.ApiVersionsResponse
 )
 InitProducerIdRequest: TypeAlias = (
     init_producer_id_v0.InitProducerIdRequest
@@ -343,24 +252,11 @@ InitProducerIdRequest: TypeAlias = (
     | init_producer_id_v3.InitProducerIdRequest
     | init_producer_id_v4.InitProducerIdRequest
 )
-InitProducerIdResponse: TypeAlias = (
-    init_producer_id_v0.InitProducerIdResponse
-    | init_producer_id_v1.InitProducerIdResponse
-    | init_producer_id_v2.InitProducerIdResponse
-    | init_producer_id_v3.InitProducerIdResponse
-    | init_producer_id_v4.InitProducerIdResponse
-)
 AddPartitionsToTxnRequest: TypeAlias = (
     add_partitions_to_txn_v0.AddPartitionsToTxnRequest
     | add_partitions_to_txn_v1.AddPartitionsToTxnRequest
     | add_partitions_to_txn_v2.AddPartitionsToTxnRequest
     | add_partitions_to_txn_v3.AddPartitionsToTxnRequest
-)
-AddPartitionsToTxnResponse: TypeAlias = (
-    add_partitions_to_txn_v0.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v1.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v2.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v3.AddPartitionsToTxnResponse
 )
 EndTxnRequest: TypeAlias = (
     end_txn_v0.EndTxnRequest
@@ -368,33 +264,15 @@ EndTxnRequest: TypeAlias = (
     | end_txn_v2.EndTxnRequest
     | end_txn_v3.EndTxnRequest
 )
-EndTxnResponse: TypeAlias = (
-    end_txn_v0.EndTxnResponse
-    | end_txn_v1.EndTxnResponse
-    | end_txn_v2.EndTxnResponse
-    | end_txn_v3.EndTxnResponse
-)
 AddOffsetsToTxnRequest: TypeAlias = (
     add_offsets_to_txn_v0.AddOffsetsToTxnRequest
     | add_offsets_to_txn_v1.AddOffsetsToTxnRequest
     | add_offsets_to_txn_v2.AddOffsetsToTxnRequest
     | add_offsets_to_txn_v3.AddOffsetsToTxnRequest
 )
-AddOffsetsToTxnResponse: TypeAlias = (
-    add_offsets_to_txn_v0.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v1.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v2.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v3.AddOffsetsToTxnResponse
-)
 TxnOffsetCommitRequest: TypeAlias = (
     txn_offset_commit_v0.TxnOffsetCommitRequest
     | txn_offset_commit_v1.TxnOffsetCommitRequest
     | txn_offset_commit_v2.TxnOffsetCommitRequest
     | txn_offset_commit_v3.TxnOffsetCommitRequest
-)
-TxnOffsetCommitResponse: TypeAlias = (
-    txn_offset_commit_v0.TxnOffsetCommitResponse
-    | txn_offset_commit_v1.TxnOffsetCommitResponse
-    | txn_offset_commit_v2.TxnOffsetCommitResponse
-    | txn_offset_commit_v3.TxnOffsetCommitResponse
 )

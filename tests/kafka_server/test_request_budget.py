@@ -7,33 +7,33 @@ import logging
 
 import pytest
 
-from diskless.kafka_server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._memory import RequestMemory
+from diskless.kafka_server._server._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server._request_budget import RequestBudget
 
 
 async def test_reservations_wait_in_arrival_order_and_cancelled_ones_step_aside() -> None:
-    memory = RequestMemory(100)
-    first = await memory.reserve(60)
-    big = asyncio.create_task(memory.reserve(80))
-    small = asyncio.create_task(memory.reserve(10))  # would fit, but waits behind `big`
-    gone = asyncio.create_task(memory.reserve(30))
+    budget = RequestBudget(100)
+    first = await budget.reserve(60)
+    big = asyncio.create_task(budget.reserve(80))
+    small = asyncio.create_task(budget.reserve(10))  # would fit, but waits behind `big`
+    gone = asyncio.create_task(budget.reserve(30))
     await asyncio.sleep(0)
-    assert memory.waiting == 3 and memory.reserved == 60 and not small.done()
+    assert budget.waiting == 3 and budget.reserved == 60 and not small.done()
     gone.cancel()
     first.release()
     first.release()  # idempotent
     granted = await big
     assert (await small).size == 10  # now it fits behind `big`; `gone` stepped aside
-    assert memory.reserved == 90 and memory.waiting == 0
+    assert budget.reserved == 90 and budget.waiting == 0
     granted.release()
-    assert memory.reserved == 10
+    assert budget.reserved == 10
     with pytest.raises(asyncio.CancelledError):
         await gone
 
 
 async def test_a_reservation_larger_than_the_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="can never fit"):
-        await RequestMemory(10).reserve(11)
+        await RequestBudget(10).reserve(11)
 
 
 async def test_warnings_beyond_the_burst_are_counted_and_reported_per_interval(

@@ -1,8 +1,8 @@
 """One consumer group's membership, in the process that coordinates it: Kafka's classic protocol.
 
 JoinGroup, SyncGroup, Heartbeat and LeaveGroup, and the member checks of OffsetCommit and
-TxnOffsetCommit. Nothing here reads the batch coordinator: `_groups.GroupCoordinator` resolves
-who owns the group, stores each new generation before this state machine hands it out
+TxnOffsetCommit. Nothing here reads the batch coordinator: `group_coordinator.GroupCoordinator`
+resolves who owns the group, stores each new generation before this state machine hands it out
 (`finish_rebalance`), and fences offset commits.
 
 Kafka's rules, and the simplifications (visible to a client only as extra rebalances):

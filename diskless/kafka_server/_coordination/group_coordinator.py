@@ -2,7 +2,7 @@
 
 A consumer group has one coordinator at a time, as in Kafka. Which broker incarnation owns a
 group lives in the batch coordinator (`BatchCoordinator.claim_group`), so every broker process
-agrees on it; the group's membership lives in the owner's memory (`_group_state.GroupState`).
+agrees on it; the group's membership lives in the owner's memory (`group_state.GroupState`).
 - **FindCoordinator** names the owner while its registration is live. Otherwise it claims the
   group for the broker the group's id hashes to among the live brokers; the claim takes effect
   only if the owner's registration is no longer live, so a broker joining the cluster never
@@ -19,8 +19,8 @@ agrees on it; the group's membership lives in the owner's memory (`_group_state.
 - **Offsets** are committed by the owner only, fenced in the very step that stores them by the
   owner's epoch and the member's generation (`commit_offsets`, `txn_commit_offsets`): a process
   that lost the group cannot move a committed offset backwards.
-A failure of the batch coordinator propagates as `DisklessError`; the handlers turn it into a
-retriable code (`_errors`).
+A failure of the batch coordinator propagates as `DisklessError`; the handlers answer it with
+the library's `group_error` code.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
-from diskless.kafka_server._errors import wire
-from diskless.kafka_server._group_state import GroupState, JoinOutcome
-from diskless.kafka_server._metadata import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_state import GroupState, JoinOutcome
+from diskless.kafka_server._protocol.fields import wire
 
 _log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Collection
 import msgspec
 
 from diskless.coordinator import BatchCoordinator
-from diskless.kafka_server._metadata import ClusterView
+from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.lifecycle import (
     Consolidator,
     ConsolidatorConfig,

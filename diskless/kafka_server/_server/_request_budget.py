@@ -19,7 +19,7 @@ import collections
 import contextlib
 
 
-class RequestMemory:
+class RequestBudget:
     """`reserve(n)` waits until `n` more bytes fit under `bytes_max`, in arrival order."""
 
     def __init__(self, bytes_max: int) -> None:
@@ -74,15 +74,15 @@ class RequestMemory:
 
 
 class Reservation:
-    """Bytes taken from a `RequestMemory`; `release` is idempotent."""
+    """Bytes taken from a `RequestBudget`; `release` is idempotent."""
 
-    __slots__ = ("_memory", "size")
+    __slots__ = ("_budget", "size")
 
-    def __init__(self, memory: RequestMemory, size: int) -> None:
-        self._memory: RequestMemory | None = memory
+    def __init__(self, budget: RequestBudget, size: int) -> None:
+        self._budget: RequestBudget | None = budget
         self.size = size
 
     def release(self) -> None:
-        memory, self._memory = self._memory, None
-        if memory is not None:
-            memory._give_back(self.size)
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget._give_back(self.size)

@@ -1,5 +1,13 @@
-"""The kio classes of the admin APIs' advertised versions, one typed union per API key and
-direction (as `_messages` for the others; split off to keep each module small)."""
+"""The admin APIs' advertised versions, one union of kio request classes per API (as `messages`
+declares the others; split off to keep each module small).
+
+- DeleteTopics v5: v6 may name topics by topic id only (KIP-516).
+- CreateTopics v7, CreatePartitions v3, DescribeConfigs v4, DeleteRecords v2: kio's newest.
+  The clients pick what they know below that (librdkafka 2.x: CreateTopics v4, DescribeConfigs
+  v1, DeleteRecords v1).
+- CreateTopics v2, DeleteTopics v1 and DescribeConfigs v1, kio's oldest, are below what any
+  client of the acceptance tests sends.
+"""
 
 from __future__ import annotations
 
@@ -36,14 +44,6 @@ CreateTopicsRequest: TypeAlias = (
     | create_topics_v6.CreateTopicsRequest
     | create_topics_v7.CreateTopicsRequest
 )
-CreateTopicsResponse: TypeAlias = (
-    create_topics_v2.CreateTopicsResponse
-    | create_topics_v3.CreateTopicsResponse
-    | create_topics_v4.CreateTopicsResponse
-    | create_topics_v5.CreateTopicsResponse
-    | create_topics_v6.CreateTopicsResponse
-    | create_topics_v7.CreateTopicsResponse
-)
 DeleteTopicsRequest: TypeAlias = (
     delete_topics_v1.DeleteTopicsRequest
     | delete_topics_v2.DeleteTopicsRequest
@@ -51,24 +51,11 @@ DeleteTopicsRequest: TypeAlias = (
     | delete_topics_v4.DeleteTopicsRequest
     | delete_topics_v5.DeleteTopicsRequest
 )
-DeleteTopicsResponse: TypeAlias = (
-    delete_topics_v1.DeleteTopicsResponse
-    | delete_topics_v2.DeleteTopicsResponse
-    | delete_topics_v3.DeleteTopicsResponse
-    | delete_topics_v4.DeleteTopicsResponse
-    | delete_topics_v5.DeleteTopicsResponse
-)
 CreatePartitionsRequest: TypeAlias = (
     create_partitions_v0.CreatePartitionsRequest
     | create_partitions_v1.CreatePartitionsRequest
     | create_partitions_v2.CreatePartitionsRequest
     | create_partitions_v3.CreatePartitionsRequest
-)
-CreatePartitionsResponse: TypeAlias = (
-    create_partitions_v0.CreatePartitionsResponse
-    | create_partitions_v1.CreatePartitionsResponse
-    | create_partitions_v2.CreatePartitionsResponse
-    | create_partitions_v3.CreatePartitionsResponse
 )
 DescribeConfigsRequest: TypeAlias = (
     describe_configs_v1.DescribeConfigsRequest
@@ -76,19 +63,8 @@ DescribeConfigsRequest: TypeAlias = (
     | describe_configs_v3.DescribeConfigsRequest
     | describe_configs_v4.DescribeConfigsRequest
 )
-DescribeConfigsResponse: TypeAlias = (
-    describe_configs_v1.DescribeConfigsResponse
-    | describe_configs_v2.DescribeConfigsResponse
-    | describe_configs_v3.DescribeConfigsResponse
-    | describe_configs_v4.DescribeConfigsResponse
-)
 DeleteRecordsRequest: TypeAlias = (
     delete_records_v0.DeleteRecordsRequest
     | delete_records_v1.DeleteRecordsRequest
     | delete_records_v2.DeleteRecordsRequest
-)
-DeleteRecordsResponse: TypeAlias = (
-    delete_records_v0.DeleteRecordsResponse
-    | delete_records_v1.DeleteRecordsResponse
-    | delete_records_v2.DeleteRecordsResponse
 )

@@ -1,0 +1,4 @@
+"""What the brokers of a cluster agree on through the batch coordinator, served in Kafka's terms:
+membership and the leaders Metadata names (`cluster_view`), consumer groups
+(`group_coordinator`, `group_state`), and the transaction front end (`txn_front`). The handlers
+call these; they know nothing of requests or connections."""

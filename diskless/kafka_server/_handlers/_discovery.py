@@ -1,0 +1,271 @@
+"""Discovery: ApiVersions, Metadata and FindCoordinator, which tell a client where to send what.
+
+Metadata names a leader per partition although the write path has none: see
+`_coordination.cluster_view` for whom it names and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+import kio.schema.find_coordinator.v0 as find_coordinator_v0
+import kio.schema.find_coordinator.v4 as find_coordinator_v4
+import kio.schema.metadata.v0 as metadata_v0
+import kio.schema.metadata.v1 as metadata_v1
+import kio.schema.metadata.v2 as metadata_v2
+import kio.schema.metadata.v3 as metadata_v3
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import Entity, ResponsePayload
+
+from diskless._kafka_errors import find_coordinator_error, metadata_error
+from diskless._types import ErrorCode, TopicPartition
+from diskless.coordinator import TopicDescription, check_topic_name
+from diskless.errors import DisklessError
+from diskless.kafka_server._coordination.cluster_view import topic_id
+from diskless.kafka_server._handlers._errors import failure
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
+from diskless.kafka_server._handlers._steps import Steps
+from diskless.kafka_server._handlers.context import BrokerContext, Session
+from diskless.kafka_server._protocol.apis import ApiKey
+from diskless.kafka_server._protocol.fields import build, nested
+from diskless.kafka_server._protocol.messages import (
+    FindCoordinatorRequest,
+    MetadataRequest,
+)
+
+_log = logging.getLogger(__name__)
+
+_KEY_TYPE_GROUP: Final = 0
+_KEY_TYPE_TRANSACTION: Final = 1
+_WITHOUT_AUTO_CREATE_FLAG: Final = (
+    metadata_v0.MetadataRequest,
+    metadata_v1.MetadataRequest,
+    metadata_v2.MetadataRequest,
+    metadata_v3.MetadataRequest,
+)
+"""Metadata v4 added `allow_auto_topic_creation`; older versions always allow it."""
+
+
+# --- ApiVersions ----------------------------------------------------------------------------------
+def api_versions_response(
+    response: Response, error: WireError, versions: Mapping[ApiKey, tuple[int, int]]
+) -> ResponsePayload:
+    """The ApiVersions answer listing `versions` (the handler table's, `table`)."""
+    entry = nested(response, "ApiVersion")
+    keys = tuple(
+        build(entry, api_key=int(key), min_version=low, max_version=high)
+        for key, (low, high) in sorted(versions.items())
+    )
+    return build(response, error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+# --- Metadata -------------------------------------------------------------------------------------
+class _Topics(NamedTuple):
+    """The topics a Metadata response lists, and what is known of them."""
+
+    names: list[str]
+    known: dict[str, TopicDescription]
+    unknown: WireError
+    """The code of a name not in `known`: unknown, or not described for a failure."""
+
+
+async def handle_metadata(
+    context: BrokerContext, session: Session, request: MetadataRequest, response: Response
+) -> ResponsePayload:
+    requested: list[str] | None
+    if request.topics is None or (
+        isinstance(request, metadata_v0.MetadataRequest) and not request.topics
+    ):
+        requested = None  # all topics (v0 says so with an empty list)
+    else:
+        requested = [t.name for t in request.topics if t.name is not None]
+    topics = await _describe(context, requested, _may_create(context, request))
+    rack = session.client_rack if session.client_rack is not None else context.rack
+    return await _encode_metadata(response, context, topics, rack)
+
+
+def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
+    allowed = (
+        True
+        if isinstance(request, _WITHOUT_AUTO_CREATE_FLAG)
+        else bool(request.allow_auto_topic_creation)
+    )
+    return allowed and context.config.auto_create_topic_partitions > 0
+
+
+async def _describe(
+    context: BrokerContext, requested: list[str] | None, may_create: bool
+) -> _Topics:
+    """The requested topics (None: all), those missing created when `may_create`."""
+    if requested is not None and not requested:
+        return _Topics([], {}, WireError.unknown_topic_or_partition)
+    try:
+        descriptions = await context.broker.describe_topics(requested)
+        unknown = WireError.unknown_topic_or_partition
+    except DisklessError as e:
+        unknown = failure(metadata_error, e, "describing topics")
+        descriptions = []
+        requested = requested or []
+    known = {d.name: d for d in descriptions}
+    names = sorted(known) if requested is None else list(dict.fromkeys(requested))
+    missing = [name for name in names if name not in known]
+    if missing and may_create:
+        known.update(await _create_topics(context, missing))
+    return _Topics(names, known, unknown)
+
+
+async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
+    """Create what can be created; names the coordinator refuses stay unknown."""
+    partitions = context.config.auto_create_topic_partitions
+    for name in names:
+        try:
+            check_topic_name(name)
+        except ValueError:
+            continue  # Kafka's topic name rules; the topic stays unknown
+        try:
+            if await context.broker.create_topic(name, partitions) is ErrorCode.NONE:
+                _log.info("created topic %r with %d partitions on first use", name, partitions)
+        except ValueError as e:  # refused by the coordinator: the topic stays unknown
+            _log.warning("metadata: cannot create topic %r: %r", name, e)
+        except DisklessError as e:
+            failure(metadata_error, e, f"creating topic {name!r}")
+    try:
+        return {d.name: d for d in await context.broker.describe_topics(names)}
+    except DisklessError as e:
+        failure(metadata_error, e, "describing created topics")
+        return {}
+
+
+async def _encode_metadata(
+    response: Response, context: BrokerContext, topics: _Topics, rack: str | None
+) -> ResponsePayload:
+    broker_entry = nested(response, "MetadataResponseBroker")
+    topic_entry = nested(response, "MetadataResponseTopic")
+    brokers = context.cluster.brokers()
+    entries: list[Entity] = []
+    steps = Steps()
+    for name in topics.names:
+        await steps.pause()
+        description = topics.known.get(name)
+        ok = description is not None
+        entries.append(
+            build(
+                topic_entry,
+                error_code=WireError.none if ok else topics.unknown,
+                name=name,
+                topic_id=topic_id(name) if ok else None,
+                is_internal=False,
+                partitions=(
+                    _partitions(response, context, name, description.partitions, rack)
+                    if description is not None
+                    else ()
+                ),
+            )
+        )
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        brokers=tuple(
+            build(broker_entry, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in brokers
+        ),
+        cluster_id=context.cluster.cluster_id,
+        controller_id=context.broker_id,
+        topics=tuple(entries),
+    )
+
+
+def _partitions(
+    response: Response, context: BrokerContext, name: str, count: int, rack: str | None
+) -> tuple[Entity, ...]:
+    """A topic's partitions, each led by the produce representative of `rack` (none while no
+    broker is live: LEADER_NOT_AVAILABLE)."""
+    partition_entry = nested(response, "MetadataResponsePartition")
+    tps = [TopicPartition(name, p) for p in range(count)]
+    leaders = context.cluster.leaders(tps, rack) if context.cluster.brokers() else {}
+    entries = []
+    for tp in tps:
+        leader = leaders.get(tp, -1)
+        entries.append(
+            build(
+                partition_entry,
+                error_code=WireError.none if leader >= 0 else WireError.leader_not_available,
+                partition_index=tp.partition,
+                leader_id=leader,
+                leader_epoch=context.cluster.generation,
+                replica_nodes=(leader,) if leader >= 0 else (),
+                isr_nodes=(leader,) if leader >= 0 else (),
+                offline_replicas=(),
+            )
+        )
+    return tuple(entries)
+
+
+# --- FindCoordinator ------------------------------------------------------------------------------
+class _Found(NamedTuple):
+    error: WireError
+    message: str | None
+    node_id: int
+    host: str
+    port: int
+
+
+_NOT_FOUND: Final = (-1, "", -1)
+
+
+async def handle_find_coordinator(
+    context: BrokerContext, session: Session, request: FindCoordinatorRequest, response: Response
+) -> ResponsePayload:
+    """A group's coordinator is its owner, recorded in the batch coordinator
+    (`_coordination.group_coordinator`): the same from every process, and it moves only when its
+    owner is gone. A transactional id may be served anywhere (its state is in the batch
+    coordinator); the id's hash spreads them."""
+    key_type = (
+        _KEY_TYPE_GROUP  # v0 knows only groups
+        if isinstance(request, find_coordinator_v0.FindCoordinatorRequest)
+        else int(request.key_type)
+    )
+    batched = isinstance(request, find_coordinator_v4.FindCoordinatorRequest)
+    if isinstance(request, find_coordinator_v4.FindCoordinatorRequest):
+        keys = list(request.coordinator_keys)  # v4 batches keys
+    else:
+        keys = [request.key]
+    found = [await _find(context, key_type, key) for key in keys]
+    if not batched:
+        (one,) = found
+        return build(response, throttle_time=NO_THROTTLE, error_code=one.error, **_fields(one))
+    entry = nested(response, "Coordinator")
+    coordinators = tuple(
+        build(entry, key=key, error_code=f.error, **_fields(f))
+        for key, f in zip(keys, found, strict=True)
+    )
+    return build(response, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+async def _find(context: BrokerContext, key_type: int, key: str) -> _Found:
+    if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+        message = f"unknown coordinator key type {key_type}"
+        return _Found(WireError.invalid_request, message, *_NOT_FOUND)
+    try:
+        found = (
+            await context.groups.locate(key)
+            if key_type == _KEY_TYPE_GROUP
+            else context.cluster.coordinator_for(key)
+        )
+    except DisklessError as e:
+        error = failure(find_coordinator_error, e, "finding a coordinator")
+        return _Found(error, "the batch coordinator is unavailable", *_NOT_FOUND)
+    if found is None:
+        return _Found(WireError.coordinator_not_available, "no live broker", *_NOT_FOUND)
+    return _Found(WireError.none, None, found.broker_id, found.host, found.port)
+
+
+def _fields(found: _Found) -> dict[str, object]:
+    return {
+        "error_message": found.message,
+        "node_id": found.node_id,
+        "host": found.host,
+        "port": found.port,
+    }

@@ -1,0 +1,207 @@
+"""The read path: Fetch (with its long poll) and ListOffsets.
+
+A Fetch that finds fewer than `min_bytes` waits, polling every `fetch_poll_ms`, until data
+arrives or `max_wait` (capped by `fetch_wait_ms_max`) runs out. The wait runs on the broker's
+injected clock, so that a simulated clock drives it in tests as it drives the rest of the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+import kio.schema.fetch.v11 as fetch_v11
+import kio.schema.fetch.v12 as fetch_v12
+import kio.schema.list_offsets.v1 as list_offsets_v1
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import Entity, ResponsePayload
+
+from diskless._kafka_errors import fetch_error, list_offsets_error
+from diskless._results import FetchResult, ListOffsetsResult
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
+from diskless.errors import DisklessError
+from diskless.kafka_server._handlers._errors import failure_code
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
+from diskless.kafka_server._handlers.context import BrokerContext, Session
+from diskless.kafka_server._protocol.fields import build, nested, wire
+from diskless.kafka_server._protocol.messages import (
+    FetchRequest,
+    ListOffsetsRequest,
+)
+
+_WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
+"""Fetch v11 added `rack_id` (KIP-392): the consumer's `client.rack`."""
+
+
+def _isolation(value: int) -> IsolationLevel | None:
+    """The isolation level of a request, None when it names none (answered INVALID_REQUEST)."""
+    try:
+        return check_isolation_level(value)
+    except ValueError:
+        return None
+
+
+# --- Fetch ----------------------------------------------------------------------------------------
+class _Fetch(NamedTuple):
+    """A Fetch request, as `DisklessBroker.fetch` takes it, and how long it may wait."""
+
+    offsets: dict[TopicPartition, int]
+    isolation: IsolationLevel | None
+    max_bytes: int
+    partition_max_bytes: int | None
+    min_bytes: int
+    wait_ms: int
+
+
+async def handle_fetch(
+    context: BrokerContext, session: Session, request: FetchRequest, response: Response
+) -> ResponsePayload:
+    if isinstance(request, _WITH_RACK) and request.rack_id:
+        session.client_rack = request.rack_id
+    fetch = _decode_fetch(request, context.config.fetch_wait_ms_max)
+    results = await _call_fetch(context, fetch)
+    return _encode_fetch(response, request, fetch.isolation, results)
+
+
+def _decode_fetch(request: FetchRequest, wait_ms_max: int) -> _Fetch:
+    offsets: dict[TopicPartition, int] = {}
+    partition_max_bytes = 0
+    for topic in request.topics:
+        for partition in topic.partitions:
+            offsets[TopicPartition(topic.topic, partition.partition)] = int(partition.fetch_offset)
+            partition_max_bytes = max(partition_max_bytes, int(partition.partition_max_bytes))
+    return _Fetch(
+        offsets,
+        _isolation(int(request.isolation_level)),
+        max(int(request.max_bytes), 0),  # negative budgets read as empty, as in Kafka
+        partition_max_bytes or None,
+        int(request.min_bytes),
+        min(millis(request.max_wait), wait_ms_max),
+    )
+
+
+async def _call_fetch(context: BrokerContext, fetch: _Fetch) -> dict[TopicPartition, FetchResult]:
+    """Every partition's result, once `min_bytes` arrived, an error did, or the wait ran out."""
+    if fetch.isolation is None:
+        return dict.fromkeys(fetch.offsets, FetchResult(ErrorCode.INVALID_REQUEST))
+    clock = context.broker.clock
+    deadline = clock.monotonic() + fetch.wait_ms / 1000
+    while True:
+        try:
+            results = await context.broker.fetch(
+                fetch.offsets,
+                max_bytes=fetch.max_bytes,
+                partition_max_bytes=fetch.partition_max_bytes,
+                isolation_level=fetch.isolation,
+            )
+        except DisklessError as e:
+            code = failure_code(fetch_error, e, f"fetch on broker {context.broker_id}")
+            return dict.fromkeys(fetch.offsets, FetchResult(code))
+        total = sum(len(r.records) for r in results.values())
+        errors = any(r.error is not ErrorCode.NONE for r in results.values())
+        if total >= max(fetch.min_bytes, 1) or errors or not fetch.offsets:
+            return results
+        if clock.monotonic() >= deadline:
+            return results
+        poll_s = context.config.fetch_poll_ms / 1000
+        await clock.sleep(min(poll_s, deadline - clock.monotonic()))
+
+
+def _encode_fetch(
+    response: Response,
+    request: FetchRequest,
+    isolation: IsolationLevel | None,
+    results: Mapping[TopicPartition, FetchResult],
+) -> ResponsePayload:
+    topic_entry = nested(response, "FetchableTopicResponse")
+    partition_entry = nested(response, "PartitionData")
+    aborted_entry = nested(response, "AbortedTransaction")
+    responses = []
+    for topic in request.topics:
+        partitions: list[Entity] = []
+        for partition in topic.partitions:
+            result = results[TopicPartition(topic.topic, partition.partition)]
+            aborted = tuple(
+                build(aborted_entry, producer_id=pid, first_offset=first)
+                for pid, first in result.aborted_transactions
+            )
+            partitions.append(
+                build(
+                    partition_entry,
+                    partition_index=partition.partition,
+                    error_code=wire(result.error),
+                    high_watermark=result.high_watermark,
+                    last_stable_offset=result.last_stable_offset,
+                    log_start_offset=result.log_start_offset,
+                    aborted_transactions=(
+                        aborted if isolation is IsolationLevel.READ_COMMITTED else None
+                    ),
+                    preferred_read_replica=-1,
+                    records=bytes(result.records),
+                )
+            )
+        responses.append(build(topic_entry, topic=topic.topic, partitions=tuple(partitions)))
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        error_code=WireError.none,
+        session_id=0,  # no fetch sessions (KIP-227): clients keep sending full requests
+        responses=tuple(responses),
+    )
+
+
+# --- ListOffsets ----------------------------------------------------------------------------------
+async def handle_list_offsets(
+    context: BrokerContext, session: Session, request: ListOffsetsRequest, response: Response
+) -> ResponsePayload:
+    isolation = _isolation(
+        0  # v1 predates isolation levels: READ_UNCOMMITTED
+        if isinstance(request, list_offsets_v1.ListOffsetsRequest)
+        else int(request.isolation_level)
+    )
+    timestamps = {
+        TopicPartition(topic.name, p.partition_index): int(p.timestamp)
+        for topic in request.topics
+        for p in topic.partitions
+    }
+    results = await _call_list_offsets(context, timestamps, isolation)
+    return _encode_list_offsets(response, request, results, context.cluster.generation)
+
+
+async def _call_list_offsets(
+    context: BrokerContext, timestamps: dict[TopicPartition, int], isolation: IsolationLevel | None
+) -> dict[TopicPartition, ListOffsetsResult]:
+    if isolation is None:
+        return dict.fromkeys(timestamps, ListOffsetsResult(ErrorCode.INVALID_REQUEST))
+    try:
+        return await context.broker.list_offsets(timestamps, isolation_level=isolation)
+    except DisklessError as e:
+        code = failure_code(list_offsets_error, e, f"list offsets on broker {context.broker_id}")
+        return dict.fromkeys(timestamps, ListOffsetsResult(code))
+
+
+def _encode_list_offsets(
+    response: Response,
+    request: ListOffsetsRequest,
+    results: Mapping[TopicPartition, ListOffsetsResult],
+    leader_epoch: int,
+) -> ResponsePayload:
+    topic_entry = nested(response, "ListOffsetsTopicResponse")
+    partition_entry = nested(response, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            result = results[TopicPartition(topic.name, p.partition_index)]
+            partitions.append(
+                build(
+                    partition_entry,
+                    partition_index=p.partition_index,
+                    error_code=wire(result.error),
+                    timestamp=result.timestamp,
+                    offset=result.offset,
+                    leader_epoch=leader_epoch,
+                )
+            )
+        topics.append(build(topic_entry, name=topic.name, partitions=tuple(partitions)))
+    return build(response, throttle_time=NO_THROTTLE, topics=tuple(topics))

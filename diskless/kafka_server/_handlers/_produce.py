@@ -1,0 +1,131 @@
+"""Produce: the client's record sets to `DisklessBroker.produce`, per-partition results back.
+
+The one handler whose requests must reach the broker in order: `DisklessBroker.produce` takes
+its place in the write order when it is called, and a producer's pipelined requests must keep
+the order in which they arrived on the connection. So the handler calls it before its first
+await (handlers start in arrival order), and the broker's ticket keeps that order from there.
+Transactional batches of transaction version 1 clients are rewritten on the way in, which reads
+the coordinator first: the rewrite (`TransactionFront.rewrite_for`) is handed to the broker,
+which runs it in the request's own turn, so it needs no ordering of its own.
+
+zstd batches need Produce v7 or later: an older client could not read them back, so Kafka answers
+UNSUPPORTED_COMPRESSION_TYPE for such a partition, and so does `DisklessBroker.produce` when told
+that zstd is not allowed.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import Entity, ResponsePayload
+
+from diskless._kafka_errors import produce_error
+from diskless._results import ProduceResult
+from diskless._types import ErrorCode, TopicPartition
+from diskless.errors import DisklessError
+from diskless.kafka_server._handlers._errors import failure_code
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
+from diskless.kafka_server._handlers._steps import Steps
+from diskless.kafka_server._handlers.context import BrokerContext, Session
+from diskless.kafka_server._protocol.fields import build, nested, wire
+from diskless.kafka_server._protocol.messages import ProduceRequest
+
+ZSTD_VERSION_MIN: Final = 7
+"""The first Produce version whose clients can read zstd batches (KIP-110)."""
+
+
+_TWICE: Final = ProduceResult(
+    ErrorCode.INVALID_RECORD, error_message="partition appears twice in the request"
+)
+
+
+class _Produce(NamedTuple):
+    """A Produce request, as `DisklessBroker.produce` takes it."""
+
+    partitions: dict[TopicPartition, bytes]
+    refused: dict[TopicPartition, ProduceResult]
+    """Partitions answered without the broker: named more than once."""
+    acks: int
+    timeout_ms: int
+    allow_zstd: bool
+
+
+async def handle_produce(
+    context: BrokerContext, session: Session, request: ProduceRequest, response: Response
+) -> ResponsePayload | None:
+    produce = _decode(request)
+    results = await _call(context, produce)
+    if produce.acks == 0:
+        return None  # Kafka sends no response to acks=0
+    return await _encode(response, request, results)
+
+
+def _decode(request: ProduceRequest) -> _Produce:
+    partitions: dict[TopicPartition, bytes] = {}
+    twice: set[TopicPartition] = set()
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            tp = TopicPartition(topic.name, data.index)
+            if tp in partitions:
+                twice.add(tp)
+            partitions[tp] = bytes(data.records) if data.records is not None else b""
+    for tp in twice:
+        del partitions[tp]
+    allow_zstd = request.__version__ >= ZSTD_VERSION_MIN
+    acks, timeout_ms = int(request.acks), millis(request.timeout)
+    return _Produce(partitions, dict.fromkeys(twice, _TWICE), acks, timeout_ms, allow_zstd)
+
+
+async def _call(context: BrokerContext, produce: _Produce) -> dict[TopicPartition, ProduceResult]:
+    """Every partition's result: the broker's, or the library's code for its failure."""
+    try:
+        # No await before this call: it takes the request's place in the broker's write order,
+        # and the bridge's rewrite (which reads the coordinator) runs in that place.
+        results = await context.broker.produce(
+            produce.partitions,
+            acks=produce.acks,
+            timeout_ms=produce.timeout_ms,
+            allow_zstd=produce.allow_zstd,
+            rewrite=context.transactions.rewrite_for(produce.partitions),
+        )
+    except DisklessError as e:
+        code = failure_code(produce_error, e, f"produce on broker {context.broker_id}")
+        failed = ProduceResult(code, error_message="the broker failed the request")
+        results = dict.fromkeys(produce.partitions, failed)
+    return results | produce.refused
+
+
+async def _encode(
+    response: Response, request: ProduceRequest, results: Mapping[TopicPartition, ProduceResult]
+) -> ResponsePayload:
+    topic_entry = nested(response, "TopicProduceResponse")
+    partition_entry = nested(response, "PartitionProduceResponse")
+    by_topic: dict[str, list[Entity]] = {}
+    steps = Steps()
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            await steps.pause()
+            result = results[TopicPartition(topic.name, data.index)]
+            error = wire(result.error)
+            append_time = result.log_append_time
+            by_topic.setdefault(topic.name, []).append(
+                build(
+                    partition_entry,
+                    index=data.index,
+                    error_code=error,
+                    base_offset=result.base_offset,
+                    log_append_time=(
+                        None
+                        if append_time < 0
+                        else datetime.datetime.fromtimestamp(append_time / 1000, datetime.UTC)
+                    ),
+                    log_start_offset=result.log_start_offset,
+                    record_errors=(),
+                    error_message=result.error_message if error is not WireError.none else None,
+                )
+            )
+    topics = (build(topic_entry, name=n, partition_responses=tuple(e)) for n, e in by_topic.items())
+    return build(response, responses=tuple(topics), throttle_time=NO_THROTTLE)

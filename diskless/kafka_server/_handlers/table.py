@@ -1,0 +1,112 @@
+"""The handler table: one route per API key, each declared by its handler alone.
+
+A handler's request annotation (a union of kio request classes, `_protocol.messages`) declares
+its API key, the versions served and their response classes (`_route.Route`); the table lists the
+handlers and derives the rest, so no key or range is written twice. ApiVersions answers with
+this table's ranges, so its handler is the table's own.
+
+Handlers are written once for every advertised version: values are named as kio names the fields
+and `build` keeps those the requested version has. Protocol outcomes are error codes in the
+response; a library failure becomes the code the library's error table gives the API's family
+(`diskless._kafka_errors`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.protocol import ResponsePayload
+
+from diskless.kafka_server._handlers._admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_records,
+    handle_delete_topics,
+    handle_describe_configs,
+)
+from diskless.kafka_server._handlers._discovery import (
+    api_versions_response,
+    handle_find_coordinator,
+    handle_metadata,
+)
+from diskless.kafka_server._handlers._fetch import handle_fetch, handle_list_offsets
+from diskless.kafka_server._handlers._groups import (
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_offset_commit,
+    handle_offset_fetch,
+    handle_sync_group,
+)
+from diskless.kafka_server._handlers._produce import handle_produce
+from diskless.kafka_server._handlers._route import Handler, Response, Route
+from diskless.kafka_server._handlers._transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_end_txn,
+    handle_init_producer_id,
+    handle_txn_offset_commit,
+)
+from diskless.kafka_server._handlers.context import BrokerContext, Session
+from diskless.kafka_server._protocol.apis import API_VERSIONS_FALLBACK, ApiKey
+from diskless.kafka_server._protocol.messages import ApiVersionsRequest
+
+
+async def handle_api_versions(
+    context: BrokerContext, session: Session, request: ApiVersionsRequest, response: Response
+) -> ResponsePayload:
+    return api_versions_response(response, WireError.none, SUPPORTED_VERSIONS)
+
+
+HANDLERS: Final[dict[ApiKey, Handler]] = {
+    route.api.key: route
+    for route in (
+        Route(handle_api_versions),
+        Route(handle_metadata),
+        Route(handle_find_coordinator),
+        Route(handle_produce),
+        Route(handle_fetch),
+        Route(handle_list_offsets),
+        Route(handle_init_producer_id),
+        Route(handle_add_partitions_to_txn),
+        Route(handle_add_offsets_to_txn),
+        Route(handle_txn_offset_commit),
+        Route(handle_end_txn),
+        Route(handle_offset_commit),
+        Route(handle_offset_fetch),
+        Route(handle_join_group),
+        Route(handle_sync_group),
+        Route(handle_heartbeat),
+        Route(handle_leave_group),
+        Route(handle_create_topics),
+        Route(handle_delete_topics),
+        Route(handle_create_partitions),
+        Route(handle_describe_configs),
+        Route(handle_delete_records),
+    )
+}
+
+SUPPORTED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
+    key: HANDLERS[key].api.versions for key in sorted(HANDLERS)
+}
+"""(min, max) inclusive per API key, as advertised in ApiVersions."""
+
+
+def route(api_key: int, api_version: int) -> Handler | None:
+    """The handler of (api key, version); None when this server does not serve it."""
+    try:
+        handler = HANDLERS.get(ApiKey(api_key))
+    except ValueError:
+        return None
+    return handler if handler is not None and handler.api.serves(api_version) else None
+
+
+def unsupported_version_answer(api_key: int) -> ResponsePayload | None:
+    """Kafka's answer to a request of a version it does not serve: ApiVersions answers v0 with
+    UNSUPPORTED_VERSION and the supported ranges (`API_VERSIONS_FALLBACK`); every other API has
+    no response shape for it, and the connection is closed (None)."""
+    if api_key != ApiKey.API_VERSIONS:
+        return None
+    schema = HANDLERS[ApiKey.API_VERSIONS].api.response_schema(API_VERSIONS_FALLBACK)
+    return api_versions_response(schema, WireError.unsupported_version, SUPPORTED_VERSIONS)

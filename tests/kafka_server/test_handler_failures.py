@@ -1,0 +1,210 @@
+"""Unit: every API answers an infrastructure failure with the code the library's error table gives
+its family, whichever layer meets the failure.
+
+Each handler runs against a real `DisklessBroker` (in-memory store and coordinator) through the
+`BrokerContext` a server gives it. With the batch coordinator down, some failures are met inside
+the library (a produce's or a fetch's partitions, a transaction step) and come back as values,
+the others raise into the handler; with the broker closed, the data APIs raise. Either way the
+response carries `family(failure)` of `diskless._kafka_errors`, and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode as WireError
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+
+from diskless import DisklessBroker
+from diskless._kafka_errors import (
+    admin_error,
+    delete_records_error,
+    fetch_error,
+    find_coordinator_error,
+    group_error,
+    list_offsets_error,
+    metadata_error,
+    produce_error,
+    txn_error,
+)
+from diskless._types import ErrorCode
+from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
+from diskless.kafka_server import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    ClusterView,
+    ServerConfig,
+    TransactionFront,
+)
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._handlers.context import Session
+from diskless.kafka_server._handlers.table import HANDLERS
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server.test_handlers import Context
+from tests.wal._helpers import build_batch
+
+TOPIC: Final = "t"
+FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
+    ApiKey.PRODUCE: produce_error,
+    ApiKey.FETCH: fetch_error,
+    ApiKey.LIST_OFFSETS: list_offsets_error,
+    ApiKey.DELETE_RECORDS: delete_records_error,
+    ApiKey.METADATA: metadata_error,
+    ApiKey.FIND_COORDINATOR: find_coordinator_error,
+    ApiKey.INIT_PRODUCER_ID: txn_error,
+    ApiKey.ADD_PARTITIONS_TO_TXN: txn_error,
+    ApiKey.ADD_OFFSETS_TO_TXN: txn_error,
+    ApiKey.END_TXN: txn_error,
+    ApiKey.TXN_OFFSET_COMMIT: group_error,
+    ApiKey.OFFSET_COMMIT: group_error,
+    ApiKey.OFFSET_FETCH: group_error,
+    ApiKey.JOIN_GROUP: group_error,
+    ApiKey.SYNC_GROUP: group_error,
+    ApiKey.HEARTBEAT: group_error,
+    ApiKey.LEAVE_GROUP: group_error,
+    ApiKey.CREATE_TOPICS: admin_error,
+    ApiKey.DELETE_TOPICS: admin_error,
+    ApiKey.CREATE_PARTITIONS: admin_error,
+    ApiKey.DESCRIBE_CONFIGS: admin_error,
+}
+"""Each API's family in the library's table (ApiVersions calls nothing that can fail)."""
+DATA_APIS: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS)
+"""The APIs a closed broker refuses (the others go to the coordinator or the front ends)."""
+_VALUES: Final[dict[str, object]] = {
+    "acks": -1,  # acks=0 has no response
+    "isolation_level": 0,
+    "key_type": 0,  # a group
+    "resource_type": 2,  # a topic
+    "partition_index": 0,
+    "partition": 0,
+    "index": 0,
+    "max_wait": datetime.timedelta(0),
+    "transaction_timeout": datetime.timedelta(seconds=60),
+    "configs": (),  # a topic config named `t` is refused before the call
+}
+"""Field values (by kio's names) that make a request reach its library call; the others get a
+value of their type."""
+_METHODS: Final = frozenset(
+    name
+    for name in dir(BatchCoordinator)
+    if not name.startswith("_") and inspect.iscoroutinefunction(getattr(BatchCoordinator, name))
+)
+
+
+class _Down(InMemoryBatchCoordinator):
+    """The in-memory coordinator, every call of whose contract fails while `down`, as calls do
+    while a coordinator's server is unreachable."""
+
+    down = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _METHODS and object.__getattribute__(self, "down"):
+
+            async def unreachable(*args: object, **kwargs: object) -> Any:
+                raise CoordinatorUnavailableError("the coordinator's server is down")
+
+            return unreachable
+        return super().__getattribute__(name)
+
+
+def _value(field: dataclasses.Field[Any]) -> object:
+    if field.name in _VALUES:
+        return _VALUES[field.name]
+    kind = classify_field(field)
+    if isinstance(kind, (EntityField, EntityTupleField)):
+        item = request_of(kind.type_)
+        return (item,) if kind.is_array else item
+    kafka_type = field.metadata["kafka_type"]
+    value: object = {
+        "string": TOPIC,
+        "bytes": b"",
+        "records": build_batch([b"v"]),
+        "bool": False,
+        "uuid": None,
+        "error_code": WireError.none,
+        "timedelta_i32": datetime.timedelta(seconds=1),
+        "timedelta_i64": datetime.timedelta(seconds=1),
+    }.get(kafka_type, -1)
+    return (value,) if kind.is_array else value
+
+
+def request_of(schema: type[Any]) -> Any:
+    """An entity of `schema` with one entry in every array: topic `t`, partition 0, group `t`."""
+    return schema(**{f.name: _value(f) for f in dataclasses.fields(schema)})
+
+
+def error_codes(entity: object) -> set[WireError]:
+    """Every error code in a response except NONE (a response of only NONE answered nothing)."""
+    found: set[WireError] = set()
+    for field in dataclasses.fields(entity):  # type: ignore[arg-type]
+        value = getattr(entity, field.name)
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if field.name.endswith("error_code") and item is not WireError.none:
+                found.add(item)
+            elif dataclasses.is_dataclass(item):
+                found |= error_codes(item)
+    return found
+
+
+@pytest.fixture
+async def context() -> AsyncIterator[tuple[Context, _Down]]:
+    coordinator = _Down()
+    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
+    await broker.start()
+    await broker.create_topic(TOPIC, 1)
+    view = ClusterView("test")
+    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
+    yield (
+        Context(
+            broker,
+            view,
+            TransactionFront(coordinator),
+            GroupCoordinator(coordinator, view),
+            ServerConfig(),
+        ),
+        coordinator,
+    )
+    coordinator.down = False
+    await broker.close(flush=False)
+    await coordinator.close()
+
+
+async def _answer(context: Context, api: ApiKey) -> set[WireError]:
+    request = request_of(load_request_schema(int(api), SUPPORTED_VERSIONS[api][1]))
+    response = await HANDLERS[api](context, Session("test"), request)
+    assert response is not None
+    return error_codes(response)
+
+
+def test_every_api_that_calls_the_library_has_a_family() -> None:
+    assert set(FAMILIES) == set(HANDLERS) - {ApiKey.API_VERSIONS}
+
+
+@pytest.mark.parametrize("api", sorted(FAMILIES), ids=lambda api: api.name)
+async def test_a_coordinator_outage_is_the_familys_code(
+    context: tuple[Context, _Down], api: ApiKey
+) -> None:
+    ctx, coordinator = context
+    coordinator.down = True
+    expected = WireError(int(FAMILIES[api](CoordinatorUnavailableError("down"))))
+    assert await _answer(ctx, api) == {expected}
+
+
+@pytest.mark.parametrize("api", DATA_APIS, ids=lambda api: api.name)
+async def test_a_closed_broker_is_the_familys_code(
+    context: tuple[Context, _Down], api: ApiKey
+) -> None:
+    ctx, _ = context
+    await ctx.broker.close(flush=False)
+    expected = WireError(int(FAMILIES[api](BrokerClosedError("closed"))))
+    assert expected is WireError.not_leader_or_follower
+    assert await _answer(ctx, api) == {expected}
