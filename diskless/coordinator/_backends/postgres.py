@@ -99,7 +99,10 @@ class PostgresStore(CoordinatorStore):
         connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
         command_timeout_ms: int = COMMAND_TIMEOUT_MS_DEFAULT,
         resolve_timeout_ms: int = RESOLVE_TIMEOUT_MS_DEFAULT,
+        optimistic: bool = True,
     ) -> None:
+        """`optimistic`: whether a plain commit's first run is optimistic (else every step
+        plans on locked rows; `bench_coordinator --optimistic-vs-locked` compares them)."""
         if pool_size_max < 1:
             raise ValueError(f"pool_size_max must be at least 1, got {pool_size_max}")
         self._dsn = dsn
@@ -113,6 +116,7 @@ class PostgresStore(CoordinatorStore):
             max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
         )
         self._closed = False
+        self._optimistic = optimistic
         self._commit_cache = CommitCache()
 
     # --- the pool -----------------------------------------------------------------------------
@@ -156,9 +160,8 @@ class PostgresStore(CoordinatorStore):
         delay = 0.001
         for attempt in range(1, STEP_ATTEMPTS_MAX + 1):
             try:
-                return await self._attempt(
-                    step, durability, outcome_unknown_on_failure, optimistic=attempt == 1
-                )
+                optimistic = self._optimistic and attempt == 1
+                return await self._attempt(step, durability, outcome_unknown_on_failure, optimistic)
             except PlanOnLockedRows:
                 logger.debug("step needs locked rows, running it again")
                 continue
