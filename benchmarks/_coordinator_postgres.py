@@ -369,7 +369,7 @@ def optimistic_table(dsn: str | None, seconds: float, repeats: int) -> None:
         )
         print(
             f"{'processes':>9} | {'optimistic b/s':>14} | {'locked b/s':>10} |"
-            f" {'opt/locked':>10} | {'pairs opt/locked':>30}"
+            f" {'opt/locked':>10} | {'median pair':>11} | pairs (opt/locked, in order)"
         )
         for processes in PROCESSES:
             rates: dict[str, list[float]] = {"coordinator": [], "locked": []}
@@ -380,11 +380,10 @@ def optimistic_table(dsn: str | None, seconds: float, repeats: int) -> None:
                     rates[kind].append(_rate(measured))
             optimistic = statistics.median(rates["coordinator"])
             locked = statistics.median(rates["locked"])
-            pairs = " ".join(
-                f"{o / lk:.2f}" for o, lk in zip(rates["coordinator"], rates["locked"], strict=True)
-            )
+            pairs = [o / lk for o, lk in zip(rates["coordinator"], rates["locked"], strict=True)]
             print(
                 f"{processes:>9} | {optimistic:>14,.0f} | {locked:>10,.0f} |"
-                f" {optimistic / locked:>10.2f} | {pairs:>30}",
+                f" {optimistic / locked:>10.2f} | {statistics.median(pairs):>11.2f} |"
+                f" {' '.join(f'{r:.2f}' for r in pairs)}",
                 flush=True,
             )
