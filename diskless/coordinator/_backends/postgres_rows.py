@@ -61,6 +61,25 @@ EPOCH_ANY: Final = (1 << 31) - 1
 """Stands for "every epoch" in `leases_dropped` (epochs are 16-bit in Kafka)."""
 
 
+# What the load functions answer: one row per loaded item, of one of these kinds.
+LOADED_PARTITION: Final = 1
+"""(id, name, partition, timestamp type, retention ms, retention bytes, max message bytes,
+high watermark, log start offset, size, running max timestamp, earliest ongoing first offset,
+timestamp before max ms, timestamp after max ms): `PARTITION_COLUMNS` in order."""
+LOADED_PRODUCER: Final = 2
+"""(partition id, producer id, epoch, last timestamp, last update ms, coordinator epoch,
+transaction first offset), the retained batches in `blob`."""
+LOADED_REGISTRATION: Final = 3
+"""(partition id, producer id, epoch, ending as 0/1, client epoch, sequence base):
+`REGISTRATION_COLUMNS` in order from the epoch on."""
+LOADED_LEASE: Final = 4
+"""(lease id, partition id, producer id, epoch, expires ms)."""
+LOADED_BROKER: Final = 5
+"""(broker id, epoch)."""
+LOADED_FILE: Final = 6
+"""(key in `name`, state code, size, since ms, live batches)."""
+
+
 def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """Rows as `width` column lists: the arrays `unnest` turns back into rows."""
     if not rows:

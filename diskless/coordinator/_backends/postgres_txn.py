@@ -38,14 +38,6 @@ import asyncpg
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents
-from diskless.coordinator._backends.postgres_functions import (
-    LOADED_BROKER,
-    LOADED_FILE,
-    LOADED_LEASE,
-    LOADED_PARTITION,
-    LOADED_PRODUCER,
-    LOADED_REGISTRATION,
-)
 from diskless.coordinator._backends.postgres_optimistic import (
     PEEK_COMMIT_CALL,
     CommitCache,
@@ -62,6 +54,12 @@ from diskless.coordinator._backends.postgres_rows import (
     GATE_LOCK_KEY,
     GATE_OVERLAP,
     GATE_WIDTH_MIN,
+    LOADED_BROKER,
+    LOADED_FILE,
+    LOADED_LEASE,
+    LOADED_PARTITION,
+    LOADED_PRODUCER,
+    LOADED_REGISTRATION,
     PARTITION_COLUMNS_NO_LSO,
     PARTITION_FROM,
     PRODUCER_TYPES,

@@ -43,11 +43,8 @@ has an entry per interval of the log, not per batch. Fewer than `TIME_MARK_OFFSE
 between two marks, so a lookup by time is one probe of that small index and a bounded walk of the
 primary key. Indexing every batch (twice, before) cost each commit an index page per partition it
 wrote to, most of what it wrote. Integer division in SQLite and PostgreSQL alike; a query can use
-the partial index only if it repeats this text."""
-TIME_MARK_INDEX: Final = (
-    "CREATE INDEX batches_time_marks ON batches (partition_id, ts_running_max, base_offset)"
-    f" WHERE {TIME_MARK}"
-)
+the partial index only if it repeats this text, as the index's migration does (a test checks
+that they agree)."""
 
 
 @functools.cache
