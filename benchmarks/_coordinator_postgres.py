@@ -37,15 +37,9 @@ from benchmarks._coordinator_workload import (
     frozen_out_of_gc,
     in_groups,
 )
-from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, CommitBounds
-from diskless._object_keys import DEFAULT_OBJECT_PREFIX
-from diskless.clock import SystemClock
 from diskless.coordinator import FileCommit, PostgresBatchCoordinator
-from diskless.coordinator._backends.postgres import PostgresStore
 from diskless.coordinator._backends.postgres_rows import BATCH_TABLE_COLUMNS
 from diskless.coordinator._backends.postgres_schema import migrate
-from diskless.coordinator._engine import CoordinatorEngine
-from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 
 PROCESSES = (1, 4)
 START_TIMEOUT_S = 120.0
@@ -113,15 +107,8 @@ async def fresh_database_async(admin_dsn: str) -> AsyncIterator[str]:
 # --- one process ----------------------------------------------------------------------------
 
 
-async def _commits(
-    dsn: str, index: int, case: Case, seconds: float, barrier: Barrier, optimistic: bool = True
-) -> Measured:
-    coordinator = CoordinatorEngine(
-        PostgresStore(dsn, pool_size_max=2, optimistic=optimistic),
-        SystemClock(),
-        PRODUCER_ID_EXPIRATION_MS_DEFAULT,
-        CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT),
-    )
+async def _commits(dsn: str, index: int, case: Case, seconds: float, barrier: Barrier) -> Measured:
+    coordinator = PostgresBatchCoordinator(dsn, pool_size_max=2)
     try:
         epoch = await coordinator.register_broker(index + 1)
         workload = Workload(
@@ -237,13 +224,9 @@ def _process(
     barrier: Barrier,
     results: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
+    run = _commits if kind == "coordinator" else _raw
     try:
-        if kind == "raw":
-            measured = asyncio.run(_raw(dsn, index, case, seconds, barrier))
-        else:
-            optimistic = kind == "coordinator"
-            measured = asyncio.run(_commits(dsn, index, case, seconds, barrier, optimistic))
-        results.put(measured)
+        results.put(asyncio.run(run(dsn, index, case, seconds, barrier)))
     except BaseException as error:
         barrier.abort()
         results.put(RuntimeError(f"{kind} process {index}: {error!r}"))
@@ -252,7 +235,7 @@ def _process(
 
 # --- a case ---------------------------------------------------------------------------------
 async def _prepare(dsn: str, kind: str) -> None:
-    if kind != "raw":
+    if kind == "coordinator":
         coordinator = PostgresBatchCoordinator(dsn)
         try:
             await coordinator.create_topic(TOPIC, PARTITIONS)
@@ -277,8 +260,7 @@ async def _prepare(dsn: str, kind: str) -> None:
 def run_processes(
     admin_dsn: str, kind: str, processes: int, case: Case, seconds: float
 ) -> Measured:
-    """`processes` processes of `kind` ("coordinator", "locked": the coordinator with no
-    optimistic commits, or "raw") on one fresh database."""
+    """`processes` processes of `kind` ("coordinator" or "raw") on one fresh database."""
     context = multiprocessing.get_context("spawn")
     with fresh_database(admin_dsn) as dsn:
         asyncio.run(_prepare(dsn, kind))
@@ -349,41 +331,3 @@ def postgres_table(dsn: str | None, seconds: float, rounds: int) -> None:
                     f" {_percentile_ms(best.latencies_s, 99):>7.1f}",
                     flush=True,
                 )
-
-
-OPTIMISTIC_CASE = Case(100, 8)
-"""What the optimistic commits are measured on: a broker's group commits."""
-
-
-def optimistic_table(dsn: str | None, seconds: float, repeats: int) -> None:
-    """Print the PostgreSQL coordinator's rate with optimistic commits against its rate with
-    every commit planned on locked rows, on `OPTIMISTIC_CASE`, from 1 and from 4 processes:
-    `repeats` pairs of runs, the two kinds alternating which goes first, and their medians
-    (the machine may be shared: a median of alternating runs is what noise moves least)."""
-    with server(dsn) as admin_dsn:
-        print(
-            f"PostgreSQL ({'given server' if dsn else 'throwaway server, fsync=off'}),"
-            f" {PARTITIONS} partitions, objects of {OPTIMISTIC_CASE.batches_per_object} batches"
-            f" {OPTIMISTIC_CASE.objects_per_commit} per step, {repeats} alternating pairs of"
-            f" {seconds:g} s runs; batches/s summed over the processes"
-        )
-        print(
-            f"{'processes':>9} | {'optimistic b/s':>14} | {'locked b/s':>10} |"
-            f" {'opt/locked':>10} | {'median pair':>11} | pairs (opt/locked, in order)"
-        )
-        for processes in PROCESSES:
-            rates: dict[str, list[float]] = {"coordinator": [], "locked": []}
-            for repeat in range(repeats):
-                kinds = ("coordinator", "locked") if repeat % 2 == 0 else ("locked", "coordinator")
-                for kind in kinds:
-                    measured = run_processes(admin_dsn, kind, processes, OPTIMISTIC_CASE, seconds)
-                    rates[kind].append(_rate(measured))
-            optimistic = statistics.median(rates["coordinator"])
-            locked = statistics.median(rates["locked"])
-            pairs = [o / lk for o, lk in zip(rates["coordinator"], rates["locked"], strict=True)]
-            print(
-                f"{processes:>9} | {optimistic:>14,.0f} | {locked:>10,.0f} |"
-                f" {optimistic / locked:>10.2f} | {statistics.median(pairs):>11.2f} |"
-                f" {' '.join(f'{r:.2f}' for r in pairs)}",
-                flush=True,
-            )

@@ -1,7 +1,7 @@
 """Commit throughput of the coordinator backends against plain writes of the same rows.
 
     .venv/bin/python -m benchmarks.bench_coordinator [--dir DIR] [--seconds S] [--rounds N]
-        [--postgres DSN | --no-postgres] [--optimistic-vs-locked [--repeats N]]
+        [--postgres DSN | --no-postgres]
 
 Every case commits objects of 1, 100 or 1000 batches spread over PARTITIONS partitions, each
 partition written by one idempotent producer with in-order sequences: one object per commit,
@@ -22,10 +22,6 @@ its own databases; by default a throwaway server started as the tests start thei
 fsync=off) is measured from 1 and from 4 broker processes at once, each figure against raw
 asyncpg writes of the same rows on the same server (see `_coordinator_postgres`), with the
 coordinator's commit latency (p50, p99).
-
-`--optimistic-vs-locked` measures only PostgreSQL's optimistic commits against commits planned
-on locked rows, on group commits (objects of 100 batches, 8 per step), from 1 and 4 processes,
-in alternating runs, and prints the medians (`_coordinator_postgres.optimistic_table`).
 """
 
 from __future__ import annotations
@@ -179,18 +175,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best counts")
     parser.add_argument("--postgres", default=None, help="a PostgreSQL DSN (default: throwaway)")
     parser.add_argument("--no-postgres", action="store_true", help="leave PostgreSQL out")
-    parser.add_argument(
-        "--optimistic-vs-locked",
-        action="store_true",
-        help="only PostgreSQL's optimistic commits against locked ones, on group commits",
-    )
-    parser.add_argument("--repeats", type=int, default=5, help="pairs of runs for that mode")
     args = parser.parse_args()
-    if args.optimistic_vs_locked:
-        from benchmarks._coordinator_postgres import optimistic_table
-
-        optimistic_table(args.postgres, args.seconds, args.repeats)
-        return
     directory = Path(tempfile.mkdtemp(prefix="bench-coordinator-", dir=args.dir))
     try:
         print(

@@ -7,7 +7,7 @@ objects, then fails the step. A simulation whose auditor does not notice is too 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from msgspec.structs import replace
@@ -23,7 +23,6 @@ from diskless.coordinator._store import (
     Durability,
     Needs,
     ReadView,
-    Rebase,
     Snapshot,
     StoreTxn,
 )
@@ -39,7 +38,6 @@ class _HalvingTxn:
     def __init__(self, inner: StoreTxn) -> None:
         self.inner = inner
         self.torn = False
-        self.rebased: Mapping[int, Rebase] = inner.rebased
 
     async def load(self, needs: Needs) -> Snapshot:
         return await self.inner.load(needs)
@@ -51,9 +49,7 @@ class _HalvingTxn:
             self.torn = True
             files = {key: row for key, row in changes.files.items() if key in kept}
             changes = replace(changes, files=files, batches=batches)
-        lease_ids = await self.inner.apply(changes)
-        self.rebased = self.inner.rebased
-        return lease_ids
+        return await self.inner.apply(changes)
 
 
 class HalfGroupStore:

@@ -29,7 +29,7 @@ from diskless.coordinator._rules.files import (
     may_forget,
     released_file,
 )
-from diskless.coordinator._rules.group import CommitGroup, rebased_results
+from diskless.coordinator._rules.group import CommitGroup
 from diskless.coordinator._rules.ownership import id_in_use
 from diskless.coordinator._rules.rows import (
     PartitionState,
@@ -248,8 +248,6 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
                         ongoing_opened=group.opened_txns,
                     )
                 )
-                if txn.rebased:
-                    return rebased_results(files, results, snapshot.partitions, txn.rebased)
             return results
 
         return await self._write(commit, outcome_unknown_on_failure=True)

@@ -222,23 +222,8 @@ class Durability(enum.Enum):
     state whose loss is safe (registrations, leases, the ENDING mark; see `SqliteStore`)."""
 
 
-class Rebase(NamedTuple):
-    """How a store moved a partition's appends when it applied a commit on a newer state than
-    the step had loaded: appends by other steps landed in between, which no rule depends on but
-    the offsets (PostgreSQL's optimistic commits, `postgres_txn`)."""
-
-    offset_delta: int
-    """Every offset the step appended there moves by this much."""
-    log_start_offset: int
-    """The log start the partition had when the changes were applied."""
-
-
 class StoreTxn(Protocol):
     """One atomic step's access to the store."""
-
-    rebased: Mapping[int, Rebase] = EMPTY
-    """Set by `apply` to the partitions (by key) whose appends it moved: see `Rebase`. Only a
-    commit's changes (files, batches, partitions, producer entries) may be moved."""
 
     async def load(self, needs: Needs) -> Snapshot: ...
 

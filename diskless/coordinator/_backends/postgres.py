@@ -8,11 +8,6 @@
   that loses an insert race on a unique key (23505), or is chosen as a deadlock victim
   (40P01), or meets a serialization failure (40001), is rolled back and run again from the
   start; the engine reads the clock inside the step.
-- A plain commit's first run is optimistic (`postgres_optimistic`): planned on what this
-  store remembers of its earlier commits, or on an unlocked peek, it holds its locks only
-  while its apply runs, which checks what the plan decided on and moves its offsets by what
-  landed since. If that no longer holds (serialization failure), or the step turns out to
-  need more, it runs again on locked rows.
 - Durable steps commit with the server's `synchronous_commit`; VOLATILE ones with
   `synchronous_commit = off` (atomic and visible at once; a server crash may forget the last
   few, which the engine allows for that state).
@@ -41,7 +36,6 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from diskless.coordinator._backends.postgres_optimistic import CommitCache, PlanOnLockedRows
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
 from diskless.coordinator._backends.postgres_txn import PostgresTxn
@@ -99,10 +93,7 @@ class PostgresStore(CoordinatorStore):
         connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
         command_timeout_ms: int = COMMAND_TIMEOUT_MS_DEFAULT,
         resolve_timeout_ms: int = RESOLVE_TIMEOUT_MS_DEFAULT,
-        optimistic: bool = True,
     ) -> None:
-        """`optimistic`: whether a plain commit's first run is optimistic (else every step
-        plans on locked rows; `bench_coordinator --optimistic-vs-locked` compares them)."""
         if pool_size_max < 1:
             raise ValueError(f"pool_size_max must be at least 1, got {pool_size_max}")
         self._dsn = dsn
@@ -116,8 +107,6 @@ class PostgresStore(CoordinatorStore):
             max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
         )
         self._closed = False
-        self._optimistic = optimistic
-        self._commit_cache = CommitCache()
 
     # --- the pool -----------------------------------------------------------------------------
     async def _ready(self) -> asyncpg.Pool:
@@ -160,11 +149,7 @@ class PostgresStore(CoordinatorStore):
         delay = 0.001
         for attempt in range(1, STEP_ATTEMPTS_MAX + 1):
             try:
-                optimistic = self._optimistic and attempt == 1
-                return await self._attempt(step, durability, outcome_unknown_on_failure, optimistic)
-            except PlanOnLockedRows:
-                logger.debug("step needs locked rows, running it again")
-                continue
+                return await self._attempt(step, durability, outcome_unknown_on_failure)
             except _CommitLost as lost:
                 return await self._resolve(lost)  # type: ignore[no-any-return]
             except CoordinatorError:
@@ -186,11 +171,8 @@ class PostgresStore(CoordinatorStore):
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability,
         outcome_unknown_on_failure: bool,
-        optimistic: bool,
     ) -> T:
-        """One run of `step` in one transaction on one pooled connection; an `optimistic` one
-        may plan a commit on what the commit cache remembers or on a peek
-        (`postgres_optimistic`)."""
+        """One run of `step` in one transaction on one pooled connection."""
         pool = await self._ready()
         async with pool.acquire(timeout=self._connect_timeout_s) as conn:
             if durability is Durability.VOLATILE:
@@ -198,26 +180,22 @@ class PostgresStore(CoordinatorStore):
             else:
                 await conn.execute("BEGIN")
             xid: int | None = None
-            txn = PostgresTxn(conn, self._commit_cache if optimistic else None)
+            txn = PostgresTxn(conn)
             try:
                 result = await step(txn)
-                txn.decided()
                 if outcome_unknown_on_failure:
                     xid = txn.xid
                     if xid is None:
                         xid = await conn.fetchval("SELECT txid_current()")
             except BaseException:
-                txn.abandoned()
                 await _rollback(conn)
                 raise
             try:
                 await conn.execute("COMMIT")
             except Exception as error:
-                txn.abandoned()
                 if xid is None:
                     raise
                 raise _CommitLost(xid, result, error) from error
-            txn.committed()
             return result
 
     async def _resolve(self, lost: _CommitLost) -> Any:

@@ -404,7 +404,8 @@ $fn$
 """,
         "DROP FUNCTION diskless_apply_commit",
     ],
-    # 9: optimistic commits, planned on an unlocked peek and moved onto the state they land on.
+    # 9: optimistic commits, planned on an unlocked peek and moved onto the state they land on
+    # (dropped by 11).
     [
         """
 CREATE OR REPLACE FUNCTION diskless_peek_commit(
@@ -549,5 +550,15 @@ $fn$
             broker_epoch BIGINT NOT NULL,
             generation INTEGER NOT NULL
         )""",
+    ],
+    # 11: no optimistic commits (migration 9's functions go). Their apply wrote the retained
+    # batches of the producer entries it moved in a marked format, which `postgres_schema`
+    # rewrites in the plain one after these statements. Writers of producer entries are kept
+    # out until this migration commits; after it, no function writes the format any more (a
+    # process of an earlier version fails its commits from then on, instead of writing it).
+    [
+        "LOCK TABLE producers IN SHARE ROW EXCLUSIVE MODE",
+        "DROP FUNCTION diskless_peek_commit",
+        "DROP FUNCTION diskless_apply_rebased",
     ],
 ]

@@ -24,9 +24,6 @@ Isolation is READ COMMITTED with explicit row locks, the way the SQLite store ge
   gate, at the same rate. The gate serves in arrival order. It is taken only as a
   transaction's first lock, so a step waiting for it holds nothing another step could wait
   on: no deadlock.
-- A plain commit's first run is optimistic instead (given a `CommitCache`): its load comes
-  from the cache or an unlocked peek, and its apply (`diskless_apply_rebased`) takes the gate
-  and the partitions' locks itself, then checks and moves the plan (`postgres_optimistic`).
 """
 
 from __future__ import annotations
@@ -38,16 +35,6 @@ import asyncpg
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents
-from diskless.coordinator._backends.postgres_optimistic import (
-    PEEK_COMMIT_CALL,
-    CommitCache,
-    Peeked,
-    PlanOnLockedRows,
-    apply_rebased,
-    is_commit,
-    landed,
-    moved_answers,
-)
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_TYPES,
     EPOCH_ANY,
@@ -92,7 +79,6 @@ from diskless.coordinator._store import (
     Changes,
     LoadingSnapshot,
     Needs,
-    Rebase,
     Snapshot,
     StoreTxn,
 )
@@ -128,16 +114,8 @@ GATED_LOAD_CALL: Final = _load_call("diskless_gated_load", 2)
 class PostgresTxn(StoreTxn):
     """Loads and applies over one connection inside one transaction (see the module doc)."""
 
-    def __init__(self, conn: asyncpg.Connection, cache: CommitCache | None = None) -> None:
-        """With a `cache`, a commit is optimistic (`postgres_optimistic`)."""
+    def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
-        self._cache = cache
-        self._peeked: Peeked | None = None
-        self._applied: tuple[Changes, dict[int, Rebase]] | None = None
-        """An optimistic apply's changes and moves."""
-        self._remembered = False
-        """Whether the step plans on what the cache remembered, which only an apply checks."""
-        self.rebased: dict[int, Rebase] = {}
         # Keys found by a load (hence locked): changed by UPDATE; others are INSERTed, so that
         # a concurrent insert of the same key fails instead of being overwritten.
         self._files_seen: set[str] = set()
@@ -152,16 +130,6 @@ class PostgresTxn(StoreTxn):
 
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
-        if self._peeked is not None:
-            raise PlanOnLockedRows("a step that peeked loads again")
-        if self._cache is not None and not self._gate_considered and is_commit(needs):
-            peeked = self._cache.lookup(needs)
-            self._remembered = peeked is not None
-            if peeked is None:
-                peeked = await self._peek(needs)
-            if peeked is not None:
-                self._peeked = peeked
-                return peeked.snapshot()
         conn = self._conn
         loaded = LoadingSnapshot()
         wanted = set(needs.partitions)
@@ -245,13 +213,9 @@ class PostgresTxn(StoreTxn):
         return self._read_loaded(rows, loaded)
 
     def _read_loaded(
-        self,
-        rows: list[asyncpg.Record],
-        loaded: LoadingSnapshot,
-        versions: dict[tuple[int, int], int] | None = None,
+        self, rows: list[asyncpg.Record], loaded: LoadingSnapshot
     ) -> dict[TopicPartition, PartitionState]:
-        """Fill `loaded` from the rows of a load function; returns the partitions it found.
-        `versions` receives the producer entries' versions, when the rows carry them."""
+        """Fill `loaded` from the rows of a load function; returns the partitions it found."""
         partitions = {}
         configs: dict[tuple[Any, ...], TopicConfig] = {}
         for row in rows:
@@ -263,8 +227,6 @@ class PostgresTxn(StoreTxn):
                 loaded.producers[(row[1], row[3])] = entry_from_row(
                     (row[3], row[4], row[5], row[6], row[7], row[8], row[15])
                 )
-                if versions is not None:
-                    versions[(row[1], row[3])] = row[9]
             elif kind == LOADED_REGISTRATION:
                 loaded.registrations[(row[1], row[3])] = registration_from_row(row[4:8])
             elif kind == LOADED_LEASE:
@@ -277,45 +239,6 @@ class PostgresTxn(StoreTxn):
                 loaded.files[key] = FileRow(FILE_STATES[row[3]], row[4], row[5], row[6])
                 self._files_seen.add(key)
         return partitions
-
-    async def _peek(self, needs: Needs) -> Peeked | None:
-        """What a commit needs, read without locks (`diskless_peek_commit`); None when the
-        commit must be planned on locked rows instead: a partition it names is unknown, one of
-        its files exists, or one of its producers is in a transaction."""
-        assert self._cache is not None
-        ordered = sorted(needs.partitions)
-        slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
-        producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
-        producer_slots, producer_ids = _two_columns(producers)
-        rows = await self._conn.fetch(
-            PEEK_COMMIT_CALL,
-            text_array([tp.topic for tp in ordered]),
-            int_array([tp.partition for tp in ordered]),
-            int_array(producer_slots),
-            int_array(producer_ids),
-            int_array(sorted(needs.brokers)),
-            text_array(sorted(needs.files)),
-        )
-        loaded = LoadingSnapshot()
-        versions: dict[tuple[int, int], int] = {}
-        partitions = self._read_loaded(rows, loaded, versions)
-        self._files_seen.clear()
-        self._brokers_seen.clear()
-        if (
-            len(partitions) < len(ordered)
-            or loaded.files
-            or any(e.current_txn_first_offset is not None for e in loaded.producers.values())
-        ):
-            return None
-        entries = {}
-        for tp, pid in needs.producers:
-            key = (partitions[tp].key, pid)
-            entries[key] = (loaded.producers.get(key), versions.get(key))
-        peeked = Peeked(
-            partitions, entries, {b: loaded.broker_epochs.get(b) for b in needs.brokers}
-        )
-        self._cache.remember(peeked)
-        return peeked
 
     async def _with_lso(self, rows: list[asyncpg.Record]) -> dict[TopicPartition, PartitionState]:
         if not rows:
@@ -395,13 +318,6 @@ class PostgresTxn(StoreTxn):
     async def apply(self, changes: Changes) -> list[int]:
         self._gate_considered = True
         file_keys = _commit_shaped(changes)
-        if self._peeked is not None:
-            if file_keys is None or changes.leases_released or changes.ongoing_opened:
-                raise PlanOnLockedRows("a step that peeked changes more than a commit does")
-            self.xid, moves = await apply_rebased(self._conn, self._peeked, file_keys, changes)
-            self.rebased = moved_answers(self._peeked, moves)
-            self._applied = (changes, moves)
-            return []
         if file_keys is not None:
             await self._apply_commit(file_keys, changes)
             return []
@@ -540,24 +456,6 @@ class PostgresTxn(StoreTxn):
         ]
         self.xid = await self._conn.fetchval(APPLY_COMMITS_CALL, *arrays)
         self._files_seen.update(file_keys)
-
-    def decided(self) -> None:
-        """The step is over: its answers stand, unless it planned on what the cache remembered
-        and never applied anything (a refusal, say), so nothing checked them."""
-        if self._remembered and self._applied is None:
-            raise PlanOnLockedRows("a step answered on remembered rows without applying")
-
-    def committed(self) -> None:
-        """The step committed: what it left behind is worth remembering (worked out only now,
-        the partitions' locks released)."""
-        if self._cache is not None and self._peeked is not None and self._applied is not None:
-            assert self.xid is not None
-            self._cache.remember(landed(self._peeked, *self._applied, self.xid))
-
-    def abandoned(self) -> None:
-        """The step failed or its outcome is unknown: what it planned on is not to be trusted."""
-        if self._cache is not None and self._peeked is not None:
-            self._cache.clear()
 
     async def _put(
         self,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
@@ -203,44 +202,12 @@ def batch_to_row(b: StoredBatch, file_id: int) -> tuple[Any, ...]:
     )
 
 
-SHIFT_MARK: Final = 0xC1
-"""The first byte of a producer's retained batches that a store moved after the step that wrote
-them had planned them (PostgreSQL's rebased commits, `postgres_functions`); msgpack never uses
-this byte. Two big-endian int64 follow, the high watermark the step planned on and the shift,
-then the batches as planned: those at or above that high watermark take the shift."""
-_SHIFT_PREFIX: Final = bytes((SHIFT_MARK,))
-_SHIFT_HEADER: Final = struct.Struct(">qq")
-
-
-def retained_from_blob(blob: bytes) -> tuple[RetainedBatch, ...]:
-    """A producer entry's retained batches, as stored (see `SHIFT_MARK`)."""
-    if blob[:1] != _SHIFT_PREFIX:
-        return _RETAINED_DECODER.decode(blob)
-    planned_on, shift = _SHIFT_HEADER.unpack_from(blob, 1)
-    batches = _RETAINED_DECODER.decode(memoryview(blob)[1 + _SHIFT_HEADER.size :])
-    return shifted_retained(batches, planned_on, shift)
-
-
-def shifted_retained(
-    batches: tuple[RetainedBatch, ...], planned_on: int, shift: int
-) -> tuple[RetainedBatch, ...]:
-    """`batches` with those at or above `planned_on` moved by `shift` (see `SHIFT_MARK`)."""
-    return tuple(
-        b
-        if b.first_offset < planned_on
-        else RetainedBatch(
-            b.first_seq, b.last_seq, b.first_offset + shift, b.last_offset + shift, b.timestamp
-        )
-        for b in batches
-    )
-
-
 def entry_from_row(row: Sequence[Any]) -> ProducerEntry:
     """A producer entry from an `ENTRY_COLUMNS` row."""
     return ProducerEntry(
         producer_id=row[0],
         producer_epoch=row[1],
-        batches=retained_from_blob(row[6]),
+        batches=_RETAINED_DECODER.decode(row[6]),
         last_timestamp=row[2],
         last_update_ms=row[3],
         coordinator_epoch=row[4],
