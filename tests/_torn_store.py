@@ -22,6 +22,7 @@ from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Needs,
+    Operation,
     ReadView,
     Snapshot,
     StoreTxn,
@@ -64,17 +65,20 @@ class HalfGroupStore:
 
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
+        if operation is not Operation.COMMIT_FILES:
+            return await self.inner.write(operation, step, durability, outcome_unknown_on_failure)
         txns: list[_HalvingTxn] = []
 
         async def halved(txn: StoreTxn) -> T:
             txns.append(_HalvingTxn(txn))
             return await step(txns[-1])
 
-        result = await self.inner.write(halved, durability, outcome_unknown_on_failure)
+        result = await self.inner.write(operation, halved, durability, outcome_unknown_on_failure)
         if any(txn.torn for txn in txns):
             self.torn_groups += 1
             raise CommitOutcomeUnknownError("half of the group was applied")

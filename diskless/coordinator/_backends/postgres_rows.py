@@ -8,7 +8,7 @@ columns in the same order, so one decoder serves both. Key lists go to the serve
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import asyncpg
@@ -85,6 +85,10 @@ def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+def two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
+    return columns(list(pairs), 2)
 
 
 _BATCH_VALUES: Final = (
