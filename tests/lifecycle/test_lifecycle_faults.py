@@ -167,6 +167,8 @@ async def _run_workload(
         writes=CallFaults(fail_rate=0.05, lost_answer_rate=0.05),
         reads=CallFaults(fail_rate=0.05),
     )
+    # A cycle has few calls, so the rates alone may miss a short run: its first read fails.
+    manager_coordinator.store.schedule(StoreCall.READ, StepFault.FAIL)
     manager = FileManager(faulty_store, manager_coordinator, config(period_ms=50), clock)
     manager.start()
     try:
