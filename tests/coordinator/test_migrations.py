@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pytest
 
 from diskless.coordinator._backends import postgres_migrations, sqlite_schema
-from diskless.coordinator._backends.sqlite_rows import TIME_MARK
+from diskless.coordinator._backends.sql_rows import TIME_MARK
 
 POSTGRES = {
     1: "714a6877d663e1001c44961170e4e7ec9debb1b808a0b8295cd3ca03d548d967",

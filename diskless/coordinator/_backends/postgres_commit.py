@@ -22,7 +22,7 @@ from diskless.coordinator._backends.postgres_rows import (
     text_array,
 )
 from diskless.coordinator._backends.postgres_txn import PostgresTxn
-from diskless.coordinator._backends.sqlite_rows import FILE_STATE_CODES
+from diskless.coordinator._backends.sql_rows import FILE_STATE_CODES
 from diskless.coordinator._store import Changes
 
 APPLY_COMMITS_TYPES: Final = (

@@ -26,7 +26,7 @@ from diskless.coordinator._backends.postgres_rows import (
     batches_after,
     batches_holding,
 )
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,

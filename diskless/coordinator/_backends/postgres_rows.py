@@ -1,6 +1,6 @@
 """How the PostgreSQL store lays rows out: the statements its loads and reads share.
 
-Rows are decoded by the SQLite store's decoders (`sqlite_rows`): both stores select the same
+Rows are decoded by the decoders both SQL stores share (`sql_rows`): both stores select the same
 columns in the same order, so one decoder serves both. Key lists go to the server as arrays
 (`= ANY($1)`, `unnest`): one statement whatever their length.
 """
@@ -14,7 +14,7 @@ from typing import Any, Final
 import asyncpg
 import msgspec
 
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
     batch_from_row,

@@ -56,7 +56,7 @@ from diskless.coordinator._backends.postgres_rows import (
     two_columns,
 )
 from diskless.coordinator._backends.postgres_txn_state import apply_indexes, apply_txn_state
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     FILE_STATE_CODES,
     FILE_STATES,
     MARKER_FILE_ID,

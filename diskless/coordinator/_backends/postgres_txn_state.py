@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 
 from diskless.coordinator._backends.postgres_rows import EPOCH_ANY, columns, two_columns
-from diskless.coordinator._backends.sqlite_rows import txn_to_row
+from diskless.coordinator._backends.sql_rows import txn_to_row
 from diskless.coordinator._store import Changes
 
 

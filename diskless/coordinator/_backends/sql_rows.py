@@ -1,4 +1,5 @@
-"""How the SQLite store lays rows out: columns, row decoders and batched key lookups."""
+"""How both SQL stores (SQLite and PostgreSQL) lay rows out: columns, row decoders and batched
+key lookups."""
 
 from __future__ import annotations
 
