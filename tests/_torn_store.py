@@ -7,7 +7,7 @@ objects, then fails the step. A simulation whose auditor does not notice is too 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from msgspec.structs import replace
@@ -22,8 +22,8 @@ from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Needs,
+    Operation,
     ReadView,
-    Rebase,
     Snapshot,
     StoreTxn,
 )
@@ -39,7 +39,6 @@ class _HalvingTxn:
     def __init__(self, inner: StoreTxn) -> None:
         self.inner = inner
         self.torn = False
-        self.rebased: Mapping[int, Rebase] = inner.rebased
 
     async def load(self, needs: Needs) -> Snapshot:
         return await self.inner.load(needs)
@@ -51,9 +50,7 @@ class _HalvingTxn:
             self.torn = True
             files = {key: row for key, row in changes.files.items() if key in kept}
             changes = replace(changes, files=files, batches=batches)
-        lease_ids = await self.inner.apply(changes)
-        self.rebased = self.inner.rebased
-        return lease_ids
+        return await self.inner.apply(changes)
 
 
 class HalfGroupStore:
@@ -68,17 +65,20 @@ class HalfGroupStore:
 
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
+        if operation is not Operation.COMMIT_FILES:
+            return await self.inner.write(operation, step, durability, outcome_unknown_on_failure)
         txns: list[_HalvingTxn] = []
 
         async def halved(txn: StoreTxn) -> T:
             txns.append(_HalvingTxn(txn))
             return await step(txns[-1])
 
-        result = await self.inner.write(halved, durability, outcome_unknown_on_failure)
+        result = await self.inner.write(operation, halved, durability, outcome_unknown_on_failure)
         if any(txn.torn for txn in txns):
             self.torn_groups += 1
             raise CommitOutcomeUnknownError("half of the group was applied")

@@ -57,7 +57,7 @@ class Headline(msgspec.Struct, frozen=True, kw_only=True):
     raw_sqlite_txns_per_s: float
     commits_of_raw_sqlite: float
     batches_per_s: float
-    raw_sqlite_rows_per_s: float
+    raw_sql_rows_per_s: float
     write_usd_per_gb: float
     usd_per_gb: float
     """Writes plus one cold full read."""
@@ -149,7 +149,7 @@ def headline(
         raw_sqlite_txns_per_s=baselines.sqlite.txns_per_s,
         commits_of_raw_sqlite=_ratio(commits_per_s, baselines.sqlite.txns_per_s),
         batches_per_s=analysis.batches_per_s,
-        raw_sqlite_rows_per_s=baselines.sqlite.rows_per_s,
+        raw_sql_rows_per_s=baselines.sqlite.rows_per_s,
         write_usd_per_gb=cost.diskless_write_usd_per_gb,
         usd_per_gb=cost.diskless_usd_per_gb,
         classic_usd_per_gb=cost.classic_usd_per_gb,
@@ -203,7 +203,7 @@ def headline_lines(report: RunReport) -> list[str]:
         f"PUTs per GB: {h.puts_per_gb:.1f} (PUT cost {_usd(h.write_usd_per_gb)}/GB with storage)",
         f"Coordinator commits: {h.commits_per_s:.1f}/s, {h.objects_per_commit:.1f} objects each "
         f"(raw SQLite limit {h.raw_sqlite_txns_per_s:,.0f} txn/s: {h.commits_of_raw_sqlite:.1%}); "
-        f"batches {h.batches_per_s:,.0f}/s (raw SQLite {h.raw_sqlite_rows_per_s:,.0f} rows/s)",
+        f"batches {h.batches_per_s:,.0f}/s (raw SQLite {h.raw_sql_rows_per_s:,.0f} rows/s)",
         f"Cost per GB: {_usd(h.write_usd_per_gb)} diskless writes vs "
         f"{_usd(h.classic_usd_per_gb)} classic (cross-AZ replication and RF disks) "
         f"({_times(h.classic_over_diskless_write)} more); with one cold read-back "

@@ -29,7 +29,7 @@ from diskless.coordinator._rules.files import (
     may_forget,
     released_file,
 )
-from diskless.coordinator._rules.group import CommitGroup, rebased_results
+from diskless.coordinator._rules.group import CommitGroup
 from diskless.coordinator._rules.ownership import id_in_use
 from diskless.coordinator._rules.rows import (
     PartitionState,
@@ -42,6 +42,7 @@ from diskless.coordinator._store import (
     Changes,
     Durability,
     Needs,
+    Operation,
     ReadView,
     StoreTxn,
     TopicRow,
@@ -88,7 +89,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             await txn.apply(Changes(topics_created=[row]))
             return ErrorCode.NONE
 
-        return await self._write(create)
+        return await self._write(Operation.CREATE_TOPIC, create)
 
     async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
         async def grow(txn: StoreTxn) -> ErrorCode:
@@ -100,7 +101,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             await txn.apply(Changes(partitions_added=[(name, total_partitions)]))
             return ErrorCode.NONE
 
-        return await self._write(grow)
+        return await self._write(Operation.CREATE_PARTITIONS, grow)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         rows = await self._read(lambda view: view.topics(names))
@@ -128,7 +129,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             await txn.apply(Changes(topics_deleted=list(topics), files=files))
             return results
 
-        return await self._write(delete)
+        return await self._write(Operation.DELETE_TOPICS, delete)
 
     # --- brokers ------------------------------------------------------------------------------
     async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
@@ -147,7 +148,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             )
             return epoch
 
-        return await self._write(register)
+        return await self._write(Operation.REGISTER_BROKER, register)
 
     async def announce_broker(
         self,
@@ -172,7 +173,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             await txn.apply(Changes(broker_registrations={broker_id: registration}))
             return True
 
-        return await self._write(announce, Durability.VOLATILE)
+        return await self._write(Operation.ANNOUNCE_BROKER, announce, Durability.VOLATILE)
 
     async def live_brokers(self) -> list[BrokerRegistration]:
         def live(view: ReadView) -> list[BrokerRegistration]:
@@ -248,11 +249,9 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
                         ongoing_opened=group.opened_txns,
                     )
                 )
-                if txn.rebased:
-                    return rebased_results(files, results, snapshot.partitions, txn.rebased)
             return results
 
-        return await self._write(commit, outcome_unknown_on_failure=True)
+        return await self._write(Operation.COMMIT_FILES, commit, outcome_unknown_on_failure=True)
 
     # --- the read path ------------------------------------------------------------------------
     async def find_batches(
@@ -296,7 +295,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
                 await self._trim(txn, trims, {}, now)
             return responses
 
-        return await self._write(delete)
+        return await self._write(Operation.DELETE_RECORDS, delete)
 
     async def _trim(
         self,
@@ -356,7 +355,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             await txn.apply(Changes(producers_idle_before=now - self._expiration_ms))
             return RetentionResult(deleted_batches, deleted_bytes, more)
 
-        return await self._write(enforce)
+        return await self._write(Operation.ENFORCE_RETENTION, enforce)
 
     # --- object lifecycle ---------------------------------------------------------------------
     async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
@@ -370,7 +369,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             await txn.apply(Changes(files=new))
             return [key for key in keys if files[key].state is FileState.CONDEMNED]
 
-        return await self._write(condemn)
+        return await self._write(Operation.CONDEMN_OBJECTS, condemn)
 
     async def files_to_delete(self, older_than_ms: int, limit: int = 1000) -> list[FileInfo]:
         rows = await self._read(lambda view: view.dead_files(older_than_ms, max(0, limit)))
@@ -382,7 +381,7 @@ class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOpera
             gone: dict[str, FileRow | None] = {k: None for k, f in files.items() if may_forget(f)}
             await txn.apply(Changes(files=gone))
 
-        await self._write(forget)
+        await self._write(Operation.FORGET_FILES, forget)
 
     async def file_info(self, keys: Sequence[str]) -> list[FileInfo | None]:
         files = await self._read(lambda view: view.files(keys))

@@ -14,6 +14,7 @@ from diskless.coordinator._api import (
 from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
+    Operation,
     ReadView,
     StoreTxn,
 )
@@ -50,13 +51,16 @@ class EngineBase(BatchCoordinator):
 
     async def _write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
         if self._closed:
             raise RuntimeError("the coordinator is closed")
-        return await self._reported(self._store.write(step, durability, outcome_unknown_on_failure))
+        return await self._reported(
+            self._store.write(operation, step, durability, outcome_unknown_on_failure)
+        )
 
     async def _read(self, query: Callable[[ReadView], T]) -> T:
         if self._closed:

@@ -17,7 +17,7 @@ from diskless.coordinator._rules import extents
 from diskless.coordinator._rules.checks import object_key_taken
 from diskless.coordinator._rules.files import FileRow, committed_file, released_file
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
-from diskless.coordinator._store import Changes, Needs, ReadView, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreTxn
 from diskless.coordinator._values import (
     ConsolidationCandidate,
     ExtentSwap,
@@ -95,7 +95,7 @@ class ConsolidationOperations(EngineBase):
             await txn.apply(Changes(files=files, extents=[extent], partitions=[new_state]))
             return ExtentSwapResult(True)
 
-        return await self._write(commit)
+        return await self._write(Operation.COMMIT_EXTENT, commit)
 
     async def metadata_stats(self) -> MetadataStats:
         return await self._read(lambda view: view.metadata_stats())

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._engine_base import EngineBase
 from diskless.coordinator._rules.ownership import check_group_fence, group_owner_after_claim
-from diskless.coordinator._store import Changes, Needs, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, StoreTxn
 
 
 class GroupOperations(EngineBase):
@@ -34,7 +34,7 @@ class GroupOperations(EngineBase):
                 await txn.apply(Changes(groups={group_id: owner}))
             return owner
 
-        return await self._write(claim)
+        return await self._write(Operation.CLAIM_GROUP, claim)
 
     async def group_ownership(self, group_id: str) -> GroupOwnership | None:
         return await self._read(lambda view: view.group_ownership(group_id))
@@ -53,7 +53,7 @@ class GroupOperations(EngineBase):
                 await txn.apply(Changes(groups={group_id: owner}))
             return error
 
-        return await self._write(store)
+        return await self._write(Operation.STORE_GROUP_GENERATION, store)
 
     async def commit_offsets(
         self,
@@ -77,7 +77,7 @@ class GroupOperations(EngineBase):
                 for tp in offsets
             }
 
-        return await self._write(commit)
+        return await self._write(Operation.COMMIT_OFFSETS, commit)
 
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return await self._read(lambda view: view.group_offsets(group_id))

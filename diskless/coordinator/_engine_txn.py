@@ -26,6 +26,7 @@ from diskless.coordinator._store import (
     Changes,
     Durability,
     Needs,
+    Operation,
     ReadView,
     Snapshot,
     StoreTxn,
@@ -55,7 +56,7 @@ class TransactionOperations(EngineBase):
             await txn.apply(Changes(counters={NEXT_PRODUCER_ID: first + count}))
             return first
 
-        return await self._write(allocate)
+        return await self._write(Operation.ALLOCATE_PRODUCER_IDS, allocate)
 
     @staticmethod
     def _txn_needs(producer_id: int, partitions: Sequence[TopicPartition]) -> Needs:
@@ -91,7 +92,7 @@ class TransactionOperations(EngineBase):
             await txn.apply(Changes(registrations=registrations, leases_dropped=stale_leases))
             return results
 
-        return await self._write(add, _VOLATILE)
+        return await self._write(Operation.ADD_PARTITIONS_TO_TXN, add, _VOLATILE)
 
     async def acquire_txn_leases(
         self,
@@ -144,7 +145,7 @@ class TransactionOperations(EngineBase):
                 LeaseResult(ErrorCode.NONE, next(ids), expires) if r is None else r for r in results
             ]
 
-        return await self._write(acquire, _VOLATILE)
+        return await self._write(Operation.ACQUIRE_TXN_LEASES, acquire, _VOLATILE)
 
     async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
         if not lease_ids:
@@ -154,7 +155,7 @@ class TransactionOperations(EngineBase):
         async def release(txn: StoreTxn) -> None:
             await txn.apply(changes)
 
-        await self._write(release, _VOLATILE)
+        await self._write(Operation.RELEASE_TXN_LEASES, release, _VOLATILE)
 
     async def write_txn_markers(
         self,
@@ -199,7 +200,7 @@ class TransactionOperations(EngineBase):
                 for tp in partitions
             ]
 
-        return await self._write(begin, _VOLATILE)
+        return await self._write(Operation.END_TXN_MARKERS_BEGIN, begin, _VOLATILE)
 
     async def _wait_for_leases(
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
@@ -322,7 +323,7 @@ class TransactionOperations(EngineBase):
             await txn.apply(changes)
             return [outcome[tp] for tp in partitions]
 
-        return await self._write(write)
+        return await self._write(Operation.WRITE_TXN_MARKERS, write)
 
 
 def _ending(

@@ -20,7 +20,7 @@ from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.ownership import check_group_fence
 from diskless.coordinator._rules.rows import TxnRegistration
 from diskless.coordinator._rules.txn import check_registration
-from diskless.coordinator._store import Changes, Needs, Snapshot, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, Snapshot, StoreTxn
 from diskless.coordinator._values import RegisteredTxn
 from diskless.txn import (
     PREPARED_STATES,
@@ -80,7 +80,7 @@ class TxnRecordOperations(TransactionOperations):
             await txn.apply(changes)
             return step
 
-        return await self._write(init)
+        return await self._write(Operation.TXN_INIT, init)
 
     async def _closing(
         self, txn: StoreTxn, old: TxnRecord | None, new: TxnRecord
@@ -138,10 +138,11 @@ class TxnRecordOperations(TransactionOperations):
             )
             return [results[tp] for tp in partitions]
 
-        return await self._write(add)
+        return await self._write(Operation.TXN_ADD_PARTITIONS, add)
 
     async def _transition(
         self,
+        operation: Operation,
         transactional_id: str,
         decide: Callable[[TxnRecord | None, int], TxnStep],
         group_fence: tuple[str, GroupOwnership] | None = None,
@@ -169,13 +170,14 @@ class TxnRecordOperations(TransactionOperations):
                 )
             return step
 
-        return await self._write(transition)
+        return await self._write(operation, transition)
 
     async def txn_add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> ErrorCode:
         """AddOffsetsToTxn: the transaction commits offsets of `group_id` (opened if needed)."""
         step = await self._transition(
+            Operation.TXN_ADD_OFFSETS,
             transactional_id,
             lambda record, now: add_offsets_to_record(
                 record, producer_id, producer_epoch, group_id, now
@@ -194,6 +196,7 @@ class TxnRecordOperations(TransactionOperations):
     ) -> ErrorCode:
         """TxnOffsetCommit: the offsets take effect if and when the transaction commits."""
         step = await self._transition(
+            Operation.TXN_COMMIT_OFFSETS,
             transactional_id,
             lambda record, _: commit_offsets_to_record(
                 record, producer_id, producer_epoch, group_id, offsets
@@ -207,6 +210,7 @@ class TxnRecordOperations(TransactionOperations):
     ) -> TxnStep:
         """EndTxn's first step: prepare the decision (the caller then completes it)."""
         return await self._transition(
+            Operation.TXN_END,
             transactional_id,
             lambda record, now: end_record(record, producer_id, producer_epoch, commit, now),
         )
@@ -214,6 +218,7 @@ class TxnRecordOperations(TransactionOperations):
     async def txn_expire(self, transactional_id: str) -> TxnStep:
         """A sweeper's first step: abort an ongoing transaction past its timeout (prepare it)."""
         return await self._transition(
+            Operation.TXN_EXPIRE,
             transactional_id,
             lambda record, now: (
                 TxnStep(ErrorCode.NONE) if record is None else expire_record(record, now)
@@ -270,7 +275,7 @@ class TxnRecordOperations(TransactionOperations):
             )
             return TxnStep(ErrorCode.NONE, done)
 
-        return await self._write(complete)
+        return await self._write(Operation.TXN_COMPLETE, complete)
 
     async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
         found = await self._read(lambda view: view.txns(transactional_ids))

@@ -29,7 +29,13 @@ from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._engine import CoordinatorEngine
 from diskless.coordinator._engine_base import EngineBase
-from diskless.coordinator._store import CoordinatorStore, Durability, ReadView, StoreTxn
+from diskless.coordinator._store import (
+    CoordinatorStore,
+    Durability,
+    Operation,
+    ReadView,
+    StoreTxn,
+)
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 
 T = TypeVar("T")
@@ -117,13 +123,14 @@ class FaultyCoordinatorStore:
     # --- CoordinatorStore ---------------------------------------------------------------------
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
         call = StoreCall.COMMIT if outcome_unknown_on_failure else StoreCall.WRITE
         fault = await self._before(call)
-        result = await self.inner.write(step, durability, outcome_unknown_on_failure)
+        result = await self.inner.write(operation, step, durability, outcome_unknown_on_failure)
         if fault is StepFault.LOST_ANSWER:
             message = f"injected: a {call.value} step was applied, then its answer lost"
             if call is StoreCall.COMMIT:

@@ -2,8 +2,9 @@
 
 The engine (`_engine`) writes every operation once, as a step: preconditions, then
 `StoreTxn.load` of what the rules need, then the rules (`_rules`), then `StoreTxn.apply` of what
-they decided. A backend only stores. It runs each step as one atomic unit (`CoordinatorStore.write`)
-and serves read-only queries through a `ReadView` (`CoordinatorStore.read`).
+they decided. A backend only stores. It runs each step as one atomic unit (`CoordinatorStore.write`,
+told which `Operation` the step is) and serves read-only queries through a `ReadView`
+(`CoordinatorStore.read`).
 
 A step is a coroutine. The in-memory and SQLite stores never suspend inside one: memory drives
 it inline on the event loop, SQLite on its writer thread inside `BEGIN IMMEDIATE`
@@ -214,6 +215,44 @@ class Changes(msgspec.Struct):
         )
 
 
+class Operation(enum.Enum):
+    """The step a `CoordinatorStore.write` runs, named by the engine. A store may run a named
+    step its own way (as PostgreSQL applies a commit in one server-side function), or through
+    the generic `StoreTxn.load` and `apply`; it never infers which step it runs from the shape
+    of what the step loads or applies."""
+
+    CREATE_TOPIC = "create_topic"
+    CREATE_PARTITIONS = "create_partitions"
+    DELETE_TOPICS = "delete_topics"
+    REGISTER_BROKER = "register_broker"
+    ANNOUNCE_BROKER = "announce_broker"
+    COMMIT_FILES = "commit_files"
+    """Changes only files (all new), their batches, partitions, producer entries, released
+    leases and opened transactions."""
+    DELETE_RECORDS = "delete_records"
+    ENFORCE_RETENTION = "enforce_retention"
+    CONDEMN_OBJECTS = "condemn_objects"
+    FORGET_FILES = "forget_files"
+    COMMIT_EXTENT = "commit_extent"
+    CLAIM_GROUP = "claim_group"
+    STORE_GROUP_GENERATION = "store_group_generation"
+    COMMIT_OFFSETS = "commit_offsets"
+    ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
+    ADD_PARTITIONS_TO_TXN = "add_partitions_to_txn"
+    ACQUIRE_TXN_LEASES = "acquire_txn_leases"
+    RELEASE_TXN_LEASES = "release_txn_leases"
+    END_TXN_MARKERS_BEGIN = "end_txn_markers_begin"
+    """The first step of writing a transaction's markers: its registrations close."""
+    WRITE_TXN_MARKERS = "write_txn_markers"
+    TXN_INIT = "txn_init"
+    TXN_ADD_PARTITIONS = "txn_add_partitions"
+    TXN_ADD_OFFSETS = "txn_add_offsets"
+    TXN_COMMIT_OFFSETS = "txn_commit_offsets"
+    TXN_END = "txn_end"
+    TXN_EXPIRE = "txn_expire"
+    TXN_COMPLETE = "txn_complete"
+
+
 class Durability(enum.Enum):
     DURABLE = "durable"
     """Acknowledged only once on stable storage."""
@@ -222,23 +261,8 @@ class Durability(enum.Enum):
     state whose loss is safe (registrations, leases, the ENDING mark; see `SqliteStore`)."""
 
 
-class Rebase(NamedTuple):
-    """How a store moved a partition's appends when it applied a commit on a newer state than
-    the step had loaded: appends by other steps landed in between, which no rule depends on but
-    the offsets (PostgreSQL's optimistic commits, `postgres_txn`)."""
-
-    offset_delta: int
-    """Every offset the step appended there moves by this much."""
-    log_start_offset: int
-    """The log start the partition had when the changes were applied."""
-
-
 class StoreTxn(Protocol):
     """One atomic step's access to the store."""
-
-    rebased: Mapping[int, Rebase] = EMPTY
-    """Set by `apply` to the partitions (by key) whose appends it moved: see `Rebase`. Only a
-    commit's changes (files, batches, partitions, producer entries) may be moved."""
 
     async def load(self, needs: Needs) -> Snapshot: ...
 
@@ -314,11 +338,13 @@ class CoordinatorStore(Protocol):
 
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
-        """Run `step` as one atomic unit against the latest state; all of its changes or none.
+        """Run `step`, the engine's `operation`, as one atomic unit against the latest state;
+        all of its changes or none.
 
         With `outcome_unknown_on_failure`, a failure to make the unit durable once it was sent
         raises `CommitOutcomeUnknownError`. Store failures raise `CoordinatorError`s.

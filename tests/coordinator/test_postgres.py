@@ -10,18 +10,23 @@ import contextlib
 import json
 import logging
 import os
+import random
+import struct
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import (
+    CommitBatch,
     CommitRefusal,
     FileState,
     FindBatchesRequest,
@@ -34,11 +39,13 @@ from diskless.errors import (
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,
 )
+from diskless.txn import RetainedBatch
 from tests._postgres import PostgresServer, database_dsn, server
 
-from ._helpers import batch
+from ._helpers import BASE_TS, batch, new_key
 from ._postgres_child import PARTITIONS, TOPIC
 
+PID = 7
 HANG_GUARD_S = 120
 """Only against a hang: no test here asserts how long anything takes."""
 
@@ -347,6 +354,61 @@ async def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_state(
         await coordinator.close()
 
 
+async def test_retained_batches_moved_by_an_optimistic_commit_of_schema_9_are_rewritten(
+    tmp_path: Path,
+) -> None:
+    """Schema 9 to 10 stored the retained batches of a producer entry that an optimistic commit
+    had moved in a marked format: the batches as planned, with the high watermark planned on and
+    the shift. Migration 11 rewrites them where they landed: a retry of the moved batch is a
+    duplicate at its moved offsets, an earlier one at its own, and the next batch follows."""
+    dsn = database_dsn(tmp_path)
+    planned = (RetainedBatch(0, 1, 0, 1, BASE_TS), RetainedBatch(2, 5, 2, 5, BASE_TS))
+    marked = b"\xc1" + struct.pack(">qq", 2, 3) + msgspec.msgpack.encode(planned)
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute("CREATE TABLE diskless_schema (version INTEGER NOT NULL)")
+            for migration in MIGRATIONS[:10]:
+                for statement in migration:
+                    await conn.execute(statement)
+            await conn.execute("INSERT INTO diskless_schema VALUES (10)")
+            await conn.execute(
+                "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
+                " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+                " timestamp_after_max_ms) VALUES ($1, 1, 0, -1, -1, 1048588, 0, 0)",
+                TOPIC,
+            )
+            await conn.execute(
+                "INSERT INTO partitions (topic_id, partition, high_watermark) VALUES (1, 0, 9)"
+            )
+            await conn.execute("INSERT INTO brokers VALUES (1, 3)")
+            await conn.execute(
+                "INSERT INTO producers VALUES (1, $1, 0, $2, $3, -1, NULL, $4)",
+                PID,
+                BASE_TS,
+                int(time.time() * 1000),
+                marked,
+            )
+    finally:
+        await conn.close()
+    coordinator = PostgresBatchCoordinator(dsn)
+    try:
+        tp = TopicPartition(TOPIC, 0)
+        (entry,) = await coordinator.describe_producers(tp)
+        assert [b[2:] for b in entry.retained_batches] == [(0, 1), (5, 8)]
+        retries = [
+            batch(tp, pid=PID, epoch=0, seq=2, count=4),
+            batch(tp, pid=PID, epoch=0, seq=0, count=2),
+        ]
+        again = await coordinator.commit_file("m/0", 1, 3, 100, retries)
+        assert [(r.base_offset, r.duplicate) for r in again.batches] == [(5, True), (0, True)]
+        next_batch = batch(tp, pid=PID, epoch=0, seq=6)
+        after = await coordinator.commit_file("m/1", 1, 3, 100, [next_batch])
+        assert [(r.error, r.base_offset) for r in after.batches] == [(ErrorCode.NONE, 9)]
+    finally:
+        await coordinator.close()
+
+
 async def test_keys_with_array_literal_syntax_round_trip(tmp_path: Path) -> None:
     """Keys travel to the server inside array literals: quotes, backslashes, commas, braces
     and NULL-like text arrive as they were sent."""
@@ -404,3 +466,74 @@ async def test_wide_commits_queue_at_the_gate_and_narrow_ones_pass_it(
         await holder.close()
         await admin.close()
         await coordinator.close()
+
+
+SEED = int(os.environ.get("RACING_SEED", random.randrange(1 << 30)))
+
+
+async def test_brokers_racing_on_shared_producers_and_partitions_agree_with_kafka(
+    tmp_path: Path,
+) -> None:
+    """Two brokers commit at once, over and over, to the same partitions for the same
+    producers, each batch sent to one broker and its retry to the other: every commit lands on
+    state the other just changed. Every new batch must be appended once, every retry answered
+    as its duplicate at the same offsets, and each partition's log must tile its offsets. The
+    seed is printed (RACING_SEED replays it)."""
+    print(f"RACING_SEED={SEED}")
+    rng = random.Random(SEED)
+    dsn = database_dsn(tmp_path)
+    brokers = [PostgresBatchCoordinator(dsn), PostgresBatchCoordinator(dsn)]
+    try:
+        await brokers[0].create_topic(TOPIC, 4)
+        epochs = [await b.register_broker(i + 1) for i, b in enumerate(brokers)]
+        pairs = [(TopicPartition(TOPIC, p), pid) for p in range(4) for pid in (1, 2, 3)]
+        next_seq = dict.fromkeys(pairs, 0)
+        sent: dict[tuple[TopicPartition, int, int], int] = {}  # (tp, pid, seq) -> base offset
+        last: dict[tuple[TopicPartition, int], CommitBatch] = {}
+
+        async def commit(side: int, batches: list[CommitBatch]) -> list[Any]:
+            result = await brokers[side].commit_file(
+                new_key(), side + 1, epochs[side], 100, batches
+            )
+            assert result.refused is None, result
+            return list(zip(batches, result.batches, strict=True))
+
+        for _ in range(40):
+            objects: list[list[CommitBatch]] = [[] for _ in range(4)]
+            retries: list[list[CommitBatch]] = [[] for _ in range(4)]
+            for tp, pid in rng.sample(pairs, 8):
+                count = rng.randint(1, 3)
+                new = batch(tp, pid=pid, epoch=0, seq=next_seq[(tp, pid)], count=count)
+                next_seq[(tp, pid)] += count
+                objects[rng.randrange(4)].append(new)
+                if (tp, pid) in last and rng.random() < 0.5:
+                    retries[rng.randrange(4)].append(last[(tp, pid)])
+                last[(tp, pid)] = new
+            rounds = await asyncio.gather(
+                *(commit(i % 2, o) for i, o in enumerate(objects) if o),
+                *(commit(1 - i % 2, r) for i, r in enumerate(retries) if r),
+            )
+            answers = [pair for answered in rounds for pair in answered]
+            for b, answer in answers:
+                key = (b.topic_partition, b.producer_id, b.base_sequence)
+                assert answer.error is ErrorCode.NONE, (SEED, b, answer)
+                if key in sent:
+                    assert (answer.duplicate, answer.base_offset) == (True, sent[key]), SEED
+                else:
+                    assert not answer.duplicate, (SEED, b, answer)
+                    sent[key] = answer.base_offset
+
+        for p in range(4):
+            (found,) = await brokers[1].find_batches(
+                [FindBatchesRequest(TopicPartition(TOPIC, p), 0, 1 << 30)], 1 << 30
+            )
+            offset = 0
+            for info in found.batches:
+                assert info.base_offset == offset, (SEED, p, found.batches)
+                offset = info.last_offset + 1
+            assert offset == found.high_watermark, SEED
+            appended = sorted(o for (tp, _, _), o in sent.items() if tp.partition == p)
+            assert appended == [info.base_offset for info in found.batches], SEED
+    finally:
+        for b in brokers:
+            await b.close()

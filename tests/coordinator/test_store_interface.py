@@ -1,8 +1,9 @@
 """Unit: a backend is a store: it implements the store interface and no coordinator operation.
 
 Every `BatchCoordinator` operation is written once, in the engine; the backends' coordinator
-classes only construct a store. A new backend (PostgreSQL) therefore implements exactly the
-methods listed here.
+classes only construct a store. A backend therefore implements exactly the methods listed here;
+beyond them, a store may run a step the engine names (`Operation`) its own way, with a `StoreTxn`
+of its own that has the same methods (PostgreSQL's commit).
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ import pytest
 from diskless.coordinator import (
     BatchCoordinator,
     InMemoryBatchCoordinator,
+    PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
 from diskless.coordinator._backends.memory import MemoryStore
+from diskless.coordinator._backends.postgres import NATIVE_STEPS, PostgresStore
+from diskless.coordinator._backends.postgres_reads import PostgresReads
+from diskless.coordinator._backends.postgres_txn import PostgresTxn
 from diskless.coordinator._backends.sqlite import SqliteStore
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_txn import SqliteTxn
@@ -71,7 +76,9 @@ def test_the_store_interface_is_this_narrow() -> None:
     assert _public_methods(ReadView) == READ_METHODS
 
 
-@pytest.mark.parametrize("coordinator", [InMemoryBatchCoordinator, SqliteBatchCoordinator])
+@pytest.mark.parametrize(
+    "coordinator", [InMemoryBatchCoordinator, SqliteBatchCoordinator, PostgresBatchCoordinator]
+)
 def test_backends_only_construct_a_store(coordinator: type[BatchCoordinator]) -> None:
     assert issubclass(coordinator, CoordinatorEngine)
     assert _own_methods(coordinator) == {"__init__"}
@@ -91,3 +98,13 @@ def test_the_sqlite_adapter_is_the_store_interface_and_nothing_more() -> None:
 
 def test_the_memory_store_is_the_store_interface_and_nothing_more() -> None:
     assert _public_methods(MemoryStore) == STORE_METHODS | TXN_METHODS | READ_METHODS
+
+
+def test_the_postgres_adapter_is_the_store_interface_and_its_named_steps() -> None:
+    assert _public_methods(PostgresStore) == STORE_METHODS
+    assert _public_methods(PostgresTxn) == TXN_METHODS
+    assert _public_methods(PostgresReads) == READ_METHODS
+    assert NATIVE_STEPS, "PostgreSQL runs a commit its own way"
+    for native in NATIVE_STEPS.values():
+        assert issubclass(native, PostgresTxn)
+        assert _public_methods(native) == TXN_METHODS

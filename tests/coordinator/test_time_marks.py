@@ -29,7 +29,7 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     TIME_MARK,
     TIME_MARK_OFFSETS,
     first_reaching,

@@ -33,6 +33,7 @@ from diskless.coordinator._store import (
     Changes,
     Durability,
     Needs,
+    Operation,
     ReadView,
     Snapshot,
     StoreTxn,
@@ -179,6 +180,7 @@ class MemoryStore(StoreTxn, ReadView):
     # --- CoordinatorStore ---------------------------------------------------------------------
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,

@@ -8,11 +8,8 @@
   that loses an insert race on a unique key (23505), or is chosen as a deadlock victim
   (40P01), or meets a serialization failure (40001), is rolled back and run again from the
   start; the engine reads the clock inside the step.
-- A plain commit's first run is optimistic (`postgres_optimistic`): planned on what this
-  store remembers of its earlier commits, or on an unlocked peek, it holds its locks only
-  while its apply runs, which checks what the plan decided on and moves its offsets by what
-  landed since. If that no longer holds (serialization failure), or the step turns out to
-  need more, it runs again on locked rows.
+- The engine names each step (`Operation`). Most run through the generic loads and applies;
+  a commit (`postgres_commit`) applies what it decided in one server-side function.
 - Durable steps commit with the server's `synchronous_commit`; VOLATILE ones with
   `synchronous_commit = off` (atomic and visible at once; a server crash may forget the last
   few, which the engine allows for that state).
@@ -36,16 +33,17 @@ import concurrent.futures
 import contextlib
 import logging
 import random
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from diskless.coordinator._backends.postgres_optimistic import CommitCache, PlanOnLockedRows
+from diskless.coordinator._backends.postgres_commit import PostgresCommitTxn
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
 from diskless.coordinator._backends.postgres_txn import PostgresTxn
-from diskless.coordinator._store import CoordinatorStore, Durability, ReadView, StoreTxn
+from diskless.coordinator._store import CoordinatorStore, Durability, Operation, ReadView, StoreTxn
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -63,6 +61,10 @@ STEP_ATTEMPTS_MAX: Final = 20
 """Runs of a step that keeps losing races (unique key, deadlock) before giving up."""
 READER_THREADS: Final = 4
 
+NATIVE_STEPS: Final[dict[Operation, type[PostgresTxn]]] = {
+    Operation.COMMIT_FILES: PostgresCommitTxn,
+}
+"""The steps this store runs its own way (a `StoreTxn` of their own); others are generic."""
 RETRY_SQLSTATES: Final = frozenset({"40001", "40P01", "23505"})
 """Serialization failure, deadlock victim, a concurrent insert of the same key: run again."""
 INFRASTRUCTURE_ERRORS: Final = (
@@ -113,7 +115,6 @@ class PostgresStore(CoordinatorStore):
             max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
         )
         self._closed = False
-        self._commit_cache = CommitCache()
 
     # --- the pool -----------------------------------------------------------------------------
     async def _ready(self) -> asyncpg.Pool:
@@ -149,6 +150,7 @@ class PostgresStore(CoordinatorStore):
     # --- writes -------------------------------------------------------------------------------
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
@@ -156,12 +158,7 @@ class PostgresStore(CoordinatorStore):
         delay = 0.001
         for attempt in range(1, STEP_ATTEMPTS_MAX + 1):
             try:
-                return await self._attempt(
-                    step, durability, outcome_unknown_on_failure, optimistic=attempt == 1
-                )
-            except PlanOnLockedRows:
-                logger.debug("step needs locked rows, running it again")
-                continue
+                return await self._attempt(operation, step, durability, outcome_unknown_on_failure)
             except _CommitLost as lost:
                 return await self._resolve(lost)  # type: ignore[no-any-return]
             except CoordinatorError:
@@ -180,14 +177,12 @@ class PostgresStore(CoordinatorStore):
 
     async def _attempt(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability,
         outcome_unknown_on_failure: bool,
-        optimistic: bool,
     ) -> T:
-        """One run of `step` in one transaction on one pooled connection; an `optimistic` one
-        may plan a commit on what the commit cache remembers or on a peek
-        (`postgres_optimistic`)."""
+        """One run of `step` in one transaction on one pooled connection."""
         pool = await self._ready()
         async with pool.acquire(timeout=self._connect_timeout_s) as conn:
             if durability is Durability.VOLATILE:
@@ -195,26 +190,22 @@ class PostgresStore(CoordinatorStore):
             else:
                 await conn.execute("BEGIN")
             xid: int | None = None
-            txn = PostgresTxn(conn, self._commit_cache if optimistic else None)
+            txn = NATIVE_STEPS.get(operation, PostgresTxn)(conn)
             try:
                 result = await step(txn)
-                txn.decided()
                 if outcome_unknown_on_failure:
                     xid = txn.xid
                     if xid is None:
                         xid = await conn.fetchval("SELECT txid_current()")
             except BaseException:
-                txn.abandoned()
                 await _rollback(conn)
                 raise
             try:
                 await conn.execute("COMMIT")
             except Exception as error:
-                txn.abandoned()
                 if xid is None:
                     raise
                 raise _CommitLost(xid, result, error) from error
-            txn.committed()
             return result
 
     async def _resolve(self, lost: _CommitLost) -> Any:
@@ -262,7 +253,8 @@ class PostgresStore(CoordinatorStore):
                 pool.acquire(timeout=self._connect_timeout_s) as conn,
                 conn.transaction(isolation="repeatable_read", readonly=True),
             ):
-                view = PostgresReads(conn, loop, self._command_timeout_s + 1)
+                abandoned = threading.Event()
+                view = PostgresReads(conn, loop, self._command_timeout_s + 1, abandoned)
                 work = self._readers.submit(query, view)
                 try:
                     return await asyncio.wrap_future(work)
@@ -271,7 +263,7 @@ class PostgresStore(CoordinatorStore):
                     # now would fail ("another operation is in progress"), and that error
                     # would replace the cancellation, which callers retrying on
                     # CoordinatorError would then never see.
-                    view.abandon()
+                    abandoned.set()
                     await _until_done(work)
                     raise
         except CoordinatorError:

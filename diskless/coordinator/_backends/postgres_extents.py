@@ -16,25 +16,6 @@ from diskless.coordinator._backends.postgres_rows import batches_holding, column
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.coordinator._values import MetadataStats
 
-MIGRATION: Final = [
-    """CREATE TABLE extents (
-        partition_id BIGINT NOT NULL,
-        base_offset BIGINT NOT NULL,
-        last_offset BIGINT NOT NULL,
-        file_id BIGINT NOT NULL,
-        byte_offset BIGINT NOT NULL,
-        size BIGINT NOT NULL,
-        max_timestamp BIGINT NOT NULL,
-        log_append_time BIGINT NOT NULL,
-        timestamp BIGINT NOT NULL,
-        ts_running_max BIGINT NOT NULL,
-        index_byte_offset BIGINT NOT NULL,
-        index_size BIGINT NOT NULL,
-        PRIMARY KEY (partition_id, base_offset)
-    )""",
-]
-"""Migration 2: extents (consolidated runs of batch rows)."""
-
 _COLUMNS: Final = (
     "e.partition_id, e.base_offset, e.last_offset, f.key, e.byte_offset, e.size,"
     " e.max_timestamp, e.log_append_time, e.timestamp, e.ts_running_max, -1, -1, -1, 0,"

@@ -10,6 +10,7 @@ the last commit while writers hold their row locks, so a fetch never waits behin
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
@@ -25,7 +26,7 @@ from diskless.coordinator._backends.postgres_rows import (
     batches_after,
     batches_holding,
 )
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
@@ -74,20 +75,22 @@ class PostgresReads(ReadView):
     """Whole chunks are fetched per statement, so that no cursor stays open across calls."""
 
     def __init__(
-        self, conn: asyncpg.Connection, loop: asyncio.AbstractEventLoop, timeout_s: float
+        self,
+        conn: asyncpg.Connection,
+        loop: asyncio.AbstractEventLoop,
+        timeout_s: float,
+        abandoned: threading.Event,
     ) -> None:
+        """Once `abandoned` is set (the caller was cancelled), the query stops before its next
+        statement. The statement under way, if any, still finishes: the connection is never
+        used by two."""
         self._conn = conn
         self._loop = loop
         self._timeout_s = timeout_s
-        self._abandoned = False
-
-    def abandon(self) -> None:
-        """Make the query stop before its next statement (the caller was cancelled). The
-        statement under way, if any, still finishes: the connection is never used by two."""
-        self._abandoned = True
+        self._abandoned = abandoned
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._abandoned:
+        if self._abandoned.is_set():
             coro.close()
             raise ReadAbandoned("the read was cancelled")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self._timeout_s)

@@ -1,6 +1,6 @@
 """How the PostgreSQL store lays rows out: the statements its loads and reads share.
 
-Rows are decoded by the SQLite store's decoders (`sqlite_rows`): both stores select the same
+Rows are decoded by the decoders both SQL stores share (`sql_rows`): both stores select the same
 columns in the same order, so one decoder serves both. Key lists go to the server as arrays
 (`= ANY($1)`, `unnest`): one statement whatever their length.
 """
@@ -8,13 +8,13 @@ columns in the same order, so one decoder serves both. Key lists go to the serve
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import asyncpg
 import msgspec
 
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
     batch_from_row,
@@ -61,11 +61,34 @@ EPOCH_ANY: Final = (1 << 31) - 1
 """Stands for "every epoch" in `leases_dropped` (epochs are 16-bit in Kafka)."""
 
 
+# What the load functions answer: one row per loaded item, of one of these kinds.
+LOADED_PARTITION: Final = 1
+"""(id, name, partition, timestamp type, retention ms, retention bytes, max message bytes,
+high watermark, log start offset, size, running max timestamp, earliest ongoing first offset,
+timestamp before max ms, timestamp after max ms): `PARTITION_COLUMNS` in order."""
+LOADED_PRODUCER: Final = 2
+"""(partition id, producer id, epoch, last timestamp, last update ms, coordinator epoch,
+transaction first offset), the retained batches in `blob`."""
+LOADED_REGISTRATION: Final = 3
+"""(partition id, producer id, epoch, ending as 0/1, client epoch, sequence base):
+`REGISTRATION_COLUMNS` in order from the epoch on."""
+LOADED_LEASE: Final = 4
+"""(lease id, partition id, producer id, epoch, expires ms)."""
+LOADED_BROKER: Final = 5
+"""(broker id, epoch)."""
+LOADED_FILE: Final = 6
+"""(key in `name`, state code, size, since ms, live batches)."""
+
+
 def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """Rows as `width` column lists: the arrays `unnest` turns back into rows."""
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+def two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
+    return columns(list(pairs), 2)
 
 
 _BATCH_VALUES: Final = (

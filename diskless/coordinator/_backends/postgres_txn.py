@@ -24,9 +24,6 @@ Isolation is READ COMMITTED with explicit row locks, the way the SQLite store ge
   gate, at the same rate. The gate serves in arrival order. It is taken only as a
   transaction's first lock, so a step waiting for it holds nothing another step could wait
   on: no deadlock.
-- A plain commit's first run is optimistic instead (given a `CommitCache`): its load comes
-  from the cache or an unlocked peek, and its apply (`diskless_apply_rebased`) takes the gate
-  and the partitions' locks itself, then checks and moves the plan (`postgres_optimistic`).
 """
 
 from __future__ import annotations
@@ -38,42 +35,28 @@ import asyncpg
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents
-from diskless.coordinator._backends.postgres_functions import (
+from diskless.coordinator._backends.postgres_rows import (
+    GATE_LOCK_KEY,
+    GATE_OVERLAP,
+    GATE_WIDTH_MIN,
     LOADED_BROKER,
     LOADED_FILE,
     LOADED_LEASE,
     LOADED_PARTITION,
     LOADED_PRODUCER,
     LOADED_REGISTRATION,
-)
-from diskless.coordinator._backends.postgres_optimistic import (
-    PEEK_COMMIT_CALL,
-    CommitCache,
-    Peeked,
-    PlanOnLockedRows,
-    apply_rebased,
-    is_commit,
-    landed,
-    moved_answers,
-)
-from diskless.coordinator._backends.postgres_rows import (
-    BATCH_TYPES,
-    EPOCH_ANY,
-    GATE_LOCK_KEY,
-    GATE_OVERLAP,
-    GATE_WIDTH_MIN,
     PARTITION_COLUMNS_NO_LSO,
     PARTITION_FROM,
-    PRODUCER_TYPES,
     TXN_TABLES,
     batch_columns,
-    bytea_array,
     columns,
     entry_columns,
     int_array,
     text_array,
+    two_columns,
 )
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.postgres_txn_state import apply_indexes, apply_txn_state
+from diskless.coordinator._backends.sql_rows import (
     FILE_STATE_CODES,
     FILE_STATES,
     MARKER_FILE_ID,
@@ -85,7 +68,6 @@ from diskless.coordinator._backends.sqlite_rows import (
     registration_from_row,
     topic_from_row,
     txn_from_blob,
-    txn_to_row,
 )
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
@@ -94,7 +76,6 @@ from diskless.coordinator._store import (
     Changes,
     LoadingSnapshot,
     Needs,
-    Rebase,
     Snapshot,
     StoreTxn,
 )
@@ -130,16 +111,8 @@ GATED_LOAD_CALL: Final = _load_call("diskless_gated_load", 2)
 class PostgresTxn(StoreTxn):
     """Loads and applies over one connection inside one transaction (see the module doc)."""
 
-    def __init__(self, conn: asyncpg.Connection, cache: CommitCache | None = None) -> None:
-        """With a `cache`, a commit is optimistic (`postgres_optimistic`)."""
+    def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
-        self._cache = cache
-        self._peeked: Peeked | None = None
-        self._applied: tuple[Changes, dict[int, Rebase]] | None = None
-        """An optimistic apply's changes and moves."""
-        self._remembered = False
-        """Whether the step plans on what the cache remembered, which only an apply checks."""
-        self.rebased: dict[int, Rebase] = {}
         # Keys found by a load (hence locked): changed by UPDATE; others are INSERTed, so that
         # a concurrent insert of the same key fails instead of being overwritten.
         self._files_seen: set[str] = set()
@@ -154,16 +127,6 @@ class PostgresTxn(StoreTxn):
 
     # --- load ---------------------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
-        if self._peeked is not None:
-            raise PlanOnLockedRows("a step that peeked loads again")
-        if self._cache is not None and not self._gate_considered and is_commit(needs):
-            peeked = self._cache.lookup(needs)
-            self._remembered = peeked is not None
-            if peeked is None:
-                peeked = await self._peek(needs)
-            if peeked is not None:
-                self._peeked = peeked
-                return peeked.snapshot()
         conn = self._conn
         loaded = LoadingSnapshot()
         wanted = set(needs.partitions)
@@ -227,8 +190,8 @@ class PostgresTxn(StoreTxn):
         slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
         producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
         registrations = sorted((slot_of[tp], pid) for tp, pid in needs.registrations)
-        producer_slots, producer_ids = _two_columns(producers)
-        registration_slots, registration_ids = _two_columns(registrations)
+        producer_slots, producer_ids = two_columns(producers)
+        registration_slots, registration_ids = two_columns(registrations)
         arguments = (
             text_array([tp.topic for tp in ordered]),
             int_array([tp.partition for tp in ordered]),
@@ -247,13 +210,9 @@ class PostgresTxn(StoreTxn):
         return self._read_loaded(rows, loaded)
 
     def _read_loaded(
-        self,
-        rows: list[asyncpg.Record],
-        loaded: LoadingSnapshot,
-        versions: dict[tuple[int, int], int] | None = None,
+        self, rows: list[asyncpg.Record], loaded: LoadingSnapshot
     ) -> dict[TopicPartition, PartitionState]:
-        """Fill `loaded` from the rows of a load function; returns the partitions it found.
-        `versions` receives the producer entries' versions, when the rows carry them."""
+        """Fill `loaded` from the rows of a load function; returns the partitions it found."""
         partitions = {}
         configs: dict[tuple[Any, ...], TopicConfig] = {}
         for row in rows:
@@ -265,8 +224,6 @@ class PostgresTxn(StoreTxn):
                 loaded.producers[(row[1], row[3])] = entry_from_row(
                     (row[3], row[4], row[5], row[6], row[7], row[8], row[15])
                 )
-                if versions is not None:
-                    versions[(row[1], row[3])] = row[9]
             elif kind == LOADED_REGISTRATION:
                 loaded.registrations[(row[1], row[3])] = registration_from_row(row[4:8])
             elif kind == LOADED_LEASE:
@@ -279,45 +236,6 @@ class PostgresTxn(StoreTxn):
                 loaded.files[key] = FileRow(FILE_STATES[row[3]], row[4], row[5], row[6])
                 self._files_seen.add(key)
         return partitions
-
-    async def _peek(self, needs: Needs) -> Peeked | None:
-        """What a commit needs, read without locks (`diskless_peek_commit`); None when the
-        commit must be planned on locked rows instead: a partition it names is unknown, one of
-        its files exists, or one of its producers is in a transaction."""
-        assert self._cache is not None
-        ordered = sorted(needs.partitions)
-        slot_of = {tp: slot for slot, tp in enumerate(ordered, 1)}
-        producers = sorted((slot_of[tp], pid) for tp, pid in needs.producers)
-        producer_slots, producer_ids = _two_columns(producers)
-        rows = await self._conn.fetch(
-            PEEK_COMMIT_CALL,
-            text_array([tp.topic for tp in ordered]),
-            int_array([tp.partition for tp in ordered]),
-            int_array(producer_slots),
-            int_array(producer_ids),
-            int_array(sorted(needs.brokers)),
-            text_array(sorted(needs.files)),
-        )
-        loaded = LoadingSnapshot()
-        versions: dict[tuple[int, int], int] = {}
-        partitions = self._read_loaded(rows, loaded, versions)
-        self._files_seen.clear()
-        self._brokers_seen.clear()
-        if (
-            len(partitions) < len(ordered)
-            or loaded.files
-            or any(e.current_txn_first_offset is not None for e in loaded.producers.values())
-        ):
-            return None
-        entries = {}
-        for tp, pid in needs.producers:
-            key = (partitions[tp].key, pid)
-            entries[key] = (loaded.producers.get(key), versions.get(key))
-        peeked = Peeked(
-            partitions, entries, {b: loaded.broker_epochs.get(b) for b in needs.brokers}
-        )
-        self._cache.remember(peeked)
-        return peeked
 
     async def _with_lso(self, rows: list[asyncpg.Record]) -> dict[TopicPartition, PartitionState]:
         if not rows:
@@ -352,7 +270,7 @@ class PostgresTxn(StoreTxn):
                 "SELECT k.a, k.b, (SELECT min(o.first_offset) FROM ongoing_txns o"
                 " WHERE o.partition_id = k.a AND o.producer_id <> k.b)"
                 " FROM unnest($1::bigint[], $2::bigint[]) k(a, b)",
-                *_two_columns(keys),
+                *two_columns(keys),
             ):
                 if first is not None:
                     loaded.other_ongoing[(partition_id, producer_id)] = first
@@ -365,7 +283,7 @@ class PostgresTxn(StoreTxn):
                 " FROM unnest($1::bigint[], $2::bigint[]) k(id, off) JOIN batches b"
                 " ON b.partition_id = k.id AND b.base_offset < k.off AND b.last_offset < k.off"
                 " LEFT JOIN files f ON f.file_id = b.file_id GROUP BY b.partition_id, f.key",
-                *_two_columns(refs),
+                *two_columns(refs),
             ):
                 if key:
                     files.setdefault(partition_id, {})[key] = count
@@ -396,17 +314,6 @@ class PostgresTxn(StoreTxn):
     # --- apply --------------------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
         self._gate_considered = True
-        file_keys = _commit_shaped(changes)
-        if self._peeked is not None:
-            if file_keys is None or changes.leases_released or changes.ongoing_opened:
-                raise PlanOnLockedRows("a step that peeked changes more than a commit does")
-            self.xid, moves = await apply_rebased(self._conn, self._peeked, file_keys, changes)
-            self.rebased = moved_answers(self._peeked, moves)
-            self._applied = (changes, moves)
-            return []
-        if file_keys is not None:
-            await self._apply_commit(file_keys, changes)
-            return []
         conn = self._conn
         for name in changes.topics_deleted:
             await self._delete_topic(name)
@@ -441,7 +348,7 @@ class PostgresTxn(StoreTxn):
         await self._put("meta", "name", "value", "text", changes.counters, self._counters_seen)
         file_ids = await self._apply_files(changes)
         if changes.trims:
-            trims = _two_columns(sorted(changes.trims.items()))
+            trims = two_columns(sorted(changes.trims.items()))
             await conn.execute(
                 "DELETE FROM batches b USING unnest($1::bigint[], $2::bigint[]) k(id, off)"
                 " WHERE b.partition_id = k.id AND b.base_offset < k.off AND b.last_offset < k.off",
@@ -503,63 +410,8 @@ class PostgresTxn(StoreTxn):
                 "DELETE FROM producers WHERE txn_first_offset IS NULL AND last_update_ms <= $1",
                 changes.producers_idle_before,
             )
-        await self._apply_txn_state(changes)
-        return await self._apply_indexes(changes)
-
-    async def _apply_commit(self, file_keys: list[str], changes: Changes) -> None:
-        """What a commit of one or several objects decided, in one call
-        (`diskless_apply_commits`), which also answers the transaction id."""
-        slots = {key: slot for slot, key in enumerate(file_keys, 1)}
-        # Each file's row: (known, state, size, since, live batches); `_commit_shaped` made sure
-        # that none is being forgotten.
-        files = [
-            (
-                int(key in self._files_seen),
-                FILE_STATE_CODES[f.state],
-                f.size,
-                f.since_ms,
-                f.live_batches,
-            )
-            for key in file_keys
-            if (f := changes.files[key]) is not None
-        ]
-        # A batch row with its file's slot for the file id, which the function assigns.
-        batches = batch_columns(changes.batches, [slots[b.object_key] for b in changes.batches])
-        partitions = [
-            (s.key, s.high_watermark, s.log_start_offset, s.size_bytes, s.ts_running_max)
-            for s in changes.partitions
-        ]
-        producer_columns = entry_columns(changes.producers)
-        arrays = [
-            text_array(file_keys),
-            *(int_array(c) for c in columns(files, 5)),
-            *(int_array(c) for c in batches),
-            *(int_array(c) for c in columns(partitions, 5)),
-            *(int_array(c) for c in producer_columns[:7]),
-            bytea_array(producer_columns[7]),
-            int_array(changes.leases_released),
-            *(int_array(c) for c in columns(changes.ongoing_opened, 3)),
-        ]
-        self.xid = await self._conn.fetchval(APPLY_COMMITS_CALL, *arrays)
-        self._files_seen.update(file_keys)
-
-    def decided(self) -> None:
-        """The step is over: its answers stand, unless it planned on what the cache remembered
-        and never applied anything (a refusal, say), so nothing checked them."""
-        if self._remembered and self._applied is None:
-            raise PlanOnLockedRows("a step answered on remembered rows without applying")
-
-    def committed(self) -> None:
-        """The step committed: what it left behind is worth remembering (worked out only now,
-        the partitions' locks released)."""
-        if self._cache is not None and self._peeked is not None and self._applied is not None:
-            assert self.xid is not None
-            self._cache.remember(landed(self._peeked, *self._applied, self.xid))
-
-    def abandoned(self) -> None:
-        """The step failed or its outcome is unknown: what it planned on is not to be trusted."""
-        if self._cache is not None and self._peeked is not None:
-            self._cache.clear()
+        await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
+        return await apply_indexes(conn, changes)
 
     async def _put(
         self,
@@ -580,12 +432,12 @@ class PostgresTxn(StoreTxn):
             await conn.execute(
                 f"UPDATE {table} t SET {value} = k.v FROM unnest($1::{key_type}[],"
                 f" $2::bigint[]) k(k, v) WHERE t.{key} = k.k",
-                *_two_columns(updates),
+                *two_columns(updates),
             )
         if inserts:
             await conn.execute(
                 f"INSERT INTO {table} SELECT * FROM unnest($1::{key_type}[], $2::bigint[])",
-                *_two_columns(inserts),
+                *two_columns(inserts),
             )
             seen.update(k for k, _ in inserts)
 
@@ -633,173 +485,6 @@ class PostgresTxn(StoreTxn):
             )
         return file_ids
 
-    async def _apply_txn_state(self, changes: Changes) -> None:
-        conn = self._conn
-        if changes.broker_registrations:
-            await conn.executemany(
-                "INSERT INTO broker_registrations VALUES ($1, $2, $3, $4, $5, $6)"
-                " ON CONFLICT (broker_id) DO UPDATE SET broker_epoch = excluded.broker_epoch,"
-                " host = excluded.host, port = excluded.port, rack = excluded.rack,"
-                " expires_ms = excluded.expires_ms",
-                [
-                    (r.broker_id, r.broker_epoch, r.host, r.port, r.rack, r.expires_ms)
-                    for r in changes.broker_registrations.values()
-                ],
-            )
-        for group_id, o in sorted(changes.groups.items()):
-            # A group's first owner is INSERTed: of two first claims, the second fails on the
-            # key (and runs again, finding the first's owner) instead of overwriting it.
-            if group_id in self._groups_seen:
-                await conn.execute(
-                    "UPDATE group_owners SET broker_id = $2, broker_epoch = $3, generation = $4"
-                    " WHERE group_id = $1",
-                    group_id, o.broker_id, o.broker_epoch, o.generation,
-                )  # fmt: skip
-            else:
-                await conn.execute(
-                    "INSERT INTO group_owners VALUES ($1, $2, $3, $4)",
-                    group_id, o.broker_id, o.broker_epoch, o.generation,
-                )  # fmt: skip
-                self._groups_seen.add(group_id)
-        if changes.broker_leases_dropped:
-            await conn.execute(
-                "DELETE FROM txn_leases l USING unnest($1::int[], $2::bigint[]) k(id, epoch)"
-                " WHERE l.broker_id = k.id AND l.broker_epoch < k.epoch",
-                *_two_columns(sorted(changes.broker_leases_dropped.items())),
-            )
-        if changes.group_offsets:
-            await conn.execute(
-                "INSERT INTO group_offsets SELECT * FROM unnest($1::text[], $2::text[],"
-                " $3::int[], $4::bigint[], $5::text[]) ON CONFLICT (group_id, topic, partition)"
-                " DO UPDATE SET committed_offset = excluded.committed_offset,"
-                " metadata = excluded.metadata",
-                *columns(
-                    [
-                        (group_id, tp.topic, tp.partition, offset, metadata)
-                        for (group_id, tp), (offset, metadata) in changes.group_offsets.items()
-                    ],
-                    5,
-                ),
-            )
-        if changes.txns:
-            rows = [txn_to_row(record) for record in changes.txns.values()]
-            updates = [row for row in rows if row[0] in self._txns_seen]
-            inserts = [row for row in rows if row[0] not in self._txns_seen]
-            if updates:
-                await conn.execute(
-                    "UPDATE txn_records r SET record = k.record, due_ms = k.due"
-                    " FROM unnest($1::text[], $2::bytea[], $3::bigint[]) k(id, record, due)"
-                    " WHERE r.transactional_id = k.id",
-                    *columns(updates, 3),
-                )
-            if inserts:
-                await conn.execute(
-                    "INSERT INTO txn_records SELECT * FROM unnest($1::text[], $2::bytea[],"
-                    " $3::bigint[])",
-                    *columns(inserts, 3),
-                )
-                self._txns_seen.update(row[0] for row in inserts)
-        if changes.registrations:
-            await conn.execute(
-                "INSERT INTO txn_registrations SELECT * FROM unnest($1::bigint[], $2::bigint[],"
-                " $3::int[], $4::boolean[], $5::int[], $6::int[])"
-                " ON CONFLICT (partition_id, producer_id) DO UPDATE"
-                " SET producer_epoch = excluded.producer_epoch, ending = excluded.ending,"
-                " client_epoch = excluded.client_epoch, sequence_base = excluded.sequence_base",
-                *columns(
-                    [
-                        (key, pid, r.producer_epoch, r.ending, r.client_epoch, r.sequence_base)
-                        for (key, pid), r in changes.registrations.items()
-                    ],
-                    6,
-                ),
-            )
-        if changes.registrations_dropped:
-            await conn.execute(
-                "DELETE FROM txn_registrations r USING unnest($1::bigint[], $2::bigint[],"
-                " $3::int[]) k(id, pid, epoch) WHERE r.partition_id = k.id"
-                " AND r.producer_id = k.pid AND r.producer_epoch <= k.epoch",
-                *columns(
-                    [(key, pid, epoch) for (key, pid), epoch in changes.registrations_dropped], 3
-                ),
-            )
-        if changes.leases_released:
-            await conn.execute(
-                "DELETE FROM txn_leases WHERE lease_id = ANY($1::bigint[])",
-                list(changes.leases_released),
-            )
-        if changes.leases_dropped:
-            await conn.execute(
-                "DELETE FROM txn_leases l USING unnest($1::bigint[], $2::bigint[], $3::int[])"
-                " k(id, pid, epoch) WHERE l.partition_id = k.id AND l.producer_id = k.pid"
-                " AND l.producer_epoch <= k.epoch",
-                *columns(
-                    [
-                        (key, pid, EPOCH_ANY if epoch is None else epoch)
-                        for (key, pid), epoch in changes.leases_dropped
-                    ],
-                    3,
-                ),
-            )
-
-    async def _apply_indexes(self, changes: Changes) -> list[int]:
-        """New leases (returning their ids, in order), then the ongoing and aborted indexes."""
-        conn = self._conn
-        granted: list[int] = []
-        if changes.leases_granted:
-            granted = sorted(
-                await conn.fetchval(
-                    "SELECT array_agg(nextval('txn_leases_lease_id_seq'))"
-                    " FROM generate_series(1, $1)",
-                    len(changes.leases_granted),
-                )
-            )
-            await conn.execute(
-                "INSERT INTO txn_leases (lease_id, partition_id, producer_id, producer_epoch,"
-                " expires_ms, broker_id, broker_epoch) SELECT * FROM unnest($1::bigint[],"
-                " $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::int[], $7::bigint[])",
-                *columns(
-                    [
-                        (
-                            lease_id,
-                            x.partition_key,
-                            x.producer_id,
-                            x.producer_epoch,
-                            x.expires_ms,
-                            x.broker_id,
-                            x.broker_epoch,
-                        )
-                        for lease_id, x in zip(granted, changes.leases_granted, strict=True)
-                    ],
-                    7,
-                ),
-            )
-        if changes.ongoing_opened:
-            await conn.execute(
-                "INSERT INTO ongoing_txns SELECT * FROM unnest($1::bigint[], $2::bigint[],"
-                " $3::bigint[])",
-                *columns(changes.ongoing_opened, 3),
-            )
-        if changes.ongoing_closed:
-            await conn.execute(
-                "DELETE FROM ongoing_txns o USING unnest($1::bigint[], $2::bigint[]) k(id, off)"
-                " WHERE o.partition_id = k.id AND o.first_offset = k.off",
-                *_two_columns(changes.ongoing_closed),
-            )
-        if changes.aborted:
-            await conn.execute(
-                "INSERT INTO aborted_txns SELECT * FROM unnest($1::bigint[], $2::bigint[],"
-                " $3::bigint[], $4::bigint[], $5::bigint[])",
-                *columns(
-                    [
-                        (key, a.last_offset, a.producer_id, a.first_offset, a.last_stable_offset)
-                        for key, a in changes.aborted
-                    ],
-                    5,
-                ),
-            )
-        return granted
-
     async def _grow(self, topic_id: int, current: int, total: int) -> None:
         await self._conn.execute(
             "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series($2, $3 - 1)",
@@ -833,46 +518,3 @@ def _keys(
     return sorted(
         (state.key, pid) for tp, pid in wanted if (state := partitions.get(tp)) is not None
     )
-
-
-def _two_columns(pairs: Collection[tuple[Any, Any]]) -> list[list[Any]]:
-    return columns(list(pairs), 2)
-
-
-APPLY_COMMITS_TYPES: Final = (
-    *["text", "boolean", "smallint", "bigint", "bigint", "bigint"],  # files
-    *BATCH_TYPES,
-    *["bigint"] * 5,  # partitions
-    *PRODUCER_TYPES,
-    "bigint",  # released leases
-    *["bigint"] * 3,  # opened transactions
-)
-"""The parameters of `diskless_apply_commits`, in order (each sent as a literal)."""
-APPLY_COMMITS_CALL: Final = (
-    "SELECT diskless_apply_commits("
-    + ", ".join(f"${n}::text::{t}[]" for n, t in enumerate(APPLY_COMMITS_TYPES, 1))
-    + ")"
-)
-
-
-_COMMIT_FIELDS: Final = frozenset(
-    {"files", "batches", "partitions", "producers", "leases_released", "ongoing_opened"}
-)
-"""What `diskless_apply_commits` stores; any other change takes the general path."""
-
-
-def _commit_shaped(changes: Changes) -> list[str] | None:
-    """The keys of the files `changes` store, when they are what a commit decides: those files,
-    batches in them, partitions, producer entries, released leases and opened transactions."""
-    for name in Changes.__struct_fields__:
-        value = getattr(changes, name)
-        if name in _COMMIT_FIELDS or value is None:
-            continue
-        if not isinstance(value, Collection) or value:
-            return None
-    files = changes.files
-    if not files or None in files.values():
-        return None
-    if any(b.object_key not in files for b in changes.batches):
-        return None
-    return list(files)

@@ -31,6 +31,7 @@ from diskless.coordinator._backends.sqlite_txn import SqliteTxn
 from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
+    Operation,
     ReadView,
     StoreTxn,
     run_inline,
@@ -218,6 +219,7 @@ class SqliteStore(CoordinatorStore):
     # --- CoordinatorStore ---------------------------------------------------------------------
     async def write(
         self,
+        operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,

@@ -14,25 +14,6 @@ from typing import Final
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.coordinator._values import MetadataStats
 
-MIGRATION: Final = [
-    """CREATE TABLE extents (
-        partition_id INTEGER NOT NULL,
-        base_offset INTEGER NOT NULL,
-        last_offset INTEGER NOT NULL,
-        file_id INTEGER NOT NULL,
-        byte_offset INTEGER NOT NULL,
-        size INTEGER NOT NULL,
-        max_timestamp INTEGER NOT NULL,
-        log_append_time INTEGER NOT NULL,
-        timestamp INTEGER NOT NULL,
-        ts_running_max INTEGER NOT NULL,
-        index_byte_offset INTEGER NOT NULL,
-        index_size INTEGER NOT NULL,
-        PRIMARY KEY (partition_id, base_offset)
-    ) WITHOUT ROWID""",
-]
-"""Migration 7: extents (consolidated runs of batch rows)."""
-
 _COLUMNS: Final = (
     "e.partition_id, e.base_offset, e.last_offset, f.key, e.byte_offset, e.size,"
     " e.max_timestamp, e.log_append_time, e.timestamp, e.ts_running_max, -1, -1, -1, 0,"

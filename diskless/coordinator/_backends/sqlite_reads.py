@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sqlite_extents
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
     ENTRY_COLUMNS,

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 
-from diskless.coordinator._backends.sqlite_extents import MIGRATION as EXTENTS
-from diskless.coordinator._backends.sqlite_rows import TIME_MARK_INDEX
-
 MIGRATIONS: list[list[str]] = [
     # 1: topics, partitions, files, batches, producer state, broker epochs.
     [
@@ -152,7 +149,23 @@ MIGRATIONS: list[list[str]] = [
         )""",
     ],
     # 7: extents, each the metadata of a run of batches consolidated into one object.
-    EXTENTS,
+    [
+        """CREATE TABLE extents (
+        partition_id INTEGER NOT NULL,
+        base_offset INTEGER NOT NULL,
+        last_offset INTEGER NOT NULL,
+        file_id INTEGER NOT NULL,
+        byte_offset INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        max_timestamp INTEGER NOT NULL,
+        log_append_time INTEGER NOT NULL,
+        timestamp INTEGER NOT NULL,
+        ts_running_max INTEGER NOT NULL,
+        index_byte_offset INTEGER NOT NULL,
+        index_size INTEGER NOT NULL,
+        PRIMARY KEY (partition_id, base_offset)
+    ) WITHOUT ROWID""",
+    ],
     # 8: what a broker needs to rewrite a transaction version 1 producer's batches.
     [
         "ALTER TABLE txn_registrations ADD COLUMN client_epoch INTEGER NOT NULL DEFAULT -1",
@@ -163,7 +176,8 @@ MIGRATIONS: list[list[str]] = [
     [
         "DROP INDEX batches_by_timestamp",
         "DROP INDEX batches_by_running_max",
-        TIME_MARK_INDEX,
+        "CREATE INDEX batches_time_marks ON batches (partition_id, ts_running_max,"
+        " base_offset) WHERE (base_offset + 1023) / 1024 <= last_offset / 1024",
     ],
     # 10: leases held by a broker incarnation (they die with it), and consumer groups' owners.
     [

@@ -8,8 +8,7 @@ from typing import Any
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sqlite_extents
-from diskless.coordinator._backends.sqlite_reads import SqliteReads
-from diskless.coordinator._backends.sqlite_rows import (
+from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATE_CODES,
@@ -35,6 +34,7 @@ from diskless.coordinator._backends.sqlite_rows import (
     txn_from_blob,
     txn_to_row,
 )
+from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
 from diskless.coordinator._store import (
     BatchRefs,

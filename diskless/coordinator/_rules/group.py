@@ -9,17 +9,13 @@ loaded snapshot, so `plan_commit` sees exactly what a separate commit would have
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-from msgspec.structs import replace
-
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import TopicPartition
 from diskless.coordinator._rules.commit import CommitPlan, Lookup, ProducerKey
 from diskless.coordinator._rules.files import FileRow, committed_file
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnLease
-from diskless.coordinator._store import Rebase
-from diskless.coordinator._values import CommitFileResult, FileCommit
 from diskless.txn import ProducerEntry
 
 K = TypeVar("K")
@@ -87,31 +83,3 @@ class CommitGroup:
                 self._released.add(lease_id)
                 self.released_leases.append(lease_id)
         self.opened_txns.extend(plan.opened_txns)
-
-
-def rebased_results(
-    files: Sequence[FileCommit],
-    results: Sequence[CommitFileResult],
-    partitions: Lookup[TopicPartition, PartitionState],
-    moves: Mapping[int, Rebase],
-) -> list[CommitFileResult]:
-    """`results` (answering `files`) after the store moved the group's appends (see `Rebase`):
-    each appended batch's base offset moves with its partition's appends, and every answer
-    carries the log start the partition had. A duplicate's offsets, read from its producer's
-    entry, were already where the store found them."""
-    moved = []
-    for file, result in zip(files, results, strict=True):
-        answers = []
-        for batch, answer in zip(file.batches, result.batches, strict=True):
-            state = partitions.get(batch.topic_partition)
-            move = None if state is None else moves.get(state.key)
-            if move is not None:
-                appended = answer.error == ErrorCode.NONE and not answer.duplicate
-                answer = replace(
-                    answer,
-                    base_offset=answer.base_offset + (move.offset_delta if appended else 0),
-                    log_start_offset=move.log_start_offset,
-                )
-            answers.append(answer)
-        moved.append(replace(result, batches=answers) if result.batches else result)
-    return moved

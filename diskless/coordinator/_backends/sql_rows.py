@@ -1,9 +1,9 @@
-"""How the SQLite store lays rows out: columns, row decoders and batched key lookups."""
+"""How both SQL stores (SQLite and PostgreSQL) lay rows out: columns, row decoders and batched
+key lookups."""
 
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
@@ -43,11 +43,8 @@ has an entry per interval of the log, not per batch. Fewer than `TIME_MARK_OFFSE
 between two marks, so a lookup by time is one probe of that small index and a bounded walk of the
 primary key. Indexing every batch (twice, before) cost each commit an index page per partition it
 wrote to, most of what it wrote. Integer division in SQLite and PostgreSQL alike; a query can use
-the partial index only if it repeats this text."""
-TIME_MARK_INDEX: Final = (
-    "CREATE INDEX batches_time_marks ON batches (partition_id, ts_running_max, base_offset)"
-    f" WHERE {TIME_MARK}"
-)
+the partial index only if it repeats this text, as the index's migration does (a test checks
+that they agree)."""
 
 
 @functools.cache
@@ -206,44 +203,12 @@ def batch_to_row(b: StoredBatch, file_id: int) -> tuple[Any, ...]:
     )
 
 
-SHIFT_MARK: Final = 0xC1
-"""The first byte of a producer's retained batches that a store moved after the step that wrote
-them had planned them (PostgreSQL's rebased commits, `postgres_functions`); msgpack never uses
-this byte. Two big-endian int64 follow, the high watermark the step planned on and the shift,
-then the batches as planned: those at or above that high watermark take the shift."""
-_SHIFT_PREFIX: Final = bytes((SHIFT_MARK,))
-_SHIFT_HEADER: Final = struct.Struct(">qq")
-
-
-def retained_from_blob(blob: bytes) -> tuple[RetainedBatch, ...]:
-    """A producer entry's retained batches, as stored (see `SHIFT_MARK`)."""
-    if blob[:1] != _SHIFT_PREFIX:
-        return _RETAINED_DECODER.decode(blob)
-    planned_on, shift = _SHIFT_HEADER.unpack_from(blob, 1)
-    batches = _RETAINED_DECODER.decode(memoryview(blob)[1 + _SHIFT_HEADER.size :])
-    return shifted_retained(batches, planned_on, shift)
-
-
-def shifted_retained(
-    batches: tuple[RetainedBatch, ...], planned_on: int, shift: int
-) -> tuple[RetainedBatch, ...]:
-    """`batches` with those at or above `planned_on` moved by `shift` (see `SHIFT_MARK`)."""
-    return tuple(
-        b
-        if b.first_offset < planned_on
-        else RetainedBatch(
-            b.first_seq, b.last_seq, b.first_offset + shift, b.last_offset + shift, b.timestamp
-        )
-        for b in batches
-    )
-
-
 def entry_from_row(row: Sequence[Any]) -> ProducerEntry:
     """A producer entry from an `ENTRY_COLUMNS` row."""
     return ProducerEntry(
         producer_id=row[0],
         producer_epoch=row[1],
-        batches=retained_from_blob(row[6]),
+        batches=_RETAINED_DECODER.decode(row[6]),
         last_timestamp=row[2],
         last_update_ms=row[3],
         coordinator_epoch=row[4],

@@ -1,0 +1,77 @@
+"""Unit: released migrations never change, not even by a byte.
+
+A database that ran a migration never runs it again: an edited text would change new databases
+only, and old and new ones would then differ without anyone noticing. Each migration of both
+stores is pinned here by the SHA-256 of its statements. A change of schema is a new migration,
+whose hash is added below when it is released.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import pytest
+
+from diskless.coordinator._backends import postgres_migrations, sqlite_schema
+from diskless.coordinator._backends.sql_rows import TIME_MARK
+
+POSTGRES = {
+    1: "714a6877d663e1001c44961170e4e7ec9debb1b808a0b8295cd3ca03d548d967",
+    2: "6bcc4a23d8b0532da4b73a8ea335763acf796a590458d93cac33e7dc298ea8c5",
+    3: "b1bab058f668966271ba0bba8d219aec38ef7d2870917d8895b83457cf52a764",
+    4: "ce8f74d32479e0d5290ab5d2e53ca00bb07bf9056bc9c15882360d8b4d9a62d2",
+    5: "61a5aa99c9ffbdc541dad22c3d81dfc146c1667c915f3c5ffdc697fdf978465b",
+    6: "ee6387ef9019cad96ecd0fd73a5fe8f018acdae65cc8bee088c8f4220fe25273",
+    7: "b22529de443d7736c7227be6d4034f3a3a8599ea91bfb598c46ba01be22abcc1",
+    8: "22e52f33bfbaa7d1499674eda16f4fbb797e61fdcb7dd0d18deba0b655442fad",
+    9: "29100fa257c25c2b988dc2b03b82a0cef0ebef9ece38321cdc61d7eee8d67389",
+    10: "6be1bafa43264d7e6361605f0425bac13b577584de468a0bc6ac41fea56296ea",
+    11: "96c4d43ef868ea6c1ee0800434ed838f8956d7426bfa438eb749f4b129de5299",
+}
+SQLITE = {
+    1: "846e1c0805c017ae3ebac1ebe3212ea75efb7a6f3596e588e9233b4cef4ab077",
+    2: "4b70eae67e79e6e75e037604510f9a021f17bd9c65739e587e1e3650681a290f",
+    3: "007db640b38a32b01b3a9850973249d73159909e0e953add7c375e3174c271db",
+    4: "66b6ecbd86484bb27a42be951d52105cfd02fdb4420e994d1689ea07ecfe0b0e",
+    5: "199836c81da07ac8546a3423cbfd4e301c0e000263ccc27bc1fca1ae9c2f6a88",
+    6: "e243cddd41cac1afb661c17957f9ca287a354124f00ca1f07529d2e6c9ee8db7",
+    7: "765d15cd5c00801f854c0edd13e158cee6b4a6af79523fe56f5f036d08d581ee",
+    8: "b1bab058f668966271ba0bba8d219aec38ef7d2870917d8895b83457cf52a764",
+    9: "b22529de443d7736c7227be6d4034f3a3a8599ea91bfb598c46ba01be22abcc1",
+    10: "eb5b59a5db32a893d257236e1e67ab9747a9ba513877462e6b4bda9b2aaa8145",
+}
+
+
+def _digest(statements: Sequence[str]) -> str:
+    """The hash of a migration: each statement's UTF-8 bytes, each followed by a NUL."""
+    digest = hashlib.sha256()
+    for statement in statements:
+        digest.update(statement.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("store", "migrations", "pinned"),
+    [
+        ("postgres", postgres_migrations.MIGRATIONS, POSTGRES),
+        ("sqlite", sqlite_schema.MIGRATIONS, SQLITE),
+    ],
+)
+def test_every_released_migration_is_the_text_databases_ran(
+    store: str, migrations: Sequence[Sequence[str]], pinned: dict[int, str]
+) -> None:
+    found = {number: _digest(m) for number, m in enumerate(migrations, 1)}
+    changed = {n: digest for n, digest in found.items() if n in pinned and digest != pinned[n]}
+    assert not changed, f"released {store} migrations {sorted(changed)} were edited"
+    assert sorted(found) == sorted(pinned), f"pin each new {store} migration's hash here"
+
+
+@pytest.mark.parametrize("migrations", [postgres_migrations.MIGRATIONS, sqlite_schema.MIGRATIONS])
+def test_the_time_mark_index_has_the_predicate_queries_repeat(
+    migrations: Sequence[Sequence[str]],
+) -> None:
+    """A query uses the partial index only if it repeats the index's predicate, `TIME_MARK`."""
+    (index,) = [s for m in migrations for s in m if "INDEX batches_time_marks" in s]
+    assert index.endswith(f" WHERE {TIME_MARK}")
