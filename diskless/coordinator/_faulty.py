@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from diskless._fault_dice import Latency, Roll, roll
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._engine import CoordinatorEngine
@@ -39,9 +40,6 @@ from diskless.coordinator._store import (
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 
 T = TypeVar("T")
-
-Latency = float | Callable[[random.Random], float]
-"""Seconds, or a function of the fault rng drawing them."""
 
 
 class StoreCall(enum.Enum):
@@ -82,6 +80,13 @@ class CallFaults:
 
 
 NO_FAULTS = CallFaults()
+
+_ROLLED = {
+    Roll.NONE: StepFault.NONE,
+    Roll.FAIL: StepFault.FAIL,
+    Roll.LOST: StepFault.LOST_ANSWER,
+    Roll.SLOW: StepFault.SLOW,
+}
 
 
 class FaultyCoordinatorStore:
@@ -152,29 +157,22 @@ class FaultyCoordinatorStore:
     def _choose(self, call: StoreCall) -> tuple[StepFault, float]:
         """This call's fault and latency; always the same number of rng draws per call."""
         faults = self._faults[call]
-        outcome, slow = self._rng.random(), self._rng.random()
-        latency = self._sample(faults.latency_s)
-        slow_latency = self._sample(faults.slow_latency_s)
-        fault = StepFault.NONE
+        rolled, latency, slow_latency = roll(
+            self._rng,
+            fail_rate=faults.fail_rate,
+            lost_rate=faults.lost_answer_rate,
+            slow_rate=faults.slow_rate,
+            latency_s=faults.latency_s,
+            slow_latency_s=faults.slow_latency_s,
+        )
+        fault = _ROLLED[rolled]
         if not self.enabled:
-            pass
+            fault = StepFault.NONE
         elif self._schedule[call]:
             fault = self._schedule[call].popleft()
-        elif outcome < faults.fail_rate:
-            fault = StepFault.FAIL
-        elif outcome < faults.fail_rate + faults.lost_answer_rate:
-            fault = StepFault.LOST_ANSWER
-        elif slow < faults.slow_rate:
-            fault = StepFault.SLOW
         if fault is StepFault.SLOW:
             latency += slow_latency
         return fault, latency
-
-    def _sample(self, latency: Latency) -> float:
-        value = latency(self._rng) if callable(latency) else latency
-        if value < 0:
-            raise ValueError(f"latency must not be negative, got {value}")
-        return value
 
     async def _before(self, call: StoreCall) -> StepFault:
         fault, latency = self._choose(call)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import collections
 import enum
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from diskless._fault_dice import Latency, Roll, roll
 from diskless.clock import Clock, SystemClock
 from diskless.errors import StorageError
 from diskless.storage._base import ListPage, ObjectStore
@@ -35,7 +36,12 @@ class InjectedFaultError(StorageError):
     """A failure injected on purpose; retriable like any storage failure."""
 
 
-Latency = float | Callable[[random.Random], float]
+_ROLLED = {
+    Roll.NONE: Fault.NONE,
+    Roll.FAIL: Fault.FAIL,
+    Roll.LOST: Fault.LOST_ACK,
+    Roll.SLOW: Fault.SLOW,
+}
 
 
 class FaultyObjectStore(ForwardingObjectStore):
@@ -123,28 +129,18 @@ class FaultyObjectStore(ForwardingObjectStore):
 
     def _choose(self, op: StoreOp) -> tuple[Fault, float]:
         """Draw this call's fault and latency; always the same number of rng draws per call."""
-        outcome, slow = self._rng.random(), self._rng.random()
-        latency = self._sample(self._latency_s)
-        slow_latency = self._sample(self._slow_latency_s)
-        if self._schedule[op]:
-            fault = self._schedule[op].popleft()
-        elif outcome < self._fail_rate[op]:
-            fault = Fault.FAIL
-        elif outcome < self._fail_rate[op] + self._lost_ack_rate.get(op, 0.0):
-            fault = Fault.LOST_ACK
-        elif slow < self._slow_rate:
-            fault = Fault.SLOW
-        else:
-            fault = Fault.NONE
+        rolled, latency, slow_latency = roll(
+            self._rng,
+            fail_rate=self._fail_rate[op],
+            lost_rate=self._lost_ack_rate.get(op, 0.0),
+            slow_rate=self._slow_rate,
+            latency_s=self._latency_s,
+            slow_latency_s=self._slow_latency_s,
+        )
+        fault = self._schedule[op].popleft() if self._schedule[op] else _ROLLED[rolled]
         if fault is Fault.SLOW:
             latency += slow_latency
         return fault, latency
-
-    def _sample(self, latency: Latency) -> float:
-        value = latency(self._rng) if callable(latency) else latency
-        if value < 0:
-            raise ValueError(f"latency must not be negative, got {value}")
-        return value
 
     async def _before(self, op: StoreOp, key: str) -> Fault:
         fault, latency = self._choose(op)
