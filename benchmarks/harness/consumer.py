@@ -137,6 +137,8 @@ class ConsumerResult(msgspec.Struct, kw_only=True):
     calls_by_method: dict[str, int]
     """Coordinator calls during the consume window, by BatchCoordinator method."""
     reads: list[PartitionRead]
+    broker_waits: bool = False
+    """Whether the broker held the members' empty fetches (else they polled: `long_poll`)."""
     place: TaskPlace | None = None
     problem: str = ""
 
@@ -164,6 +166,12 @@ def counting_coordinator(run: RunSpec) -> tuple[BatchCoordinator, Counter[str]]:
     return coordinator, calls
 
 
+def broker_waits(broker: DisklessBroker) -> bool:
+    """Whether the library's fetch holds an empty fetch itself (Kafka's min_bytes and
+    max_wait, answered as data arrives); if not, the consumer holds it (`long_poll`)."""
+    return "max_wait_ms" in inspect.signature(broker.fetch).parameters
+
+
 async def long_poll(
     broker: DisklessBroker,
     offsets: Mapping[TopicPartition, int],
@@ -172,14 +180,21 @@ async def long_poll(
     stop: asyncio.Event,
     counter: Member,
 ) -> dict[TopicPartition, FetchResult]:
-    """A consumer's fetch (min.bytes 1) as the prototype broker holds it: fetch, and while
-    nothing arrived, fetch again every `poll_ms` until `wait_ms` ran out. Each
-    `DisklessBroker.fetch` call is counted on `counter` as it is made."""
+    """A consumer's fetch (min.bytes 1, max.wait `wait_ms`). Where the library's fetch waits by
+    itself it is one call; otherwise it is held as the prototype broker holds a Kafka Fetch:
+    fetch, and while nothing arrived, fetch again every `poll_ms` until `wait_ms` ran out.
+    Each `DisklessBroker.fetch` call is counted on `counter` as it is made."""
+    fetch: Any = broker.fetch
+    budgets = {"max_bytes": FETCH_BYTES_MAX, "partition_max_bytes": PARTITION_FETCH_BYTES_MAX}
+    if counter.broker_waits:
+        counter.fetches += 1
+        answers: dict[TopicPartition, FetchResult] = await fetch(
+            offsets, **budgets, min_bytes=1, max_wait_ms=wait_ms
+        )
+        return answers
     deadline = time.monotonic() + wait_ms / 1000
     while True:
-        answers = await broker.fetch(
-            offsets, max_bytes=FETCH_BYTES_MAX, partition_max_bytes=PARTITION_FETCH_BYTES_MAX
-        )
+        answers = await fetch(offsets, **budgets)
         counter.fetches += 1
         arrived = any(a.records or a.error != ErrorCode.NONE for a in answers.values())
         left = deadline - time.monotonic()
@@ -192,8 +207,9 @@ async def long_poll(
 class Member:
     """One group's member: reads its partitions from offset 0, keeping what it read as runs."""
 
-    def __init__(self, group: int, partitions: list[TopicPartition]) -> None:
+    def __init__(self, group: int, partitions: list[TopicPartition], broker_waits: bool) -> None:
         self.group = group
+        self.broker_waits = broker_waits
         self.offsets = dict.fromkeys(partitions, 0)
         self.reads = {
             tp: PartitionRead(group=group, topic=tp.topic, partition=tp.partition)
@@ -348,7 +364,6 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
     store = open_store(plan.run.store)
     coordinator, calls = counting_coordinator(plan.run)
     partitions = [TopicPartition(topic, partition) for topic, partition in plan.partitions]
-    members = [Member(group, partitions) for group in range(plan.groups)] if partitions else []
     stop = asyncio.Event()
     problem = ""
     async with contextlib.AsyncExitStack() as stack:
@@ -357,6 +372,8 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
         broker = await stack.enter_async_context(
             open_broker(plan.broker_id, plan.rack, store, coordinator, plan.run)
         )
+        waits = broker_waits(broker)
+        members = [Member(g, partitions, waits) for g in range(plan.groups)] if partitions else []
         meter = _Meter(calls, store, members)
         print(READY_LINE, flush=True)
         started_ts = time.time()
@@ -369,10 +386,10 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
             done_ts = time.time()
             for member in members:
                 member.draining = True
-            waits = [asyncio.create_task(m.caught_up.wait()) for m in members]
+            catching_up = [asyncio.create_task(m.caught_up.wait()) for m in members]
             caught_up = True
-            if waits:
-                _, late = await asyncio.wait(waits, timeout=plan.producers_wait_s)
+            if catching_up:
+                _, late = await asyncio.wait(catching_up, timeout=plan.producers_wait_s)
                 caught_up = not late
                 for wait in late:
                     wait.cancel()
@@ -402,6 +419,7 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
         baseline=_Meter.window(detached, baseline),
         calls_by_method=dict(sorted(by_method.items())),
         reads=[read for m in members for read in m.reads.values()],
+        broker_waits=waits,
         place=here(),
         problem=problem,
     )

@@ -94,9 +94,7 @@ def consume_note(spec: WorkloadSpec, run: RunSpec) -> str:
             "Consume phase: each execution task starts a reader process (a broker and one member "
             "of each consumer group, for the task's share of the partitions) before its "
             "producers; end-to-end latency is a group's receipt of a batch minus its producer's "
-            "send, on the hosts' wall clocks (on a cluster, their skew is in it). A held "
-            f"consumer fetch asks the broker again every {spec.fetch_poll_ms} ms for up to "
-            f"{spec.fetch_wait_ms} ms, as the prototype broker holds a Kafka Fetch."
+            "send, on the hosts' wall clocks (on a cluster, their skew is in it)."
         )
     if spec.consumer_groups == 0:
         return "No consume phase (--consumer-groups 0)."
