@@ -268,7 +268,7 @@ def consume_lines(c: ConsumeReport, produce_p99_ms: float) -> list[str]:
     v, e, idle = c.verification, c.e2e_ms, c.idle
     return [
         f"Consume: {c.groups} group(s) read {c.bytes_read / MB:,.1f} MB at {c.mb_per_s:.1f} MB/s "
-        f"while producing; read {c.read_mb_per_core:.1f} MB/s per core vs produce "
+        f"(first send to caught up); read {c.read_mb_per_core:.1f} MB/s per core vs produce "
         f"{c.produce_mb_per_core:.1f} MB/s per core",
         f"End to end, produce to consume: p50 {e.p50:.1f} ms, p90 {e.p90:.1f} ms, "
         f"p99 {e.p99:.1f} ms, max {e.max:.1f} ms (produce p99 {produce_p99_ms:.1f} ms)",
