@@ -10,6 +10,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,16 +26,21 @@ from benchmarks.harness.consume_report import (
 from benchmarks.harness.consumer import (
     ConsumerPlan,
     ConsumerResult,
+    Member,
     PartitionRead,
     Window,
+    broker_waits,
     consume,
+    long_poll,
     runs_of,
 )
 from benchmarks.harness.env import create_topics, open_broker, open_coordinator, open_store
 from benchmarks.harness.records import build_batch
 from benchmarks.harness.spec import PRODUCER_ID_BASE, RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.workload import WorkloadRow, all_partitions
-from diskless import ErrorCode, TopicPartition
+from diskless import DisklessBroker, ErrorCode, FetchResult, TopicPartition
+from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.storage import MemoryObjectStore
 from tests._postgres import database_dsn
 
 # One producer's three batches, then another's, as a partition holds them after acks.
@@ -248,3 +254,39 @@ async def test_a_reader_reads_what_is_produced_while_it_runs_then_measures_idlin
     assert result.calls_by_method.get("find_batches", 0) > 0
     assert result.consume.polls > 0 and result.consume.fetches >= result.consume.polls
     assert result.idle.fetches > 0 and result.baseline.fetches == result.baseline.polls == 0
+
+
+class _WaitingBroker(DisklessBroker):
+    """A broker whose fetch takes Kafka's min_bytes and max_wait_ms (as the library's may): it
+    notes them and answers at once, so the test sees only what the consumer asked."""
+
+    asked: list[tuple[int, int]]
+
+    async def fetch(  # type: ignore[override]
+        self, offsets: Any, *, min_bytes: int = 0, max_wait_ms: int = 0, **budgets: Any
+    ) -> dict[TopicPartition, FetchResult]:
+        self.asked.append((min_bytes, max_wait_ms))
+        return await super().fetch(offsets, **budgets)
+
+
+@pytest.mark.parametrize("waits", [False, True])
+async def test_an_empty_fetch_is_held_by_the_broker_if_it_can_else_polled(waits: bool) -> None:
+    coordinator, store = InMemoryBatchCoordinator(), MemoryObjectStore()
+    await coordinator.create_topic("t", 1)
+    tp = TopicPartition("t", 0)
+    broker = (_WaitingBroker if waits else DisklessBroker)(0, store, coordinator, rack="az1")
+    broker.asked = []  # type: ignore[attr-defined]
+    async with broker:
+        assert broker_waits(broker) is waits
+        member = Member(0, [tp], broker_waits(broker))
+        answers = await long_poll(broker, {tp: 0}, 100, 5, asyncio.Event(), member)
+        assert answers[tp].error == ErrorCode.NONE and answers[tp].records == b""
+        if waits:  # one call, which the broker holds
+            assert member.fetches == 1 and broker.asked == [(1, 100)]  # type: ignore[attr-defined]
+        else:  # asked again until the wait ran out
+            assert member.fetches > 1
+        stopped, before = asyncio.Event(), member.fetches
+        stopped.set()  # a member being detached: no waiting on its behalf
+        await long_poll(broker, {tp: 0}, 60_000, 5, stopped, member)
+        assert member.fetches == before + 1
+    await coordinator.close()
