@@ -257,8 +257,8 @@ async def test_a_reader_reads_what_is_produced_while_it_runs_then_measures_idlin
 
 
 class _WaitingBroker(DisklessBroker):
-    """A broker whose fetch takes Kafka's min_bytes and max_wait_ms (as the library's may): it
-    notes them and answers at once, so the test sees only what the consumer asked."""
+    """A broker whose fetch takes Kafka's min_bytes and max_wait_ms: it notes them and answers
+    at once, so that the test sees only what the consumer asked."""
 
     asked: list[tuple[int, int]]
 
@@ -269,20 +269,32 @@ class _WaitingBroker(DisklessBroker):
         return await super().fetch(offsets, **budgets)
 
 
+class _PollingBroker(DisklessBroker):
+    """A broker whose fetch answers at once and takes no wait (the library's before it held
+    fetches itself)."""
+
+    asked: list[tuple[int, int]]
+
+    async def fetch(  # type: ignore[override]
+        self, offsets: Any, **budgets: Any
+    ) -> dict[TopicPartition, FetchResult]:
+        return await super().fetch(offsets, **budgets)
+
+
 @pytest.mark.parametrize("waits", [False, True])
 async def test_an_empty_fetch_is_held_by_the_broker_if_it_can_else_polled(waits: bool) -> None:
     coordinator, store = InMemoryBatchCoordinator(), MemoryObjectStore()
     await coordinator.create_topic("t", 1)
     tp = TopicPartition("t", 0)
-    broker = (_WaitingBroker if waits else DisklessBroker)(0, store, coordinator, rack="az1")
-    broker.asked = []  # type: ignore[attr-defined]
+    broker = (_WaitingBroker if waits else _PollingBroker)(0, store, coordinator, rack="az1")
+    broker.asked = []
     async with broker:
         assert broker_waits(broker) is waits
         member = Member(0, [tp], broker_waits(broker))
         answers = await long_poll(broker, {tp: 0}, 100, 5, asyncio.Event(), member)
         assert answers[tp].error == ErrorCode.NONE and answers[tp].records == b""
         if waits:  # one call, which the broker holds
-            assert member.fetches == 1 and broker.asked == [(1, 100)]  # type: ignore[attr-defined]
+            assert member.fetches == 1 and broker.asked == [(1, 100)]
         else:  # asked again until the wait ran out
             assert member.fetches > 1
         stopped, before = asyncio.Event(), member.fetches
