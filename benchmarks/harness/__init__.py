@@ -6,6 +6,8 @@ Pipeline, one module per stage:
     execute     Spark tasks running brokers + pipelined idempotent producers on asyncio loops
     verify      read-back through broker.fetch in Spark tasks (readback), audited record by
                 record (audit)
+    consume     consumer groups reading while the producers run: a reader process beside each
+                execution task (consumer), audited and measured in the driver (consume_report)
     analysis    throughput, latency percentiles, object sizes, commit latency (Spark)
     cost        object-storage requests per GB vs. classic Kafka's cross-AZ replication
     baselines   raw PUT and raw SQLite insert rates on this machine, same run
@@ -23,4 +25,5 @@ Examples:
     python -m benchmarks.harness --save-workload w.parquet      # then: --workload w.parquet
     python -m benchmarks.harness --s3-endpoint http://localhost:9000 --bucket bench
     python -m benchmarks.harness --tasks 1 --memory-coordinator
+    python -m benchmarks.harness --consumer-groups 4             # fan-out: four groups read
 """

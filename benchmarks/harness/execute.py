@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import msgspec
 
 from benchmarks.harness.audit import PartitionVerdict
+from benchmarks.harness.consume import announce_done, consuming, reader_beside
+from benchmarks.harness.consumer import ConsumerResult
 from benchmarks.harness.coordinators import is_shared
 from benchmarks.harness.env import (
     LatencyLog,
@@ -137,6 +139,11 @@ class TaskStats(msgspec.Struct, kw_only=True):
     """In-memory coordinator runs only: (verdicts, read store counters) of the in-task audit."""
     place: TaskPlace | None = None
     """Where the task ran (its executor)."""
+    cpu_s: float = 0.0
+    """The task process's CPU time while its producers ran (brokers and producer loops; the
+    batches were built before, and its reader is a process of its own)."""
+    consumer: ConsumerResult | None = None
+    """What its reader process measured and read (runs with a consume phase)."""
 
 
 def run_task(
@@ -157,9 +164,15 @@ async def _run_task(
         await create_topics(coordinator, spec)
     results: list[ResultRow] = []
     outcomes: dict[tuple[int, int], int] = {}
+    consumed: ConsumerResult | None = None
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(store.close)
         stack.push_async_callback(coordinator.close)
+        reader = None
+        if consuming(spec, run):  # started first: it starts up while the batches are built
+            reader = await stack.enter_async_context(
+                reader_beside(task, nodes[0].rack or "", spec, run)
+            )
         brokers: dict[int, Any] = {}
         for node in nodes:
             broker = open_broker(node.broker_id, node.rack or "", store, coordinator, run)
@@ -168,21 +181,29 @@ async def _run_task(
         build_started = time.perf_counter()
         by_producer = await _build_requests(task, rows, spec, transactions)
         build_s = time.perf_counter() - build_started
+        if reader is not None:
+            await reader.ready()
         store_before = store.stats()
         started_ts = time.time()
         started = time.perf_counter()
+        cpu_started = time.process_time()
         deadline = started + spec.duration_s
-        counts = await asyncio.gather(
-            *(
-                _run_producer(
-                    task, requests, brokers, spec, started, deadline, results, transactions,
-                    outcomes,
+        try:
+            counts = await asyncio.gather(
+                *(
+                    _run_producer(
+                        task, requests, brokers, spec, started, deadline, results, transactions,
+                        outcomes,
+                    )
+                    for requests in by_producer.values()
                 )
-                for requests in by_producer.values()
-            )
-        )  # fmt: skip
+            )  # fmt: skip
+        finally:
+            if reader is not None:  # (a failed task too: the readers stop waiting for it)
+                await announce_done(run, task)
         sent = sum(counts)
         ended_ts = time.time()
+        cpu_s = time.process_time() - cpu_started
         store_used = store.stats().minus(store_before)
         broker_stats = {str(bid): _stats_of(b) for bid, b in brokers.items()}
         results = [
@@ -194,6 +215,8 @@ async def _run_task(
         audit_result = None
         if not is_shared(run.coordinator):  # nobody else can see this coordinator: audit here
             audit_result = await _audit_in_task(results, spec, store, brokers)
+        if reader is not None:
+            consumed = await reader.finish()
     stats = TaskStats(
         task=task,
         brokers=sorted(brokers),
@@ -211,6 +234,8 @@ async def _run_task(
         broker_stats=broker_stats,
         audit=audit_result,
         place=here(),
+        cpu_s=cpu_s,
+        consumer=consumed,
     )
     results.append(_task_row(task, stats))
     return results

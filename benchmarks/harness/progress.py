@@ -21,6 +21,7 @@ PHASES: Final = (
     "execute",
     "verify",
     "analyse",
+    "verify consumed",
     "consolidate",
     "verify consolidated",
     "baselines",

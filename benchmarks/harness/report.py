@@ -16,6 +16,13 @@ from benchmarks.harness.consolidate import (
     consolidation_lines,
     consolidation_markdown,
 )
+from benchmarks.harness.consume_report import (
+    E2E_PLOT,
+    ConsumeReport,
+    consume_lines,
+    consume_markdown,
+    plot_e2e_cdf,
+)
 from benchmarks.harness.cost import CostModel
 from benchmarks.harness.execute import TaskStats
 from benchmarks.harness.placement import TaskPlace
@@ -88,6 +95,8 @@ class RunReport(msgspec.Struct, kw_only=True):
     tasks: list[TaskSummary] = msgspec.field(default_factory=list)
     consolidation: ConsolidationReport | None = None
     """The consolidation phase and the read-back after it (None: not run)."""
+    consume: ConsumeReport | None = None
+    """The consume phase: consumer groups reading while the producers ran (None: not run)."""
 
 
 class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,6 +221,7 @@ def headline_lines(report: RunReport) -> list[str]:
         f"({v.read_records:,} records read back, {v.expected_records:,} acknowledged, "
         f"{v.partitions_failed} of {v.partitions} partitions failed)",
         *(consolidation_lines(report.consolidation) if report.consolidation else []),
+        *(consume_lines(report.consume, h.p99_ms) if report.consume else []),
     ]
 
 
@@ -355,6 +365,7 @@ def markdown(report: RunReport) -> str:
         *[f"- problem: {p}" for p in v.problems],
         "",
         *(consolidation_markdown(report.consolidation) if report.consolidation else []),
+        *(consume_markdown(report.consume, a.latency_ms.p99) if report.consume else []),
         "## Errors",
         "",
         *([f"- {name}: {n} batches" for name, n in report.errors.items()] or ["- none"]),
@@ -438,7 +449,7 @@ def plot_object_sizes(path: Path, sizes: Sequence[int]) -> None:
 
 
 def write_report(report: RunReport, directory: Path) -> list[Path]:
-    """Write results.json, summary.md and the three plots; return their paths."""
+    """Write results.json, summary.md and the plots (the end-to-end CDF with a consume phase)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / name for name in (RESULTS_FILE, SUMMARY_FILE)]
     paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
@@ -447,6 +458,13 @@ def write_report(report: RunReport, directory: Path) -> list[Path]:
     plot_throughput(directory / THROUGHPUT_PLOT, report.analysis.throughput_by_second)
     plot_object_sizes(directory / OBJECTS_PLOT, report.analysis.object_sizes)
     paths += [directory / name for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT)]
+    if report.consume is not None:
+        plot_e2e_cdf(
+            directory / E2E_PLOT,
+            report.consume.e2e_latencies_ms,
+            report.analysis.request_latencies_ms,
+        )
+        paths.append(directory / E2E_PLOT)
     return paths
 
 

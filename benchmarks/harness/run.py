@@ -17,6 +17,8 @@ from benchmarks.harness import workload as workloads
 from benchmarks.harness.analysis import analyze
 from benchmarks.harness.baselines import put_baseline, sqlite_baseline
 from benchmarks.harness.consolidate import ConsolidationReport, consolidate, gets_of
+from benchmarks.harness.consume import consuming
+from benchmarks.harness.consume_report import consume_report
 from benchmarks.harness.cost import ASSUMPTIONS, CostInputs, cost_model
 from benchmarks.harness.env import create_topics, open_coordinator, open_store, wal_config
 from benchmarks.harness.execute import (
@@ -84,6 +86,19 @@ def transactions_note(spec: WorkloadSpec) -> str:
         "aborted as planned by the seed, and any with a failed batch): one library "
         "TransactionCoordinator per Spark task, over the shared batch coordinator."
     )
+
+
+def consume_note(spec: WorkloadSpec, run: RunSpec) -> str:
+    if consuming(spec, run):
+        return (
+            "Consume phase: each execution task starts a reader process (a broker and one member "
+            "of each consumer group, for the task's share of the partitions) before its "
+            "producers; end-to-end latency is a group's receipt of a batch minus its producer's "
+            "send, on the hosts' wall clocks (on a cluster, their skew is in it)."
+        )
+    if spec.consumer_groups == 0:
+        return "No consume phase (--consumer-groups 0)."
+    return "No consume phase: a reader process cannot open an in-memory coordinator."
 
 
 POSTGRESQL_NOTE: Final = (
@@ -154,6 +169,8 @@ def run_once(
         with progress.phase("analyse"):
             objects = asyncio.run(_list_objects(store, WAL_PREFIX))
             analysis = analyze(spark, results, rows, tasks, objects)
+        with progress.phase("verify consumed"):
+            consumed = consume_report(spark, rows, tasks, spec, analysis.bytes_acked)
         consolidation: ConsolidationReport | None = None
         if options.consolidate and coordinators.is_shared(run.coordinator):
             with progress.phase("consolidate"):
@@ -206,12 +223,13 @@ def run_once(
             baselines=baselines,
             verification=verification,
             errors=describe_errors(rows),
-            notes=[transactions_note(spec), *NOTES]
+            notes=[transactions_note(spec), *NOTES, consume_note(spec, run)]
             + ([] if coordinators.is_shared(run.coordinator) else [MEMORY_NOTE])
             + ([POSTGRESQL_NOTE] if coordinators.is_postgresql(run.coordinator) else []),
             phases_s=dict(progress.times),
             tasks=[task_summary(t) for t in tasks],
             consolidation=consolidation,
+            consume=consumed,
         )
         return RunOutcome(report, rows, data_dir)
     finally:
@@ -231,4 +249,10 @@ def succeeded(report: RunReport) -> bool:
     """Verified, and something was acknowledged (a run where every request failed proves
     nothing, even though nothing acknowledged went missing)."""
     consolidated = report.consolidation is None or report.consolidation.verification.passed
-    return report.verification.passed and consolidated and report.analysis.batches_acked > 0
+    consumed = report.consume is None or report.consume.verification.passed
+    return (
+        report.verification.passed
+        and consolidated
+        and consumed
+        and report.analysis.batches_acked > 0
+    )

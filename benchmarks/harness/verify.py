@@ -252,7 +252,7 @@ def verify(
         verdicts, store_stats = verify_task(index, groups, spec, run)
         return [("verdict", v) for v in verdicts] + [("store", store_stats), ("place", here())]
 
-    keyed = joined.rdd.map(lambda row: (_spread(row.topic, row.partition, tasks), row))
+    keyed = joined.rdd.map(lambda row: (spread(row.topic, row.partition, tasks), row))
     out = (
         keyed.partitionBy(tasks, lambda key: key)
         .map(lambda pair: pair[1])
@@ -267,6 +267,6 @@ def verify(
     )
 
 
-def _spread(topic: str, partition: int, tasks: int) -> int:
+def spread(topic: str, partition: int, tasks: int) -> int:
     """A stable task for a partition (Python's str hash differs between worker processes)."""
     return zlib.crc32(f"{topic}-{partition}".encode()) % tasks

@@ -161,3 +161,31 @@ def test_bad_master_and_coordinator_are_refused_with_a_reason(
         parse_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_consume_phase_runs_by_default_and_takes_its_options() -> None:
+    spec, _, sweep = parse_args([])
+    assert spec.consumer_groups == 1
+    spec, _, sweep = parse_args(
+        ["--consumer-groups", "4", "--consume-idle-s", "0.5", "--fetch-poll-ms", "5",
+         "--sweep", "consumer_groups=0,2"]
+    )  # fmt: skip
+    assert (spec.consumer_groups, spec.consume_idle_s, spec.fetch_poll_ms) == (4, 0.5, 5)
+    assert sweep == {"consumer_groups": ["0", "2"]}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--consumer-groups", "-1"], "consumer_groups must be >= 0"),
+        (["--consume-idle-s", "0"], "consume_idle_s > 0"),
+        (["--fetch-poll-ms", "0"], "fetch_poll_ms >= 1"),
+    ],
+)
+def test_bad_consume_options_are_refused_with_a_reason(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

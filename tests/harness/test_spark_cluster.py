@@ -45,6 +45,7 @@ WORKLOAD = [
     "--transactional-share", "0.5", "--txn-requests", "4",
     "--wal", "commit_interval_ms=50", "buffer_max_bytes=256KiB",
     "--put-baseline-s", "0.3", "--sqlite-baseline-s", "0.3", "--no-progress",
+    "--consumer-groups", "2", "--consume-idle-s", "0.5",
 ]  # fmt: skip
 
 
@@ -155,6 +156,13 @@ def test_the_harness_verifies_a_run_on_the_cluster(cluster_run: ClusterRun) -> N
     assert figures["after"]["batch_rows"] == 0 < figures["stats"]["extents_committed"]
     assert _places([figures["place"]])[0].executor != "driver"
     assert "Verification after consolidation: PASSED" in process.stdout
+    # Two consumer groups read everything while the producers ran, on the cluster's coordinator.
+    consume = report["consume"]
+    assert consume["verification"]["passed"], consume["verification"]["problems"]
+    assert consume["verification"]["read_records"] == 2 * verification["read_records"]
+    assert consume["e2e_ms"]["count"] == 2 * report["analysis"]["batches_acked"]
+    assert consume["calls_by_method"]["find_batches"] > 0
+    assert "Consume verification: PASSED" in process.stdout
 
 
 def test_every_task_ran_in_an_executor_of_a_different_worker(cluster_run: ClusterRun) -> None:
@@ -169,9 +177,11 @@ def test_every_task_ran_in_an_executor_of_a_different_worker(cluster_run: Cluste
 
     producers = _places([t["place"] for t in report["tasks"]])
     readers = _places(report["verification"]["readers"])
-    assert len(producers) == len(readers) == 2
+    consumers = _places(report["consume"]["readers"])  # each beside its execution task
+    assert len(producers) == len(readers) == len(consumers) == 2
     assert sorted(map(worker_of, producers)) == sorted(work_dirs)
     assert sorted(map(worker_of, readers)) == sorted(work_dirs)
+    assert sorted(map(worker_of, consumers)) == sorted(work_dirs)
     assert len({p.executor for p in producers}) == 2
 
 

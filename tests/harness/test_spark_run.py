@@ -21,8 +21,16 @@ import pytest
 
 from benchmarks.harness import workload as workloads
 from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID, gets_of, kb_per_retained_gb
+from benchmarks.harness.consume_report import E2E_PLOT
 from benchmarks.harness.env import open_broker, open_coordinator, open_store
-from benchmarks.harness.execute import KIND_BATCH, TXN_ABORTED, TXN_COMMITTED, result_schema
+from benchmarks.harness.execute import (
+    KIND_BATCH,
+    KIND_TASK,
+    TXN_ABORTED,
+    TXN_COMMITTED,
+    result_schema,
+    task_stats,
+)
 from benchmarks.harness.options import Options
 from benchmarks.harness.records import kafka_records
 from benchmarks.harness.report import (
@@ -58,6 +66,8 @@ TINY = WorkloadSpec(
     transactional_share=0.5,
     txn_requests=4,
     txn_abort_share=0.3,
+    consumer_groups=2,
+    consume_idle_s=0.5,
 )
 
 
@@ -239,6 +249,47 @@ def test_everything_was_consolidated_and_read_back_verified_from_there(
     assert succeeded(report)
 
 
+def test_every_group_read_every_acknowledged_record_while_the_producers_ran(
+    outcome: RunOutcome,
+) -> None:
+    """Each consumer group read each partition from its reader process's broker, and its read
+    audited clean against the acks; the figures follow from the readers' own counters."""
+    report, rows = outcome.report, outcome.rows
+    c = report.consume
+    assert c is not None
+    v = c.verification
+    assert v.passed, v.problems
+    assert c.groups == 2 and c.members == 2 * TINY.effective_tasks
+    assert v.partitions == 2 * TINY.partitions
+    assert v.read_records == v.expected_records == 2 * report.analysis.records_acked
+    assert v.markers == 2 * report.verification.markers > 0  # aborted data read too, with markers
+    assert c.bytes_read == 2 * report.verification.read_bytes
+    assert c.records == v.read_records and c.caught_up and not c.problems
+    # One latency per group and acknowledged batch, each from its send to its group's receipt.
+    assert c.e2e_ms.count == len(c.e2e_latencies_ms) == 2 * report.analysis.batches_acked
+    assert c.e2e_latencies_ms[0] > 0 and c.e2e_ms.max == c.e2e_latencies_ms[-1]
+    assert c.e2e_ms.p50 <= c.e2e_ms.p90 <= c.e2e_ms.p99 <= c.e2e_ms.max
+    # Each reader, a process of its own, began before its task's first send and caught up
+    # after the last ack of any task.
+    tasks = [task_stats(r) for r in rows if r.kind == KIND_TASK]
+    readers = {t.task: t.consumer for t in tasks if t.consumer is not None}
+    assert sorted(readers) == list(range(TINY.effective_tasks))
+    batches = [r for r in rows if r.kind == KIND_BATCH]
+    last_ack = max(r.ack_ts for r in batches)
+    for task, reader in readers.items():
+        first_send = min(r.send_ts for r in batches if r.task == task)
+        assert reader.started_ts < first_send and reader.caught_up_ts > last_ack
+    pids = {t.place.pid for t in tasks if t.place is not None}
+    assert len(c.readers) == len(readers) and not pids & {p.pid for p in c.readers}
+    # Reads go through the coordinator's lookup; the counters add up.
+    assert c.calls_by_method.get("find_batches", 0) > 0
+    assert c.coordinator_calls == sum(c.calls_by_method.values())
+    assert c.coordinator_calls_per_gb == pytest.approx(c.coordinator_calls / (c.bytes_read / 1e9))
+    assert c.fetches >= c.polls > 0
+    assert c.read_cpu_s > 0 and c.produce_cpu_s == pytest.approx(sum(t.cpu_s for t in tasks))
+    assert c.idle.consumers == c.members and c.idle.fetches_per_s > 0
+
+
 def test_the_consolidated_read_back_fails_when_consolidated_data_is_lost(
     spark: SparkSession, outcome: RunOutcome, tmp_path: Path
 ) -> None:
@@ -276,13 +327,15 @@ def test_a_run_without_consolidation_leaves_the_batch_rows(
         progress=False,
         consolidate=False,
     )
-    small = msgspec.structs.replace(TINY, total_mb=0.3, transactional_share=0.0)
+    small = msgspec.structs.replace(TINY, total_mb=0.3, transactional_share=0.0, consumer_groups=0)
     report = run_once(spark, small, options, "no consolidation").report
-    assert report.consolidation is None
+    assert report.consolidation is None and report.consume is None
     assert report.verification.passed
     write_report(report, options.report_dir)
     summary = (options.report_dir / SUMMARY_FILE).read_text()
     assert "Verification: PASSED" in summary and "Consolidation" not in summary
+    assert "Consume" not in summary and "No consume phase (--consumer-groups 0)." in summary
+    assert not (options.report_dir / E2E_PLOT).exists()
 
 
 def test_the_report_files_are_written(outcome: RunOutcome, tmp_path: Path) -> None:
@@ -307,9 +360,14 @@ def test_the_report_files_are_written(outcome: RunOutcome, tmp_path: Path) -> No
         "Verification after consolidation: PASSED",
         "## Consolidation",
         "classic storage",
+        "Consume: 2 group(s) read",
+        "End to end, produce to consume: p50",
+        "an idle consumer costs",
+        "Consume verification: PASSED",
+        "## Consume phase",
     ):
         assert line in summary
-    for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT):
+    for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT, E2E_PLOT):
         png = (directory / name).read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 1000
 
