@@ -7,7 +7,9 @@ DIR/coordinator.sqlite (SqliteBatchCoordinator), which processes on one host can
 On several hosts: `--coordinator postgresql://USER@HOST:PORT/DB` puts the batch metadata in
 PostgreSQL (PostgresBatchCoordinator), and `--s3-endpoint URL --bucket NAME` (or `--bucket NAME
 --region R` for AWS) puts the objects in S3 (credentials from the usual AWS environment); with
-both, no data directory is needed.
+both, no data directory is needed. Both may go over TLS: libpq's `sslmode` and `sslrootcert`
+in the coordinator's URL (`?sslmode=verify-full&sslrootcert=/etc/diskless/ca.pem`), and an
+https endpoint whose CA `--s3-ca-bundle` names.
 
 `--broker-ids 4,5` runs those brokers instead of 0..N-1: a second process started so on the same
 coordinator and store joins the first one's cluster; Metadata of either lists the live brokers of
@@ -115,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
         type=cli.postgresql_url,
         default=None,
         metavar="postgresql://USER@HOST:PORT/DB",
-        help="a PostgreSQL batch coordinator that processes on several hosts share",
+        help="a PostgreSQL batch coordinator that processes on several hosts share; TLS with"
+        " ?sslmode=verify-full&sslrootcert=CA.pem (libpq's parameters)",
     )
     parser.add_argument(
         "--s3-endpoint", type=cli.s3_endpoint, help="S3-compatible endpoint URL (objects in S3)"
@@ -127,6 +130,13 @@ def _parser() -> argparse.ArgumentParser:
         "--s3-prefix", type=cli.s3_prefix, default="", help="key prefix inside the bucket"
     )
     parser.add_argument("--region", type=cli.s3_region, help="S3 region")
+    parser.add_argument(
+        "--s3-ca-bundle",
+        type=cli.readable_file,
+        default=None,
+        metavar="PEM",
+        help="CA certificates an https --s3-endpoint's certificate must chain to",
+    )
     parser.add_argument(
         "--base-port",
         type=int,
@@ -206,7 +216,11 @@ def _parser() -> argparse.ArgumentParser:
 def _open_store(args: argparse.Namespace) -> ObjectStore:
     if args.bucket is not None:
         return S3ObjectStore(
-            args.bucket, args.s3_prefix, endpoint_url=args.s3_endpoint, region=args.region
+            args.bucket,
+            args.s3_prefix,
+            endpoint_url=args.s3_endpoint,
+            region=args.region,
+            ca_bundle=args.s3_ca_bundle,
         )
     path: Path = args.data_dir / "objects"
     return LocalObjectStore(path)

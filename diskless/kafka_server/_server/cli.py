@@ -239,6 +239,16 @@ s3_prefix = _s3_location("prefix")
 s3_region = _s3_location("region")
 
 
+def readable_file(spec: str) -> str:
+    try:
+        with open(spec, "rb"):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise argparse.ArgumentTypeError(f"cannot read {spec!r}: {reason}") from None
+    return spec
+
+
 def server_option(spec: str) -> tuple[str, int]:
     name, _, value = spec.partition("=")
     fields = {f.name: f for f in msgspec.structs.fields(ServerConfig) if f.type is int}

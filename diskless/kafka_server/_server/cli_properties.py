@@ -50,13 +50,15 @@ class Properties:
             except OSError as error:
                 reason = error.strerror or type(error).__name__
                 raise UsageError(f"--config: cannot read {str(self._file)!r}: {reason}") from None
-        self._overridden = {name for name, _ in args.override}
+        self._overridden = dict(args.override)
         self.values.update(args.override)
 
     def refusal(self, message: str) -> UsageError:
         """A refusal of the property `message` starts with, from where it was given."""
-        name = message.split(":")[0]
-        if name in self._overridden or self._file is None:
+        name, _, reason = message.partition(": ")
+        if name in self._overridden:
+            return UsageError(f"--override: {name}={self._overridden[name]}: {reason}")
+        if self._file is None:
             return UsageError(f"--override: {message}")
         return UsageError(f"--config: {self._file}: {message}")
 
