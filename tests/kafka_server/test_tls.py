@@ -263,7 +263,7 @@ async def test_required_client_auth_refuses_clients_without_a_trusted_certificat
 
 
 async def test_clients_of_the_wrong_kind_are_closed_and_the_others_carry_on(
-    required: KafkaCluster, certs: Certs
+    required: KafkaCluster, certs: Certs, caplog: pytest.LogCaptureFixture
 ) -> None:
     tls_host, tls_port = _address(required.bootstrap(listener="SSL"))
     plain_host, plain_port = _address(required.bootstrap(listener="PLAINTEXT"))
@@ -286,6 +286,10 @@ async def test_clients_of_the_wrong_kind_are_closed_and_the_others_carry_on(
         assert (await healthy.request(request)).error_code == 0
     finally:
         await healthy.close()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    handshakes = [w for w in warned if "TLS handshake on listener SSL failed" in w]
+    assert len(handshakes) == 2, warned  # the plaintext client and the silent one
+    assert any("frame size" in w for w in warned), warned  # TLS on the plaintext port
 
 
 # --- key stores -----------------------------------------------------------------------------------
