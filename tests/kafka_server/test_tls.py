@@ -426,3 +426,18 @@ async def test_tls_older_than_1_2_is_never_accepted(certs: Certs) -> None:
         host, port = _address(running.bootstrap(listener="SSL"))
         assert await asyncio.to_thread(_tls_version, host, port, twelve) is None
         assert await asyncio.to_thread(_tls_version, host, port, newest) == "TLSv1.3"
+
+
+async def test_principal_mapping_rules_name_the_client_or_refuse_it(
+    certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    rules = "RULE:^CN=([^,]*),OU=clients,.*$/$1/U,DEFAULT"
+    mapped = _config(certs, "required", **{"ssl.principal.mapping.rules": rules})
+    assert await _served(mapped, certs) == "User:ALICE"
+    nobody = _config(certs, "required", **{"ssl.principal.mapping.rules": "RULE:^CN=bob$/bob/"})
+    async for running in _cluster(nobody):
+        host, port = _address(running.bootstrap(listener="SSL"))
+        assert await _refused(host, port, certs.client_context())
+    assert any(
+        "no ssl.principal.mapping.rules rule applies to" in r.getMessage() for r in caplog.records
+    )

@@ -48,9 +48,11 @@ from diskless.kafka_server._protocol.codec import (
 from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
+from diskless.kafka_server._server._principal_rules import Rule, parse_rules
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
+from diskless.kafka_server._server.tls import NoMatchingRule
 
 _log = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ class BrokerServer:
         self._servers: dict[str, asyncio.Server] = {}
         self._tls: dict[str, ssl.SSLContext] = {}
         """Listener name -> the TLS context its connections are upgraded with."""
+        self._rules: dict[str, tuple[Rule, ...]] = {}
+        """Listener name -> its `ssl.principal.mapping.rules`."""
         """Listener name -> its server, while listening."""
         self._endpoints: tuple[Endpoint, ...] = ()
         """What this broker advertises, once listening."""
@@ -151,7 +155,9 @@ class BrokerServer:
         try:
             for listener in self._listeners:
                 if listener.protocol.uses_tls:
-                    self._tls[listener.name] = self.config.tls_for(listener.name).server_context()
+                    settings = self.config.tls_for(listener.name)
+                    self._tls[listener.name] = settings.server_context()
+                    self._rules[listener.name] = parse_rules(settings.principal_mapping_rules)
                 server = await asyncio.start_server(
                     functools.partial(self._accept, listener),
                     listener.host or None,  # empty: every interface, as Kafka binds it
@@ -228,9 +234,18 @@ class BrokerServer:
             tls = self._tls.get(listener.name)
             if tls is not None and not await self._handshake(writer, tls, listener.name):
                 return
-            session = self._sessions[task] = peer_session(
-                writer, listener=listener.name, security_protocol=listener.protocol
-            )
+            try:
+                session = self._sessions[task] = peer_session(
+                    writer,
+                    listener=listener.name,
+                    security_protocol=listener.protocol,
+                    rules=self._rules.get(listener.name, ()),
+                )
+            except NoMatchingRule as refused:  # Kafka fails the authentication
+                self._close_warnings.warning(
+                    "closing %s on broker %d: %s", _peer_text(writer), self.broker_id, refused
+                )
+                return
             connection = Connection(
                 session,
                 config=self.config,

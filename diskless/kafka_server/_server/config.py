@@ -89,7 +89,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     ssl_client_auth: str = "none"
     """Kafka's `ssl.client.auth`: none, requested or required."""
     ssl_principal_mapping_rules: str = "DEFAULT"
-    """Kafka's `ssl.principal.mapping.rules`: DEFAULT only (the principal is `User:<DN>`)."""
+    """Kafka's `ssl.principal.mapping.rules`: how a client certificate's subject becomes the
+    principal's name (DEFAULT: the whole DN, `User:<DN>`; or Kafka's RULE:.../.../ rules)."""
     ssl_enabled_protocols: str = DEFAULT_PROTOCOLS
     """Kafka's `ssl.enabled.protocols`: TLSv1.2 and/or TLSv1.3, never older."""
     ssl_handshake_timeout_ms: int = 10_000
