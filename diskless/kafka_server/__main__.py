@@ -35,7 +35,8 @@ they came in on. On several hosts, run one process per host, each with its own `
 Every process also runs retention, consolidation and the file manager, each run in the process
 holding the lowest live broker id only; `--no-lifecycle` leaves them to the others.
 
-Prints the bootstrap addresses, overall and per rack, then serves until interrupted.
+Prints the bootstrap addresses, overall, per rack and (with several listeners) per listener, then
+serves until interrupted.
 """
 
 from __future__ import annotations

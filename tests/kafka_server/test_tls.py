@@ -336,6 +336,13 @@ async def test_inline_pem_an_encrypted_key_and_per_listener_settings(
     )
     assert await _served(encrypted, certs) == "User:ANONYMOUS"  # no certificate asked for
     assert "[hidden]" in repr(encrypted) and KEY_PASSWORD not in repr(encrypted)
+    direct = ServerConfig(
+        ssl_key_password=KEY_PASSWORD,
+        ssl_keystore_key="-----BEGIN",
+        ssl_keystore_certificate_chain="chain",
+    )
+    assert KEY_PASSWORD not in repr(direct) and "BEGIN" not in repr(direct)
+    assert direct.ssl_key_password == KEY_PASSWORD  # the value itself is unchanged
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "PRIVATE KEY" not in logged and KEY_PASSWORD not in logged
     assert f"authenticated as User:{CLIENT_DN}" in logged
