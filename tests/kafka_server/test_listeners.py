@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import kio.schema.find_coordinator.v3.request as find_coordinator_v3
 import kio.schema.metadata.v1.request as metadata_v1
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -161,8 +162,13 @@ async def test_metadata_names_each_broker_at_its_endpoint_of_the_client_s_listen
         0: ("localhost", external_ports[0], "east"),
         1: ("localhost", external_ports[1], "east"),
     }
-    sessions = two_listeners.servers[0].sessions()
-    assert all(s.listener in ("INTERNAL", "EXTERNAL") for s in sessions)
+    # FindCoordinator too: the coordinator at its endpoint of the client's listener
+    for address, host in ((internal.split(",")[0], "127.0.0.2"), (bound, "localhost")):
+        found = await asyncio.to_thread(
+            ask, address, find_coordinator_v3.FindCoordinatorRequest(key="g")
+        )
+        assert found.error_code == 0 and found.host == host
+        assert f"{host}:{found.port}" in (internal if host == "127.0.0.2" else external)
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:
