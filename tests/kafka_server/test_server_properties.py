@@ -20,7 +20,12 @@ from diskless.kafka_server import ServerConfig
 from diskless.kafka_server.__main__ import main
 from diskless.kafka_server._server._x500 import subject_dn
 from diskless.kafka_server._server.properties import PropertiesError, parse_properties
-from diskless.kafka_server._server.server_properties import PROPERTIES, register, server_config
+from diskless.kafka_server._server.server_properties import (
+    LISTENER_PROPERTIES,
+    PROPERTIES,
+    register,
+    server_config,
+)
 from tests._tls import Certs, make_certs
 from tests.kafka_server._java_oracle import java_properties, java_subjects
 
@@ -111,8 +116,16 @@ def test_other_settings_can_register_their_properties() -> None:
         assert server_config({"test.only.poll.ms": "25"}).fetch_poll_ms == 25
         with pytest.raises(ValueError, match="no field"):
             register("test.only.missing", "no_such_field")
+        register("test.only.sasl.jaas.config", None, per_listener=True)
+        jaas = 'org.example.PlainLoginModule required user_alice="alice-secret";'
+        config = server_config({"listener.name.sasl_ssl.test.only.sasl.jaas.config": jaas})
+        assert config.listener_settings == {"SASL_SSL": {"test.only.sasl.jaas.config": jaas}}
+        assert "alice-secret" not in repr(config)  # a JAAS configuration is a secret
+        with pytest.raises(ValueError, match="unknown property"):
+            server_config({"test.only.sasl.jaas.config": jaas})  # only per listener
     finally:
         del PROPERTIES["test.only.poll.ms"]
+        LISTENER_PROPERTIES.discard("test.only.sasl.jaas.config")
 
 
 # --- the command line -----------------------------------------------------------------------------
