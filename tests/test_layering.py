@@ -22,6 +22,7 @@ LAYERS: Final = (
         "diskless._limits",
         "diskless._object_keys",
         "diskless._availability",
+        "diskless._scram",
     ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),
