@@ -107,7 +107,7 @@ def test_every_route_serves_the_union_its_handler_is_annotated_with() -> None:
         union = typing.get_type_hints(handler._handle)["request"]
         low, high = SUPPORTED_VERSIONS[key]
         expected = {load_request_schema(int(key), v) for v in range(low, high + 1)}
-        assert set(typing.get_args(union)) == expected, key
+        assert (set(typing.get_args(union)) or {union}) == expected, key  # one version: a class
         for version in range(low, high + 1):
             assert handler.api.response_schema(version) is load_response_schema(int(key), version)
         assert not handler.api.serves(low - 1) and not handler.api.serves(high + 1)

@@ -322,7 +322,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         default = getattr(defaults, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
-    return build_checked(lambda values: ServerConfig(**values), settings)
+    # Every setting given here is an int; `replace` keeps the others (not all ints) as they are.
+    return build_checked(lambda values: msgspec.structs.replace(defaults, **values), settings)
 
 
 def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:

@@ -8,7 +8,10 @@ import msgspec
 
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
+from diskless.kafka_server._server._jaas import plain_users
 
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
 FRAME_RECEIVE_MS_MAX: Final = 30_000
@@ -57,6 +60,36 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     close_warnings_max: int = 10
     """At most this many warnings per `close_warning_interval_ms` about connections closed for a
     client's fault; the others are counted and reported once at the end of the interval."""
+    sasl_enabled_mechanisms: tuple[str, ...] = SCRAM_MECHANISMS
+    """Kafka's `sasl.enabled.mechanisms`: what SASL listeners offer, of PLAIN, SCRAM-SHA-256 and
+    SCRAM-SHA-512. Kafka's default, GSSAPI (Kerberos), is not offered here; the SCRAM ones are
+    the default instead, since their credentials live in the cluster (PLAIN's in each
+    listener's JAAS entry)."""
+    plain_jaas_configs: dict[str, str] = {}
+    """Kafka's `listener.name.<listener>.plain.sasl.jaas.config`, by listener name in lower case
+    as the property spells it: a PlainLoginModule line whose `user_<name>="<password>"` options
+    are the users PLAIN accepts on that listener (`_server._jaas`)."""
+    connection_failed_authentication_delay_ms: int = 100
+    """Kafka's `connection.failed.authentication.delay.ms`: a failed authentication is answered
+    (SASL_AUTHENTICATION_FAILED) and its connection closed only after this long, which slows a
+    client guessing passwords down."""
+    sasl_handshake_ms_max: int = 10_000
+    """A connection on a SASL listener must have authenticated within this long after it was
+    accepted, or it is closed: an unauthenticated client may not hold a connection open. Kafka
+    has no such setting (its idle timeout applies)."""
+    sasl_server_max_receive_size: int = 524_288
+    """Kafka's `sasl.server.max.receive.size`: a larger frame before authentication closes the
+    connection (an unauthenticated client cannot make the broker read 100 MiB)."""
+
+    def __repr__(self) -> str:
+        # JAAS lines hold passwords: a logged or printed config names their listeners only.
+        shown = {
+            name: {listener: "[hidden]" for listener in value}
+            if name == "plain_jaas_configs"
+            else value
+            for name, value in msgspec.structs.asdict(self).items()
+        }
+        return f"ServerConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def __post_init__(self) -> None:
         if not 0 < self.frame_bytes_max <= 2**31 - 1:
@@ -84,3 +117,24 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")
+        check_sasl_settings(self)
+
+
+def check_sasl_settings(config: ServerConfig) -> None:
+    """ValueError naming the property when a SASL setting is invalid (never quoting a value of a
+    JAAS line: it holds passwords)."""
+    unknown = [m for m in config.sasl_enabled_mechanisms if m not in SASL_MECHANISMS]
+    if unknown or not config.sasl_enabled_mechanisms:
+        raise ValueError(
+            f"sasl.enabled.mechanisms: {', '.join(unknown) or 'empty'}; this server offers"
+            f" {', '.join(SASL_MECHANISMS)}"
+        )
+    for listener, text in config.plain_jaas_configs.items():
+        try:
+            plain_users(text)
+        except ValueError as e:
+            raise ValueError(f"listener.name.{listener}.plain.sasl.jaas.config: {e}") from None
+    if config.connection_failed_authentication_delay_ms < 0:
+        raise ValueError("connection.failed.authentication.delay.ms must be >= 0")
+    if config.sasl_handshake_ms_max < 1 or config.sasl_server_max_receive_size < 1:
+        raise ValueError("sasl_handshake_ms_max and sasl.server.max.receive.size must be >= 1")
