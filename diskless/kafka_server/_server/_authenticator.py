@@ -105,10 +105,8 @@ class Authenticator:
         self._dispatch = dispatch
         self._budget = budget
         self._broker_id = broker_id
-        self._plain_users = {
-            listener.lower(): plain_users(text)
-            for listener, text in config.plain_jaas_configs.items()
-        }
+        self._plain_users: dict[str, dict[str, str]] = {}
+        """Listener name -> PLAIN's users there (read from the JAAS line once, when first used)."""
         self._decoy_key = secrets.token_bytes(32)
         """Derives the decoy salts shown for unknown SCRAM users (`_sasl_scram`)."""
         self.failures = RateLimitedWarnings(
@@ -189,7 +187,7 @@ class Authenticator:
                     f"unexpected request (api key {prefix.api_key}) before SaslHandshake"
                 )
             mechanism = getattr(self._decode(frame, prefix), "mechanism", "")
-            enabled = self._config.sasl_enabled_mechanisms
+            enabled = self._config.sasl_mechanisms_for(session.listener)
             known = mechanism in enabled
             code = WireError.none if known else WireError.unsupported_sasl_mechanism
             writer.write(self._encode(prefix, error_code=code, mechanisms=enabled))
@@ -265,7 +263,11 @@ class Authenticator:
     def _server(self, session: Session, mechanism: str) -> SaslServer:
         scram = ScramMechanism.of_name(mechanism)
         if scram is None:
-            return PlainServer(self._plain_users.get(session.listener.lower(), {}))
+            users = self._plain_users.get(session.listener)
+            if users is None:
+                text = self._config.plain_jaas_config_for(session.listener)
+                users = self._plain_users[session.listener] = plain_users(text) if text else {}
+            return PlainServer(users)
         return ScramServer(scram, self._credentials.scram, decoy_key=self._decoy_key)
 
     async def _read(self, reader: asyncio.StreamReader) -> bytes:

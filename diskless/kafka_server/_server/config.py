@@ -9,6 +9,8 @@ import msgspec
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
 from diskless.kafka_server._server._jaas import plain_users
+from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
+from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, TlsSettings
 
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -60,15 +62,56 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     close_warnings_max: int = 10
     """At most this many warnings per `close_warning_interval_ms` about connections closed for a
     client's fault; the others are counted and reported once at the end of the interval."""
-    sasl_enabled_mechanisms: tuple[str, ...] = SCRAM_MECHANISMS
-    """Kafka's `sasl.enabled.mechanisms`: what SASL listeners offer, of PLAIN, SCRAM-SHA-256 and
-    SCRAM-SHA-512. Kafka's default, GSSAPI (Kerberos), is not offered here; the SCRAM ones are
-    the default instead, since their credentials live in the cluster (PLAIN's in each
-    listener's JAAS entry)."""
-    plain_jaas_configs: dict[str, str] = {}
-    """Kafka's `listener.name.<listener>.plain.sasl.jaas.config`, by listener name in lower case
-    as the property spells it: a PlainLoginModule line whose `user_<name>="<password>"` options
-    are the users PLAIN accepts on that listener (`_server._jaas`)."""
+    listeners: str = ""
+    """Kafka's `listeners` (`NAME://HOST:PORT,...`); empty: one PLAINTEXT listener on 127.0.0.1
+    at the port the cluster gives each broker. Broker k of a process listens on PORT + k
+    (`_server.listeners`)."""
+    advertised_listeners: str = ""
+    """Kafka's `advertised.listeners`; empty: `listeners`."""
+    listener_security_protocol_map: str = DEFAULT_PROTOCOL_MAP
+    """Kafka's `listener.security.protocol.map`."""
+    broker_rack: str = ""
+    """Kafka's `broker.rack`: the rack of every broker of this process; empty: broker i is in
+    rack `rack-(i mod racks)`."""
+    ssl_keystore_type: str = "PEM"
+    """Kafka's `ssl.keystore.type`; PEM only (`_server.tls` describes every `ssl_` field)."""
+    ssl_keystore_location: str = ""
+    """Kafka's `ssl.keystore.location`: a PEM file with the private key and certificate chain."""
+    ssl_keystore_certificate_chain: str = ""
+    """Kafka's `ssl.keystore.certificate.chain`: the certificate chain, inline PEM."""
+    ssl_keystore_key: str = ""
+    """Kafka's `ssl.keystore.key`: the private key, inline PEM (never shown)."""
+    ssl_key_password: str = ""
+    """Kafka's `ssl.key.password`: the private key's password (never shown)."""
+    ssl_truststore_type: str = "PEM"
+    """Kafka's `ssl.truststore.type`; PEM only."""
+    ssl_truststore_location: str = ""
+    """Kafka's `ssl.truststore.location`: PEM CA certificates client certificates must chain to."""
+    ssl_truststore_certificates: str = ""
+    """Kafka's `ssl.truststore.certificates`: the same, inline PEM."""
+    ssl_client_auth: str = "none"
+    """Kafka's `ssl.client.auth`: none, requested or required."""
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    """Kafka's `ssl.principal.mapping.rules`: DEFAULT only (the principal is `User:<DN>`)."""
+    ssl_enabled_protocols: str = DEFAULT_PROTOCOLS
+    """Kafka's `ssl.enabled.protocols`: TLSv1.2 and/or TLSv1.3, never older."""
+    ssl_handshake_timeout_ms: int = 10_000
+    """A TLS handshake not done within this closes the connection (Kafka bounds it by its
+    request timeout; a client that never finishes must not hold a connection)."""
+    listener_settings: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)
+    """Kafka's `listener.name.<name>.<property>` values: listener name (upper case) ->
+    property -> value, over the broker-wide value for that listener."""
+
+    sasl_enabled_mechanisms: str = ",".join(SCRAM_MECHANISMS)
+    """Kafka's `sasl.enabled.mechanisms` (also per listener, `listener.name.<name>.` prefixed):
+    what SASL listeners offer, comma-separated, of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+    Kafka's default, GSSAPI (Kerberos), is not offered here; the SCRAM ones are the default
+    instead, since their credentials live in the cluster (PLAIN's in a JAAS line)."""
+    plain_sasl_jaas_config: str = ""
+    """Kafka's `listener.name.<name>.plain.sasl.jaas.config`: a PlainLoginModule line whose
+    `user_<name>="<password>"` options are the users PLAIN accepts on that listener
+    (`_server._jaas`). Without the prefix, the line of every listener that has none of its own
+    (where Kafka would read its static JAAS file's KafkaServer section)."""
     connection_failed_authentication_delay_ms: int = 100
     """Kafka's `connection.failed.authentication.delay.ms`: a failed authentication is answered
     (SASL_AUTHENTICATION_FAILED) and its connection closed only after this long, which slows a
@@ -81,15 +124,34 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's `sasl.server.max.receive.size`: a larger frame before authentication closes the
     connection (an unauthenticated client cannot make the broker read 100 MiB)."""
 
-    def __repr__(self) -> str:
-        # JAAS lines hold passwords: a logged or printed config names their listeners only.
-        shown = {
-            name: {listener: "[hidden]" for listener in value}
-            if name == "plain_jaas_configs"
-            else value
-            for name, value in msgspec.structs.asdict(self).items()
-        }
-        return f"ServerConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+    def sasl_mechanisms_for(self, listener: str) -> tuple[str, ...]:
+        """The SASL mechanisms `listener` offers: its own `sasl.enabled.mechanisms` over the
+        broker's."""
+        text = self.listener_settings.get(listener.upper(), {}).get(
+            "sasl.enabled.mechanisms", self.sasl_enabled_mechanisms
+        )
+        return tuple(m.strip() for m in text.split(",") if m.strip())
+
+    def plain_jaas_config_for(self, listener: str) -> str:
+        """The JAAS line of PLAIN's users on `listener`: its own over the broker's."""
+        own = self.listener_settings.get(listener.upper(), {})
+        return own.get("plain.sasl.jaas.config", self.plain_sasl_jaas_config)
+
+    def tls_for(self, listener: str) -> TlsSettings:
+        """The `ssl.*` settings of `listener`: its own over the broker's."""
+        return TlsSettings(
+            keystore_type=self.ssl_keystore_type,
+            keystore_location=self.ssl_keystore_location,
+            keystore_certificate_chain=self.ssl_keystore_certificate_chain,
+            keystore_key=self.ssl_keystore_key,
+            key_password=self.ssl_key_password,
+            truststore_type=self.ssl_truststore_type,
+            truststore_location=self.ssl_truststore_location,
+            truststore_certificates=self.ssl_truststore_certificates,
+            client_auth=self.ssl_client_auth,
+            principal_mapping_rules=self.ssl_principal_mapping_rules,
+            enabled_protocols=self.ssl_enabled_protocols,
+        ).overridden(self.listener_settings.get(listener.upper(), {}))
 
     def __post_init__(self) -> None:
         if not 0 < self.frame_bytes_max <= 2**31 - 1:
@@ -117,23 +179,36 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")
-        check_sasl_settings(self)
+        plan = listener_plan(
+            self.listeners, self.advertised_listeners, self.listener_security_protocol_map
+        )
+        if self.ssl_handshake_timeout_ms < 1:
+            raise ValueError("ssl_handshake_timeout_ms must be >= 1")
+        self.tls_for("").check("", tls=False)
+        for listener in plan.listeners:
+            tls = plan.protocols[listener.name].uses_tls
+            self.tls_for(listener.name).check(listener.name, tls=tls)
+        check_sasl_settings(self, [listener.name for listener in plan.listeners])
 
 
-def check_sasl_settings(config: ServerConfig) -> None:
+def check_sasl_settings(config: ServerConfig, listeners: list[str]) -> None:
     """ValueError naming the property when a SASL setting is invalid (never quoting a value of a
     JAAS line: it holds passwords)."""
-    unknown = [m for m in config.sasl_enabled_mechanisms if m not in SASL_MECHANISMS]
-    if unknown or not config.sasl_enabled_mechanisms:
-        raise ValueError(
-            f"sasl.enabled.mechanisms: {', '.join(unknown) or 'empty'}; this server offers"
-            f" {', '.join(SASL_MECHANISMS)}"
-        )
-    for listener, text in config.plain_jaas_configs.items():
-        try:
-            plain_users(text)
-        except ValueError as e:
-            raise ValueError(f"listener.name.{listener}.plain.sasl.jaas.config: {e}") from None
+    for listener in ["", *listeners]:
+        prefix = f"listener.name.{listener.lower()}." if listener else ""
+        mechanisms = config.sasl_mechanisms_for(listener)
+        unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+        if unknown or not mechanisms:
+            raise ValueError(
+                f"{prefix}sasl.enabled.mechanisms: {', '.join(unknown) or 'empty'}; this server"
+                f" offers {', '.join(SASL_MECHANISMS)}"
+            )
+        text = config.plain_jaas_config_for(listener)
+        if text:
+            try:
+                plain_users(text)
+            except ValueError as e:
+                raise ValueError(f"{prefix}plain.sasl.jaas.config: {e}") from None
     if config.connection_failed_authentication_delay_ms < 0:
         raise ValueError("connection.failed.authentication.delay.ms must be >= 0")
     if config.sasl_handshake_ms_max < 1 or config.sasl_server_max_receive_size < 1:
