@@ -2,9 +2,10 @@
 handlers (Kafka's `SaslServerAuthenticator`, which runs before `KafkaApis`).
 
 The exchange is sequential (one frame in, one answer out), as Kafka's is:
-1. ApiVersions (at most once) is answered by the handler table; SaslHandshake names a mechanism
-   of `sasl.enabled.mechanisms` (otherwise UNSUPPORTED_SASL_MECHANISM, then the connection
-   closes). Any other request closes the connection unanswered.
+1. ApiVersions is answered by the handler table (again after one of a version it does not
+   serve); SaslHandshake names a mechanism of the listener's `sasl.enabled.mechanisms`
+   (otherwise UNSUPPORTED_SASL_MECHANISM, then the connection closes). Any other request
+   closes the connection unanswered.
 2. After SaslHandshake v1, each SaslAuthenticate carries the mechanism's next message; after v0,
    the messages come as raw size-prefixed tokens. Anything else closes the connection.
 3. Success makes the session's principal `User:<name>`; then the connection serves requests
@@ -176,7 +177,8 @@ class Authenticator:
             frame = await self._read(reader)
             prefix = _prefix(frame)
             if prefix.api_key == ApiKey.API_VERSIONS and not versions_answered:
-                versions_answered = True
+                # An unsupported version is answered with the ranges, and the client asks again.
+                versions_answered = route(prefix.api_key, prefix.api_version) is not None
                 answer = await (await self._dispatch(session, memoryview(frame)))
                 if answer is not None:
                     writer.write(answer)
