@@ -54,9 +54,14 @@ async def cluster() -> AsyncIterator[KafkaCluster]:
 
 
 def create_scram_user(
-    bootstrap: str, user: str, password: str, mechanisms: tuple[ScramMechanism, ...]
+    bootstrap: str,
+    user: str,
+    password: str,
+    mechanisms: tuple[ScramMechanism, ...],
+    login: dict[str, object] = ADMIN,
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **ADMIN})
+    """Through confluent-kafka's AdminClient, logged in as `login` (PLAIN's admin)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **login})
     alterations = [
         UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 8192), password.encode())
         for m in mechanisms

@@ -194,7 +194,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
 def check_sasl_settings(config: ServerConfig, listeners: list[str]) -> None:
     """ValueError naming the property when a SASL setting is invalid (never quoting a value of a
     JAAS line: it holds passwords)."""
-    for listener in ["", *listeners]:
+    for listener in dict.fromkeys(["", *listeners, *config.listener_settings]):
         prefix = f"listener.name.{listener.lower()}." if listener else ""
         mechanisms = config.sasl_mechanisms_for(listener)
         unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]

@@ -1,0 +1,116 @@
+"""SASL's settings as Kafka's properties, and SASL over TLS (SASL_SSL) configured as an operator
+writes `server.properties`: the JAAS line of a listener, its enabled mechanisms, and a SCRAM user
+logging in over TLS with confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
+
+from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.kafka_server import KafkaCluster, ServerConfig
+from diskless.kafka_server._server.server_properties import server_config
+from diskless.storage import MemoryObjectStore
+from tests._tls import make_certs
+from tests.kafka_server._clients import confluent_consume, confluent_produce
+from tests.kafka_server._sasl import JAAS
+from tests.kafka_server.conftest import broker_config
+from tests.kafka_server.test_sasl_clients import create_scram_user
+
+SASL_SSL_PROPERTIES = {
+    "listeners": "SASL_SSL://127.0.0.1:0",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+    "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+    "connection.failed.authentication.delay.ms": "250",
+    "sasl.server.max.receive.size": "65536",
+}
+
+
+def test_the_sasl_properties_set_their_fields_per_listener() -> None:
+    config = server_config({**SASL_SSL_PROPERTIES, "ssl.keystore.location": "unused"})
+    assert config.sasl_mechanisms_for("SASL_SSL") == ("PLAIN", "SCRAM-SHA-512")
+    assert config.sasl_mechanisms_for("OTHER") == ("SCRAM-SHA-512",)
+    assert config.plain_jaas_config_for("SASL_SSL") == JAAS
+    assert config.plain_jaas_config_for("OTHER") == ""
+    assert config.connection_failed_authentication_delay_ms == 250
+    assert config.sasl_server_max_receive_size == 65536
+    assert "alice-secret" not in repr(config)  # JAAS lines hold passwords
+
+
+@pytest.mark.parametrize(
+    ("properties", "named"),
+    [
+        ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms"),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
+            },
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": 'x required user_a="pw";',
+            },
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+        ),
+        ({"connection.failed.authentication.delay.ms": "-1"}, "connection.failed.authentication"),
+        ({"sasl.server.max.receive.size": "big"}, "sasl.server.max.receive.size"),
+    ],
+)
+def test_an_invalid_sasl_property_fails_naming_it_and_no_secret(
+    properties: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        server_config(properties)
+    assert str(refused.value).startswith(named), refused.value
+    assert "pw" not in str(refused.value)
+
+
+async def test_scram_sha_512_over_sasl_ssl(tmp_path_factory: pytest.TempPathFactory) -> None:
+    certs = make_certs(tmp_path_factory.mktemp("certs"))
+    config = server_config(
+        {
+            **SASL_SSL_PROPERTIES,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(certs.server_keystore),
+        },
+        ServerConfig(fetch_wait_ms_max=500),
+    )
+    coordinator = InMemoryBatchCoordinator()
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        coordinator,
+        brokers=2,
+        racks=1,
+        broker_config=broker_config(),
+        server_config=config,
+    ) as cluster:
+        bootstrap = cluster.bootstrap()
+        tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(certs.ca)}
+        admin = {**tls, "sasl.mechanism": "PLAIN", "sasl.username": "admin",
+                 "sasl.password": "admin-secret"}  # fmt: skip
+        user = {**tls, "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "heidi",
+                "sasl.password": "heidi-secret"}  # fmt: skip
+
+        def prepare() -> None:
+            create_scram_user(
+                bootstrap, "heidi", "heidi-secret", (ScramMechanism.SCRAM_SHA_512,), admin
+            )
+            client = AdminClient({"bootstrap.servers": bootstrap, **admin})
+            client.create_topics([NewTopic("tls", 2, 1)])["tls"].result(30)
+
+        await asyncio.to_thread(prepare)
+        acked = await asyncio.to_thread(
+            confluent_produce, bootstrap, "tls", "heidi", 40, 2, extra=user
+        )
+        audit = await asyncio.to_thread(
+            confluent_consume, bootstrap, "tls", {0: 20, 1: 20}, extra=user
+        )
+        audit.check({"heidi": acked})
+    await coordinator.close()
