@@ -27,7 +27,7 @@ from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build
 from diskless.storage import MemoryObjectStore
 from tests.kafka_server._sasl import authenticate, handshake, sasl_server_config, scram_login
-from tests.kafka_server._wire import WireClient
+from tests.kafka_server._wire import WireClient, encode_request
 from tests.kafka_server.conftest import broker_config
 
 GENERIC = (
@@ -232,6 +232,4 @@ async def test_sasl_requests_on_a_plaintext_listener_are_illegal() -> None:
 
 
 def _framed(body: Any) -> bytes:
-    from tests.kafka_server._wire import encode_request
-
     return encode_request(body, 99)
