@@ -163,7 +163,7 @@ class Authenticator:
                 _log, error, "closing %s unauthenticated: no credential lookup", session.peer
             )
             return False
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (OSError, asyncio.IncompleteReadError):  # the client left (TLS errors too)
             return False
         session.principal = f"User:{user}"
         _log.debug("%s authenticated as %s on broker %d", session.peer, user, self._broker_id)

@@ -188,12 +188,16 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
         for listener in plan.listeners:
             tls = plan.protocols[listener.name].uses_tls
             self.tls_for(listener.name).check(listener.name, tls=tls)
-        check_sasl_settings(self, [listener.name for listener in plan.listeners])
+        sasl = [
+            listener.name for listener in plan.listeners if plan.protocols[listener.name].uses_sasl
+        ]
+        check_sasl_settings(self, [listener.name for listener in plan.listeners], sasl)
 
 
-def check_sasl_settings(config: ServerConfig, listeners: list[str]) -> None:
+def check_sasl_settings(config: ServerConfig, listeners: list[str], sasl: list[str]) -> None:
     """ValueError naming the property when a SASL setting is invalid (never quoting a value of a
-    JAAS line: it holds passwords)."""
+    JAAS line: it holds passwords). A SASL listener (of `sasl`) offering PLAIN needs a JAAS
+    line, as Kafka's does: without one, PLAIN could never succeed there."""
     for listener in dict.fromkeys(["", *listeners, *config.listener_settings]):
         prefix = f"listener.name.{listener.lower()}." if listener else ""
         mechanisms = config.sasl_mechanisms_for(listener)
@@ -209,6 +213,11 @@ def check_sasl_settings(config: ServerConfig, listeners: list[str]) -> None:
                 plain_users(text)
             except ValueError as e:
                 raise ValueError(f"{prefix}plain.sasl.jaas.config: {e}") from None
+        elif listener in sasl and "PLAIN" in mechanisms:
+            raise ValueError(
+                f"{prefix}plain.sasl.jaas.config: required, since listener {listener} offers"
+                " PLAIN (sasl.enabled.mechanisms)"
+            )
     if config.connection_failed_authentication_delay_ms < 0:
         raise ValueError("connection.failed.authentication.delay.ms must be >= 0")
     if config.sasl_handshake_ms_max < 1 or config.sasl_server_max_receive_size < 1:
