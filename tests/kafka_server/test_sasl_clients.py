@@ -141,7 +141,6 @@ async def test_librdkafka_reports_a_failed_login_as_an_authentication_error(
     errors = await asyncio.to_thread(produce)
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
     assert "Authentication failed" in errors[0].str()
-    assert password not in errors[0].str() or password == "wrong"
 
 
 async def test_a_deleted_credential_no_longer_logs_in(cluster: KafkaCluster) -> None:

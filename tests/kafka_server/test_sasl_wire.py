@@ -98,6 +98,23 @@ async def test_only_api_versions_and_sasl_come_before_authentication(
     await client.close()
 
 
+async def test_a_malformed_frame_before_authentication_closes(
+    cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    for garbage in (
+        encode_request(api_versions(), 1)[:-2],  # cut short: a frame that does not decode
+        b"\x00\x00\x00\x02\x00\x12",  # shorter than a request header
+        b"\x7f\xff\xff\xff",  # far above sasl.server.max.receive.size
+    ):
+        client = await connect(cluster)
+        size = len(garbage) - 4
+        frame = garbage if garbage.startswith(b"\x7f") else size.to_bytes(4, "big") + garbage[4:]
+        await client.send_raw(frame)
+        assert await client.read_frame() is None
+        await client.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # refused, not crashed
+
+
 async def test_scram_logins_then_requests_are_served(cluster: KafkaCluster) -> None:
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         client = await connect(cluster)

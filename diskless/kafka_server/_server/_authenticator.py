@@ -179,7 +179,10 @@ class Authenticator:
             if prefix.api_key == ApiKey.API_VERSIONS and not versions_answered:
                 # An unsupported version is answered with the ranges, and the client asks again.
                 versions_answered = route(prefix.api_key, prefix.api_version) is not None
-                answer = await (await self._dispatch(session, memoryview(frame)))
+                try:
+                    answer = await (await self._dispatch(session, memoryview(frame)))
+                except FrameError as e:
+                    raise _Refused(str(e)) from None
                 if answer is not None:
                     writer.write(answer)
                     await writer.drain()
