@@ -196,6 +196,19 @@ async def test_handshake_v0_is_followed_by_raw_tokens(cluster: KafkaCluster) -> 
     await client.close()
 
 
+async def test_a_failed_raw_token_login_is_closed_after_the_delay(cluster: KafkaCluster) -> None:
+    """After SaslHandshake v0 there is no way to say why: the connection just closes."""
+    client = await connect(cluster)
+    shake = await client.request(build(sasl_handshake_v0.SaslHandshakeRequest, mechanism="PLAIN"))
+    assert shake.error_code == WireError.none
+    token = b"\0alice\0not-her-password"
+    started = time.monotonic()
+    await client.send_raw(len(token).to_bytes(4, "big") + token)
+    assert await client.read_frame() is None
+    assert time.monotonic() - started >= DELAY_MS / 1000
+    await client.close()
+
+
 async def test_a_client_that_does_not_authenticate_in_time_is_closed() -> None:
     running, coordinator = await start(sasl_server_config(sasl_handshake_ms_max=200))
     try:
