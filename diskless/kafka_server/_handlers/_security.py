@@ -4,7 +4,8 @@ credential administration (KIP-554).
 A SASL listener authenticates a connection before any request reaches the handler table
 (`_server._authenticator`, as Kafka's `SaslServerAuthenticator` runs before `KafkaApis`). So
 SaslHandshake and SaslAuthenticate arrive here only on a connection that has authenticated
-already, or on a listener without SASL; Kafka answers both with ILLEGAL_SASL_STATE.
+already, or on a listener without SASL; Kafka answers both with ILLEGAL_SASL_STATE (and the
+same message for SaslAuthenticate either way).
 
 DescribeUserScramCredentials and AlterUserScramCredentials answer per user with Kafka's codes
 and messages (the rules are the coordinator's, `diskless.coordinator._rules.scram`). A failure
@@ -43,13 +44,11 @@ async def handle_sasl_handshake(
 async def handle_sasl_authenticate(
     context: BrokerContext, session: Session, request: SaslAuthenticateRequest, response: Response
 ) -> ResponsePayload:
-    message = (
-        "SaslAuthenticate request received after successful authentication"
-        if session.security_protocol.uses_sasl
-        else "SaslAuthenticate request received on a listener without SASL"
-    )
     return build(
-        response, error_code=WireError.illegal_sasl_state, error_message=message, auth_bytes=b""
+        response,
+        error_code=WireError.illegal_sasl_state,
+        error_message="SaslAuthenticate request received after successful authentication",
+        auth_bytes=b"",
     )
 
 
