@@ -24,6 +24,7 @@ from diskless import DisklessBroker, ManualClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig, TransactionFront
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
+from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._handlers._route import Route
 from diskless.kafka_server._handlers.context import Session
@@ -47,6 +48,7 @@ class Context:
     transactions: TransactionFront
     groups: GroupCoordinator
     config: ServerConfig
+    credentials: Credentials
 
     @property
     def broker_id(self) -> int:
@@ -76,6 +78,7 @@ async def context() -> AsyncIterator[tuple[Context, ManualClock]]:
             TransactionFront(coordinator, clock=clock),
             GroupCoordinator(coordinator, view, clock=clock),
             ServerConfig(fetch_wait_ms_max=int(WAIT_S * 2000)),
+            Credentials(coordinator),
         ),
         clock,
     )
