@@ -6,6 +6,9 @@ logging in over TLS with confluent-kafka.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
@@ -14,11 +17,12 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.server_properties import server_config
 from diskless.storage import MemoryObjectStore
+from tests._spark_cluster import free_port
 from tests._tls import make_certs
 from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._sasl import JAAS
+from tests.kafka_server._sasl import JAAS, client_settings
 from tests.kafka_server.conftest import broker_config
-from tests.kafka_server.test_sasl_clients import create_scram_user
+from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 
 SASL_SSL_PROPERTIES = {
     "listeners": "SASL_SSL://127.0.0.1:0",
@@ -121,3 +125,56 @@ async def test_scram_sha_512_over_sasl_ssl(tmp_path_factory: pytest.TempPathFact
         )
         audit.check({"heidi": acked})
     await coordinator.close()
+
+
+def test_a_broker_process_configured_by_server_properties_authenticates(tmp_path: Path) -> None:
+    """`python -m diskless.kafka_server --config server.properties`, as an operator runs it."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        f"listeners=SASL_PLAINTEXT://{address}\n"
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512\n"
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}\n"
+    )
+    log = tmp_path / "broker.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "diskless.kafka_server", "--config", str(properties),
+             "--data-dir", str(tmp_path / "data")],
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        while not (line := process.stdout.readline()).startswith("bootstrap.servers="):
+            assert line, f"the broker did not start: {log.read_text()[-2000:]}"
+        create_scram_user(address, "ivan", "ivan-secret", (ScramMechanism.SCRAM_SHA_512,))
+        admin = AdminClient({"bootstrap.servers": address, **ADMIN})
+        admin.create_topics([NewTopic("props", 1, 1)])["props"].result(30)
+        ivan = client_settings("SCRAM-SHA-512", "ivan", "ivan-secret")
+        acked = confluent_produce(address, "props", "ivan", 10, 1, extra=ivan)
+        assert len(acked) == 10
+    finally:
+        process.kill()
+        process.wait(30)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert "secret" not in log.read_text()  # neither password nor JAAS line is ever logged
+
+
+def test_a_bad_jaas_line_stops_the_process_in_one_line_without_its_secret(tmp_path: Path) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0\n"
+        "sasl.enabled.mechanisms=PLAIN\n"
+        'listener.name.sasl_plaintext.plain.sasl.jaas.config=PlainLoginModule user_a="pw-9";\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "diskless.kafka_server", "--config", str(properties),
+         "--data-dir", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert "listener.name.sasl_plaintext.plain.sasl.jaas.config" in line, line
+    assert "pw-9" not in line
