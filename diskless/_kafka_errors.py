@@ -24,7 +24,9 @@ way whichever layer meets it.
     metadata_error          Metadata (per topic)            LEADER_NOT_AVAILABLE
     admin_error             CreateTopics, DeleteTopics,     REQUEST_TIMED_OUT
                             CreatePartitions,
-                            DescribeConfigs
+                            DescribeConfigs,
+                            DescribeUserScramCredentials,
+                            AlterUserScramCredentials
 
 Every code in the table is retriable for Kafka clients: a closing broker sends them to
 another broker (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR refresh metadata or the coordinator), a

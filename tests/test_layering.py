@@ -23,6 +23,7 @@ LAYERS: Final = (
         "diskless._object_keys",
         "diskless._availability",
         "diskless._fault_dice",
+        "diskless._scram",
     ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),

@@ -1,5 +1,6 @@
 """The batch coordinator: its contract and its backends."""
 
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._faulty import (
@@ -41,6 +42,10 @@ from diskless.coordinator._values import (
     ProducerSnapshot,
     RegisteredTxn,
     RetentionResult,
+    ScramDeletion,
+    ScramDescription,
+    ScramResult,
+    ScramUpsertion,
     TimeLookup,
     TopicConfig,
     TopicDescription,
@@ -75,6 +80,13 @@ __all__ = [
     "TopicConfig",
     "TopicDescription",
     "check_topic_name",
+    # SCRAM credentials (KIP-554)
+    "ScramCredential",
+    "ScramDeletion",
+    "ScramDescription",
+    "ScramMechanism",
+    "ScramResult",
+    "ScramUpsertion",
     # consolidation
     "ConsolidationCandidate",
     "ExtentIndex",

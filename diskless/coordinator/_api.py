@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from diskless._availability import Availability
 from diskless._limits import CommitBounds
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._values import (
     BrokerRegistration,
@@ -38,6 +39,10 @@ from diskless.coordinator._values import (
     ProducerSnapshot,
     RegisteredTxn,
     RetentionResult,
+    ScramDeletion,
+    ScramDescription,
+    ScramResult,
+    ScramUpsertion,
     TopicConfig,
     TopicDescription,
 )
@@ -312,6 +317,29 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         """The group's committed offsets (those of committed transactions included)."""
+
+    # --- SCRAM credentials (KIP-554; Kafka keeps them in its metadata log) ---------------------
+    @abc.abstractmethod
+    async def alter_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[ScramResult]:
+        """AlterUserScramCredentials: one result per user named, with Kafka's code and message
+        (`_rules.scram`); the users without an error are altered together, in one step. An
+        upsertion stores the credential derived from its salted password, never the password."""
+
+    @abc.abstractmethod
+    async def describe_scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> list[ScramDescription]:
+        """DescribeUserScramCredentials: each named user's mechanisms and iterations (every user
+        holding a credential, by name, when `users` is None or empty). A read."""
+
+    @abc.abstractmethod
+    async def scram_credential(
+        self, user: str, mechanism: ScramMechanism
+    ) -> ScramCredential | None:
+        """The credential a SCRAM exchange checks a client's proof against; None when the user
+        has none for `mechanism`. A read."""
 
     # --- the read path ------------------------------------------------------------------------
     @abc.abstractmethod

@@ -19,6 +19,7 @@ from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
 from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_groups import GroupOperations
+from diskless.coordinator._engine_scram import ScramOperations
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
 from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, object_key_taken
@@ -73,7 +74,9 @@ RETENTION_CHUNK_ROWS: Final = 256
 """Batches loaded at a time while retention walks a partition from its start."""
 
 
-class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOperations):
+class CoordinatorEngine(
+    TxnRecordOperations, ConsolidationOperations, GroupOperations, ScramOperations
+):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 
     # --- topics -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
@@ -96,6 +97,8 @@ class Needs(msgspec.Struct):
     retained_partitions: bool = False
     txns: Collection[str] = ()
     """Transactional ids: their records."""
+    scram_users: Collection[str] = ()
+    """User names: every SCRAM credential they hold."""
     """Every non-empty partition of a topic with time or size retention, by topic and index."""
 
 
@@ -117,6 +120,7 @@ class Snapshot(msgspec.Struct):
     batches: Mapping[int, list[StoredBatch]] = EMPTY
     retained_partitions: Sequence[PartitionState] = ()
     txns: Mapping[str, TxnRecord] = EMPTY
+    scram: Mapping[tuple[str, ScramMechanism], ScramCredential] = EMPTY
 
 
 class LoadingSnapshot(msgspec.Struct):
@@ -137,6 +141,7 @@ class LoadingSnapshot(msgspec.Struct):
     batches: dict[int, list[StoredBatch]] = {}
     retained_partitions: list[PartitionState] = []
     txns: dict[str, TxnRecord] = {}
+    scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
 
     def freeze(self) -> Snapshot:
         return Snapshot(**msgspec.structs.asdict(self))
@@ -196,6 +201,8 @@ class Changes(msgspec.Struct):
     """Transaction records, inserted or replaced by transactional id."""
     group_offsets: Mapping[tuple[str, TopicPartition], tuple[int, str | None]] = EMPTY
     """(group, partition) -> (offset, metadata): committed consumer offsets, replaced."""
+    scram: Mapping[tuple[str, ScramMechanism], ScramCredential | None] = EMPTY
+    """(user, mechanism) -> the SCRAM credential, inserted or replaced; None deletes it."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -251,6 +258,7 @@ class Operation(enum.Enum):
     TXN_END = "txn_end"
     TXN_EXPIRE = "txn_expire"
     TXN_COMPLETE = "txn_complete"
+    ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
 
 
 class Durability(enum.Enum):
@@ -323,6 +331,12 @@ class ReadView(ReadSource, Protocol):
 
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         """Records whose `due_ms` is before `now_ms`, earliest first."""
+        ...
+
+    def scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
+        """The SCRAM credentials of the named users that hold some (of every user when None)."""
         ...
 
     def lease_holders(

@@ -353,3 +353,41 @@ class ProducerSnapshot(msgspec.Struct, frozen=True):
     current_txn_first_offset: int | None
     retained_batches: list[tuple[int, int, int, int]]
     """(first_sequence, last_sequence, first_offset, last_offset), oldest first."""
+
+
+class ScramUpsertion(msgspec.Struct, frozen=True):
+    """AlterUserScramCredentials' upsertion: a credential from the password the client salted
+    (KIP-554: the password itself never reaches the broker)."""
+
+    user: str
+    mechanism: int
+    """Kafka's number (`diskless._scram.ScramMechanism`); an unknown one is refused."""
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+    def __repr__(self) -> str:
+        return f"ScramUpsertion({self.user!r}, mechanism={self.mechanism}, [hidden])"
+
+
+class ScramDeletion(NamedTuple):
+    user: str
+    mechanism: int
+
+
+class ScramResult(NamedTuple):
+    """One user's outcome of AlterUserScramCredentials, with Kafka's code and message."""
+
+    user: str
+    error: ErrorCode
+    message: str | None = None
+
+
+class ScramDescription(NamedTuple):
+    """One user's answer to DescribeUserScramCredentials: (mechanism, iterations) per
+    credential, or the error and message Kafka gives."""
+
+    user: str
+    error: ErrorCode
+    message: str | None
+    credentials: list[tuple[int, int]]

@@ -12,26 +12,29 @@ and one batch coordinator. From a shell:
 Four parts, each importing only from those before it and only their public modules
 (`tests/test_layering.py`), as Kafka splits its broker into the network layer, the API handlers
 and the coordinators:
-- `_protocol`: the Kafka protocol as this server speaks it. `messages` and `messages_admin`
-  declare each advertised API once, as the union of its kio request classes (why each range
-  stops where it does is said there); `apis` reads key, versions and response classes from a
-  union; `codec` frames, decodes and encodes, after `_declared_sizes` has checked what kio would
-  otherwise trust; `fields` builds response entities for every version at once.
+- `_protocol`: the Kafka protocol as this server speaks it. `messages`, `messages_admin` and
+  `messages_security` declare each advertised API once, as the union of its kio request classes
+  (why each range stops where it does is said there); `apis` reads key, versions and response
+  classes from a union; `codec` frames, decodes and encodes, after `_declared_sizes` has checked
+  what kio would otherwise trust; `fields` builds response entities for every version at once.
 - `_coordination`: what the brokers agree on through the batch coordinator, in Kafka's terms:
   membership and the leaders Metadata names (`cluster_view`: each client's produce requests go
   to its rack's produce representative, since the write path has no partition leader), the
-  consumer groups (`group_coordinator`, `group_state`) and transactions (`txn_front`, the bridge
-  from the clients' transaction version 1 to the library's version 2).
+  consumer groups (`group_coordinator`, `group_state`), transactions (`txn_front`, the bridge
+  from the clients' transaction version 1 to the library's version 2) and the SCRAM credentials
+  every broker authenticates against (`credentials`).
 - `_handlers`: one module per API family, each handler shaped decode, call the library,
   encode; `table` lists them (a handler's annotation declares its API) and is all the server
   sees of them. A library failure gets the code of the library's error table
   (`diskless._kafka_errors`) for the API's family.
 - `_server`: each broker's listeners (`broker_server`, `listeners`, `tls`), its connections
   (framing, order, the request byte budget, when a connection is closed rather than answered;
-  who is at the other end, `_peer`), the cluster of brokers one process runs (`cluster`), their
-  settings (`config`, and Kafka's property names for them: `server_properties`, read from a
-  properties file by `properties`), the command line (`cli`, `cli_properties`) and the
-  lifecycle services a process runs beside its brokers (`services`).
+  who is at the other end, `_peer`), the SASL authentication a SASL listener's connections go
+  through first (`_authenticator`, over the mechanisms `_sasl_plain` and `_sasl_scram`), the
+  cluster of brokers one process runs (`cluster`), their settings (`config`, and Kafka's
+  property names for them: `server_properties`, read from a properties file by `properties`),
+  the command line (`cli`, `cli_properties`) and the lifecycle services a process runs beside
+  its brokers (`services`).
 """
 
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView

@@ -63,6 +63,7 @@ READ_METHODS = {
     "txn_registrations",
     "group_offsets",
     "broker_registrations",
+    "scram_credentials",
     # consolidation
     "unconsolidated_heads",
     "unconsolidated_rows",

@@ -131,6 +131,7 @@ def confluent_consume(
     *,
     isolation: str = "read_uncommitted",
     rack: str | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> Audit:
     """Read partitions from 0 up to `end_offsets` (exclusive) with a librdkafka consumer."""
     config: dict[str, object] = {
@@ -142,6 +143,7 @@ def confluent_consume(
     }
     if rack is not None:
         config["client.rack"] = rack
+    config.update(extra or {})
     consumer = Consumer(config)
     audit = Audit()
     try:

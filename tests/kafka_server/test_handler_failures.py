@@ -44,6 +44,7 @@ from diskless.kafka_server import (
     TransactionFront,
 )
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
+from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
@@ -74,8 +75,12 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.DELETE_TOPICS: admin_error,
     ApiKey.CREATE_PARTITIONS: admin_error,
     ApiKey.DESCRIBE_CONFIGS: admin_error,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin_error,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin_error,
 }
-"""Each API's family in the library's table (ApiVersions calls nothing that can fail)."""
+"""Each API's family in the library's table (ApiVersions calls nothing that can fail, nor do
+SaslHandshake and SaslAuthenticate once they reach the handlers)."""
+CALLING_NOTHING: Final = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 DATA_APIS: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS)
 """The APIs a closed broker refuses (the others go to the coordinator or the front ends)."""
 _VALUES: Final[dict[str, object]] = {
@@ -170,6 +175,7 @@ async def context() -> AsyncIterator[tuple[Context, _Down]]:
             TransactionFront(coordinator),
             GroupCoordinator(coordinator, view),
             ServerConfig(),
+            Credentials(coordinator),
         ),
         coordinator,
     )
@@ -186,7 +192,7 @@ async def _answer(context: Context, api: ApiKey) -> set[WireError]:
 
 
 def test_every_api_that_calls_the_library_has_a_family() -> None:
-    assert set(FAMILIES) == set(HANDLERS) - {ApiKey.API_VERSIONS}
+    assert set(FAMILIES) == set(HANDLERS) - CALLING_NOTHING
 
 
 @pytest.mark.parametrize("api", sorted(FAMILIES), ids=lambda api: api.name)

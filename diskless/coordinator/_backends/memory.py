@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from msgspec.structs import replace
 from sortedcontainers import SortedDict
 
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
@@ -170,6 +171,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._txns: dict[str, TxnRecord] = {}
         self._group_offsets: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
         self._group_owners: dict[str, GroupOwnership] = {}
+        self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
@@ -246,6 +248,8 @@ class MemoryStore(StoreTxn, ReadView):
             snapshot.counters = _pick(needs.counters, self._counters)
         if needs.batch_refs or needs.batches or needs.retained_partitions:
             self._load_logs(needs, snapshot)
+        if needs.scram_users:
+            snapshot.scram = self.scram_credentials(list(needs.scram_users))
         return snapshot
 
     def _load_logs(self, needs: Needs, snapshot: Snapshot) -> None:
@@ -303,6 +307,11 @@ class MemoryStore(StoreTxn, ReadView):
             by_key[key].producers[pid] = entry
         if changes.producers_idle_before is not None:
             self._drop_idle_producers(changes.producers_idle_before)
+        for credential_key, credential in changes.scram.items():
+            if credential is None:
+                self._scram.pop(credential_key, None)
+            else:
+                self._scram[credential_key] = credential
         if changes.has_txn_state:
             return self._apply_txn_state(changes)
         return []
@@ -505,6 +514,12 @@ class MemoryStore(StoreTxn, ReadView):
 
     def group_ownership(self, group_id: str) -> GroupOwnership | None:
         return self._group_owners.get(group_id)
+
+    def scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
+        named = None if users is None else set(users)
+        return {k: c for k, c in self._scram.items() if named is None or k[0] in named}
 
     def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         due = sorted(

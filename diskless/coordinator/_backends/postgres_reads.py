@@ -16,6 +16,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents
 from diskless.coordinator._backends.postgres_rows import (
@@ -36,6 +37,7 @@ from diskless.coordinator._backends.sql_rows import (
     READ_CHUNK_ROWS_MAX,
     REGISTRATION_COLUMNS,
     REGISTRATION_ROW,
+    SCRAM_COLUMNS,
     TOPIC_COLUMNS,
     entry_from_row,
     file_from_row,
@@ -43,6 +45,7 @@ from diskless.coordinator._backends.sql_rows import (
     max_timestamp_row,
     partition_from_row,
     registration_from_row,
+    scram_from_row,
     topic_from_row,
     txn_from_blob,
 )
@@ -263,6 +266,18 @@ class PostgresReads(ReadView):
             f"SELECT {OWNER_COLUMNS} FROM group_owners WHERE group_id = $1", group_id
         )
         return None if row is None else GroupOwnership(*row)
+
+    def scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
+        if users is None:
+            rows = self._fetch(f"SELECT {SCRAM_COLUMNS} FROM scram_credentials")
+        else:
+            rows = self._fetch(
+                f"SELECT {SCRAM_COLUMNS} FROM scram_credentials WHERE user_name = ANY($1::text[])",
+                sorted(set(users)),
+            )
+        return dict(scram_from_row(row) for row in rows)
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return {

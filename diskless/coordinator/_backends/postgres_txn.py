@@ -55,17 +55,23 @@ from diskless.coordinator._backends.postgres_rows import (
     text_array,
     two_columns,
 )
-from diskless.coordinator._backends.postgres_txn_state import apply_indexes, apply_txn_state
+from diskless.coordinator._backends.postgres_txn_state import (
+    apply_indexes,
+    apply_scram,
+    apply_txn_state,
+)
 from diskless.coordinator._backends.sql_rows import (
     FILE_STATE_CODES,
     FILE_STATES,
     MARKER_FILE_ID,
     OWNER_COLUMNS,
     REGISTRATION_ROW,
+    SCRAM_COLUMNS,
     TOPIC_COLUMNS,
     entry_from_row,
     partition_from_row,
     registration_from_row,
+    scram_from_row,
     topic_from_row,
     txn_from_blob,
 )
@@ -170,6 +176,14 @@ class PostgresTxn(StoreTxn):
             ):
                 loaded.groups[group_id] = GroupOwnership(*owner)
                 self._groups_seen.add(group_id)
+        if needs.scram_users:
+            for row in await conn.fetch(
+                f"SELECT {SCRAM_COLUMNS} FROM scram_credentials"
+                " WHERE user_name = ANY($1::text[]) ORDER BY user_name, mechanism FOR UPDATE",
+                sorted(needs.scram_users),
+            ):
+                key, credential = scram_from_row(row)
+                loaded.scram[key] = credential
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -411,6 +425,8 @@ class PostgresTxn(StoreTxn):
                 changes.producers_idle_before,
             )
         await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
+        if changes.scram:
+            await apply_scram(conn, changes)
         return await apply_indexes(conn, changes)
 
     async def _put(

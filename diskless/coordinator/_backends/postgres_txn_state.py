@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 
 from diskless.coordinator._backends.postgres_rows import EPOCH_ANY, columns, two_columns
-from diskless.coordinator._backends.sql_rows import txn_to_row
+from diskless.coordinator._backends.sql_rows import scram_to_row, txn_to_row
 from diskless.coordinator._store import Changes
 
 
@@ -178,3 +178,22 @@ async def apply_indexes(conn: asyncpg.Connection, changes: Changes) -> list[int]
             ),
         )
     return granted
+
+
+async def apply_scram(conn: asyncpg.Connection, changes: Changes) -> None:
+    """Store or delete SCRAM credentials. Of two concurrent first upsertions of one key, the
+    later one wins, as it would had they run one after the other."""
+    deleted = [(u, int(m)) for (u, m), c in changes.scram.items() if c is None]
+    if deleted:
+        await conn.executemany(
+            "DELETE FROM scram_credentials WHERE user_name = $1 AND mechanism = $2", deleted
+        )
+    stored = [scram_to_row(k, c) for k, c in sorted(changes.scram.items()) if c is not None]
+    if stored:
+        await conn.executemany(
+            "INSERT INTO scram_credentials VALUES ($1, $2, $3, $4, $5, $6)"
+            " ON CONFLICT (user_name, mechanism) DO UPDATE SET salt = excluded.salt,"
+            " stored_key = excluded.stored_key, server_key = excluded.server_key,"
+            " iterations = excluded.iterations",
+            stored,
+        )

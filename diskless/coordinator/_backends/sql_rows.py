@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import msgspec
 
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import TimestampType, TopicPartition
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnRegistration
@@ -150,6 +151,7 @@ FILE_COLUMNS: Final = "key, state, size, since_ms, live_batches"
 REGISTRATION_ROW: Final = "broker_id, broker_epoch, host, port, rack, expires_ms"
 """A `BrokerRegistration`'s fields, in order."""
 OWNER_COLUMNS: Final = "broker_id, broker_epoch, generation"
+SCRAM_COLUMNS: Final = "user_name, mechanism, salt, stored_key, server_key, iterations"
 """A `GroupOwnership`'s fields, in order."""
 INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -272,3 +274,16 @@ def txn_from_blob(blob: bytes) -> TxnRecord:
 def registration_from_row(row: Sequence[Any]) -> TxnRegistration:
     """The columns of `REGISTRATION_COLUMNS`, from SQLite or PostgreSQL."""
     return TxnRegistration(int(row[0]), bool(row[1]), int(row[2]), int(row[3]))
+
+
+def scram_to_row(key: tuple[str, ScramMechanism], credential: ScramCredential) -> tuple[Any, ...]:
+    """A SCRAM credential as the row `SCRAM_COLUMNS` names."""
+    user, mechanism = key
+    c = credential
+    return (user, int(mechanism), c.salt, c.stored_key, c.server_key, c.iterations)
+
+
+def scram_from_row(row: Sequence[Any]) -> tuple[tuple[str, ScramMechanism], ScramCredential]:
+    user, mechanism, salt, stored, server, iterations = row
+    key = (user, ScramMechanism(mechanism))
+    return key, ScramCredential(bytes(salt), bytes(stored), bytes(server), iterations)

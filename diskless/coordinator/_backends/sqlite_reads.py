@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sqlite_extents
 from diskless.coordinator._backends.sql_rows import (
@@ -22,6 +23,7 @@ from diskless.coordinator._backends.sql_rows import (
     READ_CHUNK_ROWS_MAX,
     REGISTRATION_COLUMNS,
     REGISTRATION_ROW,
+    SCRAM_COLUMNS,
     TOPIC_COLUMNS,
     batch_from_row,
     entry_from_row,
@@ -31,6 +33,7 @@ from diskless.coordinator._backends.sql_rows import (
     max_timestamp_row,
     partition_from_row,
     registration_from_row,
+    scram_from_row,
     topic_from_row,
     txn_from_blob,
 )
@@ -243,6 +246,22 @@ class SqliteReads(ReadView):
             f"SELECT {OWNER_COLUMNS} FROM group_owners WHERE group_id = ?", (group_id,)
         ).fetchone()
         return None if row is None else GroupOwnership(*row)
+
+    def scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
+        if users is None:
+            rows = self._conn.execute(f"SELECT {SCRAM_COLUMNS} FROM scram_credentials")
+            return dict(scram_from_row(row) for row in rows)
+        found = {}
+        for marks, chunk in in_lists(sorted(set(users))):
+            for row in self._conn.execute(
+                f"SELECT {SCRAM_COLUMNS} FROM scram_credentials WHERE user_name IN ({marks})",
+                chunk,
+            ):
+                key, credential = scram_from_row(row)
+                found[key] = credential
+        return found
 
     def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
         return {

@@ -191,6 +191,18 @@ MIGRATIONS: list[list[str]] = [
             generation INTEGER NOT NULL
         ) WITHOUT ROWID""",
     ],
+    # 11: SCRAM credentials (KIP-554), salted and iterated: never a password.
+    [
+        """CREATE TABLE scram_credentials (
+            user_name TEXT NOT NULL,
+            mechanism INTEGER NOT NULL,
+            salt BLOB NOT NULL,
+            stored_key BLOB NOT NULL,
+            server_key BLOB NOT NULL,
+            iterations INTEGER NOT NULL,
+            PRIMARY KEY (user_name, mechanism)
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

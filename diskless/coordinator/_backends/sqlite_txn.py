@@ -30,6 +30,7 @@ from diskless.coordinator._backends.sql_rows import (
     keyed_lookups,
     partition_from_row,
     registration_from_row,
+    scram_to_row,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
@@ -131,6 +132,8 @@ class SqliteTxn(StoreTxn):
                 f"SELECT name, value FROM meta WHERE name IN ({marks})", chunk
             ):
                 snapshot.counters[name] = value
+        if needs.scram_users:
+            snapshot.scram = self._reads.scram_credentials(list(needs.scram_users))
         for marks, chunk in in_lists(sorted(needs.txns)):
             for tid, blob in conn.execute(
                 f"SELECT transactional_id, record FROM txn_records"
@@ -233,6 +236,8 @@ class SqliteTxn(StoreTxn):
             )
         if changes.counters:
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
+        if changes.scram:
+            self._apply_scram(changes)
         file_ids = self._apply_files(changes)
         for partition_id, offset in changes.trims.items():
             conn.execute(
@@ -306,6 +311,17 @@ class SqliteTxn(StoreTxn):
                 ],
             )
         return granted
+
+    def _apply_scram(self, changes: Changes) -> None:
+        deleted = [key for key, credential in changes.scram.items() if credential is None]
+        self._conn.executemany(
+            "DELETE FROM scram_credentials WHERE user_name = ? AND mechanism = ?",
+            [(user, int(mechanism)) for user, mechanism in deleted],
+        )
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?)",
+            [scram_to_row(k, c) for k, c in changes.scram.items() if c is not None],
+        )
 
     def _apply_files(self, changes: Changes) -> dict[str, int]:
         """Store the file changes; returns the ids of the files the new batches refer to."""

@@ -9,6 +9,7 @@ from typing import Final, Protocol
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
@@ -83,6 +84,9 @@ class BrokerContext(Protocol):
 
     @property
     def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def credentials(self) -> Credentials: ...
 
     @property
     def config(self) -> Settings: ...

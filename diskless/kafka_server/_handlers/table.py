@@ -41,6 +41,12 @@ from diskless.kafka_server._handlers._groups import (
 )
 from diskless.kafka_server._handlers._produce import handle_produce
 from diskless.kafka_server._handlers._route import Handler, Response, Route
+from diskless.kafka_server._handlers._security import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+    handle_sasl_authenticate,
+    handle_sasl_handshake,
+)
 from diskless.kafka_server._handlers._transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
@@ -84,6 +90,10 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_create_partitions),
         Route(handle_describe_configs),
         Route(handle_delete_records),
+        Route(handle_sasl_handshake),
+        Route(handle_sasl_authenticate),
+        Route(handle_describe_user_scram_credentials),
+        Route(handle_alter_user_scram_credentials),
     )
 }
 

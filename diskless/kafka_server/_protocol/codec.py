@@ -94,8 +94,11 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
         raise FrameError(
             f"api key {prefix.api_key} v{prefix.api_version} does not decode: {e!r}"
         ) from None
-    if header_size + body_size != len(frame) and not _librdkafka_null_topics(
-        prefix, body, len(frame) - header_size
+    trailing = frame[header_size + body_size :]
+    if (
+        trailing
+        and not _librdkafka_null_topics(prefix, body, len(frame) - header_size)
+        and not _librdkafka_extra_tags(prefix, trailing)
     ):
         raise FrameError(
             f"api key {prefix.api_key} v{prefix.api_version}: "
@@ -159,6 +162,15 @@ def _librdkafka_null_topics(prefix: RequestPrefix, body: RequestPayload, body_si
         and getattr(body, "topics", ()) is None
         and body_size == _NULL_ARRAY_PLACEHOLDER - 1 + len(_encoded(body))
     )
+
+
+_ALTER_USER_SCRAM_CREDENTIALS: Final = 51
+
+
+def _librdkafka_extra_tags(prefix: RequestPrefix, trailing: bytes | memoryview) -> bool:
+    """librdkafka's AlterUserScramCredentials ends with one more empty tagged-field section
+    (a zero byte) after the body's own. Kafka ignores the bytes left after the body."""
+    return prefix.api_key == _ALTER_USER_SCRAM_CREDENTIALS and bytes(trailing) == b"\0"
 
 
 def _encoded(body: RequestPayload) -> bytes:

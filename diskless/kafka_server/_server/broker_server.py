@@ -32,6 +32,7 @@ from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView, Endpoint
+from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._handlers.context import Session
@@ -45,6 +46,7 @@ from diskless.kafka_server._protocol.codec import (
     read_prefix,
     request_schema,
 )
+from diskless.kafka_server._server._authenticator import Authenticator
 from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
@@ -68,6 +70,7 @@ class BrokerServer:
         cluster: ClusterView,
         transactions: TransactionFront,
         groups: GroupCoordinator,
+        credentials: Credentials,
         *,
         port: int = 0,
         config: ServerConfig | None = None,
@@ -82,6 +85,7 @@ class BrokerServer:
         self.cluster = cluster
         self.transactions = transactions
         self.groups = groups
+        self.credentials = credentials
         self.config = config if config is not None else ServerConfig()
         self.request_budget = (
             request_budget
@@ -113,6 +117,9 @@ class BrokerServer:
             what="connection closes",
         )
         self._received: collections.Counter[tuple[ApiKey, str]] = collections.Counter()
+        self._authenticator = Authenticator(
+            self.config, credentials, self._dispatch, self.request_budget, broker_id=self.broker_id
+        )
 
     @property
     def broker_id(self) -> int:
@@ -215,6 +222,7 @@ class BrokerServer:
         for server in servers:
             await server.wait_closed()
         self._close_warnings.flush()
+        self._authenticator.failures.flush()
         if self._codec is not None:
             self._codec.shutdown(wait=False, cancel_futures=True)
             self._codec = None
@@ -254,6 +262,10 @@ class BrokerServer:
                 dispatch=self._dispatch,
                 broker_id=self.broker_id,
             )
+            if session.security_protocol.uses_sasl and not await self._authenticator.authenticate(
+                session, reader, writer
+            ):
+                return
             await connection.serve(reader, writer)
         except asyncio.CancelledError:
             # Only `_stop` cancels a connection; ending quietly keeps asyncio's stream callback

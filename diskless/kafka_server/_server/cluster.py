@@ -30,6 +30,7 @@ from diskless import BrokerConfig, DisklessBroker, ErrorCode
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server._coordination.cluster_view import ClusterView
+from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server._request_budget import RequestBudget
@@ -120,6 +121,7 @@ class KafkaCluster:
         )
         self.transactions = TransactionFront(coordinator)
         self.groups = GroupCoordinator(coordinator, self.view)
+        self.credentials = Credentials(coordinator)
         self.servers: dict[int, BrokerServer] = {}
         self._killed: set[int] = set()
         self.fenced: set[int] = set()
@@ -150,6 +152,7 @@ class KafkaCluster:
                 self.view,
                 self.transactions,
                 self.groups,
+                self.credentials,
                 config=self._server_config,
                 request_budget=self.request_budget,
                 listeners=self._listeners.for_broker(index, default_port=self._ports[index]),

@@ -8,9 +8,12 @@ import msgspec
 
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
+from diskless.kafka_server._server._jaas import plain_users
 from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
 from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, Hidden, TlsSettings
 
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
 FRAME_RECEIVE_MS_MAX: Final = 30_000
@@ -100,6 +103,41 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's `listener.name.<name>.<property>` values: listener name (upper case) ->
     property -> value, over the broker-wide value for that listener."""
 
+    sasl_enabled_mechanisms: str = ",".join(SCRAM_MECHANISMS)
+    """Kafka's `sasl.enabled.mechanisms` (also per listener, `listener.name.<name>.` prefixed):
+    what SASL listeners offer, comma-separated, of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+    Kafka's default, GSSAPI (Kerberos), is not offered here; the SCRAM ones are the default
+    instead, since their credentials live in the cluster (PLAIN's in a JAAS line)."""
+    plain_sasl_jaas_config: str = ""
+    """Kafka's `listener.name.<name>.plain.sasl.jaas.config`: a PlainLoginModule line whose
+    `user_<name>="<password>"` options are the users PLAIN accepts on that listener
+    (`_server._jaas`). Without the prefix, the line of every listener that has none of its own
+    (where Kafka would read its static JAAS file's KafkaServer section)."""
+    connection_failed_authentication_delay_ms: int = 100
+    """Kafka's `connection.failed.authentication.delay.ms`: a failed authentication is answered
+    (SASL_AUTHENTICATION_FAILED) and its connection closed only after this long, which slows a
+    client guessing passwords down."""
+    sasl_handshake_ms_max: int = 10_000
+    """A connection on a SASL listener must have authenticated within this long after it was
+    accepted, or it is closed: an unauthenticated client may not hold a connection open. Kafka
+    has no such setting (its idle timeout applies)."""
+    sasl_server_max_receive_size: int = 524_288
+    """Kafka's `sasl.server.max.receive.size`: a larger frame before authentication closes the
+    connection (an unauthenticated client cannot make the broker read 100 MiB)."""
+
+    def sasl_mechanisms_for(self, listener: str) -> tuple[str, ...]:
+        """The SASL mechanisms `listener` offers: its own `sasl.enabled.mechanisms` over the
+        broker's."""
+        text = self.listener_settings.get(listener.upper(), {}).get(
+            "sasl.enabled.mechanisms", self.sasl_enabled_mechanisms
+        )
+        return tuple(m.strip() for m in text.split(",") if m.strip())
+
+    def plain_jaas_config_for(self, listener: str) -> str:
+        """The JAAS line of PLAIN's users on `listener`: its own over the broker's."""
+        own = self.listener_settings.get(listener.upper(), {})
+        return own.get("plain.sasl.jaas.config", self.plain_sasl_jaas_config)
+
     def tls_for(self, listener: str) -> TlsSettings:
         """The `ssl.*` settings of `listener`: its own over the broker's."""
         return TlsSettings(
@@ -155,3 +193,37 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
         for listener in plan.listeners:
             tls = plan.protocols[listener.name].uses_tls
             self.tls_for(listener.name).check(listener.name, tls=tls)
+        sasl = [
+            listener.name for listener in plan.listeners if plan.protocols[listener.name].uses_sasl
+        ]
+        check_sasl_settings(self, [listener.name for listener in plan.listeners], sasl)
+
+
+def check_sasl_settings(config: ServerConfig, listeners: list[str], sasl: list[str]) -> None:
+    """ValueError naming the property when a SASL setting is invalid (never quoting a value of a
+    JAAS line: it holds passwords). A SASL listener (of `sasl`) offering PLAIN needs a JAAS
+    line, as Kafka's does: without one, PLAIN could never succeed there."""
+    for listener in dict.fromkeys(["", *listeners, *config.listener_settings]):
+        prefix = f"listener.name.{listener.lower()}." if listener else ""
+        mechanisms = config.sasl_mechanisms_for(listener)
+        unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+        if unknown or not mechanisms:
+            raise ValueError(
+                f"{prefix}sasl.enabled.mechanisms: {', '.join(unknown) or 'empty'}; this server"
+                f" offers {', '.join(SASL_MECHANISMS)}"
+            )
+        text = config.plain_jaas_config_for(listener)
+        if text:
+            try:
+                plain_users(text)
+            except ValueError as e:
+                raise ValueError(f"{prefix}plain.sasl.jaas.config: {e}") from None
+        elif listener in sasl and "PLAIN" in mechanisms:
+            raise ValueError(
+                f"{prefix}plain.sasl.jaas.config: required, since listener {listener} offers"
+                " PLAIN (sasl.enabled.mechanisms)"
+            )
+    if config.connection_failed_authentication_delay_ms < 0:
+        raise ValueError("connection.failed.authentication.delay.ms must be >= 0")
+    if config.sasl_handshake_ms_max < 1 or config.sasl_server_max_receive_size < 1:
+        raise ValueError("sasl_handshake_ms_max and sasl.server.max.receive.size must be >= 1")

@@ -45,9 +45,17 @@ PROPERTIES: Final[dict[str, str]] = {
     "ssl.client.auth": "ssl_client_auth",
     "ssl.principal.mapping.rules": "ssl_principal_mapping_rules",
     "ssl.enabled.protocols": "ssl_enabled_protocols",
+    "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
+    "plain.sasl.jaas.config": "plain_sasl_jaas_config",
+    "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
+    "sasl.server.max.receive.size": "sasl_server_max_receive_size",
 }
 """Kafka property name -> `ServerConfig` field."""
-LISTENER_PROPERTIES: Final[set[str]] = {name for name in PROPERTIES if name.startswith("ssl.")}
+LISTENER_PROPERTIES: Final[set[str]] = {
+    *(name for name in PROPERTIES if name.startswith("ssl.")),
+    "sasl.enabled.mechanisms",
+    "plain.sasl.jaas.config",
+}
 """Properties that `listener.name.<name>.` may prefix."""
 SECRETS: Final = ("password", "jaas.config", "ssl.keystore.key")
 """Properties whose values are never shown (`Hidden`): a name containing one of these."""

@@ -1,0 +1,52 @@
+"""A broker process of its own for the SASL tests: one broker of a cluster whose SCRAM
+credentials, topics and objects it shares with the test's process through the batch coordinator
+and a local object directory.
+
+    python -m tests.kafka_server._sasl_child sqlite:PATH|postgres:DSN OBJECT_DIR BROKER_ID
+
+Prints `bootstrap.servers=HOST:PORT` once it serves, then serves until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from diskless.coordinator import (
+    BatchCoordinator,
+    PostgresBatchCoordinator,
+    SqliteBatchCoordinator,
+)
+from diskless.kafka_server import KafkaCluster
+from diskless.storage import LocalObjectStore
+from tests.kafka_server._sasl import sasl_server_config
+from tests.kafka_server.conftest import broker_config
+
+
+def open_coordinator(spec: str) -> BatchCoordinator:
+    kind, _, where = spec.partition(":")
+    if kind == "sqlite":
+        return SqliteBatchCoordinator(where)
+    return PostgresBatchCoordinator(where)
+
+
+async def main(spec: str, objects: str, broker_id: int) -> None:
+    coordinator = open_coordinator(spec)
+    store = LocalObjectStore(objects)
+    async with KafkaCluster(
+        store,
+        coordinator,
+        brokers=1,
+        racks=1,
+        broker_ids=[broker_id],
+        broker_config=broker_config(),
+        server_config=sasl_server_config(),
+    ) as cluster:
+        print(f"bootstrap.servers={cluster.servers[broker_id].bootstrap}", flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+    await coordinator.close()
+    await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
