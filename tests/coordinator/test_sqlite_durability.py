@@ -19,7 +19,7 @@ import pytest
 from ._sqlite_child import LINE_END, PARTITIONS, TOPIC
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLS_DEFAULT = 50
+KILLS_DEFAULT = 20
 KILLS_SLOW = 200
 STARTUP_S_MAX = 30.0
 
