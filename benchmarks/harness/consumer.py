@@ -375,8 +375,8 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
         waits = broker_waits(broker)
         members = [Member(g, partitions, waits) for g in range(plan.groups)] if partitions else []
         meter = _Meter(calls, store, members)
+        started_ts = time.time()  # before READY: the producers start when they read it
         print(READY_LINE, flush=True)
-        started_ts = time.time()
         calls.clear()
         start = meter.snapshot()
         loops = [asyncio.create_task(m.run(broker, spec, stop)) for m in members]
