@@ -22,6 +22,7 @@ LAYERS: Final = (
         "diskless._limits",
         "diskless._object_keys",
         "diskless._availability",
+        "diskless.metrics",
     ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),

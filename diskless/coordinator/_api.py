@@ -41,6 +41,7 @@ from diskless.coordinator._values import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.metrics import NULL_METRICS, Metrics
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
 
@@ -57,6 +58,10 @@ class BatchCoordinator(abc.ABC):
       process's lock) checks commit age, lease and producer expiry, retention and stamps file
       states with the time it actually lands.
     """
+
+    metrics: Metrics = NULL_METRICS
+    """Where the engine reports each write step's latency and outcome; the process that owns
+    the coordinator sets it (the default drops them)."""
 
     @property
     @abc.abstractmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -18,7 +19,8 @@ from diskless.coordinator._store import (
     ReadView,
     StoreTxn,
 )
-from diskless.errors import CoordinatorError
+from diskless.errors import CommitOutcomeUnknownError, CoordinatorError
+from diskless.metrics import StepOutcome
 from diskless.txn import ProducerEntry, is_expired
 
 T = TypeVar("T")
@@ -58,9 +60,20 @@ class EngineBase(BatchCoordinator):
     ) -> T:
         if self._closed:
             raise RuntimeError("the coordinator is closed")
-        return await self._reported(
-            self._store.write(operation, step, durability, outcome_unknown_on_failure)
-        )
+        # The one place every step runs: its latency and outcome are measured here.
+        started = time.perf_counter()
+        outcome = StepOutcome.ERROR
+        try:
+            result = await self._reported(
+                self._store.write(operation, step, durability, outcome_unknown_on_failure)
+            )
+            outcome = StepOutcome.OK
+        except CommitOutcomeUnknownError:
+            outcome = StepOutcome.UNKNOWN
+            raise
+        finally:
+            self.metrics.coordinator_step(operation.value, time.perf_counter() - started, outcome)
+        return result
 
     async def _read(self, query: Callable[[ReadView], T]) -> T:
         if self._closed:

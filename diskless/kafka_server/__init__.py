@@ -26,8 +26,9 @@ and the coordinators:
   (`diskless._kafka_errors`) for the API's family.
 - `_server`: each broker's listener (`broker_server`), its connections (framing, order, the
   request byte budget, when a connection is closed rather than answered), the cluster of
-  brokers one process runs (`cluster`), their settings (`config`), the command line (`cli`)
-  and the lifecycle services a process runs beside its brokers (`services`).
+  brokers one process runs (`cluster`), their settings (`config`), the command line (`cli`),
+  the lifecycle services a process runs beside its brokers (`services`), and the process's
+  metrics and health endpoint (`observability`, over `metrics_*`).
 """
 
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
@@ -37,6 +38,8 @@ from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._server.broker_server import BrokerServer
 from diskless.kafka_server._server.cluster import KafkaCluster, rack_name
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.metrics_events import PrometheusMetrics
+from diskless.kafka_server._server.observability import Observability
 
 __all__ = [
     # running brokers
@@ -44,6 +47,9 @@ __all__ = [
     "KafkaCluster",
     "ServerConfig",
     "rack_name",
+    # metrics and health
+    "Observability",
+    "PrometheusMetrics",
     # membership and routing
     "BrokerAddress",
     "ClusterView",

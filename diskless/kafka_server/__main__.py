@@ -13,7 +13,11 @@ both, no data directory is needed.
 coordinator and store joins the first one's cluster; Metadata of either lists the live brokers of
 both.
 
-`--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
+`--server-option` sets any `ServerConfig` number, e.g. `queued_request_bytes_max=104857600`.
+
+`--metrics-address HOST:PORT` serves Prometheus metrics at `/metrics` and the health checks
+`/healthz` (alive) and `/readyz` (brokers registered, coordinator and store answering) there;
+`--log-format json` writes one JSON object per log line.
 
 Every process also runs retention, consolidation and the file manager, each run in the process
 holding the lowest live broker id only; `--no-lifecycle` leaves them to the others.
@@ -26,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -44,11 +47,14 @@ from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server._server import cli
 from diskless.kafka_server._server.cluster import KafkaCluster
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.log_format import configure_logging
+from diskless.kafka_server._server.observability import Observability
 from diskless.kafka_server._server.services import (
     LifecycleConfig,
     lowest_live_broker,
     running_lifecycle,
 )
+from diskless.metrics import NULL_METRICS
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 
@@ -161,6 +167,19 @@ def _parser() -> argparse.ArgumentParser:
         help="time between two consolidation runs",
     )
     parser.add_argument("--log-level", type=cli.log_level, default="INFO")
+    parser.add_argument(
+        "--log-format",
+        type=cli.log_format,
+        default="text",
+        help="text, or json: one JSON object per line, for log collectors",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (/metrics) and health (/healthz, /readyz) there "
+        "(metrics.address; port 0 picks a free one)",
+    )
     return parser
 
 
@@ -193,7 +212,13 @@ async def _run(
     ports = [args.base_port + i for i in ids] if args.base_port else None
     store = _open_store(args)
     coordinator = _open_coordinator(args)
+    observability = (
+        Observability(store, coordinator, server_config) if server_config.metrics_address else None
+    )
     try:
+        if observability is not None:
+            await observability.start()
+            print(f"metrics=http://{observability.endpoint.address}/metrics")
         async with (
             KafkaCluster(
                 store,
@@ -204,9 +229,15 @@ async def _run(
                 ports=ports,
                 server_config=server_config,
                 broker_config=broker_config,
+                metrics=observability.metrics if observability is not None else NULL_METRICS,
             ) as cluster,
-            running_lifecycle(store, coordinator, lifecycle, lowest_live_broker(cluster.view, ids)),
+            running_lifecycle(
+                store, coordinator, lifecycle, lowest_live_broker(cluster.view, ids)
+            ) as services,
         ):
+            if observability is not None:
+                observability.attach(cluster)
+                observability.attach_services(services)
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions) is ErrorCode.NONE
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
@@ -231,6 +262,8 @@ async def _run(
     except BrokerIdInUseError as e:
         raise SystemExit(f"cannot start: {e}; is another process serving it?") from None
     finally:
+        if observability is not None:
+            await observability.close()
         await coordinator.close()
         await store.close()
 
@@ -246,9 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         configs = cli.configs(args, _ids(args), COMMIT_BOUNDS)
     except cli.UsageError as error:
         parser.error(str(error))
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     asyncio.run(_run(args, configs.server, configs.broker, configs.lifecycle))
 
 

@@ -11,6 +11,7 @@ from diskless._types import GroupOwnership
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.metrics import Metrics
 
 MAX_PARTITIONS_PER_REQUEST: Final = 10_000
 """Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
@@ -67,6 +68,11 @@ class BrokerContext(Protocol):
 
     @property
     def address(self) -> BrokerAddress: ...
+
+    @property
+    def metrics(self) -> Metrics:
+        """Where a handler reports what only it sees (an authentication failure, say)."""
+        ...
 
 
 def serving(context: BrokerContext) -> GroupOwnership:

@@ -19,6 +19,7 @@ import collections
 import concurrent.futures
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
@@ -43,10 +44,14 @@ from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.response_errors import error_codes
+from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)
 
 LISTEN_HOST: Final = "127.0.0.1"
+LISTENER: Final = "PLAINTEXT"
+"""The listener's name in metrics (Kafka's name of the default listener)."""
 _Result = TypeVar("_Result")
 
 
@@ -63,10 +68,13 @@ class BrokerServer:
         port: int = 0,
         config: ServerConfig | None = None,
         request_budget: RequestBudget | None = None,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         """`request_budget`: the `queued_request_bytes_max` budget, when shared with other servers
-        of the same process (a `KafkaCluster` passes one to all of its brokers)."""
+        of the same process (a `KafkaCluster` passes one to all of its brokers); `metrics`: where
+        requests and connections are reported (handlers reach it as `context.metrics`)."""
         self.broker = broker
+        self.metrics = metrics
         self.cluster = cluster
         self.transactions = transactions
         self.groups = groups
@@ -154,9 +162,11 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         if self._server is None:
+            self.metrics.connection_rejected(LISTENER, "closing")
             writer.transport.abort()
             return
         self._connections[task] = writer
+        self.metrics.connection_opened(LISTENER)
         connection = Connection(
             str(writer.get_extra_info("peername")),
             config=self.config,
@@ -164,6 +174,8 @@ class BrokerServer:
             warnings=self._close_warnings,
             dispatch=self._dispatch,
             broker_id=self.broker_id,
+            metrics=self.metrics,
+            listener=LISTENER,
         )
         try:
             await connection.serve(reader, writer)
@@ -172,6 +184,7 @@ class BrokerServer:
             # from reporting the cancellation as an error.
             pass
         finally:
+            self.metrics.connection_closed(LISTENER)
             self._connections.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
 
@@ -184,6 +197,7 @@ class BrokerServer:
     async def _dispatch(self, session: Session, frame: memoryview) -> Answer:
         """Decode one request and start its handler; FrameError when the connection must close
         (see `_connection.Dispatch`)."""
+        started = time.perf_counter()
         prefix = read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
         handler = route(key, version)
@@ -204,14 +218,23 @@ class BrokerServer:
             request = decode_request(frame, schema)
         self._received[(handler.api.key, request.client_id or "")] += 1
         handling = handler(self, session, request.body)
-        return asyncio.ensure_future(self._answer(handling, prefix.correlation_id, large=large))
+        answer = self._answer(handling, prefix.correlation_id, handler.api.key, started, large)
+        return asyncio.ensure_future(answer)
 
     async def _answer(
-        self, handling: Awaitable[ResponsePayload | None], correlation_id: int, *, large: bool
+        self,
+        handling: Awaitable[ResponsePayload | None],
+        correlation_id: int,
+        api: ApiKey,
+        started: float,
+        large: bool,
     ) -> bytes | None:
         """The framed response; a large request's response is encoded off the event loop
-        (its size grows with the request's: 100,000 topics in, 100,000 out)."""
+        (its size grows with the request's: 100,000 topics in, 100,000 out). The one place
+        every answered request is measured."""
         response = await handling
+        errors = error_codes(response) if response is not None else ()
+        self.metrics.request_answered(api.name, time.perf_counter() - started, errors)
         if response is None:
             return None
         if large:

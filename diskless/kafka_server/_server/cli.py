@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple, NoReturn, TypeVar
+from typing import Any, Final, NamedTuple, NoReturn, TypeVar, cast
 
 import msgspec
 
@@ -41,6 +41,7 @@ SEARCH_MIN: Final = -(2**63)
 SEARCH_MAX: Final = 2**63 - 1
 """Where the search for a range's ends gives up: an end past these is reported as no bound."""
 POSTGRESQL_SCHEMES: Final = ("postgresql://", "postgres://")
+LOG_FORMATS: Final = ("text", "json")
 
 
 class UsageError(Exception):
@@ -241,12 +242,12 @@ s3_region = _s3_location("region")
 
 def server_option(spec: str) -> tuple[str, int]:
     name, _, value = spec.partition("=")
-    fields = {f.name: f for f in msgspec.structs.fields(ServerConfig)}
+    # The numbers; the others have flags of their own (--metrics-address).
+    fields = {f.name: f for f in msgspec.structs.fields(ServerConfig) if f.type is int}
     if name not in fields or not value:
         raise argparse.ArgumentTypeError(
             f"expected FIELD=VALUE with FIELD one of {', '.join(fields)}, got {spec!r}"
         )
-    assert fields[name].type is int, "every ServerConfig field is a number"
     try:
         return name, int(value)
     except ValueError:
@@ -322,7 +323,17 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         default = getattr(defaults, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
-    return build_checked(lambda values: ServerConfig(**values), settings)
+    config = build_checked(lambda values: ServerConfig(**cast(dict[str, Any], values)), settings)
+    try:
+        return msgspec.structs.replace(config, metrics_address=args.metrics_address or "")
+    except ValueError as error:
+        raise UsageError(f"--metrics-address: {error}") from None
+
+
+def log_format(spec: str) -> str:
+    if spec not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"{spec!r} is not one of {', '.join(LOG_FORMATS)}")
+    return spec
 
 
 def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:

@@ -33,6 +33,7 @@ from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.broker_server import BrokerServer
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.metrics import NULL_METRICS, Metrics
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -74,7 +75,9 @@ class KafkaCluster:
         broker_config: BrokerConfig | None = None,
         server_config: ServerConfig | None = None,
         cluster_id: str = "diskless-local",
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
+        """`metrics`: where the brokers and their servers report (`diskless.metrics`)."""
         if brokers < 1 or racks < 1:
             raise ValueError("a cluster needs at least one broker and one rack")
         if ports is not None and len(ports) != brokers:
@@ -95,6 +98,7 @@ class KafkaCluster:
         self._broker_ids = list(broker_ids) if broker_ids is not None else list(range(brokers))
         self._broker_config = broker_config
         self._server_config = server_config
+        self.metrics = metrics
         self.request_budget = RequestBudget(
             (server_config or ServerConfig()).queued_request_bytes_max
         )
@@ -131,6 +135,7 @@ class KafkaCluster:
                 self._coordinator,
                 self._broker_config,
                 rack=rack_name(broker_id % self._racks),
+                metrics=self.metrics,
             )
             await self._start_exclusively(broker)
             server = BrokerServer(
@@ -141,6 +146,7 @@ class KafkaCluster:
                 port=self._ports[index],
                 config=self._server_config,
                 request_budget=self.request_budget,
+                metrics=self.metrics,
             )
             self.servers[broker_id] = server
             await server.start()
