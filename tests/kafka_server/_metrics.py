@@ -127,12 +127,12 @@ async def batch_bytes(cluster: KafkaCluster, topic: str, partitions: int) -> int
     return total
 
 
-def write_prometheus_config(directory: Path, target: str, interval_s: float) -> Path:
+def write_prometheus_config(directory: Path, target: str, interval_ms: int) -> Path:
     config = directory / "prometheus.yml"
     config.write_text(
         "global:\n"
-        f"  scrape_interval: {interval_s}s\n"
-        f"  scrape_timeout: {interval_s}s\n"
+        f"  scrape_interval: {interval_ms}ms\n"
+        f"  scrape_timeout: {interval_ms}ms\n"
         "scrape_configs:\n"
         "  - job_name: diskless\n"
         "    static_configs:\n"
