@@ -15,6 +15,10 @@
     interval wait runs from the call to the start of its segment's successful PUT, and store and
     coordinator are the PUT and commit step durations measured around the calls.
 (c) Objects per GB (10^9 bytes) at default settings under a saturating load (store discards data).
+(d) `--metrics-comparison` (alone): (a')'s produce through DisklessBroker, 1 KiB and 64 KiB
+    batches, with Prometheus metrics on (the broker and coordinator reporting to a
+    `PrometheusMetrics`, one scrape rendered per run) against off, alternating which runs first,
+    medians of the rounds' ratios; the target is >= 95%.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from diskless.coordinator import (
     FileCommit,
     InMemoryBatchCoordinator,
 )
+from diskless.kafka_server import PrometheusMetrics
+from diskless.metrics import NULL_METRICS
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import (
     FaultyObjectStore,
@@ -166,15 +172,20 @@ async def produce_throughput(
 
 
 async def broker_throughput(
-    size: int, total_bytes: int, concurrency: int
+    size: int, total_bytes: int, concurrency: int, metrics: PrometheusMetrics | None = None
 ) -> tuple[int, int, float]:
     """(batches, bytes, seconds) producing `total_bytes` of `size`-byte batches, one partition's
-    batch per request, through a DisklessBroker: validation included."""
+    batch per request, through a DisklessBroker: validation included. With `metrics`, the
+    broker and its coordinator report there, and the run ends with one scrape's rendering."""
     datas = [build_batch(size, i) for i in range(64)]
     batch_size = len(datas[0])
     count = max(1, total_bytes // batch_size)
     coordinator, _ = await new_coordinator()
-    broker = DisklessBroker(1, MemoryObjectStore(), coordinator)
+    if metrics is not None:
+        coordinator.metrics = metrics
+    broker = DisklessBroker(
+        1, MemoryObjectStore(), coordinator, metrics=metrics if metrics else NULL_METRICS
+    )
     await broker.start()
     remaining = count
 
@@ -190,6 +201,8 @@ async def broker_throughput(
     started = time.perf_counter()
     await asyncio.gather(*(producer(i) for i in range(concurrency)))
     await broker.close(flush=True)
+    if metrics is not None:
+        assert sum(1 for _ in metrics.families()) > 0
     elapsed = time.perf_counter() - started
     wal = broker.stats().wal
     assert wal is not None and wal.batches_committed == count, wal
@@ -451,8 +464,49 @@ async def main(seconds: float) -> None:
     )
 
 
+METRICS_ROUNDS = 7
+METRICS_CASES = ((KIB, 16 * MIB), (64 * KIB, 128 * MIB))
+TARGET_METRICS_RATIO = 0.95
+
+
+async def metrics_comparison(rounds: int) -> None:
+    """(d) The same broker produce as (a'), with Prometheus metrics on against off, in
+    alternating order, in the same run: metrics must keep >= 95% of the throughput."""
+    print("(d) produce through DisklessBroker with Prometheus metrics on vs off, warm memory")
+    set_memory_regime(warm=True)
+    concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)[3]
+    for size, total in METRICS_CASES:
+        await broker_throughput(size, total // 4, concurrency)  # warm-up, not measured
+        ratios: list[float] = []
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for round_ in range(rounds):
+            for on in (round_ % 2 == 0, round_ % 2 != 0):  # alternate which goes first
+                gc.collect()
+                metrics = PrometheusMetrics() if on else None
+                _, nbytes, elapsed = await broker_throughput(size, total, concurrency, metrics)
+                rates[on].append(nbytes / elapsed / 1e6)
+            ratios.append(rates[True][-1] / rates[False][-1])
+        ratio = sorted(ratios)[len(ratios) // 2]
+        verdict = "PASS" if ratio >= TARGET_METRICS_RATIO else "FAIL"
+        print(
+            f"  {size // KIB:>3} KiB x1 per request: off {sorted(rates[False])[rounds // 2]:,.1f}"
+            f" MB/s, on {sorted(rates[True])[rounds // 2]:,.1f} MB/s (medians); on/off median"
+            f" {ratio:.1%} (rounds: {', '.join(f'{r:.0%}' for r in ratios)});"
+            f" target >= {TARGET_METRICS_RATIO:.0%}: {verdict}"
+        )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="latency load duration")
+    parser.add_argument(
+        "--metrics-comparison",
+        action="store_true",
+        help="only (d): produce with Prometheus metrics on against off",
+    )
+    parser.add_argument("--rounds", type=int, default=METRICS_ROUNDS, help="rounds of (d)")
     args = parser.parse_args()
-    asyncio.run(main(args.seconds))
+    if args.metrics_comparison:
+        asyncio.run(metrics_comparison(args.rounds))
+    else:
+        asyncio.run(main(args.seconds))

@@ -18,6 +18,7 @@ from benchmarks.harness.consolidate import (
 )
 from benchmarks.harness.cost import CostModel
 from benchmarks.harness.execute import TaskStats
+from benchmarks.harness.metrics_snapshot import METRICS_FILE, write_metrics
 from benchmarks.harness.placement import TaskPlace
 from benchmarks.harness.spec import GB, CostRates, RunSpec, WorkloadSpec
 from benchmarks.harness.verify import Verification
@@ -438,7 +439,8 @@ def plot_object_sizes(path: Path, sizes: Sequence[int]) -> None:
 
 
 def write_report(report: RunReport, directory: Path) -> list[Path]:
-    """Write results.json, summary.md and the three plots; return their paths."""
+    """Write results.json, summary.md, the three plots and the run's metrics snapshot
+    (`metrics.prom`, as a broker's `/metrics` would serve them); return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / name for name in (RESULTS_FILE, SUMMARY_FILE)]
     paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
@@ -447,6 +449,9 @@ def write_report(report: RunReport, directory: Path) -> list[Path]:
     plot_throughput(directory / THROUGHPUT_PLOT, report.analysis.throughput_by_second)
     plot_object_sizes(directory / OBJECTS_PLOT, report.analysis.object_sizes)
     paths += [directory / name for name in (LATENCY_PLOT, THROUGHPUT_PLOT, OBJECTS_PLOT)]
+    broker_stats = [t.broker_stats for t in report.tasks]
+    store_stats = [t.store for t in report.tasks]
+    paths.append(write_metrics(directory / METRICS_FILE, broker_stats, store_stats, report.rates))
     return paths
 
 

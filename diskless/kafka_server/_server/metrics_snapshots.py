@@ -18,9 +18,9 @@ from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._server.metrics_events import PREFIX
 from diskless.lifecycle import Consolidator, FileManager, RetentionScheduler
 from diskless.metrics import StorageRates
-from diskless.storage import ObjectStore
+from diskless.storage import ObjectStore, StoreStats
 
-_WAL_COUNTERS: Final = (
+WAL_COUNTERS: Final = (
     ("wal_segments_total", "segments_rotated", "WAL segments sealed for upload"),
     ("wal_objects_uploaded_total", "objects_uploaded", "WAL objects stored"),
     ("wal_uploaded_bytes_total", "object_bytes_uploaded", "Bytes of WAL objects stored"),
@@ -43,7 +43,7 @@ _WAL_COUNTERS: Final = (
     ),
     ("wal_batches_committed_total", "batches_committed", "Batches the coordinator answered"),
 )
-_FETCH_COUNTERS: Final = (
+FETCH_COUNTERS: Final = (
     ("fetches_total", "fetches", "Fetches served by the read path"),
     ("fetch_object_gets_total", "gets_issued", "Object-store GETs issued by fetches"),
     ("fetch_object_bytes_read_total", "bytes_fetched", "Bytes fetches read from the store"),
@@ -73,7 +73,7 @@ class Sources:
     def families(self) -> Iterator[Metric]:
         brokers = sorted(self.brokers(), key=lambda b: b.broker_id)
         yield from _broker_families(brokers)
-        yield from _store_families(self.store, self.rates)
+        yield from store_families(self.store.stats(), self.rates)
         up = GaugeMetricFamily(
             PREFIX + "dependency_up",
             "Whether the coordinator or the object store answers, as this process last saw it",
@@ -88,7 +88,7 @@ class Sources:
 def _broker_families(brokers: Sequence[DisklessBroker]) -> Iterator[Metric]:
     stats = [(str(b.broker_id), b.stats()) for b in brokers]
     wals = [(broker, s.wal) for broker, s in stats if s.wal is not None]
-    for name, field, help_text in _WAL_COUNTERS:
+    for name, field, help_text in WAL_COUNTERS:
         family = CounterMetricFamily(PREFIX + name, help_text, labels=("broker",))
         for broker, wal in wals:
             family.add_metric((broker,), getattr(wal, field))
@@ -117,7 +117,7 @@ def _broker_families(brokers: Sequence[DisklessBroker]) -> Iterator[Metric]:
     for broker, s in stats:
         produce.add_metric((broker,), s.produce.partitions_failed)
     yield produce
-    for name, field, help_text in _FETCH_COUNTERS:
+    for name, field, help_text in FETCH_COUNTERS:
         family = CounterMetricFamily(PREFIX + name, help_text, labels=("broker",))
         for broker, s in stats:
             family.add_metric((broker,), getattr(s.fetch, field))
@@ -144,8 +144,8 @@ def _broker_families(brokers: Sequence[DisklessBroker]) -> Iterator[Metric]:
     yield misses
 
 
-def _store_families(store: ObjectStore, rates: StorageRates) -> Iterator[Metric]:
-    s = store.stats()
+def store_families(s: StoreStats, rates: StorageRates) -> Iterator[Metric]:
+    """The object store's requests, bytes and their cost at `rates`."""
     requests = {
         "PUT": s.put_requests,
         "GET": s.gets + s.ranged_gets,
