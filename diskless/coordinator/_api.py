@@ -76,6 +76,11 @@ class BatchCoordinator(abc.ABC):
         its outcome there, which logs when the store stops answering and when it is back
         (`diskless._availability`)."""
 
+    @property
+    def step_retries(self) -> int:
+        """Write steps run again after losing a race for the backing store, since it opened."""
+        return 0
+
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod
     async def create_topic(

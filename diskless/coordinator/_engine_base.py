@@ -51,6 +51,12 @@ class EngineBase(BatchCoordinator):
     def availability(self) -> Availability:
         return self._availability
 
+    @property
+    def step_retries(self) -> int:
+        """Steps its store ran again after losing a race for the database (SQLite's busy lock,
+        PostgreSQL's serialization failures and deadlocks); the in-memory store never does."""
+        return int(getattr(self._store, "retries", 0))
+
     async def _write(
         self,
         operation: Operation,

@@ -74,6 +74,13 @@ class Sources:
         brokers = sorted(self.brokers(), key=lambda b: b.broker_id)
         yield from _broker_families(brokers)
         yield from store_families(self.store.stats(), self.rates)
+        retries = CounterMetricFamily(
+            PREFIX + "coordinator_retries",
+            "Coordinator statements or steps run again after losing a race for the database"
+            " (SQLite's busy lock, PostgreSQL's serialization failures and deadlocks)",
+        )
+        retries.add_metric((), self.coordinator.step_retries)
+        yield retries
         up = GaugeMetricFamily(
             PREFIX + "dependency_up",
             "Whether the coordinator or the object store answers, as this process last saw it",
