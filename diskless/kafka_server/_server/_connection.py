@@ -61,7 +61,7 @@ class Connection:
 
     def __init__(
         self,
-        peer: str,
+        session: Session,
         *,
         config: ServerConfig,
         budget: RequestBudget,
@@ -69,11 +69,9 @@ class Connection:
         dispatch: Dispatch,
         broker_id: int,
         metrics: Metrics = NULL_METRICS,
-        listener: str = "PLAINTEXT",
     ) -> None:
-        self.session = Session(peer)
+        self.session = session
         self._metrics = metrics
-        self._listener = listener
         self._config = config
         self._budget = budget
         self._warnings = warnings
@@ -129,7 +127,7 @@ class Connection:
                     leftover.cancel()
 
     def _warn_close(self, reason: str, kind: str) -> None:
-        self._metrics.connection_rejected(self._listener, kind)
+        self._metrics.connection_rejected(self.session.listener, kind)
         self._warnings.warning(
             "closing %s on broker %d: %s", self.session.peer, self._broker_id, reason
         )

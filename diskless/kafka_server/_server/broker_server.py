@@ -29,7 +29,7 @@ from diskless import DisklessBroker
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
-from diskless.kafka_server._handlers.context import Session
+from diskless.kafka_server._handlers.context import DEFAULT_LISTENER, Session
 from diskless.kafka_server._handlers.table import route, unsupported_version_answer
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.codec import (
@@ -42,6 +42,7 @@ from diskless.kafka_server._protocol.codec import (
 )
 from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server._peer import peer_session
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.response_errors import error_codes
@@ -50,8 +51,6 @@ from diskless.metrics import NULL_METRICS, Metrics
 _log = logging.getLogger(__name__)
 
 LISTEN_HOST: Final = "127.0.0.1"
-LISTENER: Final = "PLAINTEXT"
-"""The listener's name in metrics (Kafka's name of the default listener)."""
 _Result = TypeVar("_Result")
 
 
@@ -87,6 +86,7 @@ class BrokerServer:
         self._port = port
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._sessions: dict[asyncio.Task[None], Session] = {}
         self._codec: concurrent.futures.ThreadPoolExecutor | None = None
         self._close_warnings = RateLimitedWarnings(
             _log,
@@ -162,20 +162,20 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         if self._server is None:
-            self.metrics.connection_rejected(LISTENER, "closing")
+            self.metrics.connection_rejected(DEFAULT_LISTENER, "closing")
             writer.transport.abort()
             return
         self._connections[task] = writer
-        self.metrics.connection_opened(LISTENER)
+        session = self._sessions[task] = peer_session(writer)
+        self.metrics.connection_opened(session.listener)
         connection = Connection(
-            str(writer.get_extra_info("peername")),
+            session,
             config=self.config,
             budget=self.request_budget,
             warnings=self._close_warnings,
             dispatch=self._dispatch,
             broker_id=self.broker_id,
             metrics=self.metrics,
-            listener=LISTENER,
         )
         try:
             await connection.serve(reader, writer)
@@ -184,9 +184,15 @@ class BrokerServer:
             # from reporting the cancellation as an error.
             pass
         finally:
-            self.metrics.connection_closed(LISTENER)
+            self.metrics.connection_closed(session.listener)
             self._connections.pop(task, None)
+            self._sessions.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
+
+    def sessions(self) -> list[Session]:
+        """The sessions of the connections open now: who is connected, from where, on which
+        listener."""
+        return list(self._sessions.values())
 
     def received(self, api: ApiKey) -> collections.Counter[str]:
         """Requests of `api` this broker received, per client id (where routing sent whom)."""
