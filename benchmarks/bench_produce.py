@@ -464,8 +464,8 @@ async def main(seconds: float) -> None:
     )
 
 
-METRICS_ROUNDS = 7
-METRICS_CASES = ((KIB, 16 * MIB), (64 * KIB, 128 * MIB))
+METRICS_ROUNDS = 9
+METRICS_CASES = ((KIB, 16 * MIB), (64 * KIB, 512 * MIB))
 TARGET_METRICS_RATIO = 0.95
 
 
