@@ -23,7 +23,13 @@ _log = logging.getLogger(__name__)
 
 REQUEST_HEAD_BYTES_MAX: Final = 16 * 1024
 REQUEST_HEAD_TIMEOUT_S: Final = 10.0
-_REASONS: Final = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Unavailable"}
+_REASONS: Final = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Unavailable",
+}
 
 
 class MetricsEndpoint:
@@ -67,7 +73,12 @@ class MetricsEndpoint:
             async with asyncio.timeout(REQUEST_HEAD_TIMEOUT_S):
                 head = await reader.readuntil(b"\r\n\r\n")
             method, path = _request_line(head)
-            status, content_type, body = await self._route(method, path)
+            try:
+                status, content_type, body = await self._route(method, path)
+            except Exception as error:  # a bug: answer it, log it once per request
+                _log.exception("%s %s failed", method, path)
+                status, content_type = 500, "text/plain; charset=utf-8"
+                body = f"{type(error).__name__}: {error}\n".encode()
             writer.write(
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()

@@ -64,7 +64,9 @@ class LagTracker:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     self._lags = await self._compute()
-            except (TimeoutError, DisklessError) as error:
+            except (TimeoutError, DisklessError, RuntimeError) as error:
+                # The coordinator is slow, failing or closing: keep the last figures (its
+                # availability logs an outage once; a closing process needs no line at all).
                 self._failures += 1
                 _log.debug("consumer lag not refreshed: %r", error)
             self._refreshed_at = time.monotonic()

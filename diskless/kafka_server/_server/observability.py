@@ -17,7 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -109,8 +115,6 @@ class Observability(Collector):
 
     async def scrape(self) -> bytes:
         """The text a scrape of `/metrics` returns."""
-        from prometheus_client import generate_latest
-
         await self.refresh()
         return generate_latest(self.registry)
 
