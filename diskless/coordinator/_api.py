@@ -41,7 +41,7 @@ from diskless.coordinator._values import (
     TopicConfig,
     TopicDescription,
 )
-from diskless.metrics import NULL_METRICS, Metrics
+from diskless.metrics import Metrics
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
 
@@ -59,9 +59,9 @@ class BatchCoordinator(abc.ABC):
       states with the time it actually lands.
     """
 
-    metrics: Metrics = NULL_METRICS
-    """Where the engine reports each write step's latency and outcome; the process that owns
-    the coordinator sets it (the default drops them)."""
+    metrics: Metrics
+    """Where each write step's latency and outcome are reported; the process that owns the
+    coordinator sets it (the engine starts with `NULL_METRICS`, which drops them)."""
 
     @property
     @abc.abstractmethod
@@ -77,9 +77,9 @@ class BatchCoordinator(abc.ABC):
         (`diskless._availability`)."""
 
     @property
+    @abc.abstractmethod
     def step_retries(self) -> int:
         """Write steps run again after losing a race for the backing store, since it opened."""
-        return 0
 
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod

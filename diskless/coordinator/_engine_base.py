@@ -20,7 +20,7 @@ from diskless.coordinator._store import (
     StoreTxn,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError
-from diskless.metrics import StepOutcome
+from diskless.metrics import NULL_METRICS, Metrics, StepOutcome
 from diskless.txn import ProducerEntry, is_expired
 
 T = TypeVar("T")
@@ -42,6 +42,7 @@ class EngineBase(BatchCoordinator):
         self._bounds = commit_bounds
         self._closed = False
         self._availability = Availability("coordinator")
+        self.metrics: Metrics = NULL_METRICS
 
     @property
     def commit_bounds(self) -> CommitBounds:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,18 @@ TOPIC = "metered"
 OVERFLOW = "unmetered"
 GROUP = "lagging"
 COMMITTED = {0: 3, 1: 0}
+REGISTRATION_WAIT_S = 30.0
+
+
+def settled(readyz: str) -> tuple[int, str]:
+    """/readyz's answer once the brokers' addresses are announced (the cluster view announces
+    them in the coordinator's registry just after they start)."""
+    deadline = time.monotonic() + REGISTRATION_WAIT_S
+    while True:
+        status, body = http_get(readyz)
+        if "holds no live registration" not in body or time.monotonic() > deadline:
+            return status, body
+        time.sleep(0.05)
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
@@ -177,8 +190,8 @@ async def test_alive_always_ready_once_the_brokers_are_registered(tmp_path: Path
     finally:
         await observability.close()
     async with observed_cluster(store, coordinator, ServerConfig()) as (_, observability):
-        base = f"http://{observability.endpoint.address}"
-        assert await asyncio.to_thread(http_get, f"{base}/readyz") == (200, "ready\n")
+        readyz = f"http://{observability.endpoint.address}/readyz"
+        assert await asyncio.to_thread(settled, readyz) == (200, "ready\n")
     await coordinator.close()
     await store.close()
 
@@ -194,7 +207,7 @@ async def test_not_ready_names_the_part_that_does_not_answer(tmp_path: Path) -> 
     try:
         async with observed_cluster(store, coordinator, ServerConfig()) as (_, observability):
             readyz = f"http://{observability.endpoint.address}/readyz"
-            status, body = await asyncio.to_thread(http_get, readyz)
+            status, body = await asyncio.to_thread(settled, readyz)
             assert status == 503
             assert body.startswith("not ready: the object store does not answer: "), body
             coordinator.enabled = True
