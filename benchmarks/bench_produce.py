@@ -32,19 +32,22 @@ import gc
 import random
 import statistics
 import time
+import timeit
 import warnings
 from collections.abc import Sequence
 
-from diskless import DisklessBroker, TopicPartition
+from diskless import DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
     CommitFileResult,
     FaultyBatchCoordinator,
     FileCommit,
     InMemoryBatchCoordinator,
 )
 from diskless.kafka_server import PrometheusMetrics
-from diskless.metrics import NULL_METRICS
+from diskless.metrics import NULL_METRICS, ProduceStage
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import (
     FaultyObjectStore,
@@ -477,13 +480,13 @@ async def metrics_comparison(rounds: int) -> None:
 
     The run is CPU-bound in this one process (memory store, in-memory coordinator), so its
     throughput per CPU second is what metrics cost, and it does not move with what else the
-    machine runs; the wall-clock rates are printed beside it. The second run of a round is
-    often much slower than the first whatever it measures (the first one's memory), so each
-    mode runs first in half of the rounds, and the verdict compares the modes' median rates
-    per CPU second over all rounds (the geometric mean of the rounds' ratios is printed too:
-    the order cancels out of it as well)."""
-    print("(d) produce through DisklessBroker with Prometheus metrics on vs off, warm memory")
-    set_memory_regime(warm=True)
+    machine runs; the wall-clock rates are printed beside it. Memory is cold (every segment
+    buffer a fresh mapping): with warm memory, glibc's reuse makes every other run in a row
+    about 1.5 times faster whatever it measures, which swamps the comparison. Each mode runs
+    first in half of the rounds, and the verdict compares the modes' median rates per CPU
+    second over all rounds (the geometric mean of the rounds' ratios is printed too)."""
+    print("(d) produce through DisklessBroker with Prometheus metrics on vs off, cold memory")
+    set_memory_regime(warm=False)
     concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)[3]
     for size, total in METRICS_CASES:
         await broker_throughput(size, total // 4, concurrency)  # warm-up, not measured
@@ -520,6 +523,43 @@ async def metrics_comparison(rounds: int) -> None:
         )
 
 
+def metrics_event_costs() -> None:
+    """What the metrics cost per event, alone: the per-batch share of a committed object's
+    report, and one stage or coordinator-step report."""
+    metrics = PrometheusMetrics()
+    batches = [
+        CommitBatch(
+            topic_partition=TopicPartition(TOPIC, i % PARTITIONS),
+            byte_offset=0,
+            size=KIB,
+            record_count=1,
+            base_timestamp=0,
+            max_timestamp=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+        )
+        for i in range(1000)
+    ]
+    outcomes = [CommitBatchResult(ErrorCode.NONE, base_offset=i) for i in range(1000)]
+    per_object = min(
+        timeit.repeat(
+            lambda: metrics.wal_object_committed(1000 * KIB, 1, batches, outcomes),
+            number=100,
+            repeat=5,
+        )
+    )
+    per_stage = min(
+        timeit.repeat(
+            lambda: metrics.produce_stage(ProduceStage.UPLOAD, 0.01), number=100_000, repeat=5
+        )
+    )
+    print(
+        f"  per event: a committed object's report {per_object / 100 / 1000 * 1e6:.2f} us per"
+        f" batch, a stage {per_stage / 100_000 * 1e6:.2f} us (a few per segment)"
+    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="latency load duration")
@@ -532,5 +572,6 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.metrics_comparison:
         asyncio.run(metrics_comparison(args.rounds))
+        metrics_event_costs()
     else:
         asyncio.run(main(args.seconds))
