@@ -1,4 +1,4 @@
-"""Helpers of the metrics tests: a cluster with its metrics endpoint, scrapes read as Prometheus
+"""What the metrics tests share: a cluster with its metrics endpoint, scrapes read as Prometheus
 reads them, and what real clients produced, measured on the client side of the wire."""
 
 from __future__ import annotations
