@@ -1,5 +1,5 @@
 """What the metrics tests share: a cluster with its metrics endpoint, scrapes read as Prometheus
-reads them, and what real clients produced, measured on the client side of the wire."""
+reads them, and the bytes real clients produced, read back and sized by kafka-python."""
 
 from __future__ import annotations
 
