@@ -15,6 +15,11 @@
     interval wait runs from the call to the start of its segment's successful PUT, and store and
     coordinator are the PUT and commit step durations measured around the calls.
 (c) Objects per GB (10^9 bytes) at default settings under a saturating load (store discards data).
+(d) `--metrics-comparison` (alone): (a')'s produce through DisklessBroker, 1 KiB and 64 KiB
+    batches, with Prometheus metrics on (the broker and coordinator reporting to a
+    `PrometheusMetrics`, one scrape rendered per run) against off, each mode first in half of
+    the rounds; the modes' median bytes per CPU second (wall clock printed beside); the target
+    is >= 95%.
 """
 
 from __future__ import annotations
@@ -25,18 +30,24 @@ import ctypes
 import ctypes.util
 import gc
 import random
+import statistics
 import time
+import timeit
 import warnings
 from collections.abc import Sequence
 
-from diskless import DisklessBroker, TopicPartition
+from diskless import DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
+    CommitBatch,
+    CommitBatchResult,
     CommitFileResult,
     FaultyBatchCoordinator,
     FileCommit,
     InMemoryBatchCoordinator,
 )
+from diskless.kafka_server import PrometheusMetrics
+from diskless.metrics import NULL_METRICS, ProduceStage
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import (
     FaultyObjectStore,
@@ -166,15 +177,20 @@ async def produce_throughput(
 
 
 async def broker_throughput(
-    size: int, total_bytes: int, concurrency: int
+    size: int, total_bytes: int, concurrency: int, metrics: PrometheusMetrics | None = None
 ) -> tuple[int, int, float]:
     """(batches, bytes, seconds) producing `total_bytes` of `size`-byte batches, one partition's
-    batch per request, through a DisklessBroker: validation included."""
+    batch per request, through a DisklessBroker: validation included. With `metrics`, the
+    broker and its coordinator report there, and the run ends with one scrape's rendering."""
     datas = [build_batch(size, i) for i in range(64)]
     batch_size = len(datas[0])
     count = max(1, total_bytes // batch_size)
     coordinator, _ = await new_coordinator()
-    broker = DisklessBroker(1, MemoryObjectStore(), coordinator)
+    if metrics is not None:
+        coordinator.metrics = metrics
+    broker = DisklessBroker(
+        1, MemoryObjectStore(), coordinator, metrics=metrics if metrics else NULL_METRICS
+    )
     await broker.start()
     remaining = count
 
@@ -190,6 +206,8 @@ async def broker_throughput(
     started = time.perf_counter()
     await asyncio.gather(*(producer(i) for i in range(concurrency)))
     await broker.close(flush=True)
+    if metrics is not None:
+        assert sum(1 for _ in metrics.families()) > 0
     elapsed = time.perf_counter() - started
     wal = broker.stats().wal
     assert wal is not None and wal.batches_committed == count, wal
@@ -451,8 +469,109 @@ async def main(seconds: float) -> None:
     )
 
 
+METRICS_ROUNDS = 10
+METRICS_CASES = ((KIB, 16 * MIB), (64 * KIB, 512 * MIB))
+TARGET_METRICS_RATIO = 0.95
+
+
+async def metrics_comparison(rounds: int) -> None:
+    """(d) The same broker produce as (a'), with Prometheus metrics on against off, in
+    alternating order, in the same run: metrics must keep >= 95% of the throughput.
+
+    The run is CPU-bound in this one process (memory store, in-memory coordinator), so its
+    throughput per CPU second is what metrics cost, and it does not move with what else the
+    machine runs; the wall-clock rates are printed beside it. Memory is cold (every segment
+    buffer a fresh mapping): with warm memory, glibc's reuse makes every other run in a row
+    about 1.5 times faster whatever it measures, which swamps the comparison. Each mode runs
+    first in half of the rounds, and the verdict compares the modes' median rates per CPU
+    second over all rounds (the geometric mean of the rounds' ratios is printed too)."""
+    print("(d) produce through DisklessBroker with Prometheus metrics on vs off, cold memory")
+    set_memory_regime(warm=False)
+    concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)[3]
+    for size, total in METRICS_CASES:
+        await broker_throughput(size, total // 4, concurrency)  # warm-up, not measured
+        cpu_ratios: list[float] = []
+        wall_ratios: list[float] = []
+        rates: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+        for round_ in range(rounds):
+            for on in (round_ % 2 == 0, round_ % 2 != 0):  # alternate which goes first
+                gc.collect()
+                metrics = PrometheusMetrics() if on else None
+                cpu_started = time.process_time()
+                _, nbytes, elapsed = await broker_throughput(size, total, concurrency, metrics)
+                cpu = time.process_time() - cpu_started
+                rates[on].append((nbytes / cpu / 1e6, nbytes / elapsed / 1e6))
+            cpu_ratios.append(rates[True][-1][0] / rates[False][-1][0])
+            wall_ratios.append(rates[True][-1][1] / rates[False][-1][1])
+        cpu = {on: statistics.median(r[0] for r in rates[on]) for on in (False, True)}
+        wall = {on: statistics.median(r[1] for r in rates[on]) for on in (False, True)}
+        ratio = cpu[True] / cpu[False]
+        verdict = "PASS" if ratio >= TARGET_METRICS_RATIO else "FAIL"
+        print(
+            f"  {size // KIB:>3} KiB x1 per request, per CPU second: off {cpu[False]:,.1f} MB/s,"
+            f" on {cpu[True]:,.1f} MB/s (medians): {ratio:.1%};"
+            f" target >= {TARGET_METRICS_RATIO:.0%}: {verdict}"
+        )
+        print(
+            f"      rounds' on/off: geometric mean {statistics.geometric_mean(cpu_ratios):.1%}"
+            f" ({', '.join(f'{r:.0%}' for r in cpu_ratios)})"
+        )
+        print(
+            f"      wall clock: off {wall[False]:,.1f} MB/s, on {wall[True]:,.1f} MB/s"
+            f" (medians): {wall[True] / wall[False]:.1%}; rounds' geometric mean"
+            f" {statistics.geometric_mean(wall_ratios):.1%}"
+        )
+
+
+def metrics_event_costs() -> None:
+    """What the metrics cost per event, alone: the per-batch share of a committed object's
+    report, and one stage or coordinator-step report."""
+    metrics = PrometheusMetrics()
+    batches = [
+        CommitBatch(
+            topic_partition=TopicPartition(TOPIC, i % PARTITIONS),
+            byte_offset=0,
+            size=KIB,
+            record_count=1,
+            base_timestamp=0,
+            max_timestamp=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+        )
+        for i in range(1000)
+    ]
+    outcomes = [CommitBatchResult(ErrorCode.NONE, base_offset=i) for i in range(1000)]
+    per_object = min(
+        timeit.repeat(
+            lambda: metrics.wal_object_committed(1000 * KIB, 1, batches, outcomes),
+            number=100,
+            repeat=5,
+        )
+    )
+    per_stage = min(
+        timeit.repeat(
+            lambda: metrics.produce_stage(ProduceStage.UPLOAD, 0.01), number=100_000, repeat=5
+        )
+    )
+    print(
+        f"  per event: a committed object's report {per_object / 100 / 1000 * 1e6:.2f} us per"
+        f" batch, a stage {per_stage / 100_000 * 1e6:.2f} us (a few per segment)"
+    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="latency load duration")
+    parser.add_argument(
+        "--metrics-comparison",
+        action="store_true",
+        help="only (d): produce with Prometheus metrics on against off",
+    )
+    parser.add_argument("--rounds", type=int, default=METRICS_ROUNDS, help="rounds of (d)")
     args = parser.parse_args()
-    asyncio.run(main(args.seconds))
+    if args.metrics_comparison:
+        asyncio.run(metrics_comparison(args.rounds))
+        metrics_event_costs()
+    else:
+        asyncio.run(main(args.seconds))

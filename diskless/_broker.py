@@ -69,6 +69,7 @@ from diskless.coordinator import (
     TopicDescription,
 )
 from diskless.errors import BrokerClosedError, CoordinatorError
+from diskless.metrics import NULL_METRICS, Metrics, report_fetch
 from diskless.read import FetchReader, ObjectCache
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalEntry, WalWriter
@@ -108,8 +109,11 @@ class DisklessBroker:
         *,
         rack: str | None = None,
         clock: Clock | None = None,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
+        """`metrics`: where it reports what its `stats()` cannot tell (`diskless.metrics`)."""
         self._broker_id = broker_id
+        self._metrics = metrics
         self._rack = rack
         self._store = store
         self._coordinator = coordinator
@@ -193,6 +197,7 @@ class DisklessBroker:
             config=self._config.wal,
             clock=self._clock,
             cache=self._cache,
+            metrics=self._metrics,
         )
         await writer.start()
         self._broker_epoch = epoch
@@ -512,7 +517,7 @@ class DisklessBroker:
     ) -> dict[TopicPartition, FetchResult]:
         """Kafka Fetch: record batches from each partition's offset (see `FetchResult`)."""
         self._require_running()
-        return await self._reader.fetch(
+        results = await self._reader.fetch(
             offsets,
             max_bytes=max_bytes if max_bytes is not None else self._config.fetch_max_bytes,
             partition_max_bytes=(
@@ -522,6 +527,8 @@ class DisklessBroker:
             ),
             isolation_level=isolation_level,
         )
+        report_fetch(self._metrics, results)
+        return results
 
     async def list_offsets(
         self,

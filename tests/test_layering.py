@@ -24,6 +24,7 @@ LAYERS: Final = (
         "diskless._availability",
         "diskless._fault_dice",
         "diskless._scram",
+        "diskless.metrics",
     ),
     ("diskless.storage", "diskless.txn"),
     ("diskless.coordinator",),

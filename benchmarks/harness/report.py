@@ -25,6 +25,7 @@ from benchmarks.harness.consume_report import (
 )
 from benchmarks.harness.cost import CostModel
 from benchmarks.harness.execute import TaskStats
+from benchmarks.harness.metrics_snapshot import METRICS_FILE, write_metrics
 from benchmarks.harness.placement import TaskPlace
 from benchmarks.harness.spec import GB, CostRates, RunSpec, WorkloadSpec
 from benchmarks.harness.verify import Verification
@@ -449,7 +450,8 @@ def plot_object_sizes(path: Path, sizes: Sequence[int]) -> None:
 
 
 def write_report(report: RunReport, directory: Path) -> list[Path]:
-    """Write results.json, summary.md and the plots (the end-to-end CDF with a consume phase)."""
+    """Write results.json, summary.md, the plots (the end-to-end CDF with a consume phase) and
+    the run's metrics snapshot (`metrics.prom`, as a broker's `/metrics` would serve them)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / name for name in (RESULTS_FILE, SUMMARY_FILE)]
     paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
@@ -465,6 +467,9 @@ def write_report(report: RunReport, directory: Path) -> list[Path]:
             report.analysis.request_latencies_ms,
         )
         paths.append(directory / E2E_PLOT)
+    broker_stats = [t.broker_stats for t in report.tasks]
+    store_stats = [t.store for t in report.tasks]
+    paths.append(write_metrics(directory / METRICS_FILE, broker_stats, store_stats, report.rates))
     return paths
 
 

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from diskless.metrics import STORAGE_RATES
 from diskless.wal import WalConfig
 
 KIB: Final = 1024
@@ -223,10 +224,11 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
 class CostRates(msgspec.Struct, frozen=True, kw_only=True):
     """Cloud list prices the cost model uses (defaults: AWS S3 Standard, us-east-1)."""
 
-    put_per_1000: float = 0.005
-    get_per_1000: float = 0.0004
-    storage_gb_month: float = 0.023
-    """Object storage $/GB-month (S3 Standard, first 50 TB)."""
+    put_per_1000: float = STORAGE_RATES.put_per_1000
+    get_per_1000: float = STORAGE_RATES.get_per_1000
+    storage_gb_month: float = STORAGE_RATES.storage_gb_month
+    """Object storage $/GB-month (S3 Standard, first 50 TB): the library's defaults, which the
+    brokers' cost metrics use too (`diskless.metrics.StorageRates`)."""
     block_storage_gb_month: float = 0.08
     """Classic Kafka's broker disks, $/GB-month (EBS gp3), paid for each of the RF replicas."""
     block_storage_utilization: float = 1.0

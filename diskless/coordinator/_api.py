@@ -46,6 +46,7 @@ from diskless.coordinator._values import (
     TopicConfig,
     TopicDescription,
 )
+from diskless.metrics import Metrics
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
 
 
@@ -63,6 +64,10 @@ class BatchCoordinator(abc.ABC):
       states with the time it actually lands.
     """
 
+    metrics: Metrics
+    """Where each write step's latency and outcome are reported; the process that owns the
+    coordinator sets it (the engine starts with `NULL_METRICS`, which drops them)."""
+
     @property
     @abc.abstractmethod
     def commit_bounds(self) -> CommitBounds:
@@ -75,6 +80,11 @@ class BatchCoordinator(abc.ABC):
         """Whether its backing store answers, as this process sees it: every operation reports
         its outcome there, which logs when the store stops answering and when it is back
         (`diskless._availability`)."""
+
+    @property
+    @abc.abstractmethod
+    def step_retries(self) -> int:
+        """Write steps run again after losing a race for the backing store, since it opened."""
 
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod

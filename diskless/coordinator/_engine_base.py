@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -18,7 +19,8 @@ from diskless.coordinator._store import (
     ReadView,
     StoreTxn,
 )
-from diskless.errors import CoordinatorError
+from diskless.errors import CommitOutcomeUnknownError, CoordinatorError
+from diskless.metrics import NULL_METRICS, Metrics, StepOutcome
 from diskless.txn import ProducerEntry, is_expired
 
 T = TypeVar("T")
@@ -40,6 +42,7 @@ class EngineBase(BatchCoordinator):
         self._bounds = commit_bounds
         self._closed = False
         self._availability = Availability("coordinator")
+        self.metrics: Metrics = NULL_METRICS
 
     @property
     def commit_bounds(self) -> CommitBounds:
@@ -48,6 +51,12 @@ class EngineBase(BatchCoordinator):
     @property
     def availability(self) -> Availability:
         return self._availability
+
+    @property
+    def step_retries(self) -> int:
+        """Steps its store ran again after losing a race for the database (SQLite's busy lock,
+        PostgreSQL's serialization failures and deadlocks); the in-memory store never does."""
+        return int(getattr(self._store, "retries", 0))
 
     async def _write(
         self,
@@ -58,9 +67,20 @@ class EngineBase(BatchCoordinator):
     ) -> T:
         if self._closed:
             raise RuntimeError("the coordinator is closed")
-        return await self._reported(
-            self._store.write(operation, step, durability, outcome_unknown_on_failure)
-        )
+        # The one place every step runs: its latency and outcome are measured here.
+        started = time.perf_counter()
+        outcome = StepOutcome.ERROR
+        try:
+            result = await self._reported(
+                self._store.write(operation, step, durability, outcome_unknown_on_failure)
+            )
+            outcome = StepOutcome.OK
+        except CommitOutcomeUnknownError:
+            outcome = StepOutcome.UNKNOWN
+            raise
+        finally:
+            self.metrics.coordinator_step(operation.value, time.perf_counter() - started, outcome)
+        return result
 
     async def _read(self, query: Callable[[ReadView], T]) -> T:
         if self._closed:

@@ -97,6 +97,11 @@ class FaultyCoordinatorStore:
     latencies stay, and the draws go on, so that what follows replays alike.
     """
 
+    @property
+    def retries(self) -> int:
+        """The wrapped store's (`EngineBase.step_retries`)."""
+        return int(getattr(self.inner, "retries", 0))
+
     def __init__(
         self,
         inner: CoordinatorStore,

@@ -33,8 +33,9 @@ and the coordinators:
   through first (`_authenticator`, over the mechanisms `_sasl_plain` and `_sasl_scram`), the
   cluster of brokers one process runs (`cluster`), their settings (`config`, and Kafka's
   property names for them: `server_properties`, read from a properties file by `properties`),
-  the command line (`cli`, `cli_properties`) and the lifecycle services a process runs beside
-  its brokers (`services`).
+  the command line (`cli`, `cli_properties`), the lifecycle services a process runs beside
+  its brokers (`services`), and the process's metrics and health endpoint (`observability`,
+  over `metrics_*`).
 """
 
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
@@ -44,6 +45,8 @@ from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._server.broker_server import BrokerServer
 from diskless.kafka_server._server.cluster import KafkaCluster, rack_name
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.metrics_events import PrometheusMetrics
+from diskless.kafka_server._server.observability import Observability
 
 __all__ = [
     # running brokers
@@ -51,6 +54,9 @@ __all__ = [
     "KafkaCluster",
     "ServerConfig",
     "rack_name",
+    # metrics and health
+    "Observability",
+    "PrometheusMetrics",
     # membership and routing
     "BrokerAddress",
     "ClusterView",

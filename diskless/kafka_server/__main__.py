@@ -32,6 +32,10 @@ one process may run several brokers from one file; clients are told the address 
 they came in on. On several hosts, run one process per host, each with its own `node.id`,
 `broker.rack` and advertised address.
 
+`--metrics-address HOST:PORT` (`metrics.address`) serves Prometheus metrics at `/metrics` and
+the health checks `/healthz` (alive) and `/readyz` (brokers registered, coordinator and store
+answering) there; `--log-format json` writes one JSON object per log line.
+
 Every process also runs retention, consolidation and the file manager, each run in the process
 holding the lowest live broker id only; `--no-lifecycle` leaves them to the others.
 
@@ -44,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -62,11 +65,14 @@ from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server._server import cli, cli_properties
 from diskless.kafka_server._server.cluster import KafkaCluster
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.log_format import configure_logging
+from diskless.kafka_server._server.observability import Observability
 from diskless.kafka_server._server.services import (
     LifecycleConfig,
     lowest_live_broker,
     running_lifecycle,
 )
+from diskless.metrics import NULL_METRICS
 from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 
@@ -211,6 +217,19 @@ def _parser() -> argparse.ArgumentParser:
         help="time between two consolidation runs",
     )
     parser.add_argument("--log-level", type=cli.log_level, default="INFO")
+    parser.add_argument(
+        "--log-format",
+        type=cli.log_format,
+        default="text",
+        help="text, or json: one JSON object per line, for log collectors",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (/metrics) and health (/healthz, /readyz) there "
+        "(metrics.address; port 0 picks a free one)",
+    )
     return parser
 
 
@@ -247,7 +266,13 @@ async def _run(
     ports = [args.base_port + i for i in ids] if args.base_port else None
     store = _open_store(args)
     coordinator = _open_coordinator(args)
+    observability = (
+        Observability(store, coordinator, server_config) if server_config.metrics_address else None
+    )
     try:
+        if observability is not None:
+            await observability.start()
+            print(f"metrics=http://{observability.endpoint.address}/metrics")
         async with (
             KafkaCluster(
                 store,
@@ -258,9 +283,15 @@ async def _run(
                 ports=ports,
                 server_config=server_config,
                 broker_config=broker_config,
+                metrics=observability.metrics if observability is not None else NULL_METRICS,
             ) as cluster,
-            running_lifecycle(store, coordinator, lifecycle, lowest_live_broker(cluster.view, ids)),
+            running_lifecycle(
+                store, coordinator, lifecycle, lowest_live_broker(cluster.view, ids)
+            ) as services,
         ):
+            if observability is not None:
+                observability.attach(cluster)
+                observability.attach_services(services)
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions) is ErrorCode.NONE
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
@@ -287,6 +318,8 @@ async def _run(
     except BrokerIdInUseError as e:
         raise SystemExit(f"cannot start: {e}; is another process serving it?") from None
     finally:
+        if observability is not None:
+            await observability.close()
         await coordinator.close()
         await store.close()
 
@@ -302,9 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         configs = cli.configs(args, ids, COMMIT_BOUNDS, from_file)
     except cli.UsageError as error:
         parser.error(str(error))
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     asyncio.run(_run(args, ids, configs.server, configs.broker, configs.lifecycle))
 
 

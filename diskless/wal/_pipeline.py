@@ -33,6 +33,7 @@ from diskless.coordinator import (
     FileCommit,
 )
 from diskless.errors import CoordinatorError, StorageTimeoutError
+from diskless.metrics import NULL_METRICS, Metrics, ProduceStage
 from diskless.storage import ObjectStore
 from diskless.wal._cache import SegmentCache
 from diskless.wal._config import WalConfig
@@ -74,6 +75,7 @@ class SegmentPipeline:
         fenced: Callable[[], bool],
         on_fenced: Callable[[], None],
         release: Callable[[int], None],
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         self._broker_id = broker_id
         self._broker_epoch = broker_epoch
@@ -86,6 +88,7 @@ class SegmentPipeline:
         self._fenced = fenced
         self._on_fenced = on_fenced
         self._release = release
+        self._metrics = metrics
         self._upload_slots = asyncio.Semaphore(config.uploads_inflight_max)
         self._last_done: asyncio.Future[None] | None = None
         self._unresolved: collections.deque[Segment] = collections.deque()
@@ -110,6 +113,9 @@ class SegmentPipeline:
     def launch(self, segment: Segment) -> None:
         """Start the sealed `segment`'s upload; its commit follows the previous segment's."""
         segment.done = asyncio.get_running_loop().create_future()
+        self._metrics.produce_stage(
+            ProduceStage.SEGMENT_FILL, self._clock.monotonic() - segment.opened_at
+        )
         previous = self._last_done
         self._last_done = segment.done
         self._unresolved.append(segment)
@@ -136,8 +142,12 @@ class SegmentPipeline:
         try:
             upload_failure = await self._upload(segment)
             segment.uploaded = upload_failure is None
+            uploaded_at = self._clock.monotonic()
             if previous is not None:
                 await asyncio.wait([previous])  # never cancels `previous` if we are cancelled
+            if segment.uploaded:
+                waited = self._clock.monotonic() - uploaded_at
+                self._metrics.produce_stage(ProduceStage.COMMIT_WAIT, waited)
             if segment.resolved:
                 pass  # it went with the group of a segment before it
             elif self._fenced():
@@ -218,7 +228,9 @@ class SegmentPipeline:
                         retry_ms = backoff_ms(self._config.upload_backoff_ms, attempt - 1)
                         await self._clock.sleep(retry_ms / 1000)
                     continue
-                self.upload_latency.append(self._clock.monotonic() - started)
+                elapsed = self._clock.monotonic() - started
+                self.upload_latency.append(elapsed)
+                self._metrics.produce_stage(ProduceStage.UPLOAD, elapsed)
                 self.objects_uploaded += 1
                 self.object_bytes_uploaded += len(segment.data)
                 self._cache.put(segment.key, segment.data)
@@ -268,7 +280,9 @@ class SegmentPipeline:
                 )
             return
         self.commit_steps += 1
-        self.commit_latency.append(self._clock.monotonic() - started)
+        elapsed = self._clock.monotonic() - started
+        self.commit_latency.append(elapsed)
+        self._metrics.produce_stage(ProduceStage.COMMIT, elapsed)
         for segment, outcome in zip(group, outcomes, strict=True):
             self._settle(segment, outcome)
 
@@ -294,4 +308,6 @@ class SegmentPipeline:
         assert len(results) == len(segment.batches), (len(results), len(segment.batches))
         self.commits += 1
         self.batches_committed += len(results)
+        # One PUT per object (a multipart upload's extra requests show in the store's counters).
+        self._metrics.wal_object_committed(len(segment.data), 1, segment.batches, results)
         segment.answer(results)

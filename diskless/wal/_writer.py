@@ -57,6 +57,7 @@ from diskless._types import ErrorCode
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator, CommitBatchResult
 from diskless.errors import BrokerClosedError
+from diskless.metrics import NULL_METRICS, Metrics, ProduceStage
 from diskless.storage import ObjectStore
 from diskless.wal._admission import Admission
 from diskless.wal._cache import SegmentCache
@@ -87,8 +88,12 @@ class WalWriter:
         config: WalConfig | None = None,
         clock: Clock | None = None,
         cache: SegmentCache | None = None,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
+        """`metrics`: where the time of each produce stage and each committed object's topics
+        are reported (`diskless.metrics`)."""
         self._broker_id = broker_id
+        self._metrics = metrics
         self._broker_epoch = broker_epoch
         self._config = config if config is not None else WalConfig()
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -128,6 +133,7 @@ class WalWriter:
             fenced=lambda: self._fenced,
             on_fenced=self._fence,
             release=self._admission.release,
+            metrics=metrics,
         )
         self._deadlines = DeadlineWatcher(self._clock, self._due, lambda: self._writes_open)
 
@@ -304,7 +310,11 @@ class WalWriter:
             while True:
                 index = request.placed_count
                 size = entries[index].header.size
+                queued_at = self._clock.monotonic()
                 refusal = await self._admission.wait(size, request)
+                self._metrics.produce_stage(
+                    ProduceStage.ADMISSION, self._clock.monotonic() - queued_at
+                )
                 if refusal is None and (self._closing or self._fenced):
                     # Admitted, but the world changed while we waited.
                     self._admission.release(size)

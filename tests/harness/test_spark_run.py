@@ -31,6 +31,7 @@ from benchmarks.harness.execute import (
     result_schema,
     task_stats,
 )
+from benchmarks.harness.metrics_snapshot import metrics_text
 from benchmarks.harness.options import Options
 from benchmarks.harness.records import kafka_records
 from benchmarks.harness.report import (
@@ -46,6 +47,7 @@ from benchmarks.harness.spark import REPO_ROOT
 from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.verify import verify
 from diskless import TopicPartition
+from tests.kafka_server._metrics import promtool_check, samples
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -169,6 +171,30 @@ def test_the_report_counts_exactly_what_the_tasks_acknowledged(outcome: RunOutco
     assert report.headline.mb_per_s == a.all_active_mb_per_s
     assert report.headline.whole_run_mb_per_s == a.mb_per_s
     assert report.cost.produced_gb * 1e9 == pytest.approx(a.bytes_acked)
+
+
+def test_the_metrics_snapshot_passes_promtool_and_counts_the_run(outcome: RunOutcome) -> None:
+    report = outcome.report
+    text = metrics_text(
+        [t.broker_stats for t in report.tasks], [t.store for t in report.tasks], report.rates
+    )
+    promtool_check(text.decode())
+    found = samples(text.decode())
+
+    def total(name: str, **labels: str) -> float:
+        return sum(
+            v
+            for (n, ls), v in found.items()
+            if n == name and all((k, w) in ls for k, w in labels.items())
+        )
+
+    assert total("diskless_wal_batches_committed_total") == report.analysis.batches_acked
+    assert total("diskless_object_store_requests_total", kind="PUT") == sum(
+        t.store["put_requests"] for t in report.tasks
+    )
+    assert total("diskless_object_store_bytes_total", direction="written") == sum(
+        t.store["bytes_in"] for t in report.tasks
+    )
 
 
 def test_reading_back_independently_finds_the_same_records_bytes_and_objects(

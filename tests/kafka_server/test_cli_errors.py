@@ -65,6 +65,9 @@ BAD_VALUES = [
     ("--server-option", ["--server-option", "fetch_poll_ms=often"]),
     ("--server-option", ["--server-option", "frame_bytes_max=200000000"]),
     ("--server-option", ["--server-option", "requests_inflight_max=0"]),
+    ("--metrics-address", ["--metrics-address", "localhost"]),
+    ("--metrics-address", ["--metrics-address", "127.0.0.1:99999"]),
+    ("--log-format", ["--log-format", "xml"]),
     ("--unknown-flag", ["--unknown-flag"]),
 ]
 """Each case runs with a data directory, so that only its own flags are bad."""

@@ -115,6 +115,8 @@ class PostgresStore(CoordinatorStore):
             max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
         )
         self._closed = False
+        self.retries = 0
+        """Steps run again after a serialization failure or deadlock (for metrics)."""
 
     # --- the pool -----------------------------------------------------------------------------
     async def _ready(self) -> asyncpg.Pool:
@@ -169,6 +171,7 @@ class PostgresStore(CoordinatorStore):
                 if error.sqlstate not in RETRY_SQLSTATES or attempt == STEP_ATTEMPTS_MAX:
                     raise CoordinatorUnavailableError(f"postgres: {error!r}") from error
                 logger.debug("step lost a race (%s), running it again", error.sqlstate)
+                self.retries += 1
             except INFRASTRUCTURE_ERRORS as error:
                 raise CoordinatorUnavailableError(f"postgres: {error!r}") from error
             await asyncio.sleep(delay * (0.5 + random.random()))

@@ -76,6 +76,8 @@ class SqliteStore(CoordinatorStore):
         self._path = os.fspath(path)
         self._busy_timeout_ms = busy_timeout_ms
         self._busy_retry_s = busy_retry_s
+        self.retries = 0
+        """Statements run again while another process held the lock (for metrics)."""
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="diskless-sqlite"
         )
@@ -138,6 +140,7 @@ class SqliteStore(CoordinatorStore):
             except sqlite3.OperationalError as error:
                 if not _is_busy(error) or time.monotonic() >= deadline:
                     raise
+            self.retries += 1  # one thread writes at a time; a lost increment is harmless
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.1)
 

@@ -77,6 +77,10 @@ class GroupCoordinator:
         await asyncio.gather(*self._completions, return_exceptions=True)
 
     # --- ownership ----------------------------------------------------------------------------
+    def group_ids(self) -> list[str]:
+        """The groups this process coordinates now (whose lag its metrics report)."""
+        return list(self._groups)
+
     async def locate(self, group_id: str) -> BrokerAddress | None:
         """FindCoordinator: the live owner of the group, claimed for the broker its id hashes
         to when it has none; None when no live broker can take it now (retriable)."""

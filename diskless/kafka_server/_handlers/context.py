@@ -13,6 +13,7 @@ from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
+from diskless.metrics import Metrics
 
 ANONYMOUS: Final = "User:ANONYMOUS"
 """Kafka's principal for a connection that has not authenticated (KafkaPrincipal.ANONYMOUS)."""
@@ -99,6 +100,11 @@ class BrokerContext(Protocol):
 
     @property
     def address(self) -> BrokerAddress: ...
+
+    @property
+    def metrics(self) -> Metrics:
+        """Where a handler reports what only it sees (an authentication failure, say)."""
+        ...
 
 
 def serving(context: BrokerContext) -> GroupOwnership:

@@ -59,6 +59,7 @@ from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server._sasl_plain import PlainServer
 from diskless.kafka_server._server._sasl_scram import SaslFailure, ScramServer
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)
 
@@ -84,8 +85,9 @@ class _Refused(Exception):
 class _Failed(Exception):
     """Authentication failed: answer `response` (if any) after the delay, then close."""
 
-    def __init__(self, reason: str, response: bytes | None) -> None:
-        super().__init__(reason)
+    def __init__(self, mechanism: str, reason: str, response: bytes | None) -> None:
+        super().__init__(f"{mechanism}: {reason}")
+        self.mechanism = mechanism
         self.response = response
 
 
@@ -100,8 +102,10 @@ class Authenticator:
         budget: RequestBudget,
         *,
         broker_id: int,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         self._config = config
+        self._metrics = metrics
         self._credentials = credentials
         self._dispatch = dispatch
         self._budget = budget
@@ -128,6 +132,7 @@ class Authenticator:
             async with asyncio.timeout(limit_ms / 1000):
                 user = await self._exchange(session, reader, writer)
         except _Failed as failed:
+            self._metrics.authentication_failed(session.listener, failed.mechanism)
             self.failures.warning(
                 "failed authentication of %s on broker %d (listener %s): %s",
                 session.peer,
@@ -229,7 +234,7 @@ class Authenticator:
                     auth_bytes=b"",
                     session_lifetime=NO_SESSION_LIFETIME,
                 )
-                raise _Failed(f"{mechanism}: {failure}", response) from None
+                raise _Failed(mechanism, str(failure), response) from None
             writer.write(
                 self._encode(
                     prefix,
@@ -258,7 +263,7 @@ class Authenticator:
             try:
                 answer = await server.evaluate(token)
             except SaslFailure as failure:
-                raise _Failed(f"{mechanism}: {failure}", None) from None
+                raise _Failed(mechanism, str(failure), None) from None
             writer.write(FRAME_SIZE.pack(len(answer)) + answer)
             await writer.drain()
             if server.complete:

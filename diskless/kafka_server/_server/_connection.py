@@ -32,6 +32,7 @@ from diskless.kafka_server._protocol.codec import FRAME_SIZE, FrameError
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._request_budget import RequestBudget, Reservation
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)
 
@@ -67,8 +68,10 @@ class Connection:
         warnings: RateLimitedWarnings,
         dispatch: Dispatch,
         broker_id: int,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         self.session = session
+        self._metrics = metrics
         self._config = config
         self._budget = budget
         self._warnings = warnings
@@ -90,7 +93,7 @@ class Connection:
                     _log.debug("closing idle %s on broker %d", self.session.peer, self._broker_id)
                     break
                 except _Close as e:
-                    self._warn_close(str(e))
+                    self._warn_close(str(e), "bad_frame")
                     break
                 if received is None:
                     break  # the client closed the connection
@@ -101,7 +104,7 @@ class Connection:
                     reservation.release()
                     if not isinstance(e, FrameError):
                         raise
-                    self._warn_close(str(e))
+                    self._warn_close(str(e), "unsupported_request")
                     break
                 del frame  # the decoded request is all that is kept
                 self._unanswered += 1
@@ -123,7 +126,8 @@ class Connection:
                 if leftover is not None:
                     leftover.cancel()
 
-    def _warn_close(self, reason: str) -> None:
+    def _warn_close(self, reason: str, kind: str) -> None:
+        self._metrics.connection_rejected(self.session.listener, kind)
         self._warnings.warning(
             "closing %s on broker %d: %s", self.session.peer, self._broker_id, reason
         )

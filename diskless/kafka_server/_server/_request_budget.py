@@ -28,6 +28,8 @@ class RequestBudget:
         self.bytes_max = bytes_max
         self.reserved = 0
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self.throttled = 0
+        """Reservations that had to queue (a connection's reading paused), since the start."""
 
     @property
     def waiting(self) -> int:
@@ -40,6 +42,7 @@ class RequestBudget:
         if not self._waiters and self.reserved + size <= self.bytes_max:
             self.reserved += size
             return Reservation(self, size)
+        self.throttled += 1
         granted = asyncio.get_running_loop().create_future()
         entry = (size, granted)
         self._waiters.append(entry)

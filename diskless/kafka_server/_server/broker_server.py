@@ -25,6 +25,7 @@ import concurrent.futures
 import functools
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -54,7 +55,9 @@ from diskless.kafka_server._server._principal_rules import Rule, parse_rules
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
+from diskless.kafka_server._server.response_errors import error_codes
 from diskless.kafka_server._server.tls import NoMatchingRule
+from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)
 
@@ -76,12 +79,15 @@ class BrokerServer:
         config: ServerConfig | None = None,
         request_budget: RequestBudget | None = None,
         listeners: Sequence[BrokerListener] | None = None,
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
         """`request_budget`: the `queued_request_bytes_max` budget, when shared with other servers
         of the same process (a `KafkaCluster` passes one to all of its brokers). `listeners`:
         this broker's (`ListenerPlan.for_broker`); by default one PLAINTEXT listener on
-        127.0.0.1 at `port` (0: a free one)."""
+        127.0.0.1 at `port` (0: a free one). `metrics`: where requests and connections are
+        reported (handlers reach it as `context.metrics`)."""
         self.broker = broker
+        self.metrics = metrics
         self.cluster = cluster
         self.transactions = transactions
         self.groups = groups
@@ -118,7 +124,12 @@ class BrokerServer:
         )
         self._received: collections.Counter[tuple[ApiKey, str]] = collections.Counter()
         self._authenticator = Authenticator(
-            self.config, credentials, self._dispatch, self.request_budget, broker_id=self.broker_id
+            self.config,
+            credentials,
+            self._dispatch,
+            self.request_budget,
+            broker_id=self.broker_id,
+            metrics=metrics,
         )
 
     @property
@@ -235,9 +246,11 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         if not self._servers:
+            self.metrics.connection_rejected(listener.name, "closing")
             writer.transport.abort()
             return
         self._connections[task] = writer
+        opened: str | None = None
         try:
             tls = self._tls.get(listener.name)
             if tls is not None and not await self._handshake(writer, tls, listener.name):
@@ -250,10 +263,13 @@ class BrokerServer:
                     rules=self._rules.get(listener.name, ()),
                 )
             except NoMatchingRule as refused:  # Kafka fails the authentication
+                self.metrics.authentication_failed(listener.name, "SSL")
                 self._close_warnings.warning(
                     "closing %s on broker %d: %s", _peer_text(writer), self.broker_id, refused
                 )
                 return
+            opened = session.listener
+            self.metrics.connection_opened(opened)
             connection = Connection(
                 session,
                 config=self.config,
@@ -261,6 +277,7 @@ class BrokerServer:
                 warnings=self._close_warnings,
                 dispatch=self._dispatch,
                 broker_id=self.broker_id,
+                metrics=self.metrics,
             )
             if session.security_protocol.uses_sasl and not await self._authenticator.authenticate(
                 session, reader, writer
@@ -272,6 +289,8 @@ class BrokerServer:
             # from reporting the cancellation as an error.
             pass
         finally:
+            if opened is not None:
+                self.metrics.connection_closed(opened)
             self._connections.pop(task, None)
             self._sessions.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
@@ -315,6 +334,7 @@ class BrokerServer:
     async def _dispatch(self, session: Session, frame: memoryview) -> Answer:
         """Decode one request and start its handler; FrameError when the connection must close
         (see `_connection.Dispatch`)."""
+        started = time.perf_counter()
         prefix = read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
         handler = route(key, version)
@@ -335,14 +355,23 @@ class BrokerServer:
             request = decode_request(frame, schema)
         self._received[(handler.api.key, request.client_id or "")] += 1
         handling = handler(self, session, request.body)
-        return asyncio.ensure_future(self._answer(handling, prefix.correlation_id, large=large))
+        answer = self._answer(handling, prefix.correlation_id, handler.api.key, started, large)
+        return asyncio.ensure_future(answer)
 
     async def _answer(
-        self, handling: Awaitable[ResponsePayload | None], correlation_id: int, *, large: bool
+        self,
+        handling: Awaitable[ResponsePayload | None],
+        correlation_id: int,
+        api: ApiKey,
+        started: float,
+        large: bool,
     ) -> bytes | None:
         """The framed response; a large request's response is encoded off the event loop
-        (its size grows with the request's: 100,000 topics in, 100,000 out)."""
+        (its size grows with the request's: 100,000 topics in, 100,000 out). The one place
+        every answered request is measured."""
         response = await handling
+        errors = error_codes(response) if response is not None else ()
+        self.metrics.request_answered(api.name, time.perf_counter() - started, errors)
         if response is None:
             return None
         if large:

@@ -41,6 +41,7 @@ SEARCH_MIN: Final = -(2**63)
 SEARCH_MAX: Final = 2**63 - 1
 """Where the search for a range's ends gives up: an end past these is reported as no bound."""
 POSTGRESQL_SCHEMES: Final = ("postgresql://", "postgres://")
+LOG_FORMATS: Final = ("text", "json")
 
 
 class UsageError(Exception):
@@ -251,6 +252,7 @@ def readable_file(spec: str) -> str:
 
 def server_option(spec: str) -> tuple[str, int]:
     name, _, value = spec.partition("=")
+    # The numbers; the others have flags of their own (--metrics-address).
     fields = {f.name: f for f in msgspec.structs.fields(ServerConfig) if f.type is int}
     if name not in fields or not value:
         raise argparse.ArgumentTypeError(
@@ -339,7 +341,19 @@ def _server_config(args: argparse.Namespace, base: ServerConfig) -> ServerConfig
         default = getattr(base, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
-    return build_checked(lambda values: msgspec.structs.replace(base, **values), settings)
+    config = build_checked(lambda values: msgspec.structs.replace(base, **values), settings)
+    if not args.metrics_address:  # the file's, if it has one
+        return config
+    try:
+        return msgspec.structs.replace(config, metrics_address=args.metrics_address)
+    except ValueError as error:
+        raise UsageError(f"--metrics-address: {error}") from None
+
+
+def log_format(spec: str) -> str:
+    if spec not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"{spec!r} is not one of {', '.join(LOG_FORMATS)}")
+    return spec
 
 
 def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:

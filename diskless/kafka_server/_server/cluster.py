@@ -37,6 +37,7 @@ from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.broker_server import BrokerServer
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import listener_plan
+from diskless.metrics import NULL_METRICS, Metrics
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -78,7 +79,9 @@ class KafkaCluster:
         broker_config: BrokerConfig | None = None,
         server_config: ServerConfig | None = None,
         cluster_id: str = "diskless-local",
+        metrics: Metrics = NULL_METRICS,
     ) -> None:
+        """`metrics`: where the brokers and their servers report (`diskless.metrics`)."""
         if brokers < 1 or racks < 1:
             raise ValueError("a cluster needs at least one broker and one rack")
         if ports is not None and len(ports) != brokers:
@@ -99,6 +102,7 @@ class KafkaCluster:
         self._broker_ids = list(broker_ids) if broker_ids is not None else list(range(brokers))
         self._broker_config = broker_config
         self._server_config = server_config
+        self.metrics = metrics
         self.request_budget = RequestBudget(
             (server_config or ServerConfig()).queued_request_bytes_max
         )
@@ -145,6 +149,7 @@ class KafkaCluster:
                 self._coordinator,
                 self._broker_config,
                 rack=self._rack_of(broker_id),
+                metrics=self.metrics,
             )
             await self._start_exclusively(broker)
             server = BrokerServer(
@@ -156,6 +161,7 @@ class KafkaCluster:
                 config=self._server_config,
                 request_budget=self.request_budget,
                 listeners=self._listeners.for_broker(index, default_port=self._ports[index]),
+                metrics=self.metrics,
             )
             self.servers[broker_id] = server
             await server.start()

@@ -125,6 +125,19 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's `sasl.server.max.receive.size`: a larger frame before authentication closes the
     connection (an unauthenticated client cannot make the broker read 100 MiB)."""
 
+    metrics_address: str = ""
+    """`metrics.address` (HOST:PORT): where the process serves Prometheus metrics (`/metrics`)
+    and its health (`/healthz`, `/readyz`); empty: no endpoint. Port 0 picks a free one."""
+    metrics_topics_max: int = 1000
+    """`metrics.topics.max`: topics with series of their own in the per-topic metrics; the
+    topics seen after these are counted together under `topic="__other__"`."""
+    metrics_lag_groups_max: int = 1000
+    """`metrics.lag.groups.max`: consumer groups whose lag a scrape computes (the others are
+    counted in `diskless_consumer_lag_groups_omitted`)."""
+    metrics_lag_partitions_max: int = 10_000
+    """`metrics.lag.partitions.max`: lag series per scrape; past it, each group's remaining lag
+    is summed into one series with `topic` and `partition` "__other__"."""
+
     def sasl_mechanisms_for(self, listener: str) -> tuple[str, ...]:
         """The SASL mechanisms `listener` offers: its own `sasl.enabled.mechanisms` over the
         broker's."""
@@ -180,6 +193,12 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")
+        if self.metrics_address:
+            parse_host_port(self.metrics_address)
+        if min(self.metrics_topics_max, self.metrics_lag_groups_max) < 0:
+            raise ValueError("metrics_topics_max and metrics_lag_groups_max must be >= 0")
+        if self.metrics_lag_partitions_max < 0:
+            raise ValueError("metrics_lag_partitions_max must be >= 0")
         for secret in ("ssl_keystore_key", "ssl_key_password"):  # shown as [hidden], however set
             value = getattr(self, secret)
             if value and not isinstance(value, Hidden):
@@ -227,3 +246,12 @@ def check_sasl_settings(config: ServerConfig, listeners: list[str], sasl: list[s
         raise ValueError("connection.failed.authentication.delay.ms must be >= 0")
     if config.sasl_handshake_ms_max < 1 or config.sasl_server_max_receive_size < 1:
         raise ValueError("sasl_handshake_ms_max and sasl.server.max.receive.size must be >= 1")
+
+
+def parse_host_port(address: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as (host, port); ValueError naming what is wrong."""
+    host, colon, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT with a port in 0..65535, got {address!r}")
+    return host, int(port)

@@ -49,6 +49,10 @@ PROPERTIES: Final[dict[str, str]] = {
     "plain.sasl.jaas.config": "plain_sasl_jaas_config",
     "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
     "sasl.server.max.receive.size": "sasl_server_max_receive_size",
+    "metrics.address": "metrics_address",
+    "metrics.topics.max": "metrics_topics_max",
+    "metrics.lag.groups.max": "metrics_lag_groups_max",
+    "metrics.lag.partitions.max": "metrics_lag_partitions_max",
 }
 """Kafka property name -> `ServerConfig` field."""
 LISTENER_PROPERTIES: Final[set[str]] = {

@@ -1,0 +1,155 @@
+"""A broker process's metrics and health: one Prometheus registry, what feeds it, its endpoint.
+
+`Observability` owns a `PrometheusMetrics` (the library's events: the cluster's brokers and
+servers, and the coordinator's steps, report there), the scrape-time readers of the library's
+counters (`metrics_snapshots`), the consumer lag (`metrics_lag`), the standard process and
+Python collectors (CPU, memory, open files, GC), and the HTTP endpoint (`metrics_http`). The
+registry is its own, not `prometheus_client`'s global one, so two processes' worth of brokers
+in one interpreter (tests, an embedding application) keep separate figures.
+
+Ready (`/readyz`) means: the brokers have started, none was fenced, each holds a live
+registration in the coordinator (which therefore answers), and the object store answers a
+one-key listing; each within `READY_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from diskless import DisklessBroker
+from diskless.coordinator import BatchCoordinator
+from diskless.kafka_server._server.cluster import KafkaCluster
+from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.metrics_events import PREFIX, PrometheusMetrics
+from diskless.kafka_server._server.metrics_http import MetricsEndpoint
+from diskless.kafka_server._server.metrics_lag import LagTracker
+from diskless.kafka_server._server.metrics_snapshots import Sources
+from diskless.metrics import STORAGE_RATES, StorageRates
+from diskless.storage import ObjectStore
+
+READY_TIMEOUT_S = 2.0
+
+
+class Observability(Collector):
+    """`attach` the cluster once built, `attach_services` once they run; `start` serves the
+    endpoint, `close` stops it. Also usable without the endpoint: `scrape()` renders the text."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        config: ServerConfig | None = None,
+        *,
+        rates: StorageRates = STORAGE_RATES,
+    ) -> None:
+        self.config = config if config is not None else ServerConfig()
+        self.store = store
+        self.coordinator = coordinator
+        self.metrics = PrometheusMetrics(topics_max=self.config.metrics_topics_max, rates=rates)
+        coordinator.metrics = self.metrics
+        self.cluster: KafkaCluster | None = None
+        self.lag: LagTracker | None = None
+        self._sources = Sources(self._brokers, store, coordinator, rates)
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.registry.register(self)
+        self.endpoint = MetricsEndpoint(self.registry, ready=self.ready, before_scrape=self.refresh)
+
+    def attach(self, cluster: KafkaCluster) -> None:
+        """Report the cluster's brokers and the lag of the groups it coordinates."""
+        self.cluster = cluster
+        self.lag = LagTracker(
+            self.coordinator,
+            cluster.groups.group_ids,
+            groups_max=self.config.metrics_lag_groups_max,
+            partitions_max=self.config.metrics_lag_partitions_max,
+        )
+
+    def attach_services(self, services: Sequence[object]) -> None:
+        """Report the lifecycle services this process runs."""
+        self._sources.services = services
+
+    async def start(self, address: str | None = None) -> None:
+        await self.endpoint.start(address or self.config.metrics_address)
+
+    async def close(self) -> None:
+        await self.endpoint.close()
+
+    def _brokers(self) -> list[DisklessBroker]:
+        if self.cluster is None:
+            return []
+        return [server.broker for server in self.cluster.servers.values()]
+
+    # --- the scrape ---------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        """What a scrape computes on demand: the consumer lag."""
+        if self.lag is not None:
+            await self.lag.refresh()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.metrics.families()
+        yield from self._sources.families()
+        if self.cluster is not None:
+            throttled = CounterMetricFamily(
+                PREFIX + "requests_throttled",
+                "Frames whose reading waited for the process's request byte budget"
+                " (queued.max.request.bytes)",
+            )
+            throttled.add_metric((), self.cluster.request_budget.throttled)
+            yield throttled
+        if self.lag is not None:
+            yield from self.lag.families()
+
+    async def scrape(self) -> bytes:
+        """The text a scrape of `/metrics` returns."""
+        await self.refresh()
+        return generate_latest(self.registry)
+
+    # --- health -------------------------------------------------------------------------------
+    async def ready(self) -> str | None:
+        """None when ready, else why not (one line)."""
+        cluster = self.cluster
+        if cluster is None or not cluster.servers:
+            return "the brokers have not started"
+        if cluster.fenced:
+            fenced = ", ".join(str(b) for b in sorted(cluster.fenced))
+            return f"broker {fenced} was fenced by a newer incarnation"
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                live = await self.coordinator.live_brokers()
+        except Exception as error:
+            return f"the coordinator does not answer: {_one_line(error)}"
+        registered = {(r.broker_id, r.broker_epoch) for r in live}
+        missing = [
+            str(server.broker_id)
+            for server in cluster.live
+            if (server.broker_id, server.broker.broker_epoch) not in registered
+        ]
+        if missing:
+            return f"broker {', '.join(missing)} holds no live registration in the coordinator"
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                await self.store.list_page(self.coordinator.commit_bounds.object_prefix, limit=1)
+        except Exception as error:
+            return f"the object store does not answer: {_one_line(error)}"
+        return None
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or "no answer"
+    if isinstance(error, TimeoutError):
+        text = f"no answer within {READY_TIMEOUT_S} s"
+    return f"{type(error).__name__}: {text}"
