@@ -17,6 +17,7 @@ from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
+from diskless.coordinator._engine_acls import AclOperations
 from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_groups import GroupOperations
 from diskless.coordinator._engine_txn_records import TxnRecordOperations
@@ -73,7 +74,9 @@ RETENTION_CHUNK_ROWS: Final = 256
 """Batches loaded at a time while retention walks a partition from its start."""
 
 
-class CoordinatorEngine(TxnRecordOperations, ConsolidationOperations, GroupOperations):
+class CoordinatorEngine(
+    TxnRecordOperations, ConsolidationOperations, GroupOperations, AclOperations
+):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 
     # --- topics -------------------------------------------------------------------------------

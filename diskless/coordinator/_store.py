@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from diskless._types import GroupOwnership, TopicPartition
+from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import ReadSource
@@ -97,6 +98,9 @@ class Needs(msgspec.Struct):
     txns: Collection[str] = ()
     """Transactional ids: their records."""
     """Every non-empty partition of a topic with time or size retention, by topic and index."""
+    acls: bool = False
+    """Every ACL binding (a cluster has few: they are loaded whole). A step that changes them
+    also loads the `ACL_VERSION_COUNTER` counter, which serializes such steps."""
 
 
 class Snapshot(msgspec.Struct):
@@ -117,6 +121,7 @@ class Snapshot(msgspec.Struct):
     batches: Mapping[int, list[StoredBatch]] = EMPTY
     retained_partitions: Sequence[PartitionState] = ()
     txns: Mapping[str, TxnRecord] = EMPTY
+    acls: Sequence[AclBinding] = ()
 
 
 class LoadingSnapshot(msgspec.Struct):
@@ -137,6 +142,7 @@ class LoadingSnapshot(msgspec.Struct):
     batches: dict[int, list[StoredBatch]] = {}
     retained_partitions: list[PartitionState] = []
     txns: dict[str, TxnRecord] = {}
+    acls: list[AclBinding] = []
 
     def freeze(self) -> Snapshot:
         return Snapshot(**msgspec.structs.asdict(self))
@@ -196,6 +202,9 @@ class Changes(msgspec.Struct):
     """Transaction records, inserted or replaced by transactional id."""
     group_offsets: Mapping[tuple[str, TopicPartition], tuple[int, str | None]] = EMPTY
     """(group, partition) -> (offset, metadata): committed consumer offsets, replaced."""
+    acls_deleted: Sequence[AclBinding] = ()
+    acls_created: Sequence[AclBinding] = ()
+    """New bindings, none of them stored already (deletions are applied first)."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -251,6 +260,8 @@ class Operation(enum.Enum):
     TXN_END = "txn_end"
     TXN_EXPIRE = "txn_expire"
     TXN_COMPLETE = "txn_complete"
+    CREATE_ACLS = "create_acls"
+    DELETE_ACLS = "delete_acls"
 
 
 class Durability(enum.Enum):
@@ -330,6 +341,14 @@ class ReadView(ReadSource, Protocol):
     ) -> list[LeaseHolder]:
         """Who holds leases of (producer, epoch) there that expire later than `after_ms`: one
         entry per broker incarnation, with the earliest expiry of its leases."""
+        ...
+
+    def acl_version(self) -> int:
+        """The `ACL_VERSION_COUNTER` counter (0 before any ACL change): one cheap lookup."""
+        ...
+
+    def acls(self) -> list[AclBinding]:
+        """Every stored binding, sorted."""
         ...
 
 

@@ -63,6 +63,8 @@ READ_METHODS = {
     "txn_registrations",
     "group_offsets",
     "broker_registrations",
+    "acl_version",
+    "acls",
     # consolidation
     "unconsolidated_heads",
     "unconsolidated_rows",
