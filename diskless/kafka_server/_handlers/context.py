@@ -11,6 +11,13 @@ from diskless._types import GroupOwnership
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
+from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
+
+ANONYMOUS: Final = "User:ANONYMOUS"
+"""Kafka's principal for a connection that has not authenticated (KafkaPrincipal.ANONYMOUS)."""
+DEFAULT_LISTENER: Final = "PLAINTEXT"
+"""The listener a connection is on when the server names none: Kafka's default `listeners` is
+`PLAINTEXT://:9092`, whose listener name is its protocol's."""
 
 MAX_PARTITIONS_PER_REQUEST: Final = 10_000
 """Kafka's MAX_PARTITIONS_PER_BATCH: one request may add no more partitions than this in total,
@@ -18,12 +25,33 @@ so a single CreateTopics or CreatePartitions cannot exhaust the coordinator (KAF
 
 
 class Session:
-    """What the handlers know of the client connection a request came on."""
+    """What the handlers know of the client connection a request came on: who is asking
+    (`principal`, from where: `client_host`) and through which listener, for authentication and
+    the authorizer's decisions."""
 
-    __slots__ = ("client_rack", "peer")
+    __slots__ = ("client_host", "client_rack", "listener", "peer", "principal", "security_protocol")
 
-    def __init__(self, peer: str) -> None:
+    def __init__(
+        self,
+        peer: str,
+        *,
+        client_host: str = "",
+        listener: str = DEFAULT_LISTENER,
+        security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+        principal: str = ANONYMOUS,
+    ) -> None:
         self.peer = peer
+        """The peer's address as logged (host and port)."""
+        self.client_host = client_host
+        """The peer's IP address, as ACLs match hosts (Kafka's `RequestContext.clientAddress`)."""
+        self.listener = listener
+        """The name of the listener the connection came on (`listeners`)."""
+        self.security_protocol = security_protocol
+        """That listener's protocol (`listener.security.protocol.map`)."""
+        self.principal = principal
+        """Kafka's `KafkaPrincipal` string form, `User:<name>`: `User:ANONYMOUS` until the
+        connection authenticates (a TLS client certificate's subject, `User:<DN>`, is known from
+        the start; SASL sets it once a client has authenticated)."""
         self.client_rack: str | None = None
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
 

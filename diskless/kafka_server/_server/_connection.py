@@ -60,7 +60,7 @@ class Connection:
 
     def __init__(
         self,
-        peer: str,
+        session: Session,
         *,
         config: ServerConfig,
         budget: RequestBudget,
@@ -68,7 +68,7 @@ class Connection:
         dispatch: Dispatch,
         broker_id: int,
     ) -> None:
-        self.session = Session(peer)
+        self.session = session
         self._config = config
         self._budget = budget
         self._warnings = warnings

@@ -41,6 +41,7 @@ from diskless.kafka_server._protocol.codec import (
 )
 from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server._peer import peer_session
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
 
@@ -79,6 +80,7 @@ class BrokerServer:
         self._port = port
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._sessions: dict[asyncio.Task[None], Session] = {}
         self._codec: concurrent.futures.ThreadPoolExecutor | None = None
         self._close_warnings = RateLimitedWarnings(
             _log,
@@ -157,8 +159,9 @@ class BrokerServer:
             writer.transport.abort()
             return
         self._connections[task] = writer
+        session = self._sessions[task] = peer_session(writer)
         connection = Connection(
-            str(writer.get_extra_info("peername")),
+            session,
             config=self.config,
             budget=self.request_budget,
             warnings=self._close_warnings,
@@ -173,7 +176,13 @@ class BrokerServer:
             pass
         finally:
             self._connections.pop(task, None)
+            self._sessions.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
+
+    def sessions(self) -> list[Session]:
+        """The sessions of the connections open now: who is connected, from where, on which
+        listener."""
+        return list(self._sessions.values())
 
     def received(self, api: ApiKey) -> collections.Counter[str]:
         """Requests of `api` this broker received, per client id (where routing sent whom)."""

@@ -1,0 +1,25 @@
+"""Who is at the other end of an accepted connection, as the `Session` names it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from diskless.kafka_server._handlers.context import DEFAULT_LISTENER, Session
+from diskless.kafka_server._server.security_protocol import SecurityProtocol
+
+
+def peer_session(
+    writer: asyncio.StreamWriter,
+    *,
+    listener: str = DEFAULT_LISTENER,
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+) -> Session:
+    """The session of a connection just accepted on `listener`: the peer's IP address and port
+    from its socket; the principal is anonymous until something authenticates it."""
+    peername = writer.get_extra_info("peername")
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        host, port = str(peername[0]), peername[1]
+        peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    else:  # not an IP socket (a Unix socket in a test): nothing to match hosts against
+        host, peer = "", str(peername)
+    return Session(peer, client_host=host, listener=listener, security_protocol=security_protocol)
