@@ -8,6 +8,7 @@ from typing import Final, Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
+from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
@@ -95,6 +96,11 @@ class BrokerContext(Protocol):
 
     @property
     def address(self) -> BrokerAddress: ...
+
+    @property
+    def acls(self) -> AclCache | None:
+        """The authorizer's ACLs; None when no authorizer is configured."""
+        ...
 
 
 def serving(context: BrokerContext) -> GroupOwnership:

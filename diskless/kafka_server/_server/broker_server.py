@@ -25,6 +25,7 @@ from typing import Final, TypeVar
 from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
+from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
@@ -64,9 +65,12 @@ class BrokerServer:
         port: int = 0,
         config: ServerConfig | None = None,
         request_budget: RequestBudget | None = None,
+        acls: AclCache | None = None,
     ) -> None:
         """`request_budget`: the `queued_request_bytes_max` budget, when shared with other servers
-        of the same process (a `KafkaCluster` passes one to all of its brokers)."""
+        of the same process (a `KafkaCluster` passes one to all of its brokers). `acls`: the
+        authorizer's ACLs (None: no authorizer, everything is allowed)."""
+        self.acls = acls
         self.broker = broker
         self.cluster = cluster
         self.transactions = transactions

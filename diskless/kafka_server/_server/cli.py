@@ -241,12 +241,11 @@ s3_region = _s3_location("region")
 
 def server_option(spec: str) -> tuple[str, int]:
     name, _, value = spec.partition("=")
-    fields = {f.name: f for f in msgspec.structs.fields(ServerConfig)}
+    fields = {f.name: f for f in msgspec.structs.fields(ServerConfig) if f.type is int}
     if name not in fields or not value:
         raise argparse.ArgumentTypeError(
             f"expected FIELD=VALUE with FIELD one of {', '.join(fields)}, got {spec!r}"
         )
-    assert fields[name].type is int, "every ServerConfig field is a number"
     try:
         return name, int(value)
     except ValueError:
@@ -322,7 +321,20 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         default = getattr(defaults, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
-    return build_checked(lambda values: ServerConfig(**values), settings)
+    authorizer = {
+        "authorizer_class_name": args.authorizer_class_name,
+        "super_users": args.super_users,
+        "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found,
+    }
+    try:
+        ServerConfig(**authorizer)
+    except ValueError as error:
+        raise UsageError(f"--authorizer-class-name: {error}") from None
+
+    def numbers(values: dict[str, int]) -> ServerConfig:
+        return ServerConfig(**authorizer, **values)  # type: ignore[arg-type]  # int fields
+
+    return build_checked(numbers, settings)
 
 
 def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:

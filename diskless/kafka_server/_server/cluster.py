@@ -27,6 +27,8 @@ from typing import Final
 from diskless import BrokerConfig, DisklessBroker, ErrorCode
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.errors import BrokerIdInUseError
+from diskless.kafka_server._coordination.acl_cache import AclCache
+from diskless.kafka_server._coordination.authorizer import AuthorizerSettings, parse_super_users
 from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
@@ -108,6 +110,18 @@ class KafkaCluster:
         )
         self.transactions = TransactionFront(coordinator)
         self.groups = GroupCoordinator(coordinator, self.view)
+        self.acls = (
+            AclCache(
+                coordinator,
+                AuthorizerSettings(
+                    parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found
+                ),
+                config.acl_refresh_ms,
+            )
+            if config.authorizer_enabled
+            else None
+        )
+        """The authorizer's ACLs, shared by the brokers (None: no authorizer configured)."""
         self.servers: dict[int, BrokerServer] = {}
         self._killed: set[int] = set()
         self.fenced: set[int] = set()
@@ -121,6 +135,8 @@ class KafkaCluster:
         return self._coordinator
 
     async def start(self) -> None:
+        if self.acls is not None:
+            await self.acls.start()
         await self.transactions.start()
         await self.groups.start()
         await self.view.start()
@@ -141,6 +157,7 @@ class KafkaCluster:
                 port=self._ports[index],
                 config=self._server_config,
                 request_budget=self.request_budget,
+                acls=self.acls,
             )
             self.servers[broker_id] = server
             await server.start()
@@ -189,6 +206,8 @@ class KafkaCluster:
         await self.view.close()
         await self.groups.close()
         await self.transactions.close()
+        if self.acls is not None:
+            await self.acls.close()
 
     async def __aenter__(self) -> KafkaCluster:
         try:
