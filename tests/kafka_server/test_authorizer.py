@@ -25,6 +25,7 @@ ALLOW = AclPermissionType.ALLOW
 DENY = AclPermissionType.DENY
 ALICE = "User:alice"
 HOST = "10.0.0.5"
+DEFAULTS = AuthorizerSettings()
 
 
 def acl(
@@ -47,7 +48,7 @@ def allowed(
     *,
     principal: str = ALICE,
     host: str = HOST,
-    settings: AuthorizerSettings = AuthorizerSettings(),
+    settings: AuthorizerSettings = DEFAULTS,
     resource_type: ResourceType = T,
 ) -> bool:
     index = AclIndex(bindings)
@@ -132,8 +133,10 @@ def test_authorize_any_is_kafkas_by_resource_type() -> None:
     assert any_write([acl("x", Op.WRITE, pattern=PatternType.PREFIXED)])
     assert not any_write([acl("a", Op.WRITE), acl("a", Op.WRITE, DENY)])
     assert not any_write(
-        [acl("xy", Op.WRITE, pattern=PatternType.PREFIXED)]
-        + [acl("x", Op.WRITE, DENY, pattern=PatternType.PREFIXED)]
+        [
+            acl("xy", Op.WRITE, pattern=PatternType.PREFIXED),
+            acl("x", Op.WRITE, DENY, pattern=PatternType.PREFIXED),
+        ]
     )
     assert not any_write([acl("a", Op.WRITE), acl("*", Op.WRITE, DENY)])
     assert not any_write([acl("a", Op.READ)])
