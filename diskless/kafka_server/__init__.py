@@ -22,8 +22,8 @@ and the coordinators:
   from the clients' transaction version 1 to the library's version 2) and the ACLs each process
   holds a copy of (`acl_cache`), which Kafka's authorizer rules decide on (`authorizer`).
 - `_handlers`: one module per API family, each handler shaped decode, authorize (`_access`),
-  call the library, encode; `table` lists them (a handler's annotation declares its API) and is all the server
-  sees of them. A library failure gets the code of the library's error table
+  call the library, encode; `table` lists them (a handler's annotation declares its API) and is
+  all the server sees of them. A library failure gets the code of the library's error table
   (`diskless._kafka_errors`) for the API's family.
 - `_server`: each broker's listener (`broker_server`), its connections (framing, order, the
   request byte budget, when a connection is closed rather than answered), the cluster of
