@@ -176,9 +176,8 @@ def filter_from_codes(
 
 
 def valid_principal(principal: str) -> bool:
-    """Kafka's KafkaPrincipal form, `type:name`, both parts present."""
-    kind, colon, name = principal.partition(":")
-    return bool(kind and colon and name)
+    """Kafka's KafkaPrincipal form, `type:name`: Kafka's controller checks only the colon."""
+    return ":" in principal
 
 
 def invalid_binding(binding: AclBinding) -> str | None:
@@ -197,7 +196,10 @@ def invalid_binding(binding: AclBinding) -> str | None:
     if binding.resource_type is ResourceType.CLUSTER and binding.resource_name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
     if not valid_principal(binding.principal):
-        return f"Could not parse principal from `{binding.principal}`"
+        return (
+            f"Could not parse principal from `{binding.principal}` (no colon is present"
+            " separating the principal type from the principal name)"
+        )
     if not binding.host:
         return "Invalid empty host"
     return None
