@@ -60,6 +60,8 @@ BAD_VALUES = [
     ("--server-option", ["--server-option", "fetch_poll_ms=often"]),
     ("--server-option", ["--server-option", "frame_bytes_max=200000000"]),
     ("--server-option", ["--server-option", "requests_inflight_max=0"]),
+    ("--server-option", ["--server-option", "acl_refresh_ms=0"]),
+    ("--authorizer-class-name", ["--authorizer-class-name", "com.example.MyAuthorizer"]),
     ("--unknown-flag", ["--unknown-flag"]),
 ]
 """Each case runs with a data directory, so that only its own flags are bad."""
