@@ -55,11 +55,61 @@ REGISTRATION_TTL_MS: Final = 9_000
 _TOPIC_ID_NAMESPACE: Final = uuid.UUID("6f1d3c0e-8a5b-4d1e-9f3a-2b7c4e5d6a10")
 
 
+class Endpoint(NamedTuple):
+    """Where clients of one listener reach a broker (one entry of `advertised.listeners`)."""
+
+    listener: str
+    host: str
+    port: int
+
+
 class BrokerAddress(NamedTuple):
+    """A broker as Metadata names it. `host` and `port` are its first advertised endpoint;
+    `endpoints` all of them, by listener name (empty: `host:port` serves every listener, as for a
+    broker with a single listener)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def on(self, listener: str) -> tuple[str, int] | None:
+        """Where a client that came in on `listener` reaches this broker: Kafka's rule, the
+        broker's endpoint of the same listener name; None when it has no such listener."""
+        if not self.endpoints:
+            return self.host, self.port
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return endpoint.host, endpoint.port
+        return None
+
+
+def registry_host(address: BrokerAddress) -> str:
+    """What the coordinator's broker registry keeps as the broker's host: the host itself for a
+    broker of one listener, else every endpoint as `advertised.listeners` writes them
+    (`NAME://host:port,...`), so brokers of other processes learn each listener's address (the
+    registry's port is then the first endpoint's)."""
+    if not address.endpoints:
+        return address.host
+    return ",".join(f"{e.listener}://{_host_text(e.host)}:{e.port}" for e in address.endpoints)
+
+
+def from_registry(broker_id: int, host: str, port: int, rack: str | None) -> BrokerAddress:
+    """The inverse of `registry_host`."""
+    if "://" not in host:
+        return BrokerAddress(broker_id, host, port, rack)
+    endpoints = []
+    for entry in host.split(","):
+        listener, _, where = entry.partition("://")
+        name, _, number = where.rpartition(":")
+        endpoints.append(Endpoint(listener, name.removeprefix("[").removesuffix("]"), int(number)))
+    first = endpoints[0]
+    return BrokerAddress(broker_id, first.host, first.port, rack, tuple(endpoints))
+
+
+def _host_text(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def topic_id(name: str) -> uuid.UUID:
@@ -209,7 +259,7 @@ class ClusterView:
             log_failure(_log, e, "broker registry unavailable")
             return
         self._remote = {
-            r.broker_id: BrokerAddress(r.broker_id, r.host, r.port, r.rack) for r in live
+            r.broker_id: from_registry(r.broker_id, r.host, r.port, r.rack) for r in live
         }
         self._epochs = {r.broker_id: r.broker_epoch for r in live}
         self._update()
@@ -221,7 +271,12 @@ class ClusterView:
 
     async def _announce(self, address: BrokerAddress, epoch: int) -> None:
         assert self._coordinator is not None
-        host, port, rack, broker_id = address.host, address.port, address.rack, address.broker_id
+        host, port, rack, broker_id = (
+            registry_host(address),
+            address.port,
+            address.rack,
+            address.broker_id,
+        )
         loop = asyncio.get_running_loop()
         started = loop.time()
         if await self._coordinator.announce_broker(
@@ -250,7 +305,7 @@ class ClusterView:
         assert self._coordinator is not None
         try:
             await self._coordinator.announce_broker(
-                address.broker_id, epoch, address.host, address.port, address.rack, 0
+                address.broker_id, epoch, registry_host(address), address.port, address.rack, 0
             )
         except DisklessError as e:
             log_failure(_log, e, "cannot withdraw broker %d", address.broker_id)

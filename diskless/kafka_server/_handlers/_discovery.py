@@ -93,7 +93,7 @@ async def handle_metadata(
     access = Access(context, session)
     topics = await _describe(context, access, requested, _may_create(context, request))
     rack = session.client_rack if session.client_rack is not None else context.rack
-    return await _encode_metadata(response, context, topics, rack)
+    return await _encode_metadata(response, context, topics, rack, session.listener)
 
 
 def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
@@ -161,11 +161,13 @@ async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, 
 
 
 async def _encode_metadata(
-    response: Response, context: BrokerContext, topics: _Topics, rack: str | None
+    response: Response, context: BrokerContext, topics: _Topics, rack: str | None, listener: str
 ) -> ResponsePayload:
+    """Brokers are listed at their endpoint of the client's `listener` (a broker without one is
+    left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka)."""
     broker_entry = nested(response, "MetadataResponseBroker")
     topic_entry = nested(response, "MetadataResponseTopic")
-    brokers = context.cluster.brokers()
+    reachable = {b.broker_id: b.on(listener) for b in context.cluster.brokers()}
     entries: list[Entity] = []
     steps = Steps()
     for name in topics.names:
@@ -183,7 +185,7 @@ async def _encode_metadata(
                 topic_id=topic_id(name) if ok else None,
                 is_internal=False,
                 partitions=(
-                    _partitions(response, context, name, description.partitions, rack)
+                    _partitions(response, context, name, description.partitions, rack, reachable)
                     if description is not None
                     else ()
                 ),
@@ -193,8 +195,9 @@ async def _encode_metadata(
         response,
         throttle_time=NO_THROTTLE,
         brokers=tuple(
-            build(broker_entry, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in brokers
+            build(broker_entry, node_id=b.broker_id, host=where[0], port=where[1], rack=b.rack)
+            for b in context.cluster.brokers()
+            if (where := reachable.get(b.broker_id)) is not None
         ),
         cluster_id=context.cluster.cluster_id,
         controller_id=context.broker_id,
@@ -203,20 +206,29 @@ async def _encode_metadata(
 
 
 def _partitions(
-    response: Response, context: BrokerContext, name: str, count: int, rack: str | None
+    response: Response,
+    context: BrokerContext,
+    name: str,
+    count: int,
+    rack: str | None,
+    reachable: Mapping[int, tuple[str, int] | None],
 ) -> tuple[Entity, ...]:
     """A topic's partitions, each led by the produce representative of `rack` (none while no
-    broker is live: LEADER_NOT_AVAILABLE)."""
+    broker is live: LEADER_NOT_AVAILABLE; one the client's listener cannot reach:
+    LISTENER_NOT_FOUND)."""
     partition_entry = nested(response, "MetadataResponsePartition")
     tps = [TopicPartition(name, p) for p in range(count)]
     leaders = context.cluster.leaders(tps, rack) if context.cluster.brokers() else {}
     entries = []
     for tp in tps:
         leader = leaders.get(tp, -1)
+        error = WireError.none if leader >= 0 else WireError.leader_not_available
+        if leader >= 0 and reachable.get(leader) is None:
+            error, leader = WireError.listener_not_found, -1
         entries.append(
             build(
                 partition_entry,
-                error_code=WireError.none if leader >= 0 else WireError.leader_not_available,
+                error_code=error,
                 partition_index=tp.partition,
                 leader_id=leader,
                 leader_epoch=context.cluster.generation,
@@ -258,7 +270,7 @@ async def handle_find_coordinator(
     else:
         keys = [request.key]
     access = Access(context, session)
-    found = [await _find(context, access, key_type, key) for key in keys]
+    found = [await _find(context, access, key_type, key, session.listener) for key in keys]
     if not batched:
         (one,) = found
         return build(response, throttle_time=NO_THROTTLE, error_code=one.error, **_fields(one))
@@ -270,7 +282,9 @@ async def handle_find_coordinator(
     return build(response, throttle_time=NO_THROTTLE, coordinators=coordinators)
 
 
-async def _find(context: BrokerContext, access: Access, key_type: int, key: str) -> _Found:
+async def _find(
+    context: BrokerContext, access: Access, key_type: int, key: str, listener: str
+) -> _Found:
     if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
         message = f"unknown coordinator key type {key_type}"
         return _Found(WireError.invalid_request, message, *_NOT_FOUND)
@@ -289,7 +303,11 @@ async def _find(context: BrokerContext, access: Access, key_type: int, key: str)
         return _Found(error, "the batch coordinator is unavailable", *_NOT_FOUND)
     if found is None:
         return _Found(WireError.coordinator_not_available, "no live broker", *_NOT_FOUND)
-    return _Found(WireError.none, None, found.broker_id, found.host, found.port)
+    where = found.on(listener)
+    if where is None:  # Kafka's answer for a coordinator without the client's listener
+        message = f"the coordinator has no listener {listener}"
+        return _Found(WireError.coordinator_not_available, message, *_NOT_FOUND)
+    return _Found(WireError.none, None, found.broker_id, *where)
 
 
 def _fields(found: _Found) -> dict[str, object]:

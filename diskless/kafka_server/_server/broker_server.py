@@ -1,5 +1,7 @@
-"""One broker's Kafka listener: asyncio TCP on 127.0.0.1, each accepted connection served by a
-`Connection` (framing, order, limits), each request routed by the handler table.
+"""One broker's Kafka listeners: asyncio TCP servers, one per listener (`_server.listeners`; by
+default one PLAINTEXT listener on 127.0.0.1), each accepted connection served by a `Connection`
+(framing, order, limits) with a `Session` naming its listener, each request routed by the
+handler table.
 
 The listener is where requests meet the APIs, and only through the handler table
 (`_handlers.table`): a frame's API key and version pick its route, or none (the connection is
@@ -19,14 +21,14 @@ import collections
 import concurrent.futures
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
 from diskless.kafka_server._coordination.acl_cache import AclCache
-from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView, Endpoint
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._handlers.context import Session
@@ -45,10 +47,10 @@ from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
 
 _log = logging.getLogger(__name__)
 
-LISTEN_HOST: Final = "127.0.0.1"
 _Result = TypeVar("_Result")
 
 
@@ -65,11 +67,14 @@ class BrokerServer:
         port: int = 0,
         config: ServerConfig | None = None,
         request_budget: RequestBudget | None = None,
+        listeners: Sequence[BrokerListener] | None = None,
         acls: AclCache | None = None,
     ) -> None:
         """`request_budget`: the `queued_request_bytes_max` budget, when shared with other servers
-        of the same process (a `KafkaCluster` passes one to all of its brokers). `acls`: the
-        authorizer's ACLs (None: no authorizer, everything is allowed)."""
+        of the same process (a `KafkaCluster` passes one to all of its brokers). `listeners`:
+        this broker's (`ListenerPlan.for_broker`); by default one PLAINTEXT listener on
+        127.0.0.1 at `port` (0: a free one). `acls`: the authorizer's ACLs (None: no
+        authorizer, everything is allowed)."""
         self.acls = acls
         self.broker = broker
         self.cluster = cluster
@@ -81,8 +86,17 @@ class BrokerServer:
             if request_budget is not None
             else RequestBudget(self.config.queued_request_bytes_max)
         )
-        self._port = port
-        self._server: asyncio.Server | None = None
+        self._listeners = (
+            list(listeners)
+            if listeners is not None
+            else ListenerPlan((), {}, {}).for_broker(0, default_port=port)
+        )
+        if not self._listeners:
+            raise ValueError(f"broker {broker.broker_id} has no listener")
+        self._servers: dict[str, asyncio.Server] = {}
+        """Listener name -> its server, while listening."""
+        self._endpoints: tuple[Endpoint, ...] = ()
+        """What this broker advertises, once listening."""
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._sessions: dict[asyncio.Task[None], Session] = {}
         self._codec: concurrent.futures.ThreadPoolExecutor | None = None
@@ -104,25 +118,72 @@ class BrokerServer:
 
     @property
     def address(self) -> BrokerAddress:
-        if self._server is None:
+        """The broker as Metadata names it: its first listener's advertised endpoint, and all of
+        them by listener name."""
+        if not self._endpoints:
             raise RuntimeError("the server is not listening")
-        return BrokerAddress(self.broker_id, LISTEN_HOST, self._port, self.rack)
+        first = self._endpoints[0]
+        endpoints = self._endpoints if len(self._listeners) > 1 else ()
+        return BrokerAddress(self.broker_id, first.host, first.port, self.rack, endpoints)
 
     @property
     def bootstrap(self) -> str:
-        return f"{LISTEN_HOST}:{self.address.port}"
+        return self.bootstrap_on(self._endpoints[0].listener if self._endpoints else "")
+
+    def bootstrap_on(self, listener: str) -> str:
+        """`host:port` of this broker's advertised endpoint of `listener`."""
+        where = self.address.on(listener)
+        if where is None:
+            raise KeyError(f"broker {self.broker_id} has no listener {listener}")
+        host, port = where
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     async def start(self) -> None:
-        if self._server is not None:
+        if self._servers:
             return
         # One thread: the codec is pure Python under the GIL, more would not make it faster.
         self._codec = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"kafka-codec-{self.broker_id}"
         )
-        self._server = await asyncio.start_server(self._accept, LISTEN_HOST, self._port)
-        self._port = self._server.sockets[0].getsockname()[1]
+        endpoints = []
+        try:
+            for listener in self._listeners:
+                tls = (
+                    self.config.tls_for(listener.name).server_context()
+                    if listener.protocol.uses_tls
+                    else None
+                )
+                server = await asyncio.start_server(
+                    functools.partial(self._accept, listener),
+                    listener.host or None,  # empty: every interface, as Kafka binds it
+                    listener.port,
+                    ssl=tls,
+                    ssl_handshake_timeout=self.config.ssl_handshake_timeout_ms / 1000
+                    if tls
+                    else None,
+                )
+                self._servers[listener.name] = server
+                port = listener.advertised_port or server.sockets[0].getsockname()[1]
+                if listener.advertised:
+                    endpoints.append(Endpoint(listener.name, listener.advertised_host, port))
+        except BaseException:
+            for server in self._servers.values():
+                server.close()
+            self._servers.clear()
+            raise
+        self._endpoints = tuple(endpoints)
         self.cluster.join(self.address, self.broker.broker_epoch)
-        _log.info("broker %d (rack %s) listening on %s", self.broker_id, self.rack, self.bootstrap)
+        _log.info(
+            "broker %d (rack %s) listening on %s",
+            self.broker_id,
+            self.rack,
+            ", ".join(self._describe(listener) for listener in self._listeners),
+        )
+
+    def _describe(self, listener: BrokerListener) -> str:
+        advertised = self.bootstrap_on(listener.name) if listener.advertised else "not"
+        bound = _bound(self._servers[listener.name])
+        return f"{listener.name} {bound} ({listener.protocol.value}, advertised {advertised})"
 
     async def close(self) -> None:
         """Stop listening, leave the cluster, end every connection; the broker stays open."""
@@ -133,14 +194,16 @@ class BrokerServer:
         await self._stop(abort=True)
 
     async def _stop(self, *, abort: bool) -> None:
-        server, self._server = self._server, None
-        if server is None:
+        servers = list(self._servers.values())
+        if not servers:
             return
+        address = self.address
+        self._servers.clear()
         self.cluster.leave(self.broker_id)
         if not abort:
-            address = BrokerAddress(self.broker_id, LISTEN_HOST, self._port, self.rack)
             await self.cluster.withdraw(address, self.broker.broker_epoch)
-        server.close()
+        for server in servers:
+            server.close()
         for task, writer in list(self._connections.items()):
             if abort:
                 writer.transport.abort()
@@ -148,7 +211,8 @@ class BrokerServer:
                 writer.close()
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
+        for server in servers:
+            await server.wait_closed()
         self._close_warnings.flush()
         if self._codec is not None:
             self._codec.shutdown(wait=False, cancel_futures=True)
@@ -156,14 +220,18 @@ class BrokerServer:
         _log.info("broker %d stopped listening (abort=%s)", self.broker_id, abort)
 
     # --- connections --------------------------------------------------------------------------
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, listener: BrokerListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if self._server is None:
+        if not self._servers:
             writer.transport.abort()
             return
         self._connections[task] = writer
-        session = self._sessions[task] = peer_session(writer)
+        session = self._sessions[task] = peer_session(
+            writer, listener=listener.name, security_protocol=listener.protocol
+        )
         connection = Connection(
             session,
             config=self.config,
@@ -237,3 +305,8 @@ class BrokerServer:
         if self._codec is None:
             raise ConnectionError("the server is closing")
         return await asyncio.get_running_loop().run_in_executor(self._codec, function)
+
+
+def _bound(server: asyncio.Server) -> str:
+    host, port = server.sockets[0].getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -321,20 +321,15 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         default = getattr(defaults, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
-    authorizer = {
-        "authorizer_class_name": args.authorizer_class_name,
-        "super_users": args.super_users,
-        "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found,
-    }
     try:
-        ServerConfig(**authorizer)
+        base = ServerConfig(
+            authorizer_class_name=args.authorizer_class_name,
+            super_users=args.super_users,
+            allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found,
+        )
     except ValueError as error:
         raise UsageError(f"--authorizer-class-name: {error}") from None
-
-    def numbers(values: dict[str, int]) -> ServerConfig:
-        return ServerConfig(**authorizer, **values)  # type: ignore[arg-type]  # int fields
-
-    return build_checked(numbers, settings)
+    return build_checked(lambda values: msgspec.structs.replace(base, **values), settings)
 
 
 def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:

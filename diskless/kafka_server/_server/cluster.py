@@ -1,6 +1,8 @@
 """A local cluster: N brokers in one process sharing one object store and one batch coordinator.
 
-Broker i is in rack `rack-(i mod racks)` and listens on its own port of 127.0.0.1; ids are 0..N-1
+Broker i is in rack `rack-(i mod racks)` (or every broker in `broker.rack`, when set) and
+listens on its own port of 127.0.0.1, or on its own ports of the configured listeners (broker k
+of the process on each listener's port + k, `_server.listeners`); ids are 0..N-1
 unless given (`broker_ids`, to join other processes' brokers over the same coordinator and store:
 the membership view announces each broker in the coordinator's registry and lists the others'). The
 brokers share, besides the store and the coordinator, the cluster's membership view, its transaction
@@ -35,6 +37,7 @@ from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.broker_server import BrokerServer
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.listeners import listener_plan
 from diskless.storage import ObjectStore
 
 _log = logging.getLogger(__name__)
@@ -102,6 +105,15 @@ class KafkaCluster:
         )
         """One `queued_request_bytes_max` budget for all brokers: they share one process."""
         config = server_config or ServerConfig()
+        self._listeners = listener_plan(
+            config.listeners, config.advertised_listeners, config.listener_security_protocol_map
+        )
+        if self._listeners.highest_port(brokers) > PORT_MAX:
+            raise ValueError(
+                f"listeners: broker {brokers - 1} of this process would listen on port"
+                f" {self._listeners.highest_port(brokers)} (each listener's port + k)"
+            )
+        self._fixed_rack = config.broker_rack or None
         self.view = ClusterView(
             cluster_id,
             coordinator,
@@ -146,7 +158,7 @@ class KafkaCluster:
                 self._store,
                 self._coordinator,
                 self._broker_config,
-                rack=rack_name(broker_id % self._racks),
+                rack=self._rack_of(broker_id),
             )
             await self._start_exclusively(broker)
             server = BrokerServer(
@@ -154,9 +166,9 @@ class KafkaCluster:
                 self.view,
                 self.transactions,
                 self.groups,
-                port=self._ports[index],
                 config=self._server_config,
                 request_budget=self.request_budget,
+                listeners=self._listeners.for_broker(index, default_port=self._ports[index]),
                 acls=self.acls,
             )
             self.servers[broker_id] = server
@@ -226,15 +238,23 @@ class KafkaCluster:
         """NONE, or TOPIC_ALREADY_EXISTS (`BatchCoordinator.create_topic`)."""
         return await self._coordinator.create_topic(name, partitions, config)
 
-    def bootstrap(self, rack: str | None = None) -> str:
-        """`host:port,...` of the live brokers (of `rack` when given)."""
-        return ",".join(
-            f"{b.host}:{b.port}" for b in self.view.brokers() if rack is None or b.rack == rack
-        )
+    def bootstrap(self, rack: str | None = None, *, listener: str | None = None) -> str:
+        """`host:port,...` of the live brokers (of `rack` when given), at their first advertised
+        endpoint or at that of `listener`."""
+        found = []
+        for b in self.view.brokers():
+            where = (b.host, b.port) if listener is None else b.on(listener)
+            if where is not None and (rack is None or b.rack == rack):
+                host, port = where
+                found.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return ",".join(found)
+
+    def _rack_of(self, broker_id: int) -> str:
+        return self._fixed_rack or rack_name(broker_id % self._racks)
 
     @property
     def racks(self) -> list[str]:
-        return sorted({rack_name(b % self._racks) for b in self._broker_ids})
+        return sorted({self._rack_of(b) for b in self._broker_ids})
 
     @property
     def live(self) -> list[BrokerServer]:

@@ -8,6 +8,8 @@ import msgspec
 
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
+from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
+from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, TlsSettings
 
 QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
@@ -63,6 +65,46 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     close_warnings_max: int = 10
     """At most this many warnings per `close_warning_interval_ms` about connections closed for a
     client's fault; the others are counted and reported once at the end of the interval."""
+    listeners: str = ""
+    """Kafka's `listeners` (`NAME://HOST:PORT,...`); empty: one PLAINTEXT listener on 127.0.0.1
+    at the port the cluster gives each broker. Broker k of a process listens on PORT + k
+    (`_server.listeners`)."""
+    advertised_listeners: str = ""
+    """Kafka's `advertised.listeners`; empty: `listeners`."""
+    listener_security_protocol_map: str = DEFAULT_PROTOCOL_MAP
+    """Kafka's `listener.security.protocol.map`."""
+    broker_rack: str = ""
+    """Kafka's `broker.rack`: the rack of every broker of this process; empty: broker i is in
+    rack `rack-(i mod racks)`."""
+    ssl_keystore_type: str = "PEM"
+    """Kafka's `ssl.keystore.type`; PEM only (`_server.tls` describes every `ssl_` field)."""
+    ssl_keystore_location: str = ""
+    """Kafka's `ssl.keystore.location`: a PEM file with the private key and certificate chain."""
+    ssl_keystore_certificate_chain: str = ""
+    """Kafka's `ssl.keystore.certificate.chain`: the certificate chain, inline PEM."""
+    ssl_keystore_key: str = ""
+    """Kafka's `ssl.keystore.key`: the private key, inline PEM (never shown)."""
+    ssl_key_password: str = ""
+    """Kafka's `ssl.key.password`: the private key's password (never shown)."""
+    ssl_truststore_type: str = "PEM"
+    """Kafka's `ssl.truststore.type`; PEM only."""
+    ssl_truststore_location: str = ""
+    """Kafka's `ssl.truststore.location`: PEM CA certificates client certificates must chain to."""
+    ssl_truststore_certificates: str = ""
+    """Kafka's `ssl.truststore.certificates`: the same, inline PEM."""
+    ssl_client_auth: str = "none"
+    """Kafka's `ssl.client.auth`: none, requested or required."""
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    """Kafka's `ssl.principal.mapping.rules`: DEFAULT only (the principal is `User:<DN>`)."""
+    ssl_enabled_protocols: str = DEFAULT_PROTOCOLS
+    """Kafka's `ssl.enabled.protocols`: TLSv1.2 and/or TLSv1.3, never older."""
+    ssl_handshake_timeout_ms: int = 10_000
+    """A TLS handshake not done within this closes the connection (Kafka bounds it by its
+    request timeout; a client that never finishes must not hold a connection)."""
+    listener_settings: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)
+    """Kafka's `listener.name.<name>.<property>` values: listener name (upper case) ->
+    property -> value, over the broker-wide value for that listener."""
+
     authorizer_class_name: str = ""
     """Kafka's `authorizer.class.name`: empty, no authorization (everything is allowed and the
     ACL APIs answer SECURITY_DISABLED); one of `AUTHORIZER_CLASS_NAMES`, ACLs are enforced on
@@ -77,6 +119,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     reloads the ACLs when it changed: an ACL change takes effect on every process within this
     (plus one coordinator read), and at once on the process it was made through. No Kafka
     property (Kafka's brokers follow the metadata log)."""
+
+    def tls_for(self, listener: str) -> TlsSettings:
+        """The `ssl.*` settings of `listener`: its own over the broker's."""
+        return TlsSettings(
+            keystore_type=self.ssl_keystore_type,
+            keystore_location=self.ssl_keystore_location,
+            keystore_certificate_chain=self.ssl_keystore_certificate_chain,
+            keystore_key=self.ssl_keystore_key,
+            key_password=self.ssl_key_password,
+            truststore_type=self.ssl_truststore_type,
+            truststore_location=self.ssl_truststore_location,
+            truststore_certificates=self.ssl_truststore_certificates,
+            client_auth=self.ssl_client_auth,
+            principal_mapping_rules=self.ssl_principal_mapping_rules,
+            enabled_protocols=self.ssl_enabled_protocols,
+        ).overridden(self.listener_settings.get(listener.upper(), {}))
 
     def __post_init__(self) -> None:
         if not 0 < self.frame_bytes_max <= 2**31 - 1:
@@ -104,6 +162,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")
+        plan = listener_plan(
+            self.listeners, self.advertised_listeners, self.listener_security_protocol_map
+        )
+        if self.ssl_handshake_timeout_ms < 1:
+            raise ValueError("ssl_handshake_timeout_ms must be >= 1")
+        self.tls_for("").check("", tls=False)
+        for listener in plan.listeners:
+            tls = plan.protocols[listener.name].uses_tls
+            self.tls_for(listener.name).check(listener.name, tls=tls)
         if self.authorizer_class_name not in ("", *AUTHORIZER_CLASS_NAMES):
             raise ValueError(
                 f"authorizer.class.name: {self.authorizer_class_name!r} is not supported"
