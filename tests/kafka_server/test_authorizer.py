@@ -11,6 +11,7 @@ from diskless.coordinator import (
     PatternType,
     ResourceType,
 )
+from diskless.kafka_server import ServerConfig
 from diskless.kafka_server._coordination.authorizer import (
     AclIndex,
     AuthorizerSettings,
@@ -18,6 +19,7 @@ from diskless.kafka_server._coordination.authorizer import (
     authorize_any,
     parse_super_users,
 )
+from diskless.kafka_server._server.server_properties import server_config
 
 Op = AclOperation
 T = ResourceType.TOPIC
@@ -141,3 +143,18 @@ def test_authorize_any_is_kafkas_by_resource_type() -> None:
     assert not any_write([acl("a", Op.WRITE), acl("*", Op.WRITE, DENY)])
     assert not any_write([acl("a", Op.READ)])
     assert any_write([acl("a", Op.WRITE), acl("b", Op.WRITE, DENY)])
+
+
+def test_kafkas_properties_enable_it_and_a_foreign_authorizer_fails_naming_its_property() -> None:
+    config = server_config(
+        {
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin;User:ops",
+            "allow.everyone.if.no.acl.found": "true",
+        }
+    )
+    assert config.authorizer_enabled and config.allow_everyone_if_no_acl_found
+    assert parse_super_users(config.super_users) == {"User:admin", "User:ops"}
+    assert not ServerConfig().authorizer_enabled
+    with pytest.raises(ValueError, match=r"^authorizer\.class\.name: 'com\.example\.Mine'"):
+        server_config({"authorizer.class.name": "com.example.Mine"})
