@@ -243,3 +243,25 @@ async def test_a_topic_without_describe_leaves_no_trace_in_metadata(setup: Setup
     # Whether the topic exists or not, the answer is the same.
     assert dataclasses.replace(existing, name="nope") == missing
     assert existing.partitions == () and existing.topic_id is None
+
+
+async def test_metadata_creates_a_missing_topic_only_with_create(setup: Setup) -> None:
+    """Describing a missing topic is not enough to create it: TOPIC_AUTHORIZATION_FAILED, and
+    it is not created; with CREATE on it (or on the cluster) it is."""
+    setup.context = dataclasses.replace(
+        setup.context, config=ServerConfig(auto_create_topic_partitions=1)
+    )
+    describe = AclBinding(R.TOPIC, "new", PatternType.PREFIXED, PRINCIPAL, "*", Op.DESCRIBE, ALLOW)
+    await setup.acls.create([describe])
+    metadata = _request(ApiKey.METADATA)
+    wanted = dataclasses.replace(
+        metadata,
+        topics=(dataclasses.replace(metadata.topics[0], name="new-one"),),
+        allow_auto_topic_creation=True,
+    )
+    (refused,) = (await _respond(setup, ApiKey.METADATA, wanted)).topics
+    assert refused.error_code is WireError.topic_authorization_failed
+    assert await setup.context.broker.describe_topics(["new-one"]) == []
+    await setup.acls.create([describe._replace(operation=Op.CREATE)])
+    (created,) = (await _respond(setup, ApiKey.METADATA, wanted)).topics
+    assert created.error_code is WireError.none and len(created.partitions) == 1
