@@ -34,7 +34,9 @@ class PostgresBatchCoordinator(CoordinatorEngine):
         commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
         object_prefix: str = DEFAULT_OBJECT_PREFIX,
     ) -> None:
-        """`dsn`: a libpq URI (`postgresql://user@host:port/database`). `pool_size_max` bounds
+        """`dsn`: a libpq URI (`postgresql://user@host:port/database`), with libpq's TLS
+        parameters where the server is reached over TLS (`?sslmode=verify-full&sslrootcert=
+        CA.pem`, and `sslcert`/`sslkey` for a client certificate). `pool_size_max` bounds
         this process's connections. Opening a connection or waiting for a free one is bounded by
         `connect_timeout_ms`, each statement (row-lock waits included) by `command_timeout_ms`;
         past them an operation fails with the retriable CoordinatorUnavailableError. A commit

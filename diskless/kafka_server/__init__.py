@@ -1,11 +1,13 @@
 """A Kafka-protocol prototype broker on the diskless library.
 
 Unmodified Kafka clients (librdkafka, kafka-python, aiokafka, ...) produce to and consume from
-`DisklessBroker`s through this package. Each broker gets a Kafka listener on 127.0.0.1
-(`BrokerServer`); a `KafkaCluster` runs several in one process, sharing one object store and one
-batch coordinator. From a shell:
+`DisklessBroker`s through this package. Each broker gets Kafka's listeners (`BrokerServer`; by
+default one PLAINTEXT listener on 127.0.0.1, else `listeners`, `advertised.listeners` and TLS as
+Kafka configures them); a `KafkaCluster` runs several in one process, sharing one object store
+and one batch coordinator. From a shell:
 
     python -m diskless.kafka_server --brokers 3 --racks 3 --data-dir DIR [--topic NAME:N]
+    python -m diskless.kafka_server --config server.properties [--override NAME=VALUE ...]
 
 Four parts, each importing only from those before it and only their public modules
 (`tests/test_layering.py`), as Kafka splits its broker into the network layer, the API handlers
@@ -25,10 +27,12 @@ and the coordinators:
   call the library, encode; `table` lists them (a handler's annotation declares its API) and is
   all the server sees of them. A library failure gets the code of the library's error table
   (`diskless._kafka_errors`) for the API's family.
-- `_server`: each broker's listener (`broker_server`), its connections (framing, order, the
-  request byte budget, when a connection is closed rather than answered), the cluster of
-  brokers one process runs (`cluster`), their settings (`config`), the command line (`cli`)
-  and the lifecycle services a process runs beside its brokers (`services`).
+- `_server`: each broker's listeners (`broker_server`, `listeners`, `tls`), its connections
+  (framing, order, the request byte budget, when a connection is closed rather than answered;
+  who is at the other end, `_peer`), the cluster of brokers one process runs (`cluster`), their
+  settings (`config`, and Kafka's property names for them: `server_properties`, read from a
+  properties file by `properties`), the command line (`cli`, `cli_properties`) and the
+  lifecycle services a process runs beside its brokers (`services`).
 """
 
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView

@@ -7,18 +7,36 @@ DIR/coordinator.sqlite (SqliteBatchCoordinator), which processes on one host can
 On several hosts: `--coordinator postgresql://USER@HOST:PORT/DB` puts the batch metadata in
 PostgreSQL (PostgresBatchCoordinator), and `--s3-endpoint URL --bucket NAME` (or `--bucket NAME
 --region R` for AWS) puts the objects in S3 (credentials from the usual AWS environment); with
-both, no data directory is needed.
+both, no data directory is needed. Both may go over TLS: libpq's `sslmode` and `sslrootcert`
+in the coordinator's URL (`?sslmode=verify-full&sslrootcert=/etc/diskless/ca.pem`), and an
+https endpoint whose CA `--s3-ca-bundle` names.
 
 `--broker-ids 4,5` runs those brokers instead of 0..N-1: a second process started so on the same
 coordinator and store joins the first one's cluster; Metadata of either lists the live brokers of
 both.
 
-`--server-option` sets any `ServerConfig` field, e.g. `queued_request_bytes_max=104857600`.
+`--server-option` sets any numeric `ServerConfig` field, e.g.
+`queued_request_bytes_max=104857600`.
+
+`--config server.properties` reads Kafka's own property names (Java properties format), e.g.
+`listeners`, `advertised.listeners`, `listener.security.protocol.map`, `broker.rack`, `node.id`,
+the `ssl.*` key and trust stores and `ssl.client.auth`, `listener.name.<name>.ssl.*`,
+`socket.request.max.bytes`; `--override NAME=VALUE` sets one over the file, and the other flags
+override both. An unknown property or a bad value stops the start with one line naming it.
+
+Listeners: without `listeners`, each broker listens on 127.0.0.1 (port BASE+id with
+`--base-port`). With `listeners=SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092` and
+`advertised.listeners` naming each host's own address, broker k of this process (k counting its
+brokers from 0) listens on each listener's port + k and advertises each advertised port + k, so
+one process may run several brokers from one file; clients are told the address of the listener
+they came in on. On several hosts, run one process per host, each with its own `node.id`,
+`broker.rack` and advertised address.
 
 Every process also runs retention, consolidation and the file manager, each run in the process
 holding the lowest live broker id only; `--no-lifecycle` leaves them to the others.
 
-Prints the bootstrap addresses, overall and per rack, then serves until interrupted.
+Prints the bootstrap addresses, overall, per rack and (with several listeners) per listener, then
+serves until interrupted.
 """
 
 from __future__ import annotations
@@ -41,7 +59,7 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._server import cli
+from diskless.kafka_server._server import cli, cli_properties
 from diskless.kafka_server._server.cluster import KafkaCluster
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.services import (
@@ -58,7 +76,28 @@ COMMIT_BOUNDS = CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT)
 
 def _parser() -> argparse.ArgumentParser:
     parser = cli.Parser(prog="python -m diskless.kafka_server", description=__doc__)
-    parser.add_argument("--brokers", type=cli.broker_count, default=3)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="server.properties",
+        help="Kafka properties (listeners, advertised.listeners, ssl.*, node.id, ...) the other"
+        " flags override",
+    )
+    parser.add_argument(
+        "--override",
+        type=cli_properties.override,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka property over --config's (repeatable)",
+    )
+    parser.add_argument(
+        "--brokers",
+        type=cli.broker_count,
+        default=None,
+        help="how many brokers this process runs (default 3, or 1 with node.id)",
+    )
     parser.add_argument("--racks", type=cli.rack_count, default=3)
     parser.add_argument(
         "--broker-ids",
@@ -79,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         type=cli.postgresql_url,
         default=None,
         metavar="postgresql://USER@HOST:PORT/DB",
-        help="a PostgreSQL batch coordinator that processes on several hosts share",
+        help="a PostgreSQL batch coordinator that processes on several hosts share; TLS with"
+        " ?sslmode=verify-full&sslrootcert=CA.pem (libpq's parameters)",
     )
     parser.add_argument(
         "--s3-endpoint", type=cli.s3_endpoint, help="S3-compatible endpoint URL (objects in S3)"
@@ -92,13 +132,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--region", type=cli.s3_region, help="S3 region")
     parser.add_argument(
-        "--base-port", type=int, default=0, help="broker i listens on BASE+i (0: ephemeral ports)"
+        "--s3-ca-bundle",
+        type=cli.readable_file,
+        default=None,
+        metavar="PEM",
+        help="CA certificates an https --s3-endpoint's certificate must chain to",
+    )
+    parser.add_argument(
+        "--base-port",
+        type=int,
+        default=0,
+        help="without listeners: broker i listens on 127.0.0.1:BASE+i (0: ephemeral ports)",
     )
     parser.add_argument("--topic", type=cli.topic, action="append", default=[], metavar="NAME:N")
     parser.add_argument(
         "--auto-create-partitions",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
         help="create unknown topics with N partitions when a client asks (0: never)",
     )
@@ -162,7 +212,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--authorizer-class-name",
-        default="",
         metavar="CLASS",
         help="Kafka's authorizer.class.name: org.apache.kafka.metadata.authorizer."
         "StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer) enforces the ACLs kept"
@@ -172,13 +221,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--super-users",
-        default="",
         metavar="PRINCIPALS",
         help="Kafka's super.users: principals allowed everything, e.g. 'User:admin;User:ops'",
     )
     parser.add_argument(
         "--allow-everyone-if-no-acl-found",
         action="store_true",
+        default=None,
         help="Kafka's allow.everyone.if.no.acl.found: a resource without ACLs allows anyone",
     )
     parser.add_argument("--log-level", type=cli.log_level, default="INFO")
@@ -188,7 +237,11 @@ def _parser() -> argparse.ArgumentParser:
 def _open_store(args: argparse.Namespace) -> ObjectStore:
     if args.bucket is not None:
         return S3ObjectStore(
-            args.bucket, args.s3_prefix, endpoint_url=args.s3_endpoint, region=args.region
+            args.bucket,
+            args.s3_prefix,
+            endpoint_url=args.s3_endpoint,
+            region=args.region,
+            ca_bundle=args.s3_ca_bundle,
         )
     path: Path = args.data_dir / "objects"
     return LocalObjectStore(path)
@@ -206,11 +259,11 @@ def _open_coordinator(args: argparse.Namespace) -> BatchCoordinator:
 
 async def _run(
     args: argparse.Namespace,
+    ids: list[int],
     server_config: ServerConfig,
     broker_config: BrokerConfig,
     lifecycle: LifecycleConfig,
 ) -> None:
-    ids = _ids(args)
     ports = [args.base_port + i for i in ids] if args.base_port else None
     store = _open_store(args)
     coordinator = _open_coordinator(args)
@@ -234,6 +287,8 @@ async def _run(
             print(f"bootstrap.servers={cluster.bootstrap()}")
             for rack in cluster.racks:
                 print(f"  {rack}: {cluster.bootstrap(rack)}")
+            for listener in cluster.listener_names:
+                print(f"  listener {listener}: {cluster.bootstrap(listener=listener)}")
             sys.stdout.flush()
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -256,21 +311,21 @@ async def _run(
         await store.close()
 
 
-def _ids(args: argparse.Namespace) -> list[int]:
-    return args.broker_ids if args.broker_ids is not None else list(range(args.brokers))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        configs = cli.configs(args, _ids(args), COMMIT_BOUNDS)
+        properties = cli_properties.Properties(args)
+        ids = properties.broker_ids(args)
+        from_file = properties.server_config()
+        cli_properties.check_listeners(from_file, properties, args.base_port, ids)
+        configs = cli.configs(args, ids, COMMIT_BOUNDS, from_file)
     except cli.UsageError as error:
         parser.error(str(error))
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(_run(args, configs.server, configs.broker, configs.lifecycle))
+    asyncio.run(_run(args, ids, configs.server, configs.broker, configs.lifecycle))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,10 @@ class S3ObjectStore(ObjectStore):
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
         session: AioSession | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
+        """`ca_bundle`: a PEM file of the CA certificates an https endpoint's certificate must
+        chain to (botocore's `verify`; default: its own bundle, or `AWS_CA_BUNDLE`)."""
         self.check_location(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, region=region)
         if multipart_part_size < PART_BYTES_MIN:
             raise ValueError(f"multipart_part_size must be at least {PART_BYTES_MIN} bytes")
@@ -118,6 +121,7 @@ class S3ObjectStore(ObjectStore):
             "aws_access_key_id": aws_access_key_id,
             "aws_secret_access_key": aws_secret_access_key,
             "aws_session_token": aws_session_token,
+            **({"verify": ca_bundle} if ca_bundle is not None else {}),
             "config": Config(
                 max_pool_connections=max_pool_connections,
                 connect_timeout=connect_timeout_s,

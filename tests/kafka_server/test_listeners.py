@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import kio.schema.find_coordinator.v3.request as find_coordinator_v3
 import kio.schema.metadata.v1.request as metadata_v1
 import pytest
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
+from diskless.clock import SystemClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._coordination.cluster_view import (
@@ -25,6 +28,7 @@ from diskless.kafka_server._coordination.cluster_view import (
 from diskless.kafka_server._server.listeners import listener_plan
 from diskless.kafka_server._server.security_protocol import SecurityProtocol
 from diskless.storage import MemoryObjectStore
+from tests._backends import BACKENDS, open_coordinator
 from tests.kafka_server._wire import ask
 from tests.kafka_server.conftest import broker_config
 
@@ -158,8 +162,13 @@ async def test_metadata_names_each_broker_at_its_endpoint_of_the_client_s_listen
         0: ("localhost", external_ports[0], "east"),
         1: ("localhost", external_ports[1], "east"),
     }
-    sessions = two_listeners.servers[0].sessions()
-    assert all(s.listener in ("INTERNAL", "EXTERNAL") for s in sessions)
+    # FindCoordinator too: the coordinator at its endpoint of the client's listener
+    for address, host in ((internal.split(",")[0], "127.0.0.2"), (bound, "localhost")):
+        found = await asyncio.to_thread(
+            ask, address, find_coordinator_v3.FindCoordinatorRequest(key="g")
+        )
+        assert found.error_code == 0 and found.host == host
+        assert f"{host}:{found.port}" in (internal if host == "127.0.0.2" else external)
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:
@@ -193,3 +202,45 @@ async def test_clients_of_either_listener_work_through_the_addresses_it_advertis
     values = await asyncio.to_thread(_round_trip, external)  # through localhost, as advertised
     assert sorted(values, key=int) == sorted([b"%d" % i for i in range(20)] * 2, key=int)
     assert await asyncio.to_thread(_admin_brokers, external) == set(external.split(","))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_processes_learn_each_other_s_endpoints_per_listener_through_the_registry(
+    backend: str, tmp_path: Path
+) -> None:
+    """Two clusters over one coordinator stand for two processes: Metadata from either lists
+    the other's brokers at their endpoint of the client's listener, read from the registry."""
+    coordinator = open_coordinator(backend, tmp_path, SystemClock())
+    store = MemoryObjectStore()
+    clusters = [
+        KafkaCluster(
+            store,
+            coordinator,
+            brokers=1,
+            broker_ids=[broker_id],
+            broker_config=broker_config(),
+            server_config=TWO_LISTENERS,
+        )
+        for broker_id in (0, 1)
+    ]
+    try:
+        for cluster in clusters:
+            await cluster.start()
+        for cluster in (*clusters, *clusters):  # each announced before the other reads
+            await cluster.view.renew()
+        for listener, host in (("INTERNAL", "127.0.0.2"), ("EXTERNAL", "localhost")):
+            expected = {
+                c.servers[b].broker_id: (
+                    host,
+                    int(c.servers[b].bootstrap_on(listener).rpartition(":")[2]),
+                    "east",
+                )
+                for c, b in zip(clusters, (0, 1), strict=True)
+            }
+            bound = {"INTERNAL": "127.0.0.2", "EXTERNAL": "127.0.0.1"}[listener]
+            port = expected[0][1]
+            assert await asyncio.to_thread(_brokers_seen, f"{bound}:{port}") == expected
+    finally:
+        for cluster in clusters:
+            await cluster.close()
+        await coordinator.close()

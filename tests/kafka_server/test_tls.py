@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 import ssl
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -263,7 +265,7 @@ async def test_required_client_auth_refuses_clients_without_a_trusted_certificat
 
 
 async def test_clients_of_the_wrong_kind_are_closed_and_the_others_carry_on(
-    required: KafkaCluster, certs: Certs
+    required: KafkaCluster, certs: Certs, caplog: pytest.LogCaptureFixture
 ) -> None:
     tls_host, tls_port = _address(required.bootstrap(listener="SSL"))
     plain_host, plain_port = _address(required.bootstrap(listener="PLAINTEXT"))
@@ -286,6 +288,10 @@ async def test_clients_of_the_wrong_kind_are_closed_and_the_others_carry_on(
         assert (await healthy.request(request)).error_code == 0
     finally:
         await healthy.close()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    handshakes = [w for w in warned if "TLS handshake on listener SSL failed" in w]
+    assert len(handshakes) == 2, warned  # the plaintext client and the silent one
+    assert any("frame size" in w for w in warned), warned  # TLS on the plaintext port
 
 
 # --- key stores -----------------------------------------------------------------------------------
@@ -330,6 +336,13 @@ async def test_inline_pem_an_encrypted_key_and_per_listener_settings(
     )
     assert await _served(encrypted, certs) == "User:ANONYMOUS"  # no certificate asked for
     assert "[hidden]" in repr(encrypted) and KEY_PASSWORD not in repr(encrypted)
+    direct = ServerConfig(
+        ssl_key_password=KEY_PASSWORD,
+        ssl_keystore_key="-----BEGIN",
+        ssl_keystore_certificate_chain="chain",
+    )
+    assert KEY_PASSWORD not in repr(direct) and "BEGIN" not in repr(direct)
+    assert direct.ssl_key_password == KEY_PASSWORD  # the value itself is unchanged
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "PRIVATE KEY" not in logged and KEY_PASSWORD not in logged
     assert f"authenticated as User:{CLIENT_DN}" in logged
@@ -364,3 +377,74 @@ def test_key_material_that_cannot_be_loaded_is_refused_naming_its_property(
         _config(certs, "none", **{"ssl.enabled.protocols": "TLSv1.1,TLSv1.2"})
     with pytest.raises(ValueError, match="^" + re.escape("ssl.keystore.type: only PEM")):
         _config(certs, "none", **{"ssl.keystore.type": "JKS"})
+
+
+def _tls_version(host: str, port: int, context: ssl.SSLContext) -> str | None:
+    """The TLS version a handshake with `context` agrees on; None when the server refuses it."""
+    try:
+        with (
+            socket.create_connection((host, port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            return tls.version()
+    except (ssl.SSLError, ConnectionError):
+        return None
+
+
+def _versions(context: ssl.SSLContext, lowest: ssl.TLSVersion, highest: ssl.TLSVersion) -> None:
+    with warnings.catch_warnings():  # naming TLS 1.0 and 1.1 is deprecated, as it should be
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.set_ciphers("ALL:@SECLEVEL=0")  # offer what the server must refuse
+        context.minimum_version, context.maximum_version = lowest, highest
+
+
+async def _old_tls_possible(certs: Certs, old: ssl.SSLContext) -> bool:
+    """Whether this machine's OpenSSL speaks TLS 1.1 at all: a server that allows it (Python's
+    own) accepts `old`."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _versions(server, ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_3)
+    server.load_cert_chain(str(certs.server_keystore))
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    listening = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=server)
+    async with listening:
+        port = listening.sockets[0].getsockname()[1]
+        return await asyncio.to_thread(_tls_version, "127.0.0.1", port, old) == "TLSv1.1"
+
+
+async def test_tls_older_than_1_2_is_never_accepted(certs: Certs) -> None:
+    def client(lowest: ssl.TLSVersion, highest: ssl.TLSVersion) -> ssl.SSLContext:
+        context = certs.client_context(certificate=False)
+        _versions(context, lowest, highest)
+        return context
+
+    old = client(ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1)
+    twelve = client(ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2)
+    newest = client(ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3)
+    async for running in _cluster(_config(certs, "none")):
+        host, port = _address(running.bootstrap(listener="SSL"))
+        if await _old_tls_possible(certs, old):
+            assert await asyncio.to_thread(_tls_version, host, port, old) is None
+        assert await asyncio.to_thread(_tls_version, host, port, twelve) == "TLSv1.2"
+    only_13 = _config(certs, "none", **{"ssl.enabled.protocols": "TLSv1.3"})
+    async for running in _cluster(only_13):
+        host, port = _address(running.bootstrap(listener="SSL"))
+        assert await asyncio.to_thread(_tls_version, host, port, twelve) is None
+        assert await asyncio.to_thread(_tls_version, host, port, newest) == "TLSv1.3"
+
+
+async def test_principal_mapping_rules_name_the_client_or_refuse_it(
+    certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    rules = "RULE:^CN=([^,]*),OU=clients,.*$/$1/U,DEFAULT"
+    mapped = _config(certs, "required", **{"ssl.principal.mapping.rules": rules})
+    assert await _served(mapped, certs) == "User:ALICE"
+    nobody = _config(certs, "required", **{"ssl.principal.mapping.rules": "RULE:^CN=bob$/bob/"})
+    async for running in _cluster(nobody):
+        host, port = _address(running.bootstrap(listener="SSL"))
+        assert await _refused(host, port, certs.client_context())
+    assert any(
+        "no ssl.principal.mapping.rules rule applies to" in r.getMessage() for r in caplog.records
+    )

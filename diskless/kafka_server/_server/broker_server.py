@@ -1,7 +1,10 @@
 """One broker's Kafka listeners: asyncio TCP servers, one per listener (`_server.listeners`; by
 default one PLAINTEXT listener on 127.0.0.1), each accepted connection served by a `Connection`
 (framing, order, limits) with a `Session` naming its listener, each request routed by the
-handler table.
+handler table. A TLS listener's connections are upgraded before anything is read: one whose
+handshake fails or does not finish within `ssl_handshake_timeout_ms` is closed with a
+rate-limited warning (a plaintext client on a TLS port; a TLS client on a plaintext port sends
+a size prefix beyond any frame, and is closed for that).
 
 The listener is where requests meet the APIs, and only through the handler table
 (`_handlers.table`): a frame's API key and version pick its route, or none (the connection is
@@ -21,6 +24,7 @@ import collections
 import concurrent.futures
 import functools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -45,9 +49,11 @@ from diskless.kafka_server._protocol.codec import (
 from diskless.kafka_server._server._connection import Answer, Connection
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
+from diskless.kafka_server._server._principal_rules import Rule, parse_rules
 from diskless.kafka_server._server._request_budget import RequestBudget
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
+from diskless.kafka_server._server.tls import NoMatchingRule
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +100,10 @@ class BrokerServer:
         if not self._listeners:
             raise ValueError(f"broker {broker.broker_id} has no listener")
         self._servers: dict[str, asyncio.Server] = {}
+        self._tls: dict[str, ssl.SSLContext] = {}
+        """Listener name -> the TLS context its connections are upgraded with."""
+        self._rules: dict[str, tuple[Rule, ...]] = {}
+        """Listener name -> its `ssl.principal.mapping.rules`."""
         """Listener name -> its server, while listening."""
         self._endpoints: tuple[Endpoint, ...] = ()
         """What this broker advertises, once listening."""
@@ -148,19 +158,14 @@ class BrokerServer:
         endpoints = []
         try:
             for listener in self._listeners:
-                tls = (
-                    self.config.tls_for(listener.name).server_context()
-                    if listener.protocol.uses_tls
-                    else None
-                )
+                if listener.protocol.uses_tls:
+                    settings = self.config.tls_for(listener.name)
+                    self._tls[listener.name] = settings.server_context()
+                    self._rules[listener.name] = parse_rules(settings.principal_mapping_rules)
                 server = await asyncio.start_server(
                     functools.partial(self._accept, listener),
                     listener.host or None,  # empty: every interface, as Kafka binds it
                     listener.port,
-                    ssl=tls,
-                    ssl_handshake_timeout=self.config.ssl_handshake_timeout_ms / 1000
-                    if tls
-                    else None,
                 )
                 self._servers[listener.name] = server
                 port = listener.advertised_port or server.sockets[0].getsockname()[1]
@@ -229,18 +234,30 @@ class BrokerServer:
             writer.transport.abort()
             return
         self._connections[task] = writer
-        session = self._sessions[task] = peer_session(
-            writer, listener=listener.name, security_protocol=listener.protocol
-        )
-        connection = Connection(
-            session,
-            config=self.config,
-            budget=self.request_budget,
-            warnings=self._close_warnings,
-            dispatch=self._dispatch,
-            broker_id=self.broker_id,
-        )
         try:
+            tls = self._tls.get(listener.name)
+            if tls is not None and not await self._handshake(writer, tls, listener.name):
+                return
+            try:
+                session = self._sessions[task] = peer_session(
+                    writer,
+                    listener=listener.name,
+                    security_protocol=listener.protocol,
+                    rules=self._rules.get(listener.name, ()),
+                )
+            except NoMatchingRule as refused:  # Kafka fails the authentication
+                self._close_warnings.warning(
+                    "closing %s on broker %d: %s", _peer_text(writer), self.broker_id, refused
+                )
+                return
+            connection = Connection(
+                session,
+                config=self.config,
+                budget=self.request_budget,
+                warnings=self._close_warnings,
+                dispatch=self._dispatch,
+                broker_id=self.broker_id,
+            )
             await connection.serve(reader, writer)
         except asyncio.CancelledError:
             # Only `_stop` cancels a connection; ending quietly keeps asyncio's stream callback
@@ -250,6 +267,31 @@ class BrokerServer:
             self._connections.pop(task, None)
             self._sessions.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
+
+    async def _handshake(
+        self, writer: asyncio.StreamWriter, tls: ssl.SSLContext, listener: str
+    ) -> bool:
+        """Upgrade an accepted connection to TLS within `ssl_handshake_timeout_ms`; False (the
+        connection is to be closed, with a rate-limited warning naming only the peer and the
+        TLS library's reason) when the client does not complete it: a plaintext client, one
+        whose certificate is refused, one that says nothing."""
+        try:
+            await writer.start_tls(
+                tls, ssl_handshake_timeout=self.config.ssl_handshake_timeout_ms / 1000
+            )
+        except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError
+            reason = (error.reason if isinstance(error, ssl.SSLError) else None) or (
+                str(error) or type(error).__name__  # e.g. asyncio's "taking longer than" abort
+            )
+            self._close_warnings.warning(
+                "closing %s on broker %d: TLS handshake on listener %s failed: %s",
+                _peer_text(writer),
+                self.broker_id,
+                listener,
+                reason,
+            )
+            return False
+        return True
 
     def sessions(self) -> list[Session]:
         """The sessions of the connections open now: who is connected, from where, on which
@@ -310,3 +352,8 @@ class BrokerServer:
 def _bound(server: asyncio.Server) -> str:
     host, port = server.sockets[0].getsockname()[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _peer_text(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)

@@ -239,6 +239,16 @@ s3_prefix = _s3_location("prefix")
 s3_region = _s3_location("region")
 
 
+def readable_file(spec: str) -> str:
+    try:
+        with open(spec, "rb"):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise argparse.ArgumentTypeError(f"cannot read {spec!r}: {reason}") from None
+    return spec
+
+
 def server_option(spec: str) -> tuple[str, int]:
     name, _, value = spec.partition("=")
     fields = {f.name: f for f in msgspec.structs.fields(ServerConfig) if f.type is int}
@@ -266,12 +276,20 @@ class Configs(NamedTuple):
     lifecycle: LifecycleConfig
 
 
-def configs(args: argparse.Namespace, ids: Sequence[int], bounds: CommitBounds) -> Configs:
-    """Every configuration of the process; UsageError naming the flag of a refused value."""
+def configs(
+    args: argparse.Namespace,
+    ids: Sequence[int],
+    bounds: CommitBounds,
+    base: ServerConfig | None = None,
+) -> Configs:
+    """Every configuration of the process; UsageError naming the flag of a refused value.
+    `base`: the server settings the flags change (those of `--config`)."""
     check_places(args)
     check_ports(args.base_port, ids)
     checked = Configs(
-        _server_config(args), _broker_config(args, bounds), _lifecycle_config(args, min(ids))
+        _server_config(args, base or ServerConfig()),
+        _broker_config(args, bounds),
+        _lifecycle_config(args, min(ids)),
     )
     check_data_dir(args.data_dir)
     return checked
@@ -308,25 +326,30 @@ def check_data_dir(path: Path | None) -> None:
         raise UsageError(f"--data-dir: cannot create {str(path)!r}: {error.strerror}") from None
 
 
-def _server_config(args: argparse.Namespace) -> ServerConfig:
-    defaults = ServerConfig()
+def _server_config(args: argparse.Namespace, base: ServerConfig) -> ServerConfig:
+    """`base` with the flags' values over it."""
     auto_create = "auto_create_topic_partitions"
-    default = getattr(defaults, auto_create)
-    settings = {
-        auto_create: Setting(
+    settings = {}
+    if args.auto_create_partitions is not None:
+        default = getattr(base, auto_create)
+        settings[auto_create] = Setting(
             "--auto-create-partitions", args.auto_create_partitions, default, default
         )
-    }
     for name, value in args.server_option:  # a later one of the same field wins
-        default = getattr(defaults, name)
+        default = getattr(base, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
-    try:
-        base = ServerConfig(
-            authorizer_class_name=args.authorizer_class_name,
-            super_users=args.super_users,
-            allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found,
+    authorizer = {
+        field: value
+        for field, value in (
+            ("authorizer_class_name", args.authorizer_class_name),
+            ("super_users", args.super_users),
+            ("allow_everyone_if_no_acl_found", args.allow_everyone_if_no_acl_found),
         )
+        if value is not None  # given: over the file's
+    }
+    try:
+        base = msgspec.structs.replace(base, **authorizer)
     except ValueError as error:
         raise UsageError(f"--authorizer-class-name: {error}") from None
     return build_checked(lambda values: msgspec.structs.replace(base, **values), settings)

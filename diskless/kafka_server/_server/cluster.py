@@ -249,6 +249,12 @@ class KafkaCluster:
                 found.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         return ",".join(found)
 
+    @property
+    def listener_names(self) -> list[str]:
+        """The advertised listeners of a broker with several (none for one listener)."""
+        names = [listener.name for listener in self._listeners.listeners]
+        return [n for n in names if n in self._listeners.advertised] if len(names) > 1 else []
+
     def _rack_of(self, broker_id: int) -> str:
         return self._fixed_rack or rack_name(broker_id % self._racks)
 

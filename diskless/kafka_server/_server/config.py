@@ -9,7 +9,7 @@ import msgspec
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
 from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
-from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, TlsSettings
+from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, Hidden, TlsSettings
 
 QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
@@ -95,7 +95,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     ssl_client_auth: str = "none"
     """Kafka's `ssl.client.auth`: none, requested or required."""
     ssl_principal_mapping_rules: str = "DEFAULT"
-    """Kafka's `ssl.principal.mapping.rules`: DEFAULT only (the principal is `User:<DN>`)."""
+    """Kafka's `ssl.principal.mapping.rules`: how a client certificate's subject becomes the
+    principal's name (DEFAULT: the whole DN, `User:<DN>`; or Kafka's RULE:.../.../ rules)."""
     ssl_enabled_protocols: str = DEFAULT_PROTOCOLS
     """Kafka's `ssl.enabled.protocols`: TLSv1.2 and/or TLSv1.3, never older."""
     ssl_handshake_timeout_ms: int = 10_000
@@ -162,6 +163,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
             raise ValueError("close_warning_interval_ms and close_warnings_max must be >= 1")
+        for secret in ("ssl_keystore_key", "ssl_key_password"):  # shown as [hidden], however set
+            value = getattr(self, secret)
+            if value and not isinstance(value, Hidden):
+                msgspec.structs.force_setattr(self, secret, Hidden(value))
         plan = listener_plan(
             self.listeners, self.advertised_listeners, self.listener_security_protocol_map
         )

@@ -4,8 +4,8 @@ The rules kept: a line whose first non-blank character is `#` or `!` is a commen
 at the first unescaped `=`, `:` or blank, and blanks around that separator are skipped; a line
 ending in an odd number of backslashes continues on the next, whose leading blanks are dropped;
 `\\t`, `\\n`, `\\r`, `\\f`, `\\uXXXX` are escapes, and a backslash before any other character is
-that character. A later duplicate key wins. The text is read as UTF-8 (Kafka reads the file so
-since Java 9's property files).
+that character. A later duplicate key wins. The file is read as ISO 8859-1, as Kafka reads it
+(`Properties.load` of a byte stream): other characters are written as `\\uXXXX`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class PropertiesError(ValueError):
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    return parse_properties(path.read_text(encoding="utf-8"), str(path))
+    return parse_properties(path.read_bytes().decode("latin-1"), str(path))
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:

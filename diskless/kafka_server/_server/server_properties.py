@@ -6,7 +6,9 @@ sets. A feature with settings of its own adds its `ServerConfig` fields and its 
 calls `register`); the value's form follows the field's type: an integer, `true`/`false`, or
 text (trimmed, as Kafka trims its string settings). `LISTENER_PROPERTIES` are those that may also
 be given for one listener as `listener.name.<name>.<property>` (Kafka's per-listener form); such
-values are kept, checked, in `ServerConfig.listener_settings` by listener name.
+values are kept, checked, in `ServerConfig.listener_settings` by listener name. A property that
+Kafka knows only per listener (`listener.name.<name>.plain.sasl.jaas.config`) is registered
+with no field (`register(name, None, per_listener=True)`): its value is text.
 
 What is refused, each with one line naming the property: a name not in the table, a value not of
 its field's form, and a value the configuration itself refuses (the property to blame is found
@@ -55,11 +57,15 @@ SECRETS: Final = ("password", "jaas.config", "ssl.keystore.key")
 LISTENER_PREFIX: Final = "listener.name."
 
 
-def register(name: str, field: str, *, per_listener: bool = False) -> None:
-    """Map Kafka's property `name` onto the `ServerConfig` field `field`."""
-    if field not in _fields():
-        raise ValueError(f"ServerConfig has no field {field!r}")
-    PROPERTIES[name] = field
+def register(name: str, field: str | None, *, per_listener: bool = False) -> None:
+    """Map Kafka's property `name` onto the `ServerConfig` field `field`; `field` None: a
+    property given only per listener (`per_listener`), kept in `listener_settings`."""
+    if field is None and not per_listener:
+        raise ValueError(f"{name}: a property without a field exists only per listener")
+    if field is not None:
+        if field not in _fields():
+            raise ValueError(f"ServerConfig has no field {field!r}")
+        PROPERTIES[name] = field
     if per_listener:
         LISTENER_PROPERTIES.add(name)
 
@@ -74,8 +80,10 @@ def is_secret(name: str) -> bool:
 
 def convert(name: str, text: str) -> object:
     """The value of property `name` in its field's form; ValueError (one line, naming it)."""
-    field = _fields()[PROPERTIES[name]]
     value = text.strip()
+    if name not in PROPERTIES:  # a per-listener property without a field: text
+        return Hidden(value) if is_secret(name) else value
+    field = _fields()[PROPERTIES[name]]
     if field.type is int:
         try:
             return int(value)

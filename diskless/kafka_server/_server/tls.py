@@ -7,9 +7,10 @@ client certificates are checked against, is a PEM file of CA certificates
 (`ssl.truststore.location`) or the same inline (`ssl.truststore.certificates`).
 `ssl.client.auth` is none, requested (a client may present a certificate) or required (a client
 without one is refused in the handshake). A verified client certificate's subject is the
-connection's principal, `User:<RFC 2253 DN>` (`ssl.principal.mapping.rules=DEFAULT`, the only
-rule supported). TLS 1.2 is the oldest version ever accepted (`ssl.enabled.protocols` may only
-narrow TLSv1.2,TLSv1.3).
+connection's principal, `User:<name>`, the name given by `ssl.principal.mapping.rules` (DEFAULT:
+the RFC 2253 DN; Kafka's `RULE:pattern/replacement/[LU]` rules, `_principal_rules`); a
+certificate no rule applies to is refused. TLS 1.2 is the oldest version ever accepted
+(`ssl.enabled.protocols` may only narrow TLSv1.2,TLSv1.3).
 
 Any of these may be set for one listener, as Kafka's `listener.name.<name>.ssl.*` (lower-case
 name), over the broker-wide value. Key material and passwords are never logged, nor part of any
@@ -21,9 +22,10 @@ from __future__ import annotations
 import os
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
+from diskless.kafka_server._server._principal_rules import Rule, map_name, parse_rules
 from diskless.kafka_server._server._x500 import subject_dn
 
 CLIENT_AUTH: Final = {
@@ -81,8 +83,7 @@ class TlsSettings(NamedTuple):
             raise ValueError(
                 f"ssl.client.auth: {self.client_auth!r} is not one of none, requested, required"
             )
-        if " ".join(self.principal_mapping_rules.split()) != "DEFAULT":
-            raise ValueError("ssl.principal.mapping.rules: only DEFAULT is supported")
+        parse_rules(self.principal_mapping_rules)
         self.versions()
         if self.keystore_location and (self.keystore_certificate_chain or self.keystore_key):
             raise ValueError(
@@ -177,11 +178,20 @@ def _why(error: BaseException) -> str:
     return type(error).__name__
 
 
-def principal(ssl_object: ssl.SSLObject | None) -> str | None:
-    """`User:<DN>` of the verified client certificate of a TLS connection; None without one."""
+class NoMatchingRule(ValueError):
+    """A client certificate whose subject no `ssl.principal.mapping.rules` rule applies to."""
+
+
+def principal(ssl_object: ssl.SSLObject | None, rules: Sequence[Rule]) -> str | None:
+    """`User:<name>` of the verified client certificate of a TLS connection, its subject mapped
+    by `rules`; None without a certificate."""
     if ssl_object is None:
         return None
     certificate = ssl_object.getpeercert(binary_form=True)
     if not certificate:
         return None
-    return f"User:{subject_dn(certificate)}"
+    dn = subject_dn(certificate)
+    name = map_name(rules, dn)
+    if name is None:
+        raise NoMatchingRule(f"no ssl.principal.mapping.rules rule applies to {dn!r}")
+    return f"User:{name}"

@@ -1,0 +1,117 @@
+"""`--config server.properties` and `--override NAME=VALUE`: Kafka's property names on the
+command line.
+
+The file is read first, then each `--override` (Kafka's `kafka-server-start.sh --override`)
+over it; the flags of this command override both (`--server-option`, `--auto-create-partitions`,
+`--broker-ids`). What is refused is one line naming the file or `--override`, the property and
+why (`server_properties`), before anything starts; so is TLS key material that cannot be loaded.
+
+Besides the `ServerConfig` properties, `node.id` (or Kafka's older `broker.id`) names this
+process's first broker: with `--brokers N` it runs N..., else that one broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from diskless.kafka_server._server.cli import UsageError
+from diskless.kafka_server._server.cluster import PORT_MAX, check_broker_id
+from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.listeners import listener_plan
+from diskless.kafka_server._server.properties import PropertiesError, read_properties
+from diskless.kafka_server._server.server_properties import server_config
+
+BROKER_ID_PROPERTIES: Final = ("node.id", "broker.id")
+DEFAULT_BROKERS: Final = 3
+
+
+def override(spec: str) -> tuple[str, str]:
+    """An argparse type: `NAME=VALUE`."""
+    name, equals, value = spec.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {spec!r}")
+    return name.strip(), value
+
+
+class Properties:
+    """The properties of the file and the overrides, remembering where each came from."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._file: Path | None = args.config
+        self.values: dict[str, str] = {}
+        if self._file is not None:
+            try:
+                self.values.update(read_properties(self._file))
+            except PropertiesError as error:
+                raise UsageError(f"--config: {error}") from None
+            except OSError as error:
+                reason = error.strerror or type(error).__name__
+                raise UsageError(f"--config: cannot read {str(self._file)!r}: {reason}") from None
+        self._overridden = dict(args.override)
+        self.values.update(args.override)
+
+    def refusal(self, message: str) -> UsageError:
+        """A refusal of the property `message` starts with, from where it was given."""
+        name, _, reason = message.partition(": ")
+        if name in self._overridden:
+            return UsageError(f"--override: {name}={self._overridden[name]}: {reason}")
+        if self._file is None:
+            return UsageError(f"--override: {message}")
+        return UsageError(f"--config: {self._file}: {message}")
+
+    def broker_ids(self, args: argparse.Namespace) -> list[int]:
+        """`--broker-ids`, else `--brokers N` from `node.id` (or 0)."""
+        given = [name for name in BROKER_ID_PROPERTIES if name in self.values]
+        first = 0
+        for name in given:
+            text = self.values.pop(name).strip()
+            try:
+                first = int(text)
+                check_broker_id(first)
+            except ValueError as error:
+                reason = error if text.lstrip("-").isdigit() else "expected an integer"
+                raise self.refusal(f"{name}: {text!r}: {reason}") from None
+        if args.broker_ids is not None:
+            return list(args.broker_ids)
+        count = args.brokers if args.brokers is not None else (1 if given else DEFAULT_BROKERS)
+        ids = list(range(first, first + count))
+        try:
+            check_broker_id(ids[-1])
+        except ValueError as error:
+            raise self.refusal(f"{given[0]}: {error}") from None
+        return ids
+
+    def server_config(self) -> ServerConfig:
+        try:
+            return server_config(self.values)
+        except ValueError as error:
+            raise self.refusal(str(error)) from None
+
+
+def check_listeners(
+    config: ServerConfig, properties: Properties, base_port: int, ids: Sequence[int]
+) -> None:
+    """Every broker's ports exist, and TLS listeners' key material loads."""
+    plan = listener_plan(
+        config.listeners, config.advertised_listeners, config.listener_security_protocol_map
+    )
+    if plan.listeners and base_port:
+        raise UsageError(
+            "--base-port: not with listeners (each broker k of this process listens on each"
+            " listener's port + k)"
+        )
+    highest = plan.highest_port(len(ids))
+    if highest > PORT_MAX:
+        raise properties.refusal(
+            f"listeners: broker {len(ids) - 1} of this process would use port {highest}"
+            f" (each listener's port + k), above {PORT_MAX}"
+        )
+    for listener in plan.listeners:
+        if plan.protocols[listener.name].uses_tls:
+            try:
+                config.tls_for(listener.name).server_context()
+            except ValueError as error:
+                raise properties.refusal(str(error)) from None
