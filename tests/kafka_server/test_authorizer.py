@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diskless.coordinator import (
@@ -12,6 +14,7 @@ from diskless.coordinator import (
     ResourceType,
 )
 from diskless.kafka_server import ServerConfig
+from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
 from diskless.kafka_server._coordination.authorizer import (
     AclIndex,
     AuthorizerSettings,
@@ -19,6 +22,7 @@ from diskless.kafka_server._coordination.authorizer import (
     authorize_any,
     parse_super_users,
 )
+from diskless.kafka_server._server import cli
 from diskless.kafka_server._server.server_properties import server_config
 
 Op = AclOperation
@@ -158,3 +162,28 @@ def test_kafkas_properties_enable_it_and_a_foreign_authorizer_fails_naming_its_p
     assert not ServerConfig().authorizer_enabled
     with pytest.raises(ValueError, match=r"^authorizer\.class\.name: 'com\.example\.Mine'"):
         server_config({"authorizer.class.name": "com.example.Mine"})
+
+
+def test_the_flags_override_the_files_authorizer_settings(tmp_path: Path) -> None:
+    file = server_config(
+        {
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:from-file",
+        }
+    )
+    data = ["--data-dir", str(tmp_path / "data")]
+
+    def server(*flags: str) -> ServerConfig:
+        args = _parser().parse_args([*data, *flags])
+        return cli.configs(args, [0], COMMIT_BOUNDS, file).server
+
+    kept = server()
+    assert (kept.authorizer_class_name, kept.super_users) == (
+        file.authorizer_class_name,
+        "User:from-file",
+    )
+    assert not kept.allow_everyone_if_no_acl_found
+    given = server("--super-users", "User:flag", "--allow-everyone-if-no-acl-found")
+    assert given.super_users == "User:flag" and given.allow_everyone_if_no_acl_found
+    assert given.authorizer_class_name == file.authorizer_class_name
+    assert not server("--authorizer-class-name", "").authorizer_enabled
