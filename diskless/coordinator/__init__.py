@@ -12,6 +12,25 @@ from diskless.coordinator._faulty import (
 )
 from diskless.coordinator._memory import InMemoryBatchCoordinator
 from diskless.coordinator._postgres import PostgresBatchCoordinator
+from diskless.coordinator._rules.acls import (
+    CLUSTER_NAME,
+    MATCH_ALL,
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    AclBindingFilter,
+    AclDeletion,
+    AclOperation,
+    AclOutcome,
+    AclPermissionType,
+    AclSnapshot,
+    PatternType,
+    ResourceType,
+    binding_from_codes,
+    filter_from_codes,
+    matches,
+    valid_principal,
+)
 from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._rules.reads import FetchBudget
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
@@ -94,6 +113,24 @@ __all__ = [
     "ExtentSwapResult",
     "MetadataStats",
     "FetchBudget",
+    # ACLs (Kafka's authorizer bindings)
+    "AclBinding",
+    "AclBindingFilter",
+    "AclDeletion",
+    "AclOperation",
+    "AclOutcome",
+    "AclPermissionType",
+    "AclSnapshot",
+    "CLUSTER_NAME",
+    "MATCH_ALL",
+    "PatternType",
+    "ResourceType",
+    "WILDCARD",
+    "WILDCARD_PRINCIPAL",
+    "binding_from_codes",
+    "filter_from_codes",
+    "matches",
+    "valid_principal",
     # backends
     "InMemoryBatchCoordinator",
     "SqliteBatchCoordinator",

@@ -17,6 +17,13 @@ from diskless._availability import Availability
 from diskless._limits import CommitBounds
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless.coordinator._rules.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclDeletion,
+    AclOutcome,
+    AclSnapshot,
+)
 from diskless.coordinator._values import (
     BrokerRegistration,
     CommitBatch,
@@ -350,6 +357,30 @@ class BatchCoordinator(abc.ABC):
     ) -> ScramCredential | None:
         """The credential a SCRAM exchange checks a client's proof against; None when the user
         has none for `mechanism`. A read."""
+
+    # --- ACLs (Kafka's authorizer bindings) ----------------------------------------------------
+    @abc.abstractmethod
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclOutcome]:
+        """CreateAcls: each valid binding is stored (one that exists already is a success);
+        an invalid one gets INVALID_REQUEST with Kafka's reason. One atomic step."""
+
+    @abc.abstractmethod
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletion]:
+        """DeleteAcls: every binding each filter matches goes, in one atomic step; each answer
+        lists what its filter matched (an invalid filter: INVALID_REQUEST, nothing)."""
+
+    @abc.abstractmethod
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """DescribeAcls: the stored bindings the filter matches, sorted. A read."""
+
+    @abc.abstractmethod
+    async def acl_version(self) -> int:
+        """A number that changes with every ACL change (0 before any). A read, and a cheap one:
+        brokers poll it."""
+
+    @abc.abstractmethod
+    async def acl_snapshot(self) -> AclSnapshot:
+        """Every binding with the version they are, from one consistent read."""
 
     # --- the read path ------------------------------------------------------------------------
     @abc.abstractmethod

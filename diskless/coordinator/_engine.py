@@ -17,6 +17,7 @@ from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
+from diskless.coordinator._engine_acls import AclOperations
 from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_groups import GroupOperations
 from diskless.coordinator._engine_scram import ScramOperations
@@ -75,7 +76,7 @@ RETENTION_CHUNK_ROWS: Final = 256
 
 
 class CoordinatorEngine(
-    TxnRecordOperations, ConsolidationOperations, GroupOperations, ScramOperations
+    TxnRecordOperations, ConsolidationOperations, GroupOperations, ScramOperations, AclOperations
 ):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""
 

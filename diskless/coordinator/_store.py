@@ -23,6 +23,7 @@ import msgspec
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
+from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import ReadSource
@@ -100,6 +101,9 @@ class Needs(msgspec.Struct):
     scram_users: Collection[str] = ()
     """User names: every SCRAM credential they hold."""
     """Every non-empty partition of a topic with time or size retention, by topic and index."""
+    acls: bool = False
+    """Every ACL binding (a cluster has few: they are loaded whole). A step that changes them
+    also loads the `ACL_VERSION_COUNTER` counter, which serializes such steps."""
 
 
 class Snapshot(msgspec.Struct):
@@ -121,6 +125,7 @@ class Snapshot(msgspec.Struct):
     retained_partitions: Sequence[PartitionState] = ()
     txns: Mapping[str, TxnRecord] = EMPTY
     scram: Mapping[tuple[str, ScramMechanism], ScramCredential] = EMPTY
+    acls: Sequence[AclBinding] = ()
 
 
 class LoadingSnapshot(msgspec.Struct):
@@ -142,6 +147,7 @@ class LoadingSnapshot(msgspec.Struct):
     retained_partitions: list[PartitionState] = []
     txns: dict[str, TxnRecord] = {}
     scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
+    acls: list[AclBinding] = []
 
     def freeze(self) -> Snapshot:
         return Snapshot(**msgspec.structs.asdict(self))
@@ -203,6 +209,9 @@ class Changes(msgspec.Struct):
     """(group, partition) -> (offset, metadata): committed consumer offsets, replaced."""
     scram: Mapping[tuple[str, ScramMechanism], ScramCredential | None] = EMPTY
     """(user, mechanism) -> the SCRAM credential, inserted or replaced; None deletes it."""
+    acls_deleted: Sequence[AclBinding] = ()
+    acls_created: Sequence[AclBinding] = ()
+    """New bindings, none of them stored already (deletions are applied first)."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -259,6 +268,8 @@ class Operation(enum.Enum):
     TXN_EXPIRE = "txn_expire"
     TXN_COMPLETE = "txn_complete"
     ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
+    CREATE_ACLS = "create_acls"
+    DELETE_ACLS = "delete_acls"
 
 
 class Durability(enum.Enum):
@@ -344,6 +355,14 @@ class ReadView(ReadSource, Protocol):
     ) -> list[LeaseHolder]:
         """Who holds leases of (producer, epoch) there that expire later than `after_ms`: one
         entry per broker incarnation, with the earliest expiry of its leases."""
+        ...
+
+    def acl_version(self) -> int:
+        """The `ACL_VERSION_COUNTER` counter (0 before any ACL change): one cheap lookup."""
+        ...
+
+    def acls(self) -> list[AclBinding]:
+        """Every stored binding, sorted."""
         ...
 
 

@@ -21,11 +21,12 @@ and the coordinators:
   membership and the leaders Metadata names (`cluster_view`: each client's produce requests go
   to its rack's produce representative, since the write path has no partition leader), the
   consumer groups (`group_coordinator`, `group_state`), transactions (`txn_front`, the bridge
-  from the clients' transaction version 1 to the library's version 2) and the SCRAM credentials
-  every broker authenticates against (`credentials`).
-- `_handlers`: one module per API family, each handler shaped decode, call the library,
-  encode; `table` lists them (a handler's annotation declares its API) and is all the server
-  sees of them. A library failure gets the code of the library's error table
+  from the clients' transaction version 1 to the library's version 2), the SCRAM credentials
+  every broker authenticates against (`credentials`), and the ACLs each process holds a copy of
+  (`acl_cache`), which Kafka's authorizer rules decide on (`authorizer`).
+- `_handlers`: one module per API family, each handler shaped decode, authorize (`_access`),
+  call the library, encode; `table` lists them (a handler's annotation declares its API) and is
+  all the server sees of them. A library failure gets the code of the library's error table
   (`diskless._kafka_errors`) for the API's family.
 - `_server`: each broker's listeners (`broker_server`, `listeners`, `tls`), its connections
   (framing, order, the request byte budget, when a connection is closed rather than answered;

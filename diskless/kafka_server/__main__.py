@@ -216,6 +216,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="time between two consolidation runs",
     )
+    parser.add_argument(
+        "--authorizer-class-name",
+        metavar="CLASS",
+        help="Kafka's authorizer.class.name: org.apache.kafka.metadata.authorizer."
+        "StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer) enforces the ACLs kept"
+        " in the batch coordinator on every API; an ACL change takes effect on every process"
+        " within acl_refresh_ms (--server-option, default 1000 ms) and at once on the process"
+        " it was made through",
+    )
+    parser.add_argument(
+        "--super-users",
+        metavar="PRINCIPALS",
+        help="Kafka's super.users: principals allowed everything, e.g. 'User:admin;User:ops'",
+    )
+    parser.add_argument(
+        "--allow-everyone-if-no-acl-found",
+        action="store_true",
+        default=None,
+        help="Kafka's allow.everyone.if.no.acl.found: a resource without ACLs allows anyone",
+    )
     parser.add_argument("--log-level", type=cli.log_level, default="INFO")
     parser.add_argument(
         "--log-format",

@@ -64,6 +64,8 @@ READ_METHODS = {
     "group_offsets",
     "broker_registrations",
     "scram_credentials",
+    "acl_version",
+    "acls",
     # consolidation
     "unconsolidated_heads",
     "unconsolidated_rows",

@@ -68,6 +68,8 @@ BAD_VALUES = [
     ("--metrics-address", ["--metrics-address", "localhost"]),
     ("--metrics-address", ["--metrics-address", "127.0.0.1:99999"]),
     ("--log-format", ["--log-format", "xml"]),
+    ("--server-option", ["--server-option", "acl_refresh_ms=0"]),
+    ("--authorizer-class-name", ["--authorizer-class-name", "com.example.MyAuthorizer"]),
     ("--unknown-flag", ["--unknown-flag"]),
 ]
 """Each case runs with a data directory, so that only its own flags are bad."""

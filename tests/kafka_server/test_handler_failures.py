@@ -43,10 +43,12 @@ from diskless.kafka_server import (
     ServerConfig,
     TransactionFront,
 )
+from diskless.kafka_server._coordination.acl_cache import AclCache
+from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
-from diskless.kafka_server._handlers.context import Session
+from diskless.kafka_server._handlers.context import ANONYMOUS, Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.storage import MemoryObjectStore
 from tests.kafka_server.test_handlers import Context
@@ -77,6 +79,9 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.DESCRIBE_CONFIGS: admin_error,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin_error,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin_error,
+    ApiKey.CREATE_ACLS: admin_error,
+    ApiKey.DESCRIBE_ACLS: admin_error,
+    ApiKey.DELETE_ACLS: admin_error,
 }
 """Each API's family in the library's table (ApiVersions calls nothing that can fail, nor do
 SaslHandshake and SaslAuthenticate once they reach the handlers)."""
@@ -176,6 +181,9 @@ async def context() -> AsyncIterator[tuple[Context, _Down]]:
             GroupCoordinator(coordinator, view),
             ServerConfig(),
             Credentials(coordinator),
+            # An authorizer that allows the test's anonymous requests everything, so that the
+            # ACL APIs reach the coordinator.
+            AclCache(coordinator, AuthorizerSettings(frozenset({ANONYMOUS})), 1000),
         ),
         coordinator,
     )

@@ -23,6 +23,7 @@ from kio.static.protocol import Entity
 from diskless import DisklessBroker, ManualClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig, TransactionFront
+from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
@@ -49,6 +50,7 @@ class Context:
     groups: GroupCoordinator
     config: ServerConfig
     credentials: Credentials
+    acls: AclCache | None = None
 
     @property
     def broker_id(self) -> int:

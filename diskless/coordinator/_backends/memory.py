@@ -19,6 +19,7 @@ from sortedcontainers import SortedDict
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
+from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
@@ -173,6 +174,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._group_owners: dict[str, GroupOwnership] = {}
         self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
+        self._acls: set[AclBinding] = set()
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
         self._partition_keys = itertools.count(1)
@@ -250,6 +252,8 @@ class MemoryStore(StoreTxn, ReadView):
             self._load_logs(needs, snapshot)
         if needs.scram_users:
             snapshot.scram = self.scram_credentials(list(needs.scram_users))
+        if needs.acls:
+            snapshot.acls = sorted(self._acls)
         return snapshot
 
     def _load_logs(self, needs: Needs, snapshot: Snapshot) -> None:
@@ -312,6 +316,8 @@ class MemoryStore(StoreTxn, ReadView):
                 self._scram.pop(credential_key, None)
             else:
                 self._scram[credential_key] = credential
+        self._acls.difference_update(changes.acls_deleted)
+        self._acls.update(changes.acls_created)
         if changes.has_txn_state:
             return self._apply_txn_state(changes)
         return []
@@ -543,6 +549,12 @@ class MemoryStore(StoreTxn, ReadView):
                     holder = (lease.broker_id, lease.broker_epoch)
                     earliest[holder] = min(lease.expires_ms, earliest.get(holder, lease.expires_ms))
         return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]
+
+    def acl_version(self) -> int:
+        return self._counters.get(ACL_VERSION_COUNTER, 0)
+
+    def acls(self) -> list[AclBinding]:
+        return sorted(self._acls)
 
 
 def _pick(keys: Collection[K], source: dict[K, V]) -> dict[K, V]:

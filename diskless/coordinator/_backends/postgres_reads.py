@@ -18,7 +18,7 @@ import asyncpg
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import postgres_extents
+from diskless.coordinator._backends import postgres_extents, sql_acls
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
     PARTITION_COLUMNS,
@@ -49,6 +49,7 @@ from diskless.coordinator._backends.sql_rows import (
     topic_from_row,
     txn_from_blob,
 )
+from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
@@ -321,3 +322,9 @@ class PostgresReads(ReadView):
                 after_ms,
             )
         ]
+
+    def acl_version(self) -> int:
+        return self._run(sql_acls.postgres_version(self._conn))
+
+    def acls(self) -> list[AclBinding]:
+        return self._run(sql_acls.postgres_acls(self._conn))

@@ -34,7 +34,7 @@ from typing import Any, Final
 import asyncpg
 
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import postgres_extents
+from diskless.coordinator._backends import postgres_extents, sql_acls
 from diskless.coordinator._backends.postgres_rows import (
     GATE_LOCK_KEY,
     GATE_OVERLAP,
@@ -192,6 +192,9 @@ class PostgresTxn(StoreTxn):
             ):
                 loaded.counters[name] = value
                 self._counters_seen.add(name)
+        if needs.acls:
+            # After the counter's lock (every change of ACLs loads both): see the module doc.
+            loaded.acls = await sql_acls.postgres_acls(conn)
         await self._load_partition_rows(needs, partitions, loaded)
         return loaded.freeze()
 
@@ -427,6 +430,7 @@ class PostgresTxn(StoreTxn):
         await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
         if changes.scram:
             await apply_scram(conn, changes)
+        await sql_acls.postgres_apply(conn, changes)
         return await apply_indexes(conn, changes)
 
     async def _put(

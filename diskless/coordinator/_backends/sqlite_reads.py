@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import sqlite_extents
+from diskless.coordinator._backends import sql_acls, sqlite_extents
 from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
@@ -37,6 +37,7 @@ from diskless.coordinator._backends.sql_rows import (
     topic_from_row,
     txn_from_blob,
 )
+from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
@@ -298,3 +299,9 @@ class SqliteReads(ReadView):
                 holder = (broker_id, broker_epoch)
                 earliest[holder] = min(expires, earliest.get(holder, expires))
         return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]
+
+    def acl_version(self) -> int:
+        return sql_acls.sqlite_version(self._conn)
+
+    def acls(self) -> list[AclBinding]:
+        return sql_acls.sqlite_acls(self._conn)

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import sqlite_extents
+from diskless.coordinator._backends import sql_acls, sqlite_extents
 from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
@@ -170,6 +170,8 @@ class SqliteTxn(StoreTxn):
                     " AND p.high_watermark > p.log_start_offset ORDER BY t.name, p.partition"
                 )
             ]
+        if needs.acls:
+            snapshot.acls = sql_acls.sqlite_acls(conn)
         return snapshot.freeze()
 
     def _partitions(self, tps: set[TopicPartition]) -> dict[TopicPartition, PartitionState]:
@@ -279,6 +281,7 @@ class SqliteTxn(StoreTxn):
                 (changes.producers_idle_before,),
             )
         self._apply_txn_state(changes)
+        sql_acls.sqlite_apply(conn, changes)
         granted = []
         for lease in changes.leases_granted:
             lease_id = conn.execute(

@@ -7,6 +7,11 @@ changes them for the whole cluster. A diskless topic has no replicas to place: a
 factor or replica assignment is accepted and has no effect beyond the partition count it implies.
 A failure of the batch coordinator gets the code of the library's error table:
 `admin_error` for the topic APIs, `delete_records_error` for DeleteRecords.
+
+Authorization, per topic before anything else is asked of it: CreateTopics needs CREATE on the
+cluster or the topic, DeleteTopics and DeleteRecords DELETE, CreatePartitions ALTER,
+DescribeConfigs DESCRIBE_CONFIGS (TOPIC_AUTHORIZATION_FAILED), and of the broker resource
+DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -25,6 +30,13 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
+from diskless.kafka_server._handlers._access import (
+    ALTER,
+    CREATE,
+    DELETE,
+    DESCRIBE_CONFIGS,
+    Access,
+)
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._topic_configs import (
@@ -53,11 +65,16 @@ _RESOURCE_BROKER: Final = 4
 _DEFAULT: Final = -1
 """num_partitions / replication_factor -1: the broker's default (Kafka 2.4+, KIP-464)."""
 _TOO_MANY_PARTITIONS: Final = "Excessively large number of partitions per request."
+_NOT_AUTHORIZED: Final = "Authorization failed."
 _WITHOUT_DOCUMENTATION: Final = (
     describe_configs_v1.DescribeConfigsRequest,
     describe_configs_v2.DescribeConfigsRequest,
 )
 """DescribeConfigs v3 added `include_documentation`."""
+_REFUSED: Final = {
+    _RESOURCE_TOPIC: WireError.topic_authorization_failed,
+    _RESOURCE_BROKER: WireError.cluster_authorization_failed,
+}
 
 
 class _Config(Protocol):
@@ -149,6 +166,8 @@ async def handle_create_topics(
 ) -> ResponsePayload:
     names = [t.name for t in request.topics]
     too_many = _requested_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
+    access = Access(context, session)
+    creatable = set(names) if access.cluster(CREATE) else access.topics(CREATE, names)
     created = []
     for topic in request.topics:
         try:
@@ -156,6 +175,8 @@ async def handle_create_topics(
                 raise _Refused(WireError.policy_violation, _TOO_MANY_PARTITIONS)
             if names.count(topic.name) > 1:
                 raise _Refused(WireError.invalid_request, f"topic {topic.name!r} given twice")
+            if topic.name not in creatable:
+                raise _Refused(WireError.topic_authorization_failed, _NOT_AUTHORIZED)
             created.append(await _create_topic(context, topic, bool(request.validate_only)))
         except _Refused as refused:
             created.append(_Created(refused.code, refused.message))
@@ -241,19 +262,21 @@ async def handle_delete_topics(
     context: BrokerContext, session: Session, request: DeleteTopicsRequest, response: Response
 ) -> ResponsePayload:
     names = list(dict.fromkeys(request.topic_names))
-    errors: dict[str, WireError] = {}
+    allowed = Access(context, session).topics(DELETE, names)
+    errors = {n: WireError.topic_authorization_failed for n in names if n not in allowed}
+    names = [n for n in names if n in allowed]
     try:
         deleted = await context.broker.delete_topics(names) if names else []
-        errors = {n: wire(code) for n, code in zip(names, deleted, strict=True)}
+        errors.update({n: wire(code) for n, code in zip(names, deleted, strict=True)})
         if gone := [n for n, code in zip(names, deleted, strict=True) if code is ErrorCode.NONE]:
             _log.info("deleted topics %s", gone)
     except DisklessError as e:
         code = failure(admin_error, e, "deleting topics")
-        errors = dict.fromkeys(names, code)
+        errors.update(dict.fromkeys(names, code))
     entry = nested(response, "DeletableTopicResult")
     results = tuple(
         build(entry, name=name, error_code=errors.get(name, WireError.none), error_message=None)
-        for name in names
+        for name in dict.fromkeys(request.topic_names)
     )
     return build(response, throttle_time=NO_THROTTLE, responses=results)
 
@@ -262,6 +285,7 @@ async def handle_delete_topics(
 async def handle_create_partitions(
     context: BrokerContext, session: Session, request: CreatePartitionsRequest, response: Response
 ) -> ResponsePayload:
+    allowed = Access(context, session).topics(ALTER, (t.name for t in request.topics))
     try:
         too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
     except DisklessError as e:
@@ -270,6 +294,8 @@ async def handle_create_partitions(
     else:
         errors = [
             await _grow_topic(context, t.name, int(t.count), bool(request.validate_only), too_many)
+            if t.name in allowed
+            else WireError.topic_authorization_failed
             for t in request.topics
         ]
     entry = nested(response, "CreatePartitionsTopicResult")
@@ -316,6 +342,7 @@ def _grown(error: WireError, name: str, count: int) -> str | None:
         WireError.invalid_partitions: f"topic {name!r} has {count} or more partitions",
         WireError.unknown_topic_or_partition: f"unknown topic {name!r}",
         WireError.policy_violation: _TOO_MANY_PARTITIONS,
+        WireError.topic_authorization_failed: _NOT_AUTHORIZED,
     }.get(error, error.name)
 
 
@@ -323,7 +350,21 @@ def _grown(error: WireError, name: str, count: int) -> str | None:
 async def handle_describe_configs(
     context: BrokerContext, session: Session, request: DescribeConfigsRequest, response: Response
 ) -> ResponsePayload:
-    topics = [r.resource_name for r in request.resources if r.resource_type == _RESOURCE_TOPIC]
+    access = Access(context, session)
+    refused = {
+        (r.resource_type, r.resource_name)
+        for r in request.resources
+        if (
+            r.resource_type == _RESOURCE_TOPIC
+            and not access.topic(DESCRIBE_CONFIGS, r.resource_name)
+        )
+        or (r.resource_type == _RESOURCE_BROKER and not access.cluster(DESCRIBE_CONFIGS))
+    }
+    topics = [
+        r.resource_name
+        for r in request.resources
+        if r.resource_type == _RESOURCE_TOPIC and (r.resource_type, r.resource_name) not in refused
+    ]
     failed: WireError | None = None
     configs: dict[str, TopicConfig] = {}
     try:
@@ -337,9 +378,14 @@ async def handle_describe_configs(
     result_entry = nested(response, "DescribeConfigsResult")
     results = []
     for resource in request.resources:
-        error, message, entries = _describe_resource(
-            response, resource, configs, failed, documented
-        )
+        message: str | None
+        entries: tuple[Entity, ...]
+        if (resource.resource_type, resource.resource_name) in refused:
+            error, message, entries = _REFUSED[resource.resource_type], _NOT_AUTHORIZED, ()
+        else:
+            error, message, entries = _describe_resource(
+                response, resource, configs, failed, documented
+            )
         results.append(
             build(
                 result_entry,
@@ -400,13 +446,16 @@ async def handle_delete_records(
         for topic in request.topics
         for p in topic.partitions
     }
-    answers: dict[TopicPartition, tuple[WireError, int]] = {}
+    refused = Access(context, session).refused(DELETE, offsets)
+    answers = dict.fromkeys(refused, (WireError.topic_authorization_failed, -1))
+    for tp in refused:
+        del offsets[tp]
     try:
         for tp, result in (await context.broker.delete_records(offsets)).items():
             answers[tp] = (wire(result.error), result.low_watermark)
     except DisklessError as e:
         code = failure(delete_records_error, e, "deleting records")
-        answers = dict.fromkeys(offsets, (code, -1))
+        answers.update(dict.fromkeys(offsets, (code, -1)))
     return _encode_delete_records(response, request, answers)
 
 

@@ -2,6 +2,12 @@
 
 Metadata names a leader per partition although the write path has none: see
 `_coordination.cluster_view` for whom it names and why.
+
+Authorization as Kafka's: Metadata of all topics lists only those the principal may DESCRIBE;
+a topic named explicitly without DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED whether it
+exists or not (so the answer gives nothing away), and so is a missing one that would be created
+without CREATE on the cluster or on the topic. FindCoordinator needs DESCRIBE on the group or
+the transactional id.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import topic_id
+from diskless.kafka_server._handlers._access import CREATE, DESCRIBE, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._steps import Steps
@@ -69,6 +76,8 @@ class _Topics(NamedTuple):
     known: dict[str, TopicDescription]
     unknown: WireError
     """The code of a name not in `known`: unknown, or not described for a failure."""
+    refused: set[str]
+    """Names the principal may not describe (or create): TOPIC_AUTHORIZATION_FAILED."""
 
 
 async def handle_metadata(
@@ -81,7 +90,8 @@ async def handle_metadata(
         requested = None  # all topics (v0 says so with an empty list)
     else:
         requested = [t.name for t in request.topics if t.name is not None]
-    topics = await _describe(context, requested, _may_create(context, request))
+    access = Access(context, session)
+    topics = await _describe(context, access, requested, _may_create(context, request))
     rack = session.client_rack if session.client_rack is not None else context.rack
     return await _encode_metadata(response, context, topics, rack, session.listener)
 
@@ -96,24 +106,36 @@ def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
 
 
 async def _describe(
-    context: BrokerContext, requested: list[str] | None, may_create: bool
+    context: BrokerContext, access: Access, requested: list[str] | None, may_create: bool
 ) -> _Topics:
-    """The requested topics (None: all), those missing created when `may_create`."""
+    """The requested topics (None: all that `access` may describe), those missing created when
+    `may_create` and `access` allows it."""
     if requested is not None and not requested:
-        return _Topics([], {}, WireError.unknown_topic_or_partition)
+        return _Topics([], {}, WireError.unknown_topic_or_partition, set())
+    refused: set[str] = set()
+    if requested is not None:
+        refused = set(requested) - access.topics(DESCRIBE, requested)
     try:
-        descriptions = await context.broker.describe_topics(requested)
+        descriptions = await context.broker.describe_topics(
+            None if requested is None else [n for n in requested if n not in refused]
+        )
         unknown = WireError.unknown_topic_or_partition
     except DisklessError as e:
         unknown = failure(metadata_error, e, "describing topics")
         descriptions = []
         requested = requested or []
     known = {d.name: d for d in descriptions}
-    names = sorted(known) if requested is None else list(dict.fromkeys(requested))
-    missing = [name for name in names if name not in known]
+    if requested is None:
+        names = sorted(access.topics(DESCRIBE, known))
+    else:
+        names = list(dict.fromkeys(requested))
+    missing = [name for name in names if name not in known and name not in refused]
     if missing and may_create:
+        if not access.cluster(CREATE):
+            refused.update(set(missing) - access.topics(CREATE, missing))
+            missing = [name for name in missing if name not in refused]
         known.update(await _create_topics(context, missing))
-    return _Topics(names, known, unknown)
+    return _Topics(names, known, unknown, refused)
 
 
 async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
@@ -152,10 +174,13 @@ async def _encode_metadata(
         await steps.pause()
         description = topics.known.get(name)
         ok = description is not None
+        error = WireError.none if ok else topics.unknown
         entries.append(
             build(
                 topic_entry,
-                error_code=WireError.none if ok else topics.unknown,
+                error_code=WireError.topic_authorization_failed
+                if name in topics.refused
+                else error,
                 name=name,
                 topic_id=topic_id(name) if ok else None,
                 is_internal=False,
@@ -244,7 +269,8 @@ async def handle_find_coordinator(
         keys = list(request.coordinator_keys)  # v4 batches keys
     else:
         keys = [request.key]
-    found = [await _find(context, key_type, key, session.listener) for key in keys]
+    access = Access(context, session)
+    found = [await _find(context, access, key_type, key, session.listener) for key in keys]
     if not batched:
         (one,) = found
         return build(response, throttle_time=NO_THROTTLE, error_code=one.error, **_fields(one))
@@ -256,10 +282,16 @@ async def handle_find_coordinator(
     return build(response, throttle_time=NO_THROTTLE, coordinators=coordinators)
 
 
-async def _find(context: BrokerContext, key_type: int, key: str, listener: str) -> _Found:
+async def _find(
+    context: BrokerContext, access: Access, key_type: int, key: str, listener: str
+) -> _Found:
     if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
         message = f"unknown coordinator key type {key_type}"
         return _Found(WireError.invalid_request, message, *_NOT_FOUND)
+    if key_type == _KEY_TYPE_GROUP and not access.group(DESCRIBE, key):
+        return _Found(WireError.group_authorization_failed, None, *_NOT_FOUND)
+    if key_type == _KEY_TYPE_TRANSACTION and not access.transactional_id(DESCRIBE, key):
+        return _Found(WireError.transactional_id_authorization_failed, None, *_NOT_FOUND)
     try:
         found = (
             await context.groups.locate(key)

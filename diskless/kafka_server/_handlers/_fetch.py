@@ -3,6 +3,9 @@
 A Fetch that finds fewer than `min_bytes` waits, polling every `fetch_poll_ms`, until data
 arrives or `max_wait` (capped by `fetch_wait_ms_max`) runs out. The wait runs on the broker's
 injected clock, so that a simulated clock drives it in tests as it drives the rest of the broker.
+
+Authorization: Fetch needs READ on each topic, ListOffsets DESCRIBE; a partition of a topic that
+refuses is answered TOPIC_AUTHORIZATION_FAILED and never read.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from diskless._kafka_errors import fetch_error, list_offsets_error
 from diskless._results import FetchResult, ListOffsetsResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
 from diskless.errors import DisklessError
+from diskless.kafka_server._handlers._access import DESCRIBE, READ, Access
 from diskless.kafka_server._handlers._errors import failure_code
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session
@@ -31,6 +35,9 @@ from diskless.kafka_server._protocol.messages import (
 
 _WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
 """Fetch v11 added `rack_id` (KIP-392): the consumer's `client.rack`."""
+
+
+_REFUSED: Final = FetchResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _isolation(value: int) -> IsolationLevel | None:
@@ -59,7 +66,11 @@ async def handle_fetch(
     if isinstance(request, _WITH_RACK) and request.rack_id:
         session.client_rack = request.rack_id
     fetch = _decode_fetch(request, context.config.fetch_wait_ms_max)
+    refused = Access(context, session).refused(READ, fetch.offsets)
+    for tp in refused:
+        del fetch.offsets[tp]
     results = await _call_fetch(context, fetch)
+    results.update(dict.fromkeys(refused, _REFUSED))
     return _encode_fetch(response, request, fetch.isolation, results)
 
 
@@ -164,7 +175,11 @@ async def handle_list_offsets(
         for topic in request.topics
         for p in topic.partitions
     }
+    refused = Access(context, session).refused(DESCRIBE, timestamps)
+    for tp in refused:
+        del timestamps[tp]
     results = await _call_list_offsets(context, timestamps, isolation)
+    results.update(dict.fromkeys(refused, ListOffsetsResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
     return _encode_list_offsets(response, request, results, context.cluster.generation)
 
 

@@ -4,6 +4,11 @@ Each decodes its request for `GroupCoordinator` (`_coordination.group_coordinato
 serves a group only on the broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership
 there and answers with Kafka error codes itself. Ownership and committed offsets live in the
 batch coordinator: a failure there gets the library's `group_error` code.
+
+Authorization, before the coordinator is asked: every one of them needs READ on the group
+(OffsetFetch: DESCRIBE), else GROUP_AUTHORIZATION_FAILED; OffsetCommit also READ on each topic
+and OffsetFetch DESCRIBE, else the topic's partitions get TOPIC_AUTHORIZATION_FAILED (an
+OffsetFetch of all topics leaves out those it may not describe).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from diskless._kafka_errors import group_error
 from diskless._types import TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_state import JoinOutcome
+from diskless.kafka_server._handlers._access import DESCRIBE, READ, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
@@ -41,6 +47,13 @@ def instance_id(request: object) -> str | None:
     """A static member's `group.instance.id` (KIP-345), in the versions that carry one."""
     value = getattr(request, "group_instance_id", None)
     return value if isinstance(value, str) else None
+
+
+_GROUP_REFUSED: Final = WireError.group_authorization_failed
+
+
+def _may_read(context: BrokerContext, session: Session, group_id: str) -> bool:
+    return Access(context, session).group(READ, group_id)
 
 
 _ONE_MEMBER_LEAVES: Final = (
@@ -65,19 +78,16 @@ async def handle_offset_commit(
         for topic in request.topics
         for p in topic.partitions
     }
-    errors: dict[TopicPartition, WireError]
-    try:
-        errors = await context.groups.commit_offsets(
-            serving(context),
-            request.group_id,
-            int(request.generation_id_or_member_epoch),
-            request.member_id,
-            offsets,
-            instance_id(request),
-        )
-        unanswered = WireError.unknown_topic_or_partition
-    except DisklessError as e:
-        errors, unanswered = {}, failure(group_error, e, "committing offsets")
+    errors: dict[TopicPartition, WireError] = {}
+    access = Access(context, session)
+    refused = access.refused(READ, offsets)
+    for tp in refused:
+        del offsets[tp]
+    if not access.group(READ, request.group_id):
+        unanswered = _GROUP_REFUSED  # every partition
+    else:
+        errors, unanswered = await _commit(context, request, offsets)
+        errors.update(dict.fromkeys(refused, WireError.topic_authorization_failed))
     return build(
         response,
         throttle_time=NO_THROTTLE,
@@ -92,23 +102,52 @@ async def handle_offset_commit(
     )
 
 
+async def _commit(
+    context: BrokerContext,
+    request: OffsetCommitRequest,
+    offsets: dict[TopicPartition, tuple[int, str | None]],
+) -> tuple[dict[TopicPartition, WireError], WireError]:
+    """Each partition's error, and the code of those not answered."""
+    try:
+        errors = await context.groups.commit_offsets(
+            serving(context),
+            request.group_id,
+            int(request.generation_id_or_member_epoch),
+            request.member_id,
+            offsets,
+            instance_id(request),
+        )
+        return errors, WireError.unknown_topic_or_partition
+    except DisklessError as e:
+        return {}, failure(group_error, e, "committing offsets")
+
+
 async def handle_offset_fetch(
     context: BrokerContext, session: Session, request: OffsetFetchRequest, response: Response
 ) -> ResponsePayload:
-    try:
-        error, committed = await context.groups.committed_offsets(
-            serving(context), request.group_id
-        )
-    except DisklessError as e:
-        error, committed = failure(group_error, e, "fetching offsets"), {}
+    access = Access(context, session)
+    committed: dict[TopicPartition, tuple[int, str | None]] = {}
+    if not access.group(DESCRIBE, request.group_id):
+        error = _GROUP_REFUSED
+    else:
+        try:
+            error, committed = await context.groups.committed_offsets(
+                serving(context), request.group_id
+            )
+        except DisklessError as e:
+            error = failure(group_error, e, "fetching offsets")
     wanted: dict[str, list[int]]
-    if request.topics is None:  # every partition with a committed offset
+    if request.topics is None:  # every partition with a committed offset it may describe
         wanted = {}
+        described = access.topics(DESCRIBE, (tp.topic for tp in committed))
         for tp in sorted(committed):
-            wanted.setdefault(tp.topic, []).append(tp.partition)
+            if tp.topic in described:
+                wanted.setdefault(tp.topic, []).append(tp.partition)
+        refused: set[str] = set()
     else:
         wanted = {t.name: [int(p) for p in t.partition_indexes] for t in request.topics}
-    return _encode_offset_fetch(response, wanted, committed, error)
+        refused = set(wanted) - access.topics(DESCRIBE, wanted)
+    return _encode_offset_fetch(response, wanted, committed, error, refused)
 
 
 def _encode_offset_fetch(
@@ -116,6 +155,7 @@ def _encode_offset_fetch(
     wanted: Mapping[str, list[int]],
     committed: Mapping[TopicPartition, tuple[int, str | None]],
     error: WireError,
+    refused: set[str],
 ) -> ResponsePayload:
     topic_entry = nested(response, "OffsetFetchResponseTopic")
     partition_entry = nested(response, "OffsetFetchResponsePartition")
@@ -124,6 +164,8 @@ def _encode_offset_fetch(
         partitions: list[Entity] = []
         for index in indexes:
             offset, metadata = committed.get(TopicPartition(name, index), (-1, ""))
+            if name in refused:
+                offset, metadata = -1, ""
             partitions.append(
                 build(
                     partition_entry,
@@ -131,7 +173,8 @@ def _encode_offset_fetch(
                     committed_offset=offset,
                     committed_leader_epoch=-1,
                     metadata=metadata,
-                    error_code=error,  # v1 has no top-level error: each partition carries it
+                    # v1 has no top-level error: each partition carries it
+                    error_code=WireError.topic_authorization_failed if name in refused else error,
                 )
             )
         topics.append(build(topic_entry, name=name, partitions=tuple(partitions)))
@@ -149,6 +192,9 @@ async def handle_join_group(
         if isinstance(request, join_group_v0.JoinGroupRequest)
         else request.rebalance_timeout
     )
+    if not _may_read(context, session, request.group_id):
+        outcome = JoinOutcome(_GROUP_REFUSED, member_id=request.member_id)
+        return _encode_join_group(response, request, outcome)
     try:
         outcome = await context.groups.join(
             serving(context),
@@ -193,17 +239,20 @@ async def handle_sync_group(
     request: SyncGroupRequest,
     response: Response,
 ) -> ResponsePayload:
+    error: WireError = _GROUP_REFUSED
+    assignment = b""
     try:
-        error, assignment = await context.groups.sync(
-            serving(context),
-            request.group_id,
-            int(request.generation_id),
-            request.member_id,
-            {a.member_id: bytes(a.assignment) for a in request.assignments},
-            instance_id(request),
-        )
+        if _may_read(context, session, request.group_id):
+            error, assignment = await context.groups.sync(
+                serving(context),
+                request.group_id,
+                int(request.generation_id),
+                request.member_id,
+                {a.member_id: bytes(a.assignment) for a in request.assignments},
+                instance_id(request),
+            )
     except DisklessError as e:
-        error, assignment = failure(group_error, e, "syncing a group"), b""
+        error = failure(group_error, e, "syncing a group")
     protocol_type, protocol_name = (
         (request.protocol_type, request.protocol_name)
         if isinstance(request, sync_group_v5.SyncGroupRequest)  # v5 echoes the protocol
@@ -225,6 +274,8 @@ async def handle_heartbeat(
     request: HeartbeatRequest,
     response: Response,
 ) -> ResponsePayload:
+    if not _may_read(context, session, request.group_id):
+        return build(response, throttle_time=NO_THROTTLE, error_code=_GROUP_REFUSED)
     try:
         error = await context.groups.heartbeat(
             serving(context),
@@ -242,6 +293,8 @@ async def handle_leave_group(
     context: BrokerContext, session: Session, request: LeaveGroupRequest, response: Response
 ) -> ResponsePayload:
     me = serving(context)
+    if not _may_read(context, session, request.group_id):
+        return build(response, throttle_time=NO_THROTTLE, error_code=_GROUP_REFUSED, members=())
     if isinstance(request, _ONE_MEMBER_LEAVES):
         try:
             error = await context.groups.leave(me, request.group_id, request.member_id)

@@ -11,6 +11,10 @@ which runs it in the request's own turn, so it needs no ordering of its own.
 zstd batches need Produce v7 or later: an older client could not read them back, so Kafka answers
 UNSUPPORTED_COMPRESSION_TYPE for such a partition, and so does `DisklessBroker.produce` when told
 that zstd is not allowed.
+
+Authorization (synchronous, so it keeps the no-await rule): a transactional request needs WRITE
+on its transactional id, or every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+each topic needs WRITE, or its partitions are answered TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
+from diskless.kafka_server._handlers._access import WRITE, Access
 from diskless.kafka_server._handlers._errors import failure_code
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers._steps import Steps
@@ -40,6 +45,8 @@ ZSTD_VERSION_MIN: Final = 7
 _TWICE: Final = ProduceResult(
     ErrorCode.INVALID_RECORD, error_message="partition appears twice in the request"
 )
+_TOPIC_REFUSED: Final = ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+_ID_REFUSED: Final = ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
 class _Produce(NamedTuple):
@@ -56,7 +63,7 @@ class _Produce(NamedTuple):
 async def handle_produce(
     context: BrokerContext, session: Session, request: ProduceRequest, response: Response
 ) -> ResponsePayload | None:
-    produce = _decode(request)
+    produce = _authorize(Access(context, session), request, _decode(request))
     results = await _call(context, produce)
     if produce.acks == 0:
         return None  # Kafka sends no response to acks=0
@@ -77,6 +84,20 @@ def _decode(request: ProduceRequest) -> _Produce:
     allow_zstd = request.__version__ >= ZSTD_VERSION_MIN
     acks, timeout_ms = int(request.acks), millis(request.timeout)
     return _Produce(partitions, dict.fromkeys(twice, _TWICE), acks, timeout_ms, allow_zstd)
+
+
+def _authorize(access: Access, request: ProduceRequest, produce: _Produce) -> _Produce:
+    """`produce` without the partitions the principal may not write, answered for them."""
+    transactional_id = getattr(request, "transactional_id", None)  # v3+
+    if transactional_id is not None and not access.transactional_id(WRITE, transactional_id):
+        refused = dict.fromkeys(produce.partitions, _ID_REFUSED)
+    else:
+        refused = dict.fromkeys(access.refused(WRITE, produce.partitions), _TOPIC_REFUSED)
+    if not refused:
+        return produce
+    for tp in refused:
+        del produce.partitions[tp]
+    return produce._replace(refused=produce.refused | refused)
 
 
 async def _call(context: BrokerContext, produce: _Produce) -> dict[TopicPartition, ProduceResult]:

@@ -6,6 +6,14 @@ The front end bridges the clients' transaction version 1 to the library's versio
 (`group_error` for TxnOffsetCommit, which the group's coordinator serves). Offsets a transaction
 commits wait in its durable record and reach the group's committed offsets with its commit
 markers, in the same step (never if it aborts).
+
+Authorization first, as Kafka's: WRITE on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request); an idempotent producer's
+InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679; else
+CLUSTER_AUTHORIZATION_FAILED); AddPartitionsToTxn WRITE on each topic (refused ones get
+TOPIC_AUTHORIZATION_FAILED and the rest OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn and
+TxnOffsetCommit READ on the group (GROUP_AUTHORIZATION_FAILED), TxnOffsetCommit READ on each
+topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from kio.static.protocol import ResponsePayload
 from diskless._kafka_errors import group_error, txn_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
+from diskless.kafka_server._handlers._access import IDEMPOTENT_WRITE, READ, WRITE, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
@@ -32,6 +41,20 @@ from diskless.kafka_server._protocol.messages import (
 )
 from diskless.txn import PendingOffset
 
+_ID_REFUSED = WireError.transactional_id_authorization_failed
+
+
+def _may_write(access: Access, transactional_id: str) -> bool:
+    return access.transactional_id(WRITE, transactional_id)
+
+
+def _init_refusal(access: Access, transactional_id: str | None) -> WireError | None:
+    if transactional_id is not None:
+        return None if _may_write(access, transactional_id) else _ID_REFUSED
+    if access.cluster(IDEMPOTENT_WRITE) or access.any_topic(WRITE):
+        return None
+    return WireError.cluster_authorization_failed
+
 
 async def handle_init_producer_id(
     context: BrokerContext,
@@ -39,15 +62,19 @@ async def handle_init_producer_id(
     request: InitProducerIdRequest,
     response: Response,
 ) -> ResponsePayload:
-    try:
-        result = await context.transactions.init_producer_id(
-            request.transactional_id, millis(request.transaction_timeout)
-        )
-        error = wire(result.error)
-        producer_id, epoch = result.producer_id, result.producer_epoch
-    except DisklessError as e:
-        error = failure(txn_error, e, "init producer id")
-        producer_id, epoch = -1, -1
+    producer_id, epoch = -1, -1
+    refused = _init_refusal(Access(context, session), request.transactional_id)
+    if refused is not None:
+        error = refused
+    else:
+        try:
+            result = await context.transactions.init_producer_id(
+                request.transactional_id, millis(request.transaction_timeout)
+            )
+            error = wire(result.error)
+            producer_id, epoch = result.producer_id, result.producer_epoch
+        except DisklessError as e:
+            error = failure(txn_error, e, "init producer id")
     return build(
         response,
         throttle_time=NO_THROTTLE,
@@ -68,6 +95,14 @@ async def handle_add_partitions_to_txn(
         for topic in request.v3_and_below_topics
         for p in topic.partitions
     ]
+    access = Access(context, session)
+    if not _may_write(access, request.v3_and_below_transactional_id):
+        return _encode_add_partitions(response, request, dict.fromkeys(partitions, _ID_REFUSED))
+    refused = access.refused(WRITE, partitions)
+    if refused:  # none is added (Kafka: the others are not attempted)
+        results = dict.fromkeys(partitions, WireError.operation_not_attempted)
+        results.update(dict.fromkeys(refused, WireError.topic_authorization_failed))
+        return _encode_add_partitions(response, request, results)
     try:
         codes = await context.transactions.add_partitions_to_txn(
             request.v3_and_below_transactional_id,
@@ -115,6 +150,8 @@ async def handle_end_txn(
     request: EndTxnRequest,
     response: Response,
 ) -> ResponsePayload:
+    if not _may_write(Access(context, session), request.transactional_id):
+        return build(response, throttle_time=NO_THROTTLE, error_code=_ID_REFUSED)
     try:
         result = await context.transactions.end_txn(
             request.transactional_id,
@@ -134,6 +171,12 @@ async def handle_add_offsets_to_txn(
     request: AddOffsetsToTxnRequest,
     response: Response,
 ) -> ResponsePayload:
+    access = Access(context, session)
+    if not _may_write(access, request.transactional_id):
+        return build(response, throttle_time=NO_THROTTLE, error_code=_ID_REFUSED)
+    if not access.group(READ, request.group_id):
+        error_code = WireError.group_authorization_failed
+        return build(response, throttle_time=NO_THROTTLE, error_code=error_code)
     try:
         code = await context.transactions.add_offsets_to_txn(
             request.transactional_id,
@@ -168,10 +211,20 @@ async def handle_txn_offset_commit(
         member = (int(request.generation_id), request.member_id, request.group_instance_id)
     else:
         member = (-1, "", None)  # before v3 the member is not checked (KIP-447)
-    try:
-        errors, error = await _commit_in_txn(context, request, offsets, member)
-    except DisklessError as e:
-        errors, error = {}, failure(group_error, e, "txn offset commit")
+    access = Access(context, session)
+    errors: dict[TopicPartition, WireError] = {}
+    if not _may_write(access, request.transactional_id):
+        error = _ID_REFUSED
+    elif not access.group(READ, request.group_id):
+        error = WireError.group_authorization_failed
+    else:
+        refused = access.refused(READ, (o.topic_partition for o in offsets))
+        allowed = [o for o in offsets if o.topic_partition not in refused]
+        try:
+            errors, error = await _commit_in_txn(context, request, allowed, member)
+        except DisklessError as e:
+            errors, error = {}, failure(group_error, e, "txn offset commit")
+        errors.update(dict.fromkeys(refused, WireError.topic_authorization_failed))
     topics = partition_errors(
         response,
         "TxnOffsetCommitResponseTopic",

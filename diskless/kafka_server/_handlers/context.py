@@ -8,6 +8,7 @@ from typing import Final, Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
+from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
@@ -104,6 +105,11 @@ class BrokerContext(Protocol):
     @property
     def metrics(self) -> Metrics:
         """Where a handler reports what only it sees (an authentication failure, say)."""
+        ...
+
+    @property
+    def acls(self) -> AclCache | None:
+        """The authorizer's ACLs; None when no authorizer is configured."""
         ...
 
 

@@ -18,6 +18,11 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
+from diskless.kafka_server._handlers._acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+)
 from diskless.kafka_server._handlers._admin import (
     handle_create_partitions,
     handle_create_topics,
@@ -94,6 +99,9 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_sasl_authenticate),
         Route(handle_describe_user_scram_credentials),
         Route(handle_alter_user_scram_credentials),
+        Route(handle_create_acls),
+        Route(handle_describe_acls),
+        Route(handle_delete_acls),
     )
 }
 

@@ -7,12 +7,17 @@ declares the others; split off to keep each module small).
   v1, DeleteRecords v1).
 - CreateTopics v2, DeleteTopics v1 and DescribeConfigs v1, kio's oldest, are below what any
   client of the acceptance tests sends.
+- CreateAcls, DescribeAcls, DeleteAcls v1 to v3: v1 added pattern types (KIP-290), which
+  kio's oldest has; librdkafka sends v1.
 """
 
 from __future__ import annotations
 
 from typing import TypeAlias
 
+import kio.schema.create_acls.v1 as create_acls_v1
+import kio.schema.create_acls.v2 as create_acls_v2
+import kio.schema.create_acls.v3 as create_acls_v3
 import kio.schema.create_partitions.v0 as create_partitions_v0
 import kio.schema.create_partitions.v1 as create_partitions_v1
 import kio.schema.create_partitions.v2 as create_partitions_v2
@@ -23,6 +28,9 @@ import kio.schema.create_topics.v4 as create_topics_v4
 import kio.schema.create_topics.v5 as create_topics_v5
 import kio.schema.create_topics.v6 as create_topics_v6
 import kio.schema.create_topics.v7 as create_topics_v7
+import kio.schema.delete_acls.v1 as delete_acls_v1
+import kio.schema.delete_acls.v2 as delete_acls_v2
+import kio.schema.delete_acls.v3 as delete_acls_v3
 import kio.schema.delete_records.v0 as delete_records_v0
 import kio.schema.delete_records.v1 as delete_records_v1
 import kio.schema.delete_records.v2 as delete_records_v2
@@ -31,6 +39,9 @@ import kio.schema.delete_topics.v2 as delete_topics_v2
 import kio.schema.delete_topics.v3 as delete_topics_v3
 import kio.schema.delete_topics.v4 as delete_topics_v4
 import kio.schema.delete_topics.v5 as delete_topics_v5
+import kio.schema.describe_acls.v1 as describe_acls_v1
+import kio.schema.describe_acls.v2 as describe_acls_v2
+import kio.schema.describe_acls.v3 as describe_acls_v3
 import kio.schema.describe_configs.v1 as describe_configs_v1
 import kio.schema.describe_configs.v2 as describe_configs_v2
 import kio.schema.describe_configs.v3 as describe_configs_v3
@@ -67,4 +78,19 @@ DeleteRecordsRequest: TypeAlias = (
     delete_records_v0.DeleteRecordsRequest
     | delete_records_v1.DeleteRecordsRequest
     | delete_records_v2.DeleteRecordsRequest
+)
+CreateAclsRequest: TypeAlias = (
+    create_acls_v1.CreateAclsRequest
+    | create_acls_v2.CreateAclsRequest
+    | create_acls_v3.CreateAclsRequest
+)
+DescribeAclsRequest: TypeAlias = (
+    describe_acls_v1.DescribeAclsRequest
+    | describe_acls_v2.DescribeAclsRequest
+    | describe_acls_v3.DescribeAclsRequest
+)
+DeleteAclsRequest: TypeAlias = (
+    delete_acls_v1.DeleteAclsRequest
+    | delete_acls_v2.DeleteAclsRequest
+    | delete_acls_v3.DeleteAclsRequest
 )

@@ -32,6 +32,7 @@ from typing import TypeVar
 from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
+from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView, Endpoint
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
@@ -80,12 +81,15 @@ class BrokerServer:
         request_budget: RequestBudget | None = None,
         listeners: Sequence[BrokerListener] | None = None,
         metrics: Metrics = NULL_METRICS,
+        acls: AclCache | None = None,
     ) -> None:
         """`request_budget`: the `queued_request_bytes_max` budget, when shared with other servers
         of the same process (a `KafkaCluster` passes one to all of its brokers). `listeners`:
         this broker's (`ListenerPlan.for_broker`); by default one PLAINTEXT listener on
         127.0.0.1 at `port` (0: a free one). `metrics`: where requests and connections are
-        reported (handlers reach it as `context.metrics`)."""
+        reported (handlers reach it as `context.metrics`). `acls`: the authorizer's ACLs (None:
+        no authorizer, everything is allowed)."""
+        self.acls = acls
         self.broker = broker
         self.metrics = metrics
         self.cluster = cluster

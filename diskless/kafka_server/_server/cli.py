@@ -341,6 +341,19 @@ def _server_config(args: argparse.Namespace, base: ServerConfig) -> ServerConfig
         default = getattr(base, name)
         settings.pop(name, None)
         settings[name] = Setting("--server-option", value, default, default, field=f"{name}=")
+    authorizer = {
+        field: value
+        for field, value in (
+            ("authorizer_class_name", args.authorizer_class_name),
+            ("super_users", args.super_users),
+            ("allow_everyone_if_no_acl_found", args.allow_everyone_if_no_acl_found),
+        )
+        if value is not None  # given: over the file's
+    }
+    try:
+        base = msgspec.structs.replace(base, **authorizer)
+    except ValueError as error:
+        raise UsageError(f"--authorizer-class-name: {error}") from None
     config = build_checked(lambda values: msgspec.structs.replace(base, **values), settings)
     if not args.metrics_address:  # the file's, if it has one
         return config

@@ -29,6 +29,8 @@ from typing import Final
 from diskless import BrokerConfig, DisklessBroker, ErrorCode
 from diskless.coordinator import BatchCoordinator, TopicConfig
 from diskless.errors import BrokerIdInUseError
+from diskless.kafka_server._coordination.acl_cache import AclCache
+from diskless.kafka_server._coordination.authorizer import AuthorizerSettings, parse_super_users
 from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
@@ -126,6 +128,18 @@ class KafkaCluster:
         self.transactions = TransactionFront(coordinator)
         self.groups = GroupCoordinator(coordinator, self.view)
         self.credentials = Credentials(coordinator)
+        self.acls = (
+            AclCache(
+                coordinator,
+                AuthorizerSettings(
+                    parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found
+                ),
+                config.acl_refresh_ms,
+            )
+            if config.authorizer_enabled
+            else None
+        )
+        """The authorizer's ACLs, shared by the brokers (None: no authorizer configured)."""
         self.servers: dict[int, BrokerServer] = {}
         self._killed: set[int] = set()
         self.fenced: set[int] = set()
@@ -139,6 +153,8 @@ class KafkaCluster:
         return self._coordinator
 
     async def start(self) -> None:
+        if self.acls is not None:
+            await self.acls.start()
         await self.transactions.start()
         await self.groups.start()
         await self.view.start()
@@ -162,6 +178,7 @@ class KafkaCluster:
                 request_budget=self.request_budget,
                 listeners=self._listeners.for_broker(index, default_port=self._ports[index]),
                 metrics=self.metrics,
+                acls=self.acls,
             )
             self.servers[broker_id] = server
             await server.start()
@@ -210,6 +227,8 @@ class KafkaCluster:
         await self.view.close()
         await self.groups.close()
         await self.transactions.close()
+        if self.acls is not None:
+            await self.acls.close()
 
     async def __aenter__(self) -> KafkaCluster:
         try:

@@ -18,6 +18,12 @@ QUEUED_REQUEST_BYTES_MAX: Final = 100 * 1024 * 1024
 CONNECTIONS_IDLE_MS_MAX: Final = 600_000
 FRAME_RECEIVE_MS_MAX: Final = 30_000
 INLINE_FRAME_BYTES_MAX: Final = 64 * 1024
+AUTHORIZER_CLASS_NAMES: Final = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+"""The `authorizer.class.name` values that enable the authorizer: Kafka's own two, whose
+semantics it reproduces (`_coordination.authorizer`), with ACLs kept in the batch coordinator."""
 
 
 class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +144,21 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """`metrics.lag.partitions.max`: lag series per scrape; past it, each group's remaining lag
     is summed into one series with `topic` and `partition` "__other__"."""
 
+    authorizer_class_name: str = ""
+    """Kafka's `authorizer.class.name`: empty, no authorization (everything is allowed and the
+    ACL APIs answer SECURITY_DISABLED); one of `AUTHORIZER_CLASS_NAMES`, ACLs are enforced on
+    every API. Any other value fails at start."""
+    super_users: str = ""
+    """Kafka's `super.users`: principals allowed everything, separated by semicolons
+    (`User:admin;User:CN=ops`)."""
+    allow_everyone_if_no_acl_found: bool = False
+    """Kafka's `allow.everyone.if.no.acl.found`: a resource with no ACL at all allows anyone."""
+    acl_refresh_ms: int = 1_000
+    """How often each broker process checks the coordinator's ACL version (one small read) and
+    reloads the ACLs when it changed: an ACL change takes effect on every process within this
+    (plus one coordinator read), and at once on the process it was made through. No Kafka
+    property (Kafka's brokers follow the metadata log)."""
+
     def sasl_mechanisms_for(self, listener: str) -> tuple[str, ...]:
         """The SASL mechanisms `listener` offers: its own `sasl.enabled.mechanisms` over the
         broker's."""
@@ -212,10 +233,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
         for listener in plan.listeners:
             tls = plan.protocols[listener.name].uses_tls
             self.tls_for(listener.name).check(listener.name, tls=tls)
+        if self.authorizer_class_name not in ("", *AUTHORIZER_CLASS_NAMES):
+            raise ValueError(
+                f"authorizer.class.name: {self.authorizer_class_name!r} is not supported"
+                f" (use {' or '.join(AUTHORIZER_CLASS_NAMES)})"
+            )
+        if self.acl_refresh_ms < 1:
+            raise ValueError("acl_refresh_ms must be >= 1")
+
         sasl = [
             listener.name for listener in plan.listeners if plan.protocols[listener.name].uses_sasl
         ]
         check_sasl_settings(self, [listener.name for listener in plan.listeners], sasl)
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return bool(self.authorizer_class_name)
 
 
 def check_sasl_settings(config: ServerConfig, listeners: list[str], sasl: list[str]) -> None:

@@ -53,6 +53,9 @@ PROPERTIES: Final[dict[str, str]] = {
     "metrics.topics.max": "metrics_topics_max",
     "metrics.lag.groups.max": "metrics_lag_groups_max",
     "metrics.lag.partitions.max": "metrics_lag_partitions_max",
+    "authorizer.class.name": "authorizer_class_name",
+    "super.users": "super_users",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
 }
 """Kafka property name -> `ServerConfig` field."""
 LISTENER_PROPERTIES: Final[set[str]] = {
