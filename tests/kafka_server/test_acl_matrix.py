@@ -38,6 +38,7 @@ from diskless.kafka_server import (
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
+from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
@@ -105,6 +106,8 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.CREATE_ACLS: [Need(R.CLUSTER, Op.ALTER)],
     ApiKey.DESCRIBE_ACLS: [Need(R.CLUSTER, Op.DESCRIBE)],
     ApiKey.DELETE_ACLS: [Need(R.CLUSTER, Op.ALTER)],
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: [Need(R.CLUSTER, Op.DESCRIBE)],
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: [Need(R.CLUSTER, Op.ALTER)],
 }
 CASES: Final = [(api, need) for api, needs in NEEDS.items() for need in needs]
 
@@ -131,6 +134,7 @@ async def setup() -> AsyncIterator[Setup]:
         TransactionFront(coordinator),
         GroupCoordinator(coordinator, view),
         ServerConfig(authorizer_class_name="kafka.security.authorizer.AclAuthorizer"),
+        Credentials(coordinator),
         acls,
     )
     yield Setup(context, acls)
@@ -151,8 +155,9 @@ async def _codes(setup: Setup, api: ApiKey, request: object = None) -> set[WireE
     return error_codes(response)
 
 
-def test_every_api_but_api_versions_is_in_the_matrix() -> None:
-    assert set(NEEDS) == set(HANDLERS) - {ApiKey.API_VERSIONS}
+def test_every_api_but_those_before_authentication_is_in_the_matrix() -> None:
+    before = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+    assert set(NEEDS) == set(HANDLERS) - before
 
 
 @pytest.mark.parametrize("api", sorted(NEEDS), ids=lambda api: api.name)

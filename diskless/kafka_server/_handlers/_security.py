@@ -21,6 +21,7 @@ from kio.static.protocol import ResponsePayload
 from diskless._kafka_errors import admin_error
 from diskless.coordinator import ScramDeletion, ScramUpsertion
 from diskless.errors import DisklessError
+from diskless.kafka_server._handlers._access import ALTER, DESCRIBE, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers.context import BrokerContext, Session
@@ -59,6 +60,14 @@ async def handle_describe_user_scram_credentials(
     response: Response,
 ) -> ResponsePayload:
     users = None if request.users is None else [u.name for u in request.users]
+    if not Access(context, session).cluster(DESCRIBE):  # Kafka: DESCRIBE on the cluster
+        return build(
+            response,
+            throttle_time=NO_THROTTLE,
+            error_code=WireError.cluster_authorization_failed,
+            error_message=None,
+            results=(),
+        )
     try:
         described = await context.credentials.describe(users)
     except DisklessError as e:
@@ -104,6 +113,21 @@ async def handle_alter_user_scram_credentials(
         for u in request.upsertions
     ]
     result = nested(response, "AlterUserScramCredentialsResult")
+    if not Access(context, session).cluster(ALTER):  # Kafka: ALTER on the cluster, every user
+        users = dict.fromkeys([*(d.user for d in deletions), *(u.user for u in upsertions)])
+        return build(
+            response,
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                build(
+                    result,
+                    user=user,
+                    error_code=WireError.cluster_authorization_failed,
+                    error_message=None,
+                )
+                for user in users
+            ),
+        )
     try:
         altered = [
             (r.user, wire(r.error), r.message)
