@@ -10,6 +10,15 @@ abort what requires it, start a new producer on a fatal error) and goes on, serv
 process the client reaches: the transaction state and the version 1 bridge are in the shared
 coordinator. At the end, the output read with read_committed is the input exactly once, and the
 group's committed offsets are the input's end.
+
+The group's coordinator is a broker of the process that is not killed. librdkafka keeps the
+broker it last found coordinating a group in a cache, and does not drop it when the broker
+leaves the Metadata answers (the killed brokers do, once their registrations expire, until the
+restarted process registers them again, as Kafka's fenced brokers do). A TxnOffsetCommit sent to
+such a cached broker then waits, with no timeout, for that broker's connection to come up, which
+it never does: it is re-examined only when some other broker's connection goes up or down.
+`send_offsets_to_transaction` would stall until then. That is a stall of the client, not of the
+servers, and the group's own failover is tested elsewhere (test_group_failover).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from tests.kafka_server._wire import decode_response, encode_request
 PARTITIONS = 3
 RECORDS = 150
 BATCH = 10
-GROUP = "failover"
+GROUP = "transform"
 TRANSACTIONAL_ID = "failover-1"
 KILL_AFTER_COMMITS = 3
 LOOP_TIMEOUT_S = 45
@@ -133,8 +142,13 @@ class Server:
 
 def _transaction_coordinator(address: str) -> int:
     """The broker FindCoordinator names for the transactional id."""
+    return _coordinator(address, TRANSACTIONAL_ID, key_type=1)
+
+
+def _coordinator(address: str, key: str, *, key_type: int) -> int:
+    """The broker FindCoordinator names for `key` (0: a group, 1: a transactional id)."""
     host, _, port = address.rpartition(":")
-    request = find_coordinator_v1.FindCoordinatorRequest(key=TRANSACTIONAL_ID, key_type=i8(1))
+    request = find_coordinator_v1.FindCoordinatorRequest(key=key, key_type=i8(key_type))
     with socket.create_connection((host, int(port)), timeout=10) as connection:
         connection.sendall(encode_request(request, 1))
         stream = connection.makefile("rb")
@@ -305,9 +319,15 @@ def test_exactly_once_across_a_killed_transaction_coordinator(tmp_path: Path) ->
         _produce_input(bootstrap)
         owner = _agreed_coordinator(addresses)
         victim = first if owner in FIRST_IDS else second
+        group_owner = _coordinator(addresses[0], GROUP, key_type=0)
+        assert (group_owner in FIRST_IDS) != (owner in FIRST_IDS), (
+            f"group {GROUP} is coordinated by broker {group_owner}, in the process to be killed"
+            " (see the module docstring): choose another group id"
+        )
 
         loop = TransformLoop(bootstrap)
-        thread = threading.Thread(target=loop.run, name="transform")
+        # A daemon: a loop stuck in a client call must not keep a failed run from exiting.
+        thread = threading.Thread(target=loop.run, name="transform", daemon=True)
         thread.start()
         deadline = time.monotonic() + LOOP_TIMEOUT_S
         while loop.committed < KILL_AFTER_COMMITS and thread.is_alive():
