@@ -248,7 +248,9 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
         lived = generation_at(observer.owners, close) - generation_at(
             observer.owners, member.started
         )
-        assert 0 < assigns <= lived, f"{member.name}: {assigns} assignments, {lived} generations"
+        # The observer sees a generation up to one poll late, so one a member joined just
+        # before it closed may not be seen yet: at most one assignment more than generations seen.
+        assert 0 < assigns <= lived + 1, f"{member.name}: {assigns} assignments, {lived} seen"
 
     # Kafka's promises to the group
     assert overlap <= SESSION_MS / 1000, f"{who} held for {overlap:.2f} s at once"
