@@ -273,8 +273,12 @@ async def _check_fault_run(
 
 @pytest.mark.parametrize("real_store", ["local", "s3"], indirect=True)
 async def test_storage_holds_exactly_the_live_objects_after_faults(
-    real_store: ObjectStore, new_coordinator: CoordinatorFactory
+    request: pytest.FixtureRequest, real_store: ObjectStore, new_coordinator: CoordinatorFactory
 ) -> None:
+    params = request.node.callspec.params
+    other_s3 = params["real_store"] == "s3" and params["new_coordinator"] != "sqlite"
+    if other_s3 and not request.config.getoption("--run-slow"):
+        pytest.skip("slow: run with --run-slow (S3 with one coordinator by default)")
     await _check_fault_run(real_store, new_coordinator, requests=2_000)
 
 
