@@ -59,9 +59,14 @@ def own_postgres() -> Iterator[PostgresServer]:
         pg.close()
 
 
+_ASK_AGAIN = (KafkaError._DESTROY_BROKER, KafkaError._UNKNOWN_PARTITION)
+
+
 def _end_offsets(address: str) -> dict[int, int]:
-    """Each partition's high watermark (asked again when librdkafka swapped the bootstrap
-    connection for a broker of the metadata midway, which fails the call it carried)."""
+    """Each partition's high watermark, asked again when librdkafka swapped the bootstrap
+    connection for a broker of the metadata midway (which fails the call it carried), or when
+    its metadata had no leader for the partition yet, right after the brokers changed
+    (librdkafka calls that an unknown partition)."""
     for attempt in range(5):
         consumer = Consumer({"bootstrap.servers": address, "group.id": "ends"})
         try:
@@ -70,8 +75,9 @@ def _end_offsets(address: str) -> dict[int, int]:
                 for p in range(PARTITIONS)
             }
         except KafkaException as error:
-            if attempt == 4 or error.args[0].code() != KafkaError._DESTROY_BROKER:
+            if attempt == 4 or error.args[0].code() not in _ASK_AGAIN:
                 raise
+            time.sleep(0.5)
         finally:
             consumer.close()
     raise AssertionError("unreachable")
