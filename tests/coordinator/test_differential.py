@@ -279,7 +279,7 @@ _ops = st.lists(op_st, min_size=10, max_size=40)
 
 
 @hypothesis.settings(
-    max_examples=60, deadline=None, print_blob=True, derandomize=True, database=None
+    max_examples=35, deadline=None, print_blob=True, derandomize=True, database=None
 )
 @hypothesis.given(_ops)
 def test_backends_agree(ops: list[tuple[Any, ...]]) -> None:
