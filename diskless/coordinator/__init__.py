@@ -1,7 +1,7 @@
 """The batch coordinator: its contract and its backends."""
 
 from diskless._types import GroupOwnership
-from diskless.coordinator._api import BatchCoordinator
+from diskless.coordinator._api import BatchCoordinator, ChangeListener
 from diskless.coordinator._faulty import (
     CallFaults,
     FaultyBatchCoordinator,
@@ -38,6 +38,8 @@ from diskless.coordinator._values import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     MetadataStats,
+    PartitionChanges,
+    PartitionOffsets,
     ProducerSnapshot,
     RegisteredTxn,
     RetentionResult,
@@ -75,6 +77,10 @@ __all__ = [
     "TopicConfig",
     "TopicDescription",
     "check_topic_name",
+    # the change feed
+    "ChangeListener",
+    "PartitionChanges",
+    "PartitionOffsets",
     # consolidation
     "ConsolidationCandidate",
     "ExtentIndex",
