@@ -15,17 +15,20 @@ wrong one: what it says was true when it was read. It is re-read:
 - for every tracked partition, every `reconcile_ms`, so that a lost notice, a restarted
   coordinator or a cut feed leaves it stale for at most that long (plus one read).
 Re-reads run one at a time, so a later read's values never lose to an earlier one's. When a
-partition's values change, its version moves and the fetches parked on it wake.
+partition's values change, its version moves and the fetches parked on it wake. Between a
+notice naming a partition and the re-read, the view does not answer for it: a fetch right after
+this process's own commit goes to the coordinator and sees that commit.
 
 The view tracks the partitions fetched in the last `idle_ms`, at most `partitions_max` of them
-(beyond, a partition is simply not tracked: its fetches ask the coordinator and wait their
-full time, as they did before the view).
+(beyond, a partition is simply not tracked: its fetches ask the coordinator, and a fetch that
+finds too little waits its full time).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -44,7 +47,14 @@ RECONCILE_MS_DEFAULT: Final = 1_000
 IDLE_MS_DEFAULT: Final = 300_000
 PARTITIONS_MAX_DEFAULT: Final = 100_000
 RETRY_S_MAX: Final = 1.0
-_UNKNOWN: Final = object()
+
+
+class Reading(enum.Enum):
+    READING = "reading"
+
+
+READING: Final = Reading.READING
+"""`PartitionView.answer`: a read of the partition is coming; a fetch that may wait parks."""
 
 Subscribe = Callable[[Callable[[PartitionChanges], None]], Callable[[], None]]
 
@@ -86,10 +96,10 @@ class PartitionView:
         self._notices = 0
         self._stale: dict[TopicPartition, int] = {}
         """Partitions a notice named (with the notice's number) that no read has re-read since:
-        the view does not answer for them (a fetch right after this process's own commit
-        must see it)."""
-        self._stale_all: int | None = None
-        """The number of the latest "everything" notice not re-read since."""
+        the view does not answer for them, so that a fetch right after this process's own
+        commit sees it. (An "everything" notice, which only other processes' commits or a gap
+        in the feed cause, blocks nothing: the view is re-read whole and answers meanwhile as it
+        would have had the notice come a little later.)"""
         self._pending = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._unsubscribe: Callable[[], None] | None = None
@@ -105,18 +115,21 @@ class PartitionView:
 
     def answer(
         self, tp: TopicPartition, offset: int, isolation_level: IsolationLevel
-    ) -> FetchResult | None:
-        """The empty answer of a fetch from `offset` that finds nothing yet, or None when the
-        view cannot tell (the coordinator answers). Tracks `tp` from now on."""
+    ) -> FetchResult | Reading | None:
+        """The empty answer of a fetch from `offset` that finds nothing yet; `READING` when a
+        read of `tp` is coming (its first, or after a notice named it), which will move its
+        version; None when the view cannot tell (the coordinator answers). Tracks `tp`."""
         if self._used.get(tp) is None:
             if len(self._used) >= self._partitions_max:
                 return None
             self._dirty.add(tp)
             self._pending.set()
+            self._used[tp] = time.monotonic()
+            return READING
         self._used[tp] = time.monotonic()
-        if self._stale_all is not None or tp in self._stale:
-            return None
-        offsets = self._offsets.get(tp)
+        offsets = self._offsets.get(tp, READING)
+        if offsets is READING or tp in self._stale:
+            return READING
         if offsets is None or not at_visible_end(offsets, offset, isolation_level):
             return None
         return FetchResult(
@@ -129,12 +142,7 @@ class PartitionView:
     @property
     def busy(self) -> bool:
         """Whether a notice waits to be re-read, or a read runs (for tests and diagnostics)."""
-        return (
-            self._pending.is_set()
-            or self._reading
-            or bool(self._stale)
-            or self._stale_all is not None
-        )
+        return self._pending.is_set() or self._reading or bool(self._stale)
 
     def offsets(self) -> Mapping[TopicPartition, PartitionOffsets | None]:
         """The values held, for tests and diagnostics."""
@@ -150,9 +158,8 @@ class PartitionView:
 
     def _on_change(self, changes: PartitionChanges) -> None:
         self._notices += 1
-        if changes.everything:
+        if changes.everything:  # another process's, or a gap in the feed: no answer waits for it
             self._everything = True
-            self._stale_all = self._notices
         else:
             named = (
                 [tp for tp in self._used if changes.covers(tp)]
@@ -197,8 +204,6 @@ class PartitionView:
             self._dirty.clear()
             started = self._notices
             if not wanted:
-                if everything and self._stale_all is not None and self._stale_all <= started:
-                    self._stale_all = None
                 continue
             self._reading = True
             try:
@@ -221,16 +226,17 @@ class PartitionView:
             delay = 0.01
             assert len(found) == len(wanted), (len(found), len(wanted))
             for tp, offsets in zip(wanted, found, strict=True):
-                if self._stale.get(tp, started + 1) <= started:
+                fresh = self._stale.get(tp, started + 1) <= started
+                if fresh:
                     del self._stale[tp]
-                self._update(tp, offsets)
-            if everything and self._stale_all is not None and self._stale_all <= started:
-                self._stale_all = None
+                self._update(tp, offsets, fresh)
 
-    def _update(self, tp: TopicPartition, offsets: PartitionOffsets | None) -> None:
+    def _update(self, tp: TopicPartition, offsets: PartitionOffsets | None, fresh: bool) -> None:
+        """New values for `tp`: its version moves and its parked fetches wake when they
+        changed, or when they were stale (fetches parked for this read look again)."""
         if tp not in self._used:
             return  # forgotten while the read ran
-        if self._offsets.get(tp, _UNKNOWN) == offsets:
+        if self._offsets.get(tp, READING) == offsets and not fresh:
             return
         self._offsets[tp] = offsets
         self._versions[tp] = self._versions.get(tp, 0) + 1

@@ -18,7 +18,7 @@ from diskless._types import ErrorCode, IsolationLevel, TopicPartition
 from diskless.clock import Clock
 from diskless.read._purgatory import FetchPurgatory
 from diskless.read._reader import FetchReader
-from diskless.read._view import PartitionView
+from diskless.read._view import READING, PartitionView
 
 
 class WaitingFetches:
@@ -50,16 +50,21 @@ class WaitingFetches:
         view = self._view
         while True:
             versions = [view.version(tp) for tp in offsets]
-            results = await self._pass(offsets, max_bytes, partition_max_bytes, isolation_level)
-            total = sum(len(r.records) for r in results.values())
-            errors = any(r.error is not ErrorCode.NONE for r in results.values())
-            if total >= max(min_bytes, 1) or errors or not offsets:
-                return results
-            if self._clock.monotonic() >= deadline:
-                return results
+            may_wait = self._clock.monotonic() < deadline
+            results = await self._pass(
+                offsets, max_bytes, partition_max_bytes, isolation_level, may_wait
+            )
+            if results is not None:
+                total = sum(len(r.records) for r in results.values())
+                errors = any(r.error is not ErrorCode.NONE for r in results.values())
+                if total >= max(min_bytes, 1) or errors or not offsets or not may_wait:
+                    return results
             unchanged = versions == [view.version(tp) for tp in offsets]
             if unchanged and not await self._purgatory.park(offsets.keys(), deadline):
-                return results  # the broker is closing
+                if results is None:  # the broker is closing: answer what the coordinator says
+                    deadline = self._clock.monotonic()
+                    continue
+                return results
 
     async def _pass(
         self,
@@ -67,15 +72,20 @@ class WaitingFetches:
         max_bytes: int,
         partition_max_bytes: int,
         isolation_level: IsolationLevel,
-    ) -> dict[TopicPartition, FetchResult]:
+        may_wait: bool,
+    ) -> dict[TopicPartition, FetchResult] | None:
+        """One look; None when a partition's read is coming and the fetch may wait for it
+        (one read for all the fetches that wait, rather than each asking the coordinator)."""
         answered: dict[TopicPartition, FetchResult] = {}
         asked: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
             result = self._view.answer(tp, offset, isolation_level)
-            if result is None:
-                asked[tp] = offset
-            else:
+            if isinstance(result, FetchResult):
                 answered[tp] = result
+            elif result is READING and may_wait:
+                return None
+            else:
+                asked[tp] = offset
         if not asked:
             self.answered_by_view += 1
             return answered

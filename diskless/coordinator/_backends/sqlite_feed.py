@@ -6,7 +6,8 @@ process, our own writer included) has committed since the last time this connect
 reading it touches only the shared-memory WAL index, not the disk. So each process asks once per
 `interval`, on the event loop (no thread hop: it takes microseconds), on a connection of its own,
 and on a change tells its listeners that everything may have changed: the file does not say
-what. That is one statement per process per interval, however many fetches wait.
+what. (So does the first check, and the first after a failed one: what came before is unknown.)
+That is one statement per process per interval, however many fetches wait.
 """
 
 from __future__ import annotations
