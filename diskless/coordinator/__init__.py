@@ -12,7 +12,7 @@ from diskless.coordinator._faulty import (
 from diskless.coordinator._memory import InMemoryBatchCoordinator
 from diskless.coordinator._postgres import PostgresBatchCoordinator
 from diskless.coordinator._rules.checks import check_topic_name
-from diskless.coordinator._rules.reads import FetchBudget
+from diskless.coordinator._rules.reads import FetchBudget, at_visible_end
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
     BatchInfo,
@@ -81,6 +81,7 @@ __all__ = [
     "ChangeListener",
     "PartitionChanges",
     "PartitionOffsets",
+    "at_visible_end",
     # consolidation
     "ConsolidationCandidate",
     "ExtentIndex",

@@ -36,8 +36,12 @@ from typing import Final
 
 from diskless._results import FetchResult
 from diskless._types import ErrorCode, IsolationLevel, TopicPartition
-from diskless.coordinator import BatchCoordinator, PartitionChanges, PartitionOffsets
-from diskless.coordinator._rules.reads import at_visible_end
+from diskless.coordinator import (
+    BatchCoordinator,
+    PartitionChanges,
+    PartitionOffsets,
+    at_visible_end,
+)
 from diskless.errors import CoordinatorError
 from diskless.read._purgatory import FetchPurgatory
 
@@ -209,9 +213,10 @@ class PartitionView:
             try:
                 self.reads += 1
                 found = await self._coordinator.partition_offsets(wanted)
-            except CoordinatorError as error:
-                if not self._failing:
-                    _log.warning("partition view cannot re-read (%s); retrying", error)
+            except Exception as error:  # whatever it is, the view must not stop re-reading
+                if not self._failing:  # (the coordinator's availability reports its outages)
+                    level = logging.DEBUG if isinstance(error, CoordinatorError) else logging.ERROR
+                    _log.log(level, "partition view cannot re-read (%r); retrying", error)
                 self._failing = True
                 self._dirty.update(tp for tp in wanted if tp in self._used)
                 self._pending.set()
@@ -221,7 +226,7 @@ class PartitionView:
             finally:
                 self._reading = False
             if self._failing:
-                _log.info("partition view re-reads again")
+                _log.debug("partition view re-reads again")
                 self._failing = False
             delay = 0.01
             assert len(found) == len(wanted), (len(found), len(wanted))

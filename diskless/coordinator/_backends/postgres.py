@@ -213,6 +213,7 @@ class PostgresStore(CoordinatorStore):
                 result = await step(txn)
                 changes = runs[-1].changes()
                 if changes:
+                    self._feed.own(conn.get_server_pid())  # told here already: no echo
                     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, changes.encode())
                 if outcome_unknown_on_failure:
                     xid = txn.xid

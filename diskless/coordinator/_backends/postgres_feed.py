@@ -15,6 +15,7 @@ while it was away.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable
@@ -29,6 +30,8 @@ _log = logging.getLogger(__name__)
 
 PING_INTERVAL_S: Final = 5.0
 PING_TIMEOUT_S: Final = 5.0
+OWN_PIDS_MAX: Final = 256
+"""Server processes of our own pool remembered (the pool has at most its size at a time)."""
 RETRY_S_MAX: Final = 2.0
 """The longest wait between two attempts to reconnect the feed."""
 _ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
@@ -45,6 +48,7 @@ class ListenFeed:
         self._publish = publish
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._own_pids: collections.OrderedDict[int, None] = collections.OrderedDict()
 
     def start(self) -> None:
         if self._task is None:
@@ -58,7 +62,7 @@ class ListenFeed:
                 delay = 0.05
             except _ERRORS as error:
                 if not self._failing:
-                    _log.warning("change feed lost (%r); reconnecting", error)
+                    _log.info("change feed lost (%r); reconnecting", error)
                 self._failing = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_S_MAX)
@@ -87,8 +91,19 @@ class ListenFeed:
         finally:
             conn.terminate()
 
+    def own(self, pid: int) -> None:
+        """A server process of this store's pool sends notices: they were told to this
+        process's listeners when the step committed, and are not told again. (Should the pid
+        later serve another process, its notices are missed here: the view's reconcile covers
+        that, as for any lost notice.)"""
+        self._own_pids[pid] = None
+        self._own_pids.move_to_end(pid)
+        if len(self._own_pids) > OWN_PIDS_MAX:
+            self._own_pids.popitem(last=False)
+
     def _on_notice(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        self._publish(PartitionChanges.decode(payload))
+        if pid not in self._own_pids:
+            self._publish(PartitionChanges.decode(payload))
 
     async def close(self) -> None:
         if self._task is not None:

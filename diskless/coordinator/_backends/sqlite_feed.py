@@ -69,10 +69,14 @@ class DataVersionCheck:
                 self._conn = sqlite3.connect(
                     uri, uri=True, isolation_level=None, check_same_thread=False, timeout=0
                 )
-            row = self._conn.execute("PRAGMA data_version").fetchone()
+            cursor = self._conn.execute("PRAGMA data_version")
+            try:
+                row = cursor.fetchone()
+            finally:
+                cursor.close()  # ends the statement, and its read of the WAL index, at once
         except sqlite3.Error as error:  # busy, or the file is gone: try again next time
             if not self._failing:
-                _log.warning("change check of %s failed: %s", self._path, error)
+                _log.info("change check of %s failed: %s", self._path, error)
             self._failing = True
             self._version = None  # what changes meanwhile is unknown
             return
