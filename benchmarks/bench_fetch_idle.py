@@ -50,6 +50,8 @@ FETCH_VERSION: Final = 4
 START_TIMEOUT_S: Final = 60.0
 COUNTS_ENV: Final = "DISKLESS_BENCH_COUNTS"
 """Where `serve` writes its statement counts when it receives SIGUSR1."""
+PROFILE_ENV: Final = "DISKLESS_BENCH_PROFILE"
+"""When set, `serve` runs the broker under cProfile and writes the profile there on exit."""
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _SIZE = struct.Struct(">i")
 
@@ -89,7 +91,13 @@ def serve(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGUSR1, dump)
     from diskless.kafka_server.__main__ import main
 
-    main(list(argv))
+    profile = os.environ.get(PROFILE_ENV)
+    if profile is None:
+        main(list(argv))
+        return
+    import cProfile
+
+    cProfile.runctx("main(list(argv))", globals(), {"main": main, "argv": argv}, profile)
 
 
 class Broker:
@@ -308,7 +316,7 @@ def report(backend: str, rows: Sequence[Row]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _postgres_database(dsn: str | None) -> AsyncIterator[tuple[str, str]]:
+async def postgres_database(dsn: str | None) -> AsyncIterator[tuple[str, str]]:
     """(admin DSN, a fresh database's name) on `dsn`'s server or a throwaway one."""
     from benchmarks._coordinator_postgres import fresh_database_async, server
 
@@ -325,7 +333,7 @@ async def run_backend(
         postgres = None
         coordinator = None
         if backend == "postgres":
-            postgres = await stack.enter_async_context(_postgres_database(dsn))
+            postgres = await stack.enter_async_context(postgres_database(dsn))
             coordinator = postgres[0].rsplit("/", 1)[0] + "/" + postgres[1]
         broker = Broker(data_dir, coordinator)
         stack.callback(broker.close)
