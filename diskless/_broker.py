@@ -70,7 +70,7 @@ from diskless.coordinator import (
 )
 from diskless.errors import BrokerClosedError, CoordinatorError
 from diskless.metrics import NULL_METRICS, Metrics, report_fetch
-from diskless.read import FetchReader, ObjectCache
+from diskless.read import FetchPurgatory, FetchReader, ObjectCache, PartitionView, WaitingFetches
 from diskless.storage import ObjectStore
 from diskless.wal import PendingWrite, SegmentCache, WalEntry, WalWriter
 
@@ -133,6 +133,11 @@ class DisklessBroker:
             gets_inflight_max=self._config.fetch_gets_inflight_max,
             coalesce_gap_bytes_max=self._config.fetch_coalesce_gap_bytes_max,
         )
+        self._purgatory = FetchPurgatory(self._clock)
+        self._view = PartitionView(
+            coordinator, self._purgatory, reconcile_ms=self._config.fetch_view_reconcile_ms
+        )
+        self._waiting = WaitingFetches(self._reader, self._view, self._purgatory, self._clock)
         self._writer: WalWriter | None = None
         self._broker_epoch = -1
         self._closing = False
@@ -200,6 +205,7 @@ class DisklessBroker:
             metrics=self._metrics,
         )
         await writer.start()
+        self._view.start()
         self._broker_epoch = epoch
         self._writer = writer
         _log.info("broker %d (rack %s) started at epoch %d", self._broker_id, self._rack, epoch)
@@ -229,6 +235,8 @@ class DisklessBroker:
                 await self._writer.close(flush=True)
             await self._leases.close()
         finally:
+            self._purgatory.close()
+            await self._view.close()
             self._closed.set()
 
     async def __aenter__(self) -> DisklessBroker:
@@ -514,10 +522,18 @@ class DisklessBroker:
         max_bytes: int | None = None,
         partition_max_bytes: int | None = None,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        min_bytes: int = 0,
+        max_wait_ms: int = 0,
     ) -> dict[TopicPartition, FetchResult]:
-        """Kafka Fetch: record batches from each partition's offset (see `FetchResult`)."""
+        """Kafka Fetch: record batches from each partition's offset (see `FetchResult`).
+
+        Kafka's long poll: when fewer than `min_bytes` (at least 1) arrive, the fetch waits up
+        to `max_wait_ms` for more, woken by the partitions' changes (this process's commits at
+        once, others' through the coordinator's change feed), never polling the coordinator.
+        A fetch at the end of a partition is answered from the broker's view of the
+        partitions, without asking the coordinator (`diskless.read._view`)."""
         self._require_running()
-        results = await self._reader.fetch(
+        results = await self._waiting.fetch(
             offsets,
             max_bytes=max_bytes if max_bytes is not None else self._config.fetch_max_bytes,
             partition_max_bytes=(
@@ -525,7 +541,9 @@ class DisklessBroker:
                 if partition_max_bytes is not None
                 else self._config.fetch_partition_max_bytes
             ),
-            isolation_level=isolation_level,
+            isolation_level=check_isolation_level(isolation_level),
+            min_bytes=min_bytes,
+            max_wait_s=max(0, max_wait_ms) / 1000,
         )
         report_fetch(self._metrics, results)
         return results

@@ -18,6 +18,7 @@ from diskless.read import (
     GETS_INFLIGHT_MAX_DEFAULT,
     OBJECT_CACHE_BLOCK_BYTES_DEFAULT,
     OBJECT_CACHE_BYTES_MAX_DEFAULT,
+    VIEW_RECONCILE_MS_DEFAULT,
 )
 from diskless.wal import WalConfig
 
@@ -55,6 +56,9 @@ class BrokerConfig(msgspec.Struct, frozen=True):
     """Kafka's fetch.max.bytes default: the whole response when a call gives none."""
     fetch_partition_max_bytes: int = 1_048_576
     """Kafka's max.partition.fetch.bytes default."""
+    fetch_view_reconcile_ms: int = VIEW_RECONCILE_MS_DEFAULT
+    """How often the broker's view of partition offsets is re-read whole, whatever the change
+    feed said: how long a lost change notice can delay a waiting fetch at most."""
     fetch_gets_inflight_max: int = GETS_INFLIGHT_MAX_DEFAULT
     """Ranged GETs one fetch keeps in flight at most."""
     fetch_coalesce_gap_bytes_max: int = COALESCE_GAP_BYTES_MAX_DEFAULT
@@ -82,6 +86,8 @@ class BrokerConfig(msgspec.Struct, frozen=True):
             raise ValueError(f"request_timeout_ms must be >= 0, got {self.request_timeout_ms}")
         if self.fetch_max_bytes < 0 or self.fetch_partition_max_bytes < 0:
             raise ValueError("fetch byte limits must be >= 0")
+        if self.fetch_view_reconcile_ms < 1:
+            raise ValueError("fetch_view_reconcile_ms must be >= 1")
         if self.fetch_gets_inflight_max < 1:
             raise ValueError("fetch_gets_inflight_max must be >= 1")
         if self.fetch_coalesce_gap_bytes_max < 0:

@@ -117,6 +117,8 @@ class IsolationLevel(enum.IntEnum):
 
 def check_isolation_level(value: int) -> IsolationLevel:
     """`value` as an IsolationLevel; ValueError when it names none (Kafka: INVALID_REQUEST)."""
+    if value.__class__ is IsolationLevel:  # already checked (every fetch passes here thrice)
+        return value
     try:
         return IsolationLevel(value)
     except ValueError:

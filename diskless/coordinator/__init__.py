@@ -2,7 +2,7 @@
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership
-from diskless.coordinator._api import BatchCoordinator
+from diskless.coordinator._api import BatchCoordinator, ChangeListener
 from diskless.coordinator._faulty import (
     CallFaults,
     FaultyBatchCoordinator,
@@ -32,7 +32,7 @@ from diskless.coordinator._rules.acls import (
     valid_principal,
 )
 from diskless.coordinator._rules.checks import check_topic_name
-from diskless.coordinator._rules.reads import FetchBudget
+from diskless.coordinator._rules.reads import FetchBudget, at_visible_end
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
     BatchInfo,
@@ -58,6 +58,8 @@ from diskless.coordinator._values import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     MetadataStats,
+    PartitionChanges,
+    PartitionOffsets,
     ProducerSnapshot,
     RegisteredTxn,
     RetentionResult,
@@ -106,6 +108,11 @@ __all__ = [
     "ScramMechanism",
     "ScramResult",
     "ScramUpsertion",
+    # the change feed
+    "ChangeListener",
+    "PartitionChanges",
+    "PartitionOffsets",
+    "at_visible_end",
     # consolidation
     "ConsolidationCandidate",
     "ExtentIndex",

@@ -11,7 +11,7 @@ that no state of the coordinator would accept (an illegal topic name, a TTL out 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from diskless._availability import Availability
 from diskless._limits import CommitBounds
@@ -43,6 +43,8 @@ from diskless.coordinator._values import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     MetadataStats,
+    PartitionChanges,
+    PartitionOffsets,
     ProducerSnapshot,
     RegisteredTxn,
     RetentionResult,
@@ -55,6 +57,9 @@ from diskless.coordinator._values import (
 )
 from diskless.metrics import Metrics
 from diskless.txn import PendingOffset, TxnRecord, TxnStep
+
+ChangeListener = Callable[[PartitionChanges], None]
+"""Called on the event loop with what committed steps changed; it must not block or raise."""
 
 
 class BatchCoordinator(abc.ABC):
@@ -396,6 +401,21 @@ class BatchCoordinator(abc.ABC):
         """Kafka ListOffsets: EARLIEST, LATEST, MAX_TIMESTAMP or the first offset at a time.
         The last two lie in records: the response names the batches holding them
         (`ListOffsetsResponse.lookup`) and the read path answers from their records."""
+
+    @abc.abstractmethod
+    async def partition_offsets(
+        self, partitions: Sequence[TopicPartition]
+    ) -> list[PartitionOffsets | None]:
+        """Each partition's offsets as a fetch sees them, from one snapshot (None: it does not
+        exist). What a broker's local view of partition state re-reads when the feed says a
+        partition changed."""
+
+    @abc.abstractmethod
+    def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        """The change feed: `listener` is called on the event loop with what committed steps
+        changed (`PartitionChanges`), this process's at once and other processes' as the store
+        learns them. A hint only (it may come late, twice, or be lost; re-read what it names);
+        returns the call that stops it."""
 
     # --- deletion -----------------------------------------------------------------------------
     @abc.abstractmethod

@@ -10,13 +10,14 @@ behind writes. A backend is only a store: see `_backends`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
+from diskless.coordinator._api import ChangeListener
 from diskless.coordinator._engine_acls import AclOperations
 from diskless.coordinator._engine_consolidation import ConsolidationOperations
 from diskless.coordinator._engine_groups import GroupOperations
@@ -64,6 +65,7 @@ from diskless.coordinator._values import (
     FindBatchesResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    PartitionOffsets,
     ProducerSnapshot,
     RetentionResult,
     TopicConfig,
@@ -262,6 +264,16 @@ class CoordinatorEngine(
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
     ) -> list[FindBatchesResponse]:
         return await self._read(lambda view: reads.find_batches(view, requests, fetch_max_bytes))
+
+    async def partition_offsets(
+        self, partitions: Sequence[TopicPartition]
+    ) -> list[PartitionOffsets | None]:
+        return await self._read(lambda view: reads.partition_offsets(view, partitions))
+
+    def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        return self._store.watch_changes(listener)
 
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]

@@ -30,6 +30,7 @@ from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._engine import CoordinatorEngine
 from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._feed import ChangeListener
 from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
@@ -154,6 +155,9 @@ class FaultyCoordinatorStore:
 
     def release_signal(self) -> asyncio.Future[None] | None:
         return self.inner.release_signal()
+
+    def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        return self.inner.watch_changes(listener)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -13,6 +13,7 @@ from diskless.coordinator._backends.sqlite import (
     BUSY_TIMEOUT_MS_DEFAULT,
     SqliteStore,
 )
+from diskless.coordinator._backends.sqlite_feed import CHANGE_CHECK_MS_DEFAULT
 from diskless.coordinator._engine import CoordinatorEngine
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 
@@ -28,6 +29,7 @@ class SqliteBatchCoordinator(CoordinatorEngine):
         busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT,
         busy_retry_s: float = BUSY_RETRY_S_MAX,
         *,
+        change_check_ms: int = CHANGE_CHECK_MS_DEFAULT,
         commit_age_max_ms: int | None = COMMIT_AGE_MAX_MS_DEFAULT,
         object_prefix: str = DEFAULT_OBJECT_PREFIX,
     ) -> None:
@@ -35,10 +37,12 @@ class SqliteBatchCoordinator(CoordinatorEngine):
         (named `{object_prefix}{created_ms}-b…`, as `diskless.wal` names them) created more than
         that long ago by this coordinator's clock (OBJECT_KEY_CONFLICT), so the file manager
         may condemn an unknown object once `orphan_grace_ms > commit_age_max_ms + clock skew`.
+        `change_check_ms`: how often this process looks for other processes' commits, for its
+        change feed (`watch_changes`).
         The WAL writer's budget from naming an object to its commit (upload attempts, timeouts,
         backoffs, the commit) must fit inside it. None disables the bound."""
         super().__init__(
-            SqliteStore(path, busy_timeout_ms, busy_retry_s),
+            SqliteStore(path, busy_timeout_ms, busy_retry_s, change_check_ms),
             clock if clock is not None else SystemClock(),
             producer_id_expiration_ms,
             CommitBounds(object_prefix, commit_age_max_ms),

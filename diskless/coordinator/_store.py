@@ -39,6 +39,7 @@ from diskless.coordinator._values import (
     BrokerRegistration,
     FileState,
     MetadataStats,
+    PartitionChanges,
     TopicConfig,
 )
 from diskless.txn import ProducerEntry, TxnRecord
@@ -391,6 +392,12 @@ class CoordinatorStore(Protocol):
     def release_signal(self) -> asyncio.Future[None] | None:
         """A future resolved when a lease is released (never cancel it); None when releases can
         come from elsewhere (other processes), and an end must poll."""
+        ...
+
+    def watch_changes(self, listener: Callable[[PartitionChanges], None]) -> Callable[[], None]:
+        """Calls `listener` (on the event loop) with what each committed step changed, this
+        process's at once and others' as the backend learns them (`_feed`); returns the call
+        that stops it. Call from the event loop."""
         ...
 
     async def close(self) -> None: ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import msgspec
 
@@ -391,3 +391,55 @@ class ScramDescription(NamedTuple):
     error: ErrorCode
     message: str | None
     credentials: list[tuple[int, int]]
+
+
+NOTIFY_PAYLOAD_BYTES_MAX: Final = 7_900
+"""PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more: a larger change is sent as
+"everything" instead (still one notice per step)."""
+
+
+class PartitionChanges(msgspec.Struct, frozen=True, array_like=True):
+    """What one or more committed steps changed, as far as a fetch can tell."""
+
+    partitions: frozenset[TopicPartition] = frozenset()
+    """Their high watermark, last stable offset or log start offset may have moved."""
+    topics: frozenset[str] = frozenset()
+    """Created, grown or deleted: every partition of them may have changed."""
+    everything: bool = False
+    """Unknown what changed (another SQLite process wrote, a feed reconnected): all of it."""
+
+    def __bool__(self) -> bool:
+        return self.everything or bool(self.partitions or self.topics)
+
+    def covers(self, tp: TopicPartition) -> bool:
+        return self.everything or tp in self.partitions or tp.topic in self.topics
+
+    def encode(self) -> str:
+        """The NOTIFY payload: JSON, or "everything" when that would be too large."""
+        text = _ENCODER.encode(self).decode()
+        if len(text.encode()) >= NOTIFY_PAYLOAD_BYTES_MAX:
+            return _ENCODER.encode(EVERYTHING).decode()
+        return text
+
+    @classmethod
+    def decode(cls, payload: str) -> PartitionChanges:
+        """The value of a NOTIFY payload; "everything" for one that does not parse."""
+        try:
+            return _DECODER.decode(payload)
+        except (msgspec.DecodeError, ValueError, TypeError):
+            return EVERYTHING
+
+
+EVERYTHING: Final = PartitionChanges(everything=True)
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(PartitionChanges)
+
+
+class PartitionOffsets(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A partition's offsets as a fetch sees them (`BatchCoordinator.partition_offsets`)."""
+
+    incarnation: int
+    """The store's id of the partition: a topic deleted and created again gets a new one."""
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int

@@ -10,6 +10,7 @@ from diskless.read._cache import (
 )
 from diskless.read._copy import read_as_served
 from diskless.read._extents import ExtentReader
+from diskless.read._purgatory import FetchPurgatory
 from diskless.read._reader import (
     COALESCE_GAP_BYTES_MAX_DEFAULT,
     GETS_INFLIGHT_MAX_DEFAULT,
@@ -17,11 +18,18 @@ from diskless.read._reader import (
     RangeCache,
 )
 from diskless.read._spans import Span, coalesce
+from diskless.read._view import RECONCILE_MS_DEFAULT as VIEW_RECONCILE_MS_DEFAULT
+from diskless.read._view import PartitionView
+from diskless.read._waiting import WaitingFetches
 
 __all__ = [
     "COALESCE_GAP_BYTES_MAX_DEFAULT",
     "GETS_INFLIGHT_MAX_DEFAULT",
     "FetchReader",
+    "FetchPurgatory",
+    "PartitionView",
+    "VIEW_RECONCILE_MS_DEFAULT",
+    "WaitingFetches",
     "RangeCache",
     "OBJECT_CACHE_BLOCK_BYTES_DEFAULT",
     "OBJECT_CACHE_BYTES_MAX_DEFAULT",

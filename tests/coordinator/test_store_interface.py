@@ -41,7 +41,7 @@ def _own_methods(cls: type) -> set[str]:
     return {name for name, member in vars(cls).items() if inspect.isfunction(member)}
 
 
-STORE_METHODS = {"write", "read", "release_signal", "close"}
+STORE_METHODS = {"write", "read", "release_signal", "watch_changes", "close"}
 TXN_METHODS = {"load", "apply"}
 READ_METHODS = {
     # the fetch lookups (`_rules.reads.ReadSource`)

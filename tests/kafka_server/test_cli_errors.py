@@ -62,7 +62,7 @@ BAD_VALUES = [
     ("--auto-create-partitions", ["--auto-create-partitions", "-1"]),
     ("--auto-create-partitions", ["--auto-create-partitions", "100000"]),
     ("--server-option", ["--server-option", "no_such_field=1"]),
-    ("--server-option", ["--server-option", "fetch_poll_ms=often"]),
+    ("--server-option", ["--server-option", "fetch_wait_ms_max=often"]),
     ("--server-option", ["--server-option", "frame_bytes_max=200000000"]),
     ("--server-option", ["--server-option", "requests_inflight_max=0"]),
     ("--metrics-address", ["--metrics-address", "localhost"]),

@@ -111,9 +111,9 @@ def test_a_bad_property_is_refused_naming_it(properties: dict[str, str], refusal
 
 
 def test_other_settings_can_register_their_properties() -> None:
-    register("test.only.poll.ms", "fetch_poll_ms")
+    register("test.only.wait.ms", "fetch_wait_ms_max")
     try:
-        assert server_config({"test.only.poll.ms": "25"}).fetch_poll_ms == 25
+        assert server_config({"test.only.wait.ms": "25"}).fetch_wait_ms_max == 25
         with pytest.raises(ValueError, match="no field"):
             register("test.only.missing", "no_such_field")
         register("test.only.sasl.jaas.config", None, per_listener=True)
@@ -124,7 +124,7 @@ def test_other_settings_can_register_their_properties() -> None:
         with pytest.raises(ValueError, match="unknown property"):
             server_config({"test.only.sasl.jaas.config": jaas})  # only per listener
     finally:
-        del PROPERTIES["test.only.poll.ms"]
+        del PROPERTIES["test.only.wait.ms"]
         LISTENER_PROPERTIES.discard("test.only.sasl.jaas.config")
 
 

@@ -19,6 +19,7 @@ from sortedcontainers import SortedDict
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
+from diskless.coordinator._feed import ChangeListener, ChangeListeners, recorded
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
@@ -180,6 +181,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._partition_keys = itertools.count(1)
         self._released: asyncio.Future[None] | None = None
         """Resolved (and replaced) whenever a lease is released: wakes ends waiting for one."""
+        self._listeners = ChangeListeners()
 
     # --- CoordinatorStore ---------------------------------------------------------------------
     async def write(
@@ -189,10 +191,16 @@ class MemoryStore(StoreTxn, ReadView):
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
-        return run_inline(step(self))
+        run, runs = recorded(step)
+        result = run_inline(run(self))
+        self._listeners.publish_runs(runs)
+        return result
 
     async def read(self, query: Callable[[ReadView], T]) -> T:
         return query(self)
+
+    def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        return self._listeners.add(listener)  # every change is this process's
 
     def release_signal(self) -> asyncio.Future[None] | None:
         if self._released is None or self._released.done():

@@ -40,9 +40,17 @@ from typing import Any, Final, TypeVar
 import asyncpg
 
 from diskless.coordinator._backends.postgres_commit import PostgresCommitTxn
+from diskless.coordinator._backends.postgres_feed import ListenFeed
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
 from diskless.coordinator._backends.postgres_txn import PostgresTxn
+from diskless.coordinator._feed import (
+    NOTIFY_CHANNEL,
+    ChangeListener,
+    ChangeListeners,
+    RecordingTxn,
+    recorded,
+)
 from diskless.coordinator._store import CoordinatorStore, Durability, Operation, ReadView, StoreTxn
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
 
@@ -117,6 +125,8 @@ class PostgresStore(CoordinatorStore):
         self._closed = False
         self.retries = 0
         """Steps run again after a serialization failure or deadlock (for metrics)."""
+        self._listeners = ChangeListeners()
+        self._feed = ListenFeed(dsn, self._connect_timeout_s, self._listeners.publish)
 
     # --- the pool -----------------------------------------------------------------------------
     async def _ready(self) -> asyncpg.Pool:
@@ -158,11 +168,17 @@ class PostgresStore(CoordinatorStore):
         outcome_unknown_on_failure: bool = False,
     ) -> T:
         delay = 0.001
+        run, runs = recorded(step)
         for attempt in range(1, STEP_ATTEMPTS_MAX + 1):
             try:
-                return await self._attempt(operation, step, durability, outcome_unknown_on_failure)
-            except _CommitLost as lost:
-                return await self._resolve(lost)  # type: ignore[no-any-return]
+                try:
+                    result = await self._attempt(
+                        operation, run, runs, durability, outcome_unknown_on_failure
+                    )
+                except _CommitLost as lost:
+                    result = await self._resolve(lost)  # returns only when it committed
+                self._listeners.publish_runs(runs)
+                return result
             except CoordinatorError:
                 raise
             except SchemaTooNewError as error:
@@ -182,10 +198,12 @@ class PostgresStore(CoordinatorStore):
         self,
         operation: Operation,
         step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        runs: list[RecordingTxn],
         durability: Durability,
         outcome_unknown_on_failure: bool,
     ) -> T:
-        """One run of `step` in one transaction on one pooled connection."""
+        """One run of `step` in one transaction on one pooled connection; what it changed is
+        announced to other processes by a NOTIFY in the same transaction (`postgres_feed`)."""
         pool = await self._ready()
         async with pool.acquire(timeout=self._connect_timeout_s) as conn:
             if durability is Durability.VOLATILE:
@@ -196,6 +214,10 @@ class PostgresStore(CoordinatorStore):
             txn = NATIVE_STEPS.get(operation, PostgresTxn)(conn)
             try:
                 result = await step(txn)
+                changes = runs[-1].changes()
+                if changes:
+                    self._feed.own(conn.get_server_pid())  # told here already: no echo
+                    await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, changes.encode())
                 if outcome_unknown_on_failure:
                     xid = txn.xid
                     if xid is None:
@@ -279,10 +301,18 @@ class PostgresStore(CoordinatorStore):
     def release_signal(self) -> asyncio.Future[None] | None:
         return None  # leases are released by other processes too: poll
 
+    def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        remove = self._listeners.add(listener)
+        self._feed.start()  # other processes' commits, by LISTEN
+        return remove
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        await self._feed.close()
         pool, self._pool = self._pool, None
         try:
             if pool is not None:

@@ -25,9 +25,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from diskless._availability import log_failure
+from diskless.coordinator._backends.sqlite_feed import CHANGE_CHECK_MS_DEFAULT, DataVersionCheck
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_schema import SchemaTooNewError, migrate
 from diskless.coordinator._backends.sqlite_txn import SqliteTxn
+from diskless.coordinator._feed import ChangeListener, ChangeListeners, recorded
 from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
@@ -72,6 +74,7 @@ class SqliteStore(CoordinatorStore):
         path: str | os.PathLike[str],
         busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT,
         busy_retry_s: float = BUSY_RETRY_S_MAX,
+        change_check_ms: int = CHANGE_CHECK_MS_DEFAULT,
     ) -> None:
         self._path = os.fspath(path)
         self._busy_timeout_ms = busy_timeout_ms
@@ -90,6 +93,10 @@ class SqliteStore(CoordinatorStore):
         self._reader_conns_lock = threading.Lock()
         self._schema_ready = False
         self._closed = False
+        self._listeners = ChangeListeners()
+        self._change_check = DataVersionCheck(
+            self._path, change_check_ms, lambda: self._schema_ready, self._listeners.publish
+        )
 
     # --- connections --------------------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
@@ -227,9 +234,12 @@ class SqliteStore(CoordinatorStore):
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
-        return await self._on(
-            self._executor, lambda: self._transact(step, durability, outcome_unknown_on_failure)
+        run, runs = recorded(step)
+        result = await self._on(
+            self._executor, lambda: self._transact(run, durability, outcome_unknown_on_failure)
         )
+        self._listeners.publish_runs(runs)
+        return result
 
     async def read(self, query: Callable[[ReadView], T]) -> T:
         if not self._schema_ready:  # the writer creates (or migrates) the file first, once
@@ -239,10 +249,18 @@ class SqliteStore(CoordinatorStore):
     def release_signal(self) -> asyncio.Future[None] | None:
         return None  # commits may come from other processes: poll
 
+    def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        remove = self._listeners.add(listener)
+        self._change_check.start()  # other processes' commits, once per interval
+        return remove
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        await self._change_check.close()
 
         def close() -> None:
             if self._conn is not None:

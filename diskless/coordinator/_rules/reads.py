@@ -19,6 +19,7 @@ from diskless.coordinator._values import (
     FindBatchesResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    PartitionOffsets,
     TimeLookup,
 )
 
@@ -157,6 +158,50 @@ class ExtentBudget:
         return taken
 
 
+class Ends(Protocol):
+    """What `fetch_end` reads: a `PartitionState` or a `PartitionOffsets`."""
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
+
+def fetch_end(ends: Ends, isolation_level: IsolationLevel) -> int:
+    """Where a fetch's visible records end: the last stable offset for READ_COMMITTED, else the
+    high watermark."""
+    committed = isolation_level == IsolationLevel.READ_COMMITTED
+    return ends.last_stable_offset if committed else ends.high_watermark
+
+
+def at_visible_end(offsets: PartitionOffsets, offset: int, isolation_level: IsolationLevel) -> bool:
+    """Whether a fetch from `offset` finds nothing yet, and no error: `offset` is in range and
+    at or past the end of what `isolation_level` sees (`find_batches` answers it so)."""
+    in_range = offsets.log_start_offset <= offset <= offsets.high_watermark
+    return in_range and offset >= fetch_end(offsets, isolation_level)
+
+
+def partition_offsets(
+    source: ReadSource, partitions: Sequence[TopicPartition]
+) -> list[PartitionOffsets | None]:
+    """Each partition's offsets (None: it does not exist)."""
+    found: list[PartitionOffsets | None] = []
+    for tp in partitions:
+        state = source.partition(tp)
+        found.append(
+            None
+            if state is None
+            else PartitionOffsets(
+                state.key,
+                state.high_watermark,
+                state.last_stable_offset,
+                state.log_start_offset,
+            )
+        )
+    return found
+
+
 def find_batches(
     source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
 ) -> list[FindBatchesResponse]:
@@ -179,7 +224,7 @@ def find_batches(
             responses.append(_fetch_response(ErrorCode.OFFSET_OUT_OF_RANGE, [], state))
             continue
         committed = request.isolation_level == IsolationLevel.READ_COMMITTED
-        end = state.last_stable_offset if committed else state.high_watermark
+        end = fetch_end(state, request.isolation_level)
         rows: list[StoredBatch] = []
         if offset < end:
             rows = budget.take(_below(source.batches_from(state, offset), end), request.max_bytes)

@@ -1,8 +1,9 @@
 """The read path: Fetch (with its long poll) and ListOffsets.
 
-A Fetch that finds fewer than `min_bytes` waits, polling every `fetch_poll_ms`, until data
-arrives or `max_wait` (capped by `fetch_wait_ms_max`) runs out. The wait runs on the broker's
-injected clock, so that a simulated clock drives it in tests as it drives the rest of the broker.
+A Fetch that finds fewer than `min_bytes` waits until data arrives or `max_wait` (capped by
+`fetch_wait_ms_max`) runs out: `DisklessBroker.fetch` parks it until its partitions change,
+never polling the coordinator. The wait runs on the broker's injected clock, so that a simulated
+clock drives it in tests as it drives the rest of the broker.
 
 Authorization: Fetch needs READ on each topic, ListOffsets DESCRIBE; a partition of a topic that
 refuses is answered TOPIC_AUTHORIZATION_FAILED and never read.
@@ -95,27 +96,18 @@ async def _call_fetch(context: BrokerContext, fetch: _Fetch) -> dict[TopicPartit
     """Every partition's result, once `min_bytes` arrived, an error did, or the wait ran out."""
     if fetch.isolation is None:
         return dict.fromkeys(fetch.offsets, FetchResult(ErrorCode.INVALID_REQUEST))
-    clock = context.broker.clock
-    deadline = clock.monotonic() + fetch.wait_ms / 1000
-    while True:
-        try:
-            results = await context.broker.fetch(
-                fetch.offsets,
-                max_bytes=fetch.max_bytes,
-                partition_max_bytes=fetch.partition_max_bytes,
-                isolation_level=fetch.isolation,
-            )
-        except DisklessError as e:
-            code = failure_code(fetch_error, e, f"fetch on broker {context.broker_id}")
-            return dict.fromkeys(fetch.offsets, FetchResult(code))
-        total = sum(len(r.records) for r in results.values())
-        errors = any(r.error is not ErrorCode.NONE for r in results.values())
-        if total >= max(fetch.min_bytes, 1) or errors or not fetch.offsets:
-            return results
-        if clock.monotonic() >= deadline:
-            return results
-        poll_s = context.config.fetch_poll_ms / 1000
-        await clock.sleep(min(poll_s, deadline - clock.monotonic()))
+    try:
+        return await context.broker.fetch(
+            fetch.offsets,
+            max_bytes=fetch.max_bytes,
+            partition_max_bytes=fetch.partition_max_bytes,
+            isolation_level=fetch.isolation,
+            min_bytes=fetch.min_bytes,
+            max_wait_ms=fetch.wait_ms,
+        )
+    except DisklessError as e:
+        code = failure_code(fetch_error, e, f"fetch on broker {context.broker_id}")
+        return dict.fromkeys(fetch.offsets, FetchResult(code))
 
 
 def _encode_fetch(

@@ -66,9 +66,6 @@ class Settings(Protocol):
     def fetch_wait_ms_max(self) -> int: ...
 
     @property
-    def fetch_poll_ms(self) -> int: ...
-
-    @property
     def auto_create_topic_partitions(self) -> int: ...
 
 

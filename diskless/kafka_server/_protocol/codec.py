@@ -15,6 +15,7 @@ ApiVersionsResponse schemas already say so).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import struct
 import types
@@ -65,6 +66,7 @@ def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     return RequestPrefix(api_key, api_version, correlation_id)
 
 
+@functools.cache  # kio imports its class by name on every call: once per (key, version) here
 def request_schema(api_key: int, api_version: int) -> type[RequestPayload] | None:
     """kio's request class for (api key, version), or None when kio does not model it."""
     try:

@@ -54,8 +54,6 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Requests of one connection decoded but not yet answered."""
     fetch_wait_ms_max: int = 5_000
     """Caps a Fetch's max_wait: how long an empty fetch may be held before answering."""
-    fetch_poll_ms: int = 10
-    """How often a held fetch asks the coordinator again (any broker may append)."""
     auto_create_topic_partitions: int = 0
     """Metadata for an unknown topic creates it with this many partitions when the client allows
     it (Kafka's auto.create.topics.enable with num.partitions); 0 never creates."""
@@ -203,8 +201,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("inline_frame_bytes_max must be >= 0")
         if self.requests_inflight_max < 1:
             raise ValueError("requests_inflight_max must be >= 1")
-        if self.fetch_wait_ms_max < 0 or self.fetch_poll_ms < 1:
-            raise ValueError("fetch_wait_ms_max must be >= 0 and fetch_poll_ms >= 1")
+        if self.fetch_wait_ms_max < 0:
+            raise ValueError("fetch_wait_ms_max must be >= 0")
         if not 0 <= self.auto_create_topic_partitions <= MAX_PARTITIONS_PER_REQUEST:
             raise ValueError(
                 f"auto_create_topic_partitions must be in 0..{MAX_PARTITIONS_PER_REQUEST}: a"

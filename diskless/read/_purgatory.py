@@ -1,0 +1,110 @@
+"""Where fetches that found too little wait: parked per partition, woken by change or deadline.
+
+Kafka keeps such a fetch in a purgatory keyed by partition, completed by the append that
+satisfies it or by its timeout, never by a sleep loop. Here a parked fetch is one future,
+registered under each of its partitions; `wake(tp)` resolves every future parked on `tp` (the
+broker-local view calls it when the partition's state changed), and one timer resolves futures
+whose deadline passed. A woken fetch looks again: waking is a hint, so a spurious one costs a
+look and a missed one is impossible while the view is kept (`PartitionView`).
+
+One timer task serves every parked fetch, sleeping on the broker's injected clock until the
+earliest deadline, so that thousands of parked fetches cost one heap entry each, not a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Collection
+
+from diskless._types import TopicPartition
+from diskless.clock import Clock
+
+
+class FetchPurgatory:
+    """Parked fetches of one broker (see the module doc)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._parked: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._deadlines: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._sequence = itertools.count()
+        self._timer: asyncio.Task[None] | None = None
+        self._timer_deadline = float("inf")
+        self._closed = False
+
+    def __len__(self) -> int:
+        """Parked fetches (each counted once however many partitions it waits on)."""
+        return len({id(f) for futures in self._parked.values() for f in futures})
+
+    async def park(self, partitions: Collection[TopicPartition], deadline: float) -> bool:
+        """Wait until one of `partitions` is woken or the clock reaches `deadline`; False (at
+        once) once the purgatory is closed."""
+        if self._closed:
+            return False
+        if self._clock.monotonic() >= deadline or not partitions:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for tp in partitions:
+            waiting = self._parked.get(tp)
+            if waiting is None:
+                self._parked[tp] = {future}
+            else:
+                waiting.add(future)
+        heapq.heappush(self._deadlines, (deadline, next(self._sequence), future))
+        if deadline < self._timer_deadline:
+            self._timer_deadline = deadline
+            self._restart_timer()
+        try:
+            await future
+            return not self._closed
+        finally:
+            for tp in partitions:
+                waiting = self._parked.get(tp)
+                if waiting is not None:
+                    waiting.discard(future)
+                    if not waiting:
+                        del self._parked[tp]
+
+    def wake(self, tp: TopicPartition) -> None:
+        """Every fetch parked on `tp` looks again."""
+        for future in self._parked.pop(tp, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def wake_all(self) -> None:
+        for tp in list(self._parked):
+            self.wake(tp)
+
+    def _restart_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().create_task(self._run_timer())
+
+    async def _run_timer(self) -> None:
+        deadlines = self._deadlines
+        while deadlines:
+            deadline, _, future = deadlines[0]
+            if future.done():
+                heapq.heappop(deadlines)
+                continue
+            now = self._clock.monotonic()
+            if deadline > now:
+                self._timer_deadline = deadline
+                await self._clock.sleep(deadline - now)
+                continue
+            heapq.heappop(deadlines)
+            future.set_result(None)
+        self._timer_deadline = float("inf")
+        self._timer = None
+
+    def close(self) -> None:
+        """Wakes every parked fetch (each answers with what it has) and stops the timer; no
+        fetch parks after."""
+        self._closed = True
+        self.wake_all()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_deadline = float("inf")
