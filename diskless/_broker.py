@@ -527,7 +527,7 @@ class DisklessBroker:
     ) -> dict[TopicPartition, FetchResult]:
         """Kafka Fetch: record batches from each partition's offset (see `FetchResult`).
 
-        Kafka's long poll: when fewer than `min_bytes` (at least 1) arrive, the fetch waits up
+        Kafka's long poll: when fewer than `min_bytes` arrive, the fetch waits up
         to `max_wait_ms` for more, woken by the partitions' changes (this process's commits at
         once, others' through the coordinator's change feed), never polling the coordinator.
         A fetch at the end of a partition is answered from the broker's view of the

@@ -44,20 +44,21 @@ class WaitingFetches:
         min_bytes: int,
         max_wait_s: float,
     ) -> dict[TopicPartition, FetchResult]:
-        """Every partition's result, once `min_bytes` (at least 1) arrived, an error did, or
-        `max_wait_s` ran out (answered with what the last pass found)."""
+        """Every partition's result, once `min_bytes` arrived, an error did, or `max_wait_s` ran
+        out (answered with what the last pass found). `min_bytes` 0 is answered at once, as
+        Kafka answers it."""
         deadline = self._clock.monotonic() + max_wait_s
         view = self._view
         while True:
             versions = [view.version(tp) for tp in offsets]
-            may_wait = self._clock.monotonic() < deadline
+            may_wait = min_bytes > 0 and self._clock.monotonic() < deadline
             results = await self._pass(
                 offsets, max_bytes, partition_max_bytes, isolation_level, may_wait
             )
             if results is not None:
                 total = sum(len(r.records) for r in results.values())
                 errors = any(r.error is not ErrorCode.NONE for r in results.values())
-                if total >= max(min_bytes, 1) or errors or not offsets or not may_wait:
+                if total >= min_bytes or errors or not offsets or not may_wait:
                     return results
             unchanged = versions == [view.version(tp) for tp in offsets]
             if unchanged and not await self._purgatory.park(offsets.keys(), deadline):

@@ -122,6 +122,17 @@ async def test_a_parked_fetch_answers_empty_at_its_max_wait(rig: Rig) -> None:
     assert results[TP].error is ErrorCode.NONE and not results[TP].records
 
 
+async def test_min_bytes_zero_is_answered_at_once(rig: Rig) -> None:
+    """Kafka answers a fetch of min_bytes 0 without waiting: the virtual clock never moves, so
+    an answer cannot come from the wait running out."""
+    for _ in range(2):  # before the view knows the partition, and after
+        results = await asyncio.wait_for(
+            rig.waiting.fetch({TP: 0}, min_bytes=0, max_wait_ms=LONG_MS), GUARD_S
+        )
+        assert results[TP].error is ErrorCode.NONE and not results[TP].records
+    assert len(rig.waiting._purgatory) == 0
+
+
 async def test_an_idle_fetch_at_the_end_asks_the_coordinator_nothing(rig: Rig) -> None:
     first = rig.fetch({TP: 0}, wait_ms=1)  # learns the partition
     await rig.clock.advance(0.002)
