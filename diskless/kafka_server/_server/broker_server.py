@@ -49,7 +49,7 @@ from diskless.kafka_server._protocol.codec import (
     request_schema,
 )
 from diskless.kafka_server._server._authenticator import Authenticator
-from diskless.kafka_server._server._connection import Answer, Connection
+from diskless.kafka_server._server._connection import Answer, Connection, ConnectionSweeper
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
 from diskless.kafka_server._server._principal_rules import Rule, parse_rules
@@ -110,15 +110,17 @@ class BrokerServer:
         if not self._listeners:
             raise ValueError(f"broker {broker.broker_id} has no listener")
         self._servers: dict[str, asyncio.Server] = {}
+        """Listener name -> its server, while listening."""
         self._tls: dict[str, ssl.SSLContext] = {}
         """Listener name -> the TLS context its connections are upgraded with."""
         self._rules: dict[str, tuple[Rule, ...]] = {}
         """Listener name -> its `ssl.principal.mapping.rules`."""
-        """Listener name -> its server, while listening."""
         self._endpoints: tuple[Endpoint, ...] = ()
         """What this broker advertises, once listening."""
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._sessions: dict[asyncio.Task[None], Session] = {}
+        self._sweeper = ConnectionSweeper(self.config)
+        self._sweeping: asyncio.Task[None] | None = None
         self._codec: concurrent.futures.ThreadPoolExecutor | None = None
         self._close_warnings = RateLimitedWarnings(
             _log,
@@ -195,6 +197,7 @@ class BrokerServer:
             self._servers.clear()
             raise
         self._endpoints = tuple(endpoints)
+        self._sweeping = asyncio.create_task(self._sweeper.run())
         self.cluster.join(self.address, self.broker.broker_epoch)
         _log.info(
             "broker %d (rack %s) listening on %s",
@@ -227,6 +230,9 @@ class BrokerServer:
             await self.cluster.withdraw(address, self.broker.broker_epoch)
         for server in servers:
             server.close()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
         for task, writer in list(self._connections.items()):
             if abort:
                 writer.transport.abort()
@@ -255,6 +261,7 @@ class BrokerServer:
             return
         self._connections[task] = writer
         opened: str | None = None
+        connection: Connection | None = None
         try:
             tls = self._tls.get(listener.name)
             if tls is not None and not await self._handshake(writer, tls, listener.name):
@@ -283,6 +290,7 @@ class BrokerServer:
                 broker_id=self.broker_id,
                 metrics=self.metrics,
             )
+            self._sweeper.watch(connection)
             if session.security_protocol.uses_sasl and not await self._authenticator.authenticate(
                 session, reader, writer
             ):
@@ -295,6 +303,8 @@ class BrokerServer:
         finally:
             if opened is not None:
                 self.metrics.connection_closed(opened)
+            if connection is not None:
+                self._sweeper.forget(connection)
             self._connections.pop(task, None)
             self._sessions.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
