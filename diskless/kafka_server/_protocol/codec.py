@@ -15,6 +15,7 @@ ApiVersionsResponse schemas already say so).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import io
 import struct
@@ -118,32 +119,45 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
 def _null_where_not_nullable(entity: object) -> str | None:
     """The first field holding null although its schema is not nullable (kio reads a null array
     or string without looking at the schema's nullability), as Kafka refuses such a request."""
-    for name, nullable in _nullability(type(entity)):
+    for name, nullable, holds_entities in _null_checks(type(entity)):
         value = getattr(entity, name)
         if value is None:
             if not nullable:
                 return name
-        elif isinstance(value, tuple):
+        elif holds_entities:
             for item in value:
-                if dataclasses.is_dataclass(item):
-                    inner = _null_where_not_nullable(item)
-                    if inner is not None:
-                        return f"{name}.{inner}"
+                inner = _null_where_not_nullable(item)
+                if inner is not None:
+                    return f"{name}.{inner}"
     return None
 
 
-_NULLABILITY: Final[dict[type, tuple[tuple[str, bool], ...]]] = {}
+_NULL_CHECKS: Final[dict[type, tuple[tuple[str, bool, bool], ...]]] = {}
+_NEVER_NULL: Final = (int, float, datetime.timedelta)
+"""Field types kio always reads as a value (numbers, booleans, durations): nothing to check."""
 
 
-def _nullability(schema: type) -> tuple[tuple[str, bool], ...]:
-    """(field name, whether it may be null) of an entity class, computed once per class."""
-    known = _NULLABILITY.get(schema)
+def _null_checks(schema: type) -> tuple[tuple[str, bool, bool], ...]:
+    """(field name, whether it may be null, whether it is an array of entities) of the fields
+    of an entity class that could hold null, or entities that could: computed once per class,
+    so that a request's check visits only strings, bytes and arrays."""
+    known = _NULL_CHECKS.get(schema)
     if known is None:
+        checks = []
         hints = typing.get_type_hints(schema)
-        known = _NULLABILITY[schema] = tuple(
-            (field.name, types.NoneType in typing.get_args(hints[field.name]))
-            for field in dataclasses.fields(schema)
-        )
+        for field in dataclasses.fields(schema):
+            hint = hints[field.name]
+            args = typing.get_args(hint)
+            nullable = types.NoneType in args
+            base = next((a for a in args if a is not types.NoneType), hint) if nullable else hint
+            if isinstance(base, type) and issubclass(base, _NEVER_NULL):
+                continue
+            items = typing.get_args(base) if typing.get_origin(base) is tuple else ()
+            holds_entities = bool(items) and dataclasses.is_dataclass(items[0])
+            if nullable and not holds_entities:
+                continue
+            checks.append((field.name, nullable, holds_entities))
+        known = _NULL_CHECKS[schema] = tuple(checks)
     return known
 
 
