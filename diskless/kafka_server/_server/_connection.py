@@ -29,11 +29,11 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Final
 
-from diskless._availability import log_failure
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._protocol.codec import FRAME_SIZE, FrameError
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._request_budget import RequestBudget, Reservation
+from diskless.kafka_server._server._responses import Answer, InOrderResponses
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.metrics import NULL_METRICS, Metrics
 
@@ -45,8 +45,6 @@ SWEEP_INTERVAL_S_MAX: Final = 1.0
 SWEEP_INTERVAL_S_MIN: Final = 0.01
 """The sweeper looks four times per shortest limit, within these bounds."""
 
-Answer = asyncio.Future[bytes | None]
-"""A request's framed response, once its handler is done; None: nothing to send (acks=0)."""
 Dispatch = Callable[[Session, memoryview], Coroutine[None, None, Answer]]
 """Decode a frame and start its handler; raises FrameError when the connection must close.
 Handlers start in the order their requests arrived: the connection awaits this before it reads
@@ -95,10 +93,14 @@ class Connection:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
-        pending: asyncio.Queue[Answer | None] = asyncio.Queue(self._config.requests_inflight_max)
-        responder = asyncio.create_task(self._respond(pending, writer))
+        responses = InOrderResponses(writer, self.session.peer, self._broker_id)
+        most = self._config.requests_inflight_max
         try:
-            while not responder.done():
+            while not responses.broken:
+                if len(responses) >= most:
+                    await responses.room(most)
+                if writer.transport.get_write_buffer_size():
+                    await writer.drain()  # a client that does not read gets no more answers
                 try:
                     received = await self._read_frame(reader)
                 except _Close as e:
@@ -125,22 +127,12 @@ class Connection:
                 del frame  # the decoded request is all that is kept
                 self._unanswered += 1
                 answer.add_done_callback(functools.partial(self._answered, reservation))
-                await pending.put(answer)
+                responses.add(answer)
+            await responses.drained()  # answer what was accepted, then stop
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
-        except asyncio.CancelledError:
-            responder.cancel()
-            raise
         finally:
-            try:
-                pending.put_nowait(None)  # answer what was accepted, then stop
-            except asyncio.QueueFull:
-                responder.cancel()
-            await asyncio.gather(responder, return_exceptions=True)
-            while not pending.empty():
-                leftover = pending.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+            responses.cancel()  # nothing, unless the connection failed or was cancelled
 
     def _warn_close(self, reason: str, kind: str) -> None:
         self._metrics.connection_rejected(self.session.listener, kind)
@@ -224,33 +216,6 @@ class Connection:
         assert self._reader is not None
         self._expired = reason
         self._reader.set_exception(_Expired(reason))
-
-    async def _respond(
-        self, pending: asyncio.Queue[Answer | None], writer: asyncio.StreamWriter
-    ) -> None:
-        while True:
-            answer = await pending.get()
-            if answer is None:
-                return
-            try:
-                data = await answer
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log_failure(
-                    _log,
-                    error,
-                    "closing %s on broker %d: a handler failed",
-                    self.session.peer,
-                    self._broker_id,
-                    level=logging.ERROR,
-                )
-                writer.transport.abort()
-                return
-            if data is not None:
-                writer.write(data)
-                await writer.drain()
-                self._last_active = asyncio.get_running_loop().time()
 
 
 class ConnectionSweeper:

@@ -49,11 +49,12 @@ from diskless.kafka_server._protocol.codec import (
     request_schema,
 )
 from diskless.kafka_server._server._authenticator import Authenticator
-from diskless.kafka_server._server._connection import Answer, Connection, ConnectionSweeper
+from diskless.kafka_server._server._connection import Connection, ConnectionSweeper
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
 from diskless.kafka_server._server._principal_rules import Rule, parse_rules
 from diskless.kafka_server._server._request_budget import RequestBudget
+from diskless.kafka_server._server._responses import Answer
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
 from diskless.kafka_server._server.response_errors import error_codes
