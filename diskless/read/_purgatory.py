@@ -21,7 +21,6 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Collection
-
 from typing import Final
 
 from diskless._types import TopicPartition

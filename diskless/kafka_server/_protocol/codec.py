@@ -33,6 +33,7 @@ from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from diskless.kafka_server._protocol._declared_sizes import check_declared_sizes
+from diskless.kafka_server._protocol.recurring import RECURRING
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
@@ -189,7 +190,7 @@ def _librdkafka_extra_tags(prefix: RequestPrefix, trailing: bytes | memoryview) 
     return prefix.api_key == _ALTER_USER_SCRAM_CREDENTIALS and bytes(trailing) == b"\0"
 
 
-def _encoded(body: RequestPayload) -> bytes:
+def _encoded(body: RequestPayload | ResponsePayload) -> bytes:
     buffer = io.BytesIO()
     entity_writer(type(body))(buffer, body)
     return buffer.getvalue()
@@ -208,7 +209,14 @@ def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:
         assert header_schema is ResponseHeaderV0, header_schema
         header = ResponseHeaderV0(correlation_id=i32(correlation_id))
         entity_writer(ResponseHeaderV0)(buffer, header)
-    entity_writer(type(body))(buffer, body)
+    if RECURRING.holds(body):  # a response that recurs unchanged: encoded once
+        encoded = RECURRING.body_of(body)
+        if encoded is None:
+            encoded = _encoded(body)
+            RECURRING.remember(body, encoded)
+        buffer.write(encoded)
+    else:
+        entity_writer(type(body))(buffer, body)
     data = bytearray(buffer.getbuffer())
     FRAME_SIZE.pack_into(data, 0, len(data) - FRAME_SIZE.size)
     return bytes(data)
