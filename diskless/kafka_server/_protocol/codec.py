@@ -33,7 +33,7 @@ from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from diskless.kafka_server._protocol._declared_sizes import check_declared_sizes
-from diskless.kafka_server._protocol.recurring import RECURRING
+from diskless.kafka_server._protocol.recurring import RECURRING, RecurringRequests
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
@@ -87,7 +87,23 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
     The body must use the whole frame: trailing bytes mean the client and the broker disagree
     on the schema, and answering would only make the disagreement harder to see. The one
     exception is librdkafka's all-topics Metadata request (`_librdkafka_null_topics`).
+    A small Fetch that recurs byte for byte (an idle consumer's) is decoded once
+    (`recurring.RecurringRequests`).
     """
+    prefix = read_prefix(frame)
+    if prefix.api_key != _FETCH or len(frame) > RECURRING_FRAME_BYTES_MAX:
+        return _decode_request(frame, schema)
+    key = (schema, bytes(frame[FIXED_HEADER.size :]))
+    known = _RECURRING_FETCHES.decoded(key, lambda: _decode_request(frame, schema))
+    return known if known.prefix == prefix else known._replace(prefix=prefix)
+
+
+_FETCH: Final = 1
+RECURRING_FRAME_BYTES_MAX: Final = 1024
+_RECURRING_FETCHES: Final[RecurringRequests[DecodedRequest]] = RecurringRequests()
+
+
+def _decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> DecodedRequest:
     prefix = read_prefix(frame)
     header_schema: type[RequestHeaderV1] | type[RequestHeaderV2] = schema.__header_schema__
     try:

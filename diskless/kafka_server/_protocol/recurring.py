@@ -1,4 +1,4 @@
-"""Responses that recur unchanged, built and encoded once.
+"""Requests and responses that recur unchanged, decoded, built and encoded once.
 
 An idle consumer's fetch is answered, every `max_wait`, with the same empty response: the same
 partitions, offsets and error codes. Building that response's kio entities and encoding them is
@@ -10,17 +10,22 @@ correlation id) differs between them.
 
 The cache is bounded (least recently used out), and holds only what handlers put there: small
 responses whose every field is in their key.
+
+Requests recur the same way: an idle consumer sends the same Fetch, byte for byte but for its
+correlation id, every `max_wait`. `RecurringRequests` keeps the decoded body of small Fetch
+frames by their bytes, so that such a request is decoded and checked once.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Hashable
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 from kio.static.protocol import ResponsePayload
 
 Payload = TypeVar("Payload", bound=ResponsePayload)
+Decoded = TypeVar("Decoded")
 
 ENTRIES_MAX: Final = 4096
 
@@ -70,3 +75,29 @@ class RecurringResponses:
 
 
 RECURRING: Final = RecurringResponses()
+
+
+class RecurringRequests(Generic[Decoded]):
+    """Decoded requests by their frame's bytes after the correlation id (see the module doc)."""
+
+    def __init__(self, entries_max: int = ENTRIES_MAX) -> None:
+        self._entries_max = entries_max
+        self._decoded: collections.OrderedDict[tuple[type, bytes], Decoded] = (
+            collections.OrderedDict()
+        )
+
+    def decoded(self, key: tuple[type, bytes], decode: Callable[[], Decoded]) -> Decoded:
+        """What `decode` gave for a frame of these bytes under this schema (`key`); a frame
+        that does not decode raises, and is not kept."""
+        found = self._decoded.get(key)
+        if found is not None:
+            self._decoded.move_to_end(key)
+            return found
+        decoded = decode()
+        self._decoded[key] = decoded
+        if len(self._decoded) > self._entries_max:
+            self._decoded.popitem(last=False)
+        return decoded
+
+    def __len__(self) -> int:
+        return len(self._decoded)

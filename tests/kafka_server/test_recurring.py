@@ -1,18 +1,25 @@
-"""An idle fetch's empty response is built and encoded once, and is the same bytes as ever."""
+"""An idle fetch's request is decoded once, and its empty response built and encoded once: the
+same values and bytes as ever."""
 
 from __future__ import annotations
 
 import io
 
+import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_writer
 
 from diskless import ErrorCode, FetchResult, TopicPartition
 from diskless._types import IsolationLevel
 from diskless.kafka_server._handlers._fetch import _encode_fetch
-from diskless.kafka_server._protocol.codec import encode_response
+from diskless.kafka_server._protocol.codec import (
+    FrameError,
+    decode_request,
+    encode_response,
+    request_schema,
+)
 from diskless.kafka_server._protocol.recurring import RecurringResponses
-from tests.kafka_server._wire import fetch_request
+from tests.kafka_server._wire import encode_request, fetch_request
 
 RESPONSE = load_response_schema(1, 12)
 REQUEST = fetch_request("idle", 2)
@@ -63,3 +70,17 @@ def test_the_cache_keeps_the_most_recently_used_and_forgets_the_bodies_of_others
     unshared = load_response_schema(18, 0)(error_code=0, api_keys=())
     cache.remember(unshared, b"X")
     assert not cache.holds(unshared) and cache.body_of(unshared) is None
+
+
+def test_a_fetch_frame_that_recurs_is_decoded_once_with_each_correlation_id() -> None:
+    first, again = encode_request(REQUEST, 7)[4:], encode_request(REQUEST, 8)[4:]
+    schema = request_schema(1, 12)
+    assert schema is not None
+    one = decode_request(memoryview(first), schema)
+    two = decode_request(memoryview(again), schema)
+    assert one.body is two.body and one.body == REQUEST
+    assert (one.prefix.correlation_id, two.prefix.correlation_id) == (7, 8)
+    broken = memoryview(first[:-3])
+    for _ in range(2):  # a frame that does not decode is refused every time
+        with pytest.raises(FrameError):
+            decode_request(broken, schema)
