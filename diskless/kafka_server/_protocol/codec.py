@@ -95,7 +95,7 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
         return _decode_request(frame, schema)
     key = (schema, bytes(frame[FIXED_HEADER.size :]))
     known = _RECURRING_FETCHES.decoded(key, lambda: _decode_request(frame, schema))
-    return known if known.prefix == prefix else known._replace(prefix=prefix)
+    return DecodedRequest(prefix, known.client_id, known.body)
 
 
 _FETCH: Final = 1
