@@ -182,6 +182,10 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("consumer_groups must be >= 0 and consume_idle_s > 0")
         if self.fetch_wait_ms < 0:
             raise ValueError("fetch_wait_ms must be >= 0")
+        if self.consumer_groups and self.consume_idle_s * 1000 < 2 * self.fetch_wait_ms:
+            raise ValueError(  # a window must see idle fetches answered, not one held through
+                "consume_idle_s must be at least twice fetch_wait_ms"
+            )
         record = Distribution.parse(self.record_bytes)
         if record.kind != "lognormal" and record.a < KEY_BYTES:
             raise ValueError(f"record_bytes must be at least the {KEY_BYTES}-byte key")

@@ -180,6 +180,7 @@ def test_the_consume_phase_runs_by_default_and_takes_its_options() -> None:
         (["--consumer-groups", "-1"], "consumer_groups must be >= 0"),
         (["--consume-idle-s", "0"], "consume_idle_s > 0"),
         (["--fetch-wait-ms", "-1"], "fetch_wait_ms must be >= 0"),
+        (["--consume-idle-s", "0.5"], "consume_idle_s must be at least twice fetch_wait_ms"),
     ],
 )
 def test_bad_consume_options_are_refused_with_a_reason(
