@@ -55,10 +55,17 @@ class Commits:
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: list[Commit] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    uncertain: list[Commit] = field(default_factory=list)
+    """Commits whose answer never came (the client raised: its broker died, the request timed
+    out): the group may have stored them or not, so a member may resume at their offsets."""
 
     def add(self, commit: Commit) -> None:
         with self.lock:
             self.done.append(commit)
+
+    def maybe(self, commit: Commit) -> None:
+        with self.lock:
+            self.uncertain.append(commit)
 
     def fail(self, why: str) -> None:
         with self.lock:
@@ -160,6 +167,7 @@ class Member:
             answered = consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:  # a rebalance, or the coordinator moving: Kafka's retriables
             self._commits.fail(f"{self.name}: {e.args[0].str()}")
+            self._commits.maybe(Commit(self.name, sent, time.monotonic(), dict(positions)))
             return
         assert answered is not None
         done = {tp.partition: tp.offset for tp in answered if tp.error is None}
@@ -330,12 +338,14 @@ def longest_double_ownership(found: Sequence[Episode]) -> tuple[float, str]:
     return longest, who
 
 
-def check_resumes(found: Sequence[Episode], commits: Sequence[Commit]) -> None:
+def check_resumes(
+    found: Sequence[Episode], commits: Sequence[Commit], uncertain: Sequence[Commit] = ()
+) -> None:
     """Each episode reads its partition without a gap, from the group's committed offset:
     at least every offset committed before the assignment (none is lost), and one that a
-    commit sent before its first record made (0 if none: auto.offset.reset=earliest). So a
-    record is consumed twice only when it was consumed and not yet committed when its
-    partition moved: Kafka's at-least-once."""
+    commit sent before its first record made (0 if none: auto.offset.reset=earliest), or may
+    have made (`uncertain`: its answer was lost). So a record is consumed twice only when it
+    was consumed and not yet committed when its partition moved: Kafka's at-least-once."""
     for episode in found:
         if not episode.records:
             continue
@@ -346,7 +356,9 @@ def check_resumes(found: Sequence[Episode], commits: Sequence[Commit]) -> None:
         )
         p = episode.partition
         before = [c.offsets[p] for c in commits if p in c.offsets and c.done < episode.start]
-        candidates = {0} | {c.offsets[p] for c in commits if p in c.offsets and c.sent < first.at}
+        candidates = {0} | {
+            c.offsets[p] for c in (*commits, *uncertain) if p in c.offsets and c.sent < first.at
+        }
         floor = max(before, default=0)
         assert first.offset >= floor, (
             f"{episode.member} resumed partition {p} at {first.offset}, below {floor} committed"

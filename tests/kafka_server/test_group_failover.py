@@ -255,7 +255,7 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
     # Kafka's promises to the group
     assert overlap <= SESSION_MS / 1000, f"{who} held for {overlap:.2f} s at once"
     check_forward(observer.offsets)
-    check_resumes(found, commits.done)
+    check_resumes(found, commits.done, commits.uncertain)
     consumed = by_value(members)
     produced = {f"producer:{s}".encode() for s in range(producer.sent)}
     assert consumed.keys() == produced, (
