@@ -21,6 +21,7 @@ from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents, sql_acls
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
+    BATCH_FROM,
     PARTITION_COLUMNS,
     PARTITION_FROM,
     batch_from_row,
@@ -31,6 +32,11 @@ from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
+    HEAD_KIND_BATCH,
+    HEAD_KIND_EXTENT,
+    HEAD_KIND_PARTITION,
+    HEAD_ORDER,
+    HEAD_ROW_NULLS,
     HEADS_FROM,
     OWNER_COLUMNS,
     PARTITION_WIDTH,
@@ -42,6 +48,7 @@ from diskless.coordinator._backends.sql_rows import (
     entry_from_row,
     file_from_row,
     first_batch_reaching,
+    heads_from_rows,
     max_timestamp_row,
     partition_from_row,
     registration_from_row,
@@ -51,6 +58,7 @@ from diskless.coordinator._backends.sql_rows import (
 )
 from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
     LeaseHolder,
@@ -69,6 +77,36 @@ from diskless.txn import ProducerEntry, TxnRecord
 T = TypeVar("T")
 
 _MARKS: Final = ("$1", "$2")
+
+_WANTED: Final = (
+    "unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY w(name, part, off, i)"
+    " JOIN topics t ON t.name = w.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part"
+)
+"""The partitions wanted, as arrays of topics, partitions and offsets (`i` counts from 1)."""
+_PARTITIONS: Final = f"SELECT w.i - 1, {PARTITION_COLUMNS} FROM {_WANTED}"
+_FETCH_HEADS: Final = (
+    f"WITH h AS MATERIALIZED (SELECT w.i - 1 AS i, {HEAD_KIND_PARTITION} AS kind,"
+    " EXISTS (SELECT 1 FROM aborted_txns a WHERE a.partition_id = p.partition_id"
+    " AND a.last_offset >= w.off),"
+    f" p.partition_id AS pid, w.off AS off, NULL::bigint, {PARTITION_COLUMNS} FROM {_WANTED})"
+    f" SELECT h.*, {', '.join(['NULL'] * 17)} FROM h"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, {HEAD_ROW_NULLS}, {postgres_extents.COLUMNS}"
+    " FROM h JOIN extents e ON e.partition_id = h.pid AND e.last_offset >= h.off"
+    " JOIN files f ON f.file_id = e.file_id"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_BATCH}, {HEAD_ROW_NULLS}, b.*"
+    f" FROM h CROSS JOIN LATERAL (SELECT {BATCH_COLUMNS} FROM {BATCH_FROM}"
+    " WHERE b.partition_id = h.pid AND b.base_offset > coalesce((SELECT max(base_offset)"
+    " FROM batches WHERE partition_id = h.pid AND base_offset <= h.off), h.off) - 1"
+    " ORDER BY b.base_offset LIMIT $4) b"
+    f" {HEAD_ORDER}"
+)
+_ABORTED_WITHIN: Final = (
+    "SELECT w.i - 1, a.producer_id, a.first_offset, a.last_offset, a.lso"
+    " FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY w(pid, off, upper, i)"
+    " JOIN aborted_txns a ON a.partition_id = w.pid AND a.last_offset >= w.off"
+    " WHERE a.first_offset < w.upper ORDER BY w.i, a.last_offset"
+)
 
 
 class ReadAbandoned(Exception):
@@ -113,6 +151,43 @@ class PostgresReads(ReadView):
             tp.partition,
         )
         return None if row is None else partition_from_row(row)
+
+    def partitions(self, tps: Sequence[TopicPartition]) -> list[PartitionState | None]:
+        found: list[PartitionState | None] = [None] * len(tps)
+        if tps:
+            rows = self._fetch(
+                _PARTITIONS, [tp.topic for tp in tps], [tp.partition for tp in tps], [0] * len(tps)
+            )
+            for row in rows:
+                found[row[0]] = partition_from_row(row[1:])
+        return found
+
+    def fetch_heads(self, wanted: Sequence[tuple[TopicPartition, int]]) -> list[FetchHead | None]:
+        if not wanted:
+            return []
+        rows = self._fetch(
+            _FETCH_HEADS,
+            [tp.topic for tp, _ in wanted],
+            [tp.partition for tp, _ in wanted],
+            [offset for _, offset in wanted],
+            FETCH_HEAD_ROWS,
+        )
+        return heads_from_rows(rows, len(wanted))
+
+    def aborted_within(
+        self, ranges: Sequence[tuple[PartitionState, int, int]]
+    ) -> list[list[AbortedTxn]]:
+        found: list[list[AbortedTxn]] = [[] for _ in ranges]
+        if ranges:
+            rows = self._fetch(
+                _ABORTED_WITHIN,
+                [state.key for state, _, _ in ranges],
+                [offset for _, offset, _ in ranges],
+                [end for _, _, end in ranges],
+            )
+            for i, *aborted in rows:
+                found[i].append(AbortedTxn(*aborted))
+        return found
 
     def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
         yield from self._run(postgres_extents.extents_from(self._conn, state.key, offset))

@@ -4,7 +4,7 @@ key lookups."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -12,6 +12,7 @@ import msgspec
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import TimestampType, TopicPartition
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnRegistration
 from diskless.coordinator._store import TopicRow
 from diskless.coordinator._values import FileState, TopicConfig
@@ -141,6 +142,39 @@ PARTITION_COLUMNS: Final = (
 PARTITION_WIDTH: Final = 14
 """The columns of a `PARTITION_COLUMNS` row, after which a query may select others."""
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
+HEAD_KIND_PARTITION: Final = 0
+HEAD_KIND_EXTENT: Final = 1
+HEAD_KIND_BATCH: Final = 2
+HEAD_PARTITION_AT: Final = 6
+"""A `fetch_heads` statement answers rows of (index of the wanted partition, kind, whether an
+aborted marker lies at or after the offset, then three columns of its own), then
+`PARTITION_COLUMNS` (a partition's row) or, from here, `BATCH_COLUMNS` (a row of one)."""
+HEAD_ROW_AT: Final = HEAD_PARTITION_AT + PARTITION_WIDTH
+HEAD_ROW_NULLS: Final = ", ".join(["NULL"] * (HEAD_ROW_AT - 2))
+"""What a row of extents or batches selects between its kind and its columns."""
+HEAD_ORDER: Final = f"ORDER BY 1, 2, {HEAD_ROW_AT + 2}"
+"""By partition wanted, its own row first, then extents, then batch rows, each by offset."""
+
+
+def heads_from_rows(rows: Iterable[Sequence[Any]], count: int) -> list[FetchHead | None]:
+    """The `count` heads a `fetch_heads` statement answers (`HEAD_ORDER`, indexes from 0)."""
+    found: list[tuple[PartitionState, bool, list[StoredBatch], list[int]] | None] = [None] * count
+    for row in rows:
+        kind = row[1]
+        if kind == HEAD_KIND_PARTITION:
+            state = partition_from_row(row[HEAD_PARTITION_AT:HEAD_ROW_AT])
+            found[row[0]] = (state, bool(row[2]), [], [0])
+            continue
+        head = found[row[0]]
+        assert head is not None, row
+        head[2].append(batch_from_row(row[HEAD_ROW_AT:]))
+        if kind == HEAD_KIND_BATCH:
+            head[3][0] += 1
+    return [
+        None if f is None else FetchHead(f[0], f[2], f[3][0] < FETCH_HEAD_ROWS, f[1]) for f in found
+    ]
+
+
 ENTRY_COLUMNS: Final = (
     "producer_id, producer_epoch, last_timestamp, last_update_ms, coordinator_epoch,"
     " txn_first_offset, batches"
