@@ -29,14 +29,14 @@ from diskless.coordinator._backends.postgres_rows import (
     batches_holding,
 )
 from diskless.coordinator._backends.sql_rows import (
+    BATCH_WIDTH,
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
     HEAD_KIND_BATCH,
     HEAD_KIND_EXTENT,
     HEAD_KIND_PARTITION,
-    HEAD_ORDER,
-    HEAD_ROW_NULLS,
+    HEAD_PARTITION_AT,
     HEADS_FROM,
     OWNER_COLUMNS,
     PARTITION_WIDTH,
@@ -78,6 +78,11 @@ T = TypeVar("T")
 
 _MARKS: Final = ("$1", "$2")
 
+
+def _nulls(count: int) -> str:
+    return ", ".join(["NULL"] * count)
+
+
 _WANTED: Final = (
     "unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY w(name, part, off, i)"
     " JOIN topics t ON t.name = w.name"
@@ -86,21 +91,24 @@ _WANTED: Final = (
 """The partitions wanted, as arrays of topics, partitions and offsets (`i` counts from 1)."""
 _PARTITIONS: Final = f"SELECT w.i - 1, {PARTITION_COLUMNS} FROM {_WANTED}"
 _FETCH_HEADS: Final = (
-    f"WITH h AS MATERIALIZED (SELECT w.i - 1 AS i, {HEAD_KIND_PARTITION} AS kind,"
-    " EXISTS (SELECT 1 FROM aborted_txns a WHERE a.partition_id = p.partition_id"
-    " AND a.last_offset >= w.off),"
-    f" p.partition_id AS pid, w.off AS off, NULL::bigint, {PARTITION_COLUMNS} FROM {_WANTED})"
-    f" SELECT h.*, {', '.join(['NULL'] * 17)} FROM h"
-    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, {HEAD_ROW_NULLS}, {postgres_extents.COLUMNS}"
+    f"WITH h AS MATERIALIZED (SELECT w.i - 1 AS i, p.partition_id AS pid, w.off AS off"
+    f" FROM {_WANTED})"
+    f" SELECT w.i - 1, {HEAD_KIND_PARTITION}, EXISTS (SELECT 1 FROM aborted_txns a"
+    " WHERE a.partition_id = p.partition_id AND a.last_offset >= w.off),"
+    f" {PARTITION_COLUMNS}, {_nulls(BATCH_WIDTH)} FROM {_WANTED}"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, NULL, {_nulls(PARTITION_WIDTH)},"
+    f" {postgres_extents.COLUMNS}"
     " FROM h JOIN extents e ON e.partition_id = h.pid AND e.last_offset >= h.off"
     " JOIN files f ON f.file_id = e.file_id"
-    f" UNION ALL SELECT h.i, {HEAD_KIND_BATCH}, {HEAD_ROW_NULLS}, b.*"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_BATCH}, NULL, {_nulls(PARTITION_WIDTH)}, b.*"
     f" FROM h CROSS JOIN LATERAL (SELECT {BATCH_COLUMNS} FROM {BATCH_FROM}"
     " WHERE b.partition_id = h.pid AND b.base_offset > coalesce((SELECT max(base_offset)"
     " FROM batches WHERE partition_id = h.pid AND base_offset <= h.off), h.off) - 1"
     " ORDER BY b.base_offset LIMIT $4) b"
-    f" {HEAD_ORDER}"
 )
+"""Partition rows, then extents' and batches' rows, side by side: the columns of a UNION
+agree on their types."""
+_HEAD_ROW_AT: Final = HEAD_PARTITION_AT + PARTITION_WIDTH
 _ABORTED_WITHIN: Final = (
     "SELECT w.i - 1, a.producer_id, a.first_offset, a.last_offset, a.lso"
     " FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY w(pid, off, upper, i)"
@@ -172,7 +180,7 @@ class PostgresReads(ReadView):
             [offset for _, offset in wanted],
             FETCH_HEAD_ROWS,
         )
-        return heads_from_rows(rows, len(wanted))
+        return heads_from_rows(rows, len(wanted), _HEAD_ROW_AT)
 
     def aborted_within(
         self, ranges: Sequence[tuple[PartitionState, int, int]]

@@ -34,6 +34,8 @@ BATCH_COLUMNS: Final = (
     " b.producer_epoch, b.control, b.coordinator_epoch, -1, -1, coalesce(f.size, -1)"
 )
 BATCH_FROM: Final = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
+BATCH_WIDTH: Final = 17
+"""The columns of a `BATCH_COLUMNS` row."""
 TIME_MARK_OFFSETS: Final = 1024
 """A batch holding an offset that is a multiple of this is a time mark (see `TIME_MARK`)."""
 TIME_MARK: Final = (
@@ -145,34 +147,42 @@ PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 HEAD_KIND_PARTITION: Final = 0
 HEAD_KIND_EXTENT: Final = 1
 HEAD_KIND_BATCH: Final = 2
-HEAD_PARTITION_AT: Final = 6
+HEAD_PARTITION_AT: Final = 3
 """A `fetch_heads` statement answers rows of (index of the wanted partition, kind, whether an
-aborted marker lies at or after the offset, then three columns of its own), then
-`PARTITION_COLUMNS` (a partition's row) or, from here, `BATCH_COLUMNS` (a row of one)."""
-HEAD_ROW_AT: Final = HEAD_PARTITION_AT + PARTITION_WIDTH
-HEAD_ROW_NULLS: Final = ", ".join(["NULL"] * (HEAD_ROW_AT - 2))
-"""What a row of extents or batches selects between its kind and its columns."""
-HEAD_ORDER: Final = f"ORDER BY 1, 2, {HEAD_ROW_AT + 2}"
-"""By partition wanted, its own row first, then extents, then batch rows, each by offset."""
+aborted marker lies at or after the offset), then, from here, `PARTITION_COLUMNS` (a
+partition's row) or, from where the store says, `BATCH_COLUMNS` (an extent's or a batch's)."""
 
 
-def heads_from_rows(rows: Iterable[Sequence[Any]], count: int) -> list[FetchHead | None]:
-    """The `count` heads a `fetch_heads` statement answers (`HEAD_ORDER`, indexes from 0)."""
-    found: list[tuple[PartitionState, bool, list[StoredBatch], list[int]] | None] = [None] * count
+def heads_from_rows(
+    rows: Iterable[Sequence[Any]], count: int, row_at: int
+) -> list[FetchHead | None]:
+    """The `count` heads a `fetch_heads` statement answers, its rows in any order (indexes
+    from 0; the rows of extents and batches from `row_at`)."""
+    states: list[PartitionState | None] = [None] * count
+    aborted = [False] * count
+    loaded: list[list[StoredBatch]] = [[] for _ in range(count)]
+    batches = [0] * count
     for row in rows:
-        kind = row[1]
+        i, kind = row[0], row[1]
         if kind == HEAD_KIND_PARTITION:
-            state = partition_from_row(row[HEAD_PARTITION_AT:HEAD_ROW_AT])
-            found[row[0]] = (state, bool(row[2]), [], [0])
+            states[i] = partition_from_row(row[HEAD_PARTITION_AT:])
+            aborted[i] = bool(row[2])
             continue
-        head = found[row[0]]
-        assert head is not None, row
-        head[2].append(batch_from_row(row[HEAD_ROW_AT:]))
+        loaded[i].append(batch_from_row(row[row_at:]))
         if kind == HEAD_KIND_BATCH:
-            head[3][0] += 1
-    return [
-        None if f is None else FetchHead(f[0], f[2], f[3][0] < FETCH_HEAD_ROWS, f[1]) for f in found
-    ]
+            batches[i] += 1
+    heads: list[FetchHead | None] = []
+    for i, state in enumerate(states):
+        if state is None:
+            heads.append(None)
+            continue
+        loaded[i].sort(key=_base_offset)  # extents first: they precede the batch rows
+        heads.append(FetchHead(state, loaded[i], batches[i] < FETCH_HEAD_ROWS, aborted[i]))
+    return heads
+
+
+def _base_offset(row: StoredBatch) -> int:
+    return row.base_offset
 
 
 ENTRY_COLUMNS: Final = (

@@ -14,14 +14,14 @@ from diskless.coordinator._backends import sql_acls, sqlite_extents
 from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
+    BATCH_WIDTH,
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
     HEAD_KIND_BATCH,
     HEAD_KIND_EXTENT,
     HEAD_KIND_PARTITION,
-    HEAD_ORDER,
-    HEAD_ROW_NULLS,
+    HEAD_PARTITION_AT,
     HEADS_FROM,
     OWNER_COLUMNS,
     PARTITION_COLUMNS,
@@ -82,28 +82,30 @@ _PARTITIONS: Final = (
     f"{_WANTED} SELECT w.i, {PARTITION_COLUMNS} FROM w JOIN topics t ON t.name = w.name"
     " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part"
 )
+_PADDING: Final = ", ".join(["NULL"] * (BATCH_WIDTH - PARTITION_WIDTH))
 _FETCH_HEADS: Final = (
-    f"{_WANTED}, h AS MATERIALIZED (SELECT w.i, {HEAD_KIND_PARTITION},"
-    " EXISTS (SELECT 1 FROM aborted_txns a WHERE a.partition_id = p.partition_id"
-    " AND a.last_offset >= w.off),"
-    " p.partition_id AS pid, w.off AS off, coalesce((SELECT max(base_offset) FROM batches"
-    " WHERE partition_id = p.partition_id AND base_offset <= w.off), w.off) - 1 AS lo,"
-    f" {PARTITION_COLUMNS} FROM w JOIN topics t ON t.name = w.name"
+    f"{_WANTED}, h AS MATERIALIZED (SELECT w.i AS i, p.partition_id AS pid, w.off AS off,"
+    " coalesce((SELECT max(base_offset) FROM batches WHERE partition_id = p.partition_id"
+    " AND base_offset <= w.off), w.off) - 1 AS lo FROM w JOIN topics t ON t.name = w.name"
     " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part),"
     # A partition's first rows end at its page's last one: SQLite has no LATERAL join to
     # bound each partition's rows with a LIMIT of its own, so a range of the key does.
     " r AS MATERIALIZED (SELECT i, pid, lo, coalesce((SELECT base_offset FROM batches"
     " WHERE partition_id = h.pid AND base_offset > h.lo ORDER BY base_offset LIMIT 1 OFFSET ?2),"
     " 9223372036854775807) AS hi FROM h)"
-    f" SELECT h.*, {', '.join(['NULL'] * 17)} FROM h"
-    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, {HEAD_ROW_NULLS}, {sqlite_extents.COLUMNS}"
+    f" SELECT w.i, {HEAD_KIND_PARTITION}, EXISTS (SELECT 1 FROM aborted_txns a"
+    " WHERE a.partition_id = p.partition_id AND a.last_offset >= w.off),"
+    f" {PARTITION_COLUMNS}, {_PADDING} FROM w JOIN topics t ON t.name = w.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, NULL, {sqlite_extents.COLUMNS}"
     " FROM h JOIN extents e ON e.partition_id = h.pid AND e.last_offset >= h.off"
     " JOIN files f ON f.file_id = e.file_id"
-    f" UNION ALL SELECT r.i, {HEAD_KIND_BATCH}, {HEAD_ROW_NULLS}, {BATCH_COLUMNS}"
+    f" UNION ALL SELECT r.i, {HEAD_KIND_BATCH}, NULL, {BATCH_COLUMNS}"
     " FROM r JOIN batches b ON b.partition_id = r.pid AND b.base_offset > r.lo"
     " AND b.base_offset <= r.hi LEFT JOIN files f ON f.file_id = b.file_id"
-    f" {HEAD_ORDER}"
 )
+"""Partition rows carry `PARTITION_COLUMNS` where the others carry `BATCH_COLUMNS`, padded to
+their width: SQLite columns have no type to agree on."""
 _ABORTED_WITHIN: Final = (
     "WITH w(i, pid, off, upper) AS MATERIALIZED (SELECT key, json_extract(value, '$[0]'),"
     " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?1))"
@@ -140,7 +142,7 @@ class SqliteReads(ReadView):
             return []
         keys = _json([(tp.topic, tp.partition, offset) for tp, offset in wanted])
         rows = self._conn.execute(_FETCH_HEADS, (keys, FETCH_HEAD_ROWS - 1))
-        return heads_from_rows(rows, len(wanted))
+        return heads_from_rows(rows, len(wanted), HEAD_PARTITION_AT)
 
     def aborted_within(
         self, ranges: Sequence[tuple[PartitionState, int, int]]
