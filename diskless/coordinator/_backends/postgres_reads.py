@@ -21,7 +21,6 @@ from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents, sql_acls
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
-    BATCH_FROM,
     PARTITION_COLUMNS,
     PARTITION_FROM,
     batch_from_row,
@@ -100,14 +99,15 @@ _FETCH_HEADS: Final = (
     f" {postgres_extents.COLUMNS}"
     " FROM h JOIN extents e ON e.partition_id = h.pid AND e.last_offset >= h.off"
     " JOIN files f ON f.file_id = e.file_id"
-    f" UNION ALL SELECT h.i, {HEAD_KIND_BATCH}, NULL, {_nulls(PARTITION_WIDTH)}, b.*"
-    f" FROM h CROSS JOIN LATERAL (SELECT {BATCH_COLUMNS} FROM {BATCH_FROM}"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_BATCH}, NULL, {_nulls(PARTITION_WIDTH)},"
+    f" {BATCH_COLUMNS} FROM h CROSS JOIN LATERAL (SELECT * FROM batches b"
     " WHERE b.partition_id = h.pid AND b.base_offset > coalesce((SELECT max(base_offset)"
     " FROM batches WHERE partition_id = h.pid AND base_offset <= h.off), h.off) - 1"
-    " ORDER BY b.base_offset LIMIT $4) b"
+    " ORDER BY b.base_offset LIMIT $4) b LEFT JOIN files f ON f.file_id = b.file_id"
 )
 """Partition rows, then extents' and batches' rows, side by side: the columns of a UNION
-agree on their types."""
+agree on their types. Each partition's batch rows are a walk of the primary key from the one
+holding the offset, cut at the page before anything joins them."""
 _HEAD_ROW_AT: Final = HEAD_PARTITION_AT + PARTITION_WIDTH
 _ABORTED_WITHIN: Final = (
     "SELECT w.i - 1, a.producer_id, a.first_offset, a.last_offset, a.lso"
