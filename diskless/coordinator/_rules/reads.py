@@ -78,9 +78,10 @@ class ReadSource(Protocol):
         return [self.partition(tp) for tp in tps]
 
     def fetch_heads(self, wanted: Sequence[tuple[TopicPartition, int]]) -> list[FetchHead | None]:
-        """For each (partition, offset), the partition's state and its rows from the offset:
-        every extent there and up to `FETCH_HEAD_ROWS` batch rows (None: no such partition);
-        in one lookup."""
+        """For each (partition, offset), the partition's state and its first rows from the
+        offset (None: no such partition), in one lookup: at least `FETCH_HEAD_ROWS` rows unless
+        that is all there are (the SQL stores load every extent there and that many batch
+        rows)."""
         heads: list[FetchHead | None] = []
         for tp, offset in wanted:
             state = self.partition(tp)
