@@ -114,3 +114,32 @@ def make_certs(directory: Path) -> Certs:
         stranger_cert=directory / "stranger.pem",
         stranger_key=directory / "stranger.key",
     )
+
+
+@dataclass(frozen=True)
+class HostCerts:
+    """A CA and one key store per host address, for brokers on several hosts."""
+
+    ca: Path
+    keystores: dict[str, Path]
+    """Address -> key and certificate chain in one PEM, the certificate's SAN that IP address."""
+
+
+def make_host_certs(directory: Path, addresses: list[str]) -> HostCerts:
+    """A CA, and for each address a server certificate it signed whose only name is that IP (a
+    client that verifies the broker's name connects by address)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed (./run installs it)")
+    directory.mkdir(parents=True, exist_ok=True)
+    _ca("ca", "/CN=diskless cluster CA", directory)
+    keystores = {}
+    for address in addresses:
+        name = f"broker-{address}"
+        extensions = f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth"
+        _signed(name, f"/CN={address}", "ca", directory, extensions)
+        keystore = directory / f"{name}-keystore.pem"
+        keystore.write_text(
+            (directory / f"{name}.key").read_text() + (directory / f"{name}.pem").read_text()
+        )
+        keystores[address] = keystore
+    return HostCerts(ca=directory / "ca.pem", keystores=keystores)

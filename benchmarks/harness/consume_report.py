@@ -95,10 +95,7 @@ class ConsumeReport(msgspec.Struct, kw_only=True):
     problems: list[str]
     e2e_latencies_ms: list[float]
     """Every (group, acknowledged batch) latency, sorted (for the CDF plot)."""
-    broker_waits: bool = False
-    """Whether the brokers held empty fetches themselves (else the members polled them)."""
     fetch_wait_ms: int = 0
-    fetch_poll_ms: int = 0
 
 
 def end_to_end_ms(runs: Sequence[Run], sent: Sequence[tuple[int, float]]) -> list[float]:
@@ -255,9 +252,7 @@ def consume_report(
         verification=verification,
         problems=problems,
         e2e_latencies_ms=latencies,
-        broker_waits=all(r.broker_waits for r in readers),
         fetch_wait_ms=spec.fetch_wait_ms,
-        fetch_poll_ms=spec.fetch_poll_ms,
     )
 
 
@@ -283,15 +278,9 @@ def consume_lines(c: ConsumeReport, produce_p99_ms: float) -> list[str]:
 
 
 def _holding(c: ConsumeReport) -> str:
-    if c.broker_waits:
-        return (
-            f"the broker held an empty fetch (min_bytes 1, max_wait {c.fetch_wait_ms} ms) "
-            "until data arrived"
-        )
     return (
-        f"an empty fetch was held by its member, asking the broker again every "
-        f"{c.fetch_poll_ms} ms for up to {c.fetch_wait_ms} ms, as the prototype broker holds a "
-        "Kafka Fetch"
+        f"the broker held an empty fetch (min_bytes 1, max_wait {c.fetch_wait_ms} ms) "
+        "until data arrived"
     )
 
 

@@ -49,6 +49,8 @@ CONSUMER_BROKER_ID_BASE: Final = 30_000
 """Reader brokers' ids, far from the workload's, the read-back's and the consolidator's."""
 MARKER_POLL_S: Final = 0.2
 READY_LINE: Final = "ready"
+RETRY_S: Final = 0.05
+"""How long a member waits before asking again after its fetch failed."""
 
 Run = tuple[int, int, int, int, int, int, bool, bool, float]
 """(offset, count, batch producer id, key producer id, first key sequence, value bytes, value ok,
@@ -137,8 +139,6 @@ class ConsumerResult(msgspec.Struct, kw_only=True):
     calls_by_method: dict[str, int]
     """Coordinator calls during the consume window, by BatchCoordinator method."""
     reads: list[PartitionRead]
-    broker_waits: bool = False
-    """Whether the broker held the members' empty fetches (else they polled: `long_poll`)."""
     place: TaskPlace | None = None
     problem: str = ""
 
@@ -166,50 +166,30 @@ def counting_coordinator(run: RunSpec) -> tuple[BatchCoordinator, Counter[str]]:
     return coordinator, calls
 
 
-def broker_waits(broker: DisklessBroker) -> bool:
-    """Whether the library's fetch holds an empty fetch itself (Kafka's min_bytes and
-    max_wait, answered as data arrives); if not, the consumer holds it (`long_poll`)."""
-    return "max_wait_ms" in inspect.signature(broker.fetch).parameters
-
-
 async def long_poll(
     broker: DisklessBroker,
     offsets: Mapping[TopicPartition, int],
     wait_ms: int,
-    poll_ms: int,
     stop: asyncio.Event,
     counter: Member,
 ) -> dict[TopicPartition, FetchResult]:
-    """A consumer's fetch (min.bytes 1, max.wait `wait_ms`). Where the library's fetch waits by
-    itself it is one call; otherwise it is held as the prototype broker holds a Kafka Fetch:
-    fetch, and while nothing arrived, fetch again every `poll_ms` until `wait_ms` ran out.
-    Each `DisklessBroker.fetch` call is counted on `counter` as it is made."""
-    fetch: Any = broker.fetch
-    budgets = {"max_bytes": FETCH_BYTES_MAX, "partition_max_bytes": PARTITION_FETCH_BYTES_MAX}
-    if counter.broker_waits:
-        counter.fetches += 1
-        answers: dict[TopicPartition, FetchResult] = await fetch(
-            offsets, **budgets, min_bytes=1, max_wait_ms=wait_ms
-        )
-        return answers
-    deadline = time.monotonic() + wait_ms / 1000
-    while True:
-        answers = await fetch(offsets, **budgets)
-        counter.fetches += 1
-        arrived = any(a.records or a.error != ErrorCode.NONE for a in answers.values())
-        left = deadline - time.monotonic()
-        if arrived or left <= 0 or stop.is_set():
-            return answers
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), min(poll_ms / 1000, left))
+    """A consumer's fetch (min.bytes 1, max.wait `wait_ms`), which the broker holds until data
+    arrives; a member being detached (`stop`) asks without waiting. Counted on `counter`."""
+    counter.fetches += 1
+    return await broker.fetch(
+        offsets,
+        max_bytes=FETCH_BYTES_MAX,
+        partition_max_bytes=PARTITION_FETCH_BYTES_MAX,
+        min_bytes=0 if stop.is_set() else 1,
+        max_wait_ms=wait_ms,
+    )
 
 
 class Member:
     """One group's member: reads its partitions from offset 0, keeping what it read as runs."""
 
-    def __init__(self, group: int, partitions: list[TopicPartition], broker_waits: bool) -> None:
+    def __init__(self, group: int, partitions: list[TopicPartition]) -> None:
         self.group = group
-        self.broker_waits = broker_waits
         self.offsets = dict.fromkeys(partitions, 0)
         self.reads = {
             tp: PartitionRead(group=group, topic=tp.topic, partition=tp.partition)
@@ -227,14 +207,12 @@ class Member:
         while not stop.is_set():
             draining = self.draining
             try:
-                answers = await long_poll(
-                    broker, self.offsets, spec.fetch_wait_ms, spec.fetch_poll_ms, stop, self
-                )
+                answers = await long_poll(broker, self.offsets, spec.fetch_wait_ms, stop, self)
             except Exception as exc:  # an infrastructure failure: counted, then asked again
                 for read in self.reads.values():
                     read.errors += 1
                     read.last_error = f"{type(exc).__name__}: {exc}"
-                await asyncio.sleep(spec.fetch_poll_ms / 1000)
+                await asyncio.sleep(RETRY_S)
                 continue
             received = time.time()
             self.polls += 1
@@ -372,8 +350,7 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
         broker = await stack.enter_async_context(
             open_broker(plan.broker_id, plan.rack, store, coordinator, plan.run)
         )
-        waits = broker_waits(broker)
-        members = [Member(g, partitions, waits) for g in range(plan.groups)] if partitions else []
+        members = [Member(g, partitions) for g in range(plan.groups)] if partitions else []
         meter = _Meter(calls, store, members)
         started_ts = time.time()  # before READY: the producers start when they read it
         print(READY_LINE, flush=True)
@@ -419,7 +396,6 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
         baseline=_Meter.window(detached, baseline),
         calls_by_method=dict(sorted(by_method.items())),
         reads=[read for m in members for read in m.reads.values()],
-        broker_waits=waits,
         place=here(),
         problem=problem,
     )

@@ -153,8 +153,6 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     then detached (the baseline); their difference is the CPU an idle consumer costs."""
     fetch_wait_ms: int = 500
     """A consumer's fetch.max.wait.ms: how long an empty fetch is held before it is answered."""
-    fetch_poll_ms: int = 10
-    """How often a held fetch asks the broker again (the prototype broker's default)."""
 
     def validate(self) -> None:
         """ValueError naming the first bad field."""
@@ -182,8 +180,12 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("acks must be -1 or 1 (acks=0 has no result to measure)")
         if self.consumer_groups < 0 or self.consume_idle_s <= 0:
             raise ValueError("consumer_groups must be >= 0 and consume_idle_s > 0")
-        if self.fetch_wait_ms < 0 or self.fetch_poll_ms < 1:
-            raise ValueError("fetch_wait_ms must be >= 0 and fetch_poll_ms >= 1")
+        if self.fetch_wait_ms < 0:
+            raise ValueError("fetch_wait_ms must be >= 0")
+        if self.consumer_groups and self.consume_idle_s * 1000 < 2 * self.fetch_wait_ms:
+            raise ValueError(  # a window must see idle fetches answered, not one held through
+                "consume_idle_s must be at least twice fetch_wait_ms"
+            )
         record = Distribution.parse(self.record_bytes)
         if record.kind != "lognormal" and record.a < KEY_BYTES:
             raise ValueError(f"record_bytes must be at least the {KEY_BYTES}-byte key")

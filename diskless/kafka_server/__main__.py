@@ -22,7 +22,9 @@ both.
 `listeners`, `advertised.listeners`, `listener.security.protocol.map`, `broker.rack`, `node.id`,
 the `ssl.*` key and trust stores and `ssl.client.auth`, `listener.name.<name>.ssl.*`,
 `socket.request.max.bytes`; `--override NAME=VALUE` sets one over the file, and the other flags
-override both. An unknown property or a bad value stops the start with one line naming it.
+override both. An unknown property or a bad value stops the start with one line naming it;
+Kafka's properties that mean nothing here (`process.roles`, the KRaft quorum, `log.dirs`, thread
+pools, ...) are accepted and named in one log line.
 
 Listeners: without `listeners`, each broker listens on 127.0.0.1 (port BASE+id with
 `--base-port`). With `listeners=SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092` and
@@ -356,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     except cli.UsageError as error:
         parser.error(str(error))
     configure_logging(args.log_level, args.log_format)
+    properties.log_ignored()
     asyncio.run(_run(args, ids, configs.server, configs.broker, configs.lifecycle))
 
 

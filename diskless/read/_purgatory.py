@@ -9,6 +9,10 @@ look and a missed one is impossible while the view is kept (`PartitionView`).
 
 One timer task serves every parked fetch, sleeping on the broker's injected clock until the
 earliest deadline, so that thousands of parked fetches cost one heap entry each, not a task.
+It wakes at most once per `TICK_S`, answering every fetch whose deadline has passed by then (as
+Kafka's purgatory expires by the tick of its timing wheel): a thousand idle consumers' fetches
+expire in a few dozen wake-ups a second rather than one each, at the price of answering a
+fetch up to one tick after its `max_wait`.
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Collection
+from typing import Final
 
 from diskless._types import TopicPartition
 from diskless.clock import Clock
+
+TICK_S: Final = 0.01
+"""How late a fetch's deadline may be answered, so that expiries share wake-ups."""
 
 
 class FetchPurgatory:
@@ -38,34 +46,41 @@ class FetchPurgatory:
         """Parked fetches (each counted once however many partitions it waits on)."""
         return len({id(f) for futures in self._parked.values() for f in futures})
 
-    async def park(self, partitions: Collection[TopicPartition], deadline: float) -> bool:
-        """Wait until one of `partitions` is woken or the clock reaches `deadline`; False (at
-        once) once the purgatory is closed."""
-        if self._closed:
-            return False
-        if self._clock.monotonic() >= deadline or not partitions:
-            return True
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def park(
+        self, partitions: Collection[TopicPartition], deadline: float
+    ) -> asyncio.Future[None] | None:
+        """A future that resolves once one of `partitions` is woken, the clock reaches
+        `deadline`, or the purgatory closes; None when there is nothing to wait for (closed, or
+        past the deadline). The caller `unpark`s it once it resolved or was abandoned."""
+        if self._closed or self._clock.monotonic() >= deadline or not partitions:
+            return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        parked = self._parked
         for tp in partitions:
-            waiting = self._parked.get(tp)
+            waiting = parked.get(tp)
             if waiting is None:
-                self._parked[tp] = {future}
+                parked[tp] = {future}
             else:
                 waiting.add(future)
         heapq.heappush(self._deadlines, (deadline, next(self._sequence), future))
-        if deadline < self._timer_deadline:
-            self._timer_deadline = deadline
+        if deadline + TICK_S < self._timer_deadline:
+            self._timer_deadline = deadline + TICK_S
             self._restart_timer()
-        try:
-            await future
-            return not self._closed
-        finally:
-            for tp in partitions:
-                waiting = self._parked.get(tp)
-                if waiting is not None:
-                    waiting.discard(future)
-                    if not waiting:
-                        del self._parked[tp]
+        return future
+
+    def unpark(self, partitions: Collection[TopicPartition], future: asyncio.Future[None]) -> None:
+        """Forget a parked future (its deadline entry goes when the timer reaches it)."""
+        parked = self._parked
+        for tp in partitions:
+            waiting = parked.get(tp)
+            if waiting is not None:
+                waiting.discard(future)
+                if not waiting:
+                    del parked[tp]
 
     def wake(self, tp: TopicPartition) -> None:
         """Every fetch parked on `tp` looks again."""
@@ -91,8 +106,8 @@ class FetchPurgatory:
                 continue
             now = self._clock.monotonic()
             if deadline > now:
-                self._timer_deadline = deadline
-                await self._clock.sleep(deadline - now)
+                self._timer_deadline = deadline + TICK_S
+                await self._clock.sleep(deadline + TICK_S - now)
                 continue
             heapq.heappop(deadlines)
             future.set_result(None)

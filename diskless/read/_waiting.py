@@ -49,39 +49,50 @@ class WaitingFetches:
         Kafka answers it."""
         deadline = self._clock.monotonic() + max_wait_s
         view = self._view
+        purgatory = self._purgatory
         while True:
             versions = [view.version(tp) for tp in offsets]
             may_wait = min_bytes > 0 and self._clock.monotonic() < deadline
-            results = await self._pass(
-                offsets, max_bytes, partition_max_bytes, isolation_level, may_wait
-            )
-            if results is not None:
-                total = sum(len(r.records) for r in results.values())
-                errors = any(r.error is not ErrorCode.NONE for r in results.values())
-                if total >= min_bytes or errors or not offsets or not may_wait:
+            looked = self._look(offsets, isolation_level, may_wait)
+            results: dict[TopicPartition, FetchResult] | None = None
+            if looked is not None:
+                answered, asked = looked
+                results = (
+                    await self._read(
+                        offsets, answered, asked, max_bytes, partition_max_bytes, isolation_level
+                    )
+                    if asked
+                    else answered
+                )
+                if not may_wait or not offsets or _enough(results, min_bytes):
                     return results
-            unchanged = versions == [view.version(tp) for tp in offsets]
-            if unchanged and not await self._purgatory.park(offsets.keys(), deadline):
+            if versions == [view.version(tp) for tp in offsets]:
+                parked = purgatory.park(offsets.keys(), deadline)
+                if parked is not None:
+                    try:
+                        await parked
+                    finally:
+                        purgatory.unpark(offsets.keys(), parked)
+            if purgatory.closed:
                 if results is None:  # the broker is closing: answer what the coordinator says
                     deadline = self._clock.monotonic()
                     continue
                 return results
 
-    async def _pass(
+    def _look(
         self,
         offsets: Mapping[TopicPartition, int],
-        max_bytes: int,
-        partition_max_bytes: int,
         isolation_level: IsolationLevel,
         may_wait: bool,
-    ) -> dict[TopicPartition, FetchResult] | None:
-        """One look; None when a partition's read is coming and the fetch may wait for it
-        (one read for all the fetches that wait, rather than each asking the coordinator)."""
+    ) -> tuple[dict[TopicPartition, FetchResult], dict[TopicPartition, int]] | None:
+        """What the view answers, and the partitions the coordinator must; None when a
+        partition's read is coming and the fetch may wait for it (one read for all the fetches
+        that wait, rather than each asking the coordinator)."""
         answered: dict[TopicPartition, FetchResult] = {}
         asked: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
             result = self._view.answer(tp, offset, isolation_level)
-            if isinstance(result, FetchResult):
+            if result.__class__ is FetchResult:
                 answered[tp] = result
             elif result is READING and may_wait:
                 return None
@@ -89,7 +100,18 @@ class WaitingFetches:
                 asked[tp] = offset
         if not asked:
             self.answered_by_view += 1
-            return answered
+        return answered, asked
+
+    async def _read(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        answered: dict[TopicPartition, FetchResult],
+        asked: dict[TopicPartition, int],
+        max_bytes: int,
+        partition_max_bytes: int,
+        isolation_level: IsolationLevel,
+    ) -> dict[TopicPartition, FetchResult]:
+        """The coordinator's and the store's answer for `asked`, beside the view's."""
         fetched = await self._reader.fetch(
             asked,
             max_bytes=max_bytes,
@@ -99,3 +121,13 @@ class WaitingFetches:
         if not answered:
             return fetched
         return {tp: answered[tp] if tp in answered else fetched[tp] for tp in offsets}
+
+
+def _enough(results: Mapping[TopicPartition, FetchResult], min_bytes: int) -> bool:
+    """Whether a fetch has its answer: `min_bytes` of records, or an error to report."""
+    total = 0
+    for result in results.values():
+        if result.error is not ErrorCode.NONE:
+            return True
+        total += len(result.records)
+    return total >= min_bytes

@@ -167,10 +167,10 @@ def test_the_consume_phase_runs_by_default_and_takes_its_options() -> None:
     spec, _, sweep = parse_args([])
     assert spec.consumer_groups == 1
     spec, _, sweep = parse_args(
-        ["--consumer-groups", "4", "--consume-idle-s", "0.5", "--fetch-poll-ms", "5",
+        ["--consumer-groups", "4", "--consume-idle-s", "0.5", "--fetch-wait-ms", "200",
          "--sweep", "consumer_groups=0,2"]
     )  # fmt: skip
-    assert (spec.consumer_groups, spec.consume_idle_s, spec.fetch_poll_ms) == (4, 0.5, 5)
+    assert (spec.consumer_groups, spec.consume_idle_s, spec.fetch_wait_ms) == (4, 0.5, 200)
     assert sweep == {"consumer_groups": ["0", "2"]}
 
 
@@ -179,7 +179,8 @@ def test_the_consume_phase_runs_by_default_and_takes_its_options() -> None:
     [
         (["--consumer-groups", "-1"], "consumer_groups must be >= 0"),
         (["--consume-idle-s", "0"], "consume_idle_s > 0"),
-        (["--fetch-poll-ms", "0"], "fetch_poll_ms >= 1"),
+        (["--fetch-wait-ms", "-1"], "fetch_wait_ms must be >= 0"),
+        (["--consume-idle-s", "0.5"], "consume_idle_s must be at least twice fetch_wait_ms"),
     ],
 )
 def test_bad_consume_options_are_refused_with_a_reason(

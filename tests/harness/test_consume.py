@@ -29,7 +29,6 @@ from benchmarks.harness.consumer import (
     Member,
     PartitionRead,
     Window,
-    broker_waits,
     consume,
     long_poll,
     runs_of,
@@ -257,8 +256,7 @@ async def test_a_reader_reads_what_is_produced_while_it_runs_then_measures_idlin
 
 
 class _WaitingBroker(DisklessBroker):
-    """A broker whose fetch takes Kafka's min_bytes and max_wait_ms: it notes them and answers
-    at once, so that the test sees only what the consumer asked."""
+    """A broker that notes the min_bytes and max_wait_ms each fetch asked for."""
 
     asked: list[tuple[int, int]]
 
@@ -266,39 +264,22 @@ class _WaitingBroker(DisklessBroker):
         self, offsets: Any, *, min_bytes: int = 0, max_wait_ms: int = 0, **budgets: Any
     ) -> dict[TopicPartition, FetchResult]:
         self.asked.append((min_bytes, max_wait_ms))
-        return await super().fetch(offsets, **budgets)
+        return await super().fetch(offsets, min_bytes=min_bytes, max_wait_ms=max_wait_ms, **budgets)
 
 
-class _PollingBroker(DisklessBroker):
-    """A broker whose fetch answers at once and takes no wait (the library's before it held
-    fetches itself)."""
-
-    asked: list[tuple[int, int]]
-
-    async def fetch(  # type: ignore[override]
-        self, offsets: Any, **budgets: Any
-    ) -> dict[TopicPartition, FetchResult]:
-        return await super().fetch(offsets, **budgets)
-
-
-@pytest.mark.parametrize("waits", [False, True])
-async def test_an_empty_fetch_is_held_by_the_broker_if_it_can_else_polled(waits: bool) -> None:
+async def test_an_empty_fetch_is_one_call_the_broker_holds() -> None:
     coordinator, store = InMemoryBatchCoordinator(), MemoryObjectStore()
     await coordinator.create_topic("t", 1)
     tp = TopicPartition("t", 0)
-    broker = (_WaitingBroker if waits else _PollingBroker)(0, store, coordinator, rack="az1")
+    broker = _WaitingBroker(0, store, coordinator, rack="az1")
     broker.asked = []
     async with broker:
-        assert broker_waits(broker) is waits
-        member = Member(0, [tp], broker_waits(broker))
-        answers = await long_poll(broker, {tp: 0}, 100, 5, asyncio.Event(), member)
+        member = Member(0, [tp])
+        answers = await long_poll(broker, {tp: 0}, 100, asyncio.Event(), member)
         assert answers[tp].error == ErrorCode.NONE and answers[tp].records == b""
-        if waits:  # one call, which the broker holds
-            assert member.fetches == 1 and broker.asked == [(1, 100)]
-        else:  # asked again until the wait ran out
-            assert member.fetches > 1
-        stopped, before = asyncio.Event(), member.fetches
+        assert member.fetches == 1 and broker.asked == [(1, 100)]
+        stopped = asyncio.Event()
         stopped.set()  # a member being detached: no waiting on its behalf
-        await long_poll(broker, {tp: 0}, 60_000, 5, stopped, member)
-        assert member.fetches == before + 1
+        await asyncio.wait_for(long_poll(broker, {tp: 0}, 600_000, stopped, member), 30)
+        assert member.fetches == 2 and broker.asked[-1] == (0, 600_000)
     await coordinator.close()

@@ -45,7 +45,7 @@ WORKLOAD = [
     "--transactional-share", "0.5", "--txn-requests", "4",
     "--wal", "commit_interval_ms=50", "buffer_max_bytes=256KiB",
     "--put-baseline-s", "0.3", "--sqlite-baseline-s", "0.3", "--no-progress",
-    "--consumer-groups", "2", "--consume-idle-s", "0.5",
+    "--consumer-groups", "2", "--consume-idle-s", "0.5", "--fetch-wait-ms", "100",
 ]  # fmt: skip
 
 

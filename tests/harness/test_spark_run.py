@@ -70,6 +70,7 @@ TINY = WorkloadSpec(
     txn_abort_share=0.3,
     consumer_groups=2,
     consume_idle_s=0.5,
+    fetch_wait_ms=100,
 )
 
 

@@ -55,7 +55,7 @@ BAD_VALUES = [
     ("--s3-prefix", ["--s3-prefix", "a//b", "--bucket", "b", "--region", "eu-west-1"]),
     ("--s3-ca-bundle", ["--s3-ca-bundle", "/nonexistent/ca.pem"]),
     ("--config", ["--config", "/nonexistent/server.properties"]),
-    ("--override", ["--override", "log.dirs=/var/kafka"]),
+    ("--override", ["--override", "log.dirz=/var/kafka"]),
     ("--override", ["--override", "listeners=PLAINTEXT://0.0.0.0:9092"]),
     ("--override", ["--override", "no-value"]),
     ("--log-level", ["--log-level", "LOUD"]),

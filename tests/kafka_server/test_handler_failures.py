@@ -34,7 +34,15 @@ from diskless._kafka_errors import (
     txn_error,
 )
 from diskless._types import ErrorCode
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.coordinator import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    BatchCoordinator,
+    InMemoryBatchCoordinator,
+    PatternType,
+    ResourceType,
+)
 from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
 from diskless.kafka_server import (
     SUPPORTED_VERSIONS,
@@ -55,6 +63,7 @@ from tests.kafka_server.test_handlers import Context
 from tests.wal._helpers import build_batch
 
 TOPIC: Final = "t"
+ALLOW: Final = AclPermissionType.ALLOW
 FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.PRODUCE: produce_error,
     ApiKey.FETCH: fetch_error,
@@ -222,3 +231,55 @@ async def test_a_closed_broker_is_the_familys_code(
     expected = WireError(int(FAMILIES[api](BrokerClosedError("closed"))))
     assert expected is WireError.not_leader_or_follower
     assert await _answer(ctx, api) == {expected}
+
+
+async def test_a_producers_metadata_in_an_outage_is_retriable_not_an_authorization_failure() -> (
+    None
+):
+    """A producer's Metadata (auto-creation allowed, the principal may write the topic but not
+    create topics) while the coordinator is down: the topic is not known to be missing, so it
+    is answered the outage's retriable code; TOPIC_AUTHORIZATION_FAILED would make the client
+    give the topic up for good."""
+    coordinator = _Down()
+    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
+    await broker.start()
+    await broker.create_topic(TOPIC, 1)
+    view = ClusterView("test")
+    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
+    acls = AclCache(coordinator, AuthorizerSettings(), 1000)
+    principal = "User:alice"
+    await acls.create(
+        [
+            AclBinding(
+                ResourceType.TOPIC, TOPIC, PatternType.LITERAL, principal, "*", operation, ALLOW
+            )
+            for operation in (AclOperation.WRITE, AclOperation.DESCRIBE)
+        ]
+    )
+    config = ServerConfig(
+        authorizer_class_name="kafka.security.authorizer.AclAuthorizer",
+        auto_create_topic_partitions=1,
+    )
+    ctx = Context(
+        broker,
+        view,
+        TransactionFront(coordinator),
+        GroupCoordinator(coordinator, view),
+        config,
+        Credentials(coordinator),
+        acls,
+    )
+    api = ApiKey.METADATA
+    schema = load_request_schema(int(api), SUPPORTED_VERSIONS[api][1])
+    request = dataclasses.replace(request_of(schema), allow_auto_topic_creation=True)
+    session = Session("test", client_host="127.0.0.1", principal=principal)
+    try:
+        assert error_codes(await HANDLERS[api](ctx, session, request)) == set()
+        coordinator.down = True
+        outage = WireError(int(metadata_error(CoordinatorUnavailableError("down"))))
+        assert outage.retriable
+        assert error_codes(await HANDLERS[api](ctx, session, request)) == {outage}
+    finally:
+        coordinator.down = False
+        await broker.close(flush=False)
+        await coordinator.close()

@@ -26,6 +26,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.serial import entity_reader
 
 from diskless.kafka_server import SUPPORTED_VERSIONS, ApiKey, KafkaCluster
+from diskless.kafka_server._protocol.codec import FrameError, decode_request, request_schema
 from tests.kafka_server._processes import run_in_bounded_memory
 from tests.kafka_server._strategies import TOPICS, requests
 from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
@@ -303,3 +304,26 @@ async def test_a_fetch_with_an_unknown_isolation_level_is_answered_invalid_reque
         assert committed.responses[0].partitions[0].error_code == WireError.none
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("frame", "field"),
+    [
+        # FindCoordinator v4 whose coordinator keys are a null array (not nullable)
+        (b"\x00\n\x00\x04\x00\x00\x00c\xff\xff\x00\x00\x00\x00", "coordinator_keys"),
+        # Fetch v4 with one topic whose partitions are a null array (not nullable), nested
+        (
+            b"\x00\x01\x00\x04\x00\x00\x00\x07\xff\xff\xff\xff\xff\xff\x00\x00\x01\xf4"
+            b"\x00\x00\x00\x01\x00\x10\x00\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff",
+            "topics.partitions",
+        ),
+    ],
+)
+def test_a_null_where_the_schema_allows_none_is_refused_naming_the_field(
+    frame: bytes, field: str
+) -> None:
+    key, version = struct.unpack_from(">hh", frame)
+    schema = request_schema(key, version)
+    assert schema is not None
+    with pytest.raises(FrameError, match=rf": {field} is null"):
+        decode_request(memoryview(frame), schema)

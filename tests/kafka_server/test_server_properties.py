@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from diskless.kafka_server import ServerConfig
 from diskless.kafka_server.__main__ import main
 from diskless.kafka_server._server._x500 import subject_dn
+from diskless.kafka_server._server.inapplicable_properties import INAPPLICABLE, ignored
 from diskless.kafka_server._server.properties import PropertiesError, parse_properties
 from diskless.kafka_server._server.server_properties import (
     LISTENER_PROPERTIES,
@@ -93,7 +94,7 @@ def test_kafka_property_names_set_the_server_s_settings() -> None:
 @pytest.mark.parametrize(
     ("properties", "refusal"),
     [
-        ({"log.dirs": "/var/kafka"}, "log.dirs: unknown property"),
+        ({"log.dirz": "/var/kafka"}, "log.dirz: unknown property"),
         ({"socket.request.max.bytes": "lots"}, "socket.request.max.bytes: expected an integer"),
         ({"socket.request.max.bytes": "0"}, "socket.request.max.bytes: frame_bytes_max must be"),
         ({"listener.name.x.sasl.magic": "1"}, "listener.name.x.sasl.magic: unknown property"),
@@ -128,6 +129,49 @@ def test_other_settings_can_register_their_properties() -> None:
         LISTENER_PROPERTIES.discard("test.only.sasl.jaas.config")
 
 
+KRAFT_ONLY = {
+    "process.roles": "broker,controller",
+    "controller.quorum.voters": "1@localhost:9093",
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "log.dirs": "/var/lib/kafka/data",
+    "num.network.threads": "3",
+    "num.io.threads": "8",
+    "num.recovery.threads.per.data.dir": "1",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+}
+"""Lines of Kafka's KRaft sample `server.properties` that mean nothing to a diskless broker."""
+
+
+def test_kafka_properties_that_do_not_apply_are_accepted_and_not_applied() -> None:
+    applied = {
+        "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        "advertised.listeners": "PLAINTEXT://localhost:9092, controller://localhost:9093",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "socket.request.max.bytes": "104857600",
+    }
+    config = server_config({**KRAFT_ONLY, **applied})
+    assert config == server_config(
+        {
+            **applied,
+            "listeners": "PLAINTEXT://127.0.0.1:9092",  # the controller's is not served
+            "advertised.listeners": "PLAINTEXT://localhost:9092",
+        }
+    )
+    assert config.frame_bytes_max == 104857600
+    assert ignored({**applied, **KRAFT_ONLY}) == list(KRAFT_ONLY)
+    assert ignored(applied) == []
+    # a truly unknown name is still refused beside them, and named
+    with pytest.raises(ValueError, match=r"^log\.dirz: unknown property"):
+        server_config({**KRAFT_ONLY, "log.dirz": "/var/kafka"})
+    # a property diskless should honour is not among them
+    assert not {"num.partitions", "log.retention.hours", "socket.send.buffer.bytes"} & set(
+        INAPPLICABLE
+    )
+
+
 # --- the command line -----------------------------------------------------------------------------
 def _refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as exit_info:
@@ -143,9 +187,9 @@ def test_the_command_refuses_a_bad_file_in_one_line_before_starting(
 ) -> None:
     file = tmp_path / "server.properties"
     data = ["--data-dir", str(tmp_path / "data")]
-    file.write_text("listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs=/var/kafka\n")
+    file.write_text("listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs=/var/kafka\nlog.dirz=/var/k\n")
     assert _refusal([*data, "--config", str(file)], capsys) == (
-        f"--config: {file}: log.dirs: unknown property"
+        f"--config: {file}: log.dirz: unknown property"
     )
     missing = tmp_path / "missing.properties"
     assert _refusal([*data, "--config", str(missing)], capsys).startswith(
@@ -227,6 +271,46 @@ async def test_a_process_started_from_a_file_serves_each_listener_as_configured(
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
+
+
+def test_a_kraft_server_properties_starts_naming_what_it_ignores_in_one_line(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "server.properties"
+    file.write_text(
+        "node.id=1\n"
+        + "".join(f"{name}={value}\n" for name, value in KRAFT_ONLY.items())
+        + "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0\n"
+        + "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
+    )
+    argv = [
+        sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path / "data"),
+        "--config", str(file), "--log-level", "INFO",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    try:
+        assert process.stdout is not None
+        started = process.stdout.readline()
+        assert started.startswith("bootstrap.servers=127.0.0.1:"), started
+        bootstrap = started.strip().removeprefix("bootstrap.servers=")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        brokers = admin.list_topics(timeout=10).brokers.values()
+        assert {f"{b.host}:{b.port}" for b in brokers} == {bootstrap}  # serving, as configured
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "listener " not in stdout  # one listener: the controller's is not served
+    (line,) = [line for line in stderr.splitlines() if "do not apply" in line]
+    assert line.endswith(
+        "ignoring Kafka properties that do not apply to a diskless broker: " + ", ".join(KRAFT_ONLY)
+    ), line
 
 
 # --- principals ---------------------------------------------------------------------------------

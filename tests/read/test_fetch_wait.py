@@ -20,6 +20,7 @@ from diskless import BrokerConfig, DisklessBroker, ErrorCode, FetchResult, Topic
 from diskless._types import IsolationLevel
 from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest
+from diskless.read._purgatory import TICK_S
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
 from tests._backends import BACKENDS, open_coordinator
@@ -117,7 +118,7 @@ async def test_a_parked_fetch_answers_empty_at_its_max_wait(rig: Rig) -> None:
     await rig.parked()
     await rig.clock.advance(0.999)
     assert not task.done()
-    await rig.clock.advance(0.002)
+    await rig.clock.advance(0.001 + TICK_S)  # answered within one tick of the purgatory
     results = await asyncio.wait_for(task, GUARD_S)
     assert results[TP].error is ErrorCode.NONE and not results[TP].records
 
@@ -135,14 +136,14 @@ async def test_min_bytes_zero_is_answered_at_once(rig: Rig) -> None:
 
 async def test_an_idle_fetch_at_the_end_asks_the_coordinator_nothing(rig: Rig) -> None:
     first = rig.fetch({TP: 0}, wait_ms=1)  # learns the partition
-    await rig.clock.advance(0.002)
+    await rig.clock.advance(0.002 + TICK_S)
     await asyncio.wait_for(first, GUARD_S)
     await _settled(rig)
     before = rig.waiting._reader.stats().fetches
     for _ in range(50):
         task = rig.fetch({TP: 0}, wait_ms=10)
         await rig.parked()
-        await rig.clock.advance(0.011)
+        await rig.clock.advance(0.011 + TICK_S)
         assert not (await asyncio.wait_for(task, GUARD_S))[TP].records
     assert rig.waiting._reader.stats().fetches == before
 
@@ -182,7 +183,7 @@ async def test_a_moved_log_start_wakes_a_parked_fetch_which_parks_again(rig: Rig
         await asyncio.sleep(0.005)
     assert rig.waiting._view.version(TP) > version
     assert not task.done()
-    await rig.clock.advance(5.001)
+    await rig.clock.advance(5.001 + TICK_S)
     results = await asyncio.wait_for(task, GUARD_S)
     assert results[TP].log_start_offset == 1 and not results[TP].records
 

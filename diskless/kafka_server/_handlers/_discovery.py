@@ -121,9 +121,12 @@ async def _describe(
         )
         unknown = WireError.unknown_topic_or_partition
     except DisklessError as e:
+        # Not known to be missing: answered the failure's (retriable) code, never created, nor
+        # refused for want of CREATE (a client gives up on an authorization failure).
         unknown = failure(metadata_error, e, "describing topics")
         descriptions = []
         requested = requested or []
+        may_create = False
     known = {d.name: d for d in descriptions}
     if requested is None:
         names = sorted(access.topics(DESCRIBE, known))

@@ -33,6 +33,7 @@ from diskless.kafka_server._protocol.messages import (
     FetchRequest,
     ListOffsetsRequest,
 )
+from diskless.kafka_server._protocol.recurring import RECURRING
 
 _WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
 """Fetch v11 added `rack_id` (KIP-392): the consumer's `client.rack`."""
@@ -111,6 +112,48 @@ async def _call_fetch(context: BrokerContext, fetch: _Fetch) -> dict[TopicPartit
 
 
 def _encode_fetch(
+    response: Response,
+    request: FetchRequest,
+    isolation: IsolationLevel | None,
+    results: Mapping[TopicPartition, FetchResult],
+) -> ResponsePayload:
+    """The Fetch response; an empty one (no records anywhere: an idle consumer's, answered
+    every `max_wait`) is shared between the requests it answers (`recurring`)."""
+    empty = _empty_answers(request, results)
+    if empty is None:
+        return _build_fetch(response, request, isolation, results)
+    return RECURRING.payload(
+        (response, isolation, empty),
+        lambda: _build_fetch(response, request, isolation, results),
+    )
+
+
+def _empty_answers(
+    request: FetchRequest, results: Mapping[TopicPartition, FetchResult]
+) -> tuple[tuple[str, tuple[tuple[int, ErrorCode, int, int, int], ...]], ...] | None:
+    """Everything the response says, topic by topic in the request's order, when no partition
+    returns records (nor, then, aborted transactions); None when one does."""
+    answers = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            result = results[TopicPartition(topic.topic, partition.partition)]
+            if result.records or result.aborted_transactions:
+                return None
+            partitions.append(
+                (
+                    partition.partition,
+                    result.error,
+                    result.high_watermark,
+                    result.last_stable_offset,
+                    result.log_start_offset,
+                )
+            )
+        answers.append((topic.topic, tuple(partitions)))
+    return tuple(answers)
+
+
+def _build_fetch(
     response: Response,
     request: FetchRequest,
     isolation: IsolationLevel | None,

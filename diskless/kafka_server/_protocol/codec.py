@@ -15,6 +15,7 @@ ApiVersionsResponse schemas already say so).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import io
 import struct
@@ -32,6 +33,7 @@ from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from diskless.kafka_server._protocol._declared_sizes import check_declared_sizes
+from diskless.kafka_server._protocol.recurring import RECURRING, RecurringRequests
 
 FRAME_BYTES_MAX: Final = 100 * 1024 * 1024
 """Kafka's `socket.request.max.bytes` default: a larger size prefix closes the connection."""
@@ -85,7 +87,23 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
     The body must use the whole frame: trailing bytes mean the client and the broker disagree
     on the schema, and answering would only make the disagreement harder to see. The one
     exception is librdkafka's all-topics Metadata request (`_librdkafka_null_topics`).
+    A small Fetch that recurs byte for byte (an idle consumer's) is decoded once
+    (`recurring.RecurringRequests`).
     """
+    prefix = read_prefix(frame)
+    if prefix.api_key != _FETCH or len(frame) > RECURRING_FRAME_BYTES_MAX:
+        return _decode_request(frame, schema)
+    key = (schema, bytes(frame[FIXED_HEADER.size :]))
+    known = _RECURRING_FETCHES.decoded(key, lambda: _decode_request(frame, schema))
+    return DecodedRequest(prefix, known.client_id, known.body)
+
+
+_FETCH: Final = 1
+RECURRING_FRAME_BYTES_MAX: Final = 1024
+_RECURRING_FETCHES: Final[RecurringRequests[DecodedRequest]] = RecurringRequests()
+
+
+def _decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> DecodedRequest:
     prefix = read_prefix(frame)
     header_schema: type[RequestHeaderV1] | type[RequestHeaderV2] = schema.__header_schema__
     try:
@@ -118,32 +136,45 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> D
 def _null_where_not_nullable(entity: object) -> str | None:
     """The first field holding null although its schema is not nullable (kio reads a null array
     or string without looking at the schema's nullability), as Kafka refuses such a request."""
-    for name, nullable in _nullability(type(entity)):
+    for name, nullable, holds_entities in _null_checks(type(entity)):
         value = getattr(entity, name)
         if value is None:
             if not nullable:
                 return name
-        elif isinstance(value, tuple):
+        elif holds_entities:
             for item in value:
-                if dataclasses.is_dataclass(item):
-                    inner = _null_where_not_nullable(item)
-                    if inner is not None:
-                        return f"{name}.{inner}"
+                inner = _null_where_not_nullable(item)
+                if inner is not None:
+                    return f"{name}.{inner}"
     return None
 
 
-_NULLABILITY: Final[dict[type, tuple[tuple[str, bool], ...]]] = {}
+_NULL_CHECKS: Final[dict[type, tuple[tuple[str, bool, bool], ...]]] = {}
+_NEVER_NULL: Final = (int, float, datetime.timedelta)
+"""Field types kio always reads as a value (numbers, booleans, durations): nothing to check."""
 
 
-def _nullability(schema: type) -> tuple[tuple[str, bool], ...]:
-    """(field name, whether it may be null) of an entity class, computed once per class."""
-    known = _NULLABILITY.get(schema)
+def _null_checks(schema: type) -> tuple[tuple[str, bool, bool], ...]:
+    """(field name, whether it may be null, whether it is an array of entities) of the fields
+    of an entity class that could hold null, or entities that could: computed once per class,
+    so that a request's check visits only strings, bytes and arrays."""
+    known = _NULL_CHECKS.get(schema)
     if known is None:
+        checks = []
         hints = typing.get_type_hints(schema)
-        known = _NULLABILITY[schema] = tuple(
-            (field.name, types.NoneType in typing.get_args(hints[field.name]))
-            for field in dataclasses.fields(schema)
-        )
+        for field in dataclasses.fields(schema):
+            hint = hints[field.name]
+            args = typing.get_args(hint)
+            nullable = types.NoneType in args
+            base = next((a for a in args if a is not types.NoneType), hint) if nullable else hint
+            if isinstance(base, type) and issubclass(base, _NEVER_NULL):
+                continue
+            items = typing.get_args(base) if typing.get_origin(base) is tuple else ()
+            holds_entities = bool(items) and dataclasses.is_dataclass(items[0])
+            if nullable and not holds_entities:
+                continue
+            checks.append((field.name, nullable, holds_entities))
+        known = _NULL_CHECKS[schema] = tuple(checks)
     return known
 
 
@@ -175,7 +206,7 @@ def _librdkafka_extra_tags(prefix: RequestPrefix, trailing: bytes | memoryview) 
     return prefix.api_key == _ALTER_USER_SCRAM_CREDENTIALS and bytes(trailing) == b"\0"
 
 
-def _encoded(body: RequestPayload) -> bytes:
+def _encoded(body: RequestPayload | ResponsePayload) -> bytes:
     buffer = io.BytesIO()
     entity_writer(type(body))(buffer, body)
     return buffer.getvalue()
@@ -194,7 +225,14 @@ def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:
         assert header_schema is ResponseHeaderV0, header_schema
         header = ResponseHeaderV0(correlation_id=i32(correlation_id))
         entity_writer(ResponseHeaderV0)(buffer, header)
-    entity_writer(type(body))(buffer, body)
+    if RECURRING.holds(body):  # a response that recurs unchanged: encoded once
+        encoded = RECURRING.body_of(body)
+        if encoded is None:
+            encoded = _encoded(body)
+            RECURRING.remember(body, encoded)
+        buffer.write(encoded)
+    else:
+        entity_writer(type(body))(buffer, body)
     data = bytearray(buffer.getbuffer())
     FRAME_SIZE.pack_into(data, 0, len(data) - FRAME_SIZE.size)
     return bytes(data)

@@ -49,11 +49,12 @@ from diskless.kafka_server._protocol.codec import (
     request_schema,
 )
 from diskless.kafka_server._server._authenticator import Authenticator
-from diskless.kafka_server._server._connection import Answer, Connection
+from diskless.kafka_server._server._connection import Connection, ConnectionSweeper
 from diskless.kafka_server._server._log_limit import RateLimitedWarnings
 from diskless.kafka_server._server._peer import peer_session
 from diskless.kafka_server._server._principal_rules import Rule, parse_rules
 from diskless.kafka_server._server._request_budget import RequestBudget
+from diskless.kafka_server._server._responses import Answer
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
 from diskless.kafka_server._server.response_errors import error_codes
@@ -110,15 +111,17 @@ class BrokerServer:
         if not self._listeners:
             raise ValueError(f"broker {broker.broker_id} has no listener")
         self._servers: dict[str, asyncio.Server] = {}
+        """Listener name -> its server, while listening."""
         self._tls: dict[str, ssl.SSLContext] = {}
         """Listener name -> the TLS context its connections are upgraded with."""
         self._rules: dict[str, tuple[Rule, ...]] = {}
         """Listener name -> its `ssl.principal.mapping.rules`."""
-        """Listener name -> its server, while listening."""
         self._endpoints: tuple[Endpoint, ...] = ()
         """What this broker advertises, once listening."""
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._sessions: dict[asyncio.Task[None], Session] = {}
+        self._sweeper = ConnectionSweeper(self.config)
+        self._sweeping: asyncio.Task[None] | None = None
         self._codec: concurrent.futures.ThreadPoolExecutor | None = None
         self._close_warnings = RateLimitedWarnings(
             _log,
@@ -195,6 +198,7 @@ class BrokerServer:
             self._servers.clear()
             raise
         self._endpoints = tuple(endpoints)
+        self._sweeping = asyncio.create_task(self._sweeper.run())
         self.cluster.join(self.address, self.broker.broker_epoch)
         _log.info(
             "broker %d (rack %s) listening on %s",
@@ -227,6 +231,9 @@ class BrokerServer:
             await self.cluster.withdraw(address, self.broker.broker_epoch)
         for server in servers:
             server.close()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
         for task, writer in list(self._connections.items()):
             if abort:
                 writer.transport.abort()
@@ -255,6 +262,7 @@ class BrokerServer:
             return
         self._connections[task] = writer
         opened: str | None = None
+        connection: Connection | None = None
         try:
             tls = self._tls.get(listener.name)
             if tls is not None and not await self._handshake(writer, tls, listener.name):
@@ -283,6 +291,7 @@ class BrokerServer:
                 broker_id=self.broker_id,
                 metrics=self.metrics,
             )
+            self._sweeper.watch(connection)
             if session.security_protocol.uses_sasl and not await self._authenticator.authenticate(
                 session, reader, writer
             ):
@@ -295,6 +304,8 @@ class BrokerServer:
         finally:
             if opened is not None:
                 self.metrics.connection_closed(opened)
+            if connection is not None:
+                self._sweeper.forget(connection)
             self._connections.pop(task, None)
             self._sessions.pop(task, None)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()

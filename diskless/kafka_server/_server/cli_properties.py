@@ -6,6 +6,9 @@ over it; the flags of this command override both (`--server-option`, `--auto-cre
 `--broker-ids`). What is refused is one line naming the file or `--override`, the property and
 why (`server_properties`), before anything starts; so is TLS key material that cannot be loaded.
 
+Kafka's properties that do not apply to a diskless broker (`inapplicable_properties`) are
+accepted; `log_ignored` names them in one line once logging is set up.
+
 Besides the `ServerConfig` properties, `node.id` (or Kafka's older `broker.id`) names this
 process's first broker: with `--brokers N` it runs N..., else that one broker.
 """
@@ -13,6 +16,7 @@ process's first broker: with `--brokers N` it runs N..., else that one broker.
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -20,12 +24,15 @@ from typing import Final
 from diskless.kafka_server._server.cli import UsageError
 from diskless.kafka_server._server.cluster import PORT_MAX, check_broker_id
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.inapplicable_properties import ignored
 from diskless.kafka_server._server.listeners import listener_plan
 from diskless.kafka_server._server.properties import PropertiesError, read_properties
 from diskless.kafka_server._server.server_properties import server_config
 
 BROKER_ID_PROPERTIES: Final = ("node.id", "broker.id")
 DEFAULT_BROKERS: Final = 3
+
+_log = logging.getLogger(__name__)
 
 
 def override(spec: str) -> tuple[str, str]:
@@ -83,6 +90,15 @@ class Properties:
         except ValueError as error:
             raise self.refusal(f"{given[0]}: {error}") from None
         return ids
+
+    def log_ignored(self) -> None:
+        """One line naming the given properties that do not apply here, if there are any."""
+        names = ignored(self.values)
+        if names:
+            _log.info(
+                "ignoring Kafka properties that do not apply to a diskless broker: %s",
+                ", ".join(names),
+            )
 
     def server_config(self) -> ServerConfig:
         try:

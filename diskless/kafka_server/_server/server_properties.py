@@ -10,9 +10,12 @@ values are kept, checked, in `ServerConfig.listener_settings` by listener name. 
 Kafka knows only per listener (`listener.name.<name>.plain.sasl.jaas.config`) is registered
 with no field (`register(name, None, per_listener=True)`): its value is text.
 
-What is refused, each with one line naming the property: a name not in the table, a value not of
-its field's form, and a value the configuration itself refuses (the property to blame is found
-by applying the given ones one at a time).
+Kafka's properties that mean nothing to a diskless broker (`inapplicable_properties`: the KRaft
+quorum, log directories, thread pools, ...) are accepted and not applied.
+
+What is refused, each with one line naming the property: a name neither in the table nor
+inapplicable, a value not of its field's form, and a value the configuration itself refuses (the
+property to blame is found by applying the given ones one at a time).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Final
 import msgspec
 
 from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.inapplicable_properties import applicable
 from diskless.kafka_server._server.tls import Hidden
 
 PROPERTIES: Final[dict[str, str]] = {
@@ -111,8 +115,9 @@ def convert(name: str, text: str) -> object:
 def server_config(properties: Mapping[str, str], base: ServerConfig | None = None) -> ServerConfig:
     """`base` (default: the defaults) with `properties` applied; ValueError naming the property
     to blame: a value not of its field's form at once, else the first property without which
-    the others are accepted."""
+    the others are accepted. Inapplicable properties are left out (`applicable`)."""
     config = base if base is not None else ServerConfig()
+    properties = applicable(properties)
     converted: dict[str, tuple[str | None, str, object]] = {}
     """Property -> (listener or None, property name without the listener prefix, value)."""
     for name, text in properties.items():

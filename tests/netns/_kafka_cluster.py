@@ -1,0 +1,144 @@
+"""Broker processes on hosts of a test network, each started from a `server.properties` as an
+operator would write it: a SASL_SSL listener on the host's address, SCRAM-SHA-512 for clients and
+PLAIN for the administrator of the JAAS line, TLS with a CA-signed certificate for the host's IP,
+Kafka's StandardAuthorizer with that administrator as super user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from tests._netns import Host
+from tests._s3server import REGION
+from tests.kafka_server._processes import S3_ENV
+
+PORT: Final = 9093
+ADMIN: Final = "admin"
+ADMIN_PASSWORD: Final = "admin-secret"
+SESSION_TIMEOUT_MS: Final = 3000
+"""`broker.session.timeout.ms`: a broker cut off from the coordinator leaves the others' metadata
+this long after its last renewal."""
+RACK: Final = "dc-1"
+"""Every broker in one rack: a client's partitions spread over all three (a broker alone in its
+rack would be the leader of every partition for the clients its metadata answers)."""
+START_TIMEOUT_S: Final = 60.0
+STOP_TIMEOUT_S: Final = 15.0
+
+
+def server_properties(node_id: int, address: str, keystore: Path) -> str:
+    """The `server.properties` of broker `node_id` on the host at `address`."""
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        f' user_{ADMIN}="{ADMIN_PASSWORD}";'
+    )
+    return "\n".join(
+        [
+            f"node.id={node_id}",
+            f"listeners=SASL_SSL://0.0.0.0:{PORT}",
+            f"advertised.listeners=SASL_SSL://{address}:{PORT}",
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL",
+            f"broker.rack={RACK}",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={keystore}",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
+            f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:{ADMIN}",
+            f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
+            "",
+        ]
+    )
+
+
+class HostBroker:
+    """`python -m diskless.kafka_server --config FILE` in a host; SIGKILLed by `kill`."""
+
+    def __init__(
+        self, host: Host, node_id: int, properties: Path, shared: Sequence[str], log: Path
+    ) -> None:
+        self.host = host
+        self.node_id = node_id
+        self.address = f"{host.address}:{PORT}"
+        self.properties = properties
+        self._log = log
+        argv = [
+            sys.executable, "-m", "diskless.kafka_server", "--config", str(properties),
+            "--log-level", "WARNING", *shared,
+        ]  # fmt: skip
+        with log.open("w") as stderr:
+            self.process = host.popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env={**os.environ, **S3_ENV, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        self._started = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:  # drained to its end: printing never blocks
+            if line.startswith("bootstrap.servers="):
+                self._started.set()
+
+    def wait_started(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._started.wait(0.1):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"broker {self.node_id} did not start: {self.log_tail()}")
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(STOP_TIMEOUT_S)
+        self._reader.join(STOP_TIMEOUT_S)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self._log.read_text(errors="replace") if self._log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def brokers_in(
+    hosts: Sequence[Host],
+    keystores: dict[str, Path],
+    directory: Path,
+    dsn: str,
+    endpoint: str,
+    bucket: str,
+) -> Iterator[list[HostBroker]]:
+    """One broker per host (node ids 1, 2...), all started; killed on exit."""
+    shared = ["--coordinator", dsn, "--s3-endpoint", endpoint, "--bucket", bucket,
+              "--region", REGION]  # fmt: skip
+    brokers: list[HostBroker] = []
+    try:
+        for node_id, host in enumerate(hosts, start=1):
+            properties = directory / f"server-{node_id}.properties"
+            properties.write_text(server_properties(node_id, host.address, keystores[host.address]))
+            brokers.append(
+                HostBroker(host, node_id, properties, shared, directory / f"broker-{node_id}.log")
+            )
+        for broker in brokers:
+            broker.wait_started()
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.kill()
