@@ -1,7 +1,8 @@
 """Fetch throughput with ranged reads coalesced per object, against one GET per batch.
 
     .venv/bin/python -m benchmarks.bench_fetch [--partitions N] [--batches N]
-        [--rounds-per-object N] [--latency-ms MS]
+        [--rounds-per-object N] [--latency-ms MS] [--coordinator memory|sqlite|postgres]
+        [--postgres DSN] [--partition-max-bytes N]
 
 A broker writes small batches spread over many partitions (so every WAL object holds batches of
 many partitions, as in production); then a consumer-style loop fetches every partition from offset
@@ -9,20 +10,31 @@ many partitions, as in production); then a consumer-style loop fetches every par
 every request (object storage is latency-bound, not bandwidth-bound). The segment cache is off, so
 every byte comes from the store. The baseline is the same read path with coalescing replaced by one
 ranged GET per batch. Reported: records/s, GETs issued and bytes read for both, and their ratio.
+The coordinator is in memory unless `--coordinator` names a durable one (SQLite in a temporary
+file; PostgreSQL at `--postgres DSN`, by default a throwaway server), whose lookups then count
+too.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from unittest import mock
 
 from benchmarks.batches import build_batch
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
-from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
+from diskless.coordinator import (
+    BatchCoordinator,
+    InMemoryBatchCoordinator,
+    PostgresBatchCoordinator,
+    SqliteBatchCoordinator,
+)
 from diskless.read import FetchReader, Span, _reader
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig
@@ -65,16 +77,20 @@ def one_span_per_batch(ranges: Iterable[Span], gap_bytes_max: int = 0) -> list[S
     return sorted(set(ranges))
 
 
-async def read_everything(reader: FetchReader, tps: list[TopicPartition]) -> tuple[int, float]:
-    """Records read and seconds taken to fetch every partition to its high watermark."""
+async def read_everything(
+    reader: FetchReader, tps: list[TopicPartition], partition_max_bytes: int
+) -> tuple[int, float, int]:
+    """Records read, seconds taken and fetches made to fetch every partition to its high
+    watermark."""
     position = dict.fromkeys(tps, 0)
-    records = 0
+    records = fetches = 0
     started = time.perf_counter()
     while True:
+        fetches += 1
         results = await reader.fetch(
             {tp: position[tp] for tp in tps},
             max_bytes=FETCH_MAX_BYTES,
-            partition_max_bytes=PARTITION_MAX_BYTES,
+            partition_max_bytes=partition_max_bytes,
         )
         progressed = False
         for tp, result in results.items():
@@ -86,7 +102,7 @@ async def read_everything(reader: FetchReader, tps: list[TopicPartition]) -> tup
                 records += position[tp] - before
                 progressed = True
         if not progressed:
-            return records, time.perf_counter() - started
+            return records, time.perf_counter() - started, fetches
 
 
 def _end_offset(records: bytes) -> int:
@@ -108,37 +124,70 @@ async def measure(
     tps: list[TopicPartition],
     latency_s: float,
     coalesced: bool,
-) -> tuple[int, float, int, int]:
+    partition_max_bytes: int,
+) -> tuple[int, float, int, int, int]:
     store = FaultyObjectStore(inner, random.Random(0), latency_s=latency_s)
     reader = FetchReader(store, coordinator, cache=None, gets_inflight_max=16)
     before = inner.stats()
     if coalesced:
-        records, elapsed = await read_everything(reader, tps)
+        records, elapsed, fetches = await read_everything(reader, tps, partition_max_bytes)
     else:
         with mock.patch.object(_reader, "coalesce", one_span_per_batch):
-            records, elapsed = await read_everything(reader, tps)
+            records, elapsed, fetches = await read_everything(reader, tps, partition_max_bytes)
     used = inner.stats().minus(before)
-    return records, elapsed, used.ranged_gets, used.bytes_out
+    return records, elapsed, fetches, used.ranged_gets, used.bytes_out
 
 
-async def main(partitions: int, batches: int, rounds_per_object: int, latency_ms: float) -> None:
+@contextlib.asynccontextmanager
+async def opened(backend: str, postgres_dsn: str | None) -> AsyncIterator[BatchCoordinator]:
+    """A coordinator of `backend` over fresh state, closed (and its state dropped) after."""
+    if backend == "memory":
+        yield InMemoryBatchCoordinator()
+        return
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="bench-fetch-") as directory:
+            coordinator: BatchCoordinator = SqliteBatchCoordinator(Path(directory) / "c.db")
+            try:
+                yield coordinator
+            finally:
+                await coordinator.close()
+        return
+    from benchmarks._coordinator_postgres import fresh_database_async, server
+
+    with server(postgres_dsn) as admin_dsn:
+        async with fresh_database_async(admin_dsn) as database:
+            coordinator = PostgresBatchCoordinator(database)
+            try:
+                yield coordinator
+            finally:
+                await coordinator.close()
+
+
+async def main(args: argparse.Namespace) -> None:
+    async with opened(args.coordinator, args.postgres) as coordinator:
+        await run(coordinator, args)
+
+
+async def run(coordinator: BatchCoordinator, args: argparse.Namespace) -> None:
+    partitions, batches, latency_ms = args.partitions, args.batches, args.latency_ms
     inner = MemoryObjectStore()
-    coordinator = InMemoryBatchCoordinator()
-    tps = await populate(inner, coordinator, partitions, batches, rounds_per_object)
+    tps = await populate(inner, coordinator, partitions, batches, args.rounds_per_object)
     objects = sum(1 for _ in [o async for o in inner.list_all("wal/")])
     print(
         f"{partitions} partitions, {batches // partitions * partitions} batches of "
         f"{RECORDS_PER_BATCH} x {RECORD_BYTES} B records in {objects} objects; "
-        f"store latency {latency_ms:.1f} ms per request, 16 GETs in flight, no segment cache"
+        f"store latency {latency_ms:.1f} ms per request, 16 GETs in flight, no segment cache; "
+        f"{args.coordinator} coordinator"
     )
     rows = {}
     for label, coalesced in (("one GET per batch", False), ("coalesced per object", True)):
-        records, elapsed, gets, nbytes = await measure(
-            inner, coordinator, tps, latency_ms / 1000, coalesced
+        records, elapsed, fetches, gets, nbytes = await measure(
+            inner, coordinator, tps, latency_ms / 1000, coalesced, args.partition_max_bytes
         )
         rows[label] = records / elapsed
         print(
             f"{label:<22} {records:>8} records {elapsed:7.2f} s {records / elapsed:11.0f} rec/s "
+            f"{fetches:>5} fetches {elapsed / fetches * 1000:8.2f} ms/fetch "
             f"{gets:>7} GETs {nbytes / 1024 / 1024:8.2f} MiB"
         )
     ratio = rows["coalesced per object"] / rows["one GET per batch"]
@@ -151,5 +200,7 @@ if __name__ == "__main__":
     parser.add_argument("--batches", type=int, default=4096)
     parser.add_argument("--rounds-per-object", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=5.0)
-    args = parser.parse_args()
-    asyncio.run(main(args.partitions, args.batches, args.rounds_per_object, args.latency_ms))
+    parser.add_argument("--coordinator", choices=("memory", "sqlite", "postgres"), default="memory")
+    parser.add_argument("--postgres", default=None, help="a PostgreSQL DSN (default: throwaway)")
+    parser.add_argument("--partition-max-bytes", type=int, default=PARTITION_MAX_BYTES)
+    asyncio.run(main(parser.parse_args()))

@@ -13,14 +13,15 @@ from collections.abc import Iterator, Sequence
 
 from diskless._types import TopicPartition
 from diskless.coordinator import FetchBudget, FindBatchesRequest, TopicConfig
-from diskless.coordinator._rules.reads import find_batches
+from diskless.coordinator._rules.reads import ReadSource, find_batches
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
 
 Layout = dict[TopicPartition, list[StoredBatch]]
 
 
-class Source:
-    """A `ReadSource` over fixed rows (log start 0, nothing open, nothing aborted)."""
+class Source(ReadSource):
+    """A `ReadSource` over fixed rows (log start 0, nothing open, nothing aborted), with the
+    lookups of every partition at once that it inherits."""
 
     def __init__(self, logs: Layout) -> None:
         self.logs = logs

@@ -46,6 +46,9 @@ TXN_METHODS = {"load", "apply"}
 READ_METHODS = {
     # the fetch lookups (`_rules.reads.ReadSource`)
     "partition",
+    "partitions",
+    "fetch_heads",
+    "aborted_within",
     "batches_from",
     "max_timestamp_batch",
     "first_running_max_at_least",

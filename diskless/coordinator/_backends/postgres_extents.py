@@ -16,7 +16,7 @@ from diskless.coordinator._backends.postgres_rows import batches_holding, column
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.coordinator._values import MetadataStats
 
-_COLUMNS: Final = (
+COLUMNS: Final = (
     "e.partition_id, e.base_offset, e.last_offset, f.key, e.byte_offset, e.size,"
     " e.max_timestamp, e.log_append_time, e.timestamp, e.ts_running_max, -1, -1, -1, 0,"
     " e.index_byte_offset, e.index_size, f.size"
@@ -29,7 +29,7 @@ async def extents_from(
 ) -> list[StoredBatch]:
     """The partition's extents from the one holding `offset` (or the next one)."""
     rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.partition_id = $1 AND e.last_offset >= $2"
+        f"SELECT {COLUMNS} FROM {_FROM} WHERE e.partition_id = $1 AND e.last_offset >= $2"
         " ORDER BY e.base_offset",
         partition_id,
         offset,
@@ -47,7 +47,7 @@ async def rows_holding(
 
 async def max_timestamp_extent(conn: asyncpg.Connection, partition_id: int) -> StoredBatch | None:
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.partition_id = $1"
+        f"SELECT {COLUMNS} FROM {_FROM} WHERE e.partition_id = $1"
         " ORDER BY e.timestamp DESC, e.base_offset LIMIT 1",
         partition_id,
     )
@@ -58,7 +58,7 @@ async def first_extent_running_max_at_least(
     conn: asyncpg.Connection, partition_id: int, ts: int
 ) -> StoredBatch | None:
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.partition_id = $1 AND e.ts_running_max >= $2"
+        f"SELECT {COLUMNS} FROM {_FROM} WHERE e.partition_id = $1 AND e.ts_running_max >= $2"
         " ORDER BY e.base_offset LIMIT 1",
         partition_id,
         ts,

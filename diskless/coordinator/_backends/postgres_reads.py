@@ -28,9 +28,14 @@ from diskless.coordinator._backends.postgres_rows import (
     batches_holding,
 )
 from diskless.coordinator._backends.sql_rows import (
+    BATCH_WIDTH,
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
+    HEAD_KIND_BATCH,
+    HEAD_KIND_EXTENT,
+    HEAD_KIND_PARTITION,
+    HEAD_PARTITION_AT,
     HEADS_FROM,
     OWNER_COLUMNS,
     PARTITION_WIDTH,
@@ -42,6 +47,7 @@ from diskless.coordinator._backends.sql_rows import (
     entry_from_row,
     file_from_row,
     first_batch_reaching,
+    heads_from_rows,
     max_timestamp_row,
     partition_from_row,
     registration_from_row,
@@ -51,6 +57,7 @@ from diskless.coordinator._backends.sql_rows import (
 )
 from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
     LeaseHolder,
@@ -69,6 +76,45 @@ from diskless.txn import ProducerEntry, TxnRecord
 T = TypeVar("T")
 
 _MARKS: Final = ("$1", "$2")
+
+
+def _nulls(count: int) -> str:
+    return ", ".join(["NULL"] * count)
+
+
+_WANTED: Final = (
+    "unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY w(name, part, off, i)"
+    " JOIN topics t ON t.name = w.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part"
+)
+"""The partitions wanted, as arrays of topics, partitions and offsets (`i` counts from 1)."""
+_PARTITIONS: Final = f"SELECT w.i - 1, {PARTITION_COLUMNS} FROM {_WANTED}"
+_FETCH_HEADS: Final = (
+    f"WITH h AS MATERIALIZED (SELECT w.i - 1 AS i, p.partition_id AS pid, w.off AS off"
+    f" FROM {_WANTED})"
+    f" SELECT w.i - 1, {HEAD_KIND_PARTITION}, EXISTS (SELECT 1 FROM aborted_txns a"
+    " WHERE a.partition_id = p.partition_id AND a.last_offset >= w.off),"
+    f" {PARTITION_COLUMNS}, {_nulls(BATCH_WIDTH)} FROM {_WANTED}"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, NULL, {_nulls(PARTITION_WIDTH)},"
+    f" {postgres_extents.COLUMNS}"
+    " FROM h JOIN extents e ON e.partition_id = h.pid AND e.last_offset >= h.off"
+    " JOIN files f ON f.file_id = e.file_id"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_BATCH}, NULL, {_nulls(PARTITION_WIDTH)},"
+    f" {BATCH_COLUMNS} FROM h CROSS JOIN LATERAL (SELECT * FROM batches b"
+    " WHERE b.partition_id = h.pid AND b.base_offset > coalesce((SELECT max(base_offset)"
+    " FROM batches WHERE partition_id = h.pid AND base_offset <= h.off), h.off) - 1"
+    " ORDER BY b.base_offset LIMIT $4) b LEFT JOIN files f ON f.file_id = b.file_id"
+)
+"""Partition rows, then extents' and batches' rows, side by side: the columns of a UNION
+agree on their types. Each partition's batch rows are a walk of the primary key from the one
+holding the offset, cut at the page before anything joins them."""
+_HEAD_ROW_AT: Final = HEAD_PARTITION_AT + PARTITION_WIDTH
+_ABORTED_WITHIN: Final = (
+    "SELECT w.i - 1, a.producer_id, a.first_offset, a.last_offset, a.lso"
+    " FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY w(pid, off, upper, i)"
+    " JOIN aborted_txns a ON a.partition_id = w.pid AND a.last_offset >= w.off"
+    " WHERE a.first_offset < w.upper ORDER BY w.i, a.last_offset"
+)
 
 
 class ReadAbandoned(Exception):
@@ -113,6 +159,43 @@ class PostgresReads(ReadView):
             tp.partition,
         )
         return None if row is None else partition_from_row(row)
+
+    def partitions(self, tps: Sequence[TopicPartition]) -> list[PartitionState | None]:
+        found: list[PartitionState | None] = [None] * len(tps)
+        if tps:
+            rows = self._fetch(
+                _PARTITIONS, [tp.topic for tp in tps], [tp.partition for tp in tps], [0] * len(tps)
+            )
+            for row in rows:
+                found[row[0]] = partition_from_row(row[1:])
+        return found
+
+    def fetch_heads(self, wanted: Sequence[tuple[TopicPartition, int]]) -> list[FetchHead | None]:
+        if not wanted:
+            return []
+        rows = self._fetch(
+            _FETCH_HEADS,
+            [tp.topic for tp, _ in wanted],
+            [tp.partition for tp, _ in wanted],
+            [offset for _, offset in wanted],
+            FETCH_HEAD_ROWS,
+        )
+        return heads_from_rows(rows, len(wanted), _HEAD_ROW_AT)
+
+    def aborted_within(
+        self, ranges: Sequence[tuple[PartitionState, int, int]]
+    ) -> list[list[AbortedTxn]]:
+        found: list[list[AbortedTxn]] = [[] for _ in ranges]
+        if ranges:
+            rows = self._fetch(
+                _ABORTED_WITHIN,
+                [state.key for state, _, _ in ranges],
+                [offset for _, offset, _ in ranges],
+                [end for _, _, end in ranges],
+            )
+            for i, *aborted in rows:
+                found[i].append(AbortedTxn(*aborted))
+        return found
 
     def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
         yield from self._run(postgres_extents.extents_from(self._conn, state.key, offset))

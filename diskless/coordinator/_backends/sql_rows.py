@@ -4,7 +4,7 @@ key lookups."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -12,6 +12,7 @@ import msgspec
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import TimestampType, TopicPartition
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnRegistration
 from diskless.coordinator._store import TopicRow
 from diskless.coordinator._values import FileState, TopicConfig
@@ -33,6 +34,8 @@ BATCH_COLUMNS: Final = (
     " b.producer_epoch, b.control, b.coordinator_epoch, -1, -1, coalesce(f.size, -1)"
 )
 BATCH_FROM: Final = "batches b LEFT JOIN files f ON f.file_id = b.file_id"
+BATCH_WIDTH: Final = 17
+"""The columns of a `BATCH_COLUMNS` row."""
 TIME_MARK_OFFSETS: Final = 1024
 """A batch holding an offset that is a multiple of this is a time mark (see `TIME_MARK`)."""
 TIME_MARK: Final = (
@@ -141,6 +144,47 @@ PARTITION_COLUMNS: Final = (
 PARTITION_WIDTH: Final = 14
 """The columns of a `PARTITION_COLUMNS` row, after which a query may select others."""
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
+HEAD_KIND_PARTITION: Final = 0
+HEAD_KIND_EXTENT: Final = 1
+HEAD_KIND_BATCH: Final = 2
+HEAD_PARTITION_AT: Final = 3
+"""A `fetch_heads` statement answers rows of (index of the wanted partition, kind, whether an
+aborted marker lies at or after the offset), then, from here, `PARTITION_COLUMNS` (a
+partition's row) or, from where the store says, `BATCH_COLUMNS` (an extent's or a batch's)."""
+
+
+def heads_from_rows(
+    rows: Iterable[Sequence[Any]], count: int, row_at: int
+) -> list[FetchHead | None]:
+    """The `count` heads a `fetch_heads` statement answers, its rows in any order (indexes
+    from 0; the rows of extents and batches from `row_at`)."""
+    states: list[PartitionState | None] = [None] * count
+    aborted = [False] * count
+    loaded: list[list[StoredBatch]] = [[] for _ in range(count)]
+    batches = [0] * count
+    for row in rows:
+        i, kind = row[0], row[1]
+        if kind == HEAD_KIND_PARTITION:
+            states[i] = partition_from_row(row[HEAD_PARTITION_AT:])
+            aborted[i] = bool(row[2])
+            continue
+        loaded[i].append(batch_from_row(row[row_at:]))
+        if kind == HEAD_KIND_BATCH:
+            batches[i] += 1
+    heads: list[FetchHead | None] = []
+    for i, state in enumerate(states):
+        if state is None:
+            heads.append(None)
+            continue
+        loaded[i].sort(key=_base_offset)  # extents first: they precede the batch rows
+        heads.append(FetchHead(state, loaded[i], batches[i] < FETCH_HEAD_ROWS, aborted[i]))
+    return heads
+
+
+def _base_offset(row: StoredBatch) -> int:
+    return row.base_offset
+
+
 ENTRY_COLUMNS: Final = (
     "producer_id, producer_epoch, last_timestamp, last_update_ms, coordinator_epoch,"
     " txn_first_offset, batches"

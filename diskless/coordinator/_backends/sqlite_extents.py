@@ -14,7 +14,7 @@ from typing import Final
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.coordinator._values import MetadataStats
 
-_COLUMNS: Final = (
+COLUMNS: Final = (
     "e.partition_id, e.base_offset, e.last_offset, f.key, e.byte_offset, e.size,"
     " e.max_timestamp, e.log_append_time, e.timestamp, e.ts_running_max, -1, -1, -1, 0,"
     " e.index_byte_offset, e.index_size, f.size"
@@ -36,7 +36,7 @@ def extents_from(conn: sqlite3.Connection, partition_id: int, offset: int) -> li
     return [
         StoredBatch(*row)
         for row in conn.execute(
-            f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.partition_id = ? AND e.last_offset >= ?"
+            f"SELECT {COLUMNS} FROM {_FROM} WHERE e.partition_id = ? AND e.last_offset >= ?"
             " ORDER BY e.base_offset",
             (partition_id, offset),
         )
@@ -45,7 +45,7 @@ def extents_from(conn: sqlite3.Connection, partition_id: int, offset: int) -> li
 
 def max_timestamp_extent(conn: sqlite3.Connection, partition_id: int) -> StoredBatch | None:
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.partition_id = ?"
+        f"SELECT {COLUMNS} FROM {_FROM} WHERE e.partition_id = ?"
         " ORDER BY e.timestamp DESC, e.base_offset LIMIT 1",
         (partition_id,),
     ).fetchone()
@@ -56,7 +56,7 @@ def first_extent_running_max_at_least(
     conn: sqlite3.Connection, partition_id: int, ts: int
 ) -> StoredBatch | None:
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.partition_id = ? AND e.ts_running_max >= ?"
+        f"SELECT {COLUMNS} FROM {_FROM} WHERE e.partition_id = ? AND e.ts_running_max >= ?"
         " ORDER BY e.base_offset LIMIT 1",
         (partition_id, ts),
     ).fetchone()

@@ -6,15 +6,22 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+import msgspec
+
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sql_acls, sqlite_extents
 from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
     BATCH_FROM,
+    BATCH_WIDTH,
     ENTRY_COLUMNS,
     FILE_COLUMNS,
     FILE_STATES,
+    HEAD_KIND_BATCH,
+    HEAD_KIND_EXTENT,
+    HEAD_KIND_PARTITION,
+    HEAD_PARTITION_AT,
     HEADS_FROM,
     OWNER_COLUMNS,
     PARTITION_COLUMNS,
@@ -29,6 +36,7 @@ from diskless.coordinator._backends.sql_rows import (
     entry_from_row,
     file_from_row,
     first_batch_reaching,
+    heads_from_rows,
     in_lists,
     max_timestamp_row,
     partition_from_row,
@@ -39,6 +47,7 @@ from diskless.coordinator._backends.sql_rows import (
 )
 from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
     LeaseHolder,
@@ -55,6 +64,55 @@ from diskless.coordinator._values import (
 from diskless.txn import ProducerEntry, TxnRecord
 
 _MARKS: Final = ("?1", "?2")
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(value: object) -> str:
+    """JSON text (bytes would bind as a BLOB, which newer SQLite reads as its binary JSONB)."""
+    return _encode(value).decode()
+
+
+_WANTED: Final = (
+    "WITH w(i, name, part, off) AS MATERIALIZED (SELECT key, json_extract(value, '$[0]'),"
+    " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?1))"
+)
+"""The partitions wanted (a JSON array of [topic, partition, offset]): one parameter however
+many, so that one statement text serves every fetch."""
+_PARTITIONS: Final = (
+    f"{_WANTED} SELECT w.i, {PARTITION_COLUMNS} FROM w JOIN topics t ON t.name = w.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part"
+)
+_PADDING: Final = ", ".join(["NULL"] * (BATCH_WIDTH - PARTITION_WIDTH))
+_FETCH_HEADS: Final = (
+    f"{_WANTED}, h AS MATERIALIZED (SELECT w.i AS i, p.partition_id AS pid, w.off AS off,"
+    " coalesce((SELECT max(base_offset) FROM batches WHERE partition_id = p.partition_id"
+    " AND base_offset <= w.off), w.off) - 1 AS lo FROM w JOIN topics t ON t.name = w.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part),"
+    # A partition's first rows end at its page's last one: SQLite has no LATERAL join to
+    # bound each partition's rows with a LIMIT of its own, so a range of the key does.
+    " r AS MATERIALIZED (SELECT i, pid, lo, coalesce((SELECT base_offset FROM batches"
+    " WHERE partition_id = h.pid AND base_offset > h.lo ORDER BY base_offset LIMIT 1 OFFSET ?2),"
+    " 9223372036854775807) AS hi FROM h)"
+    f" SELECT w.i, {HEAD_KIND_PARTITION}, EXISTS (SELECT 1 FROM aborted_txns a"
+    " WHERE a.partition_id = p.partition_id AND a.last_offset >= w.off),"
+    f" {PARTITION_COLUMNS}, {_PADDING} FROM w JOIN topics t ON t.name = w.name"
+    " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.part"
+    f" UNION ALL SELECT h.i, {HEAD_KIND_EXTENT}, NULL, {sqlite_extents.COLUMNS}"
+    " FROM h JOIN extents e ON e.partition_id = h.pid AND e.last_offset >= h.off"
+    " JOIN files f ON f.file_id = e.file_id"
+    f" UNION ALL SELECT r.i, {HEAD_KIND_BATCH}, NULL, {BATCH_COLUMNS}"
+    " FROM r JOIN batches b ON b.partition_id = r.pid AND b.base_offset > r.lo"
+    " AND b.base_offset <= r.hi LEFT JOIN files f ON f.file_id = b.file_id"
+)
+"""Partition rows carry `PARTITION_COLUMNS` where the others carry `BATCH_COLUMNS`, padded to
+their width: SQLite columns have no type to agree on."""
+_ABORTED_WITHIN: Final = (
+    "WITH w(i, pid, off, upper) AS MATERIALIZED (SELECT key, json_extract(value, '$[0]'),"
+    " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?1))"
+    " SELECT w.i, a.producer_id, a.first_offset, a.last_offset, a.lso FROM w"
+    " JOIN aborted_txns a ON a.partition_id = w.pid AND a.last_offset >= w.off"
+    " WHERE a.first_offset < w.upper ORDER BY w.i, a.last_offset"
+)
 
 
 class SqliteReads(ReadView):
@@ -70,6 +128,31 @@ class SqliteReads(ReadView):
             (tp.topic, tp.partition),
         ).fetchone()
         return None if row is None else partition_from_row(row)
+
+    def partitions(self, tps: Sequence[TopicPartition]) -> list[PartitionState | None]:
+        found: list[PartitionState | None] = [None] * len(tps)
+        if tps:
+            wanted = _json([(tp.topic, tp.partition, 0) for tp in tps])
+            for row in self._conn.execute(_PARTITIONS, (wanted,)):
+                found[row[0]] = partition_from_row(row[1:])
+        return found
+
+    def fetch_heads(self, wanted: Sequence[tuple[TopicPartition, int]]) -> list[FetchHead | None]:
+        if not wanted:
+            return []
+        keys = _json([(tp.topic, tp.partition, offset) for tp, offset in wanted])
+        rows = self._conn.execute(_FETCH_HEADS, (keys, FETCH_HEAD_ROWS - 1))
+        return heads_from_rows(rows, len(wanted), HEAD_PARTITION_AT)
+
+    def aborted_within(
+        self, ranges: Sequence[tuple[PartitionState, int, int]]
+    ) -> list[list[AbortedTxn]]:
+        found: list[list[AbortedTxn]] = [[] for _ in ranges]
+        if ranges:
+            keys = _json([(state.key, offset, end) for state, offset, end in ranges])
+            for i, *aborted in self._conn.execute(_ABORTED_WITHIN, (keys,)):
+                found[i].append(AbortedTxn(*aborted))
+        return found
 
     def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
         yield from sqlite_extents.extents_from(self._conn, state.key, offset)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Final, NamedTuple, Protocol, TypeVar
+
+import msgspec
 
 from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TopicPartition
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
@@ -42,13 +44,64 @@ class Row(Sized, Protocol):
 
 T_Row = TypeVar("T_Row", bound=Row)
 
+FETCH_HEAD_ROWS: Final = 16
+"""Batch rows a fetch's lookup loads per partition from its offset, after the extents there: a
+consumer that keeps up finds all it gets among them; a deeper backlog pages on."""
+
+
+class FetchHead(NamedTuple):
+    """What a fetch's one lookup loads of a partition it asks for, from the fetch offset."""
+
+    state: PartitionState
+    rows: list[StoredBatch]
+    """The first stored rows from the offset: `ReadSource.batches_from`'s first ones."""
+    complete: bool
+    """Whether `rows` are every row from the offset (else the rest is paged on)."""
+    aborted: bool
+    """Whether some aborted transaction's marker is at or after the offset."""
+
 
 class ReadSource(Protocol):
-    """Index lookups a backend provides; every one is O(log n) plus the rows it yields."""
+    """Index lookups a backend provides; every one is O(log n) plus the rows it yields.
+
+    A fetch asks for many partitions at once, and a store over a network pays a round trip per
+    statement: the batched lookups (`partitions`, `fetch_heads`, `aborted_within`) answer all of
+    them in one statement. Their defaults here ask partition by partition, which suits a store
+    in memory."""
 
     def partition(self, tp: TopicPartition) -> PartitionState | None:
         """The partition's state, None when it does not exist."""
         ...
+
+    def partitions(self, tps: Sequence[TopicPartition]) -> list[PartitionState | None]:
+        """Each partition's state (None: it does not exist), in one lookup."""
+        return [self.partition(tp) for tp in tps]
+
+    def fetch_heads(self, wanted: Sequence[tuple[TopicPartition, int]]) -> list[FetchHead | None]:
+        """For each (partition, offset), the partition's state and its first rows from the
+        offset (None: no such partition), in one lookup: at least `FETCH_HEAD_ROWS` rows unless
+        that is all there are (the SQL stores load every extent there and that many batch
+        rows)."""
+        heads: list[FetchHead | None] = []
+        for tp, offset in wanted:
+            state = self.partition(tp)
+            if state is None:
+                heads.append(None)
+                continue
+            rows = list(itertools.islice(self.batches_from(state, offset), FETCH_HEAD_ROWS))
+            aborted = next(self.aborted_from(state, offset), None) is not None
+            heads.append(FetchHead(state, rows, len(rows) < FETCH_HEAD_ROWS, aborted))
+        return heads
+
+    def aborted_within(
+        self, ranges: Sequence[tuple[PartitionState, int, int]]
+    ) -> list[list[AbortedTxn]]:
+        """For each (partition, offset, end), the aborted transactions whose marker is at or
+        after `offset` and whose first offset is below `end`, by marker; in one lookup."""
+        return [
+            [a for a in self.aborted_from(state, offset) if a.first_offset < end]
+            for state, offset, end in ranges
+        ]
 
     def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
         """Stored batches in offset order, from the one holding `offset` (or the next one)."""
@@ -186,20 +239,14 @@ def partition_offsets(
     source: ReadSource, partitions: Sequence[TopicPartition]
 ) -> list[PartitionOffsets | None]:
     """Each partition's offsets (None: it does not exist)."""
-    found: list[PartitionOffsets | None] = []
-    for tp in partitions:
-        state = source.partition(tp)
-        found.append(
-            None
-            if state is None
-            else PartitionOffsets(
-                state.key,
-                state.high_watermark,
-                state.last_stable_offset,
-                state.log_start_offset,
-            )
+    return [
+        None
+        if state is None
+        else PartitionOffsets(
+            state.key, state.high_watermark, state.last_stable_offset, state.log_start_offset
         )
-    return found
+        for state in source.partitions(partitions)
+    ]
 
 
 def find_batches(
@@ -211,37 +258,55 @@ def find_batches(
     READ_COMMITTED stops at the last stable offset (the LSO is always the first offset of a
     batch: the open transaction's first one) and lists the aborted transactions overlapping what
     it returns.
+
+    One lookup loads every partition's state and first rows (`ReadSource.fetch_heads`), and one
+    more the aborted transactions, when some answer needs them: a partition pages on only when
+    the budgets reach past its first rows.
     """
+    heads = source.fetch_heads([(r.topic_partition, r.offset) for r in requests])
     responses: list[FindBatchesResponse] = []
+    overlapping: list[tuple[int, PartitionState, int, int]] = []
+    """(response index, partition, offset, end) of the answers that list aborted transactions."""
     budget = ExtentBudget(fetch_max_bytes)
-    for request in requests:
-        state = source.partition(request.topic_partition)
-        if state is None:
+    for request, head in zip(requests, heads, strict=True):
+        if head is None:
             responses.append(FindBatchesResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []))
             continue
+        state = head.state
         offset = request.offset
         if offset < state.log_start_offset or offset > state.high_watermark:
             responses.append(_fetch_response(ErrorCode.OFFSET_OUT_OF_RANGE, [], state))
             continue
-        committed = request.isolation_level == IsolationLevel.READ_COMMITTED
         end = fetch_end(state, request.isolation_level)
         rows: list[StoredBatch] = []
         if offset < end:
-            rows = budget.take(_below(source.batches_from(state, offset), end), request.max_bytes)
+            rows = budget.take(_below(_head_rows(source, head), end), request.max_bytes)
         timestamp_type = state.config.timestamp_type
         taken = [row.to_info(timestamp_type) for row in rows]
         assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
-        aborted: list[tuple[int, int]] = []
-        if committed and taken:
+        committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+        if committed and taken and head.aborted:
             upper = taken[-1].last_offset + 1
-            aborted = [
-                (a.producer_id, a.first_offset)
-                for a in source.aborted_from(state, offset)
-                if a.first_offset < upper
-            ]
-        responses.append(_fetch_response(ErrorCode.NONE, taken, state, aborted))
+            overlapping.append((len(responses), state, offset, upper))
+        responses.append(_fetch_response(ErrorCode.NONE, taken, state))
+    if overlapping:
+        found = source.aborted_within([(state, o, upper) for _, state, o, upper in overlapping])
+        for (index, *_), aborted in zip(overlapping, found, strict=True):
+            listed = [(a.producer_id, a.first_offset) for a in aborted]
+            responses[index] = msgspec.structs.replace(
+                responses[index], aborted_transactions=listed
+            )
     assert len(responses) == len(requests)
     return responses
+
+
+def _head_rows(source: ReadSource, head: FetchHead) -> Iterator[StoredBatch]:
+    """The partition's rows from the fetch offset: the loaded ones, then any later ones."""
+    yield from head.rows
+    if not head.complete:
+        last = head.rows[-1].base_offset
+        later = source.batches_from(head.state, head.rows[-1].last_offset + 1)
+        yield from itertools.dropwhile(lambda row: row.base_offset <= last, later)
 
 
 def _below(rows: Iterator[StoredBatch], end: int) -> Iterator[StoredBatch]:
