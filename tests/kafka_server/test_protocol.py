@@ -220,7 +220,7 @@ def test_fuzzed_requests_never_break_the_broker_within_bounded_memory() -> None:
     broker reserve gigabytes then fails this test instead of waking the OOM killer."""
     print(f"fuzz seed: {FUZZ_SEED} (set KAFKA_FUZZ_SEED to replay)")
     child = run_in_bounded_memory(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s", "-n", "0",
          f"{__file__}::test_fuzzed_requests_never_break_the_broker"],
         FUZZ_ADDRESS_SPACE,
         timeout_s=240,
