@@ -15,7 +15,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -23,6 +22,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
+
+from benchmarks._ports import free_port
 
 SUPERUSER: Final = "diskless"
 DATABASES_KEPT_MAX: Final = 24
@@ -59,12 +60,6 @@ def find_bindir() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PostgresServer:
     """One initdb'd cluster under a temp dir (see the module doc). `listen`: the address it serves
     on; `trusted`: a subnet (CIDR) whose clients may connect over TCP as well as the local ones;
@@ -84,7 +79,7 @@ class PostgresServer:
         self.root = Path(tempfile.mkdtemp(prefix="diskless-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_user: list[str] = []
         if os.geteuid() == 0:
             user = pwd.getpwnam(RUN_AS_WHEN_ROOT)

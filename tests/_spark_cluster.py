@@ -17,13 +17,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
+
+from benchmarks._ports import free_port
 
 MASTER_CLASS: Final = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS: Final = "org.apache.spark.deploy.worker.Worker"
@@ -46,13 +47,6 @@ class SparkCluster(NamedTuple):
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=10) as response:
             status: dict[str, Any] = json.load(response)
         return status
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOCAL_IP, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def spark_home() -> Path:

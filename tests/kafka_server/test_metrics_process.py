@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests._spark_cluster import free_port
+from benchmarks._ports import free_port
 from tests.kafka_server._metrics import http_get, promtool_check
 from tests.kafka_server._processes import BrokerProcess
 

@@ -20,11 +20,11 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks._ports import free_port
 from diskless.clock import SystemClock
 from diskless.kafka_server import ServerConfig
 from diskless.storage import LocalObjectStore
 from tests._backends import open_coordinator
-from tests._spark_cluster import free_port
 from tests.kafka_server._metrics import (
     batch_bytes,
     http_get,

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
 
+from benchmarks._ports import free_port
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.server_properties import server_config
 from diskless.storage import MemoryObjectStore
-from tests._spark_cluster import free_port
 from tests._tls import make_certs
 from tests.kafka_server._clients import confluent_consume, confluent_produce
 from tests.kafka_server._sasl import JAAS, client_settings
@@ -129,7 +129,7 @@ async def test_scram_sha_512_over_sasl_ssl(tmp_path_factory: pytest.TempPathFact
 
 def test_a_broker_process_configured_by_server_properties_authenticates(tmp_path: Path) -> None:
     """`python -m diskless.kafka_server --config server.properties`, as an operator runs it."""
-    port = free_port()
+    port = free_port(3)  # its three brokers listen on port, port + 1 and port + 2
     address = f"127.0.0.1:{port}"
     properties = tmp_path / "server.properties"
     properties.write_text(

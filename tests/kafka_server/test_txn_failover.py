@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.static.primitive import i8
 
+from benchmarks._ports import free_port
 from tests.kafka_server._clients import confluent_consume, value
 from tests.kafka_server._wire import decode_response, encode_request
 
@@ -54,25 +55,7 @@ SECOND_IDS = (4, 5)
 
 def _free_base_port() -> int:
     """A base port with BASE+0 .. BASE+5 free (broker i listens on BASE+i)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + max(SECOND_IDS) > 65535:
-            continue
-        sockets = []
-        try:
-            for i in range(max(SECOND_IDS) + 1):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise AssertionError("no free port range")
+    return free_port(max(SECOND_IDS) + 1)
 
 
 class Server:
