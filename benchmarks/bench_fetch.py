@@ -19,21 +19,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import random
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 from unittest import mock
 
+from benchmarks._fresh_coordinator import fresh_coordinator
 from benchmarks.batches import build_batch
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
-    InMemoryBatchCoordinator,
-    PostgresBatchCoordinator,
-    SqliteBatchCoordinator,
 )
 from diskless.read import FetchReader, Span, _reader
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
@@ -138,33 +133,8 @@ async def measure(
     return records, elapsed, fetches, used.ranged_gets, used.bytes_out
 
 
-@contextlib.asynccontextmanager
-async def opened(backend: str, postgres_dsn: str | None) -> AsyncIterator[BatchCoordinator]:
-    """A coordinator of `backend` over fresh state, closed (and its state dropped) after."""
-    if backend == "memory":
-        yield InMemoryBatchCoordinator()
-        return
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="bench-fetch-") as directory:
-            coordinator: BatchCoordinator = SqliteBatchCoordinator(Path(directory) / "c.db")
-            try:
-                yield coordinator
-            finally:
-                await coordinator.close()
-        return
-    from benchmarks._coordinator_postgres import fresh_database_async, server
-
-    with server(postgres_dsn) as admin_dsn:
-        async with fresh_database_async(admin_dsn) as database:
-            coordinator = PostgresBatchCoordinator(database)
-            try:
-                yield coordinator
-            finally:
-                await coordinator.close()
-
-
 async def main(args: argparse.Namespace) -> None:
-    async with opened(args.coordinator, args.postgres) as coordinator:
+    async with fresh_coordinator(args.coordinator, args.postgres) as coordinator:
         await run(coordinator, args)
 
 

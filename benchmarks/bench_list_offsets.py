@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import random
 import statistics
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
+from benchmarks._fresh_coordinator import fresh_coordinator
 from benchmarks.batches import build_batch
 from diskless import TopicPartition
 from diskless._types import OffsetSpec
@@ -33,8 +31,6 @@ from diskless.coordinator import (
     CommitBatch,
     FindBatchesRequest,
     ListOffsetsRequest,
-    PostgresBatchCoordinator,
-    SqliteBatchCoordinator,
 )
 from diskless.read import FetchReader
 from diskless.storage import MemoryObjectStore, ObjectStore
@@ -136,28 +132,6 @@ async def measure(
     return figures
 
 
-@contextlib.asynccontextmanager
-async def opened(backend: str, postgres_dsn: str | None) -> AsyncIterator[BatchCoordinator]:
-    """A coordinator of `backend` over fresh state, closed (and its state dropped) after."""
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="bench-list-offsets-") as directory:
-            coordinator: BatchCoordinator = SqliteBatchCoordinator(Path(directory) / "c.db")
-            try:
-                yield coordinator
-            finally:
-                await coordinator.close()
-        return
-    from benchmarks._coordinator_postgres import fresh_database_async, server
-
-    with server(postgres_dsn) as admin_dsn:
-        async with fresh_database_async(admin_dsn) as database:
-            coordinator = PostgresBatchCoordinator(database)
-            try:
-                yield coordinator
-            finally:
-                await coordinator.close()
-
-
 async def main_async(args: argparse.Namespace) -> None:
     made = objects(args.batches)
     print(
@@ -167,7 +141,7 @@ async def main_async(args: argparse.Namespace) -> None:
         f" {'ratio':>5} | {'vs fetch':>8} | {'max ts us':>9} | {'ratio':>5} | {'vs fetch':>8}"
     )
     for backend in ("sqlite",) if args.no_postgres else ("sqlite", "postgres"):
-        async with opened(backend, args.postgres) as coordinator:
+        async with fresh_coordinator(backend, args.postgres) as coordinator:
             offset, fetch, by_time, top = await measure(coordinator, made, args.lookups)
         print(
             f"{backend:>10} | {offset:>12.0f} | {fetch:>8.0f} | {by_time:>10.0f} |"
