@@ -39,6 +39,7 @@ from benchmarks.harness.readback import (
     PARTITION_FETCH_BYTES_MAX,
     decode_records,
 )
+from benchmarks.harness.records import kafka_records
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
 from diskless import DisklessBroker, ErrorCode, FetchResult, TopicPartition
 from diskless.coordinator import BatchCoordinator
@@ -351,6 +352,7 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
             open_broker(plan.broker_id, plan.rack, store, coordinator, plan.run)
         )
         members = [Member(g, partitions) for g in range(plan.groups)] if partitions else []
+        kafka_records()  # the members' codec, imported before the data flows, not on its 1st batch
         meter = _Meter(calls, store, members)
         started_ts = time.time()  # before READY: the producers start when they read it
         print(READY_LINE, flush=True)
