@@ -245,18 +245,10 @@ async def test_a_process_started_from_a_file_serves_each_listener_as_configured(
         f"ssl.keystore.location={certs.server_keystore}\n"
         "ssl.client.auth=none\n"
     )
-    argv = [
-        sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path / "data"),
-        "--config", str(file), "--brokers", "2", "--log-level", "WARNING",
+    process = _broker_process(
+        tmp_path, file, "--brokers", "2", "--log-level", "WARNING",
         "--override", "connections.max.idle.ms=60000",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )
+    )  # fmt: skip
     try:
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(4)]
@@ -283,17 +275,7 @@ def test_a_kraft_server_properties_starts_naming_what_it_ignores_in_one_line(
         + "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0\n"
         + "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
     )
-    argv = [
-        sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path / "data"),
-        "--config", str(file), "--log-level", "INFO",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )
+    process = _broker_process(tmp_path, file, "--log-level", "INFO")
     try:
         assert process.stdout is not None
         started = process.stdout.readline()
@@ -311,6 +293,21 @@ def test_a_kraft_server_properties_starts_naming_what_it_ignores_in_one_line(
     assert line.endswith(
         "ignoring Kafka properties that do not apply to a diskless broker: " + ", ".join(KRAFT_ONLY)
     ), line
+
+
+def _broker_process(tmp_path: Path, properties: Path, *options: str) -> subprocess.Popen[str]:
+    """`python -m diskless.kafka_server --config PROPERTIES OPTIONS`, its output piped."""
+    argv = [
+        sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path / "data"),
+        "--config", str(properties), *options,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
 
 
 # --- principals ---------------------------------------------------------------------------------
