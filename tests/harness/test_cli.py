@@ -152,9 +152,13 @@ def test_a_run_database_is_created_empty_and_dropped(tmp_path: Path) -> None:
         (["--coordinator", "mysql://db"], "use sqlite"),
         (["--coordinator", "memory"], "single task"),  # two tasks by default
         (["--memory-coordinator", "--coordinator", "sqlite", "--tasks", "1"], "give one"),
+        (["--consumer-groups", "-1"], "consumer_groups must be >= 0"),
+        (["--consume-idle-s", "0"], "consume_idle_s > 0"),
+        (["--fetch-wait-ms", "-1"], "fetch_wait_ms must be >= 0"),
+        (["--consume-idle-s", "0.5"], "consume_idle_s must be at least twice fetch_wait_ms"),
     ],
 )
-def test_bad_master_and_coordinator_are_refused_with_a_reason(
+def test_bad_master_coordinator_and_consume_options_are_refused_with_a_reason(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -172,21 +176,3 @@ def test_the_consume_phase_runs_by_default_and_takes_its_options() -> None:
     )  # fmt: skip
     assert (spec.consumer_groups, spec.consume_idle_s, spec.fetch_wait_ms) == (4, 0.5, 200)
     assert sweep == {"consumer_groups": ["0", "2"]}
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--consumer-groups", "-1"], "consumer_groups must be >= 0"),
-        (["--consume-idle-s", "0"], "consume_idle_s > 0"),
-        (["--fetch-wait-ms", "-1"], "fetch_wait_ms must be >= 0"),
-        (["--consume-idle-s", "0.5"], "consume_idle_s must be at least twice fetch_wait_ms"),
-    ],
-)
-def test_bad_consume_options_are_refused_with_a_reason(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exc:
-        parse_args(argv)
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err
