@@ -13,17 +13,28 @@ from diskless.kafka_server._server._responses import Answer, InOrderResponses
 SEED = random.randrange(1 << 32)
 
 
-async def test_answers_finishing_in_any_order_are_written_in_request_order() -> None:
-    print(f"seed {SEED}")
-    rng = random.Random(SEED)
+async def _connection(
+    answers: int,
+) -> tuple[
+    asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamWriter, InOrderResponses, list[Answer]
+]:
+    """A socket pair as streams: the client's reader and writer, the server's writer with its
+    `InOrderResponses`, and that many answers added to it, none done yet."""
     left, right = socket.socketpair()
     reader, client = await asyncio.open_connection(sock=left)
     _, writer = await asyncio.open_connection(sock=right)
     responses = InOrderResponses(writer, "peer", 1)
     loop = asyncio.get_running_loop()
-    answers: list[Answer] = [loop.create_future() for _ in range(200)]
-    for answer in answers:
+    added: list[Answer] = [loop.create_future() for _ in range(answers)]
+    for answer in added:
         responses.add(answer)
+    return reader, client, writer, responses, added
+
+
+async def test_answers_finishing_in_any_order_are_written_in_request_order() -> None:
+    print(f"seed {SEED}")
+    rng = random.Random(SEED)
+    reader, client, writer, responses, answers = await _connection(200)
     finishing = list(enumerate(answers))
     rng.shuffle(finishing)
     for i, answer in finishing:
@@ -39,15 +50,7 @@ async def test_answers_finishing_in_any_order_are_written_in_request_order() -> 
 
 
 async def test_room_waits_until_the_head_is_written() -> None:
-    left, right = socket.socketpair()
-    _, client = await asyncio.open_connection(sock=left)
-    _, writer = await asyncio.open_connection(sock=right)
-    responses = InOrderResponses(writer, "peer", 1)
-    loop = asyncio.get_running_loop()
-    head: Answer = loop.create_future()
-    tail: Answer = loop.create_future()
-    responses.add(head)
-    responses.add(tail)
+    _, client, writer, responses, (head, tail) = await _connection(2)
     tail.set_result(b"t")
     room = asyncio.ensure_future(responses.room(2))
     await asyncio.sleep(0.01)
@@ -62,14 +65,7 @@ async def test_room_waits_until_the_head_is_written() -> None:
 async def test_a_failed_handler_aborts_the_connection_and_writes_nothing_after(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    left, right = socket.socketpair()
-    reader, client = await asyncio.open_connection(sock=left)
-    _, writer = await asyncio.open_connection(sock=right)
-    responses = InOrderResponses(writer, "peer", 1)
-    loop = asyncio.get_running_loop()
-    answers: list[Answer] = [loop.create_future() for _ in range(3)]
-    for answer in answers:
-        responses.add(answer)
+    reader, client, _, responses, answers = await _connection(3)
     answers[2].set_result(b"late")
     answers[0].set_result(b"first")
     answers[1].set_exception(RuntimeError("a bug"))
