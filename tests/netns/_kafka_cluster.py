@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -61,27 +61,28 @@ def server_properties(node_id: int, address: str, keystore: Path) -> str:
 
 
 class HostBroker:
-    """`python -m diskless.kafka_server --config FILE` in a host; SIGKILLed by `kill`."""
+    """A broker process (`argv`, `python -m diskless.kafka_server ...`) in a host, with the S3
+    credentials and `env` in its environment; SIGKILLed by `kill`."""
 
     def __init__(
-        self, host: Host, node_id: int, properties: Path, shared: Sequence[str], log: Path
+        self,
+        host: Host,
+        node_id: int,
+        argv: Sequence[str],
+        log: Path,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.node_id = node_id
         self.address = f"{host.address}:{PORT}"
-        self.properties = properties
         self._log = log
-        argv = [
-            sys.executable, "-m", "diskless.kafka_server", "--config", str(properties),
-            "--log-level", "WARNING", *shared,
-        ]  # fmt: skip
         with log.open("w") as stderr:
             self.process = host.popen(
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
-                env={**os.environ, **S3_ENV, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, **S3_ENV, "PYTHONUNBUFFERED": "1", **(env or {})},
                 start_new_session=True,
             )
         self._started = threading.Event()
@@ -133,9 +134,11 @@ def brokers_in(
         for node_id, host in enumerate(hosts, start=1):
             properties = directory / f"server-{node_id}.properties"
             properties.write_text(server_properties(node_id, host.address, keystores[host.address]))
-            brokers.append(
-                HostBroker(host, node_id, properties, shared, directory / f"broker-{node_id}.log")
-            )
+            argv = [
+                sys.executable, "-m", "diskless.kafka_server", "--config", str(properties),
+                "--log-level", "WARNING", *shared,
+            ]  # fmt: skip
+            brokers.append(HostBroker(host, node_id, argv, directory / f"broker-{node_id}.log"))
         for broker in brokers:
             broker.wait_started()
         yield brokers
