@@ -33,13 +33,14 @@ from diskless.coordinator._rules.files import (
     released_file,
 )
 from diskless.coordinator._rules.group import CommitGroup
-from diskless.coordinator._rules.ownership import id_in_use
+from diskless.coordinator._rules.ownership import id_in_use, renewal_drops_leases
 from diskless.coordinator._rules.rows import (
     PartitionState,
     StoredBatch,
 )
 from diskless.coordinator._rules.snapshots import producer_snapshot
 from diskless.coordinator._store import (
+    EMPTY,
     OFFSET_END,
     BatchRefs,
     Changes,
@@ -168,15 +169,28 @@ class CoordinatorEngine(
         if ttl_ms < 0:
             raise ValueError(f"ttl_ms must be >= 0, got {ttl_ms}")
 
+        needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
+
         async def announce(txn: StoreTxn) -> bool:
             now = self._clock.now_ms()
-            epochs = (await txn.load(Needs(brokers=(broker_id,)))).broker_epochs
-            if epochs.get(broker_id) != broker_epoch:
+            snapshot = await txn.load(needs)
+            if snapshot.broker_epochs.get(broker_id) != broker_epoch:
                 return False
             registration = BrokerRegistration(
                 broker_id, broker_epoch, host, port, rack, now + ttl_ms
             )
-            await txn.apply(Changes(broker_registrations={broker_id: registration}))
+            previous = snapshot.broker_registrations.get(broker_id)
+            # Leases that died with a lapsed registration stay dead (`_rules.ownership`).
+            dropped = (
+                {broker_id: broker_epoch + 1}
+                if renewal_drops_leases(previous, broker_epoch, now)
+                else EMPTY
+            )
+            await txn.apply(
+                Changes(
+                    broker_registrations={broker_id: registration}, broker_leases_dropped=dropped
+                )
+            )
             return True
 
         return await self._write(Operation.ANNOUNCE_BROKER, announce, Durability.VOLATILE)

@@ -100,3 +100,22 @@ async def test_a_live_holder_releases_by_committing_its_batch(
     started = clock.now_ms()
     assert await end(coordinator, clock, 1, 0, True, [TP], step_s=QUICK_STEP_S) == [OK]
     assert clock.now_ms() - started < QUICK_MS
+
+
+async def test_a_registration_renewed_after_it_lapsed_does_not_revive_its_leases(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """A broker cut off from the coordinator past its registration renews it, at the same
+    epoch, once the link is back: the leases it took before are dead from the lapse on (a
+    commit naming one is refused), and an end that comes after the renewal does not wait for
+    them."""
+    epoch, lease_id = await _leased_by_broker(coordinator, announce=True)
+    await clock.advance(REGISTRATION_TTL_MS / 1000)
+    assert await coordinator.announce_broker(7, epoch, "h", 1, None, 2 * TTL_MS)
+    committer = Committer(coordinator, broker_id=7)
+    committer.epoch = epoch
+    late = await committer.one(leased(batch(TP, pid=1, epoch=0, seq=0, txn=True), lease_id))
+    assert late.error != OK
+    started = clock.now_ms()
+    assert await end(coordinator, clock, 1, 0, True, [TP], step_s=QUICK_STEP_S) == [OK]
+    assert clock.now_ms() - started < QUICK_MS

@@ -11,7 +11,10 @@ own decides it: the step that reads the registrations does, so every process dec
 - **Transaction leases** (the commit barrier) die with the incarnation that took them: a
   transaction's end need not wait out the lease's own TTL once its broker is gone. The barrier
   itself is untouched: the markers drop every lease of the transaction, and a commit naming a
-  dropped lease is refused.
+  dropped lease is refused. A registration that lapsed and is renewed at the same epoch (a
+  broker cut off from the coordinator for longer than its session, then back) does not bring
+  them back: the renewal drops them, so an end that comes after it does not wait for batches
+  the broker could not commit while it was away.
 - **Consumer groups.** A group has one coordinator at a time. Ownership moves only when the
   owner's registration is no longer live, in the step that claims the group for another
   broker; offsets are committed only by the current owner, for the current generation.
@@ -40,6 +43,18 @@ def registration_live(
 def id_in_use(registration: BrokerRegistration | None, now_ms: int) -> bool:
     """Whether a new incarnation of the broker must be refused: another one is live."""
     return registration is not None and registration.expires_ms > now_ms
+
+
+def renewal_drops_leases(
+    previous: BrokerRegistration | None, broker_epoch: int, now_ms: int
+) -> bool:
+    """Whether renewing the registration of incarnation `broker_epoch` drops the leases it
+    holds: its registration lapsed since it last renewed it, and with it those leases died."""
+    return (
+        previous is not None
+        and previous.broker_epoch == broker_epoch
+        and previous.expires_ms <= now_ms
+    )
 
 
 def lease_alive(holder: LeaseHolder, registration: BrokerRegistration | None, now_ms: int) -> bool:
