@@ -91,7 +91,7 @@ class Workload:
     bootstrap: str
     ca: Path
     txn_partitions: list[int]
-    """The partitions the transactional producer writes (see the test for why not all)."""
+    """The partitions the transactional producer writes, in turn."""
     stop: threading.Event = field(default_factory=threading.Event)
     stop_consumers: threading.Event = field(default_factory=threading.Event)
     producers: list[Acks] = field(default_factory=list)

@@ -17,10 +17,11 @@ confluent-kafka consumer group of two members, reading committed records. While 
   the link is back, it takes produces again.
 - Host 5 loses another broker: the clients carry on through the other two.
 
-The transactional producer writes only the partitions of the brokers that keep PostgreSQL: a
-transaction with a record in flight to the broker when it lost PostgreSQL and S3 could stay
-uncommitted for over a minute after the link came back (seen in about one run in five, not
-understood yet), which is no test of the rest.
+The transactional producer writes every partition, those of the broker that loses PostgreSQL and
+S3 too: a transaction with a record in flight to it at the cut commits soon after the link is
+back (the lease that broker took for the record died with its registration while it was cut off,
+and is not revived when it renews it; it once held the transaction's end for the rest of the
+lease's 100 s).
 
 Then every record a producer was acknowledged reads back from the log: exactly once for the
 idempotent and transactional producers (and nothing else of theirs: an aborted transaction's
@@ -185,8 +186,7 @@ def test_a_cluster_across_hosts_rides_out_cut_links(
             led = clients.call(leaders, bootstrap, certs.ca)
             print(f"partition leaders: {led}")
             victim = max(brokers, key=lambda b: len(_led_by(b, led)))
-            elsewhere = [p for p, leader in led.items() if leader != victim.node_id]
-            workload = Workload(clients, bootstrap, certs.ca, elsewhere)
+            workload = Workload(clients, bootstrap, certs.ca, list(range(PARTITIONS)))
             workload.start()
             try:
                 _phases(net, infra, brokers, victim, led, workload)
@@ -222,8 +222,7 @@ def _phases(
     # (a) the broker leading most partitions loses PostgreSQL and S3.
     its = _led_by(victim, led)
     for acks in workload.producers:
-        if acks.name != TRANSACTIONAL:
-            assert _acked_on(acks, its) > 0, f"{acks.name} did not use the broker to be cut"
+        assert _acked_on(acks, its) > 0, f"{acks.name} did not use the broker to be cut"
     # (a connection logs in before the cut: logging in needs the coordinator)
     connection = _connect(workload, victim)
     assert _probe(connection, victim, its[0], "before the cut") == 0
