@@ -152,7 +152,11 @@ class DisklessBroker:
         self._guards: set[asyncio.Task[None]] = set()
         self._produce_stats: dict[str, int] = dict.fromkeys(ProduceStats.__struct_fields__, 0)
         self._leases = TransactionLeases(
-            coordinator, broker_id, lambda: self._broker_epoch, self._config.txn_lease_ttl_ms
+            coordinator,
+            broker_id,
+            lambda: self._broker_epoch,
+            self._config.txn_lease_ttl_ms,
+            self._clock,
         )
 
     # --- identity and lifecycle ---------------------------------------------------------------

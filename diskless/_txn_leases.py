@@ -3,7 +3,9 @@
 A transactional batch takes a lease before it enters a WAL segment; the transaction's end waits
 for the lease to be released by the batch's commit or to expire. Concurrent requests share one
 coordinator call (group commit), and the leases of batches whose segment failed are given back at
-once, so that an end need not wait for them to expire.
+once, so that an end need not wait for them to expire. Giving them back fails when the segment
+failed because the coordinator is out of reach; it is then retried, until it succeeds, the
+leases have expired anyway, or the broker closes (its leases die with its registration).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Final
 
 from diskless._availability import log_failure
 from diskless._kafka_errors import produce_error
+from diskless._limits import backoff_ms
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
+from diskless.clock import Clock
 from diskless.coordinator import BatchCoordinator, CommitBatchResult, LeaseRequest, LeaseResult
 from diskless.errors import CoordinatorError
 from diskless.records import BatchHeader
@@ -26,6 +30,11 @@ _log = logging.getLogger(__name__)
 
 SEGMENT_FAILED: Final = frozenset({ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER})
 """WAL writer outcomes after which a batch's segment is resolved without its commit."""
+RELEASE_BACKOFF_MS: Final = 200
+"""The wait before the first retry of a failed release; it doubles up to RELEASE_BACKOFF_MS_MAX."""
+RELEASE_BACKOFF_MS_MAX: Final = 5_000
+"""The longest wait between two attempts at giving back leases: how late after the coordinator
+is back, at most, a transaction's end stops waiting for them."""
 
 
 class _LeaseGroup:
@@ -87,16 +96,20 @@ class TransactionLeases:
         broker_id: int,
         broker_epoch: Callable[[], int],
         ttl_ms: int,
+        clock: Clock,
     ) -> None:
         self._coordinator = coordinator
         self._broker_id = broker_id
         self._broker_epoch = broker_epoch
         self._ttl_ms = ttl_ms
+        self._clock = clock
         self._group = _LeaseGroup(self._acquire_group)
         self._releases: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()
 
     async def close(self) -> None:
-        """Wait for the releases under way."""
+        """Wait for the releases under way, each after its current attempt."""
+        self._closing.set()
         while self._releases:
             await asyncio.gather(*self._releases, return_exceptions=True)
 
@@ -161,10 +174,30 @@ class TransactionLeases:
         task.add_done_callback(self._releases.discard)
 
     async def _release(self, lease_ids: list[int]) -> None:
+        """Give the leases back, retrying while it may still spare an end a wait: not past
+        their TTL (counted from now, which is after they were granted)."""
+        expired = self._clock.monotonic() + self._ttl_ms / 1000
+        retry = 0
+        while True:
+            try:
+                await self._coordinator.release_txn_leases(lease_ids)
+                return
+            except CoordinatorError as error:
+                log_failure(_log, error, "releasing %d transaction leases failed", len(lease_ids))
+            delay_s = min(backoff_ms(RELEASE_BACKOFF_MS, retry), RELEASE_BACKOFF_MS_MAX) / 1000
+            if self._closing.is_set() or self._clock.monotonic() + delay_s >= expired:
+                return  # they expire anyway, or die with the closing broker's registration
+            retry += 1
+            await self._sleep_unless_closing(delay_s)
+
+    async def _sleep_unless_closing(self, delay_s: float) -> None:
+        sleeper = asyncio.ensure_future(self._clock.sleep(delay_s))
+        closing = asyncio.ensure_future(self._closing.wait())
         try:
-            await self._coordinator.release_txn_leases(lease_ids)
-        except CoordinatorError as error:  # they expire anyway
-            log_failure(_log, error, "releasing %d transaction leases failed", len(lease_ids))
+            await asyncio.wait([sleeper, closing], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            closing.cancel()
 
     async def _acquire_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
         return await self._coordinator.acquire_txn_leases(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import BrokerConfig, DisklessBroker
+from diskless._txn_leases import RELEASE_BACKOFF_MS
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import (
@@ -43,6 +44,9 @@ class Watching(FaultyBatchCoordinator):
         self.fail_leases = False
         self.first_call_gate: asyncio.Event | None = None
         """When set, the first lease call waits for it (so that later requests queue meanwhile)."""
+        self.release_calls = 0
+        self.release_failures = 0
+        """The first this many release calls fail, as when the coordinator is out of reach."""
 
     async def acquire_txn_leases(
         self,
@@ -63,6 +67,12 @@ class Watching(FaultyBatchCoordinator):
     ) -> list[CommitFileResult]:
         self.committed.extend(b for f in files for b in f.batches)
         return await super().commit_files(broker_id, broker_epoch, files)
+
+    async def release_txn_leases(self, lease_ids: Sequence[int]) -> None:
+        self.release_calls += 1
+        if self.release_calls <= self.release_failures:
+            raise CoordinatorUnavailableError("injected")
+        await super().release_txn_leases(lease_ids)
 
 
 def txn(pid: int, seq: int = 0, epoch: int = 0) -> bytes:
@@ -169,6 +179,27 @@ async def test_a_failed_segment_gives_its_leases_back(
     assert await drive(clock, watching.write_txn_markers(5, 0, 1, False, 0, [T0])) == [OK]
     assert clock.now_ms() - started < 1000
     assert CONFIG.txn_lease_ttl_ms > 60_000
+
+
+async def test_a_failed_release_is_retried_while_the_broker_runs(
+    watching: Watching, clock: ManualClock
+) -> None:
+    """A segment that failed because the coordinator was out of reach cannot give its leases
+    back at once either: the broker tries again, so that an end waits for the coordinator to be
+    back, not for the leases to expire."""
+    from diskless.storage._faulty import FaultyObjectStore
+
+    assert await watching.add_partitions_to_txn(5, 0, [T0]) == [OK]
+    watching.release_failures = 2
+    store = FaultyObjectStore(MemoryObjectStore(), random.Random(0), put_fail_rate=1.0)
+    async with DisklessBroker(1, store, watching, CONFIG, clock=clock) as broker:
+        results = await drive(clock, broker.produce({T0: txn(5)}))
+        assert results[T0].error is ErrorCode.KAFKA_STORAGE_ERROR
+        started = clock.now_ms()
+        assert await drive(clock, watching.write_txn_markers(5, 0, 1, False, 0, [T0])) == [OK]
+        waited = clock.now_ms() - started
+    assert watching.release_calls == 3
+    assert waited < RELEASE_BACKOFF_MS * (1 + 2) + 1000 < CONFIG.txn_lease_ttl_ms
 
 
 async def test_released_leases_cannot_commit(watching: Watching, clock: ManualClock) -> None:
