@@ -8,12 +8,13 @@ order:
 1. The producer opens a transaction through B and sends a transactional batch to A, which takes
    the batch's lease (the commit barrier) and holds the batch in its WAL segment.
 2. A loses the infrastructure host. Its segment's upload fails, so A answers the batch
-   KAFKA_STORAGE_ERROR; giving the lease back needs PostgreSQL, and A gives up once its calls
-   time out, so the lease stays. The producer writes the batch again through B.
+   KAFKA_STORAGE_ERROR; giving the lease back needs PostgreSQL, so A's attempts fail and the
+   lease stays. The producer writes the batch again through B.
 3. A's registration lapses (`broker.session.timeout.ms`), and with it the lease stops binding.
 4. The link comes back and A renews its registration, at the same epoch. The lease must stay
-   dead: the renewal drops it. It used to come back to life with the registration and hold the
-   transaction's end for the rest of its TTL (over a minute in the five-host test).
+   dead: the renewal drops it (A's next attempt at giving it back would release it too, up to a
+   few seconds later). It used to come back to life with the registration and hold the
+   transaction's end for the rest of its TTL: 75 s here, over a minute in the five-host test.
 5. EndTxn through B commits at once.
 """
 
@@ -54,7 +55,8 @@ END_WITHIN_S: Final = 20.0
 """EndTxn's answer, once the lease is dropped (waiting out the lease would take over 50 s)."""
 WAIT_S: Final = 45.0
 RELEASE_FAILED: Final = "releasing 1 transaction leases failed"
-"""A's debug line: the lease could not be given back (its coordinator calls timed out)."""
+"""A's debug line: an attempt at giving the lease back failed (its coordinator calls timed
+out)."""
 A, B = 1, 2
 END_CORRELATION_ID: Final = 1_000
 
@@ -127,7 +129,8 @@ class Scenario:
             assert _partition_error(await producer.client.request(batch)) is WireError.none
             await self.until(lambda: not self.a_registered(), "A's registration lapsed")
             await self.until(
-                lambda: RELEASE_FAILED in self.a.log_tail(lines=10_000), "A gave up the release"
+                lambda: RELEASE_FAILED in self.a.log_tail(lines=10_000),
+                "A failed to give the lease back",
             )
             assert self.leases_of_a() == 1
 
