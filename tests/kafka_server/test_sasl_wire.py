@@ -323,5 +323,46 @@ async def test_a_client_resetting_its_connection_during_a_login_is_not_an_error(
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
 
 
+class FailingLookups(InMemoryBatchCoordinator):
+    """A coordinator whose credential lookups fail in a way nothing expects (a bug)."""
+
+    async def scram_credential(self, user: str, mechanism: ScramMechanism) -> Any:
+        raise RuntimeError("an unexpected failure")
+
+
+async def test_an_unexpected_failure_during_a_login_closes_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not reported by asyncio as an unhandled callback error: one ERROR line naming the peer
+    and the failure (its traceback only at DEBUG), and the connection closes."""
+    caplog.set_level(logging.INFO)
+    loop = asyncio.get_running_loop()
+    reports: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    coordinator = FailingLookups()
+    running = KafkaCluster(
+        MemoryObjectStore(), coordinator, brokers=1, broker_config=broker_config(),
+        server_config=sasl_server_config(),
+    )  # fmt: skip
+    await running.start()
+    try:
+        client = await connect(running)
+        assert (await handshake(client, "SCRAM-SHA-256")).error_code == WireError.none
+        await client.send_raw(_framed(sasl_authenticate_v2_request(b"n,,n=bob,r=abc")))
+        assert await client.read_frame() is None
+        await client.close()
+    finally:
+        await running.close()
+        await coordinator.close()
+        loop.set_exception_handler(None)
+    assert reports == []
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors if r.exc_info is None] == [
+        r.getMessage() for r in errors
+    ]
+    (line,) = [r.getMessage() for r in errors]
+    assert line.startswith("closing 127.0.0.1:") and "an unexpected failure" in line, line
+
+
 def sasl_authenticate_v2_request(token: bytes) -> Any:
     return build(sasl_authenticate_v2.SaslAuthenticateRequest, auth_bytes=token)
