@@ -1,5 +1,6 @@
 """A broker that leaves cleanly is withdrawn from the coordinator's registry for good, even when
-a renewal of its registration is still under way as it leaves."""
+a renewal of its registration is still under way as it leaves; a cluster that closes withdraws
+all of its brokers, so that new incarnations of their ids start at once."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import asyncio
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.errors import BrokerIdInUseError
+from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server.conftest import broker_config
 
 ADDRESS = BrokerAddress(1, "127.0.0.1", 9092, None)
 
@@ -94,4 +98,19 @@ async def test_a_withdrawal_leaves_a_newer_incarnation_registered() -> None:
     finally:
         await new_view.close()
         await old_view.close()
+        await coordinator.close()
+
+
+async def test_a_cluster_leaving_its_context_is_unregistered_and_its_ids_start_at_once() -> None:
+    coordinator = InMemoryBatchCoordinator()
+    try:
+        async with KafkaCluster(
+            MemoryObjectStore(), coordinator, brokers=2, broker_config=broker_config()
+        ) as cluster:
+            await cluster.view.renew()
+            assert sorted(r.broker_id for r in await coordinator.live_brokers()) == [0, 1]
+        assert await coordinator.live_brokers() == []
+        for broker_id in (0, 1):  # exclusive: refused while an old registration is live
+            assert await coordinator.register_broker(broker_id, exclusive=True) == 2
+    finally:
         await coordinator.close()
