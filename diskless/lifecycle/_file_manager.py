@@ -130,14 +130,14 @@ class FileManager(PeriodicService):
         )
         self._record(report, books, now_ms, frontier, rescan, sweep)
         if report.orphans_condemned or report.deleted_objects or errors:
+            lag_ms = _lag_ms(now_ms, watermark_ms)
             logger.info(
-                "file manager cycle: condemned %d, deleted %d objects (%d bytes), %d errors, "
-                "watermark lag %d ms",
+                "file manager cycle: condemned %d, deleted %d objects (%d bytes), %d errors, %s",
                 report.orphans_condemned,
                 report.deleted_objects,
                 report.deleted_bytes,
                 errors,
-                now_ms - watermark_ms,
+                "nothing reconciled yet" if lag_ms is None else f"watermark lag {lag_ms} ms",
             )
         return report
 
@@ -190,5 +190,11 @@ class FileManager(PeriodicService):
             deleted_bytes=old.deleted_bytes + report.deleted_bytes,
             delete_failures=old.delete_failures + report.delete_failures,
             watermark_ms=report.watermark_ms,
-            reconciliation_lag_ms=now_ms - report.watermark_ms,
+            reconciliation_lag_ms=_lag_ms(now_ms, report.watermark_ms) or 0,
         )
+
+
+def _lag_ms(now_ms: int, watermark_ms: int) -> int | None:
+    """How far the watermark is behind `now_ms`; None while there is none (0: no listing has
+    succeeded yet), which would otherwise read as the time since 1970."""
+    return None if watermark_ms <= 0 else now_ms - watermark_ms

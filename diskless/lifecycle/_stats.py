@@ -35,7 +35,8 @@ class FileManagerStats(msgspec.Struct, frozen=True, kw_only=True):
     watermark_ms: int = 0
     """Objects named before this time were all reconciled (committed, or condemned and deleted)."""
     reconciliation_lag_ms: int = 0
-    """now - watermark at the end of the last cycle; at least `orphan_grace_ms` by design."""
+    """now - watermark at the end of the last cycle; at least `orphan_grace_ms` by design, and
+    0 while nothing was reconciled yet (no watermark)."""
 
 
 class CycleReport(msgspec.Struct, frozen=True, kw_only=True):

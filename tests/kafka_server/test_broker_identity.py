@@ -8,11 +8,15 @@
   refused (a newer incarnation registered): it stops serving and exits non-zero, and clients
   go on through the new process.
 
-Both run over a SQLite file in a shared data directory and over PostgreSQL.
+- A process stopped cleanly (SIGTERM, SIGINT) withdraws its registration before it exits, so
+  that a new process for its broker id starts at once instead of waiting for it to expire.
+
+All run over a SQLite file in a shared data directory and over PostgreSQL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -26,6 +30,7 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
+from diskless.coordinator import BatchCoordinator, PostgresBatchCoordinator, SqliteBatchCoordinator
 from tests._postgres import database_dsn
 from tests.kafka_server._clients import confluent_consume, confluent_produce
 from tests.kafka_server._processes import S3_ENV, BrokerProcess
@@ -137,3 +142,52 @@ def test_a_paused_process_fenced_by_a_new_one_stops_serving(tmp_path: Path, back
             os.killpg(old.process.pid, signal.SIGCONT)
         old.kill()
         new.kill()
+
+
+def _coordinator(backend: str, tmp_path: Path) -> BatchCoordinator:
+    """The coordinator the processes of `_places` share, opened by the test."""
+    if backend == "postgresql":
+        return PostgresBatchCoordinator(database_dsn(tmp_path, "cluster"))
+    return SqliteBatchCoordinator(tmp_path / "data" / "coordinator.sqlite")
+
+
+async def _registered(backend: str, tmp_path: Path) -> list[tuple[int, int]]:
+    coordinator = _coordinator(backend, tmp_path)
+    try:
+        return [(r.broker_id, r.broker_epoch) for r in await coordinator.live_brokers()]
+    finally:
+        await coordinator.close()
+
+
+@pytest.mark.parametrize(
+    ("backend", "sig"),
+    [
+        ("sqlite", signal.SIGTERM),
+        ("sqlite", signal.SIGINT),
+        pytest.param("postgresql", signal.SIGTERM, marks=pytest.mark.slow),
+    ],
+)
+def test_a_cleanly_stopped_process_is_unregistered_and_its_id_restarts_at_once(
+    tmp_path: Path, backend: str, sig: signal.Signals
+) -> None:
+    places = _places(backend, tmp_path)
+    options = [*places, "--topic", f"{TOPIC}:{PARTITIONS}"]
+    broker = BrokerProcess(0, 1, options, tmp_path / "0.log")
+    try:
+        broker.start()
+        _round_trip(broker.address, "before")
+        time.sleep(RENEWAL_S)  # past a renewal of its registration
+        assert [b for b, _ in asyncio.run(_registered(backend, tmp_path))] == [0]
+        assert broker.process is not None
+        broker.process.send_signal(sig)
+        assert broker.process.wait(REFUSED_WITHIN_S) == 0, broker.log_tail()
+        broker.kill()  # nothing left to kill: collects its output pipe
+        assert asyncio.run(_registered(backend, tmp_path)) == []  # withdrawn before the exit
+        started = time.monotonic()
+        broker.start()
+        print(f"restarted after {signal.Signals(sig).name}: serving in"
+              f" {time.monotonic() - started:.1f} s")  # fmt: skip
+        assert "waiting up to" not in broker.log_tail(200)  # no old registration to outwait
+        _round_trip(broker.address, "after")
+    finally:
+        broker.kill()

@@ -4,18 +4,23 @@ What Kafka's `SaslServerAuthenticator` does, checked on the wire: only ApiVersio
 requests before authentication (anything else closes the connection unanswered); PLAIN and SCRAM
 logins; a wrong password answered with SASL_AUTHENTICATION_FAILED and a message that does not
 say what was wrong, no sooner than `connection.failed.authentication.delay.ms`, then closed; an
-unknown mechanism; the handshake time limit; rate-limited failure logs that hold no secret.
+unknown mechanism; the handshake time limit; rate-limited failure logs that hold no secret; a
+client resetting its connection in the middle of a login is an ordinary departure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import kio.schema.api_versions.v3 as api_versions_v3
 import kio.schema.metadata.v9 as metadata_v9
+import kio.schema.sasl_authenticate.v2 as sasl_authenticate_v2
 import kio.schema.sasl_handshake.v0 as sasl_handshake_v0
 import pytest
 from kio.schema.errors import ErrorCode as WireError
@@ -263,3 +268,101 @@ async def test_sasl_requests_on_a_plaintext_listener_are_illegal() -> None:
 
 def _framed(body: Any) -> bytes:
     return encode_request(body, 99)
+
+
+def _reset(client: WireClient) -> None:
+    """Close with SO_LINGER 0: the kernel sends a TCP RST instead of a FIN."""
+    sock = client.writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.writer.transport.abort()
+
+
+async def _wrong_password_then_reset(cluster: KafkaCluster, when: str) -> None:
+    client = await connect(cluster)
+    if when == "in the server-first exchange":
+        assert (await handshake(client, "SCRAM-SHA-256")).error_code == WireError.none
+        await client.send_raw(_framed(sasl_authenticate_v2_request(b"n,,n=bob,r=abc")))
+    else:
+        assert (await handshake(client, "PLAIN")).error_code == WireError.none
+        await client.send_raw(_framed(sasl_authenticate_v2_request(b"\0alice\0wrong")))
+        if when == "after the failure's answer":
+            assert await client.read_frame() is not None
+    _reset(client)
+
+
+@pytest.mark.parametrize(
+    "when",
+    ["during the failure's delay", "after the failure's answer", "in the server-first exchange"],
+)
+async def test_a_client_resetting_its_connection_during_a_login_is_not_an_error(
+    when: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that sends a wrong password (or stops half-way through SCRAM) and resets its
+    connection (RST, SO_LINGER 0) is a client leaving: at most a DEBUG line, no traceback, and
+    nothing reaches the event loop's handler ("Unhandled exception in client_connected_cb")."""
+    caplog.set_level(logging.DEBUG)
+    loop = asyncio.get_running_loop()
+    reports: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    running, coordinator = await start(
+        sasl_server_config(connection_failed_authentication_delay_ms=DELAY_MS)
+    )
+    try:
+        for _ in range(3):
+            await _wrong_password_then_reset(running, when)
+        (server,) = running.servers.values()
+        while server.sessions():  # every connection ended on the server's side
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(DELAY_MS / 1000 * 2)  # past the delay, the answer written
+    finally:
+        await running.close()
+        await coordinator.close()
+        loop.set_exception_handler(None)
+    assert reports == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+class FailingLookups(InMemoryBatchCoordinator):
+    """A coordinator whose credential lookups fail in a way nothing expects (a bug)."""
+
+    async def scram_credential(self, user: str, mechanism: ScramMechanism) -> Any:
+        raise RuntimeError("an unexpected failure")
+
+
+async def test_an_unexpected_failure_during_a_login_closes_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not reported by asyncio as an unhandled callback error: one ERROR line naming the peer
+    and the failure (its traceback only at DEBUG), and the connection closes."""
+    caplog.set_level(logging.INFO)
+    loop = asyncio.get_running_loop()
+    reports: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    coordinator = FailingLookups()
+    running = KafkaCluster(
+        MemoryObjectStore(), coordinator, brokers=1, broker_config=broker_config(),
+        server_config=sasl_server_config(),
+    )  # fmt: skip
+    await running.start()
+    try:
+        client = await connect(running)
+        assert (await handshake(client, "SCRAM-SHA-256")).error_code == WireError.none
+        await client.send_raw(_framed(sasl_authenticate_v2_request(b"n,,n=bob,r=abc")))
+        assert await client.read_frame() is None
+        await client.close()
+    finally:
+        await running.close()
+        await coordinator.close()
+        loop.set_exception_handler(None)
+    assert reports == []
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors if r.exc_info is None] == [
+        r.getMessage() for r in errors
+    ]
+    (line,) = [r.getMessage() for r in errors]
+    assert line.startswith("closing 127.0.0.1:") and "an unexpected failure" in line, line
+
+
+def sasl_authenticate_v2_request(token: bytes) -> Any:
+    return build(sasl_authenticate_v2.SaslAuthenticateRequest, auth_bytes=token)

@@ -335,6 +335,35 @@ async def test_a_failing_store_fails_the_step_not_the_cycle(
     assert await c.keys() == []
 
 
+async def test_a_first_cycle_that_lists_nothing_reports_no_watermark_lag(
+    new_coordinator: CoordinatorFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new manager whose first listing fails has no watermark (0): its cycle line and its
+    statistics say so, rather than a lag measured from 1970 (once logged as 57 years)."""
+    caplog.set_level(logging.INFO, logger="diskless.lifecycle")
+    clock = ManualClock()
+    faulty = FaultyObjectStore(MemoryObjectStore(clock), random.Random(1), clock=clock)
+    c = await cluster(new_coordinator, store=faulty, clock=clock)
+    manager = c.manager()
+    faulty.schedule(StoreOp.LIST, Fault.FAIL)
+    report = await manager.run_cycle()
+    assert (report.errors, report.watermark_ms) == (1, 0)
+    assert manager.stats().reconciliation_lag_ms == 0
+    (line,) = [r.getMessage() for r in caplog.records if "file manager cycle" in r.getMessage()]
+    assert line.endswith("1 errors, nothing reconciled yet"), line
+    await c.clock.advance(GRACE_MS / 1000)
+    watermark_ms = (await manager.run_cycle()).watermark_ms  # a listing: the watermark is set
+    assert watermark_ms > 0
+    caplog.clear()
+    faulty.schedule(StoreOp.LIST, Fault.FAIL)  # a lag is measured from it
+    await c.clock.advance(1)
+    report = await manager.run_cycle()
+    assert report.watermark_ms == watermark_ms
+    assert manager.stats().reconciliation_lag_ms == c.clock.now_ms() - watermark_ms
+    (line,) = [r.getMessage() for r in caplog.records if "file manager cycle" in r.getMessage()]
+    assert line.endswith(f"watermark lag {c.clock.now_ms() - watermark_ms} ms"), line
+
+
 # --- several managers -------------------------------------------------------------------------
 async def test_two_managers_concurrently_agree(new_coordinator: CoordinatorFactory) -> None:
     clock = ManualClock()

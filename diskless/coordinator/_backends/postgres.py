@@ -14,7 +14,15 @@
   `synchronous_commit = off` (atomic and visible at once; a server crash may forget the last
   few, which the engine allows for that state).
 - Every wait is bounded (connect, pool acquire, each statement), and every failure of the
-  database or the network becomes `CoordinatorUnavailableError`, which is retriable.
+  database, the network or asyncpg's protocol state becomes `CoordinatorUnavailableError`,
+  which is retriable.
+- A connection goes back to the pool only in a sound state: after a statement the server
+  refused (rolled back), or after success. After anything else (the connection lost, a timeout,
+  a cancellation, asyncpg's own protocol error) it may still be busy, so it is closed. A pooled
+  connection the server dropped while it was idle (a terminated backend, a crash) may still
+  look open: asyncpg has read the server's FATAL but not yet its end of stream, and refuses
+  the next statement ("another operation is in progress"). The step's BEGIN finds that out
+  before anything was sent: such a connection is closed and the step takes another.
 - A COMMIT whose answer is lost (the connection dropped, the server restarted, a timeout) is
   resolved, not guessed: the step fetched its transaction id before committing, and the store
   asks the server, on another connection, for that transaction's status (`txid_status`) until
@@ -34,7 +42,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import asyncpg
@@ -78,9 +86,20 @@ RETRY_SQLSTATES: Final = frozenset({"40001", "40P01", "23505"})
 INFRASTRUCTURE_ERRORS: Final = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     OSError,
     TimeoutError,
 )
+DEAD_CONNECTION_ERRORS: Final = (
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    ConnectionError,
+)
+"""Errors of a first statement that mean the connection was unusable before it was sent."""
+DEAD_CONNECTION_SQLSTATE_CLASSES: Final = ("08", "57")
+"""Connection exception; operator intervention (backend terminated, server shutting down)."""
+READ_BEGIN: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 class _CommitLost(Exception):
@@ -97,6 +116,30 @@ async def _reset(conn: asyncpg.Connection) -> None:
     """Pool reset: steps leave nothing behind but, after a failure, an open transaction."""
     if conn.is_in_transaction():
         await conn.execute("ROLLBACK")
+
+
+def _connection_dead(error: BaseException) -> bool:
+    """Whether `error` says the connection itself is gone (not what the statement asked)."""
+    if isinstance(error, DEAD_CONNECTION_ERRORS):
+        return True
+    return isinstance(error, asyncpg.PostgresError) and str(error.sqlstate).startswith(
+        DEAD_CONNECTION_SQLSTATE_CLASSES
+    )
+
+
+def _sound_after(error: BaseException) -> bool:
+    """Whether a connection may go back to the pool after `error` left its step: only after a
+    statement the server refused, whose transaction it then rolled back. Anything else (the
+    connection lost, a timeout or cancellation with a statement maybe still in flight, an
+    error of asyncpg's protocol state) may leave it busy."""
+    return isinstance(error, asyncpg.PostgresError) and not _connection_dead(error)
+
+
+def _discard(conn: asyncpg.Connection) -> None:
+    """Close a pooled connection at once, so that the pool opens a new one in its place (a
+    no-op when the pool already took it back, as it does when the connection is lost)."""
+    with contextlib.suppress(asyncpg.InterfaceError):
+        conn.terminate()
 
 
 class PostgresStore(CoordinatorStore):
@@ -159,6 +202,43 @@ class PostgresStore(CoordinatorStore):
                 self._pool = pool
         return self._pool
 
+    @contextlib.asynccontextmanager
+    async def _connection(self, begin: str | None) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for one step or read, with `begin` (a transaction's start) run
+        on it; given back to the pool only when it is sound (see the module doc). A connection
+        whose `begin` finds it dead is closed and another taken, at most once per connection
+        the pool can hold: a server that is down fails the next connect."""
+        pool = await self._ready()
+        for taken in range(1, self._pool_size_max + 2):
+            conn = await pool.acquire(timeout=self._connect_timeout_s)
+            if begin is None:
+                break
+            try:
+                await conn.execute(begin)
+                break
+            except BaseException as error:
+                _discard(conn)
+                await self._give_back(pool, conn)
+                if not _connection_dead(error) or taken > self._pool_size_max:
+                    raise
+                logger.debug("pooled connection found dead (%r); taking another", error)
+        try:
+            yield conn
+        except BaseException as error:
+            if not _sound_after(error):
+                _discard(conn)
+            raise
+        finally:
+            await self._give_back(pool, conn)
+
+    async def _give_back(self, pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
+        """Return a connection to the pool; a failure of its reset there closes it (the pool
+        does) and is not the step's: the step's own outcome stands."""
+        try:
+            await pool.release(conn, timeout=self._command_timeout_s)
+        except INFRASTRUCTURE_ERRORS as error:
+            logger.debug("pooled connection closed at its release: %r", error)
+
     # --- writes -------------------------------------------------------------------------------
     async def write(
         self,
@@ -204,12 +284,9 @@ class PostgresStore(CoordinatorStore):
     ) -> T:
         """One run of `step` in one transaction on one pooled connection; what it changed is
         announced to other processes by a NOTIFY in the same transaction (`postgres_feed`)."""
-        pool = await self._ready()
-        async with pool.acquire(timeout=self._connect_timeout_s) as conn:
-            if durability is Durability.VOLATILE:
-                await conn.execute("BEGIN; SET LOCAL synchronous_commit = off")
-            else:
-                await conn.execute("BEGIN")
+        volatile = durability is Durability.VOLATILE
+        begin = "BEGIN; SET LOCAL synchronous_commit = off" if volatile else "BEGIN"
+        async with self._connection(begin) as conn:
             xid: int | None = None
             txn = NATIVE_STEPS.get(operation, PostgresTxn)(conn)
             try:
@@ -222,8 +299,9 @@ class PostgresStore(CoordinatorStore):
                     xid = txn.xid
                     if xid is None:
                         xid = await conn.fetchval("SELECT txid_current()")
-            except BaseException:
-                await _rollback(conn)
+            except BaseException as error:
+                if _sound_after(error):  # else the connection closes (`_connection`)
+                    await _rollback(conn)
                 raise
             try:
                 await conn.execute("COMMIT")
@@ -243,8 +321,7 @@ class PostgresStore(CoordinatorStore):
         status: str | None = None
         while True:
             try:
-                pool = await self._ready()
-                async with pool.acquire(timeout=self._connect_timeout_s) as conn:
+                async with self._connection(None) as conn:
                     status = await conn.fetchval("SELECT txid_status($1)", lost.xid)
             except asyncpg.InvalidParameterValueError as error:
                 # "transaction ID is in the future": the server restarted without the
@@ -272,25 +349,27 @@ class PostgresStore(CoordinatorStore):
     # --- reads --------------------------------------------------------------------------------
     async def read(self, query: Callable[[ReadView], T]) -> T:
         try:
-            pool = await self._ready()
             loop = asyncio.get_running_loop()
-            async with (
-                pool.acquire(timeout=self._connect_timeout_s) as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
-            ):
+            async with self._connection(READ_BEGIN) as conn:
                 abandoned = threading.Event()
                 view = PostgresReads(conn, loop, self._command_timeout_s + 1, abandoned)
                 work = self._readers.submit(query, view)
                 try:
-                    return await asyncio.wrap_future(work)
+                    result = await asyncio.wrap_future(work)
                 except asyncio.CancelledError:
-                    # The worker may be in the middle of a statement on `conn`: rolling back
-                    # now would fail ("another operation is in progress"), and that error
-                    # would replace the cancellation, which callers retrying on
-                    # CoordinatorError would then never see.
+                    # The worker may be in the middle of a statement on `conn`: wait until it
+                    # is off the connection, which then closes rather than roll back (a
+                    # failure to roll back would replace the cancellation, which callers
+                    # retrying on CoordinatorError would then never see).
                     abandoned.set()
                     await _until_done(work)
                     raise
+                except BaseException as error:
+                    if _sound_after(error):  # else the connection closes (`_connection`)
+                        await _rollback(conn)
+                    raise
+                await conn.execute("COMMIT")
+                return result
         except CoordinatorError:
             raise
         except SchemaTooNewError as error:

@@ -34,7 +34,13 @@ OWN_PIDS_MAX: Final = 256
 """Server processes of our own pool remembered (the pool has at most its size at a time)."""
 RETRY_S_MAX: Final = 2.0
 """The longest wait between two attempts to reconnect the feed."""
-_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+_ERRORS: Final = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 
 
 class ListenFeed:

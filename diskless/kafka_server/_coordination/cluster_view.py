@@ -21,7 +21,10 @@ when it closes, cleanly or not. With a batch coordinator, the view also announce
 coordinator's broker registry (`announce_broker`, renewed every `ttl/3`, withdrawn at a clean
 close) and lists the brokers other processes announced (`live_brokers`), so several processes
 over one coordinator are one cluster. A process that dies stops renewing; its brokers drop out
-of every view when their registration expires (Kafka's `broker.session.timeout.ms`).
+of every view when their registration expires (Kafka's `broker.session.timeout.ms`). A broker
+stopped cleanly is gone at once, so that its restart need not wait for that expiry: the view's
+writes to the registry are one at a time, and a renewal still under way when its broker leaves
+lands before the withdrawal, never after it.
 
 What a broker holds by its epoch (its transaction leases, the consumer groups it coordinates)
 lives as long as that registration, so the view tells how long each local broker's
@@ -148,6 +151,8 @@ class ClusterView:
         self._generation = 0
         self._task: asyncio.Task[None] | None = None
         self._announcing: set[asyncio.Task[None]] = set()
+        self._registry_writes = asyncio.Lock()
+        """Held by each announcement and withdrawal, so that none overtakes another."""
 
     @property
     def ttl_ms(self) -> int:
@@ -278,10 +283,14 @@ class ClusterView:
             address.broker_id,
         )
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        if await self._coordinator.announce_broker(
-            broker_id, epoch, host, port, rack, self._ttl_ms
-        ):
+        async with self._registry_writes:
+            if self._local.get(broker_id, (None, None))[1] != epoch:
+                return  # it left (and was withdrawn) meanwhile: not announced again
+            started = loop.time()
+            announced = await self._coordinator.announce_broker(
+                broker_id, epoch, host, port, rack, self._ttl_ms
+            )
+        if announced:
             if self._local.get(broker_id, (None, None))[1] == epoch:
                 # The renewal landed by now; if the registration could have expired before it,
                 # this is a new term (the step's own time is somewhere before `loop.time()`).
@@ -304,9 +313,10 @@ class ClusterView:
     async def _withdraw(self, address: BrokerAddress, epoch: int) -> None:
         assert self._coordinator is not None
         try:
-            await self._coordinator.announce_broker(
-                address.broker_id, epoch, registry_host(address), address.port, address.rack, 0
-            )
+            async with self._registry_writes:
+                await self._coordinator.announce_broker(
+                    address.broker_id, epoch, registry_host(address), address.port, address.rack, 0
+                )
         except DisklessError as e:
             log_failure(_log, e, "cannot withdraw broker %d", address.broker_id)
 

@@ -142,8 +142,11 @@ class Authenticator:
             )
             await asyncio.sleep(self._config.connection_failed_authentication_delay_ms / 1000)
             if failed.response is not None:
-                writer.write(failed.response)
-                await writer.drain()
+                try:
+                    writer.write(failed.response)
+                    await writer.drain()
+                except OSError as error:  # the client left without waiting for the answer
+                    _log.debug("%s left before its failure was answered: %r", session.peer, error)
             return False
         except _Refused as refused:
             self.failures.warning(
@@ -168,7 +171,8 @@ class Authenticator:
                 _log, error, "closing %s unauthenticated: no credential lookup", session.peer
             )
             return False
-        except (OSError, asyncio.IncompleteReadError):  # the client left (TLS errors too)
+        except (OSError, asyncio.IncompleteReadError) as error:  # the client left (TLS too)
+            _log.debug("%s left during authentication: %r", session.peer, error)
             return False
         session.principal = f"User:{user}"
         _log.debug("%s authenticated as %s on broker %d", session.peer, user, self._broker_id)

@@ -32,6 +32,7 @@ from typing import TypeVar
 from kio.static.protocol import ResponsePayload
 
 from diskless import DisklessBroker
+from diskless._availability import log_failure
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView, Endpoint
 from diskless.kafka_server._coordination.credentials import Credentials
@@ -301,6 +302,15 @@ class BrokerServer:
             # Only `_stop` cancels a connection; ending quietly keeps asyncio's stream callback
             # from reporting the cancellation as an error.
             pass
+        except (OSError, asyncio.IncompleteReadError) as error:  # the client left (a reset)
+            _log.debug("%s left broker %d: %r", _peer_text(writer), self.broker_id, error)
+        except Exception as error:
+            # Nothing else is expected here; ending the connection with one line (the others
+            # are unaffected) keeps asyncio from reporting it as an unhandled callback error.
+            log_failure(
+                _log, error, "closing %s on broker %d", _peer_text(writer), self.broker_id,
+                level=logging.ERROR,
+            )  # fmt: skip
         finally:
             if opened is not None:
                 self.metrics.connection_closed(opened)
