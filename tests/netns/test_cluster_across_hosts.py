@@ -181,7 +181,7 @@ def test_a_cluster_across_hosts_rides_out_cut_links(
             addresses = [b.address for b in brokers]
             bootstrap = ",".join(addresses)
             clients.call(set_up, bootstrap, certs.ca)
-            clients.call(wait_authorized, addresses, certs.ca)
+            wait_authorized(clients, addresses, certs.ca)
             led = clients.call(leaders, bootstrap, certs.ca)
             print(f"partition leaders: {led}")
             victim = max(brokers, key=lambda b: len(_led_by(b, led)))
