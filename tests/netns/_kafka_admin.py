@@ -137,8 +137,12 @@ class DirectConnection:
             raw.close()
             raise
         self._correlation = 0
-        login = asyncio.run(scram_login(self, "SCRAM-SHA-512", USER, PASSWORD))  # type: ignore[arg-type]
-        assert login.error_code == 0, login
+        try:
+            login = asyncio.run(scram_login(self, "SCRAM-SHA-512", USER, PASSWORD))  # type: ignore[arg-type]
+            assert login.error_code == 0, login
+        except BaseException:  # (a refused or failed login leaves no socket behind)
+            self.close()
+            raise
 
     def close(self) -> None:
         self._tls.close()
