@@ -5,6 +5,8 @@ restarted (a throwaway server of the test's own, `pg_ctl stop -m immediate`).
   process soon after PostgreSQL is back: its failed refreshes are retried within
   `refresher.RETRY_MS_MAX`, so the revoke lands well before the whole `acl_refresh_ms` the
   process used to wait after a failed refresh, and the retries are not logged one by one.
+- A user created before PostgreSQL stops still logs in (librdkafka, SCRAM-SHA-512) while it is
+  stopped: the broker checks the login against its copy of the credentials.
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     ResourceType,
 )
+from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
+from diskless.storage import MemoryObjectStore
 from tests._postgres import PostgresServer, server
+from tests.kafka_server._sasl import sasl_server_config
+from tests.kafka_server.conftest import broker_config
+from tests.kafka_server.test_sasl_cached_credentials import SHA_512, librdkafka_login
+from tests.kafka_server.test_sasl_clients import create_scram_user
 
 USER: Final = "User:alice"
 REFRESH_MS: Final = 5_000
@@ -108,3 +116,28 @@ async def test_a_revoke_answered_before_an_outage_applies_soon_after_it(
         await through.close()
         await one.close()
         await other.close()
+
+
+async def test_a_known_user_logs_in_while_postgresql_is_stopped(
+    own_postgres: PostgresServer, tmp_path: Path
+) -> None:
+    coordinator = PostgresBatchCoordinator(own_postgres.dsn(own_postgres.database(tmp_path, "s")))
+    try:
+        async with KafkaCluster(
+            MemoryObjectStore(),
+            coordinator,
+            brokers=1,
+            broker_config=broker_config(),
+            server_config=sasl_server_config(),
+        ) as cluster:
+            bootstrap = cluster.bootstrap()
+            await asyncio.to_thread(create_scram_user, bootstrap, "hana", "hana-secret", SHA_512)
+            await asyncio.to_thread(own_postgres.stop)
+            try:
+                await _until(lambda: cluster.credentials.failed_refreshes > 0, "a refresh failing")
+                errors = await asyncio.to_thread(librdkafka_login, bootstrap, "hana", "hana-secret")
+                assert not errors, errors
+            finally:
+                await asyncio.to_thread(own_postgres.start)
+    finally:
+        await coordinator.close()
