@@ -105,9 +105,11 @@ class AclCache:
                 snapshot.version,
             )
             return
+        changed = tuple(snapshot.bindings) != self._index.bindings or self._version is None
         self._index = AclIndex(snapshot.bindings)
         self._version = snapshot.version
-        _log.info("ACLs: version %d, %d bindings", snapshot.version, len(snapshot.bindings))
+        if changed:  # (the version also grows with SCRAM credential changes)
+            _log.info("ACLs: version %d, %d bindings", snapshot.version, len(snapshot.bindings))
 
     async def create(self, bindings: Sequence[AclBinding]) -> list[AclOutcome]:
         """CreateAcls through the coordinator, then loaded here before the answer."""

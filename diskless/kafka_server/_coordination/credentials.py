@@ -98,10 +98,11 @@ class Credentials:
         """Take `snapshot` unless it is not newer than the copy held (never step back)."""
         if not self._newer(snapshot.version):
             return
-        self._credentials = MappingProxyType(dict(snapshot.credentials))
-        if self._version is not None or snapshot.credentials:
-            users = len({user for user, _ in snapshot.credentials})
+        credentials = dict(snapshot.credentials)
+        if credentials != self._credentials:  # (the version also grows with ACL changes)
+            users = len({user for user, _ in credentials})
             _log.info("SCRAM credentials: version %d, %d users", snapshot.version, users)
+        self._credentials = MappingProxyType(credentials)
         self._version = snapshot.version
 
     async def scram(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
