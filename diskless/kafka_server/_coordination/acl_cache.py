@@ -7,10 +7,10 @@ process is loaded at once, before its CreateAcls or DeleteAcls is answered. So a
 takes effect on every broker process within `acl_refresh_ms` (plus one coordinator read) of
 being answered, and at once on the process that made it.
 
-The copy only moves forward. The version is a counter every change increments, and a snapshot
-carries the version it was read at: one that is not newer than the copy held (a read that
-started before the last load, or answered from an older state) never replaces it, so nothing
-once allowed or refused here is decided by an older set of ACLs again.
+The copy only moves forward. The version is a counter every change increments (every SCRAM
+credential change too), and a snapshot carries the version it was read at: one that is not newer
+than the copy held (a poll or a read answered from an older state than the one loaded) never
+replaces it, so nothing once allowed or refused here is decided by an older set of ACLs again.
 
 While the coordinator does not answer, the last snapshot keeps deciding, and a failed refresh is
 retried promptly (`refresher`): a revoke answered before or during an outage takes effect
