@@ -33,6 +33,7 @@ from diskless.coordinator._rules.acls import (
 )
 from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._rules.reads import FetchBudget, at_visible_end
+from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
     BatchInfo,
@@ -107,6 +108,7 @@ __all__ = [
     "ScramDescription",
     "ScramMechanism",
     "ScramResult",
+    "ScramSnapshot",
     "ScramUpsertion",
     # the change feed
     "ChangeListener",

@@ -24,6 +24,7 @@ from diskless.coordinator._rules.acls import (
     AclOutcome,
     AclSnapshot,
 )
+from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._values import (
     BrokerRegistration,
     CommitBatch,
@@ -363,6 +364,11 @@ class BatchCoordinator(abc.ABC):
         """The credential a SCRAM exchange checks a client's proof against; None when the user
         has none for `mechanism`. A read."""
 
+    @abc.abstractmethod
+    async def scram_snapshot(self) -> ScramSnapshot:
+        """Every stored credential with the security version they are (`acl_version`, which
+        every credential change increments too), from one consistent read: a broker's copy."""
+
     # --- ACLs (Kafka's authorizer bindings) ----------------------------------------------------
     @abc.abstractmethod
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclOutcome]:
@@ -380,8 +386,8 @@ class BatchCoordinator(abc.ABC):
 
     @abc.abstractmethod
     async def acl_version(self) -> int:
-        """A number that changes with every ACL change (0 before any). A read, and a cheap one:
-        brokers poll it."""
+        """A number that grows with every ACL change and every SCRAM credential change (0 before
+        any). A read, and a cheap one: brokers poll it."""
 
     @abc.abstractmethod
     async def acl_snapshot(self) -> AclSnapshot:

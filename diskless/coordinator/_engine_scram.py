@@ -1,8 +1,10 @@
 """The engine's SCRAM credentials (KIP-554): what every broker process authenticates against.
 
 Kafka keeps them in its metadata log; here the batch coordinator keeps them, so a user created
-through one broker process authenticates on every other one at its next lookup. Only the
-credential is stored (salt, iterations, StoredKey, ServerKey), never a password.
+through one broker process authenticates on every other one. Only the credential is stored
+(salt, iterations, StoredKey, ServerKey), never a password. Every change increments the same
+counter as an ACL change (`ACL_VERSION_COUNTER`), in the same step: a broker keeps a copy of the
+credentials (`scram_snapshot`) and polls that counter to refresh it, as it does its ACLs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Sequence
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import ErrorCode
 from diskless.coordinator._engine_base import EngineBase
-from diskless.coordinator._rules.scram import describe, plan_alterations
+from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER
+from diskless.coordinator._rules.scram import ScramSnapshot, describe, plan_alterations
 from diskless.coordinator._store import Changes, Needs, Operation, StoreTxn
 from diskless.coordinator._values import (
     ScramDeletion,
@@ -30,13 +33,14 @@ class ScramOperations(EngineBase):
         self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
     ) -> list[ScramResult]:
         users = {d.user for d in deletions} | {u.user for u in upsertions}
-        needs = Needs(scram_users=users)
+        needs = Needs(scram_users=users, counters=(ACL_VERSION_COUNTER,))
 
         async def alter(txn: StoreTxn) -> list[ScramResult]:
-            stored = (await txn.load(needs)).scram
-            results, changes = plan_alterations(deletions, upsertions, stored)
+            snapshot = await txn.load(needs)
+            results, changes = plan_alterations(deletions, upsertions, snapshot.scram)
             if changes:
-                await txn.apply(Changes(scram=changes))
+                version = snapshot.counters.get(ACL_VERSION_COUNTER, 0) + 1
+                await txn.apply(Changes(scram=changes, counters={ACL_VERSION_COUNTER: version}))
             return results
 
         results = await self._write(Operation.ALTER_SCRAM_CREDENTIALS, alter)
@@ -57,3 +61,8 @@ class ScramOperations(EngineBase):
     ) -> ScramCredential | None:
         stored = await self._read(lambda view: view.scram_credentials([user]))
         return stored.get((user, mechanism))
+
+    async def scram_snapshot(self) -> ScramSnapshot:
+        return await self._read(
+            lambda view: ScramSnapshot(view.acl_version(), view.scram_credentials(None))
+        )

@@ -22,8 +22,9 @@ and the coordinators:
   to its rack's produce representative, since the write path has no partition leader), the
   consumer groups (`group_coordinator`, `group_state`), transactions (`txn_front`, the bridge
   from the clients' transaction version 1 to the library's version 2), the SCRAM credentials
-  every broker authenticates against (`credentials`), and the ACLs each process holds a copy of
-  (`acl_cache`), which Kafka's authorizer rules decide on (`authorizer`).
+  every broker authenticates against (`credentials`) and the ACLs (`acl_cache`), of which each
+  process holds a copy kept current by one refresh loop (`refresher`), and Kafka's authorizer
+  rules, which decide on the ACLs (`authorizer`).
 - `_handlers`: one module per API family, each handler shaped decode, authorize (`_access`),
   call the library, encode; `table` lists them (a handler's annotation declares its API) and is
   all the server sees of them. A library failure gets the code of the library's error table

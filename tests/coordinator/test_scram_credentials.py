@@ -3,7 +3,8 @@
 AlterUserScramCredentials and DescribeUserScramCredentials with Kafka's codes and messages; the
 stored credential is the one RFC 5802 derives from the salted password (so a client's proof
 checks against it), and a credential written by one coordinator is read by another one over the
-same store, as broker processes sharing a cluster do.
+same store, as broker processes sharing a cluster do. Every change grows the security version
+(`acl_version`) that brokers poll, and the snapshot they copy holds every credential.
 """
 
 from __future__ import annotations
@@ -55,6 +56,29 @@ async def test_an_upserted_credential_is_derived_from_the_salted_password(
     assert stored != credential_of_password(SHA512, "other", b"salt-of-alice", ITERATIONS_MIN)
     assert await coordinator.scram_credential("alice", SHA256) is None
     assert await coordinator.scram_credential("bob", SHA512) is None
+
+
+async def test_a_change_grows_the_version_and_the_snapshot_holds_every_credential(
+    coordinator: BatchCoordinator,
+) -> None:
+    empty = await coordinator.scram_snapshot()
+    assert empty.credentials == {} and empty.version == await coordinator.acl_version()
+    await coordinator.alter_scram_credentials(
+        [], [upsertion("alice", "a"), upsertion("bob", "b", mechanism=SHA256)]
+    )
+    created = await coordinator.scram_snapshot()
+    assert created.version > empty.version
+    assert dict(created.credentials) == {
+        ("alice", SHA512): await coordinator.scram_credential("alice", SHA512),
+        ("bob", SHA256): await coordinator.scram_credential("bob", SHA256),
+    }
+    refused = await coordinator.alter_scram_credentials([ScramDeletion("nobody", SHA512)], [])
+    assert refused[0].error is not OK
+    assert await coordinator.acl_version() == created.version, "nothing changed"
+    await coordinator.alter_scram_credentials([ScramDeletion("alice", SHA512)], [])
+    deleted = await coordinator.scram_snapshot()
+    assert deleted.version > created.version
+    assert list(deleted.credentials) == [("bob", SHA256)]
 
 
 async def test_describe_lists_mechanisms_and_iterations_per_user(

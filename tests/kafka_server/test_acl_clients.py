@@ -300,3 +300,46 @@ def test_an_acl_created_through_one_process_applies_on_another(tmp_path: Path) -
         # ... and on the other within the bound.
         time.sleep(REFRESH_MS / 1000 + 1.0)
         assert _produce_raw(other.address, "locked") is WireError.topic_authorization_failed
+
+
+def _deny_write(topic: str) -> create_acls_v3.AclCreation:
+    return create_acls_v3.AclCreation(
+        resource_type=i8(2),  # TOPIC
+        resource_name=topic,
+        resource_pattern_type=i8(3),  # LITERAL
+        principal="User:*",
+        host="*",
+        operation=i8(4),  # WRITE
+        permission_type=i8(2),  # DENY
+    )
+
+
+def test_a_process_never_goes_back_on_an_acl_it_applied(tmp_path: Path) -> None:
+    """Once a process refuses by an ACL, it refuses on every later request, while changes made
+    through either process make both load new snapshots again and again."""
+    options = [
+        "--data-dir", str(tmp_path / "data"),
+        "--topic", "locked:1",
+        "--authorizer-class-name", AUTHORIZER,
+        "--allow-everyone-if-no-acl-found",
+        "--server-option", f"acl_refresh_ms={REFRESH_MS}",
+        "--no-lifecycle",
+    ]  # fmt: skip
+    with broker_processes(2, tmp_path, options) as brokers:
+        one, other = brokers
+        body = create_acls_v3.CreateAclsRequest(creations=(_deny_write("locked"),))
+        assert [r.error_code for r in ask(one.address, body, 30).results] == [WireError.none]
+        deadline = time.monotonic() + 30
+        while _produce_raw(other.address, "locked") is not WireError.topic_authorization_failed:
+            assert time.monotonic() < deadline, "the other process never applied the ACL"
+            time.sleep(0.05)
+        for round_ in range(8):  # over several refresh intervals, each with a new version
+            through = brokers[round_ % 2]
+            body = create_acls_v3.CreateAclsRequest(creations=(_deny_write(f"other-{round_}"),))
+            assert [r.error_code for r in ask(through.address, body, 30).results] == [
+                WireError.none
+            ]
+            for broker in brokers:
+                code = _produce_raw(broker.address, "locked")
+                assert code is WireError.topic_authorization_failed, (round_, broker.broker_id)
+            time.sleep(REFRESH_MS / 2000)

@@ -4,8 +4,8 @@ The test's process runs broker 0; a child process (`_sasl_child`) runs broker 1 
 batch coordinator (one SQLite file, or one PostgreSQL database) and object directory. A user
 created through broker 0 with confluent-kafka's AdminClient logs in on broker 1 with
 SCRAM-SHA-512 and produces and consumes there; a user deleted through broker 1 no longer logs in
-on broker 0. (PostgreSQL's variant is slow: the coordinator's own tests already share one
-database between two coordinators on every run.)
+on broker 0 once broker 0's copy of the credentials is refreshed. (PostgreSQL's variant is slow:
+the coordinator's own tests already share one database between two coordinators on every run.)
 """
 
 from __future__ import annotations
@@ -117,10 +117,20 @@ async def test_a_scram_user_created_on_one_broker_process_logs_in_on_another(
             )
             audit.check({"grace": acked})
 
-            def delete_there_then_login_here() -> list[KafkaError]:
+            def delete_there() -> None:
                 admin = AdminClient({"bootstrap.servers": child.bootstrap, **grace})
                 deletion = UserScramCredentialDeletion("grace", ScramMechanism.SCRAM_SHA_512)
                 admin.alter_user_scram_credentials([deletion])["grace"].result(30)
+
+            await asyncio.to_thread(delete_there)
+            # Once this process's copy of the credentials is refreshed (within acl_refresh_ms):
+            deleted = await coordinator.acl_version()
+            deadline = asyncio.get_running_loop().time() + 30
+            while (here.credentials.version or 0) < deleted:
+                assert asyncio.get_running_loop().time() < deadline, "never refreshed"
+                await asyncio.sleep(0.02)
+
+            def login_here() -> list[KafkaError]:
                 errors: list[KafkaError] = []
                 probe = AdminClient(
                     {"bootstrap.servers": local, "error_cb": errors.append, **grace}
@@ -130,7 +140,7 @@ async def test_a_scram_user_created_on_one_broker_process_logs_in_on_another(
                 probe.poll(1)
                 return errors
 
-            errors = await asyncio.to_thread(delete_there_then_login_here)
+            errors = await asyncio.to_thread(login_here)
             assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
         finally:
             await asyncio.to_thread(child.stop)

@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from kio.schema.metadata.v9 import request as metadata_v9
 from kio.schema.produce.v9 import request as produce_v9
 
 from tests._netns import Host
@@ -97,17 +98,25 @@ def leaders(address: str, ca: Path) -> dict[int, int]:
     return {p.id: p.leader for p in topic.partitions.values()}
 
 
-def wait_authorized(addresses: Sequence[str], ca: Path) -> None:
-    """Until every broker lets the user see the topic (ACLs reach the other processes within
-    their refresh interval)."""
+def wait_authorized(host: Host, addresses: Sequence[str], ca: Path) -> None:
+    """Until every broker itself lets the user see the topic (ACLs reach the other processes
+    within their refresh interval). Each broker is asked over a connection of its own: a client
+    bootstrapped from one address may send its Metadata to another broker of the cluster
+    (librdkafka drops the bootstrap connection for a broker the first answer named), which
+    would leave a broker that has not loaded the ACLs yet unchecked."""
     deadline = time.monotonic() + ADMIN_TIMEOUT_S
     for address in addresses:
         while True:
             try:
-                if len(leaders(address, ca)) == PARTITIONS:
-                    break
-            except AssertionError:
-                pass
+                connection = DirectConnection(host, address, ca, ADMIN_TIMEOUT_S)
+            except (OSError, AssertionError) as error:
+                print(f"{address} not yet serving the user: {error!r}")
+            else:
+                try:
+                    if connection.describable() == PARTITIONS:
+                        break
+                finally:
+                    connection.close()
             assert time.monotonic() < deadline, f"{address} never let {USER} describe {TOPIC}"
             time.sleep(0.2)
 
@@ -128,8 +137,12 @@ class DirectConnection:
             raw.close()
             raise
         self._correlation = 0
-        login = asyncio.run(scram_login(self, "SCRAM-SHA-512", USER, PASSWORD))  # type: ignore[arg-type]
-        assert login.error_code == 0, login
+        try:
+            login = asyncio.run(scram_login(self, "SCRAM-SHA-512", USER, PASSWORD))  # type: ignore[arg-type]
+            assert login.error_code == 0, login
+        except BaseException:  # (a refused or failed login leaves no socket behind)
+            self.close()
+            raise
 
     def close(self) -> None:
         self._tls.close()
@@ -149,6 +162,18 @@ class DirectConnection:
                 raise ConnectionError("the broker closed the connection")
             chunks += chunk
         return bytes(chunks)
+
+    def describable(self) -> int:
+        """How many partitions of the topic this broker's Metadata shows the user (0: it refuses
+        the user the topic, or does not know it)."""
+        body = metadata_v9.MetadataRequest(
+            topics=(metadata_v9.MetadataRequestTopic(name=TOPIC),),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        (topic,) = asyncio.run(self.request(body)).topics
+        return len(topic.partitions) if topic.error_code == 0 else 0
 
     def produce(self, partition: int, record: bytes, timeout_ms: int) -> tuple[int, float]:
         """One Produce (acks=all) of `record` to `partition`: its error code and how long the

@@ -12,9 +12,9 @@ producers, kafka-python's (not idempotent) and aiokafka's (idempotent) producers
 confluent-kafka consumer group of two members, reading committed records. While they run:
 
 - The broker leading most partitions loses host 4 (PostgreSQL and S3 at once, connections
-  silently dead). A produce sent to it directly is answered with a retriable error within its
-  timeout; the clients carry on through the other brokers, onto the partitions it led too; once
-  the link is back, it takes produces again.
+  silently dead). The user still logs in to it, and a produce sent to it directly is answered
+  with a retriable error within its timeout; the clients carry on through the other brokers,
+  onto the partitions it led too; once the link is back, it takes produces again.
 - Host 5 loses another broker: the clients carry on through the other two.
 
 The transactional producer writes every partition, those of the broker that loses PostgreSQL and
@@ -182,7 +182,7 @@ def test_a_cluster_across_hosts_rides_out_cut_links(
             addresses = [b.address for b in brokers]
             bootstrap = ",".join(addresses)
             clients.call(set_up, bootstrap, certs.ca)
-            clients.call(wait_authorized, addresses, certs.ca)
+            wait_authorized(clients, addresses, certs.ca)
             led = clients.call(leaders, bootstrap, certs.ca)
             print(f"partition leaders: {led}")
             victim = max(brokers, key=lambda b: len(_led_by(b, led)))
@@ -223,12 +223,15 @@ def _phases(
     its = _led_by(victim, led)
     for acks in workload.producers:
         assert _acked_on(acks, its) > 0, f"{acks.name} did not use the broker to be cut"
-    # (a connection logs in before the cut: logging in needs the coordinator)
     connection = _connect(workload, victim)
     assert _probe(connection, victim, its[0], "before the cut") == 0
+    connection.close()
     net.cut_between(victim.host, infra)
     since = workload.counts()
     on_its = {a.name: _acked_on(a, its) for a in workload.producers}
+    # A known user logs in while the broker is cut off: it checks the login against its own
+    # copy of the SCRAM credentials.
+    connection = _connect(workload, victim)
     code = _probe(connection, victim, its[0], "while cut from PostgreSQL and S3")
     connection.close()
     assert ErrorCode(code).retriable, ErrorCode(code)

@@ -14,6 +14,7 @@ twice is DUPLICATE_RESOURCE; a user without any credential is RESOURCE_NOT_FOUND
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from diskless._scram import (
     ITERATIONS_MAX,
@@ -32,6 +33,16 @@ from diskless.coordinator._values import (
 
 CredentialKey = tuple[str, ScramMechanism]
 """(user, mechanism): a stored credential's key."""
+
+
+class ScramSnapshot(NamedTuple):
+    """Every stored credential, with the security version they are (the counter every ACL and
+    every SCRAM credential change increments, `_rules.acls.ACL_VERSION_COUNTER`), from one
+    consistent read: what a broker authenticates against while the coordinator is away."""
+
+    version: int
+    credentials: Mapping[CredentialKey, ScramCredential]
+
 
 DUPLICATE = "A user credential cannot be altered twice in the same request"
 DESCRIBE_DUPLICATE = (

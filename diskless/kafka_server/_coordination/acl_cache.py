@@ -2,14 +2,20 @@
 
 Kafka's brokers learn ACL changes from the metadata log; here every process polls the batch
 coordinator's ACL version (`BatchCoordinator.acl_version`, one small read) every
-`acl_refresh_ms`, and loads the bindings again only when it changed. A change made through this
+`acl_refresh_ms`, and loads the bindings again only when it grew. A change made through this
 process is loaded at once, before its CreateAcls or DeleteAcls is answered. So an ACL change
 takes effect on every broker process within `acl_refresh_ms` (plus one coordinator read) of
 being answered, and at once on the process that made it.
 
-While the coordinator does not answer, the last snapshot keeps deciding (one WARNING when
-refreshing starts failing, one when it works again). Before the first snapshot is loaded only
-super users are allowed anything (Kafka answers AuthorizerNotReady then).
+The copy only moves forward. The version is a counter every change increments (every SCRAM
+credential change too), and a snapshot carries the version it was read at: one that is not newer
+than the copy held (a poll or a read answered from an older state than the one loaded) never
+replaces it, so nothing once allowed or refused here is decided by an older set of ACLs again.
+
+While the coordinator does not answer, the last snapshot keeps deciding, and a failed refresh is
+retried promptly (`refresher`): a revoke answered before or during an outage takes effect
+within `acl_refresh_ms` plus one read of a coordinator that is back. Before the first snapshot
+is loaded only super users are allowed anything (Kafka answers AuthorizerNotReady then).
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from diskless.clock import Clock
 from diskless.coordinator import (
     AclBinding,
     AclBindingFilter,
     AclDeletion,
     AclOperation,
     AclOutcome,
+    AclSnapshot,
     BatchCoordinator,
     ResourceType,
 )
@@ -35,6 +43,7 @@ from diskless.kafka_server._coordination.authorizer import (
     authorize,
     authorize_any,
 )
+from diskless.kafka_server._coordination.refresher import Refresher
 
 _log = logging.getLogger(__name__)
 
@@ -43,17 +52,18 @@ class AclCache:
     """`start` (loads the first snapshot), `authorize`..., `close`."""
 
     def __init__(
-        self, coordinator: BatchCoordinator, settings: AuthorizerSettings, refresh_ms: int
+        self,
+        coordinator: BatchCoordinator,
+        settings: AuthorizerSettings,
+        refresh_ms: int,
+        clock: Clock | None = None,
     ) -> None:
-        if refresh_ms < 1:
-            raise ValueError("refresh_ms must be >= 1")
         self._coordinator = coordinator
         self.settings = settings
-        self._refresh_ms = refresh_ms
+        self._refresher = Refresher("ACLs", self.refresh, refresh_ms, clock)
         self._index = EMPTY_INDEX
         self._version: int | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._failing = False
+        self._started = False
         self._lock = asyncio.Lock()
 
     @property
@@ -61,27 +71,44 @@ class AclCache:
         """The ACL version the snapshot is (None before the first load)."""
         return self._version
 
+    @property
+    def failed_refreshes(self) -> int:
+        """Consecutive failed refreshes (0: the last one worked)."""
+        return self._refresher.failures
+
     async def start(self) -> None:
-        if self._task is None:
+        if not self._started:
             await self.refresh()
-            self._task = asyncio.create_task(self._refresh_forever())
+            self._started = True
+            self._refresher.start()
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._refresher.close()
 
     async def refresh(self) -> None:
-        """Load the bindings if the coordinator's version differs from the snapshot's. Raises
+        """Load the bindings if the coordinator's version is newer than the snapshot's. Raises
         the coordinator's errors."""
         async with self._lock:
-            version = await self._coordinator.acl_version()
-            if version == self._version:
+            if not self._newer(await self._coordinator.acl_version()):
                 return
-            snapshot = await self._coordinator.acl_snapshot()
-            self._index = AclIndex(snapshot.bindings)
-            self._version = snapshot.version
+            self._load(await self._coordinator.acl_snapshot())
+
+    def _newer(self, version: int) -> bool:
+        return self._version is None or version > self._version
+
+    def _load(self, snapshot: AclSnapshot) -> None:
+        """Take `snapshot` unless it is not newer than the one held (never step back)."""
+        if not self._newer(snapshot.version):
+            _log.debug(
+                "ACLs: kept version %s over an older read of version %d",
+                self._version,
+                snapshot.version,
+            )
+            return
+        changed = tuple(snapshot.bindings) != self._index.bindings or self._version is None
+        self._index = AclIndex(snapshot.bindings)
+        self._version = snapshot.version
+        if changed:  # (the version also grows with SCRAM credential changes)
             _log.info("ACLs: version %d, %d bindings", snapshot.version, len(snapshot.bindings))
 
     async def create(self, bindings: Sequence[AclBinding]) -> list[AclOutcome]:
@@ -105,20 +132,6 @@ class AclCache:
             await self.refresh()
         except DisklessError as error:  # stored all the same: the next refresh loads it
             _log.debug("ACLs: refreshing after a change failed: %r", error)
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._refresh_ms / 1000)
-            try:
-                await self.refresh()
-            except DisklessError as error:
-                if not self._failing:
-                    _log.warning("ACLs: refreshing from the coordinator failed: %r", error)
-                self._failing = True
-                continue
-            if self._failing:
-                _log.warning("ACLs: refreshing from the coordinator works again")
-            self._failing = False
 
     def authorize(
         self,

@@ -13,6 +13,10 @@ client sends its produce requests. This server names the *produce representative
 - Leaders are chosen among the live brokers. When membership changes, the `leader_epoch` of every
   partition goes up (it is the membership generation), so clients that track leader epochs
   (KIP-320) accept the new leaders instead of discarding them as stale.
+- A broker of this process whose registration may have lapsed (not renewed within the session
+  timeout: it may be cut off from the coordinator, and the other processes drop it) names the
+  other brokers of its last view instead of itself, or no leader when there is none, until a
+  renewal lands (`lapsed`).
 - Consumers read from the same broker: any broker can serve any partition's reads, and the
   representative of the consumer's rack is in its rack.
 
@@ -149,6 +153,8 @@ class ClusterView:
         """Brokers that left this process and have not joined again."""
         self._brokers: dict[int, BrokerAddress] = {}
         self._generation = 0
+        self._lapsed: frozenset[int] = frozenset()
+        """The local brokers `leaders` last left out for a registration that may have lapsed."""
         self._task: asyncio.Task[None] | None = None
         self._announcing: set[asyncio.Task[None]] = set()
         self._registry_writes = asyncio.Lock()
@@ -247,9 +253,31 @@ class ClusterView:
     def leaders(
         self, partitions: Iterable[TopicPartition], client_rack: str | None
     ) -> dict[TopicPartition, int]:
-        """The produce representative of `client_rack` for each partition, among live brokers."""
-        nodes = [BrokerNode(b.broker_id, b.rack) for b in self._brokers.values()]
-        return produce_assignment(partitions, client_rack, nodes)
+        """The produce representative of `client_rack` for each partition, among live brokers
+        (none: no partition is in the answer). A broker of this process whose registration may
+        have lapsed is not among them: see `lapsed`."""
+        lapsed = self.lapsed()
+        if lapsed != self._lapsed:  # the leaders move: clients tracking epochs must take them
+            self._lapsed = lapsed
+            self._generation += 1
+        nodes = [
+            BrokerNode(b.broker_id, b.rack)
+            for b in self._brokers.values()
+            if b.broker_id not in lapsed
+        ]
+        return produce_assignment(partitions, client_rack, nodes) if nodes else {}
+
+    def lapsed(self) -> frozenset[int]:
+        """This process's brokers whose registration may have lapsed: they renewed it once, but
+        not within the session timeout since. The others' views drop such a broker when its
+        registration expires, and it may be cut off from the coordinator, so it stops naming
+        itself a partition's leader (as Kafka's controller moves leadership away from a broker
+        that missed its heartbeats) until a renewal lands: clients that ask it are sent to the
+        brokers of its last view instead, and come back after."""
+        if self._coordinator is None:
+            return frozenset()
+        now = asyncio.get_running_loop().time()
+        return frozenset(b for b, until in self._live_until.items() if now >= until)
 
     # --- the registry -----------------------------------------------------------------------------
     async def renew(self) -> None:

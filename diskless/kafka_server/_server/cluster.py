@@ -127,7 +127,8 @@ class KafkaCluster:
         )
         self.transactions = TransactionFront(coordinator)
         self.groups = GroupCoordinator(coordinator, self.view)
-        self.credentials = Credentials(coordinator)
+        self.credentials = Credentials(coordinator, config.acl_refresh_ms)
+        """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""
         self.acls = (
             AclCache(
                 coordinator,
@@ -155,6 +156,7 @@ class KafkaCluster:
     async def start(self) -> None:
         if self.acls is not None:
             await self.acls.start()
+        await self.credentials.start()
         await self.transactions.start()
         await self.groups.start()
         await self.view.start()
@@ -227,6 +229,7 @@ class KafkaCluster:
         await self.view.close()
         await self.groups.close()
         await self.transactions.close()
+        await self.credentials.close()
         if self.acls is not None:
             await self.acls.close()
 

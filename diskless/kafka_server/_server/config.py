@@ -154,8 +154,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     acl_refresh_ms: int = 1_000
     """How often each broker process checks the coordinator's ACL version (one small read) and
     reloads the ACLs when it changed: an ACL change takes effect on every process within this
-    (plus one coordinator read), and at once on the process it was made through. No Kafka
-    property (Kafka's brokers follow the metadata log)."""
+    (plus one coordinator read), and at once on the process it was made through. Each process's
+    copy of the SCRAM credentials is refreshed the same way. No Kafka property (Kafka's brokers
+    follow the metadata log)."""
 
     def sasl_mechanisms_for(self, listener: str) -> tuple[str, ...]:
         """The SASL mechanisms `listener` offers: its own `sasl.enabled.mechanisms` over the
