@@ -27,8 +27,8 @@ def check_produce(
     allow_zstd: bool = True,
 ) -> Checked:
     """Validate every partition on its own (framing, CRC, every record, size, timestamps at
-    `now_ms`, zstd only if `allow_zstd`), then Kafka's one-transactional-producer-per-request
-    rule.
+    `now_ms`, zstd only if `allow_zstd`), recompressing a batch whose topic stores another codec,
+    then Kafka's one-transactional-producer-per-request rule.
 
     A topic missing from `topics` is unknown, or fails with produce's error for the failure in
     `unavailable` that kept its description from being read.
@@ -52,11 +52,14 @@ def check_produce(
             results[tp] = _unknown(tp)
             continue
         config = description.config
+        compression = config.compression_type
         rules = RecordRules(
             now_ms,
             config.timestamp_type,
             config.message_timestamp_before_max_ms,
             config.message_timestamp_after_max_ms,
+            compression,
+            config.compression_level if compression >= 0 else 0,
         )
         parsed = parse_produce_payload(data, config.max_message_bytes, rules, allow_zstd=allow_zstd)
         if isinstance(parsed, InvalidBatch):

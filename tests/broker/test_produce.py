@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 import pytest
 
 from diskless import BrokerConfig, DisklessBroker
-from diskless._types import ErrorCode, OffsetSpec, TimestampType, TopicPartition
+from diskless._types import CompressionType, ErrorCode, OffsetSpec, TimestampType, TopicPartition
 from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import (
     InMemoryBatchCoordinator,
@@ -22,7 +22,7 @@ from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
 from diskless.records import set_log_append_time
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import CREATE_TIME_MS, build_batch, records_of
+from tests.broker._kafka import CREATE_TIME_MS, build_batch, decode, records_of
 from tests.records._oracle import build_batch as oracle_batch
 
 FAST = BrokerConfig(wal=WalConfig(commit_interval_ms=5, upload_attempts=1, upload_backoff_ms=0))
@@ -181,6 +181,37 @@ async def test_zstd_when_not_allowed_fails_only_its_partition(
     assert coordinator.describe_calls == 1  # both paths ran
     assert (await broker.list_offsets({T0: OffsetSpec.LATEST}))[T0].offset == 0
     assert (await broker.produce({T0: zstd}))[T0].error == ErrorCode.NONE
+
+
+async def test_a_topics_codec_is_applied_and_its_failures_stay_in_their_partition(
+    broker: DisklessBroker, coordinator: CountingCoordinator
+) -> None:
+    """A gzip topic stores an lz4 batch in gzip; an uncompressed topic refuses one that no longer
+    fits max.message.bytes once uncompressed, alone: the request's other partitions are stored,
+    and a topic keeping the producer's codec stores its batch as sent."""
+    records = [(CREATE_TIME_MS + i, None, b"compressible " * 40, []) for i in range(8)]
+    lz4 = oracle_batch(records, compression=3)
+    raw_size = len(oracle_batch(records))
+    assert len(lz4) < 300 < raw_size
+    await coordinator.create_topic("gz", 1, TopicConfig(compression_type=CompressionType.GZIP))
+    await coordinator.create_topic(
+        "raw",
+        1,
+        TopicConfig(compression_type=CompressionType.UNCOMPRESSED, max_message_bytes=raw_size - 1),
+    )
+    gz, raw = TopicPartition("gz", 0), TopicPartition("raw", 0)
+    for _ in range(2):  # checked in a task (topics not cached yet), then in the caller's step
+        raw_result = (await broker.produce({raw: lz4, gz: lz4, T0: lz4}))[raw]
+        assert raw_result.error == ErrorCode.MESSAGE_TOO_LARGE, raw_result
+        assert "recompression" in (raw_result.error_message or "")
+    fetched = await broker.fetch({gz: 0, T0: 0, raw: 0})
+    assert fetched[raw].high_watermark == 0
+    stored = {tp: decode(fetched[tp].records) for tp in (gz, T0)}
+    assert [[b.compression for b in stored[tp]] for tp in (gz, T0)] == [[1, 1], [3, 3]]
+    for batches in stored.values():
+        assert [r.value for b in batches for r in b.records] == [v for _, _, v, _ in records] * 2
+        assert [r.timestamp for b in batches for r in b.records] == [t for t, *_ in records] * 2
+    assert bytes(fetched[T0].records)[17 : len(lz4)] == lz4[17:]  # from the CRC on, as sent
 
 
 @pytest.mark.parametrize("acks", [2, -2, 5])
