@@ -87,6 +87,16 @@ def _one_transactional_producer(
                 del valid[tp]
 
 
+def recompresses(topics: Mapping[str, TopicDescription]) -> bool:
+    """Whether a topic of `topics` stores its batches in a codec of its own. Recompressing
+    costs milliseconds per megabyte (gzip at its default level some 40, zstd at level 19 over a
+    second), so the broker checks such requests in a worker thread, off its event loop."""
+    for description in topics.values():  # noqa: SIM110 (no generator on the produce path)
+        if description.config.compression_type >= 0:
+            return True
+    return False
+
+
 def has_transactional(valid: Mapping[TopicPartition, BatchHeader]) -> bool:
     return any(header.is_transactional for header in valid.values())
 

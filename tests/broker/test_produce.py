@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 
-from diskless import BrokerConfig, DisklessBroker
+from diskless import BrokerConfig, DisklessBroker, _broker
 from diskless._types import CompressionType, ErrorCode, OffsetSpec, TimestampType, TopicPartition
 from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import (
@@ -200,7 +202,7 @@ async def test_a_topics_codec_is_applied_and_its_failures_stay_in_their_partitio
         TopicConfig(compression_type=CompressionType.UNCOMPRESSED, max_message_bytes=raw_size - 1),
     )
     gz, raw = TopicPartition("gz", 0), TopicPartition("raw", 0)
-    for _ in range(2):  # checked in a task (topics not cached yet), then in the caller's step
+    for _ in range(2):  # the topics not cached yet, then cached
         raw_result = (await broker.produce({raw: lz4, gz: lz4, T0: lz4}))[raw]
         assert raw_result.error == ErrorCode.MESSAGE_TOO_LARGE, raw_result
         assert "recompression" in (raw_result.error_message or "")
@@ -212,6 +214,31 @@ async def test_a_topics_codec_is_applied_and_its_failures_stay_in_their_partitio
         assert [r.value for b in batches for r in b.records] == [v for _, _, v, _ in records] * 2
         assert [r.timestamp for b in batches for r in b.records] == [t for t, *_ in records] * 2
     assert bytes(fetched[T0].records)[17 : len(lz4)] == lz4[17:]  # from the CRC on, as sent
+
+
+async def test_a_recompressing_topics_batches_are_checked_off_the_event_loop(
+    broker: DisklessBroker, coordinator: CountingCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compressing a megabyte takes gzip some 40 ms and zstd at level 19 over a second: the
+    loop would stall every other client meanwhile. The producer's codec is checked in place."""
+    threads: list[int] = []
+    checked_where_it_runs = _broker.check_produce
+
+    def check_produce(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return checked_where_it_runs(*args, **kwargs)
+
+    monkeypatch.setattr("diskless._broker.check_produce", check_produce)
+    await coordinator.create_topic("gz", 1, TopicConfig(compression_type=CompressionType.GZIP))
+    gz = TopicPartition("gz", 0)
+    for _ in range(2):  # the topics not cached yet, then cached
+        results = await broker.produce({gz: build_batch([b"a" * 100])})
+        assert results[gz].error == ErrorCode.NONE
+        results = await broker.produce({T0: build_batch([b"b" * 100])})
+        assert results[T0].error == ErrorCode.NONE
+    loop = threading.get_ident()
+    assert [thread == loop for thread in threads] == [False, True, False, True]
+    assert [b.compression for b in decode((await broker.fetch({gz: 0}))[gz].records)] == [1, 1]
 
 
 @pytest.mark.parametrize("acks", [2, -2, 5])
