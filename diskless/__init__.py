@@ -20,6 +20,7 @@ from diskless._results import (
     ProduceStats,
 )
 from diskless._types import (
+    CompressionType,
     ControlType,
     ErrorCode,
     IsolationLevel,
@@ -65,6 +66,7 @@ __all__ = [
     "ProduceResult",
     "ProduceStats",
     # Kafka vocabulary
+    "CompressionType",
     "ControlType",
     "ErrorCode",
     "IsolationLevel",

@@ -45,6 +45,7 @@ from diskless._produce_check import (
     has_lease,
     has_transactional,
     owned_bytes,
+    recompresses,
     size_of,
 )
 from diskless._produce_check import Checked as _Checked
@@ -331,12 +332,13 @@ class DisklessBroker:
         self, partitions: dict[TopicPartition, bytes | memoryview], allow_zstd: bool
     ) -> _Checked | None:
         """Validate at once when nothing has to be waited for: no earlier request is still on its
-        way to the WAL, and the topic cache answers for every partition. None otherwise."""
+        way to the WAL, the topic cache answers for every partition, and no topic recompresses
+        (that check runs in a worker thread, `recompresses`). None otherwise."""
         previous = self._admitted
         if previous is not None and not previous.done():
             return None
         topics = self._topics.cached(partitions)
-        if topics is None:
+        if topics is None or recompresses(topics):
             return None
         return check_produce(partitions, topics, {}, self._clock.now_ms(), allow_zstd=allow_zstd)
 
@@ -426,9 +428,19 @@ class DisklessBroker:
                     {tp.topic for tp in partitions}, partitions
                 )
                 now_ms = self._clock.now_ms()
-                checked = check_produce(
-                    partitions, topics, unavailable, now_ms, allow_zstd=allow_zstd
-                )
+                if recompresses(topics):  # compressing is slow: off the event loop
+                    checked = await asyncio.to_thread(
+                        check_produce,
+                        partitions,
+                        topics,
+                        unavailable,
+                        now_ms,
+                        allow_zstd=allow_zstd,
+                    )
+                else:
+                    checked = check_produce(
+                        partitions, topics, unavailable, now_ms, allow_zstd=allow_zstd
+                    )
             results, entries = await self._lease(checked)
             if previous is not None:
                 # Shielded: giving up on our deadline must not cancel the predecessor's ticket.

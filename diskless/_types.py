@@ -108,6 +108,18 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
+class CompressionType(enum.IntEnum):
+    """A topic's `compression.type`: the codec its batches are stored in. Each codec's value is
+    its id in a batch's attributes; PRODUCER keeps whatever codec the producer chose."""
+
+    PRODUCER = -1
+    UNCOMPRESSED = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
 class IsolationLevel(enum.IntEnum):
     """A fetch's isolation: READ_COMMITTED stops at the last stable offset."""
 

@@ -15,6 +15,7 @@ EXPECTED_TOP_LEVEL = {
     "BrokerNode",
     "BrokerStats",
     "Clock",
+    "CompressionType",
     "ControlType",
     "CoordinatorError",
     "DisklessBroker",

@@ -11,8 +11,21 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from diskless._types import ControlType, ErrorCode, IsolationLevel, TimestampType, TopicPartition
-from diskless.records import TIMESTAMP_AFTER_MAX_MS_DEFAULT, TIMESTAMP_BEFORE_MAX_MS_DEFAULT
+from diskless._types import (
+    CompressionType,
+    ControlType,
+    ErrorCode,
+    IsolationLevel,
+    TimestampType,
+    TopicPartition,
+)
+from diskless.records import (
+    GZIP_LEVEL_DEFAULT,
+    LZ4_LEVEL_DEFAULT,
+    TIMESTAMP_AFTER_MAX_MS_DEFAULT,
+    TIMESTAMP_BEFORE_MAX_MS_DEFAULT,
+    ZSTD_LEVEL_DEFAULT,
+)
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -30,6 +43,25 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
     message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
     """Kafka's message.timestamp.after.max.ms: how far after the broker's clock a CreateTime
     record's timestamp may lie (default one hour since Kafka 4.0, KIP-1030)."""
+    compression_type: CompressionType = CompressionType.PRODUCER
+    """Kafka's compression.type: the codec every batch is stored in, a batch in another codec
+    recompressed on produce; PRODUCER stores each batch in the codec it came in."""
+    compression_gzip_level: int = GZIP_LEVEL_DEFAULT
+    compression_lz4_level: int = LZ4_LEVEL_DEFAULT
+    compression_zstd_level: int = ZSTD_LEVEL_DEFAULT
+    """Kafka 4's compression.{gzip,lz4,zstd}.level (KIP-390): the level a batch is recompressed
+    at in that codec (`diskless.records.compression_level_error` says which are levels)."""
+
+    @property
+    def compression_level(self) -> int:
+        """The level of the topic's codec (0 for those without levels)."""
+        if self.compression_type == CompressionType.GZIP:
+            return self.compression_gzip_level
+        if self.compression_type == CompressionType.LZ4:
+            return self.compression_lz4_level
+        if self.compression_type == CompressionType.ZSTD:
+            return self.compression_zstd_level
+        return 0
 
 
 class BrokerRegistration(msgspec.Struct, frozen=True):

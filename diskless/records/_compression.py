@@ -1,4 +1,5 @@
-"""Bounded decompression of a batch's records, one function per Kafka codec.
+"""Bounded decompression of a batch's records, one function per Kafka codec; and compression,
+for the topics whose `compression.type` names a codec.
 
 Kafka sets no limit on how far a compressed batch may expand; a broker that decompresses to
 validate must, or one small request (a "decompression bomb") could take all its memory. Every
@@ -8,6 +9,12 @@ size-aware API, so that memory stays within the bound whatever the input claims.
 Each function returns the decompressed bytes or an `InvalidBatch`: a payload that does not
 decompress cleanly (garbage, truncated, trailing bytes) is CORRUPT_MESSAGE, one that would expand
 past the bound is MESSAGE_TOO_LARGE (see `decompressed_bytes_max`).
+
+The compressors write what Kafka's own writes (its `Compression` classes): one gzip member;
+snappy in xerial framing of 32 KiB blocks (snappy-java's `SnappyOutputStream`); an LZ4 frame of
+independent 64 KiB blocks declaring no size, through the fast compressor at the default level and
+the high-compression one at any other, as lz4-java's; one zstd frame. Levels take Kafka 4's
+ranges (`compression.gzip.level` and the others, KIP-390), checked by `compression_level_error`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import zlib
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
+import lz4.frame
 import snappy
 import zstandard
 from lz4.frame import create_decompression_context, decompress_chunk
@@ -43,9 +51,26 @@ CODEC_LZ4: Final = 3
 CODEC_ZSTD: Final = 4
 CODEC_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
+GZIP_LEVEL_DEFAULT: Final = -1
+"""zlib's default (6), as Java's `Deflater.DEFAULT_COMPRESSION`; else 1 (fastest) to 9."""
+GZIP_LEVEL_MIN: Final = 1
+GZIP_LEVEL_MAX: Final = 9
+LZ4_LEVEL_DEFAULT: Final = 9
+LZ4_LEVEL_MIN: Final = 1
+LZ4_LEVEL_MAX: Final = 17
+"""lz4-java's range; liblz4 treats levels above its own maximum (12) as that maximum."""
+ZSTD_LEVEL_DEFAULT: Final = 3
+ZSTD_LEVEL_MIN: Final = -131072
+"""zstd's fastest (`ZSTD_minCLevel`, -ZSTD_TARGETLENGTH_MAX)."""
+ZSTD_LEVEL_MAX: Final = 22
+
 XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 """Java clients (snappy-java) frame snappy as this magic, two int32 versions, then blocks."""
 _XERIAL_HEADER_SIZE: Final = 16
+_XERIAL_VERSIONS: Final = b"\x00\x00\x00\x01\x00\x00\x00\x01"
+"""Version 1, compatible with version 1: what snappy-java writes after the magic."""
+_XERIAL_BLOCK_BYTES: Final = 32 * 1024
+"""Uncompressed bytes per xerial block: snappy-java's default block size, Kafka's."""
 _INT32: Final = struct.Struct(">i")
 _UINT64_LE: Final = struct.Struct("<Q")
 
@@ -301,3 +326,79 @@ DECOMPRESSORS: Final[dict[int, Callable[[Payload, int], bytes | InvalidBatch]]] 
     CODEC_LZ4: decompress_lz4,
     CODEC_ZSTD: decompress_zstd,
 }
+
+
+def compression_level_error(codec: int, level: int) -> str | None:
+    """Why `level` is no level of `codec` in Kafka 4 (KIP-390); None when it is one. snappy and
+    no compression have no levels, so any level is theirs (it is never used)."""
+    if codec == CODEC_GZIP:
+        if level != GZIP_LEVEL_DEFAULT and not GZIP_LEVEL_MIN <= level <= GZIP_LEVEL_MAX:
+            return f"must be between {GZIP_LEVEL_MIN} and {GZIP_LEVEL_MAX} or {GZIP_LEVEL_DEFAULT}"
+    elif codec == CODEC_LZ4:
+        if not LZ4_LEVEL_MIN <= level <= LZ4_LEVEL_MAX:
+            return f"must be between {LZ4_LEVEL_MIN} and {LZ4_LEVEL_MAX}"
+    elif codec == CODEC_ZSTD and not ZSTD_LEVEL_MIN <= level <= ZSTD_LEVEL_MAX:
+        return f"must be between {ZSTD_LEVEL_MIN} and {ZSTD_LEVEL_MAX}"
+    return None
+
+
+def compress_gzip(records: Payload, level: int) -> bytes:
+    """One gzip member (Java's `GZIPInputStream` and every client read it)."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return compressor.compress(records) + compressor.flush()
+
+
+def compress_snappy(records: Payload, level: int) -> bytes:
+    """xerial framing: the magic, the versions, then each 32 KiB as an int32 length and a raw
+    snappy block; every client reads it (librdkafka and kafka-python look for the magic)."""
+    view = memoryview(records)
+    parts = [XERIAL_MAGIC, _XERIAL_VERSIONS]
+    for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
+        block: bytes = snappy.compress(view[start : start + _XERIAL_BLOCK_BYTES])
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def compress_lz4(records: Payload, level: int) -> bytes:
+    """An LZ4 frame as Kafka's `Lz4BlockOutputStream` writes it: independent 64 KiB blocks, no
+    checksums, no declared size; the fast compressor at the default level (liblz4's frame API
+    takes level 0 for it), the high-compression one at the others."""
+    compressed: bytes = lz4.frame.compress(
+        records,
+        compression_level=0 if level == LZ4_LEVEL_DEFAULT else level,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )
+    return compressed
+
+
+_ZSTD_COMPRESSORS_MAX: Final = 8
+"""Compressors kept per thread, one per level in use (most clusters use one or two levels)."""
+
+
+def compress_zstd(records: Payload, level: int) -> bytes:
+    """One zstd frame declaring its size, which lets a reader decompress it in one call."""
+    try:
+        compressors: dict[int, zstandard.ZstdCompressor] = _zstd_local.compressors
+    except AttributeError:
+        compressors = _zstd_local.compressors = {}
+    compressor = compressors.get(level)
+    if compressor is None:
+        if len(compressors) >= _ZSTD_COMPRESSORS_MAX:
+            compressors.clear()
+        compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
+    compressed: bytes = compressor.compress(records)
+    return compressed
+
+
+COMPRESSORS: Final[dict[int, Callable[[Payload, int], bytes]]] = {
+    CODEC_GZIP: compress_gzip,
+    CODEC_SNAPPY: compress_snappy,
+    CODEC_LZ4: compress_lz4,
+    CODEC_ZSTD: compress_zstd,
+}
+"""A codec's compressor, given the records and the topic's level for that codec."""

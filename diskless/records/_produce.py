@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from diskless._types import ErrorCode, TimestampType
+from diskless._types import CompressionType, ErrorCode, TimestampType
 from diskless.records._compression import CODEC_ZSTD
 from diskless.records._header import (
     COMPRESSION_MASK,
@@ -30,6 +30,10 @@ class RecordRules(NamedTuple):
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
     timestamp_before_max_ms: int = TIMESTAMP_BEFORE_MAX_MS_DEFAULT
     timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
+    compression: int = CompressionType.PRODUCER
+    """The topic's codec, which every batch is stored in (PRODUCER: the batch's own)."""
+    compression_level: int = 0
+    """The topic's level for that codec."""
 
 
 def _validate(
@@ -47,6 +51,8 @@ def _validate(
         now_ms=rules.now_ms,
         timestamp_before_max_ms=rules.timestamp_before_max_ms,
         timestamp_after_max_ms=rules.timestamp_after_max_ms,
+        compression=rules.compression,
+        compression_level=rules.compression_level,
     )
 
 
@@ -61,8 +67,9 @@ def parse_produce_payload(
 
     Produce v3+ carries exactly one batch per partition; anything else is INVALID_RECORD. With
     `rules` every record is decoded and checked too (`validate_records`), and the batch returned
-    may be a fixed copy (its maxTimestamp); without, only the framing, header and CRC are checked
-    (for callers that re-read batches the broker already accepted).
+    may be a fixed copy (its maxTimestamp, or its records in the topic's codec); without, only
+    the framing, header and CRC are checked (for callers that re-read batches the broker already
+    accepted).
 
     `allow_zstd` False (a request below Produce v7, whose client could not read zstd back) makes
     a zstd batch UNSUPPORTED_COMPRESSION_TYPE. Kafka checks this with the request's own rules

@@ -22,6 +22,10 @@ past 32 (64) bits, which clients read differently (Java drops them, librdkafka d
 before truncating, kafka-python keeps them), so the record has no single meaning. Record
 attributes are ignored and header keys are not checked for UTF-8, as in Kafka and librdkafka.
 
+A topic whose `compression.type` names a codec gets every batch in another codec rewritten in
+it once its records are valid (`_recompress`); a batch already in it, and every batch of a topic
+that keeps the producer's codec, is stored as written.
+
 The walk over the records runs once per record of every produced batch, so it is C
 (`_cwalk.c`); this module decompresses, calls it, and maps its answer to an `InvalidBatch`.
 """
@@ -40,6 +44,7 @@ from diskless.records._header import (
     InvalidBatch,
     with_max_timestamp,
 )
+from diskless.records._recompress import recompress
 
 try:
     from diskless.records._cwalk import walk
@@ -60,14 +65,18 @@ def validate_records(
     now_ms: int,
     timestamp_before_max_ms: int,
     timestamp_after_max_ms: int,
+    compression: int = -1,
+    compression_level: int = 0,
 ) -> BatchHeader | InvalidBatch:
     """Every record of a client batch whose header already passed `validate_client_batch`; the
-    batch to store (`header` itself, unless its maxTimestamp was fixed) or why it is refused.
+    batch to store (`header` itself, unless its maxTimestamp was fixed or it was recompressed)
+    or why it is refused.
 
     For CreateTime topics each timestamp must lie in [now - before_max, now + after_max]
     (message.timestamp.before.max.ms / message.timestamp.after.max.ms), and a maxTimestamp other
     than Kafka's (the largest record timestamp, at least -1) is rewritten to it. LogAppendTime
     topics skip both, as Kafka does (their maxTimestamp is the append time, stamped on read).
+    `compression` is the topic's codec (-1: the producer's), `compression_level` its level.
     """
     buffer: bytes | memoryview = header.buffer
     start = header.position + HEADER_SIZE
@@ -93,10 +102,17 @@ def validate_records(
         timestamp_before_max_ms,
         timestamp_after_max_ms,
     )
-    if problem is None:
-        return header
-    if isinstance(problem, int):
-        return with_max_timestamp(header, problem)
+    if problem is None or isinstance(problem, int):
+        if compression < 0 or compression == codec:  # stored as written
+            return header if problem is None else with_max_timestamp(header, problem)
+        return recompress(
+            header,
+            buffer[start:end],
+            codec=compression,
+            level=compression_level,
+            max_timestamp=header.max_timestamp if problem is None else problem,
+            max_message_bytes=max_message_bytes,
+        )
     code, message = problem
     if codec and code == ErrorCode.INVALID_RECORD:
         message = f"{CODEC_NAMES[codec]} batch: {message}"

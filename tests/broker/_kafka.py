@@ -60,6 +60,7 @@ class Batch:
     producer_epoch: int
     timestamp_type: int
     records: list[Record]
+    compression: int = 0
 
 
 def decode(data: bytes) -> list[Batch]:
@@ -81,6 +82,7 @@ def decode(data: bytes) -> list[Batch]:
                 producer_epoch=batch.producer_epoch,
                 timestamp_type=batch.timestamp_type,
                 records=records,
+                compression=batch.compression_type,
             )
         )
     assert total == len(data), "trailing bytes that frame no batch"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 
-from diskless import BrokerConfig, DisklessBroker
-from diskless._types import ErrorCode, OffsetSpec, TimestampType, TopicPartition
+from diskless import BrokerConfig, DisklessBroker, _broker
+from diskless._types import CompressionType, ErrorCode, OffsetSpec, TimestampType, TopicPartition
 from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import (
     InMemoryBatchCoordinator,
@@ -22,7 +24,7 @@ from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
 from diskless.records import set_log_append_time
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import CREATE_TIME_MS, build_batch, records_of
+from tests.broker._kafka import CREATE_TIME_MS, build_batch, decode, records_of
 from tests.records._oracle import build_batch as oracle_batch
 
 FAST = BrokerConfig(wal=WalConfig(commit_interval_ms=5, upload_attempts=1, upload_backoff_ms=0))
@@ -181,6 +183,62 @@ async def test_zstd_when_not_allowed_fails_only_its_partition(
     assert coordinator.describe_calls == 1  # both paths ran
     assert (await broker.list_offsets({T0: OffsetSpec.LATEST}))[T0].offset == 0
     assert (await broker.produce({T0: zstd}))[T0].error == ErrorCode.NONE
+
+
+async def test_a_topics_codec_is_applied_and_its_failures_stay_in_their_partition(
+    broker: DisklessBroker, coordinator: CountingCoordinator
+) -> None:
+    """A gzip topic stores an lz4 batch in gzip; an uncompressed topic refuses one that no longer
+    fits max.message.bytes once uncompressed, alone: the request's other partitions are stored,
+    and a topic keeping the producer's codec stores its batch as sent."""
+    records = [(CREATE_TIME_MS + i, None, b"compressible " * 40, []) for i in range(8)]
+    lz4 = oracle_batch(records, compression=3)
+    raw_size = len(oracle_batch(records))
+    assert len(lz4) < 300 < raw_size
+    await coordinator.create_topic("gz", 1, TopicConfig(compression_type=CompressionType.GZIP))
+    await coordinator.create_topic(
+        "raw",
+        1,
+        TopicConfig(compression_type=CompressionType.UNCOMPRESSED, max_message_bytes=raw_size - 1),
+    )
+    gz, raw = TopicPartition("gz", 0), TopicPartition("raw", 0)
+    for _ in range(2):  # the topics not cached yet, then cached
+        raw_result = (await broker.produce({raw: lz4, gz: lz4, T0: lz4}))[raw]
+        assert raw_result.error == ErrorCode.MESSAGE_TOO_LARGE, raw_result
+        assert "recompression" in (raw_result.error_message or "")
+    fetched = await broker.fetch({gz: 0, T0: 0, raw: 0})
+    assert fetched[raw].high_watermark == 0
+    stored = {tp: decode(fetched[tp].records) for tp in (gz, T0)}
+    assert [[b.compression for b in stored[tp]] for tp in (gz, T0)] == [[1, 1], [3, 3]]
+    for batches in stored.values():
+        assert [r.value for b in batches for r in b.records] == [v for _, _, v, _ in records] * 2
+        assert [r.timestamp for b in batches for r in b.records] == [t for t, *_ in records] * 2
+    assert bytes(fetched[T0].records)[17 : len(lz4)] == lz4[17:]  # from the CRC on, as sent
+
+
+async def test_a_recompressing_topics_batches_are_checked_off_the_event_loop(
+    broker: DisklessBroker, coordinator: CountingCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compressing a megabyte takes gzip some 40 ms and zstd at level 19 over a second: the
+    loop would stall every other client meanwhile. The producer's codec is checked in place."""
+    threads: list[int] = []
+    checked_where_it_runs = _broker.check_produce
+
+    def check_produce(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return checked_where_it_runs(*args, **kwargs)
+
+    monkeypatch.setattr("diskless._broker.check_produce", check_produce)
+    await coordinator.create_topic("gz", 1, TopicConfig(compression_type=CompressionType.GZIP))
+    gz = TopicPartition("gz", 0)
+    for _ in range(2):  # the topics not cached yet, then cached
+        results = await broker.produce({gz: build_batch([b"a" * 100])})
+        assert results[gz].error == ErrorCode.NONE
+        results = await broker.produce({T0: build_batch([b"b" * 100])})
+        assert results[T0].error == ErrorCode.NONE
+    loop = threading.get_ident()
+    assert [thread == loop for thread in threads] == [False, True, False, True]
+    assert [b.compression for b in decode((await broker.fetch({gz: 0}))[gz].records)] == [1, 1]
 
 
 @pytest.mark.parametrize("acks", [2, -2, 5])

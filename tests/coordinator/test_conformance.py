@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from diskless._types import ErrorCode, IsolationLevel, OffsetSpec, TimestampType, TopicPartition
+from diskless._types import (
+    CompressionType,
+    ErrorCode,
+    IsolationLevel,
+    OffsetSpec,
+    TimestampType,
+    TopicPartition,
+)
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
@@ -498,6 +505,33 @@ async def test_topics(coordinator: BatchCoordinator) -> None:
     assert [d.partitions for d in await coordinator.describe_topics(["a", "zz"])] == [4]
     c = Committer(coordinator)
     assert (await c.one(batch(TopicPartition("a", 3)))).error == OK
+
+
+async def test_every_topic_setting_is_stored(coordinator: BatchCoordinator) -> None:
+    """Each field of a topic's config, none at its default, comes back as it was created."""
+    config = TopicConfig(
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        retention_ms=11,
+        retention_bytes=12,
+        max_message_bytes=13,
+        message_timestamp_before_max_ms=14,
+        message_timestamp_after_max_ms=15,
+        compression_type=CompressionType.ZSTD,
+        compression_gzip_level=1,
+        compression_lz4_level=17,
+        compression_zstd_level=-7,
+    )
+    default = TopicConfig()
+    same = [f for f in config.__struct_fields__ if getattr(config, f) == getattr(default, f)]
+    assert not same, f"set {same} to something other than the default"
+    assert await coordinator.create_topic("all", 1, config) is ErrorCode.NONE
+    for kind in CompressionType:
+        await coordinator.create_topic(kind.name.lower(), 1, TopicConfig(compression_type=kind))
+    described = {d.name: d.config for d in await coordinator.describe_topics()}
+    assert described["all"] == config
+    for kind in CompressionType:
+        assert described[kind.name.lower()] == TopicConfig(compression_type=kind)
+        assert type(described[kind.name.lower()].compression_type) is CompressionType
 
 
 ILLEGAL_TOPIC_NAMES = {

@@ -589,4 +589,11 @@ $fn$
         )""",
         "INSERT INTO meta VALUES ('acl_version', 0) ON CONFLICT (name) DO NOTHING",
     ],
+    # 14: per-topic compression (compression.type, -1 for "producer", and the codecs' levels).
+    [
+        "ALTER TABLE topics ADD COLUMN compression_type SMALLINT NOT NULL DEFAULT -1",
+        "ALTER TABLE topics ADD COLUMN compression_gzip_level INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE topics ADD COLUMN compression_lz4_level INTEGER NOT NULL DEFAULT 9",
+        "ALTER TABLE topics ADD COLUMN compression_zstd_level INTEGER NOT NULL DEFAULT 3",
+    ],
 ]

@@ -338,7 +338,9 @@ class PostgresTxn(StoreTxn):
             topic_id = await conn.fetchval(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
-                " timestamp_after_max_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " timestamp_after_max_ms, compression_type, compression_gzip_level,"
+                " compression_lz4_level, compression_zstd_level)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                 " RETURNING topic_id",
                 name,
                 count,
@@ -348,6 +350,10 @@ class PostgresTxn(StoreTxn):
                 cfg.max_message_bytes,
                 cfg.message_timestamp_before_max_ms,
                 cfg.message_timestamp_after_max_ms,
+                int(cfg.compression_type),
+                cfg.compression_gzip_level,
+                cfg.compression_lz4_level,
+                cfg.compression_zstd_level,
             )
             await self._grow(topic_id, 0, count)
         for name, total in changes.partitions_added:

@@ -10,7 +10,7 @@ from typing import Any, Final
 import msgspec
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import TimestampType, TopicPartition
+from diskless._types import CompressionType, TimestampType, TopicPartition
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnRegistration
@@ -133,7 +133,9 @@ HEADS_FROM: Final = (
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 TOPIC_COLUMNS: Final = (
     "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms,"
+    " t.compression_type, t.compression_gzip_level, t.compression_lz4_level,"
+    " t.compression_zstd_level"
 )
 PARTITION_COLUMNS: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
@@ -207,14 +209,29 @@ _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
 
 def topic_from_row(row: Sequence[Any]) -> TopicRow:
     """A topic from a `TOPIC_COLUMNS` row."""
-    config = TopicConfig(TimestampType(row[2]), row[3], row[4], row[5], row[6], row[7])
+    config = TopicConfig(
+        TimestampType(row[2]),
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        CompressionType(row[8]),
+        row[9],
+        row[10],
+        row[11],
+    )
     return TopicRow(row[0], row[1], config)
 
 
 def partition_from_row(
     row: Sequence[Any], configs: dict[tuple[Any, ...], TopicConfig] | None = None
 ) -> PartitionState:
-    """A partition from a `PARTITION_COLUMNS` row; `configs` shares configs between rows."""
+    """A partition from a `PARTITION_COLUMNS` row; `configs` shares configs between rows.
+
+    Its config holds what the coordinator's rules read (timestamps, retention, size); the
+    compression settings, which only the broker's produce path reads (from the topic), keep
+    their defaults here."""
     config_key = (row[3], row[4], row[5], row[6], row[12], row[13])
     config = None if configs is None else configs.get(config_key)
     if config is None:

@@ -218,6 +218,13 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "INSERT OR IGNORE INTO meta VALUES ('acl_version', 0)",
     ],
+    # 13: per-topic compression (compression.type, -1 for "producer", and the codecs' levels).
+    [
+        "ALTER TABLE topics ADD COLUMN compression_type INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE topics ADD COLUMN compression_gzip_level INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE topics ADD COLUMN compression_lz4_level INTEGER NOT NULL DEFAULT 9",
+        "ALTER TABLE topics ADD COLUMN compression_zstd_level INTEGER NOT NULL DEFAULT 3",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -198,7 +198,9 @@ class SqliteTxn(StoreTxn):
             cursor = conn.execute(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
-                " timestamp_after_max_ms) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
+                " timestamp_after_max_ms, compression_type, compression_gzip_level,"
+                " compression_lz4_level, compression_zstd_level)"
+                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     int(cfg.timestamp_type),
@@ -207,6 +209,10 @@ class SqliteTxn(StoreTxn):
                     cfg.max_message_bytes,
                     cfg.message_timestamp_before_max_ms,
                     cfg.message_timestamp_after_max_ms,
+                    int(cfg.compression_type),
+                    cfg.compression_gzip_level,
+                    cfg.compression_lz4_level,
+                    cfg.compression_zstd_level,
                 ),
             )
             assert cursor.lastrowid is not None

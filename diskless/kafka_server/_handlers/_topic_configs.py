@@ -3,7 +3,7 @@
 Only what `TopicConfig` holds can be set; any other name is refused with INVALID_CONFIG and a
 message naming it, as Kafka refuses an unknown config. DescribeConfigs lists the same settings,
 plus the fixed values of a few settings clients commonly read (a diskless topic is never
-compacted and keeps the producer's compression), read-only.
+compacted), read-only.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from diskless._types import TimestampType
+from diskless._types import CompressionType, TimestampType
 from diskless.coordinator import TopicConfig
+from diskless.records import compression_level_error
 
 
 class ConfigType(enum.IntEnum):
@@ -66,6 +67,27 @@ def _timestamp_type(text: str) -> TimestampType:
     return _TIMESTAMP_TYPES[text]
 
 
+_COMPRESSION_TYPES: Final = {kind.name.lower(): kind for kind in CompressionType}
+"""Kafka's `compression.type` values: producer, uncompressed, gzip, snappy, lz4, zstd."""
+
+
+def _compression_type(text: str) -> CompressionType:
+    if text not in _COMPRESSION_TYPES:
+        raise ValueError(f"must be one of {', '.join(_COMPRESSION_TYPES)}")
+    return _COMPRESSION_TYPES[text]
+
+
+def _level(codec: CompressionType) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        level = int(text)
+        problem = compression_level_error(codec, level)
+        if problem is not None:
+            raise ValueError(problem)
+        return level
+
+    return parse
+
+
 class _Setting(NamedTuple):
     field: str
     parse: Callable[[str], object]
@@ -83,14 +105,21 @@ SETTINGS: Final[dict[str, _Setting]] = {
     "message.timestamp.after.max.ms": _Setting(
         "message_timestamp_after_max_ms", _long(0), ConfigType.LONG
     ),
+    "compression.type": _Setting("compression_type", _compression_type, ConfigType.STRING),
+    "compression.gzip.level": _Setting(
+        "compression_gzip_level", _level(CompressionType.GZIP), ConfigType.INT
+    ),
+    "compression.lz4.level": _Setting(
+        "compression_lz4_level", _level(CompressionType.LZ4), ConfigType.INT
+    ),
+    "compression.zstd.level": _Setting(
+        "compression_zstd_level", _level(CompressionType.ZSTD), ConfigType.INT
+    ),
 }
 """Kafka's name -> the `TopicConfig` field, how to parse a value, and its Kafka type."""
 
 FIXED: Final = (
     ConfigEntry("cleanup.policy", "delete", ConfigType.STRING, ConfigSource.DEFAULT_CONFIG, True),
-    ConfigEntry(
-        "compression.type", "producer", ConfigType.STRING, ConfigSource.DEFAULT_CONFIG, True
-    ),
 )
 """Settings a diskless topic cannot change, listed so that clients reading them find them."""
 
@@ -117,6 +146,8 @@ def parse_topic_config(configs: Iterable[tuple[str, str | None]]) -> TopicConfig
 def _text(value: object) -> str:
     if isinstance(value, TimestampType):
         return _TIMESTAMP_NAMES[value]
+    if isinstance(value, CompressionType):
+        return value.name.lower()
     return str(value)
 
 
