@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
 
@@ -27,6 +28,8 @@ from diskless.kafka_server._coordination.group_state import JoinOutcome
 
 PARTITIONS = 6
 RECORDS = 3000
+READ_BEFORE_REVOKE = 100
+"""Records of each partition the first member reads before a second one joins (0113)."""
 
 
 class Owner(NamedTuple):
@@ -371,3 +374,115 @@ async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
         await groups.close()
         await view.close()
         await coordinator.close()
+
+
+async def test_a_member_commits_while_the_group_prepares_a_rebalance(owner: Owner) -> None:
+    """Kafka's OffsetCommit rule for a classic group: the current generation's members may
+    commit while a rebalance is prepared; once the next generation is handed out, and until
+    it is synced, its members get REBALANCE_IN_PROGRESS and the older generation's get
+    ILLEGAL_GENERATION. A commit naming no member is refused while the group has members."""
+    groups, me = owner.groups, owner.me
+    tp = TopicPartition("t", 0)
+    first = await _join(owner)
+    member, generation = first.member_id, first.generation
+    assert (await groups.sync(me, "g", generation, member, {member: b"all"}))[0] == WireError.none
+    anonymous = await groups.commit_offsets(me, "g", -1, "", {tp: (1, None)})
+    assert anonymous == {tp: WireError.unknown_member_id}
+
+    second_join = asyncio.create_task(_join(owner))
+    await asyncio.sleep(0.01)  # the group prepares a rebalance: the first member revokes
+    assert await groups.heartbeat(me, "g", generation, member) == WireError.rebalance_in_progress
+    revoked = await groups.commit_offsets(me, "g", generation, member, {tp: (10, None)})
+    assert revoked == {tp: WireError.none}
+    assert await groups.committed_offsets(me, "g") == (WireError.none, {tp: (10, None)})
+    stranger = await groups.commit_offsets(me, "g", generation, "stranger", {tp: (11, None)})
+    assert stranger == {tp: WireError.unknown_member_id}
+    ahead = await groups.commit_offsets(me, "g", generation + 1, member, {tp: (11, None)})
+    assert ahead == {tp: WireError.illegal_generation}
+
+    rejoin = await _join(owner, member)
+    second = await second_join
+    assert rejoin.generation == second.generation == generation + 1
+    completing = await groups.commit_offsets(me, "g", generation + 1, member, {tp: (12, None)})
+    assert completing == {tp: WireError.rebalance_in_progress}
+    stale = await groups.commit_offsets(me, "g", generation, member, {tp: (12, None)})
+    assert stale == {tp: WireError.illegal_generation}
+    # A producer committing for the member (TxnOffsetCommit) is not held by the rebalance.
+    fence = await groups.txn_fence(me, "g", generation + 1, member)
+    assert fence == GroupOwnership(0, me.broker_epoch, generation + 1)
+    assert await groups.txn_fence(me, "g", -1, "") == GroupOwnership(0, me.broker_epoch, -1)
+    assert await groups.txn_fence(me, "g", -1, member) == WireError.illegal_generation
+
+    follower = asyncio.create_task(groups.sync(me, "g", generation + 1, second.member_id, {}))
+    await groups.sync(me, "g", generation + 1, member, {member: b"a", second.member_id: b"b"})
+    assert (await follower)[0] == WireError.none
+    stable = await groups.commit_offsets(me, "g", generation + 1, member, {tp: (12, None)})
+    assert stable == {tp: WireError.none}
+    assert await groups.committed_offsets(me, "g") == (WireError.none, {tp: (12, None)})
+
+
+def _commit_on_revoke(bootstrap: str, group: str) -> tuple[dict[int, int], dict[int, int]]:
+    """librdkafka's "commit on revoke" with an eager assignor: a first member reads, a second
+    joins, and the first commits its positions in its revoke callback. What the first member
+    committed on revoke, and where the second member started on each of its partitions."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "partition.assignment.strategy": "range",
+        "heartbeat.interval.ms": 100,
+    }
+    first = Consumer(config)
+    committed: dict[int, int] = {}
+    failures: list[BaseException] = []
+
+    def on_revoke(consumer: Consumer, partitions: list[Any]) -> None:
+        try:
+            answered = consumer.commit(asynchronous=False) or []
+            for tp in answered:
+                assert tp.error is None, tp.error
+                committed[tp.partition] = tp.offset
+        except BaseException as e:
+            failures.append(e)
+
+    first.subscribe(["grouped"], on_revoke=on_revoke)
+    read: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while len(read) < PARTITIONS or min(read.values()) < READ_BEFORE_REVOKE:
+        assert time.monotonic() < deadline, f"read {read}"
+        message = first.poll(0.5)
+        if message is not None and message.error() is None:
+            partition = message.partition()
+            assert partition is not None
+            read[partition] = read.get(partition, 0) + 1
+            if read[partition] == READ_BEFORE_REVOKE:  # the position stays there
+                first.pause([CkTopicPartition(message.topic(), partition)])
+    second = Consumer(config)
+    second.subscribe(["grouped"])
+    started: dict[int, int] = {}
+    while not committed or len(started) < PARTITIONS // 2:
+        assert time.monotonic() < deadline, f"committed {committed}, second read {started}"
+        assert not failures, failures
+        first.poll(0)
+        for message in second.consume(1000, 0.1):
+            partition, offset = message.partition(), message.offset()
+            if message.error() is None and partition is not None and offset is not None:
+                started.setdefault(partition, offset)
+    assert not failures, failures
+    second.close()
+    first.close()
+    return committed, started
+
+
+async def test_librdkafka_commits_on_revoke_during_a_rebalance(cluster: KafkaCluster) -> None:
+    """librdkafka's test 0113: the eager assignor's usual commit in the revoke callback is
+    accepted (the group is preparing its rebalance), so the member that takes a partition over
+    resumes exactly where the commit left it, and nothing committed is read again."""
+    await cluster.create_topic("grouped", PARTITIONS)
+    bootstrap = cluster.bootstrap("rack-0")
+    await asyncio.to_thread(_produce, bootstrap)
+    committed, started = await asyncio.to_thread(_commit_on_revoke, bootstrap, "revoking")
+    assert committed == dict.fromkeys(range(PARTITIONS), READ_BEFORE_REVOKE)
+    assert len(started) == PARTITIONS // 2
+    assert all(offset == READ_BEFORE_REVOKE for offset in started.values()), started

@@ -306,7 +306,7 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        error = group.check_txn_member(generation, member_id, instance_id)
+        error = group.check_member(generation, member_id, instance_id, transactional=True)
         if error is not WireError.none:
             return error
         claimed = group.generation if generation >= 0 else -1
