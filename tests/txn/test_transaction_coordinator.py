@@ -15,7 +15,14 @@ import pytest
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import BatchCoordinator, FaultyBatchCoordinator, FindBatchesRequest
 from diskless.errors import CoordinatorUnavailableError
-from diskless.txn import PendingOffset, TransactionCoordinator, TxnRecord, TxnState, TxnStep
+from diskless.txn import (
+    TRANSACTION_TIMEOUT_MS_MAX,
+    PendingOffset,
+    TransactionCoordinator,
+    TxnRecord,
+    TxnState,
+    TxnStep,
+)
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -163,9 +170,12 @@ async def test_errors_for_unknown_ids_and_wrong_states(tc: TransactionCoordinato
     ]
     # Nothing is open yet: ending is an invalid state transition.
     assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.INVALID_TXN_STATE
-    assert (await tc.init_producer_id("tx", 0)).error is ErrorCode.INVALID_REQUEST
+    for timeout_ms in (0, -1, TRANSACTION_TIMEOUT_MS_MAX + 1):
+        refused = await tc.init_producer_id("tx", timeout_ms)
+        assert refused.error is ErrorCode.INVALID_TRANSACTION_TIMEOUT
     unknown = await tc.add_partitions_to_txn("tx", pid, epoch, [TopicPartition("nope", 0)])
     assert unknown == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert (await tc.init_producer_id("tx", TRANSACTION_TIMEOUT_MS_MAX)).error is ErrorCode.NONE
 
 
 async def test_end_txn_retry_is_answered_again_but_a_different_outcome_is_not(
