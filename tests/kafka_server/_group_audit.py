@@ -261,8 +261,8 @@ class Observer:
                     (
                         now,
                         {
-                            tp.partition: o
-                            for tp, (o, _) in offsets.items()
+                            tp.partition: committed.offset
+                            for tp, committed in offsets.items()
                             if tp.topic == self._topic
                         },
                     )

@@ -19,7 +19,7 @@ from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless import ManualClock, TopicPartition
-from diskless._types import GroupOwnership
+from diskless._types import CommittedOffset, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
@@ -114,11 +114,11 @@ async def test_join_sync_heartbeat_leave(owner: Owner) -> None:
     assert leader == (WireError.none, b"a")
     assert await follower == (WireError.none, b"b")
 
-    offsets = {TopicPartition("t", 0): (42, None)}
+    offsets = {TopicPartition("t", 0): CommittedOffset(42, None)}
     stale = await groups.commit_offsets(me, "g", generation, member, offsets)
     assert stale == {TopicPartition("t", 0): WireError.illegal_generation}
     assert await groups.committed_offsets(me, "g") == (WireError.none, {})
-    unknown = {TopicPartition("t", 1): (1, None)}
+    unknown = {TopicPartition("t", 1): CommittedOffset(1, None)}
     answers = await groups.commit_offsets(me, "g", generation + 1, member, {**offsets, **unknown})
     assert answers == {
         TopicPartition("t", 0): WireError.none,
@@ -147,7 +147,7 @@ async def test_a_broker_that_does_not_own_the_group_answers_not_coordinator(
             {},
         )
         commit = await other.groups.commit_offsets(
-            other.me, "g", -1, "", {TopicPartition("t", 0): (1, None)}
+            other.me, "g", -1, "", {TopicPartition("t", 0): CommittedOffset(1, None)}
         )
         assert commit == {TopicPartition("t", 0): WireError.not_coordinator}
         assert await other.groups.txn_fence(other.me, "g", -1, "") == WireError.not_coordinator
@@ -173,7 +173,7 @@ async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
         await groups.txn_fence(me, "g", second.generation, first.member_id, "consumer-1"),
     ):
         assert answer == WireError.fenced_instance_id
-    offsets = {TopicPartition("t", 0): (1, None)}
+    offsets = {TopicPartition("t", 0): CommittedOffset(1, None)}
     commit = await groups.commit_offsets(
         me, "g", second.generation, first.member_id, offsets, "consumer-1"
     )
@@ -224,7 +224,7 @@ async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced()
             again = await _join(new)
             assert again.error == WireError.none and again.generation == joined.generation + 1
             # The stalled owner still believes in its group, but its commit is refused.
-            offsets = {TopicPartition("t", 0): (9, None)}
+            offsets = {TopicPartition("t", 0): CommittedOffset(9, None)}
             refused = await old.groups.commit_offsets(
                 old.me, "g", joined.generation, joined.member_id, offsets
             )
@@ -316,7 +316,7 @@ async def test_librdkafka_consumers_share_a_topic_through_a_group(cluster: Kafka
     assert read_by[0] and read_by[1]
     assert not read_by[0] & read_by[1]
     committed = await cluster.coordinator.fetch_offsets("librdkafka-group")
-    assert sum(offset for offset, _ in committed.values()) == RECORDS
+    assert sum(c.offset for c in committed.values()) == RECORDS
 
 
 def _kafka_python_group(bootstrap: str) -> int:
@@ -340,7 +340,7 @@ async def test_kafka_python_subscribes_and_commits(cluster: KafkaCluster) -> Non
     count = await asyncio.to_thread(_kafka_python_group, cluster.bootstrap("rack-2"))
     assert count == RECORDS
     committed = await cluster.coordinator.fetch_offsets("kafka-python-group")
-    assert sum(offset for offset, _ in committed.values()) == RECORDS
+    assert sum(c.offset for c in committed.values()) == RECORDS
 
 
 async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
@@ -386,26 +386,39 @@ async def test_a_member_commits_while_the_group_prepares_a_rebalance(owner: Owne
     first = await _join(owner)
     member, generation = first.member_id, first.generation
     assert (await groups.sync(me, "g", generation, member, {member: b"all"}))[0] == WireError.none
-    anonymous = await groups.commit_offsets(me, "g", -1, "", {tp: (1, None)})
+    anonymous = await groups.commit_offsets(me, "g", -1, "", {tp: CommittedOffset(1, None)})
     assert anonymous == {tp: WireError.unknown_member_id}
 
     second_join = asyncio.create_task(_join(owner))
     await asyncio.sleep(0.01)  # the group prepares a rebalance: the first member revokes
     assert await groups.heartbeat(me, "g", generation, member) == WireError.rebalance_in_progress
-    revoked = await groups.commit_offsets(me, "g", generation, member, {tp: (10, None)})
+    revoked = await groups.commit_offsets(
+        me, "g", generation, member, {tp: CommittedOffset(10, None)}
+    )
     assert revoked == {tp: WireError.none}
-    assert await groups.committed_offsets(me, "g") == (WireError.none, {tp: (10, None)})
-    stranger = await groups.commit_offsets(me, "g", generation, "stranger", {tp: (11, None)})
+    assert await groups.committed_offsets(me, "g") == (
+        WireError.none,
+        {tp: CommittedOffset(10, None)},
+    )
+    stranger = await groups.commit_offsets(
+        me, "g", generation, "stranger", {tp: CommittedOffset(11, None)}
+    )
     assert stranger == {tp: WireError.unknown_member_id}
-    ahead = await groups.commit_offsets(me, "g", generation + 1, member, {tp: (11, None)})
+    ahead = await groups.commit_offsets(
+        me, "g", generation + 1, member, {tp: CommittedOffset(11, None)}
+    )
     assert ahead == {tp: WireError.illegal_generation}
 
     rejoin = await _join(owner, member)
     second = await second_join
     assert rejoin.generation == second.generation == generation + 1
-    completing = await groups.commit_offsets(me, "g", generation + 1, member, {tp: (12, None)})
+    completing = await groups.commit_offsets(
+        me, "g", generation + 1, member, {tp: CommittedOffset(12, None)}
+    )
     assert completing == {tp: WireError.rebalance_in_progress}
-    stale = await groups.commit_offsets(me, "g", generation, member, {tp: (12, None)})
+    stale = await groups.commit_offsets(
+        me, "g", generation, member, {tp: CommittedOffset(12, None)}
+    )
     assert stale == {tp: WireError.illegal_generation}
     # A producer committing for the member (TxnOffsetCommit) is not held by the rebalance.
     fence = await groups.txn_fence(me, "g", generation + 1, member)
@@ -416,9 +429,14 @@ async def test_a_member_commits_while_the_group_prepares_a_rebalance(owner: Owne
     follower = asyncio.create_task(groups.sync(me, "g", generation + 1, second.member_id, {}))
     await groups.sync(me, "g", generation + 1, member, {member: b"a", second.member_id: b"b"})
     assert (await follower)[0] == WireError.none
-    stable = await groups.commit_offsets(me, "g", generation + 1, member, {tp: (12, None)})
+    stable = await groups.commit_offsets(
+        me, "g", generation + 1, member, {tp: CommittedOffset(12, None)}
+    )
     assert stable == {tp: WireError.none}
-    assert await groups.committed_offsets(me, "g") == (WireError.none, {tp: (12, None)})
+    assert await groups.committed_offsets(me, "g") == (
+        WireError.none,
+        {tp: CommittedOffset(12, None)},
+    )
 
 
 def _commit_on_revoke(bootstrap: str, group: str) -> tuple[dict[int, int], dict[int, int]]:

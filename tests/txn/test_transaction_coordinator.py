@@ -13,7 +13,12 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
-from diskless.coordinator import BatchCoordinator, FaultyBatchCoordinator, FindBatchesRequest
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommittedOffset,
+    FaultyBatchCoordinator,
+    FindBatchesRequest,
+)
 from diskless.errors import CoordinatorUnavailableError
 from diskless.txn import (
     TRANSACTION_TIMEOUT_MS_MAX,
@@ -313,7 +318,7 @@ async def test_a_deleted_partition_is_skipped(
 async def test_offsets_committed_in_a_transaction_take_effect_with_it_and_only_then(
     tc: TransactionCoordinator, coordinator: BatchCoordinator
 ) -> None:
-    await coordinator.commit_offsets("g", {TP0: (5, "before")})
+    await coordinator.commit_offsets("g", {TP0: CommittedOffset(5, "before")})
     for commit in (False, True):
         init = await tc.init_producer_id("tx")
         pid, epoch = init.producer_id, init.producer_epoch
@@ -321,9 +326,15 @@ async def test_offsets_committed_in_a_transaction_take_effect_with_it_and_only_t
         assert await tc.add_offsets_to_txn("tx", pid, epoch, "g") is ErrorCode.NONE
         offsets = [PendingOffset("g", TP0, 10, "in-txn"), PendingOffset("g", TP1, 3, None)]
         assert await tc.txn_offset_commit("tx", pid, epoch, "g", offsets) is ErrorCode.NONE
-        assert await coordinator.fetch_offsets("g") == {TP0: (5, "before")}  # not yet visible
+        assert await coordinator.fetch_offsets("g") == {
+            TP0: CommittedOffset(5, "before")
+        }  # not yet visible
         assert (await tc.end_txn("tx", pid, epoch, commit=commit)).error is ErrorCode.NONE
-        expected = {TP0: (10, "in-txn"), TP1: (3, None)} if commit else {TP0: (5, "before")}
+        expected = (
+            {TP0: CommittedOffset(10, "in-txn"), TP1: CommittedOffset(3, None)}
+            if commit
+            else {TP0: CommittedOffset(5, "before")}
+        )
         assert await coordinator.fetch_offsets("g") == expected
 
 

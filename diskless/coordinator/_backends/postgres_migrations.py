@@ -589,4 +589,8 @@ $fn$
         )""",
         "INSERT INTO meta VALUES ('acl_version', 0) ON CONFLICT (name) DO NOTHING",
     ],
+    # 14: the leader epoch committed with each group offset (KIP-320).
+    [
+        "ALTER TABLE group_offsets ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT -1",
+    ],
 ]

@@ -218,6 +218,10 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "INSERT OR IGNORE INTO meta VALUES ('acl_version', 0)",
     ],
+    # 13: the leader epoch committed with each group offset (KIP-320).
+    [
+        "ALTER TABLE group_offsets ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT -1",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
