@@ -12,11 +12,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
+import kio.schema.offset_commit.v8.request as offset_commit_v8
+import kio.schema.offset_fetch.v7.request as offset_fetch_v7
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i32, i64
 
 from diskless import ManualClock, TopicPartition
 from diskless._types import CommittedOffset, GroupOwnership
@@ -25,6 +28,9 @@ from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_state import JoinOutcome
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server._wire import WireClient
+from tests.kafka_server.conftest import broker_config, server_config
 
 PARTITIONS = 6
 RECORDS = 3000
@@ -504,3 +510,64 @@ async def test_librdkafka_commits_on_revoke_during_a_rebalance(cluster: KafkaClu
     assert committed == dict.fromkeys(range(PARTITIONS), READ_BEFORE_REVOKE)
     assert len(started) == PARTITIONS // 2
     assert all(offset == READ_BEFORE_REVOKE for offset in started.values()), started
+
+
+def _offset_commit(
+    generation: int, member_id: str, offset: int, leader_epoch: int
+) -> offset_commit_v8.OffsetCommitRequest:
+    partition = offset_commit_v8.OffsetCommitRequestPartition(
+        partition_index=i32(0),
+        committed_offset=i64(offset),
+        committed_leader_epoch=i32(leader_epoch),
+        committed_metadata=None,
+    )
+    return offset_commit_v8.OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=i32(generation),
+        member_id=member_id,
+        group_instance_id=None,
+        topics=(offset_commit_v8.OffsetCommitRequestTopic(name="t", partitions=(partition,)),),
+    )
+
+
+async def test_offset_commit_on_the_wire_while_the_group_rebalances() -> None:
+    """The same rule through a broker's OffsetCommit: accepted from the current generation
+    while the rebalance is prepared (its leader epoch kept), REBALANCE_IN_PROGRESS from the
+    next one until it is synced."""
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        coordinator,
+        brokers=1,
+        broker_config=broker_config(),
+        server_config=server_config(),
+    ) as cluster:
+        await cluster.view.renew()  # the broker's registration is live: it may own groups
+        assert await cluster.groups.locate("g") == cluster.servers[0].address
+        epoch = cluster.view.epoch_of(0)
+        assert epoch is not None
+        owner = Owner(cluster.groups, GroupOwnership(0, epoch, -1), coordinator, cluster.view)
+        first = await _join(owner)
+        member, generation = first.member_id, first.generation
+        await cluster.groups.sync(owner.me, "g", generation, member, {member: b"all"})
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            second = asyncio.create_task(_join(owner))
+            await asyncio.sleep(0.01)
+            preparing = await client.request(_offset_commit(generation, member, 10, 2))
+            rejoined, _ = await asyncio.gather(_join(owner, member), second)
+            assert rejoined.generation == generation + 1
+            completing = await client.request(_offset_commit(generation + 1, member, 11, 3))
+            fetch = offset_fetch_v7.OffsetFetchRequest(
+                group_id="g", topics=None, require_stable=False
+            )
+            read = await client.request(fetch)
+        finally:
+            await client.close()
+    assert preparing.topics[0].partitions[0].error_code == WireError.none
+    assert completing.topics[0].partitions[0].error_code == WireError.rebalance_in_progress
+    assert [(p.committed_offset, p.committed_leader_epoch) for p in read.topics[0].partitions] == [
+        (10, 2)
+    ]
+    await coordinator.close()
