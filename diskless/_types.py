@@ -33,6 +33,18 @@ class GroupOwnership(NamedTuple):
     fence (`commit_offsets`), the generation the committing member claims, -1 for none."""
 
 
+class CommittedOffset(NamedTuple):
+    """A consumer group's committed position in a partition (Kafka's OffsetAndMetadata)."""
+
+    offset: int
+    """The next offset the group reads."""
+    metadata: str | None = None
+    """What the committing client attached, kept as it came."""
+    leader_epoch: int = -1
+    """The leader epoch of the last record read (`committed_leader_epoch`, KIP-320), -1 when
+    the client gave none: a client resuming from the offset checks it against the log's."""
+
+
 class ErrorCode(enum.IntEnum):
     """Kafka's numeric error codes, as they appear in protocol responses."""
 
@@ -65,6 +77,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53

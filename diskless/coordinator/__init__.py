@@ -1,7 +1,7 @@
 """The batch coordinator: its contract and its backends."""
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import GroupOwnership
+from diskless._types import CommittedOffset, GroupOwnership
 from diskless.coordinator._api import BatchCoordinator, ChangeListener
 from diskless.coordinator._faulty import (
     CallFaults,
@@ -82,6 +82,7 @@ __all__ = [
     "CommitBatchResult",
     "CommitFileResult",
     "CommitRefusal",
+    "CommittedOffset",
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
     "FileCommit",

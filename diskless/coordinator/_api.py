@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from diskless._availability import Availability
 from diskless._limits import CommitBounds
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._rules.acls import (
     AclBinding,
     AclBindingFilter,
@@ -327,18 +327,19 @@ class BatchCoordinator(abc.ABC):
     async def commit_offsets(
         self,
         group_id: str,
-        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        offsets: Mapping[TopicPartition, CommittedOffset],
         fence: GroupOwnership | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Store committed offsets, (offset, metadata) per partition; an unknown partition's
-        answer is UNKNOWN_TOPIC_OR_PARTITION. Offsets of a deleted topic are dropped with it.
+        """Store committed offsets (offset, metadata and leader epoch) per partition; an unknown
+        partition's answer is UNKNOWN_TOPIC_OR_PARTITION. Offsets of a deleted topic are dropped
+        with it.
 
         With a `fence` (the owner committing, and the generation its member claims: see
         `_rules.ownership.check_group_fence`), nothing is stored and every partition answers
         NOT_COORDINATOR or ILLEGAL_GENERATION unless that owner and generation are current."""
 
     @abc.abstractmethod
-    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets (those of committed transactions included)."""
 
     # --- SCRAM credentials (KIP-554; Kafka keeps them in its metadata log) ---------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._engine_base import EngineBase
 from diskless.coordinator._rules.ownership import check_group_fence, group_owner_after_claim
 from diskless.coordinator._store import Changes, Needs, Operation, StoreTxn
@@ -58,7 +58,7 @@ class GroupOperations(EngineBase):
     async def commit_offsets(
         self,
         group_id: str,
-        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        offsets: Mapping[TopicPartition, CommittedOffset],
         fence: GroupOwnership | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         needs = Needs(partitions=set(offsets), groups=(group_id,) if fence is not None else ())
@@ -79,5 +79,5 @@ class GroupOperations(EngineBase):
 
         return await self._write(Operation.COMMIT_OFFSETS, commit)
 
-    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return await self._read(lambda view: view.group_offsets(group_id))

@@ -269,7 +269,7 @@ class TxnRecordOperations(TransactionOperations):
             offsets = {}
             if record.commit:  # the offsets committed in the transaction take effect with it
                 for o in record.pending_offsets:
-                    offsets[(o.group_id, o.topic_partition)] = (o.offset, o.metadata)
+                    offsets[(o.group_id, o.topic_partition)] = o.committed
             await txn.apply(
                 replace(changes, txns={tid: done}, counters=counters, group_offsets=offsets)
             )

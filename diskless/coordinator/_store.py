@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
 from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
@@ -206,8 +206,8 @@ class Changes(msgspec.Struct):
     aborted: Sequence[tuple[int, AbortedTxn]] = ()
     txns: Mapping[str, TxnRecord] = EMPTY
     """Transaction records, inserted or replaced by transactional id."""
-    group_offsets: Mapping[tuple[str, TopicPartition], tuple[int, str | None]] = EMPTY
-    """(group, partition) -> (offset, metadata): committed consumer offsets, replaced."""
+    group_offsets: Mapping[tuple[str, TopicPartition], CommittedOffset] = EMPTY
+    """(group, partition) -> its committed offset: committed consumer offsets, replaced."""
     scram: Mapping[tuple[str, ScramMechanism], ScramCredential | None] = EMPTY
     """(user, mechanism) -> the SCRAM credential, inserted or replaced; None deletes it."""
     acls_deleted: Sequence[AclBinding] = ()
@@ -335,8 +335,8 @@ class ReadView(ReadSource, Protocol):
         """Every stored registration, expired or not, by broker id."""
         ...
 
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
-        """The committed offsets of a consumer group: (offset, metadata) per partition."""
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        """The committed offsets of a consumer group, per partition."""
         ...
 
     def group_ownership(self, group_id: str) -> GroupOwnership | None: ...

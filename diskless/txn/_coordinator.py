@@ -69,8 +69,12 @@ class TransactionCoordinator:
         *,
         clock: Clock | None = None,
         coordinator_epoch: int = 0,
+        transaction_timeout_ms_max: int = TRANSACTION_TIMEOUT_MS_MAX,
     ) -> None:
         self._participant = participant
+        self._timeout_ms_max = transaction_timeout_ms_max
+        """Kafka's `transaction.max.timeout.ms`: a producer asking for a longer transaction
+        timeout (or none) is refused with INVALID_TRANSACTION_TIMEOUT."""
         self._clock = clock or SystemClock()
         self._coordinator_epoch = coordinator_epoch
         # Idempotent producers' ids, allocated durably a block at a time: an unused rest of a
@@ -110,8 +114,8 @@ class TransactionCoordinator:
         """
         if transactional_id is None:
             return InitProducerIdResult(ErrorCode.NONE, await self._allocate_producer_id(), 0)
-        if not 0 < transaction_timeout_ms <= TRANSACTION_TIMEOUT_MS_MAX:
-            return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
+        if not 0 < transaction_timeout_ms <= self._timeout_ms_max:
+            return InitProducerIdResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         for _ in range(INIT_ATTEMPTS_MAX):
             try:
                 step = await self._participant.txn_init(transactional_id, transaction_timeout_ms)

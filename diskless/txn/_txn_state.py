@@ -22,7 +22,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from diskless._types import ErrorCode, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, TopicPartition
 from diskless.records import SEQUENCE_MAX
 
 PRODUCER_EPOCH_MAX: Final = 32767
@@ -51,6 +51,14 @@ class PendingOffset(NamedTuple):
     topic_partition: TopicPartition
     offset: int
     metadata: str | None
+    leader_epoch: int = -1
+    """The committed leader epoch (`CommittedOffset.leader_epoch`); records stored before it
+    was kept read back as -1."""
+
+    @property
+    def committed(self) -> CommittedOffset:
+        """What the offset becomes when its transaction commits."""
+        return CommittedOffset(self.offset, self.metadata, self.leader_epoch)
 
 
 class TxnRecord(msgspec.Struct, frozen=True):

@@ -16,6 +16,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     CommitRefusal,
+    CommittedOffset,
     DeleteRecordsRequest,
     FileState,
     FindBatchesRequest,
@@ -23,7 +24,12 @@ from diskless.coordinator import (
     ListOffsetsRequest,
     TopicConfig,
 )
-from diskless.txn import PRODUCER_BATCHES_RETAINED_MAX, SEQUENCE_MAX
+from diskless.txn import (
+    PRODUCER_BATCHES_RETAINED_MAX,
+    SEQUENCE_MAX,
+    PendingOffset,
+    TransactionCoordinator,
+)
 
 from ._helpers import BASE_TS, Committer, batch, new_key
 from .conftest import EXPIRATION_MS
@@ -661,3 +667,36 @@ async def test_file_lifecycle(c: Committer, clock: ManualClock) -> None:
     await c.commit([batch(TP)], c_key)
     await coordinator.forget_files([c_key])
     assert (await coordinator.file_info([c_key]))[0] is not None
+
+
+# --- committed group offsets ------------------------------------------------------------------
+async def test_a_committed_offset_keeps_its_leader_epoch(coordinator: BatchCoordinator) -> None:
+    """OffsetCommit's `committed_leader_epoch` (KIP-320) is stored with the offset and its
+    metadata, and OffsetFetch answers it; a commit without one reads back as -1."""
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
+    committed = {TP: CommittedOffset(12, "m", 4), TP1: CommittedOffset(3, None)}
+    assert await coordinator.commit_offsets("g", committed) == {TP: OK, TP1: OK}
+    assert await coordinator.fetch_offsets("g") == committed
+    assert (await coordinator.fetch_offsets("g"))[TP1].leader_epoch == -1
+    assert await coordinator.commit_offsets("g", {TP: CommittedOffset(13, None, 5)}) == {TP: OK}
+    assert (await coordinator.fetch_offsets("g"))[TP] == CommittedOffset(13, None, 5)
+
+
+async def test_an_offset_committed_in_a_transaction_keeps_its_leader_epoch(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """TxnOffsetCommit's leader epoch takes effect, with its offset, when the transaction
+    commits."""
+    assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
+    tc = TransactionCoordinator(coordinator, clock=clock)
+    init = await tc.init_producer_id("tx")
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert await tc.add_offsets_to_txn("tx", pid, epoch, "g") is OK
+    offsets = [PendingOffset("g", TP, 20, "in-txn", 7), PendingOffset("g", TP1, 4, None)]
+    assert await tc.txn_offset_commit("tx", pid, epoch, "g", offsets) is OK
+    assert await coordinator.fetch_offsets("g") == {}
+    assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is OK
+    assert await coordinator.fetch_offsets("g") == {
+        TP: CommittedOffset(20, "in-txn", 7),
+        TP1: CommittedOffset(4, None, -1),
+    }

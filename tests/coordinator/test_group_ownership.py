@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from diskless import ManualClock
-from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.txn import PendingOffset
 from tests._backends import BACKENDS, open_coordinator
@@ -120,23 +120,25 @@ async def test_offset_commits_are_fenced_by_owner_and_generation(
     assert owner is not None
     assert await coordinator.store_group_generation("g", owner._replace(generation=1)) == OK
     current = GroupOwnership(1, one, 1)
-    assert await coordinator.commit_offsets("g", {TP: (5, None)}, current) == {TP: OK}
+    assert await coordinator.commit_offsets("g", {TP: CommittedOffset(5, None)}, current) == {
+        TP: OK
+    }
     stale = GroupOwnership(1, one, 0)
-    assert await coordinator.commit_offsets("g", {TP: (3, None)}, stale) == {
+    assert await coordinator.commit_offsets("g", {TP: CommittedOffset(3, None)}, stale) == {
         TP: ErrorCode.ILLEGAL_GENERATION
     }
     # An admin tool's commit names no generation; it still has to come through the owner.
-    assert await coordinator.commit_offsets("g", {TP: (6, None)}, GroupOwnership(1, one, -1)) == {
-        TP: OK
-    }
+    assert await coordinator.commit_offsets(
+        "g", {TP: CommittedOffset(6, None)}, GroupOwnership(1, one, -1)
+    ) == {TP: OK}
     await clock.advance(TTL_MS / 1000)
     assert await coordinator.claim_group("g", 2, two) == GroupOwnership(2, two, 1)
     # The old owner's commit of the generation it still believes in is refused: no offset
     # moves backwards through a process that lost the group.
-    assert await coordinator.commit_offsets("g", {TP: (2, None)}, current) == {
+    assert await coordinator.commit_offsets("g", {TP: CommittedOffset(2, None)}, current) == {
         TP: ErrorCode.NOT_COORDINATOR
     }
-    assert await coordinator.fetch_offsets("g") == {TP: (6, None)}
+    assert await coordinator.fetch_offsets("g") == {TP: CommittedOffset(6, None)}
 
 
 async def test_transactional_offset_commits_are_fenced_too(

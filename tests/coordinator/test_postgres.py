@@ -28,6 +28,7 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import (
     CommitBatch,
     CommitRefusal,
+    CommittedOffset,
     FileState,
     FindBatchesRequest,
     PostgresBatchCoordinator,
@@ -338,11 +339,14 @@ async def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_state(
                 "INSERT INTO partitions (topic_id, partition, high_watermark) VALUES (1, 0, 7)"
             )
             await conn.execute("INSERT INTO brokers VALUES (1, 3)")
+            await conn.execute("INSERT INTO group_offsets VALUES ('g', $1, 0, 5, 'm')", TOPIC)
     finally:
         await conn.close()
     coordinator = PostgresBatchCoordinator(dsn)
     try:
         tp = TopicPartition(TOPIC, 0)
+        # An offset committed before leader epochs were kept reads back with none (-1).
+        assert await coordinator.fetch_offsets("g") == {tp: CommittedOffset(5, "m", -1)}
         outcome = await coordinator.commit_file("m/0", 1, 3, 100, [batch(tp, count=2)])
         assert [(r.error, r.base_offset) for r in outcome.batches] == [(ErrorCode.NONE, 7)]
         conn = await asyncpg.connect(dsn)

@@ -9,8 +9,8 @@ import pytest
 
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import ManualClock
-from diskless.coordinator import FindBatchesRequest, SqliteBatchCoordinator
-from diskless.coordinator._backends.sqlite_schema import SCHEMA_VERSION
+from diskless.coordinator import CommittedOffset, FindBatchesRequest, SqliteBatchCoordinator
+from diskless.coordinator._backends.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 
 from ._helpers import Committer, batch
@@ -49,6 +49,30 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     try:
         with pytest.raises(CoordinatorUnavailableError):
             await coordinator.describe_topics()
+    finally:
+        await coordinator.close()
+
+
+async def test_offsets_committed_before_leader_epochs_were_kept_read_back_as_minus_one(
+    tmp_path: Path,
+) -> None:
+    """A file of the schema before `group_offsets.leader_epoch` is brought up to date with its
+    committed offsets intact, and stores leader epochs from then on."""
+    path = tmp_path / "c.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        for statements in MIGRATIONS[:12]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 12")
+        conn.execute("INSERT INTO group_offsets VALUES ('g', 't', 0, 5, 'm')")
+    conn.close()
+    coordinator = SqliteBatchCoordinator(path)
+    try:
+        await coordinator.create_topic("t", 1)
+        assert await coordinator.fetch_offsets("g") == {TP: CommittedOffset(5, "m", -1)}
+        await coordinator.commit_offsets("g", {TP: CommittedOffset(6, None, 3)})
+        assert await coordinator.fetch_offsets("g") == {TP: CommittedOffset(6, None, 3)}
     finally:
         await coordinator.close()
 

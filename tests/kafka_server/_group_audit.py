@@ -5,7 +5,10 @@ every record consumed, and a partition resumed exactly at its committed offset.
 - `Member`: a consumer in a thread of its own (`enable.auto.commit=False`) that commits what it
   consumed synchronously after every batch, and logs, in the order it saw them, its assignment
   changes (on_assign, on_revoke, on_lost) and every record it consumed.
-- `Commits`: every offset commit the members made, with when it was sent and when it returned.
+- `Commits`: every offset commit the members attempted, with when it was sent and when it
+  returned: those answered as stored, and those whose answer never came (`Commits.uncertain`),
+  which the group may have stored. `check_resumes` holds a member that resumes a partition past
+  its last answered commit to one of the latter.
 - `Observer`: polls the batch coordinator (opened in the test, on the brokers' database) for the
   group's committed offsets and its ownership (owner incarnation and generation).
 """
@@ -47,7 +50,24 @@ class Commit:
     sent: float
     done: float
     offsets: Mapping[int, int]
-    """The partitions whose commit succeeded: partition -> committed offset."""
+    """Partition -> offset: those answered as stored, or (an uncertain commit) those whose
+    answer never came."""
+    error: str = ""
+    """Why an uncertain commit's answer did not come (the client's error)."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A partition resumed past its last answered commit, at the offset of a commit whose
+    answer was lost: it was stored after all."""
+
+    member: str
+    partition: int
+    offset: int
+    answered: int
+    """The last answered commit's offset (0: none)."""
+    commit: Commit
+    """The uncertain commit that made `offset`."""
 
 
 @dataclass
@@ -56,8 +76,11 @@ class Commits:
     done: list[Commit] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     uncertain: list[Commit] = field(default_factory=list)
-    """Commits whose answer never came (the client raised: its broker died, the request timed
-    out): the group may have stored them or not, so a member may resume at their offsets."""
+    """Every commit attempted whose answer, for some of its partitions, did not come back as
+    stored: the client raised (its broker died, the request timed out, or a retry of a request
+    whose first answer was lost was refused), or answered those partitions with an error after
+    retrying. The group may have stored them or not, so a member may resume at their offsets,
+    and only at those past its last answered commit."""
 
     def add(self, commit: Commit) -> None:
         with self.lock:
@@ -166,15 +189,23 @@ class Member:
         try:
             answered = consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:  # a rebalance, or the coordinator moving: Kafka's retriables
-            self._commits.fail(f"{self.name}: {e.args[0].str()}")
-            self._commits.maybe(Commit(self.name, sent, time.monotonic(), dict(positions)))
+            why = e.args[0].str()
+            self._commits.fail(f"{self.name}: {why}")
+            # librdkafka retries a request whose answer was lost: whatever answer it then
+            # raises, an earlier attempt may have been stored.
+            self._commits.maybe(Commit(self.name, sent, time.monotonic(), dict(positions), why))
             return
         assert answered is not None
         done = {tp.partition: tp.offset for tp in answered if tp.error is None}
+        refused = {tp.partition: positions[tp.partition] for tp in answered if tp.error}
         for tp in answered:
             if tp.error is not None:
                 self._commits.fail(f"{self.name}: partition {tp.partition}: {tp.error.str()}")
-        self._commits.add(Commit(self.name, sent, time.monotonic(), done))
+        returned = time.monotonic()
+        self._commits.add(Commit(self.name, sent, returned, done))
+        if refused:
+            why = "; ".join(tp.error.str() for tp in answered if tp.error is not None)
+            self._commits.maybe(Commit(self.name, sent, returned, refused, why))
 
 
 class KeepProducing:
@@ -261,8 +292,8 @@ class Observer:
                     (
                         now,
                         {
-                            tp.partition: o
-                            for tp, (o, _) in offsets.items()
+                            tp.partition: committed.offset
+                            for tp, committed in offsets.items()
                             if tp.topic == self._topic
                         },
                     )
@@ -340,12 +371,19 @@ def longest_double_ownership(found: Sequence[Episode]) -> tuple[float, str]:
 
 def check_resumes(
     found: Sequence[Episode], commits: Sequence[Commit], uncertain: Sequence[Commit] = ()
-) -> None:
+) -> list[Resume]:
     """Each episode reads its partition without a gap, from the group's committed offset:
     at least every offset committed before the assignment (none is lost), and one that a
-    commit sent before its first record made (0 if none: auto.offset.reset=earliest), or may
-    have made (`uncertain`: its answer was lost). So a record is consumed twice only when it
-    was consumed and not yet committed when its partition moved: Kafka's at-least-once."""
+    commit sent before its first record made (0 if none: auto.offset.reset=earliest). So a
+    record is consumed twice only when it was consumed and not yet committed when its
+    partition moved: Kafka's at-least-once.
+
+    An episode that resumes past the last commit answered before its first record must resume
+    at the offset of a commit sent before then: one answered as stored later, or one whose
+    answer was lost (`uncertain`), which the group stored after all. The latter are returned,
+    each with that commit; a resume past the last answered commit that no commit made is a
+    failure."""
+    resumed_at_lost: list[Resume] = []
     for episode in found:
         if not episode.records:
             continue
@@ -356,16 +394,33 @@ def check_resumes(
         )
         p = episode.partition
         before = [c.offsets[p] for c in commits if p in c.offsets and c.done < episode.start]
-        candidates = {0} | {
-            c.offsets[p] for c in (*commits, *uncertain) if p in c.offsets and c.sent < first.at
-        }
         floor = max(before, default=0)
         assert first.offset >= floor, (
             f"{episode.member} resumed partition {p} at {first.offset}, below {floor} committed"
         )
-        assert first.offset in candidates, (
-            f"{episode.member} resumed partition {p} at {first.offset}, never committed"
+        answered = [c for c in commits if p in c.offsets and c.done < first.at]
+        last_answered = max((c.offsets[p] for c in answered), default=0)
+        if first.offset <= last_answered:
+            candidates = {0} | {
+                c.offsets[p] for c in (*commits, *uncertain) if p in c.offsets and c.sent < first.at
+            }
+            assert first.offset in candidates, (
+                f"{episode.member} resumed partition {p} at {first.offset}, never committed"
+            )
+            continue
+        if any(c.offsets.get(p) == first.offset and c.sent < first.at for c in commits):
+            continue  # a commit in flight then, answered as stored since
+        lost = [c for c in uncertain if c.offsets.get(p) == first.offset and c.sent < first.at]
+        assert lost, (
+            f"{episode.member} resumed partition {p} at {first.offset}, past its last answered"
+            f" commit ({last_answered}), and no commit whose answer was lost made that offset"
+            f" (those of partition {p}:"
+            f" {sorted(c.offsets[p] for c in uncertain if p in c.offsets)[-5:]})"
         )
+        resumed_at_lost.append(
+            Resume(episode.member, p, first.offset, last_answered, max(lost, key=lambda c: c.sent))
+        )
+    return resumed_at_lost
 
 
 def check_forward(observed: Sequence[tuple[float, Mapping[int, int]]]) -> None:

@@ -199,4 +199,4 @@ async def test_aiokafka_round_trip_with_a_consumer_group(cluster: KafkaCluster) 
         audit.add(partition, offset, data)
     audit.check({"aio": range(2000)})
     committed = await cluster.coordinator.fetch_offsets("aio-group")
-    assert sum(offset for offset, _ in committed.values()) == 2000
+    assert sum(c.offset for c in committed.values()) == 2000

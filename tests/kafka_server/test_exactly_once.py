@@ -124,7 +124,7 @@ async def test_consume_transform_produce_commits_input_offsets_with_the_output(
     inputs = await end_offsets(cluster, "in", PARTITIONS)
     assert await asyncio.to_thread(_group_offsets, bootstrap) == inputs
     stored = await cluster.coordinator.fetch_offsets(GROUP)
-    assert {tp.partition: o for tp, (o, _) in stored.items()} == inputs
+    assert {tp.partition: c.offset for tp, c in stored.items()} == inputs
     assert all(tp.topic == "in" for tp in stored) and TopicPartition("in", 0) in stored
 
     outputs = await end_offsets(cluster, "out", PARTITIONS)

@@ -255,7 +255,11 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
     # Kafka's promises to the group
     assert overlap <= SESSION_MS / 1000, f"{who} held for {overlap:.2f} s at once"
     check_forward(observer.offsets)
-    check_resumes(found, commits.done, commits.uncertain)
+    resumed_at_lost = check_resumes(found, commits.done, commits.uncertain)
+    print(
+        f"{len(commits.uncertain)} commits whose answer was lost; resumed at one of them:",
+        [(r.member, r.partition, r.offset, r.answered, r.commit.error) for r in resumed_at_lost],
+    )
     consumed = by_value(members)
     produced = {f"producer:{s}".encode() for s in range(producer.sent)}
     assert consumed.keys() == produced, (

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import kio.schema.offset_commit.v8.request as offset_commit_v8
 import kio.schema.offset_fetch.v7.request as offset_fetch_v7
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i32, i64
 
 from diskless import ErrorCode, TopicPartition
-from diskless._types import GroupOwnership
+from diskless._types import CommittedOffset, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator, SqliteBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster
@@ -95,14 +95,14 @@ class _Unreachable(InMemoryBatchCoordinator):
     async def commit_offsets(
         self,
         group_id: str,
-        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        offsets: Mapping[TopicPartition, CommittedOffset],
         fence: GroupOwnership | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         if self.down:
             raise CoordinatorUnavailableError("unreachable")
         return await super().commit_offsets(group_id, offsets, fence)
 
-    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         if self.down:
             raise CoordinatorUnavailableError("unreachable")
         return await super().fetch_offsets(group_id)
@@ -152,3 +152,56 @@ async def test_a_failing_coordinator_answers_a_retriable_error() -> None:
     assert read.error_code == WireError.none
     assert [(t.name, p.committed_offset) for t in read.topics for p in t.partitions] == [("t", 4)]
     await coordinator.close()
+
+
+def _commit_with_epochs(bootstrap: str, group: str) -> None:
+    """A plain commit (OffsetCommit) of partitions 0 and 1, and a transactional one
+    (TxnOffsetCommit) of partition 2, each with a leader epoch but partition 1."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{group}-txn"})
+    try:
+        wanted = [CkTopicPartition("t", 0, 7, leader_epoch=3), CkTopicPartition("t", 1, 8)]
+        answered = consumer.commit(offsets=wanted, asynchronous=False)
+        assert answered is not None and all(tp.error is None for tp in answered), answered
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        in_txn = [CkTopicPartition("t", 2, 42, leader_epoch=5)]
+        producer.send_offsets_to_transaction(in_txn, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+    finally:
+        consumer.close()
+
+
+def _committed_with_epochs(bootstrap: str, group: str) -> dict[int, tuple[int, int | None]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        answered = consumer.committed([CkTopicPartition("t", p) for p in range(3)], timeout=10)
+        return {tp.partition: (tp.offset, tp.leader_epoch) for tp in answered}
+    finally:
+        consumer.close()
+
+
+async def test_a_committed_leader_epoch_is_read_back(tmp_path: Path) -> None:
+    """librdkafka's tests 0081 and 0103: the leader epoch committed with an offset, by a
+    consumer or in a transaction, is what `committed()` answers, from the next process too."""
+    store = LocalObjectStore(tmp_path / "objects")
+    for _ in range(2):
+        coordinator = SqliteBatchCoordinator(tmp_path / "coordinator.sqlite")
+        try:
+            async with KafkaCluster(
+                store,
+                coordinator,
+                brokers=2,
+                broker_config=broker_config(),
+                server_config=server_config(),
+            ) as cluster:
+                if not await coordinator.describe_topics(["t"]):
+                    await cluster.create_topic("t", 3)
+                    await asyncio.to_thread(_commit_with_epochs, cluster.bootstrap(), "epochs")
+                read_back = await asyncio.to_thread(
+                    _committed_with_epochs, cluster.bootstrap(), "epochs"
+                )
+        finally:
+            await coordinator.close()
+        assert read_back == {0: (7, 3), 1: (8, None), 2: (42, 5)}
+    await store.close()

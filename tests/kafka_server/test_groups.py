@@ -12,21 +12,30 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
+import kio.schema.offset_commit.v8.request as offset_commit_v8
+import kio.schema.offset_fetch.v7.request as offset_fetch_v7
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i32, i64
 
 from diskless import ManualClock, TopicPartition
-from diskless._types import GroupOwnership
+from diskless._types import CommittedOffset, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_state import JoinOutcome
+from diskless.storage import MemoryObjectStore
+from tests.kafka_server._wire import WireClient
+from tests.kafka_server.conftest import broker_config, server_config
 
 PARTITIONS = 6
 RECORDS = 3000
+READ_BEFORE_REVOKE = 100
+"""Records of each partition the first member reads before a second one joins (0113)."""
 
 
 class Owner(NamedTuple):
@@ -111,11 +120,11 @@ async def test_join_sync_heartbeat_leave(owner: Owner) -> None:
     assert leader == (WireError.none, b"a")
     assert await follower == (WireError.none, b"b")
 
-    offsets = {TopicPartition("t", 0): (42, None)}
+    offsets = {TopicPartition("t", 0): CommittedOffset(42, None)}
     stale = await groups.commit_offsets(me, "g", generation, member, offsets)
     assert stale == {TopicPartition("t", 0): WireError.illegal_generation}
     assert await groups.committed_offsets(me, "g") == (WireError.none, {})
-    unknown = {TopicPartition("t", 1): (1, None)}
+    unknown = {TopicPartition("t", 1): CommittedOffset(1, None)}
     answers = await groups.commit_offsets(me, "g", generation + 1, member, {**offsets, **unknown})
     assert answers == {
         TopicPartition("t", 0): WireError.none,
@@ -144,7 +153,7 @@ async def test_a_broker_that_does_not_own_the_group_answers_not_coordinator(
             {},
         )
         commit = await other.groups.commit_offsets(
-            other.me, "g", -1, "", {TopicPartition("t", 0): (1, None)}
+            other.me, "g", -1, "", {TopicPartition("t", 0): CommittedOffset(1, None)}
         )
         assert commit == {TopicPartition("t", 0): WireError.not_coordinator}
         assert await other.groups.txn_fence(other.me, "g", -1, "") == WireError.not_coordinator
@@ -170,7 +179,7 @@ async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
         await groups.txn_fence(me, "g", second.generation, first.member_id, "consumer-1"),
     ):
         assert answer == WireError.fenced_instance_id
-    offsets = {TopicPartition("t", 0): (1, None)}
+    offsets = {TopicPartition("t", 0): CommittedOffset(1, None)}
     commit = await groups.commit_offsets(
         me, "g", second.generation, first.member_id, offsets, "consumer-1"
     )
@@ -221,7 +230,7 @@ async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced()
             again = await _join(new)
             assert again.error == WireError.none and again.generation == joined.generation + 1
             # The stalled owner still believes in its group, but its commit is refused.
-            offsets = {TopicPartition("t", 0): (9, None)}
+            offsets = {TopicPartition("t", 0): CommittedOffset(9, None)}
             refused = await old.groups.commit_offsets(
                 old.me, "g", joined.generation, joined.member_id, offsets
             )
@@ -313,7 +322,7 @@ async def test_librdkafka_consumers_share_a_topic_through_a_group(cluster: Kafka
     assert read_by[0] and read_by[1]
     assert not read_by[0] & read_by[1]
     committed = await cluster.coordinator.fetch_offsets("librdkafka-group")
-    assert sum(offset for offset, _ in committed.values()) == RECORDS
+    assert sum(c.offset for c in committed.values()) == RECORDS
 
 
 def _kafka_python_group(bootstrap: str) -> int:
@@ -337,7 +346,7 @@ async def test_kafka_python_subscribes_and_commits(cluster: KafkaCluster) -> Non
     count = await asyncio.to_thread(_kafka_python_group, cluster.bootstrap("rack-2"))
     assert count == RECORDS
     committed = await cluster.coordinator.fetch_offsets("kafka-python-group")
-    assert sum(offset for offset, _ in committed.values()) == RECORDS
+    assert sum(c.offset for c in committed.values()) == RECORDS
 
 
 async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
@@ -371,3 +380,194 @@ async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
         await groups.close()
         await view.close()
         await coordinator.close()
+
+
+async def test_a_member_commits_while_the_group_prepares_a_rebalance(owner: Owner) -> None:
+    """Kafka's OffsetCommit rule for a classic group: the current generation's members may
+    commit while a rebalance is prepared; once the next generation is handed out, and until
+    it is synced, its members get REBALANCE_IN_PROGRESS and the older generation's get
+    ILLEGAL_GENERATION. A commit naming no member is refused while the group has members."""
+    groups, me = owner.groups, owner.me
+    tp = TopicPartition("t", 0)
+    first = await _join(owner)
+    member, generation = first.member_id, first.generation
+    assert (await groups.sync(me, "g", generation, member, {member: b"all"}))[0] == WireError.none
+    anonymous = await groups.commit_offsets(me, "g", -1, "", {tp: CommittedOffset(1, None)})
+    assert anonymous == {tp: WireError.unknown_member_id}
+
+    second_join = asyncio.create_task(_join(owner))
+    await asyncio.sleep(0.01)  # the group prepares a rebalance: the first member revokes
+    assert await groups.heartbeat(me, "g", generation, member) == WireError.rebalance_in_progress
+    revoked = await groups.commit_offsets(
+        me, "g", generation, member, {tp: CommittedOffset(10, None)}
+    )
+    assert revoked == {tp: WireError.none}
+    assert await groups.committed_offsets(me, "g") == (
+        WireError.none,
+        {tp: CommittedOffset(10, None)},
+    )
+    stranger = await groups.commit_offsets(
+        me, "g", generation, "stranger", {tp: CommittedOffset(11, None)}
+    )
+    assert stranger == {tp: WireError.unknown_member_id}
+    ahead = await groups.commit_offsets(
+        me, "g", generation + 1, member, {tp: CommittedOffset(11, None)}
+    )
+    assert ahead == {tp: WireError.illegal_generation}
+
+    rejoin = await _join(owner, member)
+    second = await second_join
+    assert rejoin.generation == second.generation == generation + 1
+    completing = await groups.commit_offsets(
+        me, "g", generation + 1, member, {tp: CommittedOffset(12, None)}
+    )
+    assert completing == {tp: WireError.rebalance_in_progress}
+    stale = await groups.commit_offsets(
+        me, "g", generation, member, {tp: CommittedOffset(12, None)}
+    )
+    assert stale == {tp: WireError.illegal_generation}
+    # A producer committing for the member (TxnOffsetCommit) is not held by the rebalance.
+    fence = await groups.txn_fence(me, "g", generation + 1, member)
+    assert fence == GroupOwnership(0, me.broker_epoch, generation + 1)
+    assert await groups.txn_fence(me, "g", -1, "") == GroupOwnership(0, me.broker_epoch, -1)
+    assert await groups.txn_fence(me, "g", -1, member) == WireError.illegal_generation
+
+    follower = asyncio.create_task(groups.sync(me, "g", generation + 1, second.member_id, {}))
+    await groups.sync(me, "g", generation + 1, member, {member: b"a", second.member_id: b"b"})
+    assert (await follower)[0] == WireError.none
+    stable = await groups.commit_offsets(
+        me, "g", generation + 1, member, {tp: CommittedOffset(12, None)}
+    )
+    assert stable == {tp: WireError.none}
+    assert await groups.committed_offsets(me, "g") == (
+        WireError.none,
+        {tp: CommittedOffset(12, None)},
+    )
+
+
+def _commit_on_revoke(bootstrap: str, group: str) -> tuple[dict[int, int], dict[int, int]]:
+    """librdkafka's "commit on revoke" with an eager assignor: a first member reads, a second
+    joins, and the first commits its positions in its revoke callback. What the first member
+    committed on revoke, and where the second member started on each of its partitions."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "partition.assignment.strategy": "range",
+        "heartbeat.interval.ms": 100,
+    }
+    first = Consumer(config)
+    committed: dict[int, int] = {}
+    failures: list[BaseException] = []
+
+    def on_revoke(consumer: Consumer, partitions: list[Any]) -> None:
+        try:
+            answered = consumer.commit(asynchronous=False) or []
+            for tp in answered:
+                assert tp.error is None, tp.error
+                committed[tp.partition] = tp.offset
+        except BaseException as e:
+            failures.append(e)
+
+    first.subscribe(["grouped"], on_revoke=on_revoke)
+    read: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while len(read) < PARTITIONS or min(read.values()) < READ_BEFORE_REVOKE:
+        assert time.monotonic() < deadline, f"read {read}"
+        message = first.poll(0.5)
+        if message is not None and message.error() is None:
+            partition = message.partition()
+            assert partition is not None
+            read[partition] = read.get(partition, 0) + 1
+            if read[partition] == READ_BEFORE_REVOKE:  # the position stays there
+                first.pause([CkTopicPartition(message.topic(), partition)])
+    second = Consumer(config)
+    second.subscribe(["grouped"])
+    started: dict[int, int] = {}
+    while not committed or len(started) < PARTITIONS // 2:
+        assert time.monotonic() < deadline, f"committed {committed}, second read {started}"
+        assert not failures, failures
+        first.poll(0)
+        for message in second.consume(1000, 0.1):
+            partition, offset = message.partition(), message.offset()
+            if message.error() is None and partition is not None and offset is not None:
+                started.setdefault(partition, offset)
+    assert not failures, failures
+    second.close()
+    first.close()
+    return committed, started
+
+
+async def test_librdkafka_commits_on_revoke_during_a_rebalance(cluster: KafkaCluster) -> None:
+    """librdkafka's test 0113: the eager assignor's usual commit in the revoke callback is
+    accepted (the group is preparing its rebalance), so the member that takes a partition over
+    resumes exactly where the commit left it, and nothing committed is read again."""
+    await cluster.create_topic("grouped", PARTITIONS)
+    bootstrap = cluster.bootstrap("rack-0")
+    await asyncio.to_thread(_produce, bootstrap)
+    committed, started = await asyncio.to_thread(_commit_on_revoke, bootstrap, "revoking")
+    assert committed == dict.fromkeys(range(PARTITIONS), READ_BEFORE_REVOKE)
+    assert len(started) == PARTITIONS // 2
+    assert all(offset == READ_BEFORE_REVOKE for offset in started.values()), started
+
+
+def _offset_commit(
+    generation: int, member_id: str, offset: int, leader_epoch: int
+) -> offset_commit_v8.OffsetCommitRequest:
+    partition = offset_commit_v8.OffsetCommitRequestPartition(
+        partition_index=i32(0),
+        committed_offset=i64(offset),
+        committed_leader_epoch=i32(leader_epoch),
+        committed_metadata=None,
+    )
+    return offset_commit_v8.OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=i32(generation),
+        member_id=member_id,
+        group_instance_id=None,
+        topics=(offset_commit_v8.OffsetCommitRequestTopic(name="t", partitions=(partition,)),),
+    )
+
+
+async def test_offset_commit_on_the_wire_while_the_group_rebalances() -> None:
+    """The same rule through a broker's OffsetCommit: accepted from the current generation
+    while the rebalance is prepared (its leader epoch kept), REBALANCE_IN_PROGRESS from the
+    next one until it is synced."""
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 1)
+    async with KafkaCluster(
+        MemoryObjectStore(),
+        coordinator,
+        brokers=1,
+        broker_config=broker_config(),
+        server_config=server_config(),
+    ) as cluster:
+        await cluster.view.renew()  # the broker's registration is live: it may own groups
+        assert await cluster.groups.locate("g") == cluster.servers[0].address
+        epoch = cluster.view.epoch_of(0)
+        assert epoch is not None
+        owner = Owner(cluster.groups, GroupOwnership(0, epoch, -1), coordinator, cluster.view)
+        first = await _join(owner)
+        member, generation = first.member_id, first.generation
+        await cluster.groups.sync(owner.me, "g", generation, member, {member: b"all"})
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            second = asyncio.create_task(_join(owner))
+            await asyncio.sleep(0.01)
+            preparing = await client.request(_offset_commit(generation, member, 10, 2))
+            rejoined, _ = await asyncio.gather(_join(owner, member), second)
+            assert rejoined.generation == generation + 1
+            completing = await client.request(_offset_commit(generation + 1, member, 11, 3))
+            fetch = offset_fetch_v7.OffsetFetchRequest(
+                group_id="g", topics=None, require_stable=False
+            )
+            read = await client.request(fetch)
+        finally:
+            await client.close()
+    assert preparing.topics[0].partitions[0].error_code == WireError.none
+    assert completing.topics[0].partitions[0].error_code == WireError.rebalance_in_progress
+    assert [(p.committed_offset, p.committed_leader_epoch) for p in read.topics[0].partitions] == [
+        (10, 2)
+    ]
+    await coordinator.close()

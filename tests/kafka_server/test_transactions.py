@@ -19,7 +19,7 @@ import datetime
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kio.schema.errors import ErrorCode as WireError
@@ -28,6 +28,7 @@ from kio.schema.produce.v11 import request as produce_v11
 from diskless import ErrorCode, IsolationLevel, ManualClock, OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator, RegisteredTxn
 from diskless.kafka_server import KafkaCluster, TransactionFront
+from diskless.kafka_server._server.server_properties import server_config as properties_config
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep
@@ -438,3 +439,35 @@ async def test_a_transaction_ends_after_one_of_its_topics_was_deleted(
         isolation="read_committed",
     )
     read.check({"kept": range(PARTITIONS)})
+
+
+def _init_transactions(bootstrap: str, timeout_ms: int) -> KafkaError | None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"timeout-{timeout_ms}",
+            "transaction.timeout.ms": timeout_ms,
+        }
+    )
+    try:
+        producer.init_transactions(30)
+    except KafkaException as e:
+        error: KafkaError = e.args[0]
+        return error
+    return None
+
+
+async def test_a_transaction_timeout_above_the_maximum_is_refused_as_kafka_refuses_it() -> None:
+    """librdkafka's test 0103: `transaction.timeout.ms` above the broker's
+    `transaction.max.timeout.ms` fails init_transactions with INVALID_TRANSACTION_TIMEOUT."""
+    coordinator = InMemoryBatchCoordinator()
+    config = properties_config({"transaction.max.timeout.ms": "60000"}, server_config())
+    async with KafkaCluster(
+        MemoryObjectStore(), coordinator, broker_config=broker_config(), server_config=config
+    ) as cluster:
+        bootstrap = cluster.bootstrap()
+        refused = await asyncio.to_thread(_init_transactions, bootstrap, 60_001)
+        assert refused is not None
+        assert refused.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT, refused
+        assert await asyncio.to_thread(_init_transactions, bootstrap, 60_000) is None
+    await coordinator.close()

@@ -13,9 +13,21 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
-from diskless.coordinator import BatchCoordinator, FaultyBatchCoordinator, FindBatchesRequest
+from diskless.coordinator import (
+    BatchCoordinator,
+    CommittedOffset,
+    FaultyBatchCoordinator,
+    FindBatchesRequest,
+)
 from diskless.errors import CoordinatorUnavailableError
-from diskless.txn import PendingOffset, TransactionCoordinator, TxnRecord, TxnState, TxnStep
+from diskless.txn import (
+    TRANSACTION_TIMEOUT_MS_MAX,
+    PendingOffset,
+    TransactionCoordinator,
+    TxnRecord,
+    TxnState,
+    TxnStep,
+)
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -163,9 +175,12 @@ async def test_errors_for_unknown_ids_and_wrong_states(tc: TransactionCoordinato
     ]
     # Nothing is open yet: ending is an invalid state transition.
     assert (await tc.end_txn("tx", pid, epoch, commit=True)).error is ErrorCode.INVALID_TXN_STATE
-    assert (await tc.init_producer_id("tx", 0)).error is ErrorCode.INVALID_REQUEST
+    for timeout_ms in (0, -1, TRANSACTION_TIMEOUT_MS_MAX + 1):
+        refused = await tc.init_producer_id("tx", timeout_ms)
+        assert refused.error is ErrorCode.INVALID_TRANSACTION_TIMEOUT
     unknown = await tc.add_partitions_to_txn("tx", pid, epoch, [TopicPartition("nope", 0)])
     assert unknown == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert (await tc.init_producer_id("tx", TRANSACTION_TIMEOUT_MS_MAX)).error is ErrorCode.NONE
 
 
 async def test_end_txn_retry_is_answered_again_but_a_different_outcome_is_not(
@@ -303,7 +318,7 @@ async def test_a_deleted_partition_is_skipped(
 async def test_offsets_committed_in_a_transaction_take_effect_with_it_and_only_then(
     tc: TransactionCoordinator, coordinator: BatchCoordinator
 ) -> None:
-    await coordinator.commit_offsets("g", {TP0: (5, "before")})
+    await coordinator.commit_offsets("g", {TP0: CommittedOffset(5, "before")})
     for commit in (False, True):
         init = await tc.init_producer_id("tx")
         pid, epoch = init.producer_id, init.producer_epoch
@@ -311,9 +326,15 @@ async def test_offsets_committed_in_a_transaction_take_effect_with_it_and_only_t
         assert await tc.add_offsets_to_txn("tx", pid, epoch, "g") is ErrorCode.NONE
         offsets = [PendingOffset("g", TP0, 10, "in-txn"), PendingOffset("g", TP1, 3, None)]
         assert await tc.txn_offset_commit("tx", pid, epoch, "g", offsets) is ErrorCode.NONE
-        assert await coordinator.fetch_offsets("g") == {TP0: (5, "before")}  # not yet visible
+        assert await coordinator.fetch_offsets("g") == {
+            TP0: CommittedOffset(5, "before")
+        }  # not yet visible
         assert (await tc.end_txn("tx", pid, epoch, commit=commit)).error is ErrorCode.NONE
-        expected = {TP0: (10, "in-txn"), TP1: (3, None)} if commit else {TP0: (5, "before")}
+        expected = (
+            {TP0: CommittedOffset(10, "in-txn"), TP1: CommittedOffset(3, None)}
+            if commit
+            else {TP0: CommittedOffset(5, "before")}
+        )
         assert await coordinator.fetch_offsets("g") == expected
 
 

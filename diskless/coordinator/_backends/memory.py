@@ -18,7 +18,7 @@ from msgspec.structs import replace
 from sortedcontainers import SortedDict
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
 from diskless.coordinator._feed import ChangeListener, ChangeListeners, recorded
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
@@ -171,7 +171,7 @@ class MemoryStore(StoreTxn, ReadView):
         self._registrations: dict[int, BrokerRegistration] = {}
         self._counters: dict[str, int] = {}
         self._txns: dict[str, TxnRecord] = {}
-        self._group_offsets: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
+        self._group_offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._group_owners: dict[str, GroupOwnership] = {}
         self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
@@ -523,7 +523,7 @@ class MemoryStore(StoreTxn, ReadView):
     def broker_registrations(self) -> list[BrokerRegistration]:
         return [self._registrations[b] for b in sorted(self._registrations)]
 
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return dict(self._group_offsets.get(group_id, {}))
 
     def group_ownership(self, group_id: str) -> GroupOwnership | None:

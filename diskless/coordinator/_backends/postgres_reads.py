@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
 from diskless.coordinator._backends import postgres_extents, sql_acls
 from diskless.coordinator._backends.postgres_rows import (
     BATCH_COLUMNS,
@@ -363,12 +363,12 @@ class PostgresReads(ReadView):
             )
         return dict(scram_from_row(row) for row in rows)
 
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return {
-            TopicPartition(topic, partition): (offset, metadata)
-            for topic, partition, offset, metadata in self._fetch(
-                "SELECT topic, partition, committed_offset, metadata FROM group_offsets"
-                " WHERE group_id = $1",
+            TopicPartition(topic, partition): CommittedOffset(offset, metadata, epoch)
+            for topic, partition, offset, metadata, epoch in self._fetch(
+                "SELECT topic, partition, committed_offset, metadata, leader_epoch"
+                " FROM group_offsets WHERE group_id = $1",
                 group_id,
             )
         }

@@ -52,15 +52,16 @@ async def apply_txn_state(
     if changes.group_offsets:
         await conn.execute(
             "INSERT INTO group_offsets SELECT * FROM unnest($1::text[], $2::text[],"
-            " $3::int[], $4::bigint[], $5::text[]) ON CONFLICT (group_id, topic, partition)"
+            " $3::int[], $4::bigint[], $5::text[], $6::int[])"
+            " ON CONFLICT (group_id, topic, partition)"
             " DO UPDATE SET committed_offset = excluded.committed_offset,"
-            " metadata = excluded.metadata",
+            " metadata = excluded.metadata, leader_epoch = excluded.leader_epoch",
             *columns(
                 [
-                    (group_id, tp.topic, tp.partition, offset, metadata)
-                    for (group_id, tp), (offset, metadata) in changes.group_offsets.items()
+                    (group_id, tp.topic, tp.partition, *committed)
+                    for (group_id, tp), committed in changes.group_offsets.items()
                 ],
-                5,
+                6,
             ),
         )
     if changes.txns:

@@ -9,7 +9,7 @@ from typing import Any, Final
 import msgspec
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sql_acls, sqlite_extents
 from diskless.coordinator._backends.sql_rows import (
     BATCH_COLUMNS,
@@ -347,12 +347,12 @@ class SqliteReads(ReadView):
                 found[key] = credential
         return found
 
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, str | None]]:
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return {
-            TopicPartition(topic, partition): (offset, metadata)
-            for topic, partition, offset, metadata in self._conn.execute(
-                "SELECT topic, partition, committed_offset, metadata FROM group_offsets"
-                " WHERE group_id = ?",
+            TopicPartition(topic, partition): CommittedOffset(offset, metadata, epoch)
+            for topic, partition, offset, metadata, epoch in self._conn.execute(
+                "SELECT topic, partition, committed_offset, metadata, leader_epoch"
+                " FROM group_offsets WHERE group_id = ?",
                 (group_id,),
             )
         }

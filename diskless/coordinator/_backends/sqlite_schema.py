@@ -225,6 +225,10 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE topics ADD COLUMN compression_lz4_level INTEGER NOT NULL DEFAULT 9",
         "ALTER TABLE topics ADD COLUMN compression_zstd_level INTEGER NOT NULL DEFAULT 3",
     ],
+    # 14: the leader epoch committed with each group offset (KIP-320).
+    [
+        "ALTER TABLE group_offsets ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT -1",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -359,10 +359,10 @@ class SqliteTxn(StoreTxn):
         conn = self._conn
         if changes.group_offsets:
             conn.executemany(
-                "INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (group_id, tp.topic, tp.partition, offset, metadata)
-                    for (group_id, tp), (offset, metadata) in changes.group_offsets.items()
+                    (group_id, tp.topic, tp.partition, *committed)
+                    for (group_id, tp), committed in changes.group_offsets.items()
                 ],
             )
         if changes.txns:

@@ -33,7 +33,7 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
@@ -262,7 +262,7 @@ class GroupCoordinator:
         group_id: str,
         generation: int,
         member_id: str,
-        offsets: Mapping[TopicPartition, tuple[int, str | None]],
+        offsets: Mapping[TopicPartition, CommittedOffset],
         instance_id: str | None = None,
     ) -> dict[TopicPartition, WireError]:
         """OffsetCommit: the answer per partition (UNKNOWN_TOPIC_OR_PARTITION for a partition
@@ -285,7 +285,7 @@ class GroupCoordinator:
 
     async def committed_offsets(
         self, me: GroupOwnership, group_id: str
-    ) -> tuple[WireError, dict[TopicPartition, tuple[int, str | None]]]:
+    ) -> tuple[WireError, dict[TopicPartition, CommittedOffset]]:
         """OffsetFetch, from the group's coordinator only: its offsets, as every broker
         process sees them."""
         group = await self._owned(me, group_id)
@@ -306,7 +306,7 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        error = group.check_txn_member(generation, member_id, instance_id)
+        error = group.check_member(generation, member_id, instance_id, transactional=True)
         if error is not WireError.none:
             return error
         claimed = group.generation if generation >= 0 else -1

@@ -131,32 +131,47 @@ class GroupState:
         member = self.members.get(member_id)
         return WireError.unknown_member_id if member is None else member
 
-    def check_member(self, generation: int, member_id: str, instance_id: str | None) -> WireError:
-        """May this member commit offsets now (OffsetCommit)? One that names no generation and
-        no member (a consumer assigning its own partitions, or an admin tool) always may."""
-        if generation < 0 and not member_id and instance_id is None:
-            return WireError.none
-        member = self._identify(member_id, instance_id)
-        if isinstance(member, WireError):
-            return member
-        if self.phase is GroupPhase.PREPARING:
-            return WireError.rebalance_in_progress
-        if generation != self.generation:
-            return WireError.illegal_generation
-        member.last_seen = self._now()
-        return WireError.none
-
-    def check_txn_member(
-        self, generation: int, member_id: str, instance_id: str | None
+    def check_member(
+        self,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        *,
+        transactional: bool = False,
     ) -> WireError:
-        """TxnOffsetCommit v3+ (KIP-447) names the consumer whose offsets the producer commits;
-        a zombie of an older generation is refused. Kafka checks no rebalance state here."""
-        if member_id or instance_id is not None:
-            member = self._identify(member_id, instance_id)
-            if isinstance(member, WireError):
-                return member
-        if generation >= 0 and generation != self.generation:
-            return WireError.illegal_generation
+        """May this member commit offsets now? Kafka's rule for OffsetCommit, and for
+        TxnOffsetCommit (`transactional`, KIP-447: the consumer whose offsets a producer
+        commits), which checks no rebalance state and lets older versions name no member.
+
+        - No generation and an empty group: anyone may (an admin tool, or a consumer that
+          assigns its own partitions).
+        - A request that names a generation, a member or an instance must come from a member
+          of the current generation: else FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID or
+          ILLEGAL_GENERATION. One that names none is refused by a group with members
+          (UNKNOWN_MEMBER_ID), unless transactional.
+        - While the group prepares a rebalance, the current generation's members may still
+          commit (the usual commit of what they are about to revoke); once the next generation
+          is handed out and not yet synced (CompletingRebalance), a member of it gets
+          REBALANCE_IN_PROGRESS.
+        An accepted OffsetCommit keeps its member's session alive."""
+        if generation < 0 and self.phase is GroupPhase.EMPTY:
+            return WireError.none
+        member: Member | None = None
+        if generation >= 0 or member_id or instance_id is not None:
+            identified = self._identify(member_id, instance_id)
+            if isinstance(identified, WireError):
+                return identified
+            member = identified
+            if generation != self.generation:
+                return WireError.illegal_generation
+        elif not transactional and self.phase is not GroupPhase.EMPTY:
+            return WireError.unknown_member_id
+        if transactional:
+            return WireError.none
+        if self.phase is GroupPhase.COMPLETING:
+            return WireError.rebalance_in_progress
+        if member is not None:
+            member.last_seen = self._now()
         return WireError.none
 
     # --- membership ---------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from diskless.records import (
     rewrite_producer_state,
 )
 from diskless.txn import (
+    TRANSACTION_TIMEOUT_MS_MAX,
     EndTxnResult,
     InitProducerIdResult,
     PendingOffset,
@@ -98,9 +99,19 @@ def transactional_header(records: Batch) -> BatchHeader | None:
 class TransactionFront:
     """InitProducerId, AddPartitionsToTxn, EndTxn and the batch rewriting they imply."""
 
-    def __init__(self, coordinator: BatchCoordinator, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        coordinator: BatchCoordinator,
+        *,
+        clock: Clock | None = None,
+        transaction_timeout_ms_max: int = TRANSACTION_TIMEOUT_MS_MAX,
+    ) -> None:
         self._batches = coordinator
-        self._coordinator = TransactionCoordinator(coordinator, clock=clock or SystemClock())
+        self._coordinator = TransactionCoordinator(
+            coordinator,
+            clock=clock or SystemClock(),
+            transaction_timeout_ms_max=transaction_timeout_ms_max,
+        )
 
     async def start(self) -> None:
         await self._coordinator.start()

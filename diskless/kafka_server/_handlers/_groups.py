@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import group_error
-from diskless._types import TopicPartition
+from diskless._types import CommittedOffset, TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.kafka_server._handlers._access import DESCRIBE, READ, Access
@@ -50,6 +50,8 @@ def instance_id(request: object) -> str | None:
 
 
 _GROUP_REFUSED: Final = WireError.group_authorization_failed
+_NOT_COMMITTED: Final = CommittedOffset(-1, "", -1)
+"""OffsetFetch's answer for a partition with no committed offset."""
 
 
 def _may_read(context: BrokerContext, session: Session, group_id: str) -> bool:
@@ -71,9 +73,10 @@ async def handle_offset_commit(
     response: Response,
 ) -> ResponsePayload:
     offsets = {
-        TopicPartition(topic.name, p.partition_index): (
+        TopicPartition(topic.name, p.partition_index): CommittedOffset(
             int(p.committed_offset),
             p.committed_metadata,
+            int(getattr(p, "committed_leader_epoch", -1)),  # v6+ (KIP-320)
         )
         for topic in request.topics
         for p in topic.partitions
@@ -105,7 +108,7 @@ async def handle_offset_commit(
 async def _commit(
     context: BrokerContext,
     request: OffsetCommitRequest,
-    offsets: dict[TopicPartition, tuple[int, str | None]],
+    offsets: dict[TopicPartition, CommittedOffset],
 ) -> tuple[dict[TopicPartition, WireError], WireError]:
     """Each partition's error, and the code of those not answered."""
     try:
@@ -126,7 +129,7 @@ async def handle_offset_fetch(
     context: BrokerContext, session: Session, request: OffsetFetchRequest, response: Response
 ) -> ResponsePayload:
     access = Access(context, session)
-    committed: dict[TopicPartition, tuple[int, str | None]] = {}
+    committed: dict[TopicPartition, CommittedOffset] = {}
     if not access.group(DESCRIBE, request.group_id):
         error = _GROUP_REFUSED
     else:
@@ -153,7 +156,7 @@ async def handle_offset_fetch(
 def _encode_offset_fetch(
     response: Response,
     wanted: Mapping[str, list[int]],
-    committed: Mapping[TopicPartition, tuple[int, str | None]],
+    committed: Mapping[TopicPartition, CommittedOffset],
     error: WireError,
     refused: set[str],
 ) -> ResponsePayload:
@@ -163,15 +166,14 @@ def _encode_offset_fetch(
     for name, indexes in wanted.items():
         partitions: list[Entity] = []
         for index in indexes:
-            offset, metadata = committed.get(TopicPartition(name, index), (-1, ""))
-            if name in refused:
-                offset, metadata = -1, ""
+            found = committed.get(TopicPartition(name, index), _NOT_COMMITTED)
+            offset, metadata, leader_epoch = _NOT_COMMITTED if name in refused else found
             partitions.append(
                 build(
                     partition_entry,
                     partition_index=index,
                     committed_offset=offset,
-                    committed_leader_epoch=-1,
+                    committed_leader_epoch=leader_epoch,
                     metadata=metadata,
                     # v1 has no top-level error: each partition carries it
                     error_code=WireError.topic_authorization_failed if name in refused else error,

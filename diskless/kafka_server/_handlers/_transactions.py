@@ -203,6 +203,7 @@ async def handle_txn_offset_commit(
             TopicPartition(topic.name, int(p.partition_index)),
             int(p.committed_offset),
             p.committed_metadata,
+            int(getattr(p, "committed_leader_epoch", -1)),  # v2+ (KIP-320)
         )
         for topic in request.topics
         for p in topic.partitions

@@ -125,7 +125,9 @@ class KafkaCluster:
             ttl_ms=config.broker_session_timeout_ms,
             on_fenced=self._fenced,
         )
-        self.transactions = TransactionFront(coordinator)
+        self.transactions = TransactionFront(
+            coordinator, transaction_timeout_ms_max=config.transaction_max_timeout_ms
+        )
         self.groups = GroupCoordinator(coordinator, self.view)
         self.credentials = Credentials(coordinator, config.acl_refresh_ms)
         """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""

@@ -11,6 +11,7 @@ from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
 from diskless.kafka_server._server._jaas import plain_users
 from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
 from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, Hidden, TlsSettings
+from diskless.txn import TRANSACTION_TIMEOUT_MS_MAX
 
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -62,6 +63,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     registration (every third of this) leaves the cluster after this long, and with it what it
     held (transaction leases, consumer groups). A process starting a broker whose id another
     incarnation holds waits this long for that registration to expire, then gives up."""
+    transaction_max_timeout_ms: int = TRANSACTION_TIMEOUT_MS_MAX
+    """Kafka's `transaction.max.timeout.ms` (15 min): InitProducerId asking for a longer
+    `transaction.timeout.ms` is refused with INVALID_TRANSACTION_TIMEOUT, so that a producer
+    that dies mid-transaction cannot keep the consumers of its partitions waiting longer."""
     close_warning_interval_ms: int = 10_000
     close_warnings_max: int = 10
     """At most this many warnings per `close_warning_interval_ms` about connections closed for a
@@ -198,6 +203,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.connections_idle_ms_max < 1 or self.frame_receive_ms_max < 1:
             raise ValueError("connections_idle_ms_max and frame_receive_ms_max must be >= 1")
+        if self.transaction_max_timeout_ms < 1:
+            raise ValueError("transaction_max_timeout_ms must be >= 1")
         if self.inline_frame_bytes_max < 0:
             raise ValueError("inline_frame_bytes_max must be >= 0")
         if self.requests_inflight_max < 1:

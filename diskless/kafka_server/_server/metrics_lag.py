@@ -87,7 +87,7 @@ class LagTracker:
         }
         lags: dict[tuple[str, str, str], int] = {}
         for group, offsets in zip(groups, committed, strict=True):
-            for tp, (offset, _) in sorted(offsets.items()):
+            for tp, (offset, *_) in sorted(offsets.items()):
                 if offset < 0 or tp not in high:
                     continue
                 lag = max(0, high[tp] - offset)

@@ -34,6 +34,7 @@ PROPERTIES: Final[dict[str, str]] = {
     "queued.max.request.bytes": "queued_request_bytes_max",
     "connections.max.idle.ms": "connections_idle_ms_max",
     "broker.session.timeout.ms": "broker_session_timeout_ms",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
     "listeners": "listeners",
     "advertised.listeners": "advertised_listeners",
     "listener.security.protocol.map": "listener_security_protocol_map",
