@@ -317,6 +317,8 @@ async def _run(
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions) is ErrorCode.NONE
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
+            if observability is not None:
+                await observability.checked()
             print(f"bootstrap.servers={cluster.bootstrap()}")
             for rack in cluster.racks:
                 print(f"  {rack}: {cluster.bootstrap(rack)}")
