@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -196,6 +198,31 @@ def test_postgres_tls_refused_is_one_line(tmp_path: Path, postgres: PostgresServ
         startup.EXIT_COORDINATOR_TLS,
     )
     assert "TLS to the coordinator failed" in line, line
+
+
+def test_a_postgres_certificate_that_does_not_verify_is_one_line(tmp_path: Path) -> None:
+    """A server with TLS, whose certificate another CA signed than the one the URL trusts."""
+    certs = make_certs(tmp_path / "certs")
+    server = PostgresServer(bindir_or_skip())
+    try:
+        for name, source in (("server.crt", certs.server_cert), ("server.key", certs.server_key)):
+            target = server.root / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            if os.geteuid() == 0:  # the server runs as another user, who must own its key
+                owner = pwd.getpwnam("nobody")
+                os.chown(target, owner.pw_uid, owner.pw_gid)
+        server.sql(f"ALTER SYSTEM SET ssl_cert_file = '{server.root / 'server.crt'}'")
+        server.sql(f"ALTER SYSTEM SET ssl_key_file = '{server.root / 'server.key'}'")
+        server.sql("ALTER SYSTEM SET ssl = on")
+        server.sql("SELECT pg_reload_conf()")
+        other_ca = certs.stranger_cert.parent / "other-ca.pem"
+        url = f"{server.dsn('postgres')}?sslmode=verify-full&sslrootcert={other_ca}"
+        result = _run("--data-dir", str(tmp_path / "data"), "--coordinator", url, log_format="json")
+    finally:
+        server.close()
+    line = _failure(result, startup.EXIT_COORDINATOR_TLS, "json")
+    assert "TLS to the coordinator failed" in line and "certificate verify failed" in line, line
 
 
 def test_a_postgres_server_that_does_not_answer_is_a_timeout(tmp_path: Path) -> None:
