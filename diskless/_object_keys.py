@@ -4,6 +4,11 @@ Three parts rely on the names and sit above this module: the WAL names its objec
 coordinator refuses to commit an object older than its commit-age bound (`commit_too_late`), and
 the file manager lists only what it has not reconciled yet (`start_after` a key of a given age)
 instead of the whole prefix, trusting that bound to condemn orphans.
+
+A write probe (`probe_key`: a broker process checking that the store takes writes, where the
+WAL's objects go) is named here too, unlike any WAL key, so that the file manager skips it
+rather than condemn it as an orphan: one key per broker id, written and deleted by the same
+process, so that one left by a crash is overwritten and deleted by its next probe.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Final
 DEFAULT_OBJECT_PREFIX: Final = "wal/"
 _TIME_DIGITS: Final = 13
 _KEY_PATTERN: Final = re.compile(r"(\d{13})-b(\d+)-([0-9a-f]+)\.wal")
+_PROBE_PATTERN: Final = re.compile(r"write-probe-b\d+")
 
 
 def new_object_key(prefix: str, created_ms: int, broker_id: int, suffix: str | None = None) -> str:
@@ -22,6 +28,16 @@ def new_object_key(prefix: str, created_ms: int, broker_id: int, suffix: str | N
     assert 0 <= created_ms < 10**_TIME_DIGITS, created_ms
     tail = suffix if suffix is not None else secrets.token_hex(8)
     return f"{prefix}{created_ms:0{_TIME_DIGITS}d}-b{broker_id}-{tail}.wal"
+
+
+def probe_key(prefix: str, broker_id: int) -> str:
+    """The key of broker `broker_id`'s write probe, under the WAL's `prefix`."""
+    return f"{prefix}write-probe-b{broker_id}"
+
+
+def is_probe_key(key: str, prefix: str) -> bool:
+    """Whether `key` is a write probe's (`probe_key`), not an object of the WAL's."""
+    return key.startswith(prefix) and _PROBE_PATTERN.fullmatch(key, len(prefix)) is not None
 
 
 def object_key_time_ms(key: str, prefix: str) -> int | None:

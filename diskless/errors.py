@@ -10,9 +10,18 @@ and never leak.
     ├── StorageError                  object storage failed; retriable
     │   ├── ObjectNotFoundError       the key does not exist
     │   ├── InvalidRangeError         a ranged read outside the object
-    │   └── StorageTimeoutError       an operation exceeded its deadline
+    │   ├── StorageTimeoutError       an operation exceeded its deadline
+    │   └── StorageRefusedError       the store answered but refuses this process's writes
+    │       ├── StorageBucketMissingError     no such bucket (or objects directory)
+    │       ├── StorageCredentialsError       credentials missing, unknown or denied access
+    │       ├── StorageTlsError               the endpoint's certificate failed verification
+    │       └── StorageNotWritableError       the objects directory cannot be written
     ├── CoordinatorError              the batch coordinator failed; retriable
     │   ├── CoordinatorUnavailableError   the backing store is busy, locked or broken
+    │   │   ├── CoordinatorAuthenticationError  the server refused the credentials
+    │   │   ├── CoordinatorPrivilegeError       the role lacks a privilege the schema needs
+    │   │   ├── CoordinatorTlsError             the TLS handshake or certificate check failed
+    │   │   └── CoordinatorTimeoutError         the server did not answer in time
     │   └── CommitOutcomeUnknownError     a commit may or may not have been applied
     ├── BrokerIdInUseError            another live incarnation holds the broker id
     └── BrokerClosedError             the broker is shut down and takes no more work
@@ -49,6 +58,31 @@ class StorageTimeoutError(StorageError):
     """An object-storage operation did not finish before its deadline."""
 
 
+class StorageRefusedError(StorageError):
+    """The store answered, and refuses what this process asks of it: its configuration (bucket,
+    credentials, certificate authority, directory permissions) needs an operator.
+
+    Still retriable, as a running broker sees it: an operator may fix it while the broker keeps
+    retrying. A start-up check stops on it instead (`kafka_server`'s start-up failures)."""
+
+
+class StorageBucketMissingError(StorageRefusedError):
+    """The bucket (or the objects directory) does not exist."""
+
+
+class StorageCredentialsError(StorageRefusedError):
+    """No credentials, credentials the store does not know, or access denied to them."""
+
+
+class StorageTlsError(StorageRefusedError):
+    """The endpoint's TLS certificate did not verify against the trusted authorities."""
+
+
+class StorageNotWritableError(StorageRefusedError):
+    """The objects directory cannot be written (permissions, a read-only file system, not a
+    directory)."""
+
+
 class CoordinatorError(DisklessError):
     """The batch coordinator failed; nothing was committed unless stated otherwise."""
 
@@ -57,6 +91,25 @@ class CoordinatorError(DisklessError):
 
 class CoordinatorUnavailableError(CoordinatorError):
     """The coordinator's backing store is busy, locked or failing."""
+
+
+class CoordinatorAuthenticationError(CoordinatorUnavailableError):
+    """The coordinator's server refused this process's credentials (a wrong password, an
+    unknown role, no rule admitting it)."""
+
+
+class CoordinatorPrivilegeError(CoordinatorUnavailableError):
+    """The coordinator's role lacks a privilege its schema needs (e.g. `CREATE` on the
+    schema when the tables are made, or access to them)."""
+
+
+class CoordinatorTlsError(CoordinatorUnavailableError):
+    """The TLS connection to the coordinator's server failed: its certificate did not verify,
+    or it does not speak TLS where the connection requires it."""
+
+
+class CoordinatorTimeoutError(CoordinatorUnavailableError):
+    """The coordinator's server did not answer within the connection's timeout."""
 
 
 class CommitOutcomeUnknownError(CoordinatorError):

@@ -99,6 +99,11 @@ class BatchCoordinator(abc.ABC):
     def step_retries(self) -> int:
         """Write steps run again after losing a race for the backing store, since it opened."""
 
+    async def connect(self) -> None:  # noqa: B027 - optional: most backends open at once
+        """Reach the backing store now (opening it, a schema migrated), without reporting to
+        the availability: a start-up check that waits for it says what it waits for itself.
+        Raises what the first operation would (`CoordinatorError`, its kinds)."""
+
     # --- topics -------------------------------------------------------------------------------
     @abc.abstractmethod
     async def create_topic(

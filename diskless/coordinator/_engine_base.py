@@ -58,6 +58,11 @@ class EngineBase(BatchCoordinator):
         PostgreSQL's serialization failures and deadlocks); the in-memory store never does."""
         return int(getattr(self._store, "retries", 0))
 
+    async def connect(self) -> None:
+        if self._closed:
+            raise RuntimeError("the coordinator is closed")
+        await self._store.read(_nothing)
+
     async def _write(
         self,
         operation: Operation,
@@ -108,3 +113,7 @@ class EngineBase(BatchCoordinator):
             return
         self._closed = True
         await self._store.close()
+
+
+def _nothing(view: ReadView) -> None:
+    """A read that asks for nothing: the store is reached, and opened on first use."""

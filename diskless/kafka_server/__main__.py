@@ -35,8 +35,13 @@ they came in on. On several hosts, run one process per host, each with its own `
 `broker.rack` and advertised address.
 
 `--metrics-address HOST:PORT` (`metrics.address`) serves Prometheus metrics at `/metrics` and
-the health checks `/healthz` (alive) and `/readyz` (brokers registered, coordinator and store
-answering) there; `--log-format json` writes one JSON object per log line.
+the health checks `/healthz` (alive) and `/readyz` (can take writes: brokers registered, the
+coordinator answering, the store taking a probe's write) there; `--log-format json` writes one
+JSON object per log line.
+
+A start that fails says why in one log line and exits with a status of its own (`startup`); a
+coordinator that is not reachable yet is waited for, up to
+`--initial-broker-registration-timeout-ms`, and the store is checked with a probe's write.
 
 Every process also runs retention, consolidation and the file manager, each run in the process
 holding the lowest live broker id only; `--no-lifecycle` leaves them to the others.
@@ -64,7 +69,7 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._server import cli, cli_properties
+from diskless.kafka_server._server import cli, cli_properties, startup
 from diskless.kafka_server._server.cluster import KafkaCluster
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.log_format import configure_logging
@@ -75,7 +80,7 @@ from diskless.kafka_server._server.services import (
     running_lifecycle,
 )
 from diskless.metrics import NULL_METRICS
-from diskless.storage import LocalObjectStore, ObjectStore, S3ObjectStore
+from diskless.storage import ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 
 COMMIT_BOUNDS = CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT)
@@ -238,6 +243,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="Kafka's allow.everyone.if.no.acl.found: a resource without ACLs allows anyone",
     )
+    parser.add_argument(
+        "--initial-broker-registration-timeout-ms",
+        dest="coordinator_wait_ms",
+        type=startup.wait_ms,
+        default=startup.COORDINATOR_WAIT_MS_DEFAULT,
+        metavar="MS",
+        help="how long the start waits for a coordinator that is down or does not answer"
+        " (Kafka's initial.broker.registration.timeout.ms)",
+    )
     parser.add_argument("--log-level", type=cli.log_level, default="INFO")
     parser.add_argument(
         "--log-format",
@@ -265,7 +279,7 @@ def _open_store(args: argparse.Namespace) -> ObjectStore:
             ca_bundle=args.s3_ca_bundle,
         )
     path: Path = args.data_dir / "objects"
-    return LocalObjectStore(path)
+    return startup.local_store(path)
 
 
 def _open_coordinator(args: argparse.Namespace) -> BatchCoordinator:
@@ -291,10 +305,18 @@ async def _run(
     observability = (
         Observability(store, coordinator, server_config) if server_config.metrics_address else None
     )
+    serving = False
     try:
         if observability is not None:
             await observability.start()
             print(f"metrics=http://{observability.endpoint.address}/metrics")
+            sys.stdout.flush()
+        await startup.wait_for_coordinator(
+            coordinator,
+            args.coordinator_wait_ms,
+            observability.waiting if observability is not None else startup.unobserved,
+        )
+        await startup.check_store(store, COMMIT_BOUNDS.object_prefix, min(ids))
         async with (
             KafkaCluster(
                 store,
@@ -317,6 +339,9 @@ async def _run(
             for name, partitions in args.topic:
                 created = await cluster.create_topic(name, partitions) is ErrorCode.NONE
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
+            if observability is not None:
+                await observability.checked()
+            serving = True
             print(f"bootstrap.servers={cluster.bootstrap()}")
             for rack in cluster.racks:
                 print(f"  {rack}: {cluster.bootstrap(rack)}")
@@ -339,6 +364,10 @@ async def _run(
                 )
     except BrokerIdInUseError as e:
         raise SystemExit(f"cannot start: {e}; is another process serving it?") from None
+    except Exception as error:
+        if serving:
+            raise
+        raise startup.failure_of(error) from None
     finally:
         if observability is not None:
             await observability.close()
@@ -359,7 +388,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(error))
     configure_logging(args.log_level, args.log_format)
     properties.log_ignored()
-    asyncio.run(_run(args, ids, configs.server, configs.broker, configs.lifecycle))
+    try:
+        asyncio.run(_run(args, ids, configs.server, configs.broker, configs.lifecycle))
+    except startup.StartupFailure as failure:
+        startup.report(failure)
+        sys.exit(failure.status)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from diskless._object_keys import object_key_floor, object_key_time_ms
+from diskless._object_keys import is_probe_key, object_key_floor, object_key_time_ms
 from diskless.coordinator import BatchCoordinator, FileState
 from diskless.lifecycle._config import FileManagerConfig
 from diskless.storage import ObjectInfo, ObjectStore
@@ -201,6 +201,7 @@ class Reconciler:
         """Classify listed objects; condemn the unknown ones older than the grace."""
         config = self._config
         horizon = now_ms - config.orphan_grace_ms
+        objects = [info for info in objects if not is_probe_key(info.key, config.prefix)]
         key_ms = {info.key: object_key_time_ms(info.key, config.prefix) for info in objects}
         sizes = {info.key: info.size for info in objects}
         unknown = [info for info in objects if info.key not in self._committed]

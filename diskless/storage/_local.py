@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from diskless.errors import ObjectNotFoundError, StorageError
+from diskless.errors import ObjectNotFoundError, StorageError, StorageNotWritableError
 from diskless.storage._base import (
     DELETE_KEYS_MAX,
     LIST_PAGE_LIMIT_MAX,
@@ -35,6 +35,7 @@ TEMP_MARKER = ".diskless-tmp-"  # names starting with this are writes in progres
 WRITE_CHUNK_BYTES_MAX = 1 << 20  # bound each os.write so huge objects need no second buffer
 
 _ABSENT = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+_NOT_WRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -153,7 +154,8 @@ class LocalObjectStore(ObjectStore):
             if missing is not None and isinstance(exc, _ABSENT):
                 self.availability.answered()
                 raise ObjectNotFoundError(f"no object {missing!r}") from None
-            error = StorageError(f"local {operation} failed: {exc.strerror or exc}")
+            kind = StorageNotWritableError if exc.errno in _NOT_WRITABLE else StorageError
+            error = kind(f"local {operation} failed: {exc.strerror or exc}")
             self.availability.failed(error)
             raise error from exc
         self.availability.answered()

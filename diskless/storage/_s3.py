@@ -18,9 +18,11 @@ from botocore.exceptions import (
     ClientError,
     ConnectTimeoutError,
     InvalidRegionError,
+    NoCredentialsError,
     ParamValidationError,
     ReadTimeoutError,
 )
+from botocore.exceptions import SSLError as BotocoreSSLError
 from botocore.handlers import validate_bucket_name
 from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
 
@@ -28,8 +30,11 @@ from diskless._availability import log_failure
 from diskless.errors import (
     InvalidRangeError,
     ObjectNotFoundError,
+    StorageBucketMissingError,
+    StorageCredentialsError,
     StorageError,
     StorageTimeoutError,
+    StorageTlsError,
 )
 from diskless.storage._base import (
     DELETE_KEYS_MAX,
@@ -48,6 +53,16 @@ PARTS_MAX = 10_000  # S3's limit on parts per multipart upload
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _TIMEOUT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException"})
+_CREDENTIALS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "SignatureDoesNotMatch",
+    }
+)
 _TRANSLATED = (BotoCoreError, ClientError, aiohttp.ClientError, OSError, TimeoutError)
 
 
@@ -64,7 +79,15 @@ def _translate(exc: BaseException, operation: str, key: str) -> StorageError:
             return InvalidRangeError(message)
         if code in _TIMEOUT_CODES:
             return StorageTimeoutError(message)
+        if code == "NoSuchBucket":
+            return StorageBucketMissingError(message)
+        if code in _CREDENTIALS_CODES:
+            return StorageCredentialsError(message)
         return StorageError(message)
+    if isinstance(exc, NoCredentialsError):
+        return StorageCredentialsError(f"S3 {operation} {key!r} failed: no credentials found")
+    if isinstance(exc, BotocoreSSLError | aiohttp.ClientSSLError):
+        return StorageTlsError(f"S3 {operation} {key!r} failed: {' '.join(str(exc).split())}")
     if isinstance(
         exc, ReadTimeoutError | ConnectTimeoutError | TimeoutError | aiohttp.ServerTimeoutError
     ):

@@ -43,12 +43,24 @@ REGISTRATION_WAIT_S = 30.0
 
 def settled(readyz: str) -> tuple[int, str]:
     """/readyz's answer once the brokers' addresses are announced (the cluster view announces
-    them in the coordinator's registry just after they start)."""
+    them in the coordinator's registry just after they start) and readiness checked them."""
     deadline = time.monotonic() + REGISTRATION_WAIT_S
     while True:
         status, body = http_get(readyz)
-        if "holds no live registration" not in body or time.monotonic() > deadline:
+        starting = "holds no live registration" in body or "not been checked yet" in body
+        if not starting or time.monotonic() > deadline:
             return status, body
+        time.sleep(0.05)
+
+
+def answer_with(readyz: str, prefix: str) -> tuple[int, str]:
+    """/readyz's answer once it starts with `prefix` (its checks run every second or so)."""
+    deadline = time.monotonic() + REGISTRATION_WAIT_S
+    while True:
+        status, body = http_get(readyz)
+        if body.startswith(prefix):
+            return status, body
+        assert time.monotonic() < deadline, body
         time.sleep(0.05)
 
 
@@ -200,21 +212,23 @@ async def test_not_ready_names_the_part_that_does_not_answer(tmp_path: Path) -> 
     inner = open_coordinator("sqlite", tmp_path, SystemClock())
     coordinator = FaultyBatchCoordinator(inner, reads=CallFaults(fail_rate=1.0))
     coordinator.enabled = False
-    # Brokers never list objects (no lifecycle here), so only readiness meets the failures.
+    # No produce here, so only readiness's probe meets the failed writes.
     store = FaultyObjectStore(
-        LocalObjectStore(tmp_path / "objects"), random.Random(0), list_fail_rate=1.0
+        LocalObjectStore(tmp_path / "objects"), random.Random(0), put_fail_rate=1.0
     )
     try:
         async with observed_cluster(store, coordinator, ServerConfig()) as (_, observability):
             readyz = f"http://{observability.endpoint.address}/readyz"
-            status, body = await asyncio.to_thread(settled, readyz)
+            status, body = await asyncio.to_thread(
+                answer_with, readyz, "not ready: the object store cannot be written: "
+            )
             assert status == 503
-            assert body.startswith("not ready: the object store does not answer: "), body
             coordinator.enabled = True
-            status, body = await asyncio.to_thread(http_get, readyz)
+            status, body = await asyncio.to_thread(
+                answer_with, readyz, "not ready: the coordinator does not answer: "
+            )
             coordinator.enabled = False
             assert status == 503
-            assert body.startswith("not ready: the coordinator does not answer: "), body
             assert body.count("\n") == 1
             status, _ = await asyncio.to_thread(
                 http_get, f"http://{observability.endpoint.address}/healthz"

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from diskless import ManualClock
+from diskless._object_keys import probe_key
 from diskless.coordinator import FileInfo, FileState, FileStats
 from diskless.errors import CoordinatorUnavailableError
 from diskless.lifecycle import FileManager, FileManagerConfig, required_orphan_grace_ms
@@ -127,6 +128,24 @@ async def test_object_without_a_key_time_ages_by_last_modified(
     await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
     await manager.run_cycle()
     assert await c.keys() == []
+
+
+async def test_a_write_probe_left_behind_is_never_condemned(
+    new_coordinator: CoordinatorFactory,
+) -> None:
+    """A broker's write probe (`probe_key`) left by a crash between its put and its delete is
+    neither an orphan nor a WAL object: its broker's next probe overwrites and deletes it."""
+    c = await cluster(new_coordinator)
+    manager = c.manager()
+    probe = probe_key(PREFIX, 3)
+    await c.store.put(probe, b"")
+    await c.clock.advance(GRACE_MS / 1000 + UNREFERENCED_GRACE_MS / 1000 + 10)
+    for _ in range(3):
+        report = await manager.run_cycle()
+        assert report.orphans_condemned == 0
+        await c.clock.advance(GRACE_MS / 1000)
+    assert await c.keys() == [probe]
+    assert await c.state(probe) is None
 
 
 # --- the watermark ----------------------------------------------------------------------------

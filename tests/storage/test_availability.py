@@ -101,7 +101,7 @@ async def test_a_local_store_whose_disk_fails_is_one_outage(
     (tmp_path / "objects").mkdir()
     await _recover(store)
     down, back = _outage_lines(caplog)
-    assert down.startswith('object store unreachable (StorageError("local put ')
+    assert down.startswith('object store unreachable (StorageNotWritableError("local put ')
     assert back.endswith(f"; {FAILED_CALLS} calls failed meanwhile")
 
 

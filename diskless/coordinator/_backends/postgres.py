@@ -48,6 +48,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 
 from diskless.coordinator._backends.postgres_commit import PostgresCommitTxn
+from diskless.coordinator._backends.postgres_connect import opening_error
 from diskless.coordinator._backends.postgres_feed import ListenFeed
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
@@ -196,6 +197,9 @@ class PostgresStore(CoordinatorStore):
                     async with pool.acquire(timeout=self._connect_timeout_s) as conn:
                         old = await migrate(conn)
                     logger.debug("connected (schema was at version %d)", old)
+                except INFRASTRUCTURE_ERRORS as error:
+                    pool.terminate()
+                    raise opening_error(error, self._connect_timeout_s) from error
                 except BaseException:
                     pool.terminate()
                     raise

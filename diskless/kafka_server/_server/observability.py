@@ -7,15 +7,25 @@ Python collectors (CPU, memory, open files, GC), and the HTTP endpoint (`metrics
 registry is its own, not `prometheus_client`'s global one, so two processes' worth of brokers
 in one interpreter (tests, an embedding application) keep separate figures.
 
-Ready (`/readyz`) means: the brokers have started, none was fenced, each holds a live
-registration in the coordinator (which therefore answers), and the object store answers a
-one-key listing; each within `READY_TIMEOUT_S`.
+Ready (`/readyz`) means the brokers can take writes: they have started, none was fenced, each
+holds a live registration in the coordinator (which therefore answers), and the object store
+takes a write. Both are checked in the background (`readiness`), so the endpoint answers at once
+from the last outcomes, and a check in flight for more than `READY_TIMEOUT_S` is the answer.
+
+The store's check writes and deletes a small probe object (`probe_key`: under the WAL's prefix,
+where writes must succeed, and named so that the file manager never takes it for an orphan or a
+WAL object). A probe, rather than the outcome of the last WAL upload, because an idle broker
+uploads nothing, and a store that fails only writes (a bucket deleted, credentials made
+read-only, a read-only directory) still answers reads: only a write says a produce would be
+taken. A probe every `STORE_PROBE_INTERVAL_S` (one PUT and one DELETE, a few cents a month on
+S3), and every `STORE_PROBE_HURRY_S` while the store's availability sees real calls fail, so
+that an outage under load is seen within a second of the first failed upload.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from prometheus_client import (
     CollectorRegistry,
@@ -28,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from diskless import DisklessBroker
+from diskless._object_keys import probe_key
 from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._server.cluster import KafkaCluster
 from diskless.kafka_server._server.config import ServerConfig
@@ -35,10 +46,17 @@ from diskless.kafka_server._server.metrics_events import PREFIX, PrometheusMetri
 from diskless.kafka_server._server.metrics_http import MetricsEndpoint
 from diskless.kafka_server._server.metrics_lag import LagTracker
 from diskless.kafka_server._server.metrics_snapshots import Sources
+from diskless.kafka_server._server.readiness import BOUND_S, Check, Readiness
 from diskless.metrics import STORAGE_RATES, StorageRates
 from diskless.storage import ObjectStore
 
-READY_TIMEOUT_S = 2.0
+READY_TIMEOUT_S: Final = BOUND_S
+COORDINATOR_CHECK_INTERVAL_S: Final = 1.0
+COORDINATOR_CHECK_HURRY_S: Final = 0.2
+"""While the coordinator's check fails (a registration not announced yet, an outage)."""
+STORE_PROBE_INTERVAL_S: Final = 10.0
+STORE_PROBE_HURRY_S: Final = 1.0
+NOT_STARTED: Final = "the brokers have not started"
 
 
 class Observability(Collector):
@@ -60,6 +78,9 @@ class Observability(Collector):
         coordinator.metrics = self.metrics
         self.cluster: KafkaCluster | None = None
         self.lag: LagTracker | None = None
+        self.readiness: Readiness | None = None
+        self.starting = NOT_STARTED
+        """Why not ready before the brokers serve (the process sets it while it waits)."""
         self._sources = Sources(self._brokers, store, coordinator, rates)
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
@@ -69,8 +90,28 @@ class Observability(Collector):
         self.endpoint = MetricsEndpoint(self.registry, ready=self.ready, before_scrape=self.refresh)
 
     def attach(self, cluster: KafkaCluster) -> None:
-        """Report the cluster's brokers and the lag of the groups it coordinates."""
+        """Report the cluster's brokers and the lag of the groups it coordinates, and start
+        checking that they can take writes."""
         self.cluster = cluster
+        store = self.store
+        self.readiness = Readiness(
+            [
+                Check(
+                    "the coordinator",
+                    self._check_coordinator,
+                    COORDINATOR_CHECK_INTERVAL_S,
+                    COORDINATOR_CHECK_HURRY_S,
+                ),
+                Check(
+                    "the object store",
+                    self._probe_store,
+                    STORE_PROBE_INTERVAL_S,
+                    STORE_PROBE_HURRY_S,
+                    hurry=lambda: not store.availability.available,
+                ),
+            ]
+        )
+        self.readiness.start()
         self.lag = LagTracker(
             self.coordinator,
             cluster.groups.group_ids,
@@ -86,6 +127,8 @@ class Observability(Collector):
         await self.endpoint.start(address or self.config.metrics_address)
 
     async def close(self) -> None:
+        if self.readiness is not None:
+            await self.readiness.close()
         await self.endpoint.close()
 
     def _brokers(self) -> list[DisklessBroker]:
@@ -120,16 +163,30 @@ class Observability(Collector):
 
     # --- health -------------------------------------------------------------------------------
     async def ready(self) -> str | None:
-        """None when ready, else why not (one line)."""
+        """None when ready, else why not (one line): from what the checks last found."""
         cluster = self.cluster
-        if cluster is None or not cluster.servers:
-            return "the brokers have not started"
+        if cluster is None or not cluster.servers or self.readiness is None:
+            return self.starting
         if cluster.fenced:
             fenced = ", ".join(str(b) for b in sorted(cluster.fenced))
             return f"broker {fenced} was fenced by a newer incarnation"
+        return self.readiness.reason()
+
+    def waiting(self, reason: str) -> None:
+        """What the start waits for (`/readyz`'s reason until the brokers serve)."""
+        self.starting = reason
+
+    async def checked(self) -> None:
+        """Wait (at most `READY_TIMEOUT_S`) until the readiness checks find the brokers ready,
+        so that a process announcing that it serves answers `/readyz` from their outcomes."""
+        if self.readiness is not None:
+            await self.readiness.checked(READY_TIMEOUT_S)
+
+    async def _check_coordinator(self) -> str | None:
+        cluster = self.cluster
+        assert cluster is not None
         try:
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                live = await self.coordinator.live_brokers()
+            live = await self.coordinator.live_brokers()
         except Exception as error:
             return f"the coordinator does not answer: {_one_line(error)}"
         registered = {(r.broker_id, r.broker_epoch) for r in live}
@@ -140,11 +197,17 @@ class Observability(Collector):
         ]
         if missing:
             return f"broker {', '.join(missing)} holds no live registration in the coordinator"
+        return None
+
+    async def _probe_store(self) -> str | None:
+        cluster = self.cluster
+        assert cluster is not None
+        key = probe_key(self.coordinator.commit_bounds.object_prefix, min(cluster.servers))
         try:
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                await self.store.list_page(self.coordinator.commit_bounds.object_prefix, limit=1)
+            await self.store.put(key, b"")
+            await self.store.delete_many([key])
         except Exception as error:
-            return f"the object store does not answer: {_one_line(error)}"
+            return f"the object store cannot be written: {_one_line(error)}"
         return None
 
 
