@@ -334,11 +334,11 @@ class PostgresTxn(StoreTxn):
         conn = self._conn
         for name in changes.topics_deleted:
             await self._delete_topic(name)
-        for name, count, cfg in changes.topics_created:
+        for name, count, cfg, topic_uuid in changes.topics_created:
             topic_id = await conn.fetchval(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
-                " timestamp_after_max_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " timestamp_after_max_ms, topic_uuid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                 " RETURNING topic_id",
                 name,
                 count,
@@ -348,6 +348,7 @@ class PostgresTxn(StoreTxn):
                 cfg.max_message_bytes,
                 cfg.message_timestamp_before_max_ms,
                 cfg.message_timestamp_after_max_ms,
+                topic_uuid,
             )
             await self._grow(topic_id, 0, count)
         for name, total in changes.partitions_added:

@@ -4,6 +4,7 @@ key lookups."""
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -133,7 +134,7 @@ HEADS_FROM: Final = (
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 TOPIC_COLUMNS: Final = (
     "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms, t.topic_uuid"
 )
 PARTITION_COLUMNS: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
@@ -208,7 +209,8 @@ _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
 def topic_from_row(row: Sequence[Any]) -> TopicRow:
     """A topic from a `TOPIC_COLUMNS` row."""
     config = TopicConfig(TimestampType(row[2]), row[3], row[4], row[5], row[6], row[7])
-    return TopicRow(row[0], row[1], config)
+    # PostgreSQL answers its uuid type, SQLite the 32 hex digits it keeps as text.
+    return TopicRow(row[0], row[1], config, uuid.UUID(str(row[8])))
 
 
 def partition_from_row(

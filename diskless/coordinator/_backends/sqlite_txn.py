@@ -194,11 +194,11 @@ class SqliteTxn(StoreTxn):
         conn = self._conn
         for name in changes.topics_deleted:
             self._delete_topic(name)
-        for name, count, cfg in changes.topics_created:
+        for name, count, cfg, topic_id in changes.topics_created:
             cursor = conn.execute(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
-                " timestamp_after_max_ms) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
+                " timestamp_after_max_ms, topic_uuid) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     int(cfg.timestamp_type),
@@ -207,6 +207,7 @@ class SqliteTxn(StoreTxn):
                     cfg.max_message_bytes,
                     cfg.message_timestamp_before_max_ms,
                     cfg.message_timestamp_after_max_ms,
+                    topic_id.hex,
                 ),
             )
             assert cursor.lastrowid is not None

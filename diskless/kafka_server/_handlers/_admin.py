@@ -17,6 +17,7 @@ DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence, Sized
 from typing import Final, NamedTuple, Protocol
 
@@ -29,7 +30,6 @@ from diskless._kafka_errors import admin_error, delete_records_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._access import (
     ALTER,
     CREATE,
@@ -159,6 +159,7 @@ class _Created(NamedTuple):
     message: str | None
     partitions: int = -1
     config: TopicConfig | None = None
+    topic_id: uuid.UUID | None = None
 
 
 async def handle_create_topics(
@@ -214,7 +215,18 @@ async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bo
     if created is not ErrorCode.NONE:
         raise _Refused(wire(created), f"topic {topic.name!r} already exists")
     _log.info("created topic %r with %d partitions", topic.name, partitions)
-    return _Created(WireError.none, None, partitions, config)
+    return _Created(WireError.none, None, partitions, config, await _topic_id(context, topic.name))
+
+
+async def _topic_id(context: BrokerContext, name: str) -> uuid.UUID | None:
+    """The id the coordinator gave a topic just created (None: not known now; the topic was
+    created all the same, and Metadata tells its id)."""
+    try:
+        described = await context.broker.describe_topics([name])
+    except DisklessError as e:
+        _log.debug("cannot describe created topic %r: %r", name, e)
+        return None
+    return described[0].topic_id if described else None
 
 
 def _encode_create_topics(
@@ -245,7 +257,7 @@ def _encode_create_topics(
             build(
                 result_entry,
                 name=topic.name,
-                topic_id=topic_id(topic.name) if ok else None,
+                topic_id=outcome.topic_id if ok else None,
                 error_code=outcome.error,
                 error_message=outcome.message,
                 topic_config_error_code=WireError.none,

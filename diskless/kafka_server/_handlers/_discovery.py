@@ -29,7 +29,6 @@ from diskless._kafka_errors import find_coordinator_error, metadata_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._access import CREATE, DESCRIBE, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
@@ -176,8 +175,7 @@ async def _encode_metadata(
     for name in topics.names:
         await steps.pause()
         description = topics.known.get(name)
-        ok = description is not None
-        error = WireError.none if ok else topics.unknown
+        error = WireError.none if description is not None else topics.unknown
         entries.append(
             build(
                 topic_entry,
@@ -185,7 +183,7 @@ async def _encode_metadata(
                 if name in topics.refused
                 else error,
                 name=name,
-                topic_id=topic_id(name) if ok else None,
+                topic_id=description.topic_id if description is not None else None,
                 is_internal=False,
                 partitions=(
                     _partitions(response, context, name, description.partitions, rack, reachable)

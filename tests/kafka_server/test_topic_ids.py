@@ -1,0 +1,112 @@
+"""Topic identity under librdkafka, as its own test suite found it.
+
+- A topic deleted and created again with fewer partitions, while a producer keeps producing to
+  it (librdkafka's test 0107): the new topic has a new id (KIP-516), so the producer drops the old
+  topic's metadata, and every message it was given completes, delivered or failed, none left
+  pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from confluent_kafka import KafkaError, Producer, TopicCollection
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from diskless.kafka_server import KafkaCluster
+
+TOPIC = "recreated"
+PARTITIONS_BEFORE = 4
+PARTITIONS_AFTER = 2
+DELIVERY_BOUND_S = 60.0
+"""How long the producer may take to complete every message after the last produce; far below
+its `message.timeout.ms`, so no message completes by timing out."""
+MESSAGE_TIMEOUT_MS = 300_000
+ADMIN_TIMEOUT_S = 30.0
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+
+
+def _topic_id(cluster: KafkaCluster, broker_rack: str) -> str:
+    """The topic's id as the Metadata of the brokers of one rack tells it."""
+    admin = _admin(cluster.bootstrap(broker_rack))
+    future = admin.describe_topics(TopicCollection([TOPIC]))[TOPIC]
+    return str(future.result(ADMIN_TIMEOUT_S).topic_id)
+
+
+def _recreate(admin: AdminClient) -> None:
+    admin.delete_topics([TOPIC])[TOPIC].result(ADMIN_TIMEOUT_S)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while True:  # the deletion shows in every broker's Metadata at once (one coordinator)
+        future = admin.create_topics([NewTopic(TOPIC, PARTITIONS_AFTER)])[TOPIC]
+        try:
+            future.result(ADMIN_TIMEOUT_S)
+            return
+        except Exception:
+            assert time.monotonic() < deadline, "the topic could not be created again"
+            time.sleep(0.2)
+
+
+async def test_a_recreated_topic_has_a_new_id_and_a_producer_completes_every_message(
+    cluster: KafkaCluster,
+) -> None:
+    await cluster.create_topic(TOPIC, PARTITIONS_BEFORE)
+    racks = cluster.racks
+    before = {rack: await asyncio.to_thread(_topic_id, cluster, rack) for rack in racks}
+    assert len(set(before.values())) == 1, before  # every broker tells the same id
+
+    produced = 0
+    completed: dict[str, int] = {}
+    stop = threading.Event()
+    recreated = threading.Event()
+    after_recreation = 0
+    remaining = -1
+
+    def produce() -> None:
+        nonlocal produced, after_recreation, remaining
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap(),
+                "linger.ms": 5,
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+                "topic.metadata.refresh.interval.ms": 500,
+            }
+        )
+
+        def done(error: KafkaError | None, _message: object) -> None:
+            key = "delivered" if error is None else error.name()
+            completed[key] = completed.get(key, 0) + 1
+
+        while not stop.is_set():
+            try:
+                producer.produce(TOPIC, value=b"x" * 100, on_delivery=done)
+            except BufferError:
+                producer.poll(0.05)
+                continue
+            produced += 1
+            if recreated.is_set():
+                after_recreation += 1
+            producer.poll(0.001)
+        remaining = producer.flush(DELIVERY_BOUND_S)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        await asyncio.sleep(2)
+        await asyncio.to_thread(_recreate, _admin(cluster.bootstrap()))
+        recreated.set()
+        await asyncio.sleep(4)
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join)
+    after = {rack: await asyncio.to_thread(_topic_id, cluster, rack) for rack in racks}
+
+    assert remaining == 0, f"{remaining} of {produced} messages never completed: {completed}"
+    assert sum(completed.values()) == produced, (produced, completed)
+    assert after_recreation > 0 and completed.get("delivered", 0) > 0, completed
+    assert len(set(after.values())) == 1, after
+    assert set(after.values()).isdisjoint(before.values()), (before, after)
