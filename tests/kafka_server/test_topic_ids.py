@@ -4,6 +4,9 @@
   it (librdkafka's test 0107): the new topic has a new id (KIP-516), so the producer drops the old
   topic's metadata, and every message it was given completes, delivered or failed, none left
   pending.
+- A produce to a name no topic can have fails at once with INVALID_TOPIC_EXCEPTION, as Kafka
+  answers Metadata for it (librdkafka's test 0057), instead of waiting out
+  `message.timeout.ms` for a topic that cannot appear.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import threading
 import time
 
+import pytest
 from confluent_kafka import KafkaError, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -110,3 +114,28 @@ async def test_a_recreated_topic_has_a_new_id_and_a_producer_completes_every_mes
     assert after_recreation > 0 and completed.get("delivered", 0) > 0, completed
     assert len(set(after.values())) == 1, after
     assert set(after.values()).isdisjoint(before.values()), (before, after)
+
+
+@pytest.mark.parametrize("name", ["bad topic!", "x" * 250, ".", ".."])
+async def test_a_produce_to_an_illegal_topic_name_fails_with_invalid_topic(
+    cluster: KafkaCluster, name: str
+) -> None:
+    """The delivery report carries Kafka's INVALID_TOPIC_EXCEPTION (17); the message timeout is
+    far beyond the wait for the report, so only the Metadata answer can fail it."""
+
+    def produce() -> list[KafkaError | None]:
+        reports: list[KafkaError | None] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap(),
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+            }
+        )
+        producer.produce(name, value=b"v", on_delivery=lambda e, _m: reports.append(e))
+        producer.flush(DELIVERY_BOUND_S)
+        return reports
+
+    (error,) = await asyncio.to_thread(produce)
+    assert error is not None
+    assert error.code() == KafkaError.TOPIC_EXCEPTION, error
+    assert [d.name for d in await cluster.coordinator.describe_topics()] == []

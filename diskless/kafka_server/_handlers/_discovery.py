@@ -140,6 +140,17 @@ async def _describe(
     return _Topics(names, known, unknown, refused)
 
 
+def _missing(name: str, unknown: WireError) -> WireError:
+    """The code of a topic not found: INVALID_TOPIC_EXCEPTION for a name no topic can have
+    (Kafka's `Topic.validate`), which a producer fails on at once instead of waiting for the
+    topic to appear; else `unknown`."""
+    try:
+        check_topic_name(name)
+    except ValueError:
+        return WireError.invalid_topic_exception
+    return unknown
+
+
 async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
     """Create what can be created; names the coordinator refuses stay unknown."""
     partitions = context.config.auto_create_topic_partitions
@@ -175,7 +186,7 @@ async def _encode_metadata(
     for name in topics.names:
         await steps.pause()
         description = topics.known.get(name)
-        error = WireError.none if description is not None else topics.unknown
+        error = WireError.none if description is not None else _missing(name, topics.unknown)
         entries.append(
             build(
                 topic_entry,
