@@ -1,5 +1,9 @@
 """Reads in the consumer's rack (KIP-392) on a 6-broker, 3-rack cluster (two brokers per rack).
 
+Each broker tells its rack (`broker.rack`) and the other settings it applies through
+DescribeConfigs of its BROKER resource, as Kafka's brokers do: what rack-aware clients and their
+tests read.
+
 A consumer's Fetch names its `client.rack`; a broker of another rack answers each partition with
 a `preferred_read_replica` in the consumer's rack (the rack's produce representative) and no
 records, and the consumer reads from there on. Checked through a raw client (Kafka's rules for
@@ -15,11 +19,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless import TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
-from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
@@ -31,6 +37,8 @@ TOPIC = "zonal"
 PARTITIONS = 6
 RECORDS = 600
 READER = "rack-reader"
+IDLE_MS = 123_456
+TIMEOUT_S = 30
 
 
 @pytest.fixture
@@ -41,7 +49,11 @@ async def six() -> AsyncIterator[KafkaCluster]:
         brokers=6,
         racks=3,
         broker_config=broker_config(),
-        server_config=server_config(),
+        server_config=ServerConfig(
+            fetch_wait_ms_max=server_config().fetch_wait_ms_max,
+            connections_idle_ms_max=IDLE_MS,
+            ssl_key_password="kept-secret",
+        ),
     ) as running:
         await running.create_topic(TOPIC, PARTITIONS)
         await asyncio.to_thread(
@@ -130,3 +142,58 @@ async def test_a_librdkafka_consumer_reads_everything_from_brokers_of_its_rack(
     # Metadata named a leader saw about one fetch, the brokers of the rack all the others.
     assert sum(elsewhere.values()) <= PARTITIONS, fetches
     assert sum(in_rack.values()) > sum(elsewhere.values()), fetches
+
+
+def _broker_configs(cluster: KafkaCluster, broker_id: int) -> dict[str, Any]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap(), "broker.address.family": "v4"})
+    (future,) = admin.describe_configs([ConfigResource("broker", str(broker_id))]).values()
+    return dict(future.result(TIMEOUT_S))
+
+
+async def test_each_broker_describes_its_rack_and_settings_read_only(six: KafkaCluster) -> None:
+    for broker_id, server in six.servers.items():
+        configs = await asyncio.to_thread(_broker_configs, six, broker_id)
+        rack = configs["broker.rack"]
+        assert (rack.value, rack.source) == (server.rack, ConfigSource.STATIC_BROKER_CONFIG.value)
+        assert configs["node.id"].value == configs["broker.id"].value == str(broker_id)
+        idle = configs["connections.max.idle.ms"]
+        assert (idle.value, idle.source) == (str(IDLE_MS), ConfigSource.STATIC_BROKER_CONFIG.value)
+        limit = configs["socket.request.max.bytes"]
+        assert (limit.value, limit.source) == ("104857600", ConfigSource.DEFAULT_CONFIG.value)
+        secret = configs["ssl.key.password"]
+        assert secret.is_sensitive and secret.value is None
+        assert all(entry.is_read_only for entry in configs.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "listed"),
+    [
+        ("0", WireError.none, True),
+        ("", WireError.none, False),  # the cluster-wide dynamic defaults: none
+        ("1", WireError.invalid_request, False),  # another broker's: ask that broker
+        ("zero", WireError.invalid_request, False),
+    ],
+)
+async def test_a_broker_resource_names_the_broker_asked(
+    six: KafkaCluster, name: str, error: WireError, listed: bool
+) -> None:
+    client = await WireClient.connect(six.servers[0])
+    try:
+        response = await client.request(
+            DescribeConfigsRequest(
+                resources=(
+                    DescribeConfigsResource(
+                        resource_type=4, resource_name=name, configuration_keys=None
+                    ),
+                ),
+                include_synonyms=False,
+                include_documentation=False,
+            )
+        )
+    finally:
+        await client.close()
+    (result,) = response.results
+    assert result.error_code == error
+    assert bool(result.configs) == listed
+    if listed:
+        assert {c.name: c.value for c in result.configs}["broker.rack"] == "rack-0"

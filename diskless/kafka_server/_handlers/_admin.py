@@ -37,9 +37,11 @@ from diskless.kafka_server._handlers._access import (
     DESCRIBE_CONFIGS,
     Access,
 )
+from diskless.kafka_server._handlers._broker_configs import describe_broker_config
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._topic_configs import (
+    ConfigEntry,
     InvalidConfig,
     describe_topic_config,
     parse_topic_config,
@@ -396,7 +398,7 @@ async def handle_describe_configs(
             error, message, entries = _REFUSED[resource.resource_type], _NOT_AUTHORIZED, ()
         else:
             error, message, entries = _describe_resource(
-                response, resource, configs, failed, documented
+                context, response, resource, configs, failed, documented
             )
         results.append(
             build(
@@ -412,6 +414,7 @@ async def handle_describe_configs(
 
 
 def _describe_resource(
+    context: BrokerContext,
     response: Response,
     resource: _Resource,
     configs: Mapping[str, TopicConfig],
@@ -419,16 +422,20 @@ def _describe_resource(
     documented: bool,
 ) -> tuple[WireError, str | None, tuple[Entity, ...]]:
     """A resource's answer: its error, message and config entries."""
+    found: list[ConfigEntry]
     if resource.resource_type == _RESOURCE_BROKER:
-        return WireError.none, None, ()  # no broker config is exposed: an empty list
-    if resource.resource_type != _RESOURCE_TOPIC:
+        error, message, found = describe_broker_config(context, resource.resource_name)
+        if error is not WireError.none:
+            return error, message, ()
+    elif resource.resource_type != _RESOURCE_TOPIC:
         message = f"resource type {resource.resource_type} is not supported"
         return WireError.invalid_request, message, ()
-    if failed is not None:
+    elif failed is not None:
         return failed, "the batch coordinator is unavailable; try again", ()
-    name = resource.resource_name
-    if name not in configs:
+    elif (name := resource.resource_name) not in configs:
         return WireError.unknown_topic_or_partition, f"unknown topic {name!r}", ()
+    else:
+        found = describe_topic_config(configs[name])
     config_entry = nested(response, "DescribeConfigsResourceResult")
     keys = resource.configuration_keys
     entries = tuple(
@@ -438,12 +445,12 @@ def _describe_resource(
             value=config.value,
             read_only=config.read_only,
             config_source=int(config.source),
-            is_sensitive=False,
+            is_sensitive=config.sensitive,
             synonyms=(),
             config_type=int(config.type),
             documentation="" if documented else None,
         )
-        for config in describe_topic_config(configs[name])
+        for config in found
         if keys is None or config.name in keys
     )
     return WireError.none, None, entries
