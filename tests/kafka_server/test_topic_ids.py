@@ -4,6 +4,9 @@
   it (librdkafka's test 0107): the new topic has a new id (KIP-516), so the producer drops the old
   topic's metadata, and every message it was given completes, delivered or failed, none left
   pending.
+- CreateTopics answers the id Metadata then tells, and DeleteTopics v6 deletes by id: an id no
+  topic has now (the id of a topic deleted since, even one created again under the same name)
+  is UNKNOWN_TOPIC_ID, and leaves the topic of that name alone.
 - A produce to a name no topic can have fails at once with INVALID_TOPIC_EXCEPTION, as Kafka
   answers Metadata for it (librdkafka's test 0057), instead of waiting out
   `message.timeout.ms` for a topic that cannot appear.
@@ -12,14 +15,22 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
 import time
+import uuid
 
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+from kio.schema.errors import ErrorCode as WireError
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.static.primitive import i16, i32
 
 from diskless.kafka_server import KafkaCluster
+from tests.kafka_server._wire import WireClient
 
 TOPIC = "recreated"
 PARTITIONS_BEFORE = 4
@@ -139,3 +150,59 @@ async def test_a_produce_to_an_illegal_topic_name_fails_with_invalid_topic(
     assert error is not None
     assert error.code() == KafkaError.TOPIC_EXCEPTION, error
     assert [d.name for d in await cluster.coordinator.describe_topics()] == []
+
+
+def _create(name: str) -> CreateTopicsRequest:
+    topic = CreatableTopic(
+        name=name, num_partitions=i32(2), replication_factor=i16(1), assignments=(), configs=()
+    )
+    return CreateTopicsRequest(
+        topics=(topic,), timeout=datetime.timedelta(seconds=5), validate_only=False
+    )
+
+
+def _delete(*topics: tuple[str | None, uuid.UUID | None]) -> DeleteTopicsRequest:
+    return DeleteTopicsRequest(
+        topics=tuple(DeleteTopicState(name=n, topic_id=i) for n, i in topics),
+        timeout=datetime.timedelta(seconds=5),
+    )
+
+
+def _metadata(name: str) -> MetadataRequest:
+    return MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=name),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+async def test_create_topics_answers_the_id_and_delete_topics_deletes_by_id(
+    cluster: KafkaCluster,
+) -> None:
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        (created,) = (await client.request(_create("by-id"))).topics
+        assert created.error_code == WireError.none and created.topic_id is not None
+        (described,) = (await client.request(_metadata("by-id"))).topics
+        assert described.topic_id == created.topic_id
+        first = created.topic_id
+
+        (deleted,) = (await client.request(_delete((None, first)))).responses
+        assert (deleted.name, deleted.topic_id, deleted.error_code) == (
+            "by-id",
+            first,
+            WireError.none,
+        )
+        (again,) = (await client.request(_create("by-id"))).topics
+        assert again.topic_id not in (None, first)
+        stale, both = (
+            await client.request(_delete((None, first), ("by-id", again.topic_id)))
+        ).responses
+        assert (stale.name, stale.error_code) == (None, WireError.unknown_topic_id)
+        assert both.error_code == WireError.invalid_request
+        assert [d.topic_id for d in await cluster.coordinator.describe_topics()] == [again.topic_id]
+        (by_name,) = (await client.request(_delete(("by-id", None)))).responses
+        assert (by_name.name, by_name.error_code) == ("by-id", WireError.none)
+    finally:
+        await client.close()
+    assert await cluster.coordinator.describe_topics() == []

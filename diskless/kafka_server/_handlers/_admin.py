@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence, Sized
 from typing import Final, NamedTuple, Protocol
 
+import kio.schema.delete_topics.v6 as delete_topics_v6
 import kio.schema.describe_configs.v1 as describe_configs_v1
 import kio.schema.describe_configs.v2 as describe_configs_v2
 from kio.schema.errors import ErrorCode as WireError
@@ -272,10 +273,24 @@ def _encode_create_topics(
 
 
 # --- DeleteTopics ---------------------------------------------------------------------------------
+class _Deleted(NamedTuple):
+    """One topic of a DeleteTopics request, as answered."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    error: WireError = WireError.none
+    message: str | None = None
+
+
 async def handle_delete_topics(
     context: BrokerContext, session: Session, request: DeleteTopicsRequest, response: Response
 ) -> ResponsePayload:
-    names = list(dict.fromkeys(request.topic_names))
+    """By name, or (v6, KIP-516) by topic id: the topic that has that id when the request is
+    read."""
+    asked = await _named(context, request)
+    names = list(
+        dict.fromkeys(t.name for t in asked if t.name is not None and t.error is WireError.none)
+    )
     allowed = Access(context, session).topics(DELETE, names)
     errors = {n: WireError.topic_authorization_failed for n in names if n not in allowed}
     names = [n for n in names if n in allowed]
@@ -288,11 +303,52 @@ async def handle_delete_topics(
         code = failure(admin_error, e, "deleting topics")
         errors.update(dict.fromkeys(names, code))
     entry = nested(response, "DeletableTopicResult")
-    results = tuple(
-        build(entry, name=name, error_code=errors.get(name, WireError.none), error_message=None)
-        for name in dict.fromkeys(request.topic_names)
-    )
-    return build(response, throttle_time=NO_THROTTLE, responses=results)
+    results = []
+    for topic in asked:
+        error = topic.error
+        if error is WireError.none and topic.name is not None:
+            error = errors.get(topic.name, WireError.none)
+        # A topic asked for by id that the principal may not delete keeps its name unsaid.
+        hidden = error is WireError.topic_authorization_failed and topic.topic_id is not None
+        results.append(
+            build(
+                entry,
+                name=None if hidden else topic.name,
+                topic_id=topic.topic_id,
+                error_code=error,
+                error_message=topic.message,
+            )
+        )
+    return build(response, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def _named(context: BrokerContext, request: DeleteTopicsRequest) -> list[_Deleted]:
+    """The topics asked for, once each, those asked for by id named (Kafka's checks: a name and
+    an id together, or an id no topic has, are refused)."""
+    if not isinstance(request, delete_topics_v6.DeleteTopicsRequest):
+        return [_Deleted(name, None) for name in dict.fromkeys(request.topic_names)]
+    asked = list(dict.fromkeys((t.name, t.topic_id) for t in request.topics))
+    ids: dict[uuid.UUID, str] = {}
+    failed: WireError | None = None
+    if any(name is None and topic_id is not None for name, topic_id in asked):
+        try:
+            ids = {d.topic_id: d.name for d in await context.broker.describe_topics()}
+        except DisklessError as e:
+            failed = failure(admin_error, e, "describing topics to delete by id")
+    found = []
+    for name, topic_id in asked:
+        if name is not None and topic_id is not None:
+            message = "a topic is named by its name or its id, not both"
+            found.append(_Deleted(name, topic_id, WireError.invalid_request, message))
+        elif topic_id is None:
+            found.append(_Deleted(name, None))
+        elif failed is not None:
+            found.append(_Deleted(None, topic_id, failed, "the batch coordinator is unavailable"))
+        elif topic_id not in ids:
+            found.append(_Deleted(None, topic_id, WireError.unknown_topic_id, "unknown topic id"))
+        else:
+            found.append(_Deleted(ids[topic_id], topic_id))
+    return found
 
 
 # --- CreatePartitions -----------------------------------------------------------------------------
