@@ -4,7 +4,8 @@
   it (librdkafka's test 0107): the new topic has a new id (KIP-516), so the producer drops the old
   topic's metadata, and every message it was given completes, delivered or failed, none left
   pending.
-- CreateTopics answers the id Metadata then tells, and DeleteTopics v6 deletes by id: an id no
+- CreateTopics answers the id Metadata then tells; Metadata v10+ describes a topic by its id,
+  and DeleteTopics v6 deletes by id: an id no
   topic has now (the id of a topic deleted since, even one created again under the same name)
   is UNKNOWN_TOPIC_ID, and leaves the topic of that name alone.
 - A produce to a name no topic can have fails at once with INVALID_TOPIC_EXCEPTION, as Kafka
@@ -168,9 +169,9 @@ def _delete(*topics: tuple[str | None, uuid.UUID | None]) -> DeleteTopicsRequest
     )
 
 
-def _metadata(name: str) -> MetadataRequest:
+def _metadata(name: str | None, topic_id: uuid.UUID | None = None) -> MetadataRequest:
     return MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name=name),),
+        topics=(MetadataRequestTopic(topic_id=topic_id, name=name),),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -186,6 +187,9 @@ async def test_create_topics_answers_the_id_and_delete_topics_deletes_by_id(
         (described,) = (await client.request(_metadata("by-id"))).topics
         assert described.topic_id == created.topic_id
         first = created.topic_id
+        (by_id,) = (await client.request(_metadata(None, first))).topics
+        assert (by_id.name, by_id.topic_id, by_id.error_code) == ("by-id", first, WireError.none)
+        assert len(by_id.partitions) == 2
 
         (deleted,) = (await client.request(_delete((None, first)))).responses
         assert (deleted.name, deleted.topic_id, deleted.error_code) == (
@@ -199,6 +203,12 @@ async def test_create_topics_answers_the_id_and_delete_topics_deletes_by_id(
             await client.request(_delete((None, first), ("by-id", again.topic_id)))
         ).responses
         assert (stale.name, stale.error_code) == (None, WireError.unknown_topic_id)
+        (gone,) = (await client.request(_metadata(None, first))).topics
+        assert (gone.name, gone.topic_id, gone.error_code) == (
+            None,
+            first,
+            WireError.unknown_topic_id,
+        )
         assert both.error_code == WireError.invalid_request
         assert [d.topic_id for d in await cluster.coordinator.describe_topics()] == [again.topic_id]
         (by_name,) = (await client.request(_delete(("by-id", None)))).responses

@@ -13,6 +13,7 @@ the transactional id.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
@@ -83,16 +84,41 @@ async def handle_metadata(
     context: BrokerContext, session: Session, request: MetadataRequest, response: Response
 ) -> ResponsePayload:
     requested: list[str] | None
+    ids: list[uuid.UUID] = []
     if request.topics is None or (
         isinstance(request, metadata_v0.MetadataRequest) and not request.topics
     ):
         requested = None  # all topics (v0 says so with an empty list)
     else:
         requested = [t.name for t in request.topics if t.name is not None]
+        # v10+ may name a topic by its id instead (KIP-516); such a topic is never created.
+        ids = [i for t in request.topics if t.name is None and (i := getattr(t, "topic_id", None))]
     access = Access(context, session)
-    topics = await _describe(context, access, requested, _may_create(context, request))
+    unknown_ids: list[uuid.UUID] = []
+    if ids:
+        named, unknown_ids = await _named_by_id(context, access, ids)
+        assert requested is not None
+        requested.extend(named)
+    may_create = _may_create(context, request) and not ids
+    topics = await _describe(context, access, requested, may_create)
     rack = session.client_rack if session.client_rack is not None else context.rack
-    return await _encode_metadata(response, context, topics, rack, session.listener)
+    return await _encode_metadata(response, context, topics, rack, session.listener, unknown_ids)
+
+
+async def _named_by_id(
+    context: BrokerContext, access: Access, ids: list[uuid.UUID]
+) -> tuple[list[str], list[uuid.UUID]]:
+    """The names of the topics that have these ids, and the ids no topic has that the principal
+    may describe: UNKNOWN_TOPIC_ID, as Kafka answers both (an id gives no name away)."""
+    try:
+        by_id = {d.topic_id: d.name for d in await context.broker.describe_topics()}
+    except DisklessError as e:
+        failure(metadata_error, e, "describing topics by id")
+        return [], list(dict.fromkeys(ids))
+    found = {i: by_id[i] for i in dict.fromkeys(ids) if i in by_id}
+    visible = access.topics(DESCRIBE, found.values())
+    named = {i: name for i, name in found.items() if name in visible}
+    return list(named.values()), [i for i in dict.fromkeys(ids) if i not in named]
 
 
 def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
@@ -174,7 +200,12 @@ async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, 
 
 
 async def _encode_metadata(
-    response: Response, context: BrokerContext, topics: _Topics, rack: str | None, listener: str
+    response: Response,
+    context: BrokerContext,
+    topics: _Topics,
+    rack: str | None,
+    listener: str,
+    unknown_ids: list[uuid.UUID],
 ) -> ResponsePayload:
     """Brokers are listed at their endpoint of the client's `listener` (a broker without one is
     left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka)."""
@@ -203,6 +234,17 @@ async def _encode_metadata(
                 ),
             )
         )
+    entries.extend(
+        build(
+            topic_entry,
+            error_code=WireError.unknown_topic_id,
+            name=None,
+            topic_id=topic_id,
+            is_internal=False,
+            partitions=(),
+        )
+        for topic_id in unknown_ids
+    )
     return build(
         response,
         throttle_time=NO_THROTTLE,
