@@ -246,7 +246,9 @@ async def _prepare(dsn: str, kind: str) -> None:
     try:
         await migrate(conn)
         await conn.execute(
-            "INSERT INTO topics VALUES (1, $1, $2, 0, -1, -1, 1048588, 0, 0)", TOPIC, PARTITIONS
+            "INSERT INTO topics VALUES (1, $1, $2, 0, -1, -1, 1048588, 0, 0, gen_random_uuid())",
+            TOPIC,
+            PARTITIONS,
         )
         await conn.execute(
             "INSERT INTO partitions (partition_id, topic_id, partition)"

@@ -9,6 +9,7 @@ behind writes. A backend is only a store: see `_backends`.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -88,7 +89,9 @@ class CoordinatorEngine(
         self, name: str, partitions: int, config: TopicConfig | None = None
     ) -> ErrorCode:
         check_new_topic(name, partitions)
-        row = TopicRow(name, partitions, config if config is not None else TopicConfig())
+        row = TopicRow(
+            name, partitions, config if config is not None else TopicConfig(), uuid.uuid4()
+        )
 
         async def create(txn: StoreTxn) -> ErrorCode:
             if name in (await txn.load(Needs(topics={name}))).topics:
@@ -112,7 +115,7 @@ class CoordinatorEngine(
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         rows = await self._read(lambda view: view.topics(names))
-        return [TopicDescription(r.name, r.partition_count, r.config) for r in rows]
+        return [TopicDescription(r.name, r.partition_count, r.config, r.topic_id) for r in rows]
 
     async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
         async def delete(txn: StoreTxn) -> list[ErrorCode]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import types
+import uuid
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -58,6 +59,7 @@ class TopicRow(NamedTuple):
     name: str
     partition_count: int
     config: TopicConfig
+    topic_id: uuid.UUID
 
 
 class BatchRefs(NamedTuple):

@@ -6,6 +6,7 @@ Plain data, shared by every backend, the engine and the callers.
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
@@ -80,6 +81,9 @@ class TopicDescription(msgspec.Struct, frozen=True):
     name: str
     partitions: int
     config: TopicConfig
+    topic_id: uuid.UUID
+    """KIP-516's topic id: random at creation, so a topic deleted and created again under the
+    same name is told apart from its predecessor (clients drop metadata of the old one)."""
 
 
 class CommitBatch(msgspec.Struct, frozen=True, gc=False):

@@ -540,6 +540,25 @@ async def test_every_topic_setting_is_stored(coordinator: BatchCoordinator) -> N
         assert type(described[kind.name.lower()].compression_type) is CompressionType
 
 
+async def test_a_topic_id_is_random_at_creation_and_new_for_a_recreated_topic(
+    coordinator: BatchCoordinator,
+) -> None:
+    """KIP-516: the id tells a topic from one of the same name before it, so clients drop the
+    old one's metadata (partition counts, leader epochs)."""
+    await coordinator.create_topic("a", 2)
+    await coordinator.create_topic("b", 1)
+    first = {d.name: d.topic_id for d in await coordinator.describe_topics()}
+    assert first["a"] != first["b"]
+    assert all(i.int != 0 for i in first.values())
+    await coordinator.create_partitions("a", 3)
+    assert [d.topic_id for d in await coordinator.describe_topics(["a"])] == [first["a"]]
+    await coordinator.delete_topics(["a"])
+    await coordinator.create_topic("a", 1)
+    (again,) = await coordinator.describe_topics(["a"])
+    assert again.topic_id not in first.values()
+    assert [d.topic_id for d in await coordinator.describe_topics(["b"])] == [first["b"]]
+
+
 ILLEGAL_TOPIC_NAMES = {
     "empty": "",
     "slash": "a/b",

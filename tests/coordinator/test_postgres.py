@@ -336,6 +336,11 @@ async def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_state(
                 TOPIC,
             )
             await conn.execute(
+                "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
+                " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+                " timestamp_after_max_ms) VALUES ('other', 0, 0, -1, -1, 1048588, 0, 0)"
+            )
+            await conn.execute(
                 "INSERT INTO partitions (topic_id, partition, high_watermark) VALUES (1, 0, 7)"
             )
             await conn.execute("INSERT INTO brokers VALUES (1, 3)")
@@ -354,6 +359,14 @@ async def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_state(
             assert await conn.fetchval("SELECT version FROM diskless_schema") == SCHEMA_VERSION
         finally:
             await conn.close()
+        # Existing topics got an id each, which every process reads alike.
+        ids = {d.name: d.topic_id for d in await coordinator.describe_topics()}
+        assert len(set(ids.values())) == 2
+        other = PostgresBatchCoordinator(dsn)
+        try:
+            assert {d.name: d.topic_id for d in await other.describe_topics()} == ids
+        finally:
+            await other.close()
     finally:
         await coordinator.close()
 

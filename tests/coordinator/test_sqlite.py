@@ -40,6 +40,34 @@ async def test_state_survives_reopen(tmp_path: Path, clock: ManualClock) -> None
     conn.close()
 
 
+async def test_topics_of_an_older_schema_get_an_id_each_that_every_process_reads(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statements in MIGRATIONS[:12]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 12")
+    for name in ("a", "b"):
+        conn.execute(
+            "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
+            " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
+            " timestamp_after_max_ms) VALUES (?, 0, 0, -1, -1, 1048588, 0, 0)",
+            (name,),
+        )
+    conn.close()
+    first, second = SqliteBatchCoordinator(path), SqliteBatchCoordinator(path)
+    try:
+        ids = {d.name: d.topic_id for d in await first.describe_topics()}
+        assert sorted(ids) == ["a", "b"]
+        assert ids["a"] != ids["b"]
+        assert {d.name: d.topic_id for d in await second.describe_topics()} == ids
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.db"
     conn = sqlite3.connect(path)

@@ -147,7 +147,7 @@ async def test_auto_creation_creates_legal_names_when_enabled() -> None:
         topics = {t.name: t for t in response.topics}
         assert topics["new-topic"].error_code == WireError.none
         assert len(topics["new-topic"].partitions) == 4
-        assert topics["bad/name"].error_code == WireError.unknown_topic_or_partition
+        assert topics["bad/name"].error_code == WireError.invalid_topic_exception
         assert [d.name for d in await coordinator.describe_topics()] == ["new-topic"]
 
 

@@ -31,12 +31,16 @@ def _empty(high_watermark: int) -> dict[TopicPartition, FetchResult]:
 
 
 def test_equal_empty_answers_share_one_payload_and_its_bytes() -> None:
-    first = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(5))
-    again = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(5))
-    moved = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(6))
-    committed = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_COMMITTED, _empty(5))
+    first = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(5), {})
+    again = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(5), {})
+    moved = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(6), {})
+    committed = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_COMMITTED, _empty(5), {})
+    elsewhere = _encode_fetch(
+        RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, _empty(5), {TPS[1]: 4}
+    )
     assert first is again
-    assert moved is not first and committed is not first
+    assert moved is not first and committed is not first and elsewhere is not first
+    assert [p.preferred_read_replica for p in elsewhere.responses[0].partitions] == [-1, 4]
     assert moved.responses[0].partitions[0].high_watermark == 6
     assert committed.responses[0].partitions[0].aborted_transactions == ()
     assert first.responses[0].partitions[0].aborted_transactions is None
@@ -53,8 +57,8 @@ def test_equal_empty_answers_share_one_payload_and_its_bytes() -> None:
 def test_a_response_with_records_is_never_shared() -> None:
     results = _empty(5)
     results[TPS[1]] = FetchResult(ErrorCode.NONE, 5, 5, 0, b"\x00" * 61)
-    one = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, results)
-    two = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, results)
+    one = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, results, {})
+    two = _encode_fetch(RESPONSE, REQUEST, IsolationLevel.READ_UNCOMMITTED, results, {})
     assert one is not two and one == two
 
 

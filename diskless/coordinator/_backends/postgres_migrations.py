@@ -600,4 +600,10 @@ $fn$
     [
         "ALTER TABLE group_offsets ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT -1",
     ],
+    # 16: each topic's id (KIP-516), random at creation; existing topics each get their own (a
+    # volatile default is evaluated per row).
+    [
+        "ALTER TABLE topics ADD COLUMN topic_uuid UUID NOT NULL DEFAULT gen_random_uuid()",
+        "ALTER TABLE topics ALTER COLUMN topic_uuid DROP DEFAULT",
+    ],
 ]

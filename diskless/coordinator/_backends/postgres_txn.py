@@ -334,13 +334,13 @@ class PostgresTxn(StoreTxn):
         conn = self._conn
         for name in changes.topics_deleted:
             await self._delete_topic(name)
-        for name, count, cfg in changes.topics_created:
+        for name, count, cfg, topic_uuid in changes.topics_created:
             topic_id = await conn.fetchval(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
                 " timestamp_after_max_ms, compression_type, compression_gzip_level,"
-                " compression_lz4_level, compression_zstd_level)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                " compression_lz4_level, compression_zstd_level, topic_uuid)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
                 " RETURNING topic_id",
                 name,
                 count,
@@ -354,6 +354,7 @@ class PostgresTxn(StoreTxn):
                 cfg.compression_gzip_level,
                 cfg.compression_lz4_level,
                 cfg.compression_zstd_level,
+                topic_uuid,
             )
             await self._grow(topic_id, 0, count)
         for name, total in changes.partitions_added:

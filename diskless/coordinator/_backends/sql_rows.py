@@ -4,6 +4,7 @@ key lookups."""
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -135,7 +136,7 @@ TOPIC_COLUMNS: Final = (
     "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
     " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms,"
     " t.compression_type, t.compression_gzip_level, t.compression_lz4_level,"
-    " t.compression_zstd_level"
+    " t.compression_zstd_level, t.topic_uuid"
 )
 PARTITION_COLUMNS: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
@@ -221,7 +222,8 @@ def topic_from_row(row: Sequence[Any]) -> TopicRow:
         row[10],
         row[11],
     )
-    return TopicRow(row[0], row[1], config)
+    # PostgreSQL answers its uuid type, SQLite the 32 hex digits it keeps as text.
+    return TopicRow(row[0], row[1], config, uuid.UUID(str(row[12])))
 
 
 def partition_from_row(

@@ -229,6 +229,11 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE group_offsets ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT -1",
     ],
+    # 15: each topic's id (KIP-516), random at creation (32 hex digits); existing topics get one.
+    [
+        "ALTER TABLE topics ADD COLUMN topic_uuid TEXT",
+        "UPDATE topics SET topic_uuid = lower(hex(randomblob(16))) WHERE topic_uuid IS NULL",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -194,13 +194,13 @@ class SqliteTxn(StoreTxn):
         conn = self._conn
         for name in changes.topics_deleted:
             self._delete_topic(name)
-        for name, count, cfg in changes.topics_created:
+        for name, count, cfg, topic_id in changes.topics_created:
             cursor = conn.execute(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
                 " timestamp_after_max_ms, compression_type, compression_gzip_level,"
-                " compression_lz4_level, compression_zstd_level)"
-                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " compression_lz4_level, compression_zstd_level, topic_uuid)"
+                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     int(cfg.timestamp_type),
@@ -213,6 +213,7 @@ class SqliteTxn(StoreTxn):
                     cfg.compression_gzip_level,
                     cfg.compression_lz4_level,
                     cfg.compression_zstd_level,
+                    topic_id.hex,
                 ),
             )
             assert cursor.lastrowid is not None

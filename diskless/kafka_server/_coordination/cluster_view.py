@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
@@ -58,8 +57,6 @@ _log = logging.getLogger(__name__)
 REGISTRATION_TTL_MS: Final = 9_000
 """How long a broker stays listed after its process stopped renewing its registration (Kafka's
 `broker.session.timeout.ms` default)."""
-
-_TOPIC_ID_NAMESPACE: Final = uuid.UUID("6f1d3c0e-8a5b-4d1e-9f3a-2b7c4e5d6a10")
 
 
 class Endpoint(NamedTuple):
@@ -117,11 +114,6 @@ def from_registry(broker_id: int, host: str, port: int, rack: str | None) -> Bro
 
 def _host_text(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def topic_id(name: str) -> uuid.UUID:
-    """A stable id per topic name, identical on every broker (topics are addressed by name)."""
-    return uuid.uuid5(_TOPIC_ID_NAMESPACE, name)
 
 
 class ClusterView:

@@ -17,9 +17,11 @@ DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence, Sized
 from typing import Final, NamedTuple, Protocol
 
+import kio.schema.delete_topics.v6 as delete_topics_v6
 import kio.schema.describe_configs.v1 as describe_configs_v1
 import kio.schema.describe_configs.v2 as describe_configs_v2
 from kio.schema.errors import ErrorCode as WireError
@@ -29,7 +31,6 @@ from diskless._kafka_errors import admin_error, delete_records_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicConfig, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._access import (
     ALTER,
     CREATE,
@@ -37,9 +38,11 @@ from diskless.kafka_server._handlers._access import (
     DESCRIBE_CONFIGS,
     Access,
 )
+from diskless.kafka_server._handlers._broker_configs import describe_broker_config
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._topic_configs import (
+    ConfigEntry,
     InvalidConfig,
     describe_topic_config,
     parse_topic_config,
@@ -159,6 +162,7 @@ class _Created(NamedTuple):
     message: str | None
     partitions: int = -1
     config: TopicConfig | None = None
+    topic_id: uuid.UUID | None = None
 
 
 async def handle_create_topics(
@@ -214,7 +218,18 @@ async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bo
     if created is not ErrorCode.NONE:
         raise _Refused(wire(created), f"topic {topic.name!r} already exists")
     _log.info("created topic %r with %d partitions", topic.name, partitions)
-    return _Created(WireError.none, None, partitions, config)
+    return _Created(WireError.none, None, partitions, config, await _topic_id(context, topic.name))
+
+
+async def _topic_id(context: BrokerContext, name: str) -> uuid.UUID | None:
+    """The id the coordinator gave a topic just created (None: not known now; the topic was
+    created all the same, and Metadata tells its id)."""
+    try:
+        described = await context.broker.describe_topics([name])
+    except DisklessError as e:
+        _log.debug("cannot describe created topic %r: %r", name, e)
+        return None
+    return described[0].topic_id if described else None
 
 
 def _encode_create_topics(
@@ -245,7 +260,7 @@ def _encode_create_topics(
             build(
                 result_entry,
                 name=topic.name,
-                topic_id=topic_id(topic.name) if ok else None,
+                topic_id=outcome.topic_id if ok else None,
                 error_code=outcome.error,
                 error_message=outcome.message,
                 topic_config_error_code=WireError.none,
@@ -258,10 +273,24 @@ def _encode_create_topics(
 
 
 # --- DeleteTopics ---------------------------------------------------------------------------------
+class _Deleted(NamedTuple):
+    """One topic of a DeleteTopics request, as answered."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    error: WireError = WireError.none
+    message: str | None = None
+
+
 async def handle_delete_topics(
     context: BrokerContext, session: Session, request: DeleteTopicsRequest, response: Response
 ) -> ResponsePayload:
-    names = list(dict.fromkeys(request.topic_names))
+    """By name, or (v6, KIP-516) by topic id: the topic that has that id when the request is
+    read."""
+    asked = await _named(context, request)
+    names = list(
+        dict.fromkeys(t.name for t in asked if t.name is not None and t.error is WireError.none)
+    )
     allowed = Access(context, session).topics(DELETE, names)
     errors = {n: WireError.topic_authorization_failed for n in names if n not in allowed}
     names = [n for n in names if n in allowed]
@@ -274,11 +303,52 @@ async def handle_delete_topics(
         code = failure(admin_error, e, "deleting topics")
         errors.update(dict.fromkeys(names, code))
     entry = nested(response, "DeletableTopicResult")
-    results = tuple(
-        build(entry, name=name, error_code=errors.get(name, WireError.none), error_message=None)
-        for name in dict.fromkeys(request.topic_names)
-    )
-    return build(response, throttle_time=NO_THROTTLE, responses=results)
+    results = []
+    for topic in asked:
+        error = topic.error
+        if error is WireError.none and topic.name is not None:
+            error = errors.get(topic.name, WireError.none)
+        # A topic asked for by id that the principal may not delete keeps its name unsaid.
+        hidden = error is WireError.topic_authorization_failed and topic.topic_id is not None
+        results.append(
+            build(
+                entry,
+                name=None if hidden else topic.name,
+                topic_id=topic.topic_id,
+                error_code=error,
+                error_message=topic.message,
+            )
+        )
+    return build(response, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def _named(context: BrokerContext, request: DeleteTopicsRequest) -> list[_Deleted]:
+    """The topics asked for, once each, those asked for by id named (Kafka's checks: a name and
+    an id together, or an id no topic has, are refused)."""
+    if not isinstance(request, delete_topics_v6.DeleteTopicsRequest):
+        return [_Deleted(name, None) for name in dict.fromkeys(request.topic_names)]
+    asked = list(dict.fromkeys((t.name, t.topic_id) for t in request.topics))
+    ids: dict[uuid.UUID, str] = {}
+    failed: WireError | None = None
+    if any(name is None and topic_id is not None for name, topic_id in asked):
+        try:
+            ids = {d.topic_id: d.name for d in await context.broker.describe_topics()}
+        except DisklessError as e:
+            failed = failure(admin_error, e, "describing topics to delete by id")
+    found = []
+    for name, topic_id in asked:
+        if name is not None and topic_id is not None:
+            message = "a topic is named by its name or its id, not both"
+            found.append(_Deleted(name, topic_id, WireError.invalid_request, message))
+        elif topic_id is None:
+            found.append(_Deleted(name, None))
+        elif failed is not None:
+            found.append(_Deleted(None, topic_id, failed, "the batch coordinator is unavailable"))
+        elif topic_id not in ids:
+            found.append(_Deleted(None, topic_id, WireError.unknown_topic_id, "unknown topic id"))
+        else:
+            found.append(_Deleted(ids[topic_id], topic_id))
+    return found
 
 
 # --- CreatePartitions -----------------------------------------------------------------------------
@@ -384,7 +454,7 @@ async def handle_describe_configs(
             error, message, entries = _REFUSED[resource.resource_type], _NOT_AUTHORIZED, ()
         else:
             error, message, entries = _describe_resource(
-                response, resource, configs, failed, documented
+                context, response, resource, configs, failed, documented
             )
         results.append(
             build(
@@ -400,6 +470,7 @@ async def handle_describe_configs(
 
 
 def _describe_resource(
+    context: BrokerContext,
     response: Response,
     resource: _Resource,
     configs: Mapping[str, TopicConfig],
@@ -407,16 +478,20 @@ def _describe_resource(
     documented: bool,
 ) -> tuple[WireError, str | None, tuple[Entity, ...]]:
     """A resource's answer: its error, message and config entries."""
+    found: list[ConfigEntry]
     if resource.resource_type == _RESOURCE_BROKER:
-        return WireError.none, None, ()  # no broker config is exposed: an empty list
-    if resource.resource_type != _RESOURCE_TOPIC:
+        error, message, found = describe_broker_config(context, resource.resource_name)
+        if error is not WireError.none:
+            return error, message, ()
+    elif resource.resource_type != _RESOURCE_TOPIC:
         message = f"resource type {resource.resource_type} is not supported"
         return WireError.invalid_request, message, ()
-    if failed is not None:
+    elif failed is not None:
         return failed, "the batch coordinator is unavailable; try again", ()
-    name = resource.resource_name
-    if name not in configs:
+    elif (name := resource.resource_name) not in configs:
         return WireError.unknown_topic_or_partition, f"unknown topic {name!r}", ()
+    else:
+        found = describe_topic_config(configs[name])
     config_entry = nested(response, "DescribeConfigsResourceResult")
     keys = resource.configuration_keys
     entries = tuple(
@@ -426,12 +501,12 @@ def _describe_resource(
             value=config.value,
             read_only=config.read_only,
             config_source=int(config.source),
-            is_sensitive=False,
+            is_sensitive=config.sensitive,
             synonyms=(),
             config_type=int(config.type),
             documentation="" if documented else None,
         )
-        for config in describe_topic_config(configs[name])
+        for config in found
         if keys is None or config.name in keys
     )
     return WireError.none, None, entries

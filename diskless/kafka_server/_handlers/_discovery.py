@@ -13,6 +13,7 @@ the transactional id.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
@@ -29,7 +30,6 @@ from diskless._kafka_errors import find_coordinator_error, metadata_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._coordination.cluster_view import topic_id
 from diskless.kafka_server._handlers._access import CREATE, DESCRIBE, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
@@ -84,16 +84,41 @@ async def handle_metadata(
     context: BrokerContext, session: Session, request: MetadataRequest, response: Response
 ) -> ResponsePayload:
     requested: list[str] | None
+    ids: list[uuid.UUID] = []
     if request.topics is None or (
         isinstance(request, metadata_v0.MetadataRequest) and not request.topics
     ):
         requested = None  # all topics (v0 says so with an empty list)
     else:
         requested = [t.name for t in request.topics if t.name is not None]
+        # v10+ may name a topic by its id instead (KIP-516); such a topic is never created.
+        ids = [i for t in request.topics if t.name is None and (i := getattr(t, "topic_id", None))]
     access = Access(context, session)
-    topics = await _describe(context, access, requested, _may_create(context, request))
+    unknown_ids: list[uuid.UUID] = []
+    if ids:
+        named, unknown_ids = await _named_by_id(context, access, ids)
+        assert requested is not None
+        requested.extend(named)
+    may_create = _may_create(context, request) and not ids
+    topics = await _describe(context, access, requested, may_create)
     rack = session.client_rack if session.client_rack is not None else context.rack
-    return await _encode_metadata(response, context, topics, rack, session.listener)
+    return await _encode_metadata(response, context, topics, rack, session.listener, unknown_ids)
+
+
+async def _named_by_id(
+    context: BrokerContext, access: Access, ids: list[uuid.UUID]
+) -> tuple[list[str], list[uuid.UUID]]:
+    """The names of the topics that have these ids, and the ids no topic has that the principal
+    may describe: UNKNOWN_TOPIC_ID, as Kafka answers both (an id gives no name away)."""
+    try:
+        by_id = {d.topic_id: d.name for d in await context.broker.describe_topics()}
+    except DisklessError as e:
+        failure(metadata_error, e, "describing topics by id")
+        return [], list(dict.fromkeys(ids))
+    found = {i: by_id[i] for i in dict.fromkeys(ids) if i in by_id}
+    visible = access.topics(DESCRIBE, found.values())
+    named = {i: name for i, name in found.items() if name in visible}
+    return list(named.values()), [i for i in dict.fromkeys(ids) if i not in named]
 
 
 def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
@@ -141,6 +166,17 @@ async def _describe(
     return _Topics(names, known, unknown, refused)
 
 
+def _missing(name: str, unknown: WireError) -> WireError:
+    """The code of a topic not found: INVALID_TOPIC_EXCEPTION for a name no topic can have
+    (Kafka's `Topic.validate`), which a producer fails on at once instead of waiting for the
+    topic to appear; else `unknown`."""
+    try:
+        check_topic_name(name)
+    except ValueError:
+        return WireError.invalid_topic_exception
+    return unknown
+
+
 async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
     """Create what can be created; names the coordinator refuses stay unknown."""
     partitions = context.config.auto_create_topic_partitions
@@ -164,7 +200,12 @@ async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, 
 
 
 async def _encode_metadata(
-    response: Response, context: BrokerContext, topics: _Topics, rack: str | None, listener: str
+    response: Response,
+    context: BrokerContext,
+    topics: _Topics,
+    rack: str | None,
+    listener: str,
+    unknown_ids: list[uuid.UUID],
 ) -> ResponsePayload:
     """Brokers are listed at their endpoint of the client's `listener` (a broker without one is
     left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka)."""
@@ -176,8 +217,7 @@ async def _encode_metadata(
     for name in topics.names:
         await steps.pause()
         description = topics.known.get(name)
-        ok = description is not None
-        error = WireError.none if ok else topics.unknown
+        error = WireError.none if description is not None else _missing(name, topics.unknown)
         entries.append(
             build(
                 topic_entry,
@@ -185,7 +225,7 @@ async def _encode_metadata(
                 if name in topics.refused
                 else error,
                 name=name,
-                topic_id=topic_id(name) if ok else None,
+                topic_id=description.topic_id if description is not None else None,
                 is_internal=False,
                 partitions=(
                     _partitions(response, context, name, description.partitions, rack, reachable)
@@ -194,6 +234,17 @@ async def _encode_metadata(
                 ),
             )
         )
+    entries.extend(
+        build(
+            topic_entry,
+            error_code=WireError.unknown_topic_id,
+            name=None,
+            topic_id=topic_id,
+            is_internal=False,
+            partitions=(),
+        )
+        for topic_id in unknown_ids
+    )
     return build(
         response,
         throttle_time=NO_THROTTLE,

@@ -7,16 +7,28 @@ clock drives it in tests as it drives the rest of the broker.
 
 Authorization: Fetch needs READ on each topic, ListOffsets DESCRIBE; a partition of a topic that
 refuses is answered TOPIC_AUTHORIZATION_FAILED and never read.
+
+Reads in the consumer's rack (KIP-392): a consumer's Fetch (v11+) carries its `client.rack`.
+Every broker can serve every partition's reads, so when the broker asked is not in that rack and
+a live broker is, the answer names a broker there as the partition's `preferred_read_replica`
+and the consumer fetches from it from then on: its reads stop crossing zones. The broker named
+is the one Metadata names as the partition's leader for a client of that rack (the rack's
+produce representative, `_coordination.cluster_view`), so reads and writes of a partition in one
+rack meet at one broker. As in Kafka (`ReplicaManager.findPreferredReadReplica`): only for a
+consumer's fetch (a follower's `replica_id` is >= 0), only for a partition read without an
+error, never the broker asked (-1 then), and such a partition comes back without records, the
+fetch answered at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
 import kio.schema.fetch.v11 as fetch_v11
 import kio.schema.fetch.v12 as fetch_v12
 import kio.schema.list_offsets.v1 as list_offsets_v1
+import msgspec
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
@@ -40,6 +52,8 @@ _WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
 
 
 _REFUSED: Final = FetchResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+_NO_REPLICA: Final = -1
+"""`preferred_read_replica` when the consumer should keep fetching from the broker it asked."""
 
 
 def _isolation(value: int) -> IsolationLevel | None:
@@ -71,9 +85,40 @@ async def handle_fetch(
     refused = Access(context, session).refused(READ, fetch.offsets)
     for tp in refused:
         del fetch.offsets[tp]
+    replicas = _read_replicas(context, session, request, fetch.offsets)
+    if replicas:  # Kafka answers at once a fetch that names a preferred read replica
+        fetch = fetch._replace(wait_ms=0)
     results = await _call_fetch(context, fetch)
+    preferred = {
+        tp: replica for tp, replica in replicas.items() if results[tp].error is ErrorCode.NONE
+    }
+    for tp in preferred:  # read there, so nothing crosses zones from here
+        results[tp] = msgspec.structs.replace(results[tp], records=b"", aborted_transactions=[])
     results.update(dict.fromkeys(refused, _REFUSED))
-    return _encode_fetch(response, request, fetch.isolation, results)
+    return _encode_fetch(response, request, fetch.isolation, results, preferred)
+
+
+def _read_replicas(
+    context: BrokerContext,
+    session: Session,
+    request: FetchRequest,
+    partitions: Iterable[TopicPartition],
+) -> dict[TopicPartition, int]:
+    """The broker of the consumer's rack to read each partition from, for the partitions this
+    broker should not serve (see the module doc); empty when this broker is in that rack, no
+    live broker is, or the fetch is not a consumer's with a rack."""
+    if not isinstance(request, _WITH_RACK) or not request.rack_id or int(request.replica_id) >= 0:
+        return {}
+    rack = request.rack_id
+    brokers = context.cluster.brokers()
+    if rack == context.rack or not any(b.rack == rack for b in brokers):
+        return {}
+    reachable = {b.broker_id for b in brokers if b.on(session.listener) is not None}
+    return {
+        tp: broker_id
+        for tp, broker_id in context.cluster.leaders(partitions, rack).items()
+        if broker_id != context.broker_id and broker_id in reachable
+    }
 
 
 def _decode_fetch(request: FetchRequest, wait_ms_max: int) -> _Fetch:
@@ -116,28 +161,32 @@ def _encode_fetch(
     request: FetchRequest,
     isolation: IsolationLevel | None,
     results: Mapping[TopicPartition, FetchResult],
+    preferred: Mapping[TopicPartition, int],
 ) -> ResponsePayload:
     """The Fetch response; an empty one (no records anywhere: an idle consumer's, answered
     every `max_wait`) is shared between the requests it answers (`recurring`)."""
-    empty = _empty_answers(request, results)
+    empty = _empty_answers(request, results, preferred)
     if empty is None:
-        return _build_fetch(response, request, isolation, results)
+        return _build_fetch(response, request, isolation, results, preferred)
     return RECURRING.payload(
         (response, isolation, empty),
-        lambda: _build_fetch(response, request, isolation, results),
+        lambda: _build_fetch(response, request, isolation, results, preferred),
     )
 
 
 def _empty_answers(
-    request: FetchRequest, results: Mapping[TopicPartition, FetchResult]
-) -> tuple[tuple[str, tuple[tuple[int, ErrorCode, int, int, int], ...]], ...] | None:
+    request: FetchRequest,
+    results: Mapping[TopicPartition, FetchResult],
+    preferred: Mapping[TopicPartition, int],
+) -> tuple[tuple[str, tuple[tuple[int, ErrorCode, int, int, int, int], ...]], ...] | None:
     """Everything the response says, topic by topic in the request's order, when no partition
     returns records (nor, then, aborted transactions); None when one does."""
     answers = []
     for topic in request.topics:
         partitions = []
         for partition in topic.partitions:
-            result = results[TopicPartition(topic.topic, partition.partition)]
+            tp = TopicPartition(topic.topic, partition.partition)
+            result = results[tp]
             if result.records or result.aborted_transactions:
                 return None
             partitions.append(
@@ -147,6 +196,7 @@ def _empty_answers(
                     result.high_watermark,
                     result.last_stable_offset,
                     result.log_start_offset,
+                    preferred.get(tp, _NO_REPLICA),
                 )
             )
         answers.append((topic.topic, tuple(partitions)))
@@ -158,6 +208,7 @@ def _build_fetch(
     request: FetchRequest,
     isolation: IsolationLevel | None,
     results: Mapping[TopicPartition, FetchResult],
+    preferred: Mapping[TopicPartition, int],
 ) -> ResponsePayload:
     topic_entry = nested(response, "FetchableTopicResponse")
     partition_entry = nested(response, "PartitionData")
@@ -166,7 +217,8 @@ def _build_fetch(
     for topic in request.topics:
         partitions: list[Entity] = []
         for partition in topic.partitions:
-            result = results[TopicPartition(topic.topic, partition.partition)]
+            tp = TopicPartition(topic.topic, partition.partition)
+            result = results[tp]
             aborted = tuple(
                 build(aborted_entry, producer_id=pid, first_offset=first)
                 for pid, first in result.aborted_transactions
@@ -182,7 +234,7 @@ def _build_fetch(
                     aborted_transactions=(
                         aborted if isolation is IsolationLevel.READ_COMMITTED else None
                     ),
-                    preferred_read_replica=-1,
+                    preferred_read_replica=preferred.get(tp, _NO_REPLICA),
                     records=bytes(result.records),
                 )
             )

@@ -22,24 +22,29 @@ from diskless.records import compression_level_error
 class ConfigType(enum.IntEnum):
     """Kafka's `DescribeConfigsResponse.ConfigType` (DescribeConfigs v3+)."""
 
+    BOOLEAN = 1
     STRING = 2
     INT = 3
     LONG = 5
+    PASSWORD = 9
 
 
 class ConfigSource(enum.IntEnum):
     """Kafka's `DescribeConfigsResponse.ConfigSource`."""
 
     DYNAMIC_TOPIC_CONFIG = 1
+    STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
 
 
 class ConfigEntry(NamedTuple):
     name: str
-    value: str
+    value: str | None
     type: ConfigType
     source: ConfigSource
     read_only: bool
+    sensitive: bool = False
+    """A secret: listed without its value."""
 
 
 class InvalidConfig(ValueError):

@@ -4,7 +4,8 @@ the other way round."""
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from collections.abc import Sequence
+from typing import Final, NamedTuple, Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
@@ -59,6 +60,17 @@ class Session:
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
 
 
+class BrokerSetting(NamedTuple):
+    """One of the broker's settings under Kafka's property name (DescribeConfigs lists them)."""
+
+    name: str
+    value: str | int | bool | None
+    """None: not set, or a secret (never shown)."""
+    secret: bool
+    default: bool
+    """Whether it is the default value (else the broker's configuration set it)."""
+
+
 class Settings(Protocol):
     """The server settings handlers read (`ServerConfig` has them, under the same names)."""
 
@@ -92,6 +104,11 @@ class BrokerContext(Protocol):
 
     @property
     def broker_id(self) -> int: ...
+
+    @property
+    def broker_settings(self) -> Sequence[BrokerSetting]:
+        """The settings of the broker's configuration that it applies."""
+        ...
 
     @property
     def rack(self) -> str | None: ...

@@ -1,7 +1,7 @@
 """The admin APIs' advertised versions, one union of kio request classes per API (as `messages`
 declares the others; split off to keep each module small).
 
-- DeleteTopics v5: v6 may name topics by topic id only (KIP-516).
+- DeleteTopics v6, which may name a topic by its id (KIP-516), the coordinator's.
 - CreateTopics v7, CreatePartitions v3, DescribeConfigs v4, DeleteRecords v2: kio's newest.
   The clients pick what they know below that (librdkafka 2.x: CreateTopics v4, DescribeConfigs
   v1, DeleteRecords v1).
@@ -39,6 +39,7 @@ import kio.schema.delete_topics.v2 as delete_topics_v2
 import kio.schema.delete_topics.v3 as delete_topics_v3
 import kio.schema.delete_topics.v4 as delete_topics_v4
 import kio.schema.delete_topics.v5 as delete_topics_v5
+import kio.schema.delete_topics.v6 as delete_topics_v6
 import kio.schema.describe_acls.v1 as describe_acls_v1
 import kio.schema.describe_acls.v2 as describe_acls_v2
 import kio.schema.describe_acls.v3 as describe_acls_v3
@@ -61,6 +62,7 @@ DeleteTopicsRequest: TypeAlias = (
     | delete_topics_v3.DeleteTopicsRequest
     | delete_topics_v4.DeleteTopicsRequest
     | delete_topics_v5.DeleteTopicsRequest
+    | delete_topics_v6.DeleteTopicsRequest
 )
 CreatePartitionsRequest: TypeAlias = (
     create_partitions_v0.CreatePartitionsRequest

@@ -38,7 +38,7 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
-from diskless.kafka_server._handlers.context import Session
+from diskless.kafka_server._handlers.context import BrokerSetting, Session
 from diskless.kafka_server._handlers.table import route, unsupported_version_answer
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.codec import (
@@ -59,6 +59,7 @@ from diskless.kafka_server._server._responses import Answer
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
 from diskless.kafka_server._server.response_errors import error_codes
+from diskless.kafka_server._server.server_properties import settings
 from diskless.kafka_server._server.tls import NoMatchingRule
 from diskless.metrics import NULL_METRICS, Metrics
 
@@ -147,6 +148,10 @@ class BrokerServer:
     @property
     def rack(self) -> str | None:
         return self.broker.rack
+
+    @property
+    def broker_settings(self) -> list[BrokerSetting]:
+        return settings(self.config)
 
     @property
     def address(self) -> BrokerAddress:

@@ -25,6 +25,7 @@ from typing import Final
 
 import msgspec
 
+from diskless.kafka_server._handlers.context import BrokerSetting
 from diskless.kafka_server._server.config import ServerConfig
 from diskless.kafka_server._server.inapplicable_properties import applicable
 from diskless.kafka_server._server.tls import Hidden
@@ -111,6 +112,19 @@ def convert(name: str, text: str) -> object:
             raise ValueError(f"{name}: expected true or false, got {value!r}")
         return value.lower() == "true"
     return Hidden(value) if is_secret(name) else value
+
+
+def settings(config: ServerConfig) -> list[BrokerSetting]:
+    """Every property of the table with its value in `config`, by name; an empty text is not
+    set (Kafka's null), a secret's value is never given."""
+    default = ServerConfig()
+    found = []
+    for name, field in sorted(PROPERTIES.items()):
+        value = getattr(config, field)
+        secret = is_secret(name)
+        shown = None if secret or value == "" else value
+        found.append(BrokerSetting(name, shown, secret, value == getattr(default, field)))
+    return found
 
 
 def server_config(properties: Mapping[str, str], base: ServerConfig | None = None) -> ServerConfig:
