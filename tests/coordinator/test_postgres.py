@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -33,7 +34,12 @@ from diskless.coordinator import (
     FindBatchesRequest,
     PostgresBatchCoordinator,
 )
-from diskless.coordinator._backends.postgres import PostgresStore, _CommitLost
+from diskless.coordinator._backends.postgres import (
+    COMMAND_TIMEOUT_MS_DEFAULT,
+    PostgresStore,
+    _CommitLost,
+    idle_in_transaction_ms,
+)
 from diskless.coordinator._backends.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from diskless.coordinator._backends.postgres_txn import GATE_LOCK_KEY
 from diskless.errors import (
@@ -270,6 +276,87 @@ async def test_a_connection_killed_before_commit_applies_nothing(
             await coordinator.commit_file("k/2", 1, epoch, 100, [batch(TP0, count=5)])
         ).batches
         assert (result.error, result.base_offset) == (ErrorCode.NONE, 3)
+
+
+FROZEN_COMMAND_TIMEOUT_MS = 4_000
+"""The frozen broker's command timeout: its sessions idle in a transaction for half of it at most
+(`idle_in_transaction_ms`), well inside the other coordinator's (the default)."""
+
+
+async def _backend_idle_in_transaction(admin: asyncpg.Connection, database: str) -> int:
+    """The pid of the coordinator's backend once one is idle in a transaction."""
+    for _ in range(HANG_GUARD_S * 20):
+        pid = await admin.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1"
+            " AND state = 'idle in transaction' AND application_name = 'diskless-coordinator'",
+            database,
+        )
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.05)
+    raise AssertionError("no backend idle in a transaction")
+
+
+async def test_a_broker_frozen_inside_a_commit_step_holds_its_locks_only_for_the_idle_bound(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    """A broker process stops inside a commit step, its partition's row locked (SIGSTOP: like a
+    host whose link to PostgreSQL was cut without a reset, it sends nothing and answers
+    nothing). The server ends its session once it has been idle in its transaction for the
+    bound the store sets, so another broker's commit to that partition, waiting for the lock,
+    goes through within its own statement timeout. The frozen broker's step, continued, fails
+    retriably and applies nothing; its next commit succeeds."""
+    assert idle_in_transaction_ms(FROZEN_COMMAND_TIMEOUT_MS) < COMMAND_TIMEOUT_MS_DEFAULT
+    dsn = database_dsn(tmp_path)
+    coordinator = PostgresBatchCoordinator(dsn)
+    admin = await asyncpg.connect(pg.dsn("postgres"))
+    child: subprocess.Popen[str] | None = None
+    try:
+        await coordinator.create_topic(TOPIC, 1)
+        epoch = await coordinator.register_broker(1)
+        child = subprocess.Popen(
+            [
+                *[sys.executable, "-m", "tests.coordinator._postgres_frozen_child"],
+                *[dsn, str(epoch), str(FROZEN_COMMAND_TIMEOUT_MS)],
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
+        assert child.stdout is not None
+        frozen = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), HANG_GUARD_S)
+        assert frozen == "frozen\n", child.communicate(timeout=HANG_GUARD_S)
+        stuck = await _backend_idle_in_transaction(admin, _database(pg, dsn))
+
+        (result,) = (
+            await asyncio.wait_for(
+                coordinator.commit_file("k/0", 1, epoch, 100, [batch(TP0, count=3)]),
+                HANG_GUARD_S,
+            )
+        ).batches
+        assert (result.error, result.base_offset) == (ErrorCode.NONE, 0)
+        # The child is still stopped: only the server can have ended its session.
+        for _ in range(HANG_GUARD_S * 20):
+            if not await admin.fetchval("SELECT 1 FROM pg_stat_activity WHERE pid = $1", stuck):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the frozen broker's session is still there")
+        assert child.poll() is None
+
+        child.send_signal(signal.SIGCONT)
+        out, err = child.communicate(timeout=HANG_GUARD_S)
+        assert child.returncode == 0, err
+        outcomes = [json.loads(line) for line in out.splitlines()]
+        assert outcomes == [["failed", "CoordinatorUnavailableError"], ["committed", 3]], err
+        assert await coordinator.file_info(["c/0"]) == [None]
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.communicate()
+        await admin.close()
+        await coordinator.close()
 
 
 async def test_a_read_cancelled_mid_statement_is_cancelled_and_leaves_the_pool_sound(

@@ -29,6 +29,13 @@
   it is known or the resolution budget runs out. Committed: the step's result is returned as if
   nothing had happened. Aborted: `CoordinatorUnavailableError` (nothing was applied). Still
   unknown: `CommitOutcomeUnknownError`.
+- A session cannot hold its locks for long after its client died or froze (a host cut off
+  without a reset sends nothing, so TCP notices nothing): every connection, the pool's and the
+  change feed's, asks the server to end a session idle in a transaction for longer than
+  `idle_in_transaction_ms` (a step never waits between its statements for more than its own
+  work), and to probe an idle client with TCP keepalives and drop one that leaves what it was
+  sent unacknowledged (`session_settings`). A step whose session was ended so fails retriably,
+  having applied nothing.
 - Reads run on worker threads with a synchronous view (`postgres_reads`) in READ ONLY
   REPEATABLE READ transactions: one snapshot, never behind a writer's locks. A cancelled read
   stops at its next statement and raises CancelledError once its worker is off the connection.
@@ -72,6 +79,17 @@ CONNECT_TIMEOUT_MS_DEFAULT: Final = 5_000
 """How long opening a connection, or waiting for a free one in the pool, may take."""
 COMMAND_TIMEOUT_MS_DEFAULT: Final = 10_000
 """How long one statement may take, waiting for row locks included."""
+TCP_KEEPALIVES_IDLE_S: Final = 10
+TCP_KEEPALIVES_INTERVAL_S: Final = 5
+TCP_KEEPALIVES_COUNT: Final = 3
+"""The server probes a silent client after 10 s, every 5 s, and drops it after 3 unanswered
+probes: a session outside any transaction whose client vanished (it holds no lock, but a
+connection slot and, for the change feed, its place in the notification queue) ends in 25 s."""
+TCP_USER_TIMEOUT_MS: Final = (
+    TCP_KEEPALIVES_IDLE_S + TCP_KEEPALIVES_INTERVAL_S * TCP_KEEPALIVES_COUNT
+) * 1000
+"""The same bound for a client that vanished while the server was sending (a result, a notice):
+data left unacknowledged that long drops the connection, where keepalives do not apply."""
 RESOLVE_TIMEOUT_MS_DEFAULT: Final = 10_000
 """How long the store keeps asking for the outcome of a commit whose answer was lost."""
 STEP_ATTEMPTS_MAX: Final = 20
@@ -98,9 +116,37 @@ DEAD_CONNECTION_ERRORS: Final = (
     ConnectionError,
 )
 """Errors of a first statement that mean the connection was unusable before it was sent."""
-DEAD_CONNECTION_SQLSTATE_CLASSES: Final = ("08", "57")
-"""Connection exception; operator intervention (backend terminated, server shutting down)."""
+DEAD_CONNECTION_SQLSTATE_CLASSES: Final = ("08", "57", "25P03")
+"""Connection exception; operator intervention (backend terminated, server shutting down); the
+session ended for idling in its transaction (`idle_in_transaction_ms`)."""
 READ_BEGIN: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+def idle_in_transaction_ms(command_timeout_ms: int) -> int:
+    """How long the server lets one of the store's sessions stay idle inside a transaction
+    before it ends the session, releasing its locks: half the command timeout (5 s with the
+    default). Between two statements a step only runs its own code, so a session idle that long
+    belongs to a client that died or froze (a broker cut off from PostgreSQL) with its locks.
+
+    Another broker's statement queued behind those locks waits at most this long, so it is
+    still served within its own command timeout, with half of it to spare: it lands inside
+    the WAL commit budget's share for the commit call (`TXN_LEASE_MARGIN_MS`, 10 s) instead of
+    failing and retrying. And a broker cut off holds its peers up for less than the broker
+    session timeout (`broker_session_timeout_ms`, 9 s by default) after which the cluster
+    counts it gone anyway."""
+    return command_timeout_ms // 2
+
+
+def session_settings(command_timeout_ms: int) -> dict[str, str]:
+    """The server-side settings of every connection of the store (see the module doc); all are
+    a user's to set, no superuser needed. Keepalives are ignored over a Unix socket."""
+    return {
+        "idle_in_transaction_session_timeout": str(idle_in_transaction_ms(command_timeout_ms)),
+        "tcp_keepalives_idle": str(TCP_KEEPALIVES_IDLE_S),
+        "tcp_keepalives_interval": str(TCP_KEEPALIVES_INTERVAL_S),
+        "tcp_keepalives_count": str(TCP_KEEPALIVES_COUNT),
+        "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
+    }
 
 
 class _CommitLost(Exception):
@@ -160,6 +206,7 @@ class PostgresStore(CoordinatorStore):
         self._pool_size_max = pool_size_max
         self._connect_timeout_s = connect_timeout_ms / 1000
         self._command_timeout_s = command_timeout_ms / 1000
+        self._session_settings = session_settings(command_timeout_ms)
         self._resolve_timeout_s = resolve_timeout_ms / 1000
         self._pool: asyncpg.Pool | None = None
         self._pool_lock: asyncio.Lock | None = None
@@ -170,7 +217,9 @@ class PostgresStore(CoordinatorStore):
         self.retries = 0
         """Steps run again after a serialization failure or deadlock (for metrics)."""
         self._listeners = ChangeListeners()
-        self._feed = ListenFeed(dsn, self._connect_timeout_s, self._listeners.publish)
+        self._feed = ListenFeed(
+            dsn, self._connect_timeout_s, self._session_settings, self._listeners.publish
+        )
 
     # --- the pool -----------------------------------------------------------------------------
     async def _ready(self) -> asyncpg.Pool:
@@ -191,7 +240,10 @@ class PostgresStore(CoordinatorStore):
                     timeout=self._connect_timeout_s,
                     command_timeout=self._command_timeout_s,
                     reset=_reset,
-                    server_settings={"application_name": "diskless-coordinator"},
+                    server_settings={
+                        **self._session_settings,
+                        "application_name": "diskless-coordinator",
+                    },
                 )
                 try:
                     async with pool.acquire(timeout=self._connect_timeout_s) as conn:

@@ -9,7 +9,7 @@ A notice can be missed: the listening connection drops, the server restarts, or 
 between them is cut without either end noticing. So the connection is checked every
 `PING_INTERVAL_S` (one `SELECT 1`, answered within `PING_TIMEOUT_S`), and each time the feed
 (re)connects it tells its listeners that everything may have changed, since it heard nothing
-while it was away.
+while it was away. The connection has the store's server-side settings (`session_settings`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import asyncpg
@@ -47,10 +47,15 @@ class ListenFeed:
     """The listening connection of one process (see the module doc)."""
 
     def __init__(
-        self, dsn: str, connect_timeout_s: float, publish: Callable[[PartitionChanges], None]
+        self,
+        dsn: str,
+        connect_timeout_s: float,
+        server_settings: Mapping[str, str],
+        publish: Callable[[PartitionChanges], None],
     ) -> None:
         self._dsn = dsn
         self._connect_timeout_s = connect_timeout_s
+        self._server_settings = {**server_settings, "application_name": "diskless-change-feed"}
         self._publish = publish
         self._task: asyncio.Task[None] | None = None
         self._failing = False
@@ -78,7 +83,7 @@ class ListenFeed:
         conn = await asyncpg.connect(
             self._dsn,
             timeout=self._connect_timeout_s,
-            server_settings={"application_name": "diskless-change-feed"},
+            server_settings=self._server_settings,
         )
         try:
             lost = asyncio.Event()
