@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import signal
 import sys
 from pathlib import Path
@@ -101,10 +102,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a Kafka property over --config's (repeatable)",
     )
     parser.add_argument(
+        "--version", action="version", version=f"diskless {importlib.metadata.version('diskless')}"
+    )
+    parser.add_argument(
         "--brokers",
         type=cli.broker_count,
         default=None,
-        help="how many brokers this process runs (default 3, or 1 with node.id)",
+        help="how many brokers this process runs (default 1)",
     )
     parser.add_argument("--racks", type=cli.rack_count, default=3)
     parser.add_argument(
@@ -118,8 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir",
         type=Path,
         default=None,
-        help="objects and SQLite coordinator file of an embedded cluster (needed unless both "
-        "--coordinator and --bucket are given)",
+        help="objects and SQLite coordinator file of an embedded cluster (default: the first of"
+        " log.dirs; needed unless both --coordinator and --bucket are given)",
     )
     parser.add_argument(
         "--coordinator",
@@ -149,8 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--base-port",
         type=int,
-        default=0,
-        help="without listeners: broker i listens on 127.0.0.1:BASE+i (0: ephemeral ports)",
+        default=None,
+        help="instead of listeners: broker i listens on 127.0.0.1:BASE+i (0: ephemeral ports);"
+        " neither given, Kafka's default listeners=PLAINTEXT://:9092",
     )
     parser.add_argument("--topic", type=cli.topic, action="append", default=[], metavar="NAME:N")
     parser.add_argument(
@@ -158,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="create unknown topics with N partitions when a client asks (0: never)",
+        help="create unknown topics with N partitions when a client asks (0: never); default"
+        " auto.create.topics.enable (true) and num.partitions (1)",
     )
     parser.add_argument(
         "--server-option",
@@ -200,9 +206,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--retention-check-interval-ms",
         type=int,
-        default=lifecycle.retention_check_interval_ms,
+        default=None,
         metavar="MS",
-        help="how often retention runs (Kafka's log.retention.check.interval.ms)",
+        help="how often retention runs (Kafka's log.retention.check.interval.ms; default"
+        f" {lifecycle.retention_check_interval_ms})",
     )
     parser.add_argument(
         "--consolidation-age-ms",
@@ -285,7 +292,7 @@ async def _run(
     broker_config: BrokerConfig,
     lifecycle: LifecycleConfig,
 ) -> None:
-    ports = [args.base_port + i for i in ids] if args.base_port else None
+    ports = [args.base_port + i for i in ids] if args.base_port else None  # None, 0: any
     store = _open_store(args)
     coordinator = _open_coordinator(args)
     observability = (
@@ -352,7 +359,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         properties = cli_properties.Properties(args)
         ids = properties.broker_ids(args)
-        from_file = properties.server_config()
+        args.data_dir = properties.data_dir(args)
+        args.retention_check_interval_ms = properties.retention_check_interval_ms(args)
+        from_file = properties.server_config(args)
         cli_properties.check_listeners(from_file, properties, args.base_port, ids)
         configs = cli.configs(args, ids, COMMIT_BOUNDS, from_file)
     except cli.UsageError as error:

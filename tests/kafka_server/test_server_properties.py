@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from diskless.coordinator import TopicConfig
 from diskless.kafka_server import ServerConfig
 from diskless.kafka_server.__main__ import main
 from diskless.kafka_server._server._x500 import subject_dn
@@ -129,12 +130,85 @@ def test_other_settings_can_register_their_properties() -> None:
         LISTENER_PROPERTIES.discard("test.only.sasl.jaas.config")
 
 
+def test_kafka_s_broker_defaults_become_the_cluster_s_topic_defaults() -> None:
+    """`log.retention.*` in Kafka's precedence (ms, then minutes, then hours; negative: no
+    limit), `log.retention.bytes` and `message.max.bytes`: what a topic created without its own
+    gets, and whether the properties said so (STATIC_BROKER_CONFIG) or Kafka's defaults did."""
+    week = 7 * 24 * 3_600_000
+    defaults = ServerConfig().topic_defaults
+    assert (defaults.config.retention_ms, defaults.config.retention_bytes) == (week, -1)
+    assert defaults.config.max_message_bytes == 1048588 and defaults.static == frozenset()
+    hours = server_config({"log.retention.hours": "168"}).topic_defaults
+    assert hours.config.retention_ms == week and hours.static == {"retention.ms"}
+    minutes = server_config({"log.retention.hours": "1", "log.retention.minutes": "5"})
+    assert minutes.topic_defaults.config.retention_ms == 300_000
+    given = server_config(
+        {
+            "log.retention.hours": "1",
+            "log.retention.minutes": "5",
+            "log.retention.ms": "1500",
+            "log.retention.bytes": "1000000",
+            "message.max.bytes": "2000000",
+        }
+    ).topic_defaults
+    assert given.config == TopicConfig(
+        retention_ms=1500, retention_bytes=1_000_000, max_message_bytes=2_000_000
+    )
+    assert given.static == {"retention.ms", "retention.bytes", "max.message.bytes"}
+    unlimited = server_config({"log.retention.ms": "-5", "log.retention.hours": "1"})
+    assert unlimited.topic_defaults.config.retention_ms == -1
+
+
+def test_kafka_s_topic_creation_and_socket_properties_are_applied() -> None:
+    config = server_config(
+        {
+            "num.partitions": "6",
+            "auto.create.topics.enable": "true",
+            "socket.send.buffer.bytes": "102400",
+            "socket.receive.buffer.bytes": "-1",
+        }
+    )
+    assert (config.num_partitions, config.auto_create_topics_enable) == (6, True)
+    assert (config.socket_send_buffer_bytes, config.socket_receive_buffer_bytes) == (102400, -1)
+    assert ServerConfig().auto_create_topics_enable is False  # embedded: only when asked
+    for refused in (
+        {"num.partitions": "0"},
+        {"socket.send.buffer.bytes": "0"},
+        {"log.retention.bytes": "-2"},
+        {"log.retention.hours": "a week"},
+    ):
+        with pytest.raises(ValueError, match=f"^{next(iter(refused))}"):
+            server_config(refused)
+
+
+@pytest.mark.parametrize(
+    ("name", "refusal"),
+    [
+        ("zookeeper.connect", "a Kafka broker property that a diskless broker does not support: "),
+        ("sasl.kerberos.service.name", "a Kafka broker property that a diskless broker does not"),
+        ("log.cleanup.policy", "a Kafka broker property that a diskless broker does not support"),
+        ("remote.log.storage.system.enable", "a Kafka broker property that a diskless broker"),
+        ("log.retention.hourz", "unknown property"),
+    ],
+)
+def test_a_property_neither_applied_nor_accepted_is_refused_for_what_it_is(
+    name: str, refusal: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        server_config({name: "x"})
+    assert str(refused.value).startswith(f"{name}: {refusal}"), str(refused.value)
+
+
 KRAFT_ONLY = {
     "process.roles": "broker,controller",
     "controller.quorum.voters": "1@localhost:9093",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
-    "log.dirs": "/var/lib/kafka/data",
+    "log.segment.bytes": "1073741824",
+    "min.insync.replicas": "2",
+    "default.replication.factor": "3",
+    "log.flush.interval.ms": "1000",
+    "log.cleaner.threads": "2",
     "num.network.threads": "3",
     "num.io.threads": "8",
     "num.recovery.threads.per.data.dir": "1",
@@ -166,10 +240,9 @@ def test_kafka_properties_that_do_not_apply_are_accepted_and_not_applied() -> No
     # a truly unknown name is still refused beside them, and named
     with pytest.raises(ValueError, match=r"^log\.dirz: unknown property"):
         server_config({**KRAFT_ONLY, "log.dirz": "/var/kafka"})
-    # a property diskless should honour is not among them
-    assert not {"num.partitions", "log.retention.hours", "socket.send.buffer.bytes"} & set(
-        INAPPLICABLE
-    )
+    # a property diskless honours is not among them
+    honoured = ["num.partitions", "log.retention.hours", "socket.send.buffer.bytes", "log.dirs"]
+    assert ignored(honoured) == [] and not set(honoured) & set(INAPPLICABLE)
 
 
 # --- the command line -----------------------------------------------------------------------------

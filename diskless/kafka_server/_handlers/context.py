@@ -4,10 +4,11 @@ the other way round."""
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
+from diskless.coordinator import TopicConfig
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.credentials import Credentials
@@ -59,6 +60,18 @@ class Session:
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
 
 
+RETENTION_MS_DEFAULT: Final = 7 * 24 * 3_600_000
+"""Kafka's `log.retention.hours=168`: a topic's retention when nothing says otherwise."""
+
+
+class TopicDefaults(NamedTuple):
+    """What a topic created without its own settings gets (`ServerConfig.topic_defaults`)."""
+
+    config: TopicConfig
+    static: frozenset[str] = frozenset()
+    """The topic configs whose default the broker's properties gave (STATIC_BROKER_CONFIG)."""
+
+
 class Settings(Protocol):
     """The server settings handlers read (`ServerConfig` has them, under the same names)."""
 
@@ -66,7 +79,13 @@ class Settings(Protocol):
     def fetch_wait_ms_max(self) -> int: ...
 
     @property
-    def auto_create_topic_partitions(self) -> int: ...
+    def auto_create_topics_enable(self) -> bool: ...
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    @property
+    def topic_defaults(self) -> TopicDefaults: ...
 
 
 class BrokerContext(Protocol):
