@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from diskless.coordinator import TopicConfig
-from diskless.kafka_server import ServerConfig
+from diskless.coordinator import InMemoryBatchCoordinator, TopicConfig
+from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server.__main__ import main
 from diskless.kafka_server._server._x500 import subject_dn
 from diskless.kafka_server._server.inapplicable_properties import INAPPLICABLE, ignored
@@ -28,6 +29,7 @@ from diskless.kafka_server._server.server_properties import (
     register,
     server_config,
 )
+from diskless.storage import MemoryObjectStore
 from tests._tls import Certs, make_certs
 from tests.kafka_server._java_oracle import java_properties, java_subjects
 
@@ -414,3 +416,26 @@ def test_a_certificate_s_principal_is_java_s_x500_name(tmp_path: Path) -> None:
     ours = [subject_dn(ssl.PEM_cert_to_DER_cert(c.read_text())) for c in certificates]
     assert ours == java_subjects(tmp_path, certificates)
     assert ours[0] == "CN=alice,OU=eng+OU=ops,O=Diskless\\, Inc.,L=Palo Alto,ST=CA,C=US"
+
+
+async def test_socket_buffer_properties_size_the_listeners_sockets() -> None:
+    """SO_SNDBUF / SO_RCVBUF as `socket.send.buffer.bytes` / `socket.receive.buffer.bytes` say
+    (Linux reports twice the size asked, its bookkeeping included); -1 leaves the system's."""
+    asked = {socket.SO_SNDBUF: 65536, socket.SO_RCVBUF: 131072}
+    system = socket.socket()
+    defaults = {option: system.getsockopt(socket.SOL_SOCKET, option) for option in asked}
+    system.close()
+    sized = {"socket.send.buffer.bytes": "65536", "socket.receive.buffer.bytes": "131072"}
+    for config, expected in (
+        (server_config(sized), {option: 2 * size for option, size in asked.items()}),
+        (server_config({"socket.send.buffer.bytes": "-1"}), defaults),
+    ):
+        coordinator = InMemoryBatchCoordinator()
+        async with KafkaCluster(
+            MemoryObjectStore(), coordinator, brokers=1, racks=1, server_config=config
+        ) as cluster:
+            # the listening sockets: those they accept inherit their sizes
+            (listening,) = cluster.servers[0]._servers["PLAINTEXT"].sockets
+            sizes = {o: listening.getsockopt(socket.SOL_SOCKET, o) for o in asked}
+        await coordinator.close()
+        assert sizes == expected
