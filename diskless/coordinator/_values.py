@@ -18,7 +18,13 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 class TopicConfig(msgspec.Struct, frozen=True, gc=False):
-    """Per-topic settings the coordinator and the broker enforce. -1 means unlimited."""
+    """Per-topic settings the coordinator and the broker enforce. -1 means unlimited.
+
+    Fixed when the topic is created. The defaults are the library's: a topic is kept forever
+    unless its creator says otherwise. The Kafka server creates topics with Kafka's defaults
+    instead (`retention_ms` 7 days, or what its `log.retention.*` properties say:
+    `ServerConfig.topic_defaults`), as does its `KafkaCluster.create_topic` without a config.
+    """
 
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
     retention_ms: int = -1
