@@ -36,6 +36,10 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
     message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
     """Kafka's message.timestamp.after.max.ms: how far after the broker's clock a CreateTime
     record's timestamp may lie (default one hour since Kafka 4.0, KIP-1030)."""
+    inapplicable_configs: tuple[tuple[str, str], ...] = ()
+    """Kafka topic configs given at creation that mean nothing to a diskless topic
+    (`min.insync.replicas`, `segment.bytes`, ...), as (name, value) sorted by name: kept, never
+    applied, so that the topic is described as it was asked for."""
 
 
 class BrokerRegistration(msgspec.Struct, frozen=True):

@@ -214,10 +214,10 @@ def _provisioning_session(bootstrap: str) -> dict[str, object]:
 async def test_a_topic_provisioned_as_operators_do_is_created_and_described(
     cluster: KafkaCluster,
 ) -> None:
-    """Kafka's replication and segment configs are accepted and reported (read-only, not
-    applied); KIP-1150's diskless.enable=true is accepted and false refused, saying why; what a
-    diskless topic applies is applied, and a topic without its own retention has the broker's
-    default (Kafka's 7 days)."""
+    """Kafka's replication and segment configs are accepted, kept and reported as given
+    (read-only: not applied); KIP-1150's diskless.enable=true is accepted and false refused,
+    saying why; what a diskless topic applies is applied, and a topic without its own retention
+    has the broker's default (Kafka's 7 days)."""
     seen = await asyncio.to_thread(_provisioning_session, cluster.bootstrap())
     assert seen["create"] == {
         "provisioned": 0,
@@ -233,10 +233,10 @@ async def test_a_topic_provisioned_as_operators_do_is_created_and_described(
     assert isinstance(provisioned, dict) and isinstance(plain, dict)
     assert provisioned["retention.ms"] == ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG, False)
     assert plain["retention.ms"] == (str(7 * 24 * 3_600_000), ConfigSource.DEFAULT_CONFIG, False)
-    for name in PROVISIONED:
-        assert name in provisioned and name in plain, name
-    assert provisioned["diskless.enable"][:2] == ("true", ConfigSource.DEFAULT_CONFIG)
-    assert provisioned["segment.bytes"][2] is True  # reported, not applied: read-only
+    for name in set(PROVISIONED) - {"retention.ms", "cleanup.policy"}:
+        assert provisioned[name] == (PROVISIONED[name], ConfigSource.DYNAMIC_TOPIC_CONFIG, True)
+        assert plain[name][1:] == (ConfigSource.DEFAULT_CONFIG, True), name
+    assert plain["min.insync.replicas"][0] == "1" and plain["segment.bytes"][0] == "1073741824"
     (description,) = await cluster.coordinator.describe_topics(["provisioned"])
     assert description.partitions == 3 and description.config.retention_ms == 86_400_000
     assert {d.name for d in await cluster.coordinator.describe_topics()} == {"provisioned", "plain"}

@@ -589,4 +589,8 @@ $fn$
         )""",
         "INSERT INTO meta VALUES ('acl_version', 0) ON CONFLICT (name) DO NOTHING",
     ],
+    # 14: Kafka topic configs a diskless topic accepts and does not apply, kept as given.
+    [
+        "ALTER TABLE topics ADD COLUMN inapplicable_configs TEXT NOT NULL DEFAULT ''",
+    ],
 ]

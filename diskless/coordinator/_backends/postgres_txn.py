@@ -68,6 +68,7 @@ from diskless.coordinator._backends.sql_rows import (
     REGISTRATION_ROW,
     SCRAM_COLUMNS,
     TOPIC_COLUMNS,
+    configs_text,
     entry_from_row,
     partition_from_row,
     registration_from_row,
@@ -338,8 +339,8 @@ class PostgresTxn(StoreTxn):
             topic_id = await conn.fetchval(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
-                " timestamp_after_max_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-                " RETURNING topic_id",
+                " timestamp_after_max_ms, inapplicable_configs)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING topic_id",
                 name,
                 count,
                 int(cfg.timestamp_type),
@@ -348,6 +349,7 @@ class PostgresTxn(StoreTxn):
                 cfg.max_message_bytes,
                 cfg.message_timestamp_before_max_ms,
                 cfg.message_timestamp_after_max_ms,
+                configs_text(cfg),
             )
             await self._grow(topic_id, 0, count)
         for name, total in changes.partitions_added:

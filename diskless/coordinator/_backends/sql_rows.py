@@ -133,7 +133,8 @@ HEADS_FROM: Final = (
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 TOPIC_COLUMNS: Final = (
     "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms,"
+    " t.inapplicable_configs"
 )
 PARTITION_COLUMNS: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
@@ -200,6 +201,8 @@ SCRAM_COLUMNS: Final = "user_name, mechanism, salt, stored_key, server_key, iter
 INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
+_CONFIGS_ENCODER = msgspec.json.Encoder()
+_CONFIGS_DECODER = msgspec.json.Decoder(dict[str, str])
 _RECORD_DECODER = msgspec.msgpack.Decoder(TxnRecord)
 _RETAINED_ENCODER = msgspec.msgpack.Encoder()
 _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
@@ -207,8 +210,19 @@ _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
 
 def topic_from_row(row: Sequence[Any]) -> TopicRow:
     """A topic from a `TOPIC_COLUMNS` row."""
-    config = TopicConfig(TimestampType(row[2]), row[3], row[4], row[5], row[6], row[7])
+    config = TopicConfig(
+        TimestampType(row[2]), row[3], row[4], row[5], row[6], row[7], configs_from_text(row[8])
+    )
     return TopicRow(row[0], row[1], config)
+
+
+def configs_text(config: TopicConfig) -> str:
+    """`TopicConfig.inapplicable_configs` as its column holds them: a JSON object."""
+    return _CONFIGS_ENCODER.encode(dict(config.inapplicable_configs)).decode()
+
+
+def configs_from_text(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(_CONFIGS_DECODER.decode(text).items())) if text else ()
 
 
 def partition_from_row(

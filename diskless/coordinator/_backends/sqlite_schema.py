@@ -218,6 +218,10 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "INSERT OR IGNORE INTO meta VALUES ('acl_version', 0)",
     ],
+    # 13: Kafka topic configs a diskless topic accepts and does not apply, kept as given.
+    [
+        "ALTER TABLE topics ADD COLUMN inapplicable_configs TEXT NOT NULL DEFAULT ''",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

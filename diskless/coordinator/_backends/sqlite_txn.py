@@ -23,6 +23,7 @@ from diskless.coordinator._backends.sql_rows import (
     TXN_TABLES,
     UPSERT_PRODUCER,
     batch_to_row,
+    configs_text,
     entry_from_row,
     entry_to_row,
     file_from_row,
@@ -198,7 +199,7 @@ class SqliteTxn(StoreTxn):
             cursor = conn.execute(
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
-                " timestamp_after_max_ms) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
+                " timestamp_after_max_ms, inapplicable_configs) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     int(cfg.timestamp_type),
@@ -207,6 +208,7 @@ class SqliteTxn(StoreTxn):
                     cfg.max_message_bytes,
                     cfg.message_timestamp_before_max_ms,
                     cfg.message_timestamp_after_max_ms,
+                    configs_text(cfg),
                 ),
             )
             assert cursor.lastrowid is not None

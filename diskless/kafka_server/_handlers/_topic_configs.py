@@ -8,8 +8,10 @@ creation is taken as Kafka takes it:
   (DYNAMIC_TOPIC_CONFIG) when it differs from the broker's default, else where that default
   came from (STATIC_BROKER_CONFIG: the broker's properties; DEFAULT_CONFIG: Kafka's default).
 - `NOT_APPLICABLE`, Kafka's topic configs whose whole meaning is a part a diskless topic does
-  not have (replicas, segments, flushes, the local log's index): accepted with any value
-  Kafka accepts and not applied; DescribeConfigs lists them at Kafka's defaults, read-only.
+  not have (replicas, segments, flushes, the local log's index): accepted with any value of
+  their type and not applied, but kept (`TopicConfig.inapplicable_configs`): DescribeConfigs
+  lists them, read-only, as given (DYNAMIC_TOPIC_CONFIG) or at Kafka's defaults, so that a
+  provisioning tool reading a topic back finds what it asked for.
   KIP-1150's `diskless.enable` is accepted when true (every topic here is diskless) and
   refused when false.
 - `FIXED`, settings a diskless topic cannot change: asking for their one value is accepted.
@@ -151,10 +153,13 @@ def parse_topic_config(
     """The `TopicConfig` of CreateTopics' `(name, value)` pairs over `defaults`; raises
     `InvalidConfig`."""
     values: dict[str, object] = {}
+    kept: dict[str, str] = {}
     for name, text in configs:
         setting = SETTINGS.get(name)
         if setting is None:
             _check_accepted(name, text)
+            if name in NOT_APPLICABLE and text is not None:
+                kept[name] = text.strip()
             continue
         if text is None:
             continue  # null: the default, as Kafka treats it
@@ -162,7 +167,9 @@ def parse_topic_config(
             values[setting.field] = setting.parse(text)
         except ValueError as e:
             raise InvalidConfig(f"invalid value {text!r} for config {name!r}: {e}") from None
-    return msgspec.structs.replace(defaults.config, **values)
+    return msgspec.structs.replace(
+        defaults.config, **values, inapplicable_configs=tuple(sorted(kept.items()))
+    )
 
 
 def _check_accepted(name: str, text: str | None) -> None:
@@ -225,8 +232,11 @@ def describe_topic_config(
         else:
             source = ConfigSource.DEFAULT_CONFIG
         entries.append(ConfigEntry(name, _text(value), setting.type, source, False))
+    kept = dict(config.inapplicable_configs)
     not_applied = [
-        ConfigEntry(name, value, kind, ConfigSource.DEFAULT_CONFIG, True)
-        for name, (value, kind) in NOT_APPLICABLE.items()
+        ConfigEntry(name, kept[name], kind, ConfigSource.DYNAMIC_TOPIC_CONFIG, True)
+        if name in kept
+        else ConfigEntry(name, default, kind, ConfigSource.DEFAULT_CONFIG, True)
+        for name, (default, kind) in NOT_APPLICABLE.items()
     ]
     return entries + not_applied + list(FIXED)
