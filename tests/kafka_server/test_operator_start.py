@@ -215,12 +215,15 @@ def test_a_topic_without_its_own_retention_is_deleted_by_the_cluster_s_default(
     tmp_path: Path,
 ) -> None:
     """`log.retention.ms` and `log.retention.check.interval.ms`, Kafka's property names, on a
-    topic created on first use: its records go once older than the default. On ephemeral
-    ports of 127.0.0.1 (`--base-port 0`), as nothing here needs 9092."""
+    topic created on first use: its records go once older than the default. The data directory
+    is the first of `log.dirs`. On ephemeral ports of 127.0.0.1 (`--base-port 0`), as nothing
+    here needs 9092."""
+    first, second = tmp_path / "first", tmp_path / "second"
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path),
+            sys.executable, "-m", "diskless.kafka_server",
             "--base-port", "0", "--log-level", "WARNING",
+            "--override", f"log.dirs={first},{second}",
             "--override", "log.retention.ms=500",
             "--override", "log.retention.check.interval.ms=100",
         ],
@@ -237,3 +240,4 @@ def test_a_topic_without_its_own_retention_is_deleted_by_the_cluster_s_default(
         _stop(process)
     assert (low, high) == (5, 5)  # all five records deleted by retention
     assert retention == ("500", ConfigSource.STATIC_BROKER_CONFIG)
+    assert (first / "coordinator.sqlite").exists() and not second.exists()
