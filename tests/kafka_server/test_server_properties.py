@@ -289,6 +289,14 @@ def test_the_command_refuses_a_bad_file_in_one_line_before_starting(
     )
     assert line.startswith("--override: queued.max.request.bytes=1: "), line
     assert _refusal([*data, "--override", "no-equals-sign"], capsys).startswith("--override")
+    assert _refusal([*data, "--override", "zookeeper.connect=zk:2181"], capsys).startswith(
+        "--override: zookeeper.connect=zk:2181: a Kafka broker property that a diskless broker"
+        " does not support: ZooKeeper mode"
+    )
+    file.write_text("log.dirs=\n")
+    assert _refusal(["--config", str(file)], capsys) == (
+        f"--config: {file}: log.dirs: '': expected a directory"
+    )
     assert not (tmp_path / "data").exists()  # refused before anything was created
 
 
