@@ -302,7 +302,7 @@ async def _run(
     broker_config: BrokerConfig,
     lifecycle: LifecycleConfig,
 ) -> None:
-    ports = [args.base_port + i for i in ids] if args.base_port else None  # None, 0: any
+    ports = [args.base_port + i for i in ids] if args.base_port else None
     store = _open_store(args)
     coordinator = _open_coordinator(args)
     observability = (
