@@ -44,7 +44,7 @@ def broker(data_dir: Path, coordinator: str | None, code: Path | None) -> Iterat
     """A broker process while the block runs; its bootstrap address."""
     argv = [
         sys.executable, "-m", "diskless.kafka_server", "--brokers", "1", "--racks", "1",
-        "--no-lifecycle", "--log-level", "WARNING", "--data-dir", str(data_dir),
+        "--base-port", "0", "--no-lifecycle", "--log-level", "WARNING", "--data-dir", str(data_dir),
         "--topic", f"{TOPIC}:1",
     ]  # fmt: skip
     if coordinator is not None:

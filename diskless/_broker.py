@@ -598,7 +598,9 @@ class DisklessBroker:
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
     ) -> ErrorCode:
-        """Create a topic in the coordinator: NONE, or TOPIC_ALREADY_EXISTS."""
+        """Create a topic in the coordinator: NONE, or TOPIC_ALREADY_EXISTS. Without `config`,
+        `TopicConfig()`: no retention, records kept until deleted (the Kafka server passes its
+        cluster defaults instead, Kafka's 7 days unless `log.retention.*` says otherwise)."""
         self._topics.forget([name])
         return await self._coordinator.create_topic(name, partitions, config)
 

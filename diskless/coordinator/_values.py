@@ -32,7 +32,13 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 class TopicConfig(msgspec.Struct, frozen=True, gc=False):
-    """Per-topic settings the coordinator and the broker enforce. -1 means unlimited."""
+    """Per-topic settings the coordinator and the broker enforce. -1 means unlimited.
+
+    Fixed when the topic is created. The defaults are the library's: a topic is kept forever
+    unless its creator says otherwise. The Kafka server creates topics with Kafka's defaults
+    instead (`retention_ms` 7 days, or what its `log.retention.*` properties say:
+    `ServerConfig.topic_defaults`), as does its `KafkaCluster.create_topic` without a config.
+    """
 
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
     retention_ms: int = -1
@@ -63,6 +69,11 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
         if self.compression_type == CompressionType.ZSTD:
             return self.compression_zstd_level
         return 0
+
+    inapplicable_configs: tuple[tuple[str, str], ...] = ()
+    """Kafka topic configs given at creation that mean nothing to a diskless topic
+    (`min.insync.replicas`, `segment.bytes`, ...), as (name, value) sorted by name: kept, never
+    applied, so that the topic is described as it was asked for."""
 
 
 class BrokerRegistration(msgspec.Struct, frozen=True):

@@ -1,8 +1,13 @@
-"""Start a diskless Kafka cluster: `python -m diskless.kafka_server --brokers 3 --racks 3
---data-dir DIR [--topic NAME:PARTITIONS ...] [--server-option FIELD=VALUE ...]`.
+"""Start a diskless Kafka broker: `python -m diskless.kafka_server [--config server.properties]
+[--data-dir DIR] [--brokers N] [--topic NAME:PARTITIONS ...]`.
+
+With nothing else said, one broker (id 0) on Kafka's default listener, `PLAINTEXT://:9092` (every
+interface, advertised under this host's name), topics created on first use with one partition
+and kept 7 days, as a Kafka broker's defaults are.
 
 Embedded (the default): objects go to DIR/objects (LocalObjectStore), batch metadata to
-DIR/coordinator.sqlite (SqliteBatchCoordinator), which processes on one host can share.
+DIR/coordinator.sqlite (SqliteBatchCoordinator), which processes on one host can share; DIR is
+`--data-dir`, else the first directory of `log.dirs`.
 
 On several hosts: `--coordinator postgresql://USER@HOST:PORT/DB` puts the batch metadata in
 PostgreSQL (PostgresBatchCoordinator), and `--s3-endpoint URL --bucket NAME` (or `--bucket NAME
@@ -18,16 +23,21 @@ both.
 `--server-option` sets any numeric `ServerConfig` field, e.g.
 `queued_request_bytes_max=104857600`.
 
-`--config server.properties` reads Kafka's own property names (Java properties format), e.g.
-`listeners`, `advertised.listeners`, `listener.security.protocol.map`, `broker.rack`, `node.id`,
-the `ssl.*` key and trust stores and `ssl.client.auth`, `listener.name.<name>.ssl.*`,
-`socket.request.max.bytes`; `--override NAME=VALUE` sets one over the file, and the other flags
-override both. An unknown property or a bad value stops the start with one line naming it;
-Kafka's properties that mean nothing here (`process.roles`, the KRaft quorum, `log.dirs`, thread
-pools, ...) are accepted and named in one log line.
+`--config server.properties` reads Kafka's own property names (Java properties format): Kafka's
+sample KRaft file starts unchanged. Applied: `listeners`, `advertised.listeners`,
+`listener.security.protocol.map`, `broker.rack`, `node.id`, the `ssl.*` key and trust stores and
+`ssl.client.auth`, `listener.name.<name>.ssl.*`, `socket.request.max.bytes`,
+`socket.send.buffer.bytes`, `socket.receive.buffer.bytes`, `num.partitions`,
+`auto.create.topics.enable`, `log.retention.{ms,minutes,hours,bytes}` and `message.max.bytes`
+(the defaults of topics created without their own), `log.retention.check.interval.ms`,
+`log.dirs`; `--override NAME=VALUE` sets one over the file, and the other flags override both.
+Kafka's properties that mean nothing here (`process.roles`, the KRaft quorum, replication,
+`log.segment.*`, `log.flush.*`, `log.cleaner.*`, thread pools, ...) are accepted and named in one
+log line. A Kafka property a diskless broker does not support (ZooKeeper, Kerberos, ...), an
+unknown name or a bad value stops the start with one line naming it and why.
 
-Listeners: without `listeners`, each broker listens on 127.0.0.1 (port BASE+id with
-`--base-port`). With `listeners=SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092` and
+Listeners: with `--base-port BASE` instead of `listeners`, broker i listens on 127.0.0.1:BASE+i
+(0: ephemeral ports). With `listeners=SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092` and
 `advertised.listeners` naming each host's own address, broker k of this process (k counting its
 brokers from 0) listens on each listener's port + k and advertises each advertised port + k, so
 one process may run several brokers from one file; clients are told the address of the listener
@@ -55,6 +65,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import signal
 import sys
 from pathlib import Path
@@ -106,10 +117,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a Kafka property over --config's (repeatable)",
     )
     parser.add_argument(
+        "--version", action="version", version=f"diskless {importlib.metadata.version('diskless')}"
+    )
+    parser.add_argument(
         "--brokers",
         type=cli.broker_count,
         default=None,
-        help="how many brokers this process runs (default 3, or 1 with node.id)",
+        help="how many brokers this process runs (default 1)",
     )
     parser.add_argument("--racks", type=cli.rack_count, default=3)
     parser.add_argument(
@@ -123,8 +137,8 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir",
         type=Path,
         default=None,
-        help="objects and SQLite coordinator file of an embedded cluster (needed unless both "
-        "--coordinator and --bucket are given)",
+        help="objects and SQLite coordinator file of an embedded cluster (default: the first of"
+        " log.dirs; needed unless both --coordinator and --bucket are given)",
     )
     parser.add_argument(
         "--coordinator",
@@ -154,8 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--base-port",
         type=int,
-        default=0,
-        help="without listeners: broker i listens on 127.0.0.1:BASE+i (0: ephemeral ports)",
+        default=None,
+        help="instead of listeners: broker i listens on 127.0.0.1:BASE+i (0: ephemeral ports);"
+        " neither given, Kafka's default listeners=PLAINTEXT://:9092",
     )
     parser.add_argument("--topic", type=cli.topic, action="append", default=[], metavar="NAME:N")
     parser.add_argument(
@@ -163,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="create unknown topics with N partitions when a client asks (0: never)",
+        help="create unknown topics with N partitions when a client asks (0: never); default"
+        " auto.create.topics.enable (true) and num.partitions (1)",
     )
     parser.add_argument(
         "--server-option",
@@ -205,9 +221,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--retention-check-interval-ms",
         type=int,
-        default=lifecycle.retention_check_interval_ms,
+        default=None,
         metavar="MS",
-        help="how often retention runs (Kafka's log.retention.check.interval.ms)",
+        help="how often retention runs (Kafka's log.retention.check.interval.ms; default"
+        f" {lifecycle.retention_check_interval_ms})",
     )
     parser.add_argument(
         "--consolidation-age-ms",
@@ -381,7 +398,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         properties = cli_properties.Properties(args)
         ids = properties.broker_ids(args)
-        from_file = properties.server_config()
+        args.data_dir = properties.data_dir(args)
+        args.retention_check_interval_ms = properties.retention_check_interval_ms(args)
+        from_file = properties.server_config(args)
         cli_properties.check_listeners(from_file, properties, args.base_port, ids)
         configs = cli.configs(args, ids, COMMIT_BOUNDS, from_file)
     except cli.UsageError as error:

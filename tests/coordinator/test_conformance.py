@@ -495,7 +495,8 @@ async def test_retention_ignores_unlimited_topics(c: Committer, clock: ManualClo
 
 # --- topics -----------------------------------------------------------------------------------
 async def test_topics(coordinator: BatchCoordinator) -> None:
-    config = TopicConfig(retention_ms=5)
+    kept = (("min.insync.replicas", "2"), ("segment.bytes", "104857600"))
+    config = TopicConfig(retention_ms=5, inapplicable_configs=kept)
     assert await coordinator.create_topic("a", 2, config) is ErrorCode.NONE
     assert await coordinator.create_topic("a", 9) is ErrorCode.TOPIC_ALREADY_EXISTS
     assert await coordinator.create_topic("b", 1) is ErrorCode.NONE

@@ -254,7 +254,7 @@ async def test_metadata_creates_a_missing_topic_only_with_create(setup: Setup) -
     """Describing a missing topic is not enough to create it: TOPIC_AUTHORIZATION_FAILED, and
     it is not created; with CREATE on it (or on the cluster) it is."""
     setup.context = dataclasses.replace(
-        setup.context, config=ServerConfig(auto_create_topic_partitions=1)
+        setup.context, config=ServerConfig(auto_create_topics_enable=True)
     )
     describe = AclBinding(R.TOPIC, "new", PatternType.PREFIXED, PRINCIPAL, "*", Op.DESCRIBE, ALLOW)
     await setup.acls.create([describe])

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic as KpNewTopic
 from kafka.errors import TopicAlreadyExistsError
@@ -166,3 +166,77 @@ async def test_requests_for_too_many_partitions_are_refused_as_kafka_refuses_the
     assert seen == dict.fromkeys(("huge", "half-a", "half-b", "grow"), KafkaError.POLICY_VIOLATION)
     described = {d.name: d.partitions for d in await cluster.coordinator.describe_topics()}
     assert described == {"small": 2}
+
+
+PROVISIONED = {
+    "cleanup.policy": "delete",
+    "retention.ms": "86400000",
+    "min.insync.replicas": "2",
+    "unclean.leader.election.enable": "false",
+    "segment.bytes": "104857600",
+    "segment.ms": "3600000",
+    "flush.messages": "10000",
+    "preallocate": "false",
+    "diskless.enable": "true",
+}
+"""A topic as Terraform's Kafka provider or Strimzi's topic operator creates it: replicated,
+with Kafka's replication and segment settings beside the ones that matter here."""
+
+
+def _provisioning_session(bootstrap: str) -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics(
+        [
+            NewTopic("provisioned", num_partitions=3, replication_factor=3, config=PROVISIONED),
+            NewTopic("plain", num_partitions=1, replication_factor=3),
+            NewTopic("local", num_partitions=1, config={"diskless.enable": "false"}),
+            NewTopic("wrong", num_partitions=1, config={"min.insync.replicas": "two"}),
+        ],
+        request_timeout=TIMEOUT_S,
+    )
+    seen: dict[str, object] = {"create": {name: _error_code(f) for name, f in created.items()}}
+    for refused in ("local", "wrong"):
+        try:
+            created[refused].result(TIMEOUT_S)
+        except KafkaException as e:
+            seen[refused] = e.args[0].str()
+    described = admin.describe_configs(
+        [ConfigResource("topic", "provisioned"), ConfigResource("topic", "plain")]
+    )
+    for resource, future in described.items():
+        seen[resource.name] = {
+            name: (entry.value, ConfigSource(entry.source), entry.is_read_only)
+            for name, entry in future.result(TIMEOUT_S).items()
+        }
+    return seen
+
+
+async def test_a_topic_provisioned_as_operators_do_is_created_and_described(
+    cluster: KafkaCluster,
+) -> None:
+    """Kafka's replication and segment configs are accepted, kept and reported as given
+    (read-only: not applied); KIP-1150's diskless.enable=true is accepted and false refused,
+    saying why; what a diskless topic applies is applied, and a topic without its own retention
+    has the broker's default (Kafka's 7 days)."""
+    seen = await asyncio.to_thread(_provisioning_session, cluster.bootstrap())
+    assert seen["create"] == {
+        "provisioned": 0,
+        "plain": 0,
+        "local": KafkaError.INVALID_CONFIG,
+        "wrong": KafkaError.INVALID_CONFIG,
+    }
+    assert "'diskless.enable' cannot be false: every topic of this cluster is diskless" in str(
+        seen["local"]
+    )
+    assert "invalid value 'two' for config 'min.insync.replicas'" in str(seen["wrong"])
+    provisioned, plain = seen["provisioned"], seen["plain"]
+    assert isinstance(provisioned, dict) and isinstance(plain, dict)
+    assert provisioned["retention.ms"] == ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG, False)
+    assert plain["retention.ms"] == (str(7 * 24 * 3_600_000), ConfigSource.DEFAULT_CONFIG, False)
+    for name in set(PROVISIONED) - {"retention.ms", "cleanup.policy"}:
+        assert provisioned[name] == (PROVISIONED[name], ConfigSource.DYNAMIC_TOPIC_CONFIG, True)
+        assert plain[name][1:] == (ConfigSource.DEFAULT_CONFIG, True), name
+    assert plain["min.insync.replicas"][0] == "1" and plain["segment.bytes"][0] == "1073741824"
+    (description,) = await cluster.coordinator.describe_topics(["provisioned"])
+    assert description.partitions == 3 and description.config.retention_ms == 86_400_000
+    assert {d.name for d in await cluster.coordinator.describe_topics()} == {"provisioned", "plain"}

@@ -81,7 +81,7 @@ def test_a_second_process_for_a_live_broker_id_exits_with_one_line(
         started = time.monotonic()
         argv = [
             sys.executable, "-m", "diskless.kafka_server", *places,
-            "--broker-ids", "0", "--racks", "1", "--log-level", "ERROR",
+            "--broker-ids", "0", "--racks", "1", "--base-port", "0", "--log-level", "ERROR",
         ]  # fmt: skip
         env = {**os.environ, **S3_ENV}
         timeout_s = REFUSED_WITHIN_S + 10

@@ -50,6 +50,8 @@ def test_the_command_starts_a_cluster_that_clients_use(tmp_path: Path) -> None:
             "3",
             "--racks",
             "3",
+            "--base-port",
+            "0",
             "--data-dir",
             str(tmp_path),
             "--topic",
@@ -86,8 +88,12 @@ def test_the_command_starts_a_cluster_that_clients_use(tmp_path: Path) -> None:
 
 def _start(tmp_path: Path, *options: str) -> tuple[subprocess.Popen[str], str]:
     """Start the command on `tmp_path`; returns the process and the bootstrap it printed."""
+    argv = [
+        sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path),
+        "--base-port", "0", *options,
+    ]  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path), *options],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

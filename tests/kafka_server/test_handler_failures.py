@@ -258,7 +258,7 @@ async def test_a_producers_metadata_in_an_outage_is_retriable_not_an_authorizati
     )
     config = ServerConfig(
         authorizer_class_name="kafka.security.authorizer.AclAuthorizer",
-        auto_create_topic_partitions=1,
+        auto_create_topics_enable=True,
     )
     ctx = Context(
         broker,

@@ -80,6 +80,7 @@ def test_six_large_partial_frames_stay_within_the_queued_bytes_bound(tmp_path: P
             "diskless.kafka_server",
             "--brokers=1",
             "--racks=1",
+            "--base-port=0",
             f"--data-dir={tmp_path}",
             f"--server-option=queued_request_bytes_max={bound}",
             f"--server-option=frame_bytes_max={bound}",

@@ -135,7 +135,7 @@ async def test_auto_creation_creates_legal_names_when_enabled() -> None:
         brokers=1,
         racks=1,
         broker_config=broker_config(),
-        server_config=ServerConfig(auto_create_topic_partitions=4),
+        server_config=ServerConfig(auto_create_topics_enable=True, num_partitions=4),
     ) as cluster:
         client = await WireClient.connect(cluster.servers[0])
         try:

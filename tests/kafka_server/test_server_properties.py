@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from diskless.kafka_server import ServerConfig
+from diskless.coordinator import InMemoryBatchCoordinator, TopicConfig
+from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server.__main__ import main
 from diskless.kafka_server._server._x500 import subject_dn
 from diskless.kafka_server._server.inapplicable_properties import INAPPLICABLE, ignored
@@ -27,6 +29,7 @@ from diskless.kafka_server._server.server_properties import (
     register,
     server_config,
 )
+from diskless.storage import MemoryObjectStore
 from tests._tls import Certs, make_certs
 from tests.kafka_server._java_oracle import java_properties, java_subjects
 
@@ -129,12 +132,85 @@ def test_other_settings_can_register_their_properties() -> None:
         LISTENER_PROPERTIES.discard("test.only.sasl.jaas.config")
 
 
+def test_kafka_s_broker_defaults_become_the_cluster_s_topic_defaults() -> None:
+    """`log.retention.*` in Kafka's precedence (ms, then minutes, then hours; negative: no
+    limit), `log.retention.bytes` and `message.max.bytes`: what a topic created without its own
+    gets, and whether the properties said so (STATIC_BROKER_CONFIG) or Kafka's defaults did."""
+    week = 7 * 24 * 3_600_000
+    defaults = ServerConfig().topic_defaults
+    assert (defaults.config.retention_ms, defaults.config.retention_bytes) == (week, -1)
+    assert defaults.config.max_message_bytes == 1048588 and defaults.static == frozenset()
+    hours = server_config({"log.retention.hours": "168"}).topic_defaults
+    assert hours.config.retention_ms == week and hours.static == {"retention.ms"}
+    minutes = server_config({"log.retention.hours": "1", "log.retention.minutes": "5"})
+    assert minutes.topic_defaults.config.retention_ms == 300_000
+    given = server_config(
+        {
+            "log.retention.hours": "1",
+            "log.retention.minutes": "5",
+            "log.retention.ms": "1500",
+            "log.retention.bytes": "1000000",
+            "message.max.bytes": "2000000",
+        }
+    ).topic_defaults
+    assert given.config == TopicConfig(
+        retention_ms=1500, retention_bytes=1_000_000, max_message_bytes=2_000_000
+    )
+    assert given.static == {"retention.ms", "retention.bytes", "max.message.bytes"}
+    unlimited = server_config({"log.retention.ms": "-5", "log.retention.hours": "1"})
+    assert unlimited.topic_defaults.config.retention_ms == -1
+
+
+def test_kafka_s_topic_creation_and_socket_properties_are_applied() -> None:
+    config = server_config(
+        {
+            "num.partitions": "6",
+            "auto.create.topics.enable": "true",
+            "socket.send.buffer.bytes": "102400",
+            "socket.receive.buffer.bytes": "-1",
+        }
+    )
+    assert (config.num_partitions, config.auto_create_topics_enable) == (6, True)
+    assert (config.socket_send_buffer_bytes, config.socket_receive_buffer_bytes) == (102400, -1)
+    assert ServerConfig().auto_create_topics_enable is False  # embedded: only when asked
+    for refused in (
+        {"num.partitions": "0"},
+        {"socket.send.buffer.bytes": "0"},
+        {"log.retention.bytes": "-2"},
+        {"log.retention.hours": "a week"},
+    ):
+        with pytest.raises(ValueError, match=f"^{next(iter(refused))}"):
+            server_config(refused)
+
+
+@pytest.mark.parametrize(
+    ("name", "refusal"),
+    [
+        ("zookeeper.connect", "a Kafka broker property that a diskless broker does not support: "),
+        ("sasl.kerberos.service.name", "a Kafka broker property that a diskless broker does not"),
+        ("log.cleanup.policy", "a Kafka broker property that a diskless broker does not support"),
+        ("remote.log.storage.system.enable", "a Kafka broker property that a diskless broker"),
+        ("log.retention.hourz", "unknown property"),
+    ],
+)
+def test_a_property_neither_applied_nor_accepted_is_refused_for_what_it_is(
+    name: str, refusal: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        server_config({name: "x"})
+    assert str(refused.value).startswith(f"{name}: {refusal}"), str(refused.value)
+
+
 KRAFT_ONLY = {
     "process.roles": "broker,controller",
     "controller.quorum.voters": "1@localhost:9093",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
-    "log.dirs": "/var/lib/kafka/data",
+    "log.segment.bytes": "1073741824",
+    "min.insync.replicas": "2",
+    "default.replication.factor": "3",
+    "log.flush.interval.ms": "1000",
+    "log.cleaner.threads": "2",
     "num.network.threads": "3",
     "num.io.threads": "8",
     "num.recovery.threads.per.data.dir": "1",
@@ -166,10 +242,9 @@ def test_kafka_properties_that_do_not_apply_are_accepted_and_not_applied() -> No
     # a truly unknown name is still refused beside them, and named
     with pytest.raises(ValueError, match=r"^log\.dirz: unknown property"):
         server_config({**KRAFT_ONLY, "log.dirz": "/var/kafka"})
-    # a property diskless should honour is not among them
-    assert not {"num.partitions", "log.retention.hours", "socket.send.buffer.bytes"} & set(
-        INAPPLICABLE
-    )
+    # a property diskless honours is not among them
+    honoured = ["num.partitions", "log.retention.hours", "socket.send.buffer.bytes", "log.dirs"]
+    assert ignored(honoured) == [] and not set(honoured) & set(INAPPLICABLE)
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -214,6 +289,14 @@ def test_the_command_refuses_a_bad_file_in_one_line_before_starting(
     )
     assert line.startswith("--override: queued.max.request.bytes=1: "), line
     assert _refusal([*data, "--override", "no-equals-sign"], capsys).startswith("--override")
+    assert _refusal([*data, "--override", "zookeeper.connect=zk:2181"], capsys).startswith(
+        "--override: zookeeper.connect=zk:2181: a Kafka broker property that a diskless broker"
+        " does not support: ZooKeeper mode"
+    )
+    file.write_text("log.dirs=\n")
+    assert _refusal(["--config", str(file)], capsys) == (
+        f"--config: {file}: log.dirs: '': expected a directory"
+    )
     assert not (tmp_path / "data").exists()  # refused before anything was created
 
 
@@ -341,3 +424,26 @@ def test_a_certificate_s_principal_is_java_s_x500_name(tmp_path: Path) -> None:
     ours = [subject_dn(ssl.PEM_cert_to_DER_cert(c.read_text())) for c in certificates]
     assert ours == java_subjects(tmp_path, certificates)
     assert ours[0] == "CN=alice,OU=eng+OU=ops,O=Diskless\\, Inc.,L=Palo Alto,ST=CA,C=US"
+
+
+async def test_socket_buffer_properties_size_the_listeners_sockets() -> None:
+    """SO_SNDBUF / SO_RCVBUF as `socket.send.buffer.bytes` / `socket.receive.buffer.bytes` say
+    (Linux reports twice the size asked, its bookkeeping included); -1 leaves the system's."""
+    asked = {socket.SO_SNDBUF: 65536, socket.SO_RCVBUF: 131072}
+    system = socket.socket()
+    defaults = {option: system.getsockopt(socket.SOL_SOCKET, option) for option in asked}
+    system.close()
+    sized = {"socket.send.buffer.bytes": "65536", "socket.receive.buffer.bytes": "131072"}
+    for config, expected in (
+        (server_config(sized), {option: 2 * size for option, size in asked.items()}),
+        (server_config({"socket.send.buffer.bytes": "-1"}), defaults),
+    ):
+        coordinator = InMemoryBatchCoordinator()
+        async with KafkaCluster(
+            MemoryObjectStore(), coordinator, brokers=1, racks=1, server_config=config
+        ) as cluster:
+            # the listening sockets: those they accept inherit their sizes
+            (listening,) = cluster.servers[0]._servers["PLAINTEXT"].sockets
+            sizes = {o: listening.getsockopt(socket.SOL_SOCKET, o) for o in asked}
+        await coordinator.close()
+        assert sizes == expected

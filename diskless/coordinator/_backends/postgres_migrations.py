@@ -606,4 +606,8 @@ $fn$
         "ALTER TABLE topics ADD COLUMN topic_uuid UUID NOT NULL DEFAULT gen_random_uuid()",
         "ALTER TABLE topics ALTER COLUMN topic_uuid DROP DEFAULT",
     ],
+    # 17: Kafka topic configs a diskless topic accepts and does not apply, kept as given.
+    [
+        "ALTER TABLE topics ADD COLUMN inapplicable_configs TEXT NOT NULL DEFAULT ''",
+    ],
 ]

@@ -68,6 +68,7 @@ from diskless.coordinator._backends.sql_rows import (
     REGISTRATION_ROW,
     SCRAM_COLUMNS,
     TOPIC_COLUMNS,
+    configs_text,
     entry_from_row,
     partition_from_row,
     registration_from_row,
@@ -339,8 +340,8 @@ class PostgresTxn(StoreTxn):
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
                 " timestamp_after_max_ms, compression_type, compression_gzip_level,"
-                " compression_lz4_level, compression_zstd_level, topic_uuid)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+                " compression_lz4_level, compression_zstd_level, topic_uuid, inapplicable_configs)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
                 " RETURNING topic_id",
                 name,
                 count,
@@ -355,6 +356,7 @@ class PostgresTxn(StoreTxn):
                 cfg.compression_lz4_level,
                 cfg.compression_zstd_level,
                 topic_uuid,
+                configs_text(cfg),
             )
             await self._grow(topic_id, 0, count)
         for name, total in changes.partitions_added:

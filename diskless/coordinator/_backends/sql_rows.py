@@ -136,7 +136,7 @@ TOPIC_COLUMNS: Final = (
     "t.name, t.partition_count, t.timestamp_type, t.retention_ms, t.retention_bytes,"
     " t.max_message_bytes, t.timestamp_before_max_ms, t.timestamp_after_max_ms,"
     " t.compression_type, t.compression_gzip_level, t.compression_lz4_level,"
-    " t.compression_zstd_level, t.topic_uuid"
+    " t.compression_zstd_level, t.topic_uuid, t.inapplicable_configs"
 )
 PARTITION_COLUMNS: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
@@ -203,6 +203,8 @@ SCRAM_COLUMNS: Final = "user_name, mechanism, salt, stored_key, server_key, iter
 INSERT_BATCH: Final = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_PRODUCER: Final = "INSERT OR REPLACE INTO producers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
+_CONFIGS_ENCODER = msgspec.json.Encoder()
+_CONFIGS_DECODER = msgspec.json.Decoder(dict[str, str])
 _RECORD_DECODER = msgspec.msgpack.Decoder(TxnRecord)
 _RETAINED_ENCODER = msgspec.msgpack.Encoder()
 _RETAINED_DECODER = msgspec.msgpack.Decoder(tuple[RetainedBatch, ...])
@@ -217,13 +219,23 @@ def topic_from_row(row: Sequence[Any]) -> TopicRow:
         row[5],
         row[6],
         row[7],
-        CompressionType(row[8]),
-        row[9],
-        row[10],
-        row[11],
+        compression_type=CompressionType(row[8]),
+        compression_gzip_level=row[9],
+        compression_lz4_level=row[10],
+        compression_zstd_level=row[11],
+        inapplicable_configs=configs_from_text(row[13]),
     )
     # PostgreSQL answers its uuid type, SQLite the 32 hex digits it keeps as text.
     return TopicRow(row[0], row[1], config, uuid.UUID(str(row[12])))
+
+
+def configs_text(config: TopicConfig) -> str:
+    """`TopicConfig.inapplicable_configs` as its column holds them: a JSON object."""
+    return _CONFIGS_ENCODER.encode(dict(config.inapplicable_configs)).decode()
+
+
+def configs_from_text(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(_CONFIGS_DECODER.decode(text).items())) if text else ()
 
 
 def partition_from_row(

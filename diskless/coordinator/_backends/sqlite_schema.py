@@ -234,6 +234,10 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE topics ADD COLUMN topic_uuid TEXT",
         "UPDATE topics SET topic_uuid = lower(hex(randomblob(16))) WHERE topic_uuid IS NULL",
     ],
+    # 16: Kafka topic configs a diskless topic accepts and does not apply, kept as given.
+    [
+        "ALTER TABLE topics ADD COLUMN inapplicable_configs TEXT NOT NULL DEFAULT ''",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

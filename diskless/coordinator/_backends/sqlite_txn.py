@@ -23,6 +23,7 @@ from diskless.coordinator._backends.sql_rows import (
     TXN_TABLES,
     UPSERT_PRODUCER,
     batch_to_row,
+    configs_text,
     entry_from_row,
     entry_to_row,
     file_from_row,
@@ -199,8 +200,8 @@ class SqliteTxn(StoreTxn):
                 "INSERT INTO topics (name, partition_count, timestamp_type, retention_ms,"
                 " retention_bytes, max_message_bytes, timestamp_before_max_ms,"
                 " timestamp_after_max_ms, compression_type, compression_gzip_level,"
-                " compression_lz4_level, compression_zstd_level, topic_uuid)"
-                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " compression_lz4_level, compression_zstd_level, topic_uuid, inapplicable_configs)"
+                " VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     int(cfg.timestamp_type),
@@ -214,6 +215,7 @@ class SqliteTxn(StoreTxn):
                     cfg.compression_lz4_level,
                     cfg.compression_zstd_level,
                     topic_id.hex,
+                    configs_text(cfg),
                 ),
             )
             assert cursor.lastrowid is not None

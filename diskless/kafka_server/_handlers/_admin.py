@@ -51,6 +51,7 @@ from diskless.kafka_server._handlers.context import (
     MAX_PARTITIONS_PER_REQUEST,
     BrokerContext,
     Session,
+    TopicDefaults,
 )
 from diskless.kafka_server._protocol.fields import build, nested, wire
 from diskless.kafka_server._protocol.messages_admin import (
@@ -136,7 +137,7 @@ def _partition_count(context: BrokerContext, num_partitions: int, assignments: i
             )
         return assignments
     if num_partitions == _DEFAULT:
-        return max(context.config.auto_create_topic_partitions, 1)  # Kafka's num.partitions
+        return context.config.num_partitions
     if num_partitions < 1:
         raise _Refused(WireError.invalid_partitions, f"{num_partitions} partitions: at least 1")
     return num_partitions
@@ -149,7 +150,7 @@ def _requested_partitions(context: BrokerContext, request: CreateTopicsRequest) 
         if topic.assignments:
             total += len(topic.assignments)
         elif int(topic.num_partitions) == _DEFAULT:
-            total += max(context.config.auto_create_topic_partitions, 1)
+            total += context.config.num_partitions
         elif int(topic.num_partitions) > 0:
             total += int(topic.num_partitions)
     return total
@@ -184,7 +185,7 @@ async def handle_create_topics(
             created.append(await _create_topic(context, topic, bool(request.validate_only)))
         except _Refused as refused:
             created.append(_Created(refused.code, refused.message))
-    return _encode_create_topics(response, request, created)
+    return _encode_create_topics(response, request, created, context.config.topic_defaults)
 
 
 async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bool) -> _Created:
@@ -201,7 +202,9 @@ async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bo
             f"replication factor {topic.replication_factor}: at least 1",
         )
     try:
-        config = parse_topic_config((c.name, c.value) for c in topic.configs)
+        config = parse_topic_config(
+            ((c.name, c.value) for c in topic.configs), context.config.topic_defaults
+        )
     except InvalidConfig as e:
         raise _Refused(WireError.invalid_config, str(e)) from None
     try:
@@ -233,7 +236,10 @@ async def _topic_id(context: BrokerContext, name: str) -> uuid.UUID | None:
 
 
 def _encode_create_topics(
-    response: Response, request: CreateTopicsRequest, created: list[_Created]
+    response: Response,
+    request: CreateTopicsRequest,
+    created: list[_Created],
+    defaults: TopicDefaults,
 ) -> ResponsePayload:
     result_entry = nested(response, "CreatableTopicResult")
     # v5 (KIP-525) echoes the topic's configs; older versions have no entry for them.
@@ -254,7 +260,7 @@ def _encode_create_topics(
                     config_source=int(e.source),
                     is_sensitive=False,
                 )
-                for e in describe_topic_config(outcome.config)
+                for e in describe_topic_config(outcome.config, defaults)
             )
         results.append(
             build(
@@ -454,7 +460,13 @@ async def handle_describe_configs(
             error, message, entries = _REFUSED[resource.resource_type], _NOT_AUTHORIZED, ()
         else:
             error, message, entries = _describe_resource(
-                context, response, resource, configs, failed, documented
+                context,
+                response,
+                resource,
+                configs,
+                failed,
+                documented,
+                context.config.topic_defaults,
             )
         results.append(
             build(
@@ -476,6 +488,7 @@ def _describe_resource(
     configs: Mapping[str, TopicConfig],
     failed: WireError | None,
     documented: bool,
+    defaults: TopicDefaults,
 ) -> tuple[WireError, str | None, tuple[Entity, ...]]:
     """A resource's answer: its error, message and config entries."""
     found: list[ConfigEntry]
@@ -491,7 +504,7 @@ def _describe_resource(
     elif (name := resource.resource_name) not in configs:
         return WireError.unknown_topic_or_partition, f"unknown topic {name!r}", ()
     else:
-        found = describe_topic_config(configs[name])
+        found = describe_topic_config(configs[name], defaults)
     config_entry = nested(response, "DescribeConfigsResourceResult")
     keys = resource.configuration_keys
     entries = tuple(

@@ -127,7 +127,7 @@ def _may_create(context: BrokerContext, request: MetadataRequest) -> bool:
         if isinstance(request, _WITHOUT_AUTO_CREATE_FLAG)
         else bool(request.allow_auto_topic_creation)
     )
-    return allowed and context.config.auto_create_topic_partitions > 0
+    return allowed and context.config.auto_create_topics_enable
 
 
 async def _describe(
@@ -179,14 +179,15 @@ def _missing(name: str, unknown: WireError) -> WireError:
 
 async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
     """Create what can be created; names the coordinator refuses stay unknown."""
-    partitions = context.config.auto_create_topic_partitions
+    partitions = context.config.num_partitions
+    defaults = context.config.topic_defaults.config
     for name in names:
         try:
             check_topic_name(name)
         except ValueError:
             continue  # Kafka's topic name rules; the topic stays unknown
         try:
-            if await context.broker.create_topic(name, partitions) is ErrorCode.NONE:
+            if await context.broker.create_topic(name, partitions, defaults) is ErrorCode.NONE:
                 _log.info("created topic %r with %d partitions on first use", name, partitions)
         except ValueError as e:  # refused by the coordinator: the topic stays unknown
             _log.warning("metadata: cannot create topic %r: %r", name, e)

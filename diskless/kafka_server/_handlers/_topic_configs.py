@@ -1,9 +1,22 @@
 """Topic configs under Kafka's names: parsed from CreateTopics, listed for DescribeConfigs.
 
-Only what `TopicConfig` holds can be set; any other name is refused with INVALID_CONFIG and a
-message naming it, as Kafka refuses an unknown config. DescribeConfigs lists the same settings,
-plus the fixed values of a few settings clients commonly read (a diskless topic is never
-compacted), read-only.
+Three kinds, so that what provisioning tools (Terraform's and Strimzi's topic operators) send at
+creation is taken as Kafka takes it:
+- `SETTINGS`, what `TopicConfig` holds: applied. A topic created without one gets the broker's
+  default (`TopicDefaults`: `log.retention.*`, `log.retention.bytes`, `message.max.bytes`), fixed
+  at creation; DescribeConfigs reports the value in force, and as its source the topic
+  (DYNAMIC_TOPIC_CONFIG) when it differs from the broker's default, else where that default
+  came from (STATIC_BROKER_CONFIG: the broker's properties; DEFAULT_CONFIG: Kafka's default).
+- `NOT_APPLICABLE`, Kafka's topic configs whose whole meaning is a part a diskless topic does
+  not have (replicas, segments, flushes, the local log's index): accepted with any value of
+  their type and not applied, but kept (`TopicConfig.inapplicable_configs`): DescribeConfigs
+  lists them, read-only, as given (DYNAMIC_TOPIC_CONFIG) or at Kafka's defaults, so that a
+  provisioning tool reading a topic back finds what it asked for.
+  KIP-1150's `diskless.enable` is accepted when true (every topic here is diskless) and
+  refused when false.
+- `FIXED`, settings a diskless topic cannot change: asking for their one value is accepted.
+Any other name is refused with INVALID_CONFIG and a message naming it, as Kafka refuses an
+unknown config.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ import msgspec
 
 from diskless._types import CompressionType, TimestampType
 from diskless.coordinator import TopicConfig
+from diskless.kafka_server._handlers.context import RETENTION_MS_DEFAULT, TopicDefaults
 from diskless.records import compression_level_error
 
 
@@ -26,7 +40,13 @@ class ConfigType(enum.IntEnum):
     STRING = 2
     INT = 3
     LONG = 5
+    DOUBLE = 6
+    LIST = 7
     PASSWORD = 9
+
+
+DISKLESS_ENABLE: Final = "diskless.enable"
+"""KIP-1150's topic config: true makes a topic diskless, which every topic here is."""
 
 
 class ConfigSource(enum.IntEnum):
@@ -35,6 +55,10 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_TOPIC_CONFIG = 1
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+
+
+KAFKA_DEFAULTS: Final = TopicDefaults(TopicConfig(retention_ms=RETENTION_MS_DEFAULT))
+"""Kafka's own: 7 days' retention, no size limit, 1048588-byte batches."""
 
 
 class ConfigEntry(NamedTuple):
@@ -123,29 +147,100 @@ SETTINGS: Final[dict[str, _Setting]] = {
 }
 """Kafka's name -> the `TopicConfig` field, how to parse a value, and its Kafka type."""
 
+NOT_APPLICABLE: Final = {
+    "min.insync.replicas": ("1", ConfigType.INT),
+    "unclean.leader.election.enable": ("false", ConfigType.BOOLEAN),
+    "leader.replication.throttled.replicas": ("", ConfigType.LIST),
+    "follower.replication.throttled.replicas": ("", ConfigType.LIST),
+    "segment.bytes": ("1073741824", ConfigType.INT),
+    "segment.ms": ("604800000", ConfigType.LONG),
+    "segment.jitter.ms": ("0", ConfigType.LONG),
+    "segment.index.bytes": ("10485760", ConfigType.INT),
+    "index.interval.bytes": ("4096", ConfigType.INT),
+    "file.delete.delay.ms": ("60000", ConfigType.LONG),
+    "flush.messages": ("9223372036854775807", ConfigType.LONG),
+    "flush.ms": ("9223372036854775807", ConfigType.LONG),
+    "preallocate": ("false", ConfigType.BOOLEAN),
+    "local.retention.ms": ("-2", ConfigType.LONG),
+    "local.retention.bytes": ("-2", ConfigType.LONG),
+    "delete.retention.ms": ("86400000", ConfigType.LONG),
+    "min.compaction.lag.ms": ("0", ConfigType.LONG),
+    "max.compaction.lag.ms": ("9223372036854775807", ConfigType.LONG),
+    "min.cleanable.dirty.ratio": ("0.5", ConfigType.DOUBLE),
+    DISKLESS_ENABLE: ("true", ConfigType.BOOLEAN),
+}
+"""Kafka's topic configs that mean nothing to a diskless topic (replication, the local log's
+segments, flushes and index, the compaction tunables of a topic that is never compacted) ->
+Kafka's default and type; values are checked against the type."""
+
 FIXED: Final = (
     ConfigEntry("cleanup.policy", "delete", ConfigType.STRING, ConfigSource.DEFAULT_CONFIG, True),
 )
 """Settings a diskless topic cannot change, listed so that clients reading them find them."""
 
 
-def parse_topic_config(configs: Iterable[tuple[str, str | None]]) -> TopicConfig:
-    """The `TopicConfig` of CreateTopics' `(name, value)` pairs; raises `InvalidConfig`."""
+def parse_topic_config(
+    configs: Iterable[tuple[str, str | None]], defaults: TopicDefaults = KAFKA_DEFAULTS
+) -> TopicConfig:
+    """The `TopicConfig` of CreateTopics' `(name, value)` pairs over `defaults`; raises
+    `InvalidConfig`."""
     values: dict[str, object] = {}
+    kept: dict[str, str] = {}
     for name, text in configs:
         setting = SETTINGS.get(name)
         if setting is None:
-            fixed = next((f for f in FIXED if f.name == name), None)
-            if fixed is not None and text == fixed.value:
-                continue  # asking for what a diskless topic does anyway
-            raise InvalidConfig(f"config {name!r} is not supported by diskless topics")
+            _check_accepted(name, text)
+            if name in NOT_APPLICABLE and text is not None:
+                kept[name] = text.strip()
+            continue
         if text is None:
             continue  # null: the default, as Kafka treats it
         try:
             values[setting.field] = setting.parse(text)
         except ValueError as e:
             raise InvalidConfig(f"invalid value {text!r} for config {name!r}: {e}") from None
-    return msgspec.structs.replace(TopicConfig(), **values)
+    return msgspec.structs.replace(
+        defaults.config, **values, inapplicable_configs=tuple(sorted(kept.items()))
+    )
+
+
+def _check_accepted(name: str, text: str | None) -> None:
+    """A config outside `SETTINGS`: accepted (not applied), or `InvalidConfig` saying why."""
+    if name in NOT_APPLICABLE:
+        if text is None:
+            return
+        if name == DISKLESS_ENABLE and text.strip().lower() == "false":
+            raise InvalidConfig(
+                f"config {name!r} cannot be false: every topic of this cluster is diskless"
+                " (its records live in the object store; there is no local log to keep them in)"
+            )
+        kind = NOT_APPLICABLE[name][1]
+        if not _of_type(text, kind):
+            raise InvalidConfig(
+                f"invalid value {text!r} for config {name!r}: expected {kind.name.lower()}"
+            )
+        return
+    fixed = next((f for f in FIXED if f.name == name), None)
+    if fixed is not None and text == fixed.value:
+        return  # asking for what a diskless topic does anyway
+    raise InvalidConfig(f"config {name!r} is not supported by diskless topics")
+
+
+def _of_type(text: str, kind: ConfigType) -> bool:
+    if kind is ConfigType.BOOLEAN:
+        return text.strip().lower() in ("true", "false")
+    if kind in (ConfigType.INT, ConfigType.LONG):
+        bits = 31 if kind is ConfigType.INT else 63
+        try:
+            return -(1 << bits) <= int(text.strip()) < 1 << bits
+        except ValueError:
+            return False
+    if kind is ConfigType.DOUBLE:
+        try:
+            float(text)
+        except ValueError:
+            return False
+    return True
 
 
 def _text(value: object) -> str:
@@ -156,17 +251,26 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def describe_topic_config(config: TopicConfig) -> list[ConfigEntry]:
-    """Every setting of a topic under its Kafka name; a value that differs from the default
-    reads as set on the topic."""
-    default = TopicConfig()
+def describe_topic_config(
+    config: TopicConfig, defaults: TopicDefaults = KAFKA_DEFAULTS
+) -> list[ConfigEntry]:
+    """Every setting of a topic under its Kafka name; a value that differs from the broker's
+    default reads as set on the topic, one equal to it as that default's."""
     entries = []
     for name, setting in SETTINGS.items():
         value = getattr(config, setting.field)
-        source = (
-            ConfigSource.DEFAULT_CONFIG
-            if value == getattr(default, setting.field)
-            else ConfigSource.DYNAMIC_TOPIC_CONFIG
-        )
+        if value != getattr(defaults.config, setting.field):
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+        elif name in defaults.static:
+            source = ConfigSource.STATIC_BROKER_CONFIG
+        else:
+            source = ConfigSource.DEFAULT_CONFIG
         entries.append(ConfigEntry(name, _text(value), setting.type, source, False))
-    return entries + list(FIXED)
+    kept = dict(config.inapplicable_configs)
+    not_applied = [
+        ConfigEntry(name, kept[name], kind, ConfigSource.DYNAMIC_TOPIC_CONFIG, True)
+        if name in kept
+        else ConfigEntry(name, default, kind, ConfigSource.DEFAULT_CONFIG, True)
+        for name, (default, kind) in NOT_APPLICABLE.items()
+    ]
+    return entries + not_applied + list(FIXED)

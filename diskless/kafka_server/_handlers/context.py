@@ -9,6 +9,7 @@ from typing import Final, NamedTuple, Protocol
 
 from diskless import DisklessBroker
 from diskless._types import GroupOwnership
+from diskless.coordinator import TopicConfig
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.credentials import Credentials
@@ -71,6 +72,18 @@ class BrokerSetting(NamedTuple):
     """Whether it is the default value (else the broker's configuration set it)."""
 
 
+RETENTION_MS_DEFAULT: Final = 7 * 24 * 3_600_000
+"""Kafka's `log.retention.hours=168`: a topic's retention when nothing says otherwise."""
+
+
+class TopicDefaults(NamedTuple):
+    """What a topic created without its own settings gets (`ServerConfig.topic_defaults`)."""
+
+    config: TopicConfig
+    static: frozenset[str] = frozenset()
+    """The topic configs whose default the broker's properties gave (STATIC_BROKER_CONFIG)."""
+
+
 class Settings(Protocol):
     """The server settings handlers read (`ServerConfig` has them, under the same names)."""
 
@@ -78,7 +91,13 @@ class Settings(Protocol):
     def fetch_wait_ms_max(self) -> int: ...
 
     @property
-    def auto_create_topic_partitions(self) -> int: ...
+    def auto_create_topics_enable(self) -> bool: ...
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    @property
+    def topic_defaults(self) -> TopicDefaults: ...
 
 
 class BrokerContext(Protocol):

@@ -24,6 +24,7 @@ import collections
 import concurrent.futures
 import functools
 import logging
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -195,6 +196,7 @@ class BrokerServer:
                     listener.port,
                 )
                 self._servers[listener.name] = server
+                _set_buffers(server, self.config)
                 port = listener.advertised_port or server.sockets[0].getsockname()[1]
                 if listener.advertised:
                     endpoints.append(Endpoint(listener.name, listener.advertised_host, port))
@@ -415,6 +417,18 @@ class BrokerServer:
         if self._codec is None:
             raise ConnectionError("the server is closing")
         return await asyncio.get_running_loop().run_in_executor(self._codec, function)
+
+
+def _set_buffers(server: asyncio.Server, config: ServerConfig) -> None:
+    """`socket.send.buffer.bytes` / `socket.receive.buffer.bytes` on the listening sockets,
+    which the connections they accept inherit (-1: the system's default, left alone)."""
+    for sock in server.sockets:
+        for option, size in (
+            (socket.SO_SNDBUF, config.socket_send_buffer_bytes),
+            (socket.SO_RCVBUF, config.socket_receive_buffer_bytes),
+        ):
+            if size != -1:
+                sock.setsockopt(socket.SOL_SOCKET, option, size)
 
 
 def _bound(server: asyncio.Server) -> str:

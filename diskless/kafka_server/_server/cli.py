@@ -307,10 +307,10 @@ def check_places(args: argparse.Namespace) -> None:
         raise UsageError("--data-dir is needed unless both --coordinator and --bucket are given")
 
 
-def check_ports(base: int, ids: Sequence[int]) -> None:
+def check_ports(base: int | None, ids: Sequence[int]) -> None:
     """Broker i listens on BASE+i, so every one of them must be a port (0: ephemeral ports)."""
     highest = PORT_MAX - max(ids)
-    if base != 0 and not 1 <= base <= highest:
+    if base and not 1 <= base <= highest:
         raise UsageError(
             f"--base-port: {base} is outside the allowed range 1..{highest} or 0 (ephemeral"
             f" ports; broker {max(ids)} listens on BASE+{max(ids)})"
@@ -330,13 +330,15 @@ def check_data_dir(path: Path | None) -> None:
 
 def _server_config(args: argparse.Namespace, base: ServerConfig) -> ServerConfig:
     """`base` with the flags' values over it."""
-    auto_create = "auto_create_topic_partitions"
     settings = {}
-    if args.auto_create_partitions is not None:
-        default = getattr(base, auto_create)
-        settings[auto_create] = Setting(
-            "--auto-create-partitions", args.auto_create_partitions, default, default
-        )
+    if args.auto_create_partitions is not None:  # N: num.partitions N, and 0 never creates
+        creates = args.auto_create_partitions != 0
+        base = msgspec.structs.replace(base, auto_create_topics_enable=creates)
+        if creates:
+            default = base.num_partitions
+            settings["num_partitions"] = Setting(
+                "--auto-create-partitions", args.auto_create_partitions, default, default
+            )
     for name, value in args.server_option:  # a later one of the same field wins
         default = getattr(base, name)
         settings.pop(name, None)
@@ -361,6 +363,11 @@ def _server_config(args: argparse.Namespace, base: ServerConfig) -> ServerConfig
         return msgspec.structs.replace(config, metrics_address=args.metrics_address)
     except ValueError as error:
         raise UsageError(f"--metrics-address: {error}") from None
+
+
+def _or(value: int | None, default: int) -> int:
+    """A flag's value, or `default` when not given."""
+    return default if value is None else value
 
 
 def log_format(spec: str) -> str:
@@ -413,7 +420,7 @@ def _lifecycle_config(args: argparse.Namespace, node_id: int) -> LifecycleConfig
 
     defaults = LifecycleConfig()
     settings = {
-        name: Setting(flag, getattr(args, attribute), default, default)
+        name: Setting(flag, _or(getattr(args, attribute), default), default, default)
         for name, flag, attribute, default in (
             (
                 "retention_check_interval_ms",

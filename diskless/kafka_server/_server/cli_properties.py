@@ -9,8 +9,17 @@ why (`server_properties`), before anything starts; so is TLS key material that c
 Kafka's properties that do not apply to a diskless broker (`inapplicable_properties`) are
 accepted; `log_ignored` names them in one line once logging is set up.
 
-Besides the `ServerConfig` properties, `node.id` (or Kafka's older `broker.id`) names this
-process's first broker: with `--brokers N` it runs N..., else that one broker.
+Besides the `ServerConfig` properties, the command applies three itself, each under its flag:
+`node.id` (or Kafka's older `broker.id`) names this process's first broker (with `--brokers N`
+it runs N...); `log.dirs` (or `log.dir`), the first directory, is the embedded cluster's data
+directory when `--data-dir` is not given (named as not applied when the coordinator and the
+objects are both elsewhere); `log.retention.check.interval.ms` is
+`--retention-check-interval-ms`.
+
+`COMMAND_DEFAULTS` are Kafka's defaults where a `ServerConfig` embedded in a program has its
+own: the command starts as a Kafka broker would, topics created on first use. Without
+`listeners` or `--base-port`, its listener is Kafka's default, `PLAINTEXT://:9092` (every
+interface; advertised under this host's name, as Kafka does).
 """
 
 from __future__ import annotations
@@ -30,7 +39,14 @@ from diskless.kafka_server._server.properties import PropertiesError, read_prope
 from diskless.kafka_server._server.server_properties import server_config
 
 BROKER_ID_PROPERTIES: Final = ("node.id", "broker.id")
-DEFAULT_BROKERS: Final = 3
+DATA_DIR_PROPERTIES: Final = ("log.dirs", "log.dir")
+"""Kafka's `log.dirs` wins over `log.dir`."""
+RETENTION_CHECK_PROPERTY: Final = "log.retention.check.interval.ms"
+DEFAULT_BROKERS: Final = 1
+DEFAULT_LISTENERS: Final = "PLAINTEXT://:9092"
+"""Kafka's default `listeners`."""
+COMMAND_DEFAULTS: Final = {"auto.create.topics.enable": "true"}
+"""Kafka's default, under the file and the overrides."""
 
 _log = logging.getLogger(__name__)
 
@@ -59,6 +75,8 @@ class Properties:
                 raise UsageError(f"--config: cannot read {str(self._file)!r}: {reason}") from None
         self._overridden = dict(args.override)
         self.values.update(args.override)
+        self._unused: list[str] = []
+        """Properties the command takes but this start does not use (`log.dirs`)."""
 
     def refusal(self, message: str) -> UsageError:
         """A refusal of the property `message` starts with, from where it was given."""
@@ -91,30 +109,62 @@ class Properties:
             raise self.refusal(f"{given[0]}: {error}") from None
         return ids
 
+    def data_dir(self, args: argparse.Namespace) -> Path | None:
+        """`--data-dir`, else the first directory of `log.dirs` (or `log.dir`) when the cluster
+        is embedded (not both `--coordinator` and `--bucket`)."""
+        given = [name for name in DATA_DIR_PROPERTIES if name in self.values]
+        texts = {name: self.values.pop(name) for name in given}
+        if args.data_dir is not None or not given or (args.coordinator and args.bucket):
+            self._unused.extend(given)
+            return args.data_dir  # type: ignore[no-any-return]
+        name = given[0]
+        first = texts[name].split(",")[0].strip()
+        if not first:
+            raise self.refusal(f"{name}: {texts[name]!r}: expected a directory")
+        return Path(first)
+
+    def retention_check_interval_ms(self, args: argparse.Namespace) -> int | None:
+        """`--retention-check-interval-ms`, else `log.retention.check.interval.ms`, else None
+        (the lifecycle's default)."""
+        text = self.values.pop(RETENTION_CHECK_PROPERTY, None)
+        if args.retention_check_interval_ms is not None or text is None:
+            return args.retention_check_interval_ms  # type: ignore[no-any-return]
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise self.refusal(
+                f"{RETENTION_CHECK_PROPERTY}: expected an integer, got {text.strip()!r}"
+            ) from None
+
     def log_ignored(self) -> None:
         """One line naming the given properties that do not apply here, if there are any."""
-        names = ignored(self.values)
+        names = [*self._unused, *ignored(self.values)]
         if names:
             _log.info(
                 "ignoring Kafka properties that do not apply to a diskless broker: %s",
                 ", ".join(names),
             )
 
-    def server_config(self) -> ServerConfig:
+    def server_config(self, args: argparse.Namespace) -> ServerConfig:
+        """The file's and the overrides' settings over `COMMAND_DEFAULTS`; without `listeners`
+        or `--base-port`, Kafka's default listener."""
+        values = {**COMMAND_DEFAULTS, **self.values}
+        if "listeners" not in values and args.base_port is None:
+            values["listeners"] = DEFAULT_LISTENERS
         try:
-            return server_config(self.values)
+            return server_config(values)
         except ValueError as error:
             raise self.refusal(str(error)) from None
 
 
 def check_listeners(
-    config: ServerConfig, properties: Properties, base_port: int, ids: Sequence[int]
+    config: ServerConfig, properties: Properties, base_port: int | None, ids: Sequence[int]
 ) -> None:
     """Every broker's ports exist, and TLS listeners' key material loads."""
     plan = listener_plan(
         config.listeners, config.advertised_listeners, config.listener_security_protocol_map
     )
-    if plan.listeners and base_port:
+    if plan.listeners and base_port is not None:
         raise UsageError(
             "--base-port: not with listeners (each broker k of this process listens on each"
             " listener's port + k)"

@@ -249,7 +249,11 @@ class KafkaCluster:
     async def create_topic(
         self, name: str, partitions: int, config: TopicConfig | None = None
     ) -> ErrorCode:
-        """NONE, or TOPIC_ALREADY_EXISTS (`BatchCoordinator.create_topic`)."""
+        """NONE, or TOPIC_ALREADY_EXISTS (`BatchCoordinator.create_topic`). Without `config`,
+        the server's topic defaults (`ServerConfig.topic_defaults`: Kafka's 7 days' retention
+        unless `log.retention.*` says otherwise), as a topic created through a broker gets."""
+        if config is None:
+            config = (self._server_config or ServerConfig()).topic_defaults.config
         return await self._coordinator.create_topic(name, partitions, config)
 
     def bootstrap(self, rack: str | None = None, *, listener: str | None = None) -> str:

@@ -6,7 +6,12 @@ from typing import Final
 
 import msgspec
 
-from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
+from diskless.coordinator import TopicConfig
+from diskless.kafka_server._handlers.context import (
+    MAX_PARTITIONS_PER_REQUEST,
+    RETENTION_MS_DEFAULT,
+    TopicDefaults,
+)
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
 from diskless.kafka_server._server._jaas import plain_users
 from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
@@ -55,9 +60,33 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Requests of one connection decoded but not yet answered."""
     fetch_wait_ms_max: int = 5_000
     """Caps a Fetch's max_wait: how long an empty fetch may be held before answering."""
-    auto_create_topic_partitions: int = 0
-    """Metadata for an unknown topic creates it with this many partitions when the client allows
-    it (Kafka's auto.create.topics.enable with num.partitions); 0 never creates."""
+    auto_create_topics_enable: bool = False
+    """Kafka's `auto.create.topics.enable`: Metadata for an unknown topic creates it (with
+    `num_partitions` partitions) when the client allows it. Kafka's default is true, which the
+    command (`python -m diskless.kafka_server`) keeps; a `KafkaCluster` embedded in a program
+    creates topics only when asked, unless this says otherwise."""
+    num_partitions: int = 1
+    """Kafka's `num.partitions`: the partitions of a topic created on first use, or by
+    CreateTopics asking for the broker's default (-1)."""
+    log_retention_ms: int | None = None
+    log_retention_minutes: int | None = None
+    log_retention_hours: int | None = None
+    """Kafka's `log.retention.{ms,minutes,hours}`: the `retention.ms` of a topic created without
+    its own, the first one given in that order (a negative value: no time limit); none given,
+    Kafka's 168 hours (`topic_defaults`)."""
+    log_retention_bytes: int | None = None
+    """Kafka's `log.retention.bytes`: the `retention.bytes` of a topic created without its own;
+    not given, Kafka's -1 (no size limit)."""
+    message_max_bytes: int | None = None
+    """Kafka's `message.max.bytes`: the `max.message.bytes` of a topic created without its own;
+    not given, Kafka's 1048588."""
+    socket_send_buffer_bytes: int = -1
+    socket_receive_buffer_bytes: int = -1
+    """Kafka's `socket.send.buffer.bytes` / `socket.receive.buffer.bytes`: SO_SNDBUF / SO_RCVBUF
+    of the listeners' sockets (those they accept inherit them); -1, the operating system's
+    default (which Linux tunes to the connection). Kafka's defaults are 102400, as its sample
+    `server.properties` sets them; unset here, a fixed buffer would cap a fast link's throughput
+    for nothing."""
     broker_session_timeout_ms: int = 9_000
     """Kafka's `broker.session.timeout.ms`: a broker whose process stops renewing its
     registration (every third of this) leaves the cluster after this long, and with it what it
@@ -211,11 +240,21 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("requests_inflight_max must be >= 1")
         if self.fetch_wait_ms_max < 0:
             raise ValueError("fetch_wait_ms_max must be >= 0")
-        if not 0 <= self.auto_create_topic_partitions <= MAX_PARTITIONS_PER_REQUEST:
+        if not 1 <= self.num_partitions <= MAX_PARTITIONS_PER_REQUEST:
             raise ValueError(
-                f"auto_create_topic_partitions must be in 0..{MAX_PARTITIONS_PER_REQUEST}: a"
-                " request may add no more partitions"
+                f"num.partitions must be in 1..{MAX_PARTITIONS_PER_REQUEST}: a request may add"
+                " no more partitions"
             )
+        if self.log_retention_bytes is not None and self.log_retention_bytes < -1:
+            raise ValueError("log.retention.bytes must be >= -1 (-1: no size limit)")
+        if self.message_max_bytes is not None and self.message_max_bytes < 0:
+            raise ValueError("message.max.bytes must be >= 0")
+        for name, size in (
+            ("socket.send.buffer.bytes", self.socket_send_buffer_bytes),
+            ("socket.receive.buffer.bytes", self.socket_receive_buffer_bytes),
+        ):
+            if size < -1 or size == 0 or size > 2**31 - 1:
+                raise ValueError(f"{name} must be -1 (the system's default) or 1..{2**31 - 1}")
         if self.broker_session_timeout_ms < 1:
             raise ValueError("broker_session_timeout_ms must be >= 1")
         if self.close_warning_interval_ms < 1 or self.close_warnings_max < 1:
@@ -255,6 +294,37 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def authorizer_enabled(self) -> bool:
         return bool(self.authorizer_class_name)
+
+    @property
+    def topic_defaults(self) -> TopicDefaults:
+        """What a topic created without its own `retention.ms`, `retention.bytes` or
+        `max.message.bytes` gets: these properties' values, else Kafka's defaults."""
+        retention_ms = RETENTION_MS_DEFAULT
+        if self.log_retention_ms is not None:
+            retention_ms = self.log_retention_ms
+        elif self.log_retention_minutes is not None:
+            retention_ms = self.log_retention_minutes * 60_000
+        elif self.log_retention_hours is not None:
+            retention_ms = self.log_retention_hours * 3_600_000
+        given = {
+            "retention.ms": (self.log_retention_ms, self.log_retention_minutes,
+                             self.log_retention_hours),
+            "retention.bytes": (self.log_retention_bytes,),
+            "max.message.bytes": (self.message_max_bytes,),
+        }  # fmt: skip
+        base = TopicConfig()
+        return TopicDefaults(
+            TopicConfig(
+                retention_ms=max(retention_ms, -1),  # negative: no time limit, as Kafka's
+                retention_bytes=_or(self.log_retention_bytes, base.retention_bytes),
+                max_message_bytes=_or(self.message_max_bytes, base.max_message_bytes),
+            ),
+            frozenset(name for name, values in given.items() if any(v is not None for v in values)),
+        )
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def check_sasl_settings(config: ServerConfig, listeners: list[str], sasl: list[str]) -> None:

@@ -11,11 +11,14 @@ Kafka knows only per listener (`listener.name.<name>.plain.sasl.jaas.config`) is
 with no field (`register(name, None, per_listener=True)`): its value is text.
 
 Kafka's properties that mean nothing to a diskless broker (`inapplicable_properties`: the KRaft
-quorum, log directories, thread pools, ...) are accepted and not applied.
+quorum, replication, the local log's segments, thread pools, ...) are accepted and not applied.
+A few are applied outside `ServerConfig`, by the command (`cli_properties`: `node.id`,
+`log.dirs`, `log.retention.check.interval.ms`).
 
-What is refused, each with one line naming the property: a name neither in the table nor
-inapplicable, a value not of its field's form, and a value the configuration itself refuses (the
-property to blame is found by applying the given ones one at a time).
+What is refused, each with one line naming the property: a Kafka property a diskless broker
+does not support (saying why: `inapplicable_properties.UNSUPPORTED`), a name that is neither
+Kafka's nor this broker's, a value not of its field's form, and a value the configuration itself
+refuses (the property to blame is found by applying the given ones one at a time).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import msgspec
 
 from diskless.kafka_server._handlers.context import BrokerSetting
 from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.inapplicable_properties import applicable
+from diskless.kafka_server._server.inapplicable_properties import applicable, refusal_of
 from diskless.kafka_server._server.tls import Hidden
 
 PROPERTIES: Final[dict[str, str]] = {
@@ -62,6 +65,15 @@ PROPERTIES: Final[dict[str, str]] = {
     "authorizer.class.name": "authorizer_class_name",
     "super.users": "super_users",
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
+    "auto.create.topics.enable": "auto_create_topics_enable",
+    "num.partitions": "num_partitions",
+    "log.retention.ms": "log_retention_ms",
+    "log.retention.minutes": "log_retention_minutes",
+    "log.retention.hours": "log_retention_hours",
+    "log.retention.bytes": "log_retention_bytes",
+    "message.max.bytes": "message_max_bytes",
+    "socket.send.buffer.bytes": "socket_send_buffer_bytes",
+    "socket.receive.buffer.bytes": "socket_receive_buffer_bytes",
 }
 """Kafka property name -> `ServerConfig` field."""
 LISTENER_PROPERTIES: Final[set[str]] = {
@@ -102,7 +114,7 @@ def convert(name: str, text: str) -> object:
     if name not in PROPERTIES:  # a per-listener property without a field: text
         return Hidden(value) if is_secret(name) else value
     field = _fields()[PROPERTIES[name]]
-    if field.type is int:
+    if field.type in (int, int | None):  # None: not given, the field's default applies
         try:
             return int(value)
         except ValueError:
@@ -147,7 +159,7 @@ def server_config(properties: Mapping[str, str], base: ServerConfig | None = Non
         elif name in PROPERTIES:
             converted[name] = (None, name, convert(name, text))
         else:
-            raise ValueError(f"{name}: unknown property")
+            raise ValueError(f"{name}: {refusal_of(name)}")
     try:
         return _applied(config, converted.values())
     except ValueError as error:
