@@ -527,6 +527,7 @@ async def test_every_topic_setting_is_stored(coordinator: BatchCoordinator) -> N
         compression_gzip_level=1,
         compression_lz4_level=17,
         compression_zstd_level=-7,
+        inapplicable_configs=(("min.insync.replicas", "2"), ("segment.bytes", "1024")),
     )
     default = TopicConfig()
     same = [f for f in config.__struct_fields__ if getattr(config, f) == getattr(default, f)]
