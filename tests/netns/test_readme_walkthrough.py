@@ -255,7 +255,7 @@ def _run(
         _python(client, sub(administrator), brokers)
         # Step 4 starts once every broker has read the ACLs, as it says.
         ca = Path(sub("/etc/diskless/ca.pem"))
-        client.call(wait_authorized, [b.address for b in brokers], ca)
+        wait_authorized(client, [b.address for b in brokers], ca)
         out = _python(client, sub(user), brokers)
         assert f"{ORDERS} orders read" in out.stdout, out.stdout
         assert re.search(rf"order {ORDERS} at offset \d+ of partition \d+", out.stdout), out.stdout
