@@ -60,9 +60,11 @@ def librdkafka(
         "sasl.username": user,
         "sasl.password": password,
         "ssl.ca.location": str(ca),
-        # A broker cut off from the coordinator still names itself the leader of its
-        # partitions, and its answers do not make librdkafka ask again: it learns the others'
-        # newer leaders only when it asks them.
+        # A broker cut off from the coordinator names itself the leader of its partitions until
+        # its registration lapses, and a produce sent to it before that times out, which does
+        # not make librdkafka ask again; leader epochs are each broker process's own, so it may
+        # also keep an answer of a higher epoch over another broker's newer leaders: it asks
+        # again at this interval.
         "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
     }
 
