@@ -614,8 +614,28 @@ class DisklessBroker:
         self._topics.forget(names)
         return await self._coordinator.delete_topics(names)
 
-    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
-        return await self._coordinator.describe_topics(names)
+    async def describe_topics(
+        self, names: Sequence[str] | None = None, *, cut_off: bool = False
+    ) -> list[TopicDescription]:
+        """The topics `names` (None: all). Named topics this broker has described before are
+        answered as it last saw them when the coordinator fails, or without asking it when the
+        caller knows it `cut_off` (as a Kafka broker answers Metadata from its own copy, however
+        old): a client told that a topic it writes has no partitions drops them and stalls, or
+        gives up on its records. The coordinator's failure is raised when a name has no copy."""
+        if names is not None and cut_off:
+            known = self._topics.last_known(names)
+            if len(known) == len(set(names)):
+                return list(known.values())
+        try:
+            descriptions = await self._coordinator.describe_topics(names)
+        except CoordinatorError:
+            known = self._topics.last_known(names or ())
+            if names is None or len(known) < len(set(names)):
+                raise
+            return list(known.values())
+        if names is not None:
+            self._topics.store(names, descriptions)
+        return descriptions
 
     async def delete_records(
         self, offsets: Mapping[TopicPartition, int]

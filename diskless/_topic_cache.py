@@ -86,14 +86,30 @@ class TopicCache:
                 else:
                     unavailable[name] = e
             return found, unavailable
-        expires_at = self._clock.monotonic() + self._ttl_s
-        returned = {d.name: d for d in descriptions if d.name in refresh}
-        for name in refresh:
-            description = returned.get(name)
-            if description is None:  # unknown (or deleted): never cached, so creation shows
-                self._topics.pop(name, None)
+        for name, description in self.store(refresh, descriptions).items():
+            if description is None:
                 found.pop(name, None)
             else:
-                self._topics[name] = _CachedTopic(description, expires_at)
                 found[name] = description
         return found, {}
+
+    def store(
+        self, names: Iterable[str], descriptions: Iterable[TopicDescription]
+    ) -> dict[str, TopicDescription | None]:
+        """Take what the coordinator just answered for `names`: each one's description, or None
+        for a name it does not know (or no longer: never cached, so a creation shows at once)."""
+        expires_at = self._clock.monotonic() + self._ttl_s
+        returned = {d.name: d for d in descriptions}
+        stored: dict[str, TopicDescription | None] = {}
+        for name in names:
+            description = returned.get(name)
+            if description is None:
+                self._topics.pop(name, None)
+            else:
+                self._topics[name] = _CachedTopic(description, expires_at)
+            stored[name] = description
+        return stored
+
+    def last_known(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        """The descriptions last taken of those of `names` that have one, expired or not."""
+        return {n: cached.description for n in names if (cached := self._topics.get(n))}

@@ -7,24 +7,30 @@
 - Integration: two clusters (processes) over one coordinator, one of them cut off from the
   coordinator's writes (its renewals and commits fail, its reads answer). Its Metadata names
   only the other broker, and a real producer bootstrapped from it alone has its records
-  acknowledged through the other broker while the cut lasts.
+  acknowledged through the other broker while the cut lasts; a produce sent straight to it is
+  answered NOT_LEADER_OR_FOLLOWER (clients refresh their metadata), not written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import Callable
 from typing import Any, Final
 
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode as WireError
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32
 
 from diskless import TopicPartition
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.storage import MemoryObjectStore
+from tests.broker._kafka import build_batch
 from tests.kafka_server._wire import WireClient
 from tests.kafka_server.conftest import broker_config
 
@@ -114,6 +120,31 @@ async def _leaders(cluster: KafkaCluster) -> dict[int, tuple[int, int]]:
     return {p.partition_index: (p.leader_id, p.error_code) for p in topic.partitions}
 
 
+async def _produce_straight_to(cluster: KafkaCluster) -> int:
+    """One record to partition 0, sent to the cluster's one broker: the answer's code."""
+    (server,) = cluster.servers.values()
+    body = produce_v9.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            produce_v9.TopicProduceData(
+                name=TopicName(TOPIC),
+                partition_data=(
+                    produce_v9.PartitionProduceData(index=i32(0), records=build_batch([b"v"])),
+                ),
+            ),
+        ),
+    )
+    client = await WireClient.connect(server)
+    try:
+        response: Any = await client.request(body)
+    finally:
+        await client.close()
+    ((code,),) = [[p.error_code for p in t.partition_responses] for t in response.responses]
+    return int(code)
+
+
 def _produce_all(bootstrap: str) -> list[str | None]:
     """One record to each partition, acknowledged (acks=all) or failed: each one's error."""
     producer = Producer(
@@ -159,6 +190,7 @@ async def test_a_broker_cut_off_from_the_coordinator_sends_clients_elsewhere() -
         await _until(lambda: bool(cut.view.lapsed()), "the cut broker's registration lapsing")
         leaders = await _leaders(cut)
         assert set(leaders.values()) == {(1, WireError.none)}, leaders
+        assert await _produce_straight_to(cut) == WireError.not_leader_or_follower
         errors = await asyncio.to_thread(_produce_all, cut.bootstrap())
         assert errors == [None] * PARTITIONS, errors
         assert cut.view.lapsed(), "acknowledged through the other broker while cut off"

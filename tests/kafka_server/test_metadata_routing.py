@@ -181,3 +181,24 @@ async def test_topics_stay_known_while_the_coordinator_is_unreachable() -> None:
             assert set(_leaders(await client.request(_metadata(TOPIC)))) == {0, 1}
         finally:
             await client.close()
+
+
+async def test_a_described_topic_keeps_its_partitions_while_the_coordinator_is_unreachable() -> (
+    None
+):
+    """As a Kafka broker answers Metadata from its own copy: a client told that a topic it writes
+    has no partitions drops them (kafka-python, aiokafka) and stalls or fails its sends."""
+    coordinator = _Unreachable()
+    async with KafkaCluster(
+        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
+    ) as cluster:
+        await cluster.create_topic(TOPIC, 2)
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            before = _leaders(await client.request(_metadata(TOPIC)))
+            coordinator.down = True
+            assert _leaders(await client.request(_metadata(TOPIC))) == before
+            (topic,) = (await client.request(_metadata("never-described"))).topics
+            assert topic.error_code == WireError.leader_not_available
+        finally:
+            await client.close()

@@ -166,6 +166,18 @@ class DirectConnection:
     def describable(self) -> int:
         """How many partitions of the topic this broker's Metadata shows the user (0: it refuses
         the user the topic, or does not know it)."""
+        topic = self._topic_metadata()
+        return len(topic.partitions) if topic.error_code == 0 else 0
+
+    def leaders(self) -> dict[int, tuple[int, int, int]]:
+        """The topic's partitions as this broker's Metadata names them: (leader, leader epoch,
+        error code) by partition."""
+        return {
+            int(p.partition_index): (int(p.leader_id), int(p.leader_epoch), int(p.error_code))
+            for p in self._topic_metadata().partitions
+        }
+
+    def _topic_metadata(self) -> Any:
         body = metadata_v9.MetadataRequest(
             topics=(metadata_v9.MetadataRequestTopic(name=TOPIC),),
             allow_auto_topic_creation=False,
@@ -173,7 +185,7 @@ class DirectConnection:
             include_topic_authorized_operations=False,
         )
         (topic,) = asyncio.run(self.request(body)).topics
-        return len(topic.partitions) if topic.error_code == 0 else 0
+        return topic
 
     def produce(self, partition: int, record: bytes, timeout_ms: int) -> tuple[int, float]:
         """One Produce (acks=all) of `record` to `partition`: its error code and how long the

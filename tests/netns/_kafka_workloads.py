@@ -60,9 +60,11 @@ def librdkafka(
         "sasl.username": user,
         "sasl.password": password,
         "ssl.ca.location": str(ca),
-        # A broker cut off from the coordinator still names itself the leader of its
-        # partitions, and its answers do not make librdkafka ask again: it learns the others'
-        # newer leaders only when it asks them.
+        # A broker cut off from the coordinator names itself the leader of its partitions until
+        # its registration lapses, and a produce sent to it before that times out, which does
+        # not make librdkafka ask again; leader epochs are each broker process's own, so it may
+        # also keep an answer of a higher epoch over another broker's newer leaders: it asks
+        # again at this interval.
         "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
     }
 
@@ -219,7 +221,8 @@ class Workload:
         producer.close(CLIENT_TIMEOUT_S)
 
     def _aiokafka(self, acks: Acks) -> None:
-        asyncio.run(self._aiokafka_main(acks))
+        with asyncio.Runner(loop_factory=_ConnectionsLoop) as runner:
+            runner.run(self._aiokafka_main(acks))
 
     async def _aiokafka_main(self, acks: Acks) -> None:
         producer = AIOKafkaProducer(
@@ -248,6 +251,7 @@ class Workload:
             )
         finally:
             await producer.stop()
+            await _abort_connections()
 
     def _group_member(self, member: int) -> None:
         consumer = Consumer(
@@ -270,6 +274,34 @@ class Workload:
                         raise KafkaException(error)
         finally:
             consumer.close()
+
+
+class _ConnectionsLoop(asyncio.SelectorEventLoop):
+    """An event loop that keeps every connection opened on it, for `_abort_connections`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connections: list[asyncio.Transport] = []
+
+    async def create_connection(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> tuple[asyncio.Transport, Any]:
+        transport, protocol = await super().create_connection(*args, **kwargs)
+        self.connections.append(transport)
+        return transport, protocol
+
+
+async def _abort_connections() -> None:
+    """Close for good the connections left on this `_ConnectionsLoop`. aiokafka closes a
+    connection with a TLS shutdown that waits up to 30 s for the broker's close_notify, which a
+    link cut under it never brings: the loop closed meanwhile would leave its socket open (a
+    ResourceWarning, pytest's exit status 1, after a passing test)."""
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, _ConnectionsLoop)
+    for transport in loop.connections:
+        transport.abort()
+    await asyncio.sleep(0)  # the sockets close in callbacks of the next iteration
+    await asyncio.sleep(0)
 
 
 def _reporter(acks: Acks, sequence: int) -> Callable[[KafkaError | None, Message], None]:

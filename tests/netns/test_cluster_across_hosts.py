@@ -70,13 +70,20 @@ MOVED: Final = 5
 PHASE_TIMEOUT_S: Final = 60.0
 
 
-def _wait(condition: Callable[[], bool], what: str, workload: Workload) -> None:
+def _wait(
+    condition: Callable[[], bool],
+    what: str,
+    workload: Workload,
+    detail: Callable[[], str] = lambda: "",
+) -> None:
+    """Wait for `condition`; a phase that does not end in time fails with what each producer
+    was acknowledged meanwhile, and `detail()`."""
     since = workload.counts()
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while not condition():
         workload.check_running()
         assert time.monotonic() < deadline, (
-            f"{what}: acknowledged {workload.counts()} since {since}"
+            f"{what}: acknowledged {workload.counts()} since {since}{detail()}"
         )
         time.sleep(0.05)
 
@@ -159,6 +166,37 @@ def _audit(workload: Workload) -> None:
         assert read[record] in allowed, (record, ErrorCode(code).name, read[record])
 
 
+def _lagging(
+    workload: Workload, partitions: Sequence[int], since: dict[str, collections.Counter[int]]
+) -> str:
+    """Which producers were acknowledged fewer than `MOVED` records on `partitions` since, and
+    how many on each partition (all of them, for comparison)."""
+    lines = []
+    for acks in workload.producers:
+        counts = acks.partitions()
+        gained = {p: counts[p] - since[acks.name][p] for p in sorted(counts | since[acks.name])}
+        behind = sum(gained.get(p, 0) for p in partitions) < MOVED
+        mark = "LAGGING" if behind and acks.name != TRANSACTIONAL else "ok"
+        lines.append(f"\n  {acks.name} ({mark}) on partitions {list(partitions)}: {gained}")
+    return "".join(lines)
+
+
+def _metadata_of(workload: Workload, brokers: Sequence[HostBroker]) -> str:
+    """What each broker's Metadata answers now: (leader, leader epoch, error) by partition."""
+    lines = []
+    for broker in brokers:
+        try:
+            connection = _connect(workload, broker)
+            try:
+                answer: object = connection.leaders()
+            finally:
+                connection.close()
+        except (OSError, AssertionError) as error:
+            answer = repr(error)
+        lines.append(f"\n  broker {broker.node_id} answers Metadata: {answer}")
+    return "".join(lines)
+
+
 def _led_by(broker: HostBroker, led: dict[int, int]) -> list[int]:
     return [p for p, leader in led.items() if leader == broker.node_id]
 
@@ -236,6 +274,7 @@ def _phases(
     connection.close()
     assert ErrorCode(code).retriable, ErrorCode(code)
     _wait(_all_advanced(workload, since), "producing while a broker is cut off", workload)
+    on_each = {a.name: a.partitions() for a in workload.producers}
     _wait(
         lambda: all(
             _acked_on(a, its) >= on_its[a.name] + MOVED
@@ -244,6 +283,7 @@ def _phases(
         ),
         "producing to the cut broker's partitions through the others",
         workload,
+        lambda: _lagging(workload, its, on_each) + _metadata_of(workload, brokers),
     )
     net.restore_between(victim.host, infra)
     _wait(

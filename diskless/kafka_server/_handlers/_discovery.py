@@ -142,7 +142,8 @@ async def _describe(
         refused = set(requested) - access.topics(DESCRIBE, requested)
     try:
         descriptions = await context.broker.describe_topics(
-            None if requested is None else [n for n in requested if n not in refused]
+            None if requested is None else [n for n in requested if n not in refused],
+            cut_off=context.broker_id in context.cluster.lapsed(),
         )
         unknown = WireError.unknown_topic_or_partition
     except DisklessError as e:

@@ -15,6 +15,13 @@ that zstd is not allowed.
 Authorization (synchronous, so it keeps the no-await rule): a transactional request needs WRITE
 on its transactional id, or every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
 each topic needs WRITE, or its partitions are answered TOPIC_AUTHORIZATION_FAILED.
+
+A broker whose registration may have lapsed (`ClusterView.lapsed`: it may be cut off from the
+coordinator) names the other brokers as its partitions' leaders, and answers a produce
+NOT_LEADER_OR_FOLLOWER without writing it, as a Kafka broker does for a partition it does not
+lead: that code makes every client refresh its metadata and move, where a request left to time
+out (REQUEST_TIMED_OUT) does not (aiokafka then keeps its leaders until its metadata's maximum
+age, five minutes by default).
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ _TWICE: Final = ProduceResult(
 )
 _TOPIC_REFUSED: Final = ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 _ID_REFUSED: Final = ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+_LAPSED: Final = ProduceResult(
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    error_message="this broker's registration may have lapsed: its metadata names other leaders",
+)
 
 
 class _Produce(NamedTuple):
@@ -102,6 +113,8 @@ def _authorize(access: Access, request: ProduceRequest, produce: _Produce) -> _P
 
 async def _call(context: BrokerContext, produce: _Produce) -> dict[TopicPartition, ProduceResult]:
     """Every partition's result: the broker's, or the library's code for its failure."""
+    if context.broker_id in context.cluster.lapsed():
+        return dict.fromkeys(produce.partitions, _LAPSED) | produce.refused
     try:
         # No await before this call: it takes the request's place in the broker's write order,
         # and the bridge's rewrite (which reads the coordinator) runs in that place.
