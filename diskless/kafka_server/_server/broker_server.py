@@ -28,7 +28,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from kio.static.protocol import ResponsePayload
 
@@ -67,6 +67,10 @@ from diskless.metrics import NULL_METRICS, Metrics
 _log = logging.getLogger(__name__)
 
 _Result = TypeVar("_Result")
+
+
+ACCEPTED_CALLBACK_ITERATIONS: Final = 2
+"""Loop iterations from a listener's accept to its connection callback's first step."""
 
 
 class BrokerServer:
@@ -235,10 +239,16 @@ class BrokerServer:
         address = self.address
         self._servers.clear()
         self.cluster.leave(self.broker_id)
-        if not abort:
-            await self.cluster.withdraw(address, self.broker.broker_epoch)
         for server in servers:
             server.close()
+        # A connection accepted just before the close has its callback still to run: it finds
+        # no servers and aborts its transport (`_accept`). Its transport is made in one loop
+        # iteration and the callback's task starts in the next, so these two let every such
+        # callback run before the connections are counted, even when nothing below awaits.
+        for _ in range(ACCEPTED_CALLBACK_ITERATIONS):
+            await asyncio.sleep(0)
+        if not abort:
+            await self.cluster.withdraw(address, self.broker.broker_epoch)
         if self._sweeping is not None:
             self._sweeping.cancel()
             self._sweeping = None
