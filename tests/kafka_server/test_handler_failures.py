@@ -274,11 +274,17 @@ async def test_a_producers_metadata_in_an_outage_is_retriable_not_an_authorizati
     request = dataclasses.replace(request_of(schema), allow_auto_topic_creation=True)
     session = Session("test", client_host="127.0.0.1", principal=principal)
     try:
-        assert error_codes(await HANDLERS[api](ctx, session, request)) == set()
+        # A topic this broker never described: answered the outage's code.
         coordinator.down = True
         outage = WireError(int(metadata_error(CoordinatorUnavailableError("down"))))
         assert outage.retriable
         assert error_codes(await HANDLERS[api](ctx, session, request)) == {outage}
+        coordinator.down = False
+        assert error_codes(await HANDLERS[api](ctx, session, request)) == set()
+        # Once described, it is answered from the broker's last copy, as Kafka's brokers answer
+        # from their metadata cache.
+        coordinator.down = True
+        assert error_codes(await HANDLERS[api](ctx, session, request)) == set()
     finally:
         coordinator.down = False
         await broker.close(flush=False)
