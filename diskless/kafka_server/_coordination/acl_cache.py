@@ -20,7 +20,6 @@ is loaded only super users are allowed anything (Kafka answers AuthorizerNotRead
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -43,12 +42,12 @@ from diskless.kafka_server._coordination.authorizer import (
     authorize,
     authorize_any,
 )
-from diskless.kafka_server._coordination.refresher import Refresher
+from diskless.kafka_server._coordination.refresher import ForwardCopy
 
 _log = logging.getLogger(__name__)
 
 
-class AclCache:
+class AclCache(ForwardCopy[AclSnapshot]):
     """`start` (loads the first snapshot), `authorize`..., `close`."""
 
     def __init__(
@@ -58,23 +57,10 @@ class AclCache:
         refresh_ms: int,
         clock: Clock | None = None,
     ) -> None:
-        self._coordinator = coordinator
+        super().__init__("ACLs", coordinator, refresh_ms, clock)
         self.settings = settings
-        self._refresher = Refresher("ACLs", self.refresh, refresh_ms, clock)
         self._index = EMPTY_INDEX
-        self._version: int | None = None
         self._started = False
-        self._lock = asyncio.Lock()
-
-    @property
-    def version(self) -> int | None:
-        """The ACL version the snapshot is (None before the first load)."""
-        return self._version
-
-    @property
-    def failed_refreshes(self) -> int:
-        """Consecutive failed refreshes (0: the last one worked)."""
-        return self._refresher.failures
 
     async def start(self) -> None:
         if not self._started:
@@ -82,32 +68,12 @@ class AclCache:
             self._started = True
             self._refresher.start()
 
-    async def close(self) -> None:
-        await self._refresher.close()
+    async def _read(self) -> AclSnapshot:
+        return await self._coordinator.acl_snapshot()
 
-    async def refresh(self) -> None:
-        """Load the bindings if the coordinator's version is newer than the snapshot's. Raises
-        the coordinator's errors."""
-        async with self._lock:
-            if not self._newer(await self._coordinator.acl_version()):
-                return
-            self._load(await self._coordinator.acl_snapshot())
-
-    def _newer(self, version: int) -> bool:
-        return self._version is None or version > self._version
-
-    def _load(self, snapshot: AclSnapshot) -> None:
-        """Take `snapshot` unless it is not newer than the one held (never step back)."""
-        if not self._newer(snapshot.version):
-            _log.debug(
-                "ACLs: kept version %s over an older read of version %d",
-                self._version,
-                snapshot.version,
-            )
-            return
+    def _take(self, snapshot: AclSnapshot) -> None:
         changed = tuple(snapshot.bindings) != self._index.bindings or self._version is None
         self._index = AclIndex(snapshot.bindings)
-        self._version = snapshot.version
         if changed:  # (the version also grows with SCRAM credential changes)
             _log.info("ACLs: version %d, %d bindings", snapshot.version, len(snapshot.bindings))
 

@@ -19,7 +19,6 @@ the first copy is loaded every login is looked up.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -36,7 +35,7 @@ from diskless.coordinator import (
     ScramUpsertion,
 )
 from diskless.errors import DisklessError
-from diskless.kafka_server._coordination.refresher import Refresher
+from diskless.kafka_server._coordination.refresher import ForwardCopy
 
 _log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ REFRESH_MS_DEFAULT = 1_000
 _NONE: Mapping[tuple[str, ScramMechanism], ScramCredential] = MappingProxyType({})
 
 
-class Credentials:
+class Credentials(ForwardCopy[ScramSnapshot]):
     """The cluster's SCRAM credentials: looked up by the SASL exchange, managed by the admin
     APIs (AlterUserScramCredentials, DescribeUserScramCredentials). `start` loads the first
     copy (or leaves it to the refreshes while the coordinator does not answer), `close`."""
@@ -57,21 +56,8 @@ class Credentials:
         refresh_ms: int = REFRESH_MS_DEFAULT,
         clock: Clock | None = None,
     ) -> None:
-        self._coordinator = coordinator
-        self._refresher = Refresher("SCRAM credentials", self.refresh, refresh_ms, clock)
+        super().__init__("SCRAM credentials", coordinator, refresh_ms, clock)
         self._credentials = _NONE
-        self._version: int | None = None
-        self._lock = asyncio.Lock()
-
-    @property
-    def version(self) -> int | None:
-        """The security version the copy is (None before the first load)."""
-        return self._version
-
-    @property
-    def failed_refreshes(self) -> int:
-        """Consecutive failed refreshes (0: the last one worked)."""
-        return self._refresher.failures
 
     async def start(self) -> None:
         try:
@@ -80,30 +66,15 @@ class Credentials:
             _log.debug("SCRAM credentials: the first load failed: %r", error)
         self._refresher.start()
 
-    async def close(self) -> None:
-        await self._refresher.close()
+    async def _read(self) -> ScramSnapshot:
+        return await self._coordinator.scram_snapshot()
 
-    async def refresh(self) -> None:
-        """Load the credentials if the coordinator's security version is newer than the copy's.
-        Raises the coordinator's errors."""
-        async with self._lock:
-            if not self._newer(await self._coordinator.acl_version()):
-                return
-            self._load(await self._coordinator.scram_snapshot())
-
-    def _newer(self, version: int) -> bool:
-        return self._version is None or version > self._version
-
-    def _load(self, snapshot: ScramSnapshot) -> None:
-        """Take `snapshot` unless it is not newer than the copy held (never step back)."""
-        if not self._newer(snapshot.version):
-            return
+    def _take(self, snapshot: ScramSnapshot) -> None:
         credentials = dict(snapshot.credentials)
         if credentials != self._credentials:  # (the version also grows with ACL changes)
             users = len({user for user, _ in credentials})
             _log.info("SCRAM credentials: version %d, %d users", snapshot.version, users)
         self._credentials = MappingProxyType(credentials)
-        self._version = snapshot.version
 
     async def scram(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The credential a client's proof is checked against: the copy's, else the

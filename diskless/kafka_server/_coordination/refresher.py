@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Generic, Protocol, TypeVar
 
 from diskless._availability import is_dependency_failure, log_failure
 from diskless.clock import Clock, SystemClock
+from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 
 _log = logging.getLogger(__name__)
@@ -102,3 +103,69 @@ class Refresher:
                     self.failures,
                 )
             self.failures = 0
+
+
+class Versioned(Protocol):
+    @property
+    def version(self) -> int: ...
+
+
+SnapshotT = TypeVar("SnapshotT", bound=Versioned)
+
+
+class ForwardCopy(Generic[SnapshotT]):
+    """A process's copy of state the coordinator versions (the security version: ACLs and SCRAM
+    credentials), refreshed by a `Refresher`, that only moves forward: a refresh reads the
+    snapshot only when the coordinator's version is newer than the copy's, and a snapshot no
+    newer than the copy (a slow read overtaken by a change loaded here) is dropped. A subclass
+    says how to read its snapshot (`_read`) and how to take one (`_take`)."""
+
+    def __init__(
+        self, what: str, coordinator: BatchCoordinator, refresh_ms: int, clock: Clock | None
+    ) -> None:
+        self._what = what
+        self._coordinator = coordinator
+        self._refresher = Refresher(what, self.refresh, refresh_ms, clock)
+        self._version: int | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def version(self) -> int | None:
+        """The version the copy is (None before the first load)."""
+        return self._version
+
+    @property
+    def failed_refreshes(self) -> int:
+        """Consecutive failed refreshes (0: the last one worked)."""
+        return self._refresher.failures
+
+    async def close(self) -> None:
+        await self._refresher.close()
+
+    async def refresh(self) -> None:
+        """Load the snapshot if the coordinator's version is newer than the copy's. Raises the
+        coordinator's errors."""
+        async with self._lock:
+            if not self._newer(await self._coordinator.acl_version()):
+                return
+            snapshot = await self._read()
+            if not self._newer(snapshot.version):
+                _log.debug(
+                    "%s: kept version %s over an older read of version %d",
+                    self._what,
+                    self._version,
+                    snapshot.version,
+                )
+                return
+            self._take(snapshot)
+            self._version = snapshot.version
+
+    def _newer(self, version: int) -> bool:
+        return self._version is None or version > self._version
+
+    async def _read(self) -> SnapshotT:
+        raise NotImplementedError
+
+    def _take(self, snapshot: SnapshotT) -> None:
+        """Replace the copy with `snapshot` (newer than it); `_version` is still the old one."""
+        raise NotImplementedError
