@@ -25,7 +25,7 @@ from diskless.coordinator._store import (
     Operation,
     ReadView,
     Snapshot,
-    StoreTxn,
+    StoreStep,
 )
 from diskless.errors import CommitOutcomeUnknownError
 from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT
@@ -33,10 +33,10 @@ from diskless.txn import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 T = TypeVar("T")
 
 
-class _HalvingTxn:
+class _HalvingStep:
     """A step's access to the store that applies a group commit's first half only."""
 
-    def __init__(self, inner: StoreTxn) -> None:
+    def __init__(self, inner: StoreStep) -> None:
         self.inner = inner
         self.torn = False
 
@@ -66,20 +66,20 @@ class HalfGroupStore:
     async def write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
         if operation is not Operation.COMMIT_FILES:
             return await self.inner.write(operation, step, durability, outcome_unknown_on_failure)
-        txns: list[_HalvingTxn] = []
+        halvings: list[_HalvingStep] = []
 
-        async def halved(txn: StoreTxn) -> T:
-            txns.append(_HalvingTxn(txn))
-            return await step(txns[-1])
+        async def halved(db: StoreStep) -> T:
+            halvings.append(_HalvingStep(db))
+            return await step(halvings[-1])
 
         result = await self.inner.write(operation, halved, durability, outcome_unknown_on_failure)
-        if any(txn.torn for txn in txns):
+        if any(halving.torn for halving in halvings):
             self.torn_groups += 1
             raise CommitOutcomeUnknownError("half of the group was applied")
         return result

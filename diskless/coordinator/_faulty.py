@@ -29,14 +29,14 @@ from diskless._fault_dice import Latency, Roll, roll
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator._api import BatchCoordinator
 from diskless.coordinator._engine import CoordinatorEngine
-from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._feed import ChangeListener
 from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Operation,
     ReadView,
-    StoreTxn,
+    StoreStep,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
 
@@ -135,7 +135,7 @@ class FaultyCoordinatorStore:
     async def write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:

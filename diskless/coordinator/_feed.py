@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 from diskless._types import TopicPartition
 from diskless.coordinator._api import ChangeListener as ChangeListener
-from diskless.coordinator._store import Changes, Needs, Snapshot, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Snapshot, StoreStep
 from diskless.coordinator._values import PartitionChanges
 
 _log = logging.getLogger(__name__)
@@ -43,11 +43,11 @@ def changes_of(applied: Sequence[Changes]) -> PartitionChanges:
     return PartitionChanges(frozenset(partitions), frozenset(topics))
 
 
-class RecordingTxn:
-    """A `StoreTxn` that passes everything to `inner` and keeps what was applied: the store
+class RecordingStep:
+    """A `StoreStep` that passes everything to `inner` and keeps what was applied: the store
     publishes it once the step has committed."""
 
-    def __init__(self, inner: StoreTxn) -> None:
+    def __init__(self, inner: StoreStep) -> None:
         self.inner = inner
         self.applied: list[Changes] = []
 
@@ -63,14 +63,14 @@ class RecordingTxn:
 
 
 def recorded(
-    step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
-) -> tuple[Callable[[StoreTxn], Coroutine[Any, Any, T]], list[RecordingTxn]]:
-    """`step` run through a `RecordingTxn`, and the list that holds the last run's one (a store
+    step: Callable[[StoreStep], Coroutine[Any, Any, T]],
+) -> tuple[Callable[[StoreStep], Coroutine[Any, Any, T]], list[RecordingStep]]:
+    """`step` run through a `RecordingStep`, and the list that holds the last run's one (a store
     may run a step several times: only the run that committed counts)."""
-    runs: list[RecordingTxn] = []
+    runs: list[RecordingStep] = []
 
-    def run(txn: StoreTxn) -> Coroutine[Any, Any, T]:
-        recording = RecordingTxn(txn)
+    def run(db: StoreStep) -> Coroutine[Any, Any, T]:
+        recording = RecordingStep(db)
         runs[:] = [recording]
         return step(recording)
 
@@ -105,6 +105,6 @@ class ChangeListeners:
             except Exception:  # a listener's bug must not fail the step that committed
                 _log.exception("a change listener failed")
 
-    def publish_runs(self, runs: Collection[RecordingTxn]) -> None:
+    def publish_runs(self, runs: Collection[RecordingStep]) -> None:
         for run in runs:
             self.publish(run.changes())

@@ -1,7 +1,7 @@
 """What a coordinator backend is: a store that loads a snapshot and applies changes atomically.
 
 The engine (`_engine`) writes every operation once, as a step: preconditions, then
-`StoreTxn.load` of what the rules need, then the rules (`_rules`), then `StoreTxn.apply` of what
+`StoreStep.load` of what the rules need, then the rules (`_rules`), then `StoreStep.apply` of what
 they decided. A backend only stores. It runs each step as one atomic unit (`CoordinatorStore.write`,
 told which `Operation` the step is) and serves read-only queries through a `ReadView`
 (`CoordinatorStore.read`).
@@ -237,7 +237,7 @@ class Changes(msgspec.Struct):
 class Operation(enum.Enum):
     """The step a `CoordinatorStore.write` runs, named by the engine. A store may run a named
     step its own way (as PostgreSQL applies a commit in one server-side function), or through
-    the generic `StoreTxn.load` and `apply`; it never infers which step it runs from the shape
+    the generic `StoreStep.load` and `apply`; it never infers which step it runs from the shape
     of what the step loads or applies."""
 
     CREATE_TOPIC = "create_topic"
@@ -283,7 +283,7 @@ class Durability(enum.Enum):
     state whose loss is safe (registrations, leases, the ENDING mark; see `SqliteStore`)."""
 
 
-class StoreTxn(Protocol):
+class StoreStep(Protocol):
     """One atomic step's access to the store."""
 
     async def load(self, needs: Needs) -> Snapshot: ...
@@ -375,7 +375,7 @@ class CoordinatorStore(Protocol):
     async def write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:

@@ -22,7 +22,7 @@ from typing import Any
 from diskless._types import TopicPartition
 from diskless.coordinator import PostgresBatchCoordinator
 from diskless.coordinator._backends import postgres
-from diskless.coordinator._backends.postgres_commit import PostgresCommitTxn
+from diskless.coordinator._backends.postgres_commit import PostgresCommitStep
 from diskless.coordinator._store import Changes, Operation
 from diskless.errors import DisklessError
 
@@ -30,14 +30,14 @@ from ._helpers import batch
 from ._postgres_child import TOPIC
 
 
-class FreezingCommitTxn(PostgresCommitTxn):
+class FreezingCommitStep(PostgresCommitStep):
     """The store's commit step, which stops the process before its first apply."""
 
     frozen = False
 
     async def apply(self, changes: Changes) -> list[int]:
-        if not FreezingCommitTxn.frozen:
-            FreezingCommitTxn.frozen = True
+        if not FreezingCommitStep.frozen:
+            FreezingCommitStep.frozen = True
             print("frozen", flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
         return await super().apply(changes)
@@ -57,7 +57,7 @@ async def commit(coordinator: PostgresBatchCoordinator, key: str, epoch: int) ->
 
 
 async def main(dsn: str, epoch: int, command_timeout_ms: int) -> None:
-    postgres.NATIVE_STEPS[Operation.COMMIT_FILES] = FreezingCommitTxn
+    postgres.NATIVE_STEPS[Operation.COMMIT_FILES] = FreezingCommitStep
     coordinator = PostgresBatchCoordinator(
         dsn, pool_size_max=1, command_timeout_ms=command_timeout_ms
     )

@@ -41,7 +41,7 @@ from diskless.coordinator._backends.postgres import (
     idle_in_transaction_ms,
 )
 from diskless.coordinator._backends.postgres_schema import MIGRATIONS, SCHEMA_VERSION
-from diskless.coordinator._backends.postgres_txn import GATE_LOCK_KEY
+from diskless.coordinator._backends.postgres_step import GATE_LOCK_KEY
 from diskless.errors import (
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,

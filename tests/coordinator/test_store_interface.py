@@ -2,7 +2,7 @@
 
 Every `BatchCoordinator` operation is written once, in the engine; the backends' coordinator
 classes only construct a store. A backend therefore implements exactly the methods listed here;
-beyond them, a store may run a step the engine names (`Operation`) its own way, with a `StoreTxn`
+beyond them, a store may run a step the engine names (`Operation`) its own way, with a `StoreStep`
 of its own that has the same methods (PostgreSQL's commit).
 """
 
@@ -21,12 +21,12 @@ from diskless.coordinator import (
 from diskless.coordinator._backends.memory import MemoryStore
 from diskless.coordinator._backends.postgres import NATIVE_STEPS, PostgresStore
 from diskless.coordinator._backends.postgres_reads import PostgresReads
-from diskless.coordinator._backends.postgres_txn import PostgresTxn
+from diskless.coordinator._backends.postgres_step import PostgresStep
 from diskless.coordinator._backends.sqlite import SqliteStore
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
-from diskless.coordinator._backends.sqlite_txn import SqliteTxn
+from diskless.coordinator._backends.sqlite_step import SqliteStep
 from diskless.coordinator._engine import CoordinatorEngine
-from diskless.coordinator._store import CoordinatorStore, ReadView, StoreTxn
+from diskless.coordinator._store import CoordinatorStore, ReadView, StoreStep
 
 
 def _public_methods(cls: type) -> set[str]:
@@ -42,7 +42,7 @@ def _own_methods(cls: type) -> set[str]:
 
 
 STORE_METHODS = {"write", "read", "release_signal", "watch_changes", "close"}
-TXN_METHODS = {"load", "apply"}
+STEP_METHODS = {"load", "apply"}
 READ_METHODS = {
     # the fetch lookups (`_rules.reads.ReadSource`)
     "partition",
@@ -78,7 +78,7 @@ READ_METHODS = {
 
 def test_the_store_interface_is_this_narrow() -> None:
     assert _public_methods(CoordinatorStore) == STORE_METHODS
-    assert _public_methods(StoreTxn) == TXN_METHODS
+    assert _public_methods(StoreStep) == STEP_METHODS
     assert _public_methods(ReadView) == READ_METHODS
 
 
@@ -96,21 +96,21 @@ def test_backends_only_construct_a_store(coordinator: type[BatchCoordinator]) ->
 
 def test_the_sqlite_adapter_is_the_store_interface_and_nothing_more() -> None:
     assert _public_methods(SqliteStore) == STORE_METHODS
-    assert _public_methods(SqliteTxn) == TXN_METHODS
-    # Beyond the interface, the read view has two chunked lookups that the txn reuses.
+    assert _public_methods(SqliteStep) == STEP_METHODS
+    # Beyond the interface, the read view has two chunked lookups that the step reuses.
     assert _public_methods(SqliteReads) - READ_METHODS == {"batches_after", "batches_holding"}
     assert _public_methods(SqliteReads) >= READ_METHODS
 
 
 def test_the_memory_store_is_the_store_interface_and_nothing_more() -> None:
-    assert _public_methods(MemoryStore) == STORE_METHODS | TXN_METHODS | READ_METHODS
+    assert _public_methods(MemoryStore) == STORE_METHODS | STEP_METHODS | READ_METHODS
 
 
 def test_the_postgres_adapter_is_the_store_interface_and_its_named_steps() -> None:
     assert _public_methods(PostgresStore) == STORE_METHODS
-    assert _public_methods(PostgresTxn) == TXN_METHODS
+    assert _public_methods(PostgresStep) == STEP_METHODS
     assert _public_methods(PostgresReads) == READ_METHODS
     assert NATIVE_STEPS, "PostgreSQL runs a commit its own way"
     for native in NATIVE_STEPS.values():
-        assert issubclass(native, PostgresTxn)
-        assert _public_methods(native) == TXN_METHODS
+        assert issubclass(native, PostgresStep)
+        assert _public_methods(native) == STEP_METHODS

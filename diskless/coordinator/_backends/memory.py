@@ -39,7 +39,7 @@ from diskless.coordinator._store import (
     Operation,
     ReadView,
     Snapshot,
-    StoreTxn,
+    StoreStep,
     TopicRow,
     run_inline,
 )
@@ -159,7 +159,7 @@ class _Partition:
         self.state.txn_first_offset = self.ongoing.keys()[0] if self.ongoing else None
 
 
-class MemoryStore(StoreTxn, ReadView):
+class MemoryStore(StoreStep, ReadView):
     """A `CoordinatorStore` in memory; it is its own step transaction and read view."""
 
     def __init__(self) -> None:
@@ -187,7 +187,7 @@ class MemoryStore(StoreTxn, ReadView):
     async def write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
@@ -210,7 +210,7 @@ class MemoryStore(StoreTxn, ReadView):
     async def close(self) -> None:
         pass
 
-    # --- StoreTxn: load -----------------------------------------------------------------------
+    # --- StoreStep: load -----------------------------------------------------------------------
     async def load(self, needs: Needs) -> Snapshot:
         # Plain loops: a step usually needs a handful of keys, where comprehensions cost more.
         found = self._partitions
@@ -288,7 +288,7 @@ class MemoryStore(StoreTxn, ReadView):
         for index in range(self._topics[name].partition_count):
             yield self._partitions[TopicPartition(name, index)]
 
-    # --- StoreTxn: apply ----------------------------------------------------------------------
+    # --- StoreStep: apply ----------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
         if changes.topics_deleted or changes.topics_created or changes.partitions_added:
             self._apply_topics(changes)

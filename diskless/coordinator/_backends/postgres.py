@@ -1,10 +1,10 @@
 """The PostgreSQL store: shared by broker processes on many machines.
 
 - Each step is one READ COMMITTED transaction on a pooled asyncpg connection, with row locks
-  taken in a fixed order by its loads (`postgres_txn`): commits to overlapping partitions queue
+  taken in a fixed order by its loads (`postgres_step`): commits to overlapping partitions queue
   behind each other, never deadlock in the common paths, and a step always decides on rows
   nobody else can change until it commits. Steps wide enough to overlap almost surely queue
-  first, in arrival order, at one advisory lock (the gate, also in `postgres_txn`). A step
+  first, in arrival order, at one advisory lock (the gate, also in `postgres_step`). A step
   that loses an insert race on a unique key (23505), or is chosen as a deadlock victim
   (40P01), or meets a serialization failure (40001), is rolled back and run again from the
   start; the engine reads the clock inside the step.
@@ -54,20 +54,20 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from diskless.coordinator._backends.postgres_commit import PostgresCommitTxn
+from diskless.coordinator._backends.postgres_commit import PostgresCommitStep
 from diskless.coordinator._backends.postgres_connect import opening_error
 from diskless.coordinator._backends.postgres_feed import ListenFeed
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.postgres_schema import SchemaTooNewError, migrate
-from diskless.coordinator._backends.postgres_txn import PostgresTxn
+from diskless.coordinator._backends.postgres_step import PostgresStep
 from diskless.coordinator._feed import (
     NOTIFY_CHANNEL,
     ChangeListener,
     ChangeListeners,
-    RecordingTxn,
+    RecordingStep,
     recorded,
 )
-from diskless.coordinator._store import CoordinatorStore, Durability, Operation, ReadView, StoreTxn
+from diskless.coordinator._store import CoordinatorStore, Durability, Operation, ReadView, StoreStep
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -96,10 +96,10 @@ STEP_ATTEMPTS_MAX: Final = 20
 """Runs of a step that keeps losing races (unique key, deadlock) before giving up."""
 READER_THREADS: Final = 4
 
-NATIVE_STEPS: Final[dict[Operation, type[PostgresTxn]]] = {
-    Operation.COMMIT_FILES: PostgresCommitTxn,
+NATIVE_STEPS: Final[dict[Operation, type[PostgresStep]]] = {
+    Operation.COMMIT_FILES: PostgresCommitStep,
 }
-"""The steps this store runs its own way (a `StoreTxn` of their own); others are generic."""
+"""The steps this store runs its own way (a `StoreStep` of their own); others are generic."""
 RETRY_SQLSTATES: Final = frozenset({"40001", "40P01", "23505"})
 """Serialization failure, deadlock victim, a concurrent insert of the same key: run again."""
 INFRASTRUCTURE_ERRORS: Final = (
@@ -299,7 +299,7 @@ class PostgresStore(CoordinatorStore):
     async def write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:
@@ -333,8 +333,8 @@ class PostgresStore(CoordinatorStore):
     async def _attempt(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
-        runs: list[RecordingTxn],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
+        runs: list[RecordingStep],
         durability: Durability,
         outcome_unknown_on_failure: bool,
     ) -> T:
@@ -344,15 +344,15 @@ class PostgresStore(CoordinatorStore):
         begin = "BEGIN; SET LOCAL synchronous_commit = off" if volatile else "BEGIN"
         async with self._connection(begin) as conn:
             xid: int | None = None
-            txn = NATIVE_STEPS.get(operation, PostgresTxn)(conn)
+            db = NATIVE_STEPS.get(operation, PostgresStep)(conn)
             try:
-                result = await step(txn)
+                result = await step(db)
                 changes = runs[-1].changes()
                 if changes:
                     self._feed.own(conn.get_server_pid())  # told here already: no echo
                     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, changes.encode())
                 if outcome_unknown_on_failure:
-                    xid = txn.xid
+                    xid = db.xid
                     if xid is None:
                         xid = await conn.fetchval("SELECT txid_current()")
             except BaseException as error:

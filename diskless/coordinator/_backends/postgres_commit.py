@@ -1,6 +1,6 @@
 """The commit step on PostgreSQL, applied natively: one server-side function stores it all.
 
-The engine names the step (`Operation.COMMIT_FILES`), so the store runs it with this `StoreTxn`:
+The engine names the step (`Operation.COMMIT_FILES`), so the store runs it with this `StoreStep`:
 its loads are the generic ones (`diskless_load`, behind the gate when wide), and its apply calls
 `diskless_apply_commits` (`postgres_migrations`, 8) once, with every row as an array, which
 also answers the transaction id that resolves a lost COMMIT. The rows are those the generic
@@ -21,7 +21,7 @@ from diskless.coordinator._backends.postgres_rows import (
     int_array,
     text_array,
 )
-from diskless.coordinator._backends.postgres_txn import PostgresTxn
+from diskless.coordinator._backends.postgres_step import PostgresStep
 from diskless.coordinator._backends.sql_rows import FILE_STATE_CODES
 from diskless.coordinator._store import Changes
 
@@ -46,7 +46,7 @@ _STORED: Final = frozenset(
 _UNSTORED: Final = tuple(name for name in Changes.__struct_fields__ if name not in _STORED)
 
 
-class PostgresCommitTxn(PostgresTxn):
+class PostgresCommitStep(PostgresStep):
     """A commit step's access to the store: generic loads, one native apply."""
 
     async def apply(self, changes: Changes) -> list[int]:

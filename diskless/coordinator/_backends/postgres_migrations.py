@@ -18,7 +18,7 @@ decision stays in the shared Python rules.
   loaded item in a wide shape: `kind`, then columns whose meaning depends on it
   (`postgres_rows.LOADED_*`; unused columns are NULL).
 - `diskless_gated_load` (5) is `diskless_load` behind the commit gate when the step is wide
-  (`postgres_txn`'s module doc); the caller makes sure it is the transaction's first lock.
+  (`postgres_step`'s module doc); the caller makes sure it is the transaction's first lock.
 - `diskless_apply_commits` (8) stores what a commit of one or several objects decided (their
   files, batches, partitions, producer entries, released leases, opened transactions), each
   batch naming its file by position in `f_key` (1-based), and answers the transaction's id,

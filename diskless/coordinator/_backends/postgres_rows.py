@@ -42,9 +42,9 @@ PARTITION_COLUMNS: Final = PARTITION_COLUMNS_NO_LSO.replace("NULL::bigint", ONGO
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 GATE_LOCK_KEY: Final = 0x6469_736B_6C65_7331
-"""The commit gate's advisory lock (ASCII "diskles1"; `postgres_txn`): one key per database."""
+"""The commit gate's advisory lock (ASCII "diskles1"; `postgres_step`): one key per database."""
 GATE_OVERLAP: Final = 3
-"""A step is wide when width^2 >= this times the cluster's partitions (`postgres_txn`)."""
+"""A step is wide when width^2 >= this times the cluster's partitions (`postgres_step`)."""
 GATE_WIDTH_MIN: Final = 8
 """Narrower steps call `diskless_load` itself, sparing them the gated load's sum over topics:
 they would be wide only in a cluster of fewer than 22 partitions."""

@@ -28,14 +28,14 @@ from diskless._availability import log_failure
 from diskless.coordinator._backends.sqlite_feed import CHANGE_CHECK_MS_DEFAULT, DataVersionCheck
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_schema import SchemaTooNewError, migrate
-from diskless.coordinator._backends.sqlite_txn import SqliteTxn
+from diskless.coordinator._backends.sqlite_step import SqliteStep
 from diskless.coordinator._feed import ChangeListener, ChangeListeners, recorded
 from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Operation,
     ReadView,
-    StoreTxn,
+    StoreStep,
     run_inline,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
@@ -154,7 +154,7 @@ class SqliteStore(CoordinatorStore):
     # --- transactions (on the writer or a reader thread) -----------------------------------
     def _transact(
         self,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability,
         outcome_unknown_on_failure: bool,
     ) -> T:
@@ -175,7 +175,7 @@ class SqliteStore(CoordinatorStore):
         try:
             self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
-                result = run_inline(step(SqliteTxn(conn)))
+                result = run_inline(step(SqliteStep(conn)))
             except BaseException:
                 if conn.in_transaction:  # some errors (e.g. a full disk) already rolled back
                     conn.execute("ROLLBACK")
@@ -230,7 +230,7 @@ class SqliteStore(CoordinatorStore):
     async def write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:

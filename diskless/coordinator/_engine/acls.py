@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from diskless._types import ErrorCode
-from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.acls import (
     ACL_VERSION_COUNTER,
     AclBinding,
@@ -23,7 +23,7 @@ from diskless.coordinator._rules.acls import (
     invalid_filter,
     matching,
 )
-from diskless.coordinator._store import Changes, Needs, Operation, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
 
 _CHANGE_NEEDS = Needs(acls=True, counters=(ACL_VERSION_COUNTER,))
 
@@ -41,14 +41,14 @@ class AclOperations(EngineBase):
         if not valid:
             return outcomes
 
-        async def create(txn: StoreTxn) -> None:
-            snapshot = await txn.load(_CHANGE_NEEDS)
+        async def create(db: StoreStep) -> None:
+            snapshot = await db.load(_CHANGE_NEEDS)
             stored = set(snapshot.acls)
             # Creating a binding that exists is a success that changes nothing (as in Kafka).
             new = [b for b in dict.fromkeys(valid) if b not in stored]
             if new:
                 version = snapshot.counters.get(ACL_VERSION_COUNTER, 0) + 1
-                await txn.apply(Changes(acls_created=new, counters={ACL_VERSION_COUNTER: version}))
+                await db.apply(Changes(acls_created=new, counters={ACL_VERSION_COUNTER: version}))
 
         await self._write(Operation.CREATE_ACLS, create)
         return outcomes
@@ -56,8 +56,8 @@ class AclOperations(EngineBase):
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletion]:
         refusals = [invalid_filter(f) for f in filters]
 
-        async def delete(txn: StoreTxn) -> list[AclDeletion]:
-            snapshot = await txn.load(_CHANGE_NEEDS)
+        async def delete(db: StoreStep) -> list[AclDeletion]:
+            snapshot = await db.load(_CHANGE_NEEDS)
             results = []
             gone: dict[AclBinding, None] = {}
             for acl_filter, why in zip(filters, refusals, strict=True):
@@ -69,7 +69,7 @@ class AclOperations(EngineBase):
                 results.append(AclDeletion(ErrorCode.NONE, None, found))
             if gone:
                 version = snapshot.counters.get(ACL_VERSION_COUNTER, 0) + 1
-                await txn.apply(
+                await db.apply(
                     Changes(acls_deleted=list(gone), counters={ACL_VERSION_COUNTER: version})
                 )
             return results

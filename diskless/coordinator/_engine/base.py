@@ -17,7 +17,7 @@ from diskless.coordinator._store import (
     Durability,
     Operation,
     ReadView,
-    StoreTxn,
+    StoreStep,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError
 from diskless.metrics import NULL_METRICS, Metrics, StepOutcome
@@ -66,7 +66,7 @@ class EngineBase(BatchCoordinator):
     async def _write(
         self,
         operation: Operation,
-        step: Callable[[StoreTxn], Coroutine[Any, Any, T]],
+        step: Callable[[StoreStep], Coroutine[Any, Any, T]],
         durability: Durability = Durability.DURABLE,
         outcome_unknown_on_failure: bool = False,
     ) -> T:

@@ -19,11 +19,11 @@ from msgspec.structs import replace
 from diskless._object_keys import commit_too_late
 from diskless._types import NO_PRODUCER_ID, ErrorCode, TopicPartition
 from diskless.coordinator._api import ChangeListener
-from diskless.coordinator._engine_acls import AclOperations
-from diskless.coordinator._engine_consolidation import ConsolidationOperations
-from diskless.coordinator._engine_groups import GroupOperations
-from diskless.coordinator._engine_scram import ScramOperations
-from diskless.coordinator._engine_txn_records import TxnRecordOperations
+from diskless.coordinator._engine.acls import AclOperations
+from diskless.coordinator._engine.consumer_groups import GroupOperations
+from diskless.coordinator._engine.extents import ConsolidationOperations
+from diskless.coordinator._engine.scram import ScramOperations
+from diskless.coordinator._engine.txn_records import TxnRecordOperations
 from diskless.coordinator._rules import reads
 from diskless.coordinator._rules.checks import broker_fenced, check_new_topic, object_key_taken
 from diskless.coordinator._rules.commit import plan_commit
@@ -49,7 +49,7 @@ from diskless.coordinator._store import (
     Needs,
     Operation,
     ReadView,
-    StoreTxn,
+    StoreStep,
     TopicRow,
 )
 from diskless.coordinator._values import (
@@ -93,22 +93,22 @@ class CoordinatorEngine(
             name, partitions, config if config is not None else TopicConfig(), uuid.uuid4()
         )
 
-        async def create(txn: StoreTxn) -> ErrorCode:
-            if name in (await txn.load(Needs(topics={name}))).topics:
+        async def create(db: StoreStep) -> ErrorCode:
+            if name in (await db.load(Needs(topics={name}))).topics:
                 return ErrorCode.TOPIC_ALREADY_EXISTS
-            await txn.apply(Changes(topics_created=[row]))
+            await db.apply(Changes(topics_created=[row]))
             return ErrorCode.NONE
 
         return await self._write(Operation.CREATE_TOPIC, create)
 
     async def create_partitions(self, name: str, total_partitions: int) -> ErrorCode:
-        async def grow(txn: StoreTxn) -> ErrorCode:
-            topic = (await txn.load(Needs(topics={name}))).topics.get(name)
+        async def grow(db: StoreStep) -> ErrorCode:
+            topic = (await db.load(Needs(topics={name}))).topics.get(name)
             if topic is None:
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if total_partitions <= topic.partition_count:
                 return ErrorCode.INVALID_PARTITIONS
-            await txn.apply(Changes(partitions_added=[(name, total_partitions)]))
+            await db.apply(Changes(partitions_added=[(name, total_partitions)]))
             return ErrorCode.NONE
 
         return await self._write(Operation.CREATE_PARTITIONS, grow)
@@ -118,9 +118,9 @@ class CoordinatorEngine(
         return [TopicDescription(r.name, r.partition_count, r.config, r.topic_id) for r in rows]
 
     async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
-        async def delete(txn: StoreTxn) -> list[ErrorCode]:
+        async def delete(db: StoreStep) -> list[ErrorCode]:
             now = self._clock.now_ms()
-            topics = (await txn.load(Needs(topics=set(names)))).topics
+            topics = (await db.load(Needs(topics=set(names)))).topics
             results = [
                 ErrorCode.NONE if name in topics else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 for name in names
@@ -130,13 +130,13 @@ class CoordinatorEngine(
             tps = {
                 TopicPartition(t.name, i) for t in topics.values() for i in range(t.partition_count)
             }
-            keys = [s.key for s in (await txn.load(Needs(partitions=tps))).partitions.values()]
-            refs = (await txn.load(Needs(batch_refs=dict.fromkeys(keys, OFFSET_END)))).batch_refs
+            keys = [s.key for s in (await db.load(Needs(partitions=tps))).partitions.values()]
+            refs = (await db.load(Needs(batch_refs=dict.fromkeys(keys, OFFSET_END)))).batch_refs
             released: Counter[str] = Counter()
             for partition_refs in refs.values():
                 released.update(partition_refs.files)
-            files = await self._released_files(txn, released, now)
-            await txn.apply(Changes(topics_deleted=list(topics), files=files))
+            files = await self._released_files(db, released, now)
+            await db.apply(Changes(topics_deleted=list(topics), files=files))
             return results
 
         return await self._write(Operation.DELETE_TOPICS, delete)
@@ -145,15 +145,15 @@ class CoordinatorEngine(
     async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
         needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
 
-        async def register(txn: StoreTxn) -> int:
+        async def register(db: StoreStep) -> int:
             now = self._clock.now_ms()
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             live = snapshot.broker_registrations.get(broker_id)
             if exclusive and live is not None and id_in_use(live, now):
                 raise BrokerIdInUseError(broker_id, live.broker_epoch, live.expires_ms - now)
             epoch = snapshot.broker_epochs.get(broker_id, 0) + 1
             # The older incarnations' leases die with them (`_rules.ownership`).
-            await txn.apply(
+            await db.apply(
                 Changes(broker_epochs={broker_id: epoch}, broker_leases_dropped={broker_id: epoch})
             )
             return epoch
@@ -174,9 +174,9 @@ class CoordinatorEngine(
 
         needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
 
-        async def announce(txn: StoreTxn) -> bool:
+        async def announce(db: StoreStep) -> bool:
             now = self._clock.now_ms()
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             if snapshot.broker_epochs.get(broker_id) != broker_epoch:
                 return False
             registration = BrokerRegistration(
@@ -189,7 +189,7 @@ class CoordinatorEngine(
                 if renewal_drops_leases(previous, broker_epoch, now)
                 else EMPTY
             )
-            await txn.apply(
+            await db.apply(
                 Changes(
                     broker_registrations={broker_id: registration}, broker_leases_dropped=dropped
                 )
@@ -225,9 +225,9 @@ class CoordinatorEngine(
         files = list(files)
         needs = _commit_needs(broker_id, files)
 
-        async def commit(txn: StoreTxn) -> list[CommitFileResult]:
+        async def commit(db: StoreStep) -> list[CommitFileResult]:
             now = self._clock.now_ms()
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             fenced = broker_fenced(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id))
             if fenced is not None:
                 return [CommitFileResult([], CommitRefusal.BROKER_FENCED, fenced)] * len(files)
@@ -262,7 +262,7 @@ class CoordinatorEngine(
                 group.add(key, file.file_size, plan, now)
                 results.append(CommitFileResult(plan.results))
             if group.files:
-                await txn.apply(
+                await db.apply(
                     Changes(
                         files=group.files,
                         batches=group.batches,
@@ -299,12 +299,12 @@ class CoordinatorEngine(
 
     # --- deletion -----------------------------------------------------------------------------
     async def _released_files(
-        self, txn: StoreTxn, released: Counter[str], now_ms: int
+        self, db: StoreStep, released: Counter[str], now_ms: int
     ) -> dict[str, FileRow | None]:
         """The new rows of the files whose batches were deleted (`released`: batches per key)."""
         if not released:
             return {}
-        files = (await txn.load(Needs(files=set(released)))).files
+        files = (await db.load(Needs(files=set(released)))).files
         return {key: released_file(files[key], count, now_ms) for key, count in released.items()}
 
     async def delete_records(
@@ -312,9 +312,9 @@ class CoordinatorEngine(
     ) -> list[DeleteRecordsResponse]:
         needs = Needs(partitions={r.topic_partition for r in requests})
 
-        async def delete(txn: StoreTxn) -> list[DeleteRecordsResponse]:
+        async def delete(db: StoreStep) -> list[DeleteRecordsResponse]:
             now = self._clock.now_ms()
-            states = dict((await txn.load(needs)).partitions)
+            states = dict((await db.load(needs)).partitions)
             trims: dict[int, PartitionState] = {}
             responses = []
             for request in requests:
@@ -325,14 +325,14 @@ class CoordinatorEngine(
                     states[request.topic_partition] = trims[state.key] = state
                 responses.append(decision.response)
             if trims:
-                await self._trim(txn, trims, {}, now)
+                await self._trim(db, trims, {}, now)
             return responses
 
         return await self._write(Operation.DELETE_RECORDS, delete)
 
     async def _trim(
         self,
-        txn: StoreTxn,
+        db: StoreStep,
         trimmed: dict[int, PartitionState],
         refs: dict[int, BatchRefs],
         now_ms: int,
@@ -341,33 +341,33 @@ class CoordinatorEngine(
         entirely below it; `refs` may already hold what some of them reference."""
         missing = {k: s.log_start_offset for k, s in trimmed.items() if k not in refs}
         if missing:
-            refs.update((await txn.load(Needs(batch_refs=missing))).batch_refs)
+            refs.update((await db.load(Needs(batch_refs=missing))).batch_refs)
         released: Counter[str] = Counter()
         states = []
         for key, state in trimmed.items():
             released.update(refs[key].files)
             states.append(replace(state, size_bytes=state.size_bytes - refs[key].size_bytes))
-        await txn.apply(
+        await db.apply(
             Changes(
                 trims={k: s.log_start_offset for k, s in trimmed.items()},
                 partitions=states,
-                files=await self._released_files(txn, released, now_ms),
+                files=await self._released_files(db, released, now_ms),
             )
         )
 
     async def enforce_retention(self, max_batches: int = 10_000) -> RetentionResult:
-        async def enforce(txn: StoreTxn) -> RetentionResult:
+        async def enforce(db: StoreStep) -> RetentionResult:
             now = self._clock.now_ms()
             budget = max_batches
             more = False
             trimmed: dict[int, PartitionState] = {}
             refs: dict[int, BatchRefs] = {}
-            for state in (await txn.load(Needs(retained_partitions=True))).retained_partitions:
+            for state in (await db.load(Needs(retained_partitions=True))).retained_partitions:
                 scan = reads.RetentionScan(state, now, budget)
                 offset = state.log_start_offset
                 while not scan.done:
                     rows = (
-                        await txn.load(Needs(batches={state.key: (offset, RETENTION_CHUNK_ROWS)}))
+                        await db.load(Needs(batches={state.key: (offset, RETENTION_CHUNK_ROWS)}))
                     ).batches.get(state.key, [])
                     scan.feed(rows)
                     if len(rows) < RETENTION_CHUNK_ROWS:
@@ -384,22 +384,22 @@ class CoordinatorEngine(
             deleted_batches = max_batches - budget
             deleted_bytes = sum(r.size_bytes for r in refs.values())
             if trimmed:
-                await self._trim(txn, trimmed, refs, now)
-            await txn.apply(Changes(producers_idle_before=now - self._expiration_ms))
+                await self._trim(db, trimmed, refs, now)
+            await db.apply(Changes(producers_idle_before=now - self._expiration_ms))
             return RetentionResult(deleted_batches, deleted_bytes, more)
 
         return await self._write(Operation.ENFORCE_RETENTION, enforce)
 
     # --- object lifecycle ---------------------------------------------------------------------
     async def condemn_objects(self, keys: Sequence[str]) -> list[str]:
-        async def condemn(txn: StoreTxn) -> list[str]:
+        async def condemn(db: StoreStep) -> list[str]:
             now = self._clock.now_ms()
-            files = dict((await txn.load(Needs(files=set(keys)))).files)
+            files = dict((await db.load(Needs(files=set(keys)))).files)
             new: dict[str, FileRow | None] = {}
             for key in keys:
                 if key not in files:
                     files[key] = new[key] = condemned_file(now)
-            await txn.apply(Changes(files=new))
+            await db.apply(Changes(files=new))
             return [key for key in keys if files[key].state is FileState.CONDEMNED]
 
         return await self._write(Operation.CONDEMN_OBJECTS, condemn)
@@ -409,10 +409,10 @@ class CoordinatorEngine(
         return [row.info(key) for key, row in rows]
 
     async def forget_files(self, keys: Sequence[str]) -> None:
-        async def forget(txn: StoreTxn) -> None:
-            files = (await txn.load(Needs(files=set(keys)))).files
+        async def forget(db: StoreStep) -> None:
+            files = (await db.load(Needs(files=set(keys)))).files
             gone: dict[str, FileRow | None] = {k: None for k, f in files.items() if may_forget(f)}
-            await txn.apply(Changes(files=gone))
+            await db.apply(Changes(files=gone))
 
         await self._write(Operation.FORGET_FILES, forget)
 

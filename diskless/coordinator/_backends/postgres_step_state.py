@@ -1,4 +1,4 @@
-"""The PostgreSQL store's apply of transaction and group state, beside `postgres_txn`'s: the
+"""The PostgreSQL store's apply of transaction and group state, beside `postgres_step`'s: the
 rows of Kafka's transaction coordinator, consumer group coordinator and the commit barrier."""
 
 from __future__ import annotations

@@ -44,12 +44,12 @@ from diskless.coordinator._store import (
     LoadingSnapshot,
     Needs,
     Snapshot,
-    StoreTxn,
+    StoreStep,
 )
 from diskless.coordinator._values import BrokerRegistration, TopicConfig
 
 
-class SqliteTxn(StoreTxn):
+class SqliteStep(StoreStep):
     """Loads and applies over the writer's connection; its awaits never suspend."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:

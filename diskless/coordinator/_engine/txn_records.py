@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from msgspec.structs import replace
 
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
-from diskless.coordinator._engine_txn import NEXT_PRODUCER_ID, TransactionOperations, _ending
+from diskless.coordinator._engine.txn import NEXT_PRODUCER_ID, TransactionOperations, _ending
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.ownership import check_group_fence
 from diskless.coordinator._rules.rows import TxnRegistration
 from diskless.coordinator._rules.txn import check_registration
-from diskless.coordinator._store import Changes, Needs, Operation, Snapshot, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, Snapshot, StoreStep
 from diskless.coordinator._values import RegisteredTxn
 from diskless.txn import (
     PREPARED_STATES,
@@ -47,22 +47,22 @@ _MARKER_DONE = frozenset({ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 class TxnRecordOperations(TransactionOperations):
     """InitProducerId, AddPartitionsToTxn and EndTxn over durable transaction records."""
 
-    async def _next_producer_id(self, txn: StoreTxn, record: TxnRecord | None) -> tuple[int, int]:
+    async def _next_producer_id(self, db: StoreStep, record: TxnRecord | None) -> tuple[int, int]:
         """The producer id a transition may take (a new id, or one whose epoch ran out), and
         the counter's value after taking it: unchanged unless the step uses it."""
         if record is not None and not needs_new_producer_id(record):
             return -1, -1
-        counters = (await txn.load(Needs(counters=(NEXT_PRODUCER_ID,)))).counters
+        counters = (await db.load(Needs(counters=(NEXT_PRODUCER_ID,)))).counters
         first = counters.get(NEXT_PRODUCER_ID, 0)
         return first, first + 1
 
     async def txn_init(self, transactional_id: str, timeout_ms: int) -> TxnStep:
         """InitProducerId for a transactional id (`diskless.txn._txn_state.init`)."""
 
-        async def init(txn: StoreTxn) -> TxnStep:
+        async def init(db: StoreStep) -> TxnStep:
             now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
-            next_id, counter = await self._next_producer_id(txn, record)
+            record = (await db.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
+            next_id, counter = await self._next_producer_id(db, record)
             if record is None:
                 new = new_record(transactional_id, next_id, timeout_ms, now)
                 step = TxnStep(ErrorCode.NONE, new)
@@ -75,21 +75,21 @@ class TxnRecordOperations(TransactionOperations):
             changes = Changes(
                 txns={transactional_id: step.record},
                 counters={NEXT_PRODUCER_ID: counter} if takes_id else {},
-                registrations=await self._closing(txn, record, step.record),
+                registrations=await self._closing(db, record, step.record),
             )
-            await txn.apply(changes)
+            await db.apply(changes)
             return step
 
         return await self._write(Operation.TXN_INIT, init)
 
     async def _closing(
-        self, txn: StoreTxn, old: TxnRecord | None, new: TxnRecord
+        self, db: StoreStep, old: TxnRecord | None, new: TxnRecord
     ) -> dict[ProducerKey, TxnRegistration]:
         """When a transition prepares an ongoing transaction: its registrations, marked ENDING."""
         if old is None or old.state in PREPARED_STATES or new.state not in PREPARED_STATES:
             return {}
         keys = {(tp, old.producer_id) for tp in old.partitions}
-        snapshot = await txn.load(Needs(partitions=set(old.partitions), registrations=keys))
+        snapshot = await db.load(Needs(partitions=set(old.partitions), registrations=keys))
         return _ending(snapshot, old.producer_id, old.producer_epoch)
 
     async def txn_add_partitions(
@@ -103,13 +103,13 @@ class TxnRecordOperations(TransactionOperations):
         to the record, in one step; `result[i]` answers `partitions[i]`."""
         needs = self._txn_needs(producer_id, partitions)
 
-        async def add(txn: StoreTxn) -> list[ErrorCode]:
+        async def add(db: StoreStep) -> list[ErrorCode]:
             now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
+            record = (await db.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
             check = add_to_record(record, producer_id, producer_epoch, (), now)
             if check.error is not ErrorCode.NONE:
                 return [check.error] * len(partitions)
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             registrations: dict[ProducerKey, TxnRegistration] = {}
             stale_leases: list[tuple[ProducerKey, int | None]] = []
             results: dict[TopicPartition, ErrorCode] = {}
@@ -133,7 +133,7 @@ class TxnRecordOperations(TransactionOperations):
             txns = {}
             if added and step.record is not None and step.record is not record:
                 txns[transactional_id] = step.record
-            await txn.apply(
+            await db.apply(
                 Changes(registrations=registrations, leases_dropped=stale_leases, txns=txns)
             )
             return [results[tp] for tp in partitions]
@@ -151,21 +151,21 @@ class TxnRecordOperations(TransactionOperations):
         with the partitions of a transaction it prepares closed to new leases. With a
         `group_fence` (group id, fence), nothing happens unless it holds (`check_group_fence`)."""
 
-        async def transition(txn: StoreTxn) -> TxnStep:
+        async def transition(db: StoreStep) -> TxnStep:
             if group_fence is not None:
                 group_id, fence = group_fence
-                stored = (await txn.load(Needs(groups=(group_id,)))).groups.get(group_id)
+                stored = (await db.load(Needs(groups=(group_id,)))).groups.get(group_id)
                 error = check_group_fence(stored, fence)
                 if error is not ErrorCode.NONE:
                     return TxnStep(error)
             now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
+            record = (await db.load(Needs(txns=(transactional_id,)))).txns.get(transactional_id)
             step = decide(record, now)
             if step.record is not None and step.record is not record:
-                await txn.apply(
+                await db.apply(
                     Changes(
                         txns={transactional_id: step.record},
-                        registrations=await self._closing(txn, record, step.record),
+                        registrations=await self._closing(db, record, step.record),
                     )
                 )
             return step
@@ -240,16 +240,16 @@ class TxnRecordOperations(TransactionOperations):
         await self._wait_for_leases(pid, epoch, prepared.partitions)
         needs = self._marker_needs(pid, prepared.partitions)
 
-        async def complete(txn: StoreTxn) -> TxnStep:
+        async def complete(db: StoreStep) -> TxnStep:
             now = self._clock.now_ms()
-            record = (await txn.load(Needs(txns=(tid,)))).txns.get(tid)
+            record = (await db.load(Needs(txns=(tid,)))).txns.get(tid)
             if record is None or (record.producer_id, record.producer_epoch, record.state) != (
                 pid,
                 epoch,
                 prepared.state,
             ):
                 return TxnStep(ErrorCode.NONE, record)
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             outcome, changes = self._plan_markers(
                 snapshot,
                 record.partitions,
@@ -261,16 +261,16 @@ class TxnRecordOperations(TransactionOperations):
             )
             if any(error not in _MARKER_DONE for error in outcome.values()):
                 retry = replace(record, updated_ms=now)
-                await txn.apply(replace(changes, txns={tid: retry}))
+                await db.apply(replace(changes, txns={tid: retry}))
                 return TxnStep(ErrorCode.CONCURRENT_TRANSACTIONS, retry, True)
-            next_id, counter = await self._next_producer_id(txn, record)
+            next_id, counter = await self._next_producer_id(db, record)
             done = complete_record(record, now, next_id, _last_sequences(snapshot, record))
             counters = {NEXT_PRODUCER_ID: counter} if next_id >= 0 else {}
             offsets = {}
             if record.commit:  # the offsets committed in the transaction take effect with it
                 for o in record.pending_offsets:
                     offsets[(o.group_id, o.topic_partition)] = o.committed
-            await txn.apply(
+            await db.apply(
                 replace(changes, txns={tid: done}, counters=counters, group_offsets=offsets)
             )
             return TxnStep(ErrorCode.NONE, done)

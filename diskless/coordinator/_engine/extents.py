@@ -12,12 +12,12 @@ from collections import Counter
 from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
-from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules import extents
 from diskless.coordinator._rules.checks import object_key_taken
 from diskless.coordinator._rules.files import FileRow, committed_file, released_file
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
-from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreStep
 from diskless.coordinator._values import (
     ConsolidationCandidate,
     ExtentSwap,
@@ -60,9 +60,9 @@ class ConsolidationOperations(EngineBase):
         tp = candidate.topic_partition
         base = candidate.batches[0].base_offset
 
-        async def commit(txn: StoreTxn) -> ExtentSwapResult:
+        async def commit(db: StoreStep) -> ExtentSwapResult:
             now = self._clock.now_ms()
-            snapshot = await txn.load(Needs(partitions=(tp,), files=(swap.object_key,)))
+            snapshot = await db.load(Needs(partitions=(tp,), files=(swap.object_key,)))
             existing = snapshot.files.get(swap.object_key)
             conflict = object_key_taken(
                 swap.object_key, None if existing is None else existing.state
@@ -75,7 +75,7 @@ class ConsolidationOperations(EngineBase):
             rows: list[StoredBatch] = []
             if state is not None:
                 wanted = {state.key: (max(0, base - 1), len(candidate.batches) + 1)}
-                rows = (await txn.load(Needs(batches=wanted))).batches.get(state.key, [])
+                rows = (await db.load(Needs(batches=wanted))).batches.get(state.key, [])
             refusal = extents.swap_refusal(state, candidate, rows)
             if refusal is not None:
                 return ExtentSwapResult(False, refusal)
@@ -85,14 +85,14 @@ class ConsolidationOperations(EngineBase):
             rows = rows[: len(candidate.batches)]
             extent = extents.extent_row(rows, swap)
             released = Counter(row.object_key for row in rows if row.object_key)
-            loaded = (await txn.load(Needs(files=set(released)))).files
+            loaded = (await db.load(Needs(files=set(released)))).files
             files: dict[str, FileRow | None] = {
                 key: released_file(loaded[key], count, now) for key, count in released.items()
             }
             files[swap.object_key] = committed_file(swap.object_size, 1, now)
             moved = sum(row.size for row in rows)
             new_state = replace(state, size_bytes=state.size_bytes - moved + extent.size)
-            await txn.apply(Changes(files=files, extents=[extent], partitions=[new_state]))
+            await db.apply(Changes(files=files, extents=[extent], partitions=[new_state]))
             return ExtentSwapResult(True)
 
         return await self._write(Operation.COMMIT_EXTENT, commit)

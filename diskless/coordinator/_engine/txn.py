@@ -10,7 +10,7 @@ import msgspec
 
 from diskless._limits import LEASE_TTL_MS_MAX
 from diskless._types import ErrorCode, TopicPartition
-from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.checks import broker_fenced
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.ownership import lease_wait_deadline
@@ -29,7 +29,7 @@ from diskless.coordinator._store import (
     Operation,
     ReadView,
     Snapshot,
-    StoreTxn,
+    StoreStep,
 )
 from diskless.coordinator._values import LeaseRequest, LeaseResult
 from diskless.txn import ProducerEntry
@@ -50,10 +50,10 @@ class TransactionOperations(EngineBase):
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
 
-        async def allocate(txn: StoreTxn) -> int:
-            counters = (await txn.load(Needs(counters={NEXT_PRODUCER_ID}))).counters
+        async def allocate(db: StoreStep) -> int:
+            counters = (await db.load(Needs(counters={NEXT_PRODUCER_ID}))).counters
             first = counters.get(NEXT_PRODUCER_ID, 0)
-            await txn.apply(Changes(counters={NEXT_PRODUCER_ID: first + count}))
+            await db.apply(Changes(counters={NEXT_PRODUCER_ID: first + count}))
             return first
 
         return await self._write(Operation.ALLOCATE_PRODUCER_IDS, allocate)
@@ -68,9 +68,9 @@ class TransactionOperations(EngineBase):
     ) -> list[ErrorCode]:
         needs = self._txn_needs(producer_id, partitions)
 
-        async def add(txn: StoreTxn) -> list[ErrorCode]:
+        async def add(db: StoreStep) -> list[ErrorCode]:
             now = self._clock.now_ms()
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             registrations: dict[ProducerKey, TxnRegistration] = {}
             stale_leases: list[tuple[ProducerKey, int | None]] = []
             results = []
@@ -89,7 +89,7 @@ class TransactionOperations(EngineBase):
                     registrations[key] = new
                     stale_leases.append((key, new.producer_epoch - 1))
                 results.append(error)
-            await txn.apply(Changes(registrations=registrations, leases_dropped=stale_leases))
+            await db.apply(Changes(registrations=registrations, leases_dropped=stale_leases))
             return results
 
         return await self._write(Operation.ADD_PARTITIONS_TO_TXN, add, _VOLATILE)
@@ -112,10 +112,10 @@ class TransactionOperations(EngineBase):
             brokers={broker_id},
         )
 
-        async def acquire(txn: StoreTxn) -> list[LeaseResult]:
+        async def acquire(db: StoreStep) -> list[LeaseResult]:
             now = self._clock.now_ms()
             expires = now + ttl_ms
-            snapshot = await txn.load(needs)
+            snapshot = await db.load(needs)
             if broker_fenced(broker_id, broker_epoch, snapshot.broker_epochs.get(broker_id)):
                 return [LeaseResult(ErrorCode.STALE_BROKER_EPOCH)] * len(requests)
             results: list[LeaseResult | None] = []
@@ -140,7 +140,7 @@ class TransactionOperations(EngineBase):
                     )
                 )
                 results.append(None)
-            ids = iter(await txn.apply(Changes(leases_granted=granted)))
+            ids = iter(await db.apply(Changes(leases_granted=granted)))
             return [
                 LeaseResult(ErrorCode.NONE, next(ids), expires) if r is None else r for r in results
             ]
@@ -152,8 +152,8 @@ class TransactionOperations(EngineBase):
             return
         changes = Changes(leases_released=list(lease_ids))
 
-        async def release(txn: StoreTxn) -> None:
-            await txn.apply(changes)
+        async def release(db: StoreStep) -> None:
+            await db.apply(changes)
 
         await self._write(Operation.RELEASE_TXN_LEASES, release, _VOLATILE)
 
@@ -190,9 +190,9 @@ class TransactionOperations(EngineBase):
             partitions=set(partitions), registrations={(tp, producer_id) for tp in partitions}
         )
 
-        async def begin(txn: StoreTxn) -> list[ErrorCode]:
-            snapshot = await txn.load(needs)
-            await txn.apply(Changes(registrations=_ending(snapshot, producer_id, producer_epoch)))
+        async def begin(db: StoreStep) -> list[ErrorCode]:
+            snapshot = await db.load(needs)
+            await db.apply(Changes(registrations=_ending(snapshot, producer_id, producer_epoch)))
             return [
                 ErrorCode.NONE
                 if tp in snapshot.partitions
@@ -309,8 +309,8 @@ class TransactionOperations(EngineBase):
         """Phase 3: `plan_marker` on every partition and apply the plans, atomically."""
         needs = self._marker_needs(producer_id, partitions)
 
-        async def write(txn: StoreTxn) -> list[ErrorCode]:
-            snapshot = await txn.load(needs)
+        async def write(db: StoreStep) -> list[ErrorCode]:
+            snapshot = await db.load(needs)
             outcome, changes = self._plan_markers(
                 snapshot,
                 partitions,
@@ -320,7 +320,7 @@ class TransactionOperations(EngineBase):
                 commit,
                 coordinator_epoch,
             )
-            await txn.apply(changes)
+            await db.apply(changes)
             return [outcome[tp] for tp in partitions]
 
         return await self._write(Operation.WRITE_TXN_MARKERS, write)

@@ -55,7 +55,7 @@ from diskless.coordinator._backends.postgres_rows import (
     text_array,
     two_columns,
 )
-from diskless.coordinator._backends.postgres_txn_state import (
+from diskless.coordinator._backends.postgres_step_state import (
     apply_indexes,
     apply_scram,
     apply_txn_state,
@@ -84,7 +84,7 @@ from diskless.coordinator._store import (
     LoadingSnapshot,
     Needs,
     Snapshot,
-    StoreTxn,
+    StoreStep,
 )
 from diskless.coordinator._values import BrokerRegistration, TopicConfig
 
@@ -115,7 +115,7 @@ LOAD_CALL: Final = _load_call("diskless_load", 0)
 GATED_LOAD_CALL: Final = _load_call("diskless_gated_load", 2)
 
 
-class PostgresTxn(StoreTxn):
+class PostgresStep(StoreStep):
     """Loads and applies over one connection inside one transaction (see the module doc)."""
 
     def __init__(self, conn: asyncpg.Connection) -> None:

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import ErrorCode
-from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER
 from diskless.coordinator._rules.scram import ScramSnapshot, describe, plan_alterations
-from diskless.coordinator._store import Changes, Needs, Operation, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
 from diskless.coordinator._values import (
     ScramDeletion,
     ScramDescription,
@@ -35,12 +35,12 @@ class ScramOperations(EngineBase):
         users = {d.user for d in deletions} | {u.user for u in upsertions}
         needs = Needs(scram_users=users, counters=(ACL_VERSION_COUNTER,))
 
-        async def alter(txn: StoreTxn) -> list[ScramResult]:
-            snapshot = await txn.load(needs)
+        async def alter(db: StoreStep) -> list[ScramResult]:
+            snapshot = await db.load(needs)
             results, changes = plan_alterations(deletions, upsertions, snapshot.scram)
             if changes:
                 version = snapshot.counters.get(ACL_VERSION_COUNTER, 0) + 1
-                await txn.apply(Changes(scram=changes, counters={ACL_VERSION_COUNTER: version}))
+                await db.apply(Changes(scram=changes, counters={ACL_VERSION_COUNTER: version}))
             return results
 
         results = await self._write(Operation.ALTER_SCRAM_CREDENTIALS, alter)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
-from diskless.coordinator._engine_base import EngineBase
+from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.ownership import check_group_fence, group_owner_after_claim
-from diskless.coordinator._store import Changes, Needs, Operation, StoreTxn
+from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
 
 
 class GroupOperations(EngineBase):
@@ -23,15 +23,15 @@ class GroupOperations(EngineBase):
     ) -> GroupOwnership | None:
         needs = Needs(groups=(group_id,))
 
-        async def claim(txn: StoreTxn) -> GroupOwnership | None:
+        async def claim(db: StoreStep) -> GroupOwnership | None:
             now = self._clock.now_ms()
-            current = (await txn.load(needs)).groups.get(group_id)
+            current = (await db.load(needs)).groups.get(group_id)
             brokers = {broker_id} if current is None else {broker_id, current.broker_id}
-            loaded = await txn.load(Needs(broker_registrations=brokers))
+            loaded = await db.load(Needs(broker_registrations=brokers))
             registrations = loaded.broker_registrations
             owner = group_owner_after_claim(current, registrations, broker_id, broker_epoch, now)
             if owner is not None and owner != current:
-                await txn.apply(Changes(groups={group_id: owner}))
+                await db.apply(Changes(groups={group_id: owner}))
             return owner
 
         return await self._write(Operation.CLAIM_GROUP, claim)
@@ -42,15 +42,15 @@ class GroupOperations(EngineBase):
     async def store_group_generation(self, group_id: str, owner: GroupOwnership) -> ErrorCode:
         needs = Needs(groups=(group_id,))
 
-        async def store(txn: StoreTxn) -> ErrorCode:
-            stored = (await txn.load(needs)).groups.get(group_id)
+        async def store(db: StoreStep) -> ErrorCode:
+            stored = (await db.load(needs)).groups.get(group_id)
             fence = GroupOwnership(owner.broker_id, owner.broker_epoch, -1)
             error = check_group_fence(stored, fence)
             if error is ErrorCode.NONE:
                 assert stored is not None
                 if owner.generation <= stored.generation:
                     return ErrorCode.ILLEGAL_GENERATION
-                await txn.apply(Changes(groups={group_id: owner}))
+                await db.apply(Changes(groups={group_id: owner}))
             return error
 
         return await self._write(Operation.STORE_GROUP_GENERATION, store)
@@ -63,15 +63,15 @@ class GroupOperations(EngineBase):
     ) -> dict[TopicPartition, ErrorCode]:
         needs = Needs(partitions=set(offsets), groups=(group_id,) if fence is not None else ())
 
-        async def commit(txn: StoreTxn) -> dict[TopicPartition, ErrorCode]:
-            snapshot = await txn.load(needs)
+        async def commit(db: StoreStep) -> dict[TopicPartition, ErrorCode]:
+            snapshot = await db.load(needs)
             if fence is not None:
                 error = check_group_fence(snapshot.groups.get(group_id), fence)
                 if error is not ErrorCode.NONE:
                     return dict.fromkeys(offsets, error)
             known = snapshot.partitions
             stored = {(group_id, tp): value for tp, value in offsets.items() if tp in known}
-            await txn.apply(Changes(group_offsets=stored))
+            await db.apply(Changes(group_offsets=stored))
             return {
                 tp: ErrorCode.NONE if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 for tp in offsets
