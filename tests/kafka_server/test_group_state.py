@@ -54,6 +54,17 @@ def _complete(state: GroupState) -> Step[None]:
     return state.generation_stored(due.store_generation)
 
 
+def _follower_waits_to_sync() -> GroupState:
+    """m1 (the leader) and m2 join, generation 1 is handed out, and m2 waits for the leader's
+    SyncGroup."""
+    state = GroupState("g", 0)
+    _join(state, "m1", fresh=True)
+    _join(state, "m2", fresh=True)
+    _complete(state)
+    assert state.sync(1, "m2", None, {}, now=0.0) == Step(Wait("m2"))
+    return state
+
+
 def _stable(state: GroupState, *members: str) -> None:
     """`members` join (the first leads) and sync: a stable generation."""
     for member in members:
@@ -129,11 +140,7 @@ def test_a_join_again_answers_the_join_it_takes_the_place_of() -> None:
 
 
 def test_the_leaders_sync_answers_the_waiting_followers() -> None:
-    state = GroupState("g", 0)
-    _join(state, "m1", fresh=True)
-    _join(state, "m2", fresh=True)
-    _complete(state)
-    assert state.sync(1, "m2", None, {}, now=0.0) == Step(Wait("m2"))
+    state = _follower_waits_to_sync()
     assignments = {"m1": b"a", "m2": b"b"}
     leader = state.sync(1, "m1", None, assignments, now=0.0)
     assert leader == Step(
@@ -144,11 +151,7 @@ def test_the_leaders_sync_answers_the_waiting_followers() -> None:
 
 
 def test_a_join_while_followers_wait_to_sync_answers_them_rebalance_in_progress() -> None:
-    state = GroupState("g", 0)
-    _join(state, "m1", fresh=True)
-    _join(state, "m2", fresh=True)
-    _complete(state)
-    state.sync(1, "m2", None, {}, now=0.0)
+    state = _follower_waits_to_sync()
     joined = _join(state, "m3", fresh=True)
     assert joined == Step(
         Wait("m3"),
@@ -238,11 +241,7 @@ def test_no_protocol_common_to_all_fails_every_member_once_stored() -> None:
 
 
 def test_losing_the_group_answers_every_waiting_request_and_cancels_the_timer() -> None:
-    state = GroupState("g", 0)
-    _join(state, "m1", fresh=True)
-    _join(state, "m2", fresh=True)
-    _complete(state)
-    state.sync(1, "m2", None, {}, now=0.0)
+    state = _follower_waits_to_sync()
     _join(state, "m3", fresh=True)  # m2's sync is answered; m3 waits to join
     lost = state.fail_all(WireError.not_coordinator)
     assert lost == Step(

@@ -4,12 +4,14 @@ as a state machine that returns its decisions.
 JoinGroup, SyncGroup, Heartbeat and LeaveGroup, and the member checks of OffsetCommit and
 TxnOffsetCommit. Nothing here reads or writes the batch coordinator, waits, keeps a timer or
 knows who owns it. As Kafka's `GroupMetadataManager` returns with each operation the records to
-write and the response to send once they are written, each step here returns a `Step`: the
-answer to the request (or `Wait`: it comes with a later step), the waiting requests of members
-that the step answers, the rebalance timer to arm or cancel, and the generation due to be
-stored. `group_coordinator.GroupCoordinator` carries the decisions out in that order; it stores
-a due generation before this state machine hands it out (`generation_stored`), tells it the
-expiry of its timer (`rebalance_due`), and fences offset commits.
+write and the response to send once they are written, each step that can do more than answer
+its request returns a `Step`: the answer (or `Wait`: it comes with a later step), the waiting
+requests of members that the step answers, the rebalance timer to arm or cancel, and the
+generation due to be stored. `group_coordinator.GroupCoordinator` carries the decisions out in
+that order; it stores a due generation before this state machine hands it out
+(`generation_stored`), tells it when its timer runs out (`rebalance_due`) and when a waiting
+request goes away (`withdraw`), and fences offset commits. Heartbeat and the member checks
+only answer, and return the answer.
 
 Kafka's rules, and the simplifications (visible to a client only as extra rebalances):
 - a join without a member id gets MEMBER_ID_REQUIRED and a fresh id (KIP-394) from JoinGroup v4
@@ -92,50 +94,8 @@ class Step(Generic[_Response]):
     """A generation is due: the owner stores it, then tells `generation_stored` (or
     `generation_not_stored`)."""
 
-
-class _Decisions:
-    """What a step decides, gathered while it runs; `step` freezes it with the response."""
-
-    __slots__ = ("arm_ms", "disarm", "joins", "syncs")
-
-    def __init__(self) -> None:
-        self.joins: list[JoinOutcome] = []
-        self.syncs: list[tuple[str, SyncOutcome]] = []
-        self.arm_ms: int | None = None
-        self.disarm = False
-
-    def arm(self, delay_ms: int) -> None:
-        self.arm_ms, self.disarm = delay_ms, False
-
-    def cancel_timer(self) -> None:
-        self.arm_ms, self.disarm = None, True
-
-    def answer_sync(self, member: Member, outcome: SyncOutcome) -> None:
-        assert member.awaiting_sync
-        member.awaiting_sync = False
-        self.syncs.append((member.member_id, outcome))
-
-    def answer_join(self, member: Member, outcome: JoinOutcome) -> None:
-        assert member.awaiting_join and outcome.member_id == member.member_id
-        member.awaiting_join = False
-        self.joins.append(outcome)
-
-    def fail(self, member: Member, error: WireError) -> None:
-        """Answer whatever the member waits for with `error`."""
-        if member.awaiting_join:
-            self.answer_join(member, JoinOutcome(error, member_id=member.member_id))
-        if member.awaiting_sync:
-            self.answer_sync(member, SyncOutcome(error))
-
-    def step(self, response: _T, store_generation: int | None = None) -> Step[_T]:
-        return Step(
-            response,
-            tuple(self.joins),
-            tuple(self.syncs),
-            self.arm_ms,
-            self.disarm,
-            store_generation,
-        )
+    def __post_init__(self) -> None:
+        assert self.arm_ms is None or (self.arm_ms >= 0 and not self.disarm)
 
 
 class Member:
@@ -163,6 +123,51 @@ class Member:
         self.awaiting_sync = False
         """A SyncGroup of the member waits for the leader's."""
         self.assignment = b""
+
+
+class _Decisions:
+    """What a step decides, gathered while it runs; `step` freezes it with the response."""
+
+    __slots__ = ("arm_ms", "disarm", "joins", "syncs")
+
+    def __init__(self) -> None:
+        self.joins: list[JoinOutcome] = []
+        self.syncs: list[tuple[str, SyncOutcome]] = []
+        self.arm_ms: int | None = None
+        self.disarm = False
+
+    def arm(self, delay_ms: int) -> None:
+        self.arm_ms, self.disarm = delay_ms, False
+
+    def cancel_timer(self) -> None:
+        self.arm_ms, self.disarm = None, True
+
+    def answer_join(self, member: Member, outcome: JoinOutcome) -> None:
+        assert member.awaiting_join and outcome.member_id == member.member_id
+        member.awaiting_join = False
+        self.joins.append(outcome)
+
+    def answer_sync(self, member: Member, outcome: SyncOutcome) -> None:
+        assert member.awaiting_sync
+        member.awaiting_sync = False
+        self.syncs.append((member.member_id, outcome))
+
+    def fail(self, member: Member, error: WireError) -> None:
+        """Answer whatever the member waits for with `error`."""
+        if member.awaiting_join:
+            self.answer_join(member, JoinOutcome(error, member_id=member.member_id))
+        if member.awaiting_sync:
+            self.answer_sync(member, SyncOutcome(error))
+
+    def step(self, response: _T, store_generation: int | None = None) -> Step[_T]:
+        return Step(
+            response,
+            tuple(self.joins),
+            tuple(self.syncs),
+            self.arm_ms,
+            self.disarm,
+            store_generation,
+        )
 
 
 class GroupState:
