@@ -22,8 +22,9 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i32, i64
 
 from diskless import ManualClock, TopicPartition
-from diskless._types import CommittedOffset, GroupOwnership
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
@@ -248,6 +249,74 @@ async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced()
         await old.groups.close()
         await old.view.close()
         await coordinator.close()
+
+
+class _FailsOneGeneration(InMemoryBatchCoordinator):
+    """Its first attempt to store a group's generation fails."""
+
+    failures = 1
+
+    async def store_group_generation(self, group_id: str, owner: GroupOwnership) -> ErrorCode:
+        if self.failures:
+            self.failures -= 1
+            raise CoordinatorUnavailableError("the store is down")
+        return await super().store_group_generation(group_id, owner)
+
+
+async def test_a_generation_that_could_not_be_stored_is_not_handed_out() -> None:
+    """The members waiting to join get a retriable error and join again; the rebalance goes
+    on, and the next attempt stores and hands out the same generation."""
+    coordinator = _FailsOneGeneration()
+    await coordinator.create_topic("t", 1)
+    owner = await _owner(coordinator)
+    try:
+        failed = await _join(owner)
+        assert failed.error == WireError.coordinator_not_available and failed.member_id
+        stored = await coordinator.group_ownership("g")
+        assert stored is not None and stored.generation == 0
+        joined = await _join(owner, failed.member_id)
+        assert joined.error == WireError.none and joined.generation == 1
+        assert joined.members == [(failed.member_id, None, b"meta-" + failed.member_id.encode())]
+        stored = await coordinator.group_ownership("g")
+        assert stored is not None and stored.generation == 1
+    finally:
+        await owner.groups.close()
+        await owner.view.close()
+        await coordinator.close()
+
+
+async def _join_briefly(owner: Owner, member_id: str = "") -> JoinOutcome:
+    """A join with a session and rebalance timeout of 300 ms."""
+    return await owner.groups.join(
+        owner.me,
+        group_id="g",
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        session_timeout_ms=300,
+        rebalance_timeout_ms=300,
+    )
+
+
+async def test_a_member_whose_join_went_away_is_dropped_when_the_rebalance_completes(
+    owner: Owner,
+) -> None:
+    """A JoinGroup cancelled while it waits (its connection closed) no longer counts as a
+    rejoin: the rebalance completes at its timeout without the member."""
+    groups, me = owner.groups, owner.me
+    first = await _join_briefly(owner)
+    assert first.error == WireError.none
+    assert (await groups.sync(me, "g", first.generation, first.member_id, {}))[0] == (
+        WireError.none
+    )
+    second = asyncio.create_task(_join_briefly(owner))
+    await asyncio.sleep(0.01)  # it waits for the rebalance
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    rejoined = await _join_briefly(owner, first.member_id)
+    assert rejoined.error == WireError.none and rejoined.generation == first.generation + 1
+    assert rejoined.members == [(first.member_id, None, b"")]
 
 
 def _produce(bootstrap: str) -> None:

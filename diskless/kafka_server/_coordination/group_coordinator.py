@@ -19,6 +19,11 @@ agrees on it; the group's membership lives in the owner's memory (`group_state.G
 - **Offsets** are committed by the owner only, fenced in the very step that stores them by the
   owner's epoch and the member's generation (`commit_offsets`, `txn_commit_offsets`): a process
   that lost the group cannot move a committed offset backwards.
+- **The membership decides; this carries it out.** Each step of a group's state machine returns
+  its decisions (`group_state.Step`), and `_carry_out` does them in one straight line: it
+  answers the requests waiting for them, arms or cancels the group's rebalance timer, and
+  stores a generation that is due, then tells the state machine it is stored. The state
+  machine never calls back up.
 A failure of the batch coordinator propagates as `DisklessError`; the handlers answer it with
 the library's `group_error` code.
 """
@@ -29,7 +34,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
 
@@ -38,13 +43,39 @@ from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
-from diskless.kafka_server._coordination.group_state import GroupState, JoinOutcome
+from diskless.kafka_server._coordination.group_state import (
+    GroupState,
+    JoinOutcome,
+    Step,
+    SyncOutcome,
+    Wait,
+)
 from diskless.kafka_server._protocol.fields import wire
 
 _log = logging.getLogger(__name__)
 
 SESSION_CHECK_INTERVAL_S: Final = 0.5
 """How often members' sessions, and this process's own ownerships, are checked."""
+
+_Outcome = TypeVar("_Outcome", JoinOutcome, SyncOutcome)
+
+
+class _OwnedGroup:
+    """A group this process coordinates: its state machine, the broker incarnation that took it
+    in which term of its registration, and what carries out the state machine's decisions: the
+    requests waiting for their answer, by member id, and the rebalance timer."""
+
+    __slots__ = ("joins", "owner", "state", "syncs", "term", "timer")
+
+    def __init__(self, state: GroupState, owner: GroupOwnership, term: int) -> None:
+        self.state = state
+        self.owner = owner
+        """The broker incarnation coordinating the group here, with the generation it found."""
+        self.term = term
+        """The term of the owner's registration in which it took the group over."""
+        self.joins: dict[str, asyncio.Future[JoinOutcome]] = {}
+        self.syncs: dict[str, asyncio.Future[SyncOutcome]] = {}
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class GroupCoordinator:
@@ -57,7 +88,7 @@ class GroupCoordinator:
         self._coordinator = coordinator
         self._view = view
         self._clock = clock or SystemClock()
-        self._groups: dict[str, GroupState] = {}
+        self._groups: dict[str, _OwnedGroup] = {}
         self._member_ids = itertools.count(1)
         self._expiry_task: asyncio.Task[None] | None = None
         self._completions: set[asyncio.Task[None]] = set()
@@ -72,7 +103,7 @@ class GroupCoordinator:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         for group in self._groups.values():
-            group.fail_all(WireError.coordinator_not_available)
+            self._carry_out(group, group.state.fail_all(WireError.coordinator_not_available))
         self._groups.clear()
         await asyncio.gather(*self._completions, return_exceptions=True)
 
@@ -104,7 +135,7 @@ class GroupCoordinator:
             )
         return self._view.get(owner.broker_id)
 
-    async def _owned(self, me: GroupOwnership, group_id: str) -> GroupState | WireError:
+    async def _owned(self, me: GroupOwnership, group_id: str) -> _OwnedGroup | WireError:
         """The group's state if broker `me` (id, epoch) coordinates it now, else
         NOT_COORDINATOR. It is taken, and kept, within one term of the broker's registration
         (`ClusterView.registration_term`): once that lapsed, the group may have moved."""
@@ -124,26 +155,26 @@ class GroupCoordinator:
             return WireError.not_coordinator
         group = self._groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = GroupState(
-                group_id, stored, term, self._clock.monotonic, self._complete
-            )
+            state = GroupState(group_id, stored.generation)
+            group = self._groups[group_id] = _OwnedGroup(state, stored, term)
         if not _same_broker(group.owner, me) or group.term != term:
             return WireError.not_coordinator
         return group
 
-    def _lose(self, group: GroupState, why: str) -> None:
+    def _lose(self, group: _OwnedGroup, why: str) -> None:
         """This process no longer coordinates the group: its members look the coordinator up
         again (NOT_COORDINATOR) and join wherever it is now."""
-        if self._groups.get(group.group_id) is not group:
+        group_id = group.state.group_id
+        if self._groups.get(group_id) is not group:
             return
         _log.warning(
             "group %s: broker %d no longer coordinates it: %s",
-            group.group_id,
+            group_id,
             group.owner.broker_id,
             why,
         )
-        del self._groups[group.group_id]
-        group.fail_all(WireError.not_coordinator)
+        del self._groups[group_id]
+        self._carry_out(group, group.state.fail_all(WireError.not_coordinator))
 
     def refused(self, me: GroupOwnership, group_id: str) -> None:
         """The batch coordinator answered NOT_COORDINATOR to a step of this group's owner."""
@@ -175,40 +206,21 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return JoinOutcome(group, member_id=member_id)
-        answer = group.join(
+        step = group.state.join(
             member_id=member_id,
             instance_id=instance_id,
             protocol_type=protocol_type,
             protocols=protocols,
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
-            new_member_id=lambda: f"{group_id}-member-{next(self._member_ids)}",
+            fresh_member_id="" if member_id else f"{group_id}-member-{next(self._member_ids)}",
             require_known_member_id=require_known_member_id,
+            now=self._clock.monotonic(),
         )
-        return await answer if isinstance(answer, asyncio.Future) else answer
-
-    def _complete(self, group: GroupState) -> None:
-        task = asyncio.get_running_loop().create_task(self._store_generation(group))
-        self._completions.add(task)
-        task.add_done_callback(self._completions.discard)
-
-    async def _store_generation(self, group: GroupState) -> None:
-        """A rebalance is due: its generation is stored first, so that it survives this
-        process and no later owner hands out the same one."""
-        owner = group.owner
-        generation = group.generation + 1
-        try:
-            error = await self._coordinator.store_group_generation(
-                group.group_id, GroupOwnership(owner.broker_id, owner.broker_epoch, generation)
-            )
-        except DisklessError as e:
-            _log.debug("group %s: storing generation %d failed: %r", group.group_id, generation, e)
-            group.abandon_rebalance(WireError.coordinator_not_available)
-            return
-        if error is not ErrorCode.NONE:
-            self._lose(group, f"storing generation {generation} answered {error.name}")
-            return
-        group.finish_rebalance(generation)
+        self._carry_out(group, step)
+        if isinstance(step.response, Wait):
+            return await _answer_later(group, group.joins, step.response)
+        return step.response
 
     async def sync(
         self,
@@ -222,8 +234,13 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group, b""
-        answer = group.sync(generation, member_id, instance_id, assignments)
-        return await answer if isinstance(answer, asyncio.Future) else answer
+        step = group.state.sync(
+            generation, member_id, instance_id, assignments, now=self._clock.monotonic()
+        )
+        self._carry_out(group, step)
+        if isinstance(step.response, Wait):
+            return await _answer_later(group, group.syncs, step.response)
+        return step.response
 
     async def heartbeat(
         self,
@@ -236,7 +253,9 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        return group.heartbeat(generation, member_id, instance_id)
+        return group.state.heartbeat(
+            generation, member_id, instance_id, now=self._clock.monotonic()
+        )
 
     async def leave(
         self, me: GroupOwnership, group_id: str, member_id: str, instance_id: str | None = None
@@ -244,7 +263,9 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        return group.leave(member_id, instance_id)
+        step = group.state.leave(member_id, instance_id)
+        self._carry_out(group, step)
+        return step.response
 
     async def _expire_forever(self) -> None:
         while True:
@@ -253,7 +274,51 @@ class GroupCoordinator:
                 if self._view.registration_term(group.owner.broker_id) != group.term:
                     self._lose(group, "its registration lapsed")
                 else:
-                    group.expire()
+                    self._carry_out(group, group.state.expire(self._clock.monotonic()))
+
+    # --- carrying out the decisions -----------------------------------------------------------
+    def _carry_out(self, group: _OwnedGroup, step: Step[object]) -> None:
+        """Do what a step of the group's state machine decided, in one straight line: answer
+        the requests it answers, arm or cancel the rebalance timer, and start storing the
+        generation that is due (the request's own answer is the caller's)."""
+        for outcome in step.joins:
+            _answer(group.joins.pop(outcome.member_id), outcome)
+        for member_id, answer in step.syncs:
+            _answer(group.syncs.pop(member_id), answer)
+        if step.disarm or step.arm_ms is not None:
+            if group.timer is not None:
+                group.timer.cancel()
+                group.timer = None
+            if step.arm_ms is not None:
+                loop = asyncio.get_running_loop()
+                group.timer = loop.call_later(step.arm_ms / 1000, self._rebalance_due, group)
+        if step.store_generation is not None:
+            stored = self._store_generation(group, step.store_generation)
+            task = asyncio.get_running_loop().create_task(stored)
+            self._completions.add(task)
+            task.add_done_callback(self._completions.discard)
+
+    def _rebalance_due(self, group: _OwnedGroup) -> None:
+        group.timer = None
+        self._carry_out(group, group.state.rebalance_due())
+
+    async def _store_generation(self, group: _OwnedGroup, generation: int) -> None:
+        """A generation is due: it is stored first, so that it survives this process and no
+        later owner hands out the same one; then the state machine hands it out."""
+        group_id, owner = group.state.group_id, group.owner
+        try:
+            error = await self._coordinator.store_group_generation(
+                group_id, GroupOwnership(owner.broker_id, owner.broker_epoch, generation)
+            )
+        except DisklessError as e:
+            _log.debug("group %s: storing generation %d failed: %r", group_id, generation, e)
+            step = group.state.generation_not_stored(WireError.coordinator_not_available)
+        else:
+            if error is not ErrorCode.NONE:
+                self._lose(group, f"storing generation {generation} answered {error.name}")
+                return
+            step = group.state.generation_stored(generation)
+        self._carry_out(group, step)
 
     # --- offsets ------------------------------------------------------------------------------
     async def commit_offsets(
@@ -270,12 +335,13 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return dict.fromkeys(offsets, group)
-        error = group.check_member(generation, member_id, instance_id)
+        now = self._clock.monotonic()
+        error = group.state.check_member(generation, member_id, instance_id, now=now)
         if error is not WireError.none:
             return dict.fromkeys(offsets, error)
         if not offsets:
             return {}
-        claimed = group.generation if generation >= 0 else -1
+        claimed = group.state.generation if generation >= 0 else -1
         fence = GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
         codes = await self._coordinator.commit_offsets(group_id, offsets, fence)
         answers = {tp: wire(codes[tp]) for tp in offsets}
@@ -306,12 +372,35 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        error = group.check_member(generation, member_id, instance_id, transactional=True)
+        error = group.state.check_member(
+            generation, member_id, instance_id, now=self._clock.monotonic(), transactional=True
+        )
         if error is not WireError.none:
             return error
-        claimed = group.generation if generation >= 0 else -1
+        claimed = group.state.generation if generation >= 0 else -1
         return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
 
 
 def _same_broker(owner: GroupOwnership, me: GroupOwnership) -> bool:
     return owner.broker_id == me.broker_id and owner.broker_epoch == me.broker_epoch
+
+
+def _answer(waiter: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
+    if not waiter.done():  # else its request was cancelled: nobody waits for the answer
+        waiter.set_result(outcome)
+
+
+async def _answer_later(
+    group: _OwnedGroup, waiters: dict[str, asyncio.Future[_Outcome]], wait: Wait
+) -> _Outcome:
+    """The answer a later step of the group's state machine gives the member's request. A
+    request cancelled before (its connection closed) no longer waits."""
+    waiter: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+    waiters[wait.member_id] = waiter
+    try:
+        return await waiter
+    except asyncio.CancelledError:
+        if waiters.get(wait.member_id) is waiter:
+            del waiters[wait.member_id]
+            group.state.withdraw(wait.member_id)
+        raise

@@ -1,9 +1,17 @@
-"""One consumer group's membership, in the process that coordinates it: Kafka's classic protocol.
+"""One consumer group's membership, in the process that coordinates it: Kafka's classic protocol,
+as a state machine that returns its decisions.
 
 JoinGroup, SyncGroup, Heartbeat and LeaveGroup, and the member checks of OffsetCommit and
-TxnOffsetCommit. Nothing here reads the batch coordinator: `group_coordinator.GroupCoordinator`
-resolves who owns the group, stores each new generation before this state machine hands it out
-(`finish_rebalance`), and fences offset commits.
+TxnOffsetCommit. Nothing here reads or writes the batch coordinator, waits, keeps a timer or
+knows who owns it. As Kafka's `GroupMetadataManager` returns with each operation the records to
+write and the response to send once they are written, each step that can do more than answer
+its request returns a `Step`: the answer (or `Wait`: it comes with a later step), the waiting
+requests of members that the step answers, the rebalance timer to arm or cancel, and the
+generation due to be stored. `group_coordinator.GroupCoordinator` carries the decisions out in
+that order; it stores a due generation before this state machine hands it out
+(`generation_stored`), tells it when its timer runs out (`rebalance_due`) and when a waiting
+request goes away (`withdraw`), and fences offset commits. Heartbeat and the member checks
+only answer, and return the answer.
 
 Kafka's rules, and the simplifications (visible to a client only as extra rebalances):
 - a join without a member id gets MEMBER_ID_REQUIRED and a fresh id (KIP-394) from JoinGroup v4
@@ -20,20 +28,21 @@ Pending member ids are kept, unbounded, for the life of the group's ownership he
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
-from collections.abc import Callable, Mapping
-from typing import Final, NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Generic, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
-
-from diskless._types import GroupOwnership
 
 _log = logging.getLogger(__name__)
 
 INITIAL_REBALANCE_DELAY_MS: Final = 100
 """Kafka's `group.initial.rebalance.delay.ms` (3 s by default), shortened for a prototype."""
+
+_Response = TypeVar("_Response", covariant=True)
+_T = TypeVar("_T")
 
 
 class GroupPhase(enum.Enum):
@@ -53,17 +62,53 @@ class JoinOutcome(NamedTuple):
     """(member id, group instance id, metadata) of every member: for the leader only."""
 
 
+class SyncOutcome(NamedTuple):
+    error: WireError
+    assignment: bytes = b""
+
+
+class Wait(NamedTuple):
+    """The request waits: its answer comes with a later step (`Step.joins`, `Step.syncs`), for
+    this member."""
+
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Generic[_Response]):
+    """What one step of the state machine decided, for its owner to carry out in this order:
+    answer the waiting requests (`joins`, `syncs`), arm or cancel the rebalance timer, start
+    storing a generation that is due; and answer the request (`response`)."""
+
+    response: _Response
+    joins: tuple[JoinOutcome, ...] = ()
+    """Answers to waiting JoinGroups, each for the member it names."""
+    syncs: tuple[tuple[str, SyncOutcome], ...] = ()
+    """Answers to waiting SyncGroups, by member id."""
+    arm_ms: int | None = None
+    """Arm the rebalance timer to run out in this many ms, in place of any armed before; when it
+    does, the owner tells `rebalance_due`."""
+    disarm: bool = False
+    """Cancel the rebalance timer."""
+    store_generation: int | None = None
+    """A generation is due: the owner stores it, then tells `generation_stored` (or
+    `generation_not_stored`)."""
+
+    def __post_init__(self) -> None:
+        assert self.arm_ms is None or (self.arm_ms >= 0 and not self.disarm)
+
+
 class Member:
     __slots__ = (
         "assignment",
+        "awaiting_join",
+        "awaiting_sync",
         "instance_id",
-        "join",
         "last_seen",
         "member_id",
         "protocols",
         "rebalance_timeout_ms",
         "session_timeout_ms",
-        "sync",
     )
 
     def __init__(self, member_id: str, instance_id: str | None) -> None:
@@ -73,40 +118,65 @@ class Member:
         self.session_timeout_ms = 10_000
         self.rebalance_timeout_ms = 10_000
         self.last_seen = 0.0
-        self.join: asyncio.Future[JoinOutcome] | None = None
-        self.sync: asyncio.Future[tuple[WireError, bytes]] | None = None
+        self.awaiting_join = False
+        """A JoinGroup of the member waits for the rebalance to complete."""
+        self.awaiting_sync = False
+        """A SyncGroup of the member waits for the leader's."""
         self.assignment = b""
 
-    @property
-    def rejoining(self) -> bool:
-        return self.join is not None and not self.join.done()
 
-    def fail(self, error: WireError) -> None:
-        """Answer whatever the member is waiting for with `error`."""
-        if self.join is not None and not self.join.done():
-            self.join.set_result(JoinOutcome(error, member_id=self.member_id))
-        if self.sync is not None and not self.sync.done():
-            self.sync.set_result((error, b""))
+class _Decisions:
+    """What a step decides, gathered while it runs; `step` freezes it with the response."""
+
+    __slots__ = ("arm_ms", "disarm", "joins", "syncs")
+
+    def __init__(self) -> None:
+        self.joins: list[JoinOutcome] = []
+        self.syncs: list[tuple[str, SyncOutcome]] = []
+        self.arm_ms: int | None = None
+        self.disarm = False
+
+    def arm(self, delay_ms: int) -> None:
+        self.arm_ms, self.disarm = delay_ms, False
+
+    def cancel_timer(self) -> None:
+        self.arm_ms, self.disarm = None, True
+
+    def answer_join(self, member: Member, outcome: JoinOutcome) -> None:
+        assert member.awaiting_join and outcome.member_id == member.member_id
+        member.awaiting_join = False
+        self.joins.append(outcome)
+
+    def answer_sync(self, member: Member, outcome: SyncOutcome) -> None:
+        assert member.awaiting_sync
+        member.awaiting_sync = False
+        self.syncs.append((member.member_id, outcome))
+
+    def fail(self, member: Member, error: WireError) -> None:
+        """Answer whatever the member waits for with `error`."""
+        if member.awaiting_join:
+            self.answer_join(member, JoinOutcome(error, member_id=member.member_id))
+        if member.awaiting_sync:
+            self.answer_sync(member, SyncOutcome(error))
+
+    def step(self, response: _T, store_generation: int | None = None) -> Step[_T]:
+        return Step(
+            response,
+            tuple(self.joins),
+            tuple(self.syncs),
+            self.arm_ms,
+            self.disarm,
+            store_generation,
+        )
 
 
 class GroupState:
-    """The members of one group and its rebalances. `on_due(group)` is called when a rebalance
-    is due to complete: the caller stores the next generation, then calls `finish_rebalance`."""
+    """The members of one group and its rebalances, from the generation stored last. Times
+    (`now`) are seconds of a monotonic clock."""
 
-    def __init__(
-        self,
-        group_id: str,
-        owner: GroupOwnership,
-        term: int,
-        now: Callable[[], float],
-        on_due: Callable[[GroupState], None],
-    ) -> None:
+    def __init__(self, group_id: str, generation: int) -> None:
         self.group_id = group_id
-        self.owner = owner
-        """The broker incarnation coordinating the group here, with the generation it found."""
-        self.term = term
-        """The term of the owner's registration in which it took the group over."""
-        self.generation = owner.generation
+        self.generation = generation
         self.phase = GroupPhase.EMPTY
         self.protocol_type: str | None = None
         self.protocol: str | None = None
@@ -116,11 +186,9 @@ class GroupState:
         """Static members: group instance id -> the member id it holds now."""
         self.pending: set[str] = set()
         """Member ids handed out with MEMBER_ID_REQUIRED, not yet used to join."""
-        self._now = now
-        self._on_due = on_due
-        self._completion: asyncio.TimerHandle | None = None
         self.completing = False
-        """Set while the next generation is being stored (`on_due` ran, `finish_rebalance` not)."""
+        """Set while the next generation is being stored (from `rebalance_due` until
+        `generation_stored` or `generation_not_stored`)."""
 
     # --- checks -------------------------------------------------------------------------------
     def _identify(self, member_id: str, instance_id: str | None) -> Member | WireError:
@@ -137,6 +205,7 @@ class GroupState:
         member_id: str,
         instance_id: str | None,
         *,
+        now: float,
         transactional: bool = False,
     ) -> WireError:
         """May this member commit offsets now? Kafka's rule for OffsetCommit, and for
@@ -171,7 +240,7 @@ class GroupState:
         if self.phase is GroupPhase.COMPLETING:
             return WireError.rebalance_in_progress
         if member is not None:
-            member.last_seen = self._now()
+            member.last_seen = now
         return WireError.none
 
     # --- membership ---------------------------------------------------------------------------
@@ -184,43 +253,45 @@ class GroupState:
         protocols: list[tuple[str, bytes]],
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
-        new_member_id: Callable[[], str],
+        fresh_member_id: str,
         require_known_member_id: bool,
-    ) -> JoinOutcome | asyncio.Future[JoinOutcome]:
-        """JoinGroup: an answer now, or the future the rebalance's completion answers."""
+        now: float,
+    ) -> Step[JoinOutcome | Wait]:
+        """JoinGroup: an answer now, or `Wait` for the rebalance's completion. A member joining
+        without an id (`member_id` empty) is given `fresh_member_id`."""
         if not protocols or (self.members and self.protocol_type != protocol_type):
-            return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
+            return Step(JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id))
+        decided = _Decisions()
         if not member_id:
-            member_id = new_member_id()
+            assert fresh_member_id, "a member joining without an id needs a fresh one"
+            member_id = fresh_member_id
             if instance_id is None and require_known_member_id:
                 self.pending.add(member_id)
-                return JoinOutcome(WireError.member_id_required, member_id=member_id)
-            self._admit(member_id, instance_id)
+                return Step(JoinOutcome(WireError.member_id_required, member_id=member_id))
+            self._admit(member_id, instance_id, decided)
         elif member_id in self.pending:
             self.pending.discard(member_id)
-            self._admit(member_id, instance_id)
+            self._admit(member_id, instance_id, decided)
         else:
             known = self._identify(member_id, instance_id)
             if isinstance(known, WireError):
-                return JoinOutcome(known, member_id=member_id)
+                return Step(JoinOutcome(known, member_id=member_id))
         member = self.members[member_id]
         self.protocol_type = protocol_type
         member.protocols = protocols
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms)
-        member.last_seen = self._now()
-        if member.rejoining:
-            assert member.join is not None
-            member.join.set_result(
-                JoinOutcome(WireError.rebalance_in_progress, member_id=member_id)
-            )
-        member.join = future = asyncio.get_running_loop().create_future()
-        self._prepare()
-        if all(m.rejoining for m in self.members.values()):
-            self._schedule(INITIAL_REBALANCE_DELAY_MS if self.generation == 0 else 0)
-        return future
+        member.last_seen = now
+        if member.awaiting_join:  # this join takes the place of the one still waiting
+            outcome = JoinOutcome(WireError.rebalance_in_progress, member_id=member_id)
+            decided.answer_join(member, outcome)
+        member.awaiting_join = True
+        self._prepare(decided)
+        if all(m.awaiting_join for m in self.members.values()):
+            decided.arm(INITIAL_REBALANCE_DELAY_MS if self.generation == 0 else 0)
+        return decided.step(Wait(member_id))
 
-    def _admit(self, member_id: str, instance_id: str | None) -> None:
+    def _admit(self, member_id: str, instance_id: str | None, decided: _Decisions) -> None:
         """A new member; a static one replaces the member its instance id held (fenced)."""
         if instance_id is not None:
             replaced = self.members.pop(self.instances.get(instance_id, ""), None)
@@ -231,47 +302,53 @@ class GroupState:
                     instance_id,
                     replaced.member_id,
                 )
-                replaced.fail(WireError.fenced_instance_id)
+                decided.fail(replaced, WireError.fenced_instance_id)
             self.instances[instance_id] = member_id
         self.members[member_id] = Member(member_id, instance_id)
 
-    def _prepare(self) -> None:
+    def _prepare(self, decided: _Decisions) -> None:
         """Start a rebalance: members that are not rejoining learn it from their next call."""
         if self.phase is GroupPhase.PREPARING:
             return
         self.phase = GroupPhase.PREPARING
         for member in self.members.values():
-            if member.sync is not None and not member.sync.done():
-                member.sync.set_result((WireError.rebalance_in_progress, b""))
+            if member.awaiting_sync:
+                decided.answer_sync(member, SyncOutcome(WireError.rebalance_in_progress))
         timeout_ms = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-        self._schedule(timeout_ms)
+        decided.arm(timeout_ms)
 
-    def _schedule(self, delay_ms: int) -> None:
-        if self._completion is not None:
-            self._completion.cancel()
-        loop = asyncio.get_running_loop()
-        self._completion = loop.call_later(delay_ms / 1000, self._due)
+    def withdraw(self, member_id: str) -> None:
+        """The member's waiting request went away unanswered (its connection closed): it waits
+        for nothing now. It stays a member; one that has not joined again when the rebalance
+        completes is dropped then."""
+        member = self.members.get(member_id)
+        if member is not None:
+            member.awaiting_join = member.awaiting_sync = False
 
-    def _due(self) -> None:
-        self._completion = None
+    # --- rebalance ----------------------------------------------------------------------------
+    def rebalance_due(self) -> Step[None]:
+        """The rebalance timer ran out: the members that did not rejoin are dropped, and the
+        next generation is due to be stored (`Step.store_generation`)."""
+        decided = _Decisions()
         if self.phase is not GroupPhase.PREPARING or self.completing:
-            return
+            return decided.step(None)
         for member_id, member in list(self.members.items()):
-            if not member.rejoining:
+            if not member.awaiting_join:
                 _log.info("group %s: member %s did not rejoin; removed", self.group_id, member_id)
-                self._remove(member, WireError.unknown_member_id)
+                self._remove(member, WireError.unknown_member_id, decided)
         self.completing = True
-        self._on_due(self)
+        return decided.step(None, store_generation=self.generation + 1)
 
-    def finish_rebalance(self, generation: int) -> None:
+    def generation_stored(self, generation: int) -> Step[None]:
         """The next generation is stored: hand it to every member that rejoined."""
         self.completing = False
         self.generation = generation
+        decided = _Decisions()
         if self.phase is not GroupPhase.PREPARING:
-            return
+            return decided.step(None)
         if not self.members:
             self.phase = GroupPhase.EMPTY
-            return
+            return decided.step(None)
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
         leader = self.members[self.leader]
@@ -279,34 +356,36 @@ class GroupState:
         common = set.intersection(*offered)
         self.protocol = next((name for name, _ in leader.protocols if name in common), None)
         if self.protocol is None:
-            self.fail_all(WireError.inconsistent_group_protocol)
-            return
+            return self.fail_all(WireError.inconsistent_group_protocol)
         self.phase = GroupPhase.COMPLETING
         listing = [
             (m.member_id, m.instance_id, dict(m.protocols)[self.protocol])
             for m in self.members.values()
         ]
         for member in self.members.values():
-            assert member.join is not None
-            member.sync = None
-            member.join.set_result(
-                JoinOutcome(
-                    WireError.none,
-                    generation=generation,
-                    protocol=self.protocol,
-                    leader=self.leader,
-                    member_id=member.member_id,
-                    members=listing if member.member_id == self.leader else [],
-                )
+            member.awaiting_sync = False
+            if not member.awaiting_join:  # its join went away while the generation was stored
+                continue
+            outcome = JoinOutcome(
+                WireError.none,
+                generation=generation,
+                protocol=self.protocol,
+                leader=self.leader,
+                member_id=member.member_id,
+                members=listing if member.member_id == self.leader else [],
             )
+            decided.answer_join(member, outcome)
+        return decided.step(None)
 
-    def abandon_rebalance(self, error: WireError) -> None:
+    def generation_not_stored(self, error: WireError) -> Step[None]:
         """The next generation could not be stored: the members waiting to join learn it and
         join again (a retriable `error`); the rebalance stays under way."""
         self.completing = False
+        decided = _Decisions()
         for member in self.members.values():
-            if member.rejoining:
-                member.fail(error)
+            if member.awaiting_join:
+                decided.fail(member, error)
+        return decided.step(None)
 
     def sync(
         self,
@@ -314,91 +393,97 @@ class GroupState:
         member_id: str,
         instance_id: str | None,
         assignments: Mapping[str, bytes],
-    ) -> tuple[WireError, bytes] | asyncio.Future[tuple[WireError, bytes]]:
+        *,
+        now: float,
+    ) -> Step[SyncOutcome | Wait]:
+        """SyncGroup: an answer now, or `Wait` for the leader's SyncGroup."""
         member = self._identify(member_id, instance_id)
         if isinstance(member, WireError):
-            return member, b""
+            return Step(SyncOutcome(member))
         if generation != self.generation:
-            return WireError.illegal_generation, b""
+            return Step(SyncOutcome(WireError.illegal_generation))
         if self.phase is GroupPhase.PREPARING:
-            return WireError.rebalance_in_progress, b""
-        member.last_seen = self._now()
+            return Step(SyncOutcome(WireError.rebalance_in_progress))
+        member.last_seen = now
         if self.phase is GroupPhase.STABLE:
-            return WireError.none, member.assignment
-        if member_id == self.leader:
-            for other in self.members.values():
-                other.assignment = assignments.get(other.member_id, b"")
-                if other.sync is not None and not other.sync.done():
-                    other.sync.set_result((WireError.none, other.assignment))
-            self.phase = GroupPhase.STABLE
-            return WireError.none, member.assignment
-        member.sync = future = asyncio.get_running_loop().create_future()
-        return future
+            return Step(SyncOutcome(WireError.none, member.assignment))
+        if member_id != self.leader:
+            member.awaiting_sync = True
+            return Step(Wait(member_id))
+        decided = _Decisions()
+        for other in self.members.values():
+            other.assignment = assignments.get(other.member_id, b"")
+            if other.awaiting_sync:
+                decided.answer_sync(other, SyncOutcome(WireError.none, other.assignment))
+        self.phase = GroupPhase.STABLE
+        return decided.step(SyncOutcome(WireError.none, member.assignment))
 
-    def heartbeat(self, generation: int, member_id: str, instance_id: str | None) -> WireError:
+    def heartbeat(
+        self, generation: int, member_id: str, instance_id: str | None, *, now: float
+    ) -> WireError:
         member = self._identify(member_id, instance_id)
         if isinstance(member, WireError):
             return member
-        member.last_seen = self._now()
+        member.last_seen = now
         if self.phase is GroupPhase.PREPARING:
             return WireError.rebalance_in_progress
         if generation != self.generation:
             return WireError.illegal_generation
         return WireError.none
 
-    def leave(self, member_id: str, instance_id: str | None) -> WireError:
+    def leave(self, member_id: str, instance_id: str | None) -> Step[WireError]:
         if not member_id and instance_id is not None:
             member_id = self.instances.get(instance_id, "")
         member = self._identify(member_id, instance_id)
         if isinstance(member, WireError):
-            return member
-        self._remove(member, WireError.unknown_member_id)
-        self._after_removal()
-        return WireError.none
+            return Step(member)
+        decided = _Decisions()
+        self._remove(member, WireError.unknown_member_id, decided)
+        self._after_removal(decided)
+        return decided.step(WireError.none)
 
-    def expire(self) -> None:
+    def expire(self, now: float) -> Step[None]:
         """Drop members whose session timed out (those waiting in a join are not idle)."""
-        now = self._now()
+        decided = _Decisions()
         expired = [
             m
             for m in self.members.values()
-            if not m.rejoining and now - m.last_seen > m.session_timeout_ms / 1000
+            if not m.awaiting_join and now - m.last_seen > m.session_timeout_ms / 1000
         ]
         for member in expired:
             _log.info("group %s: member %s expired", self.group_id, member.member_id)
-            self._remove(member, WireError.unknown_member_id)
+            self._remove(member, WireError.unknown_member_id, decided)
         if expired:
-            self._after_removal()
+            self._after_removal(decided)
+        return decided.step(None)
 
-    def _remove(self, member: Member, error: WireError) -> None:
+    def _remove(self, member: Member, error: WireError, decided: _Decisions) -> None:
         del self.members[member.member_id]
         if member.instance_id is not None and self.instances.get(member.instance_id) == (
             member.member_id
         ):
             del self.instances[member.instance_id]
-        member.fail(error)
+        decided.fail(member, error)
 
-    def _after_removal(self) -> None:
+    def _after_removal(self, decided: _Decisions) -> None:
         if self.leader not in self.members:
             self.leader = ""
         if not self.members and not self.completing:
-            if self._completion is not None:
-                self._completion.cancel()
-                self._completion = None
+            decided.cancel_timer()
             self.phase = GroupPhase.EMPTY
             return
-        self._prepare()
-        if all(m.rejoining for m in self.members.values()):
-            self._schedule(0)
+        self._prepare(decided)
+        if all(m.awaiting_join for m in self.members.values()):
+            decided.arm(0)
 
-    def fail_all(self, error: WireError) -> None:
+    def fail_all(self, error: WireError) -> Step[None]:
         """Drop every member (this process no longer coordinates the group, or no protocol is
         common to all): each learns it from what it waits for, or from its next call."""
-        if self._completion is not None:
-            self._completion.cancel()
-            self._completion = None
+        decided = _Decisions()
+        decided.cancel_timer()
         for member in list(self.members.values()):
-            member.fail(error)
+            decided.fail(member, error)
         self.members.clear()
         self.instances.clear()
         self.phase = GroupPhase.EMPTY
+        return decided.step(None)
