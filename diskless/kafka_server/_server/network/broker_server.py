@@ -1,10 +1,11 @@
-"""One broker's Kafka listeners: asyncio TCP servers, one per listener (`_server.listeners`; by
-default one PLAINTEXT listener on 127.0.0.1), each accepted connection served by a `Connection`
-(framing, order, limits) with a `Session` naming its listener, each request routed by the
-handler table. A TLS listener's connections are upgraded before anything is read: one whose
-handshake fails or does not finish within `ssl_handshake_timeout_ms` is closed with a
-rate-limited warning (a plaintext client on a TLS port; a TLS client on a plaintext port sends
-a size prefix beyond any frame, and is closed for that).
+"""One broker's Kafka listeners: asyncio TCP servers, one per listener
+(`_server.settings.listeners`; by default one PLAINTEXT listener on 127.0.0.1), each accepted
+connection served by a `Connection` (framing, order, limits) with a `Session` naming its
+listener, each request routed by the handler table. A TLS listener's connections are upgraded
+before anything is read: one whose handshake fails or does not finish within
+`ssl_handshake_timeout_ms` is closed with a rate-limited warning (a plaintext client on a TLS
+port; a TLS client on a plaintext port sends a size prefix beyond any frame, and is closed for
+that).
 
 The listener is where requests meet the APIs, and only through the handler table
 (`_handlers.table`): a frame's API key and version pick its route, or none (the connection is
@@ -50,18 +51,18 @@ from diskless.kafka_server._protocol.codec import (
     read_prefix,
     request_schema,
 )
-from diskless.kafka_server._server._authenticator import Authenticator
-from diskless.kafka_server._server._connection import Connection, ConnectionSweeper
-from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._peer import peer_session
-from diskless.kafka_server._server._principal_rules import Rule, parse_rules
-from diskless.kafka_server._server._request_budget import RequestBudget
-from diskless.kafka_server._server._responses import Answer
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
-from diskless.kafka_server._server.response_errors import error_codes
-from diskless.kafka_server._server.server_properties import settings
-from diskless.kafka_server._server.tls import NoMatchingRule
+from diskless.kafka_server._server.auth._principal_rules import Rule, parse_rules
+from diskless.kafka_server._server.auth.tls import NoMatchingRule
+from diskless.kafka_server._server.network._authenticator import Authenticator
+from diskless.kafka_server._server.network._connection import Connection, ConnectionSweeper
+from diskless.kafka_server._server.network._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server.network._peer import peer_session
+from diskless.kafka_server._server.network._request_budget import RequestBudget
+from diskless.kafka_server._server.network._responses import Answer
+from diskless.kafka_server._server.network.response_errors import error_codes
+from diskless.kafka_server._server.settings.config import ServerConfig
+from diskless.kafka_server._server.settings.listeners import BrokerListener, ListenerPlan
+from diskless.kafka_server._server.settings.server_properties import settings
 from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)
