@@ -191,3 +191,27 @@ def test_kafka_server_parts_import_down_and_only_each_others_public_modules() ->
         and any(part.startswith("_") for part in target.split(".")[3:])
     ]
     assert not private
+
+
+SERVER: Final = f"{KAFKA_SERVER}._server"
+SERVER_PACKAGES: Final = ("auth", "settings", "network", "metrics", "process")
+"""The server's packages by job, lowest first."""
+
+
+def test_server_packages_import_down() -> None:
+    """Who a client is, the settings, the network, the metrics, the process: each job imports
+    only those before it, and every module of the server belongs to one of them."""
+    inside = {
+        name: {t for t in targets if t.startswith(f"{SERVER}.")}
+        for name, targets in graph().items()
+        if name.startswith(f"{SERVER}.")
+    }
+    package = {name: name.removeprefix(f"{SERVER}.").split(".")[0] for name in inside}
+    assert set(package.values()) == set(SERVER_PACKAGES)
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in inside.items()
+        for target in targets
+        if SERVER_PACKAGES.index(package[target]) > SERVER_PACKAGES.index(package[name])
+    ]
+    assert not upward

@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from benchmarks.harness.spec import CostRates
-from diskless.kafka_server._server.metrics_events import PREFIX
-from diskless.kafka_server._server.metrics_snapshots import (
+from diskless.kafka_server._server.metrics.metrics_events import PREFIX
+from diskless.kafka_server._server.metrics.metrics_snapshots import (
     FETCH_COUNTERS,
     WAL_COUNTERS,
     store_families,

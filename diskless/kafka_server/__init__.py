@@ -44,11 +44,11 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._handlers.table import SUPPORTED_VERSIONS
 from diskless.kafka_server._protocol.apis import ApiKey
-from diskless.kafka_server._server.broker_server import BrokerServer
-from diskless.kafka_server._server.cluster import KafkaCluster, rack_name
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.metrics_events import PrometheusMetrics
-from diskless.kafka_server._server.observability import Observability
+from diskless.kafka_server._server.metrics.metrics_events import PrometheusMetrics
+from diskless.kafka_server._server.network.broker_server import BrokerServer
+from diskless.kafka_server._server.process.cluster import KafkaCluster, rack_name
+from diskless.kafka_server._server.process.observability import Observability
+from diskless.kafka_server._server.settings.config import ServerConfig
 
 __all__ = [
     # running brokers

@@ -80,16 +80,16 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._server import cli, cli_properties, startup
-from diskless.kafka_server._server.cluster import KafkaCluster
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.log_format import configure_logging
-from diskless.kafka_server._server.observability import Observability
-from diskless.kafka_server._server.services import (
+from diskless.kafka_server._server.process import cli, cli_properties, startup
+from diskless.kafka_server._server.process.cluster import KafkaCluster
+from diskless.kafka_server._server.process.log_format import configure_logging
+from diskless.kafka_server._server.process.observability import Observability
+from diskless.kafka_server._server.process.services import (
     LifecycleConfig,
     lowest_live_broker,
     running_lifecycle,
 )
+from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.metrics import NULL_METRICS
 from diskless.storage import ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig

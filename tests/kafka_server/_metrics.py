@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from diskless import TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server import KafkaCluster, Observability, ServerConfig
-from diskless.kafka_server._server.services import LifecycleConfig, running_lifecycle
+from diskless.kafka_server._server.process.services import LifecycleConfig, running_lifecycle
 from diskless.storage import ObjectStore
 from tests.kafka_server.conftest import broker_config
 

@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
-from diskless.kafka_server._server.server_properties import server_config
+from diskless.kafka_server._server.settings.server_properties import server_config
 from diskless.storage import MemoryObjectStore
 from tests._tls import CLIENT_DN, Certs, make_certs
 from tests.kafka_server.conftest import broker_config

@@ -22,8 +22,8 @@ from diskless.kafka_server._coordination.authorizer import (
     authorize_any,
     parse_super_users,
 )
-from diskless.kafka_server._server import cli
-from diskless.kafka_server._server.server_properties import server_config
+from diskless.kafka_server._server.process import cli
+from diskless.kafka_server._server.settings.server_properties import server_config
 
 Op = AclOperation
 T = ResourceType.TOPIC

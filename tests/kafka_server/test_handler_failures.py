@@ -222,6 +222,29 @@ async def test_a_coordinator_outage_is_the_familys_code(
     assert await _answer(ctx, api) == {expected}
 
 
+@pytest.mark.parametrize(
+    ("api", "version"),
+    [
+        (api, version)
+        for api in sorted(FAMILIES)
+        for version in range(SUPPORTED_VERSIONS[api][0], SUPPORTED_VERSIONS[api][1] + 1)
+    ],
+    ids=lambda value: value.name if isinstance(value, ApiKey) else f"v{value}",
+)
+async def test_every_version_answers_an_outage_with_the_familys_code(
+    context: tuple[Context, _Down], api: ApiKey, version: int
+) -> None:
+    """Whoever answers the failure, the handler entry by entry or its route for the whole request,
+    answers it in every version's response shape."""
+    ctx, coordinator = context
+    coordinator.down = True
+    expected = WireError(int(FAMILIES[api](CoordinatorUnavailableError("down"))))
+    request = request_of(load_request_schema(int(api), version))
+    response = await HANDLERS[api](ctx, Session("test"), request)
+    assert response is not None
+    assert error_codes(response) == {expected}
+
+
 @pytest.mark.parametrize("api", DATA_APIS, ids=lambda api: api.name)
 async def test_a_closed_broker_is_the_familys_code(
     context: tuple[Context, _Down], api: ApiKey

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from diskless.kafka_server._server._responses import Answer, InOrderResponses
+from diskless.kafka_server._server.network._responses import Answer, InOrderResponses
 
 SEED = random.randrange(1 << 32)
 

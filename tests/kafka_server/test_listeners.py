@@ -25,8 +25,8 @@ from diskless.kafka_server._coordination.cluster_view import (
     from_registry,
     registry_host,
 )
-from diskless.kafka_server._server.listeners import listener_plan
-from diskless.kafka_server._server.security_protocol import SecurityProtocol
+from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
+from diskless.kafka_server._server.settings.listeners import listener_plan
 from diskless.storage import MemoryObjectStore
 from tests._backends import BACKENDS, open_coordinator
 from tests.kafka_server._wire import ask

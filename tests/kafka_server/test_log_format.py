@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from diskless.kafka_server._server.log_format import JsonFormatter
+from diskless.kafka_server._server.process.log_format import JsonFormatter
 
 
 def test_a_record_with_newlines_and_a_traceback_is_one_json_line() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diskless.kafka_server._server._principal_rules import map_name, parse_rules
+from diskless.kafka_server._server.auth._principal_rules import map_name, parse_rules
 
 DOCUMENTED = (
     "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"

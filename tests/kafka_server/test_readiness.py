@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from diskless._object_keys import is_probe_key, new_object_key, object_key_time_ms, probe_key
-from diskless.kafka_server._server.readiness import Check, Readiness
+from diskless.kafka_server._server.metrics.readiness import Check, Readiness
 
 
 class Clock:

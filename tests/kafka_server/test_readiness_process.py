@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from benchmarks._ports import free_port
-from diskless.kafka_server._server.observability import READY_TIMEOUT_S
+from diskless.kafka_server._server.process.observability import READY_TIMEOUT_S
 from tests._postgres import PostgresServer, bindir_or_skip
 from tests._s3server import REGION, create_bucket, running_s3_server, s3_client
 from tests.kafka_server._metrics import http_get

@@ -18,10 +18,10 @@ from typing import Final
 import pytest
 
 from diskless.kafka_server.__main__ import main
-from diskless.kafka_server._server.listeners import listener_plan
-from diskless.kafka_server._server.properties import parse_properties
-from diskless.kafka_server._server.security_protocol import SecurityProtocol
-from diskless.kafka_server._server.server_properties import server_config
+from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
+from diskless.kafka_server._server.settings.listeners import listener_plan
+from diskless.kafka_server._server.settings.properties import parse_properties
+from diskless.kafka_server._server.settings.server_properties import server_config
 
 README: Final = Path(__file__).resolve().parents[2] / "README.md"
 BLOCK: Final = re.compile(r"^ *```[a-z]*\n(.*?)^ *```", re.DOTALL | re.MULTILINE)

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._request_budget import RequestBudget
+from diskless.kafka_server._server.network._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server.network._request_budget import RequestBudget
 
 
 async def test_reservations_wait_in_arrival_order_and_cancelled_ones_step_aside() -> None:

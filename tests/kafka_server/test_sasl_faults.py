@@ -50,7 +50,7 @@ async def test_a_login_the_coordinator_cannot_check_is_closed_without_a_verdict(
     faulty: tuple[KafkaCluster, FaultyBatchCoordinator], caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster, coordinator = faulty
-    caplog.set_level(logging.DEBUG, logger="diskless.kafka_server._server._authenticator")
+    caplog.set_level(logging.DEBUG, logger="diskless.kafka_server._server.network._authenticator")
     (server,) = cluster.servers.values()
     client = await WireClient.connect(server)
     assert (await handshake(client, "SCRAM-SHA-512")).error_code == WireError.none

@@ -13,9 +13,9 @@ import hmac
 import pytest
 
 from diskless._scram import ScramCredential, ScramMechanism, credential_of_password
-from diskless.kafka_server._server._jaas import parse_jaas, plain_users
-from diskless.kafka_server._server._sasl_plain import PlainServer
-from diskless.kafka_server._server._sasl_scram import SaslFailure, ScramServer
+from diskless.kafka_server._server.auth._jaas import parse_jaas, plain_users
+from diskless.kafka_server._server.auth._sasl_plain import PlainServer
+from diskless.kafka_server._server.auth._sasl_scram import SaslFailure, ScramServer
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512

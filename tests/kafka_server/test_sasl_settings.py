@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
 from benchmarks._ports import free_port
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
-from diskless.kafka_server._server.server_properties import server_config
+from diskless.kafka_server._server.settings.server_properties import server_config
 from diskless.storage import MemoryObjectStore
 from tests._tls import make_certs
 from tests.kafka_server._clients import confluent_consume, confluent_produce

@@ -20,10 +20,10 @@ from confluent_kafka.admin import AdminClient
 from diskless.coordinator import InMemoryBatchCoordinator, TopicConfig
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server.__main__ import main
-from diskless.kafka_server._server._x500 import subject_dn
-from diskless.kafka_server._server.inapplicable_properties import INAPPLICABLE, ignored
-from diskless.kafka_server._server.properties import PropertiesError, parse_properties
-from diskless.kafka_server._server.server_properties import (
+from diskless.kafka_server._server.auth._x500 import subject_dn
+from diskless.kafka_server._server.settings.inapplicable_properties import INAPPLICABLE, ignored
+from diskless.kafka_server._server.settings.properties import PropertiesError, parse_properties
+from diskless.kafka_server._server.settings.server_properties import (
     LISTENER_PROPERTIES,
     PROPERTIES,
     register,

@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError, NoCredentialsError
 from benchmarks._ports import free_port
 from diskless.coordinator._backends.postgres_connect import opening_error
 from diskless.errors import CoordinatorUnavailableError
-from diskless.kafka_server._server import startup
+from diskless.kafka_server._server.process import startup
 from diskless.storage._s3 import _translate as s3_translate
 from tests._postgres import PostgresServer, bindir_or_skip
 from tests._s3server import REGION, running_s3_server

@@ -26,7 +26,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
-from diskless.kafka_server._server.server_properties import server_config
+from diskless.kafka_server._server.settings.server_properties import server_config
 from diskless.storage import MemoryObjectStore
 from tests._tls import CLIENT_DN, KEY_PASSWORD, Certs, make_certs
 from tests.kafka_server._wire import WireClient, encode_request

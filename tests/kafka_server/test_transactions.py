@@ -28,7 +28,9 @@ from kio.schema.produce.v11 import request as produce_v11
 from diskless import ErrorCode, IsolationLevel, ManualClock, OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator, RegisteredTxn
 from diskless.kafka_server import KafkaCluster, TransactionFront
-from diskless.kafka_server._server.server_properties import server_config as properties_config
+from diskless.kafka_server._server.settings.server_properties import (
+    server_config as properties_config,
+)
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep

@@ -5,7 +5,9 @@ whole cluster. Creating and deleting need ALTER on the cluster, describing DESCR
 (CLUSTER_AUTHORIZATION_FAILED otherwise); without an authorizer each answers
 SECURITY_DISABLED, as Kafka does. A change is loaded into this process's ACLs before it is
 answered, so it applies at once to the next request here; other processes follow within
-`acl_refresh_ms` (`_coordination.acl_cache`).
+`acl_refresh_ms` (`_coordination.acl_cache`). A refusal, and a failure of the coordinator (the
+library's `admin_error` code, answered by the route), answer every entry of the request alike
+(`*_error_response`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,9 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
-from diskless._kafka_errors import admin_error
 from diskless.coordinator import AclBinding, AclOperation, binding_from_codes, filter_from_codes
-from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._handlers._access import ALTER, DESCRIBE, Access
-from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.fields import build, nested, wire
@@ -59,28 +58,35 @@ def _message(error: WireError) -> str | None:
 async def handle_create_acls(
     context: BrokerContext, session: Session, request: CreateAclsRequest, response: Response
 ) -> ResponsePayload:
-    result_entry = nested(response, "AclCreationResult")
     refused = _refusal(context, session, ALTER)
     if refused is not None:
-        results = [(refused, _message(refused))] * len(request.creations)
-    else:
-        bindings = [
-            binding_from_codes(
-                c.resource_type,
-                c.resource_name,
-                c.resource_pattern_type,
-                c.principal,
-                c.host,
-                c.operation,
-                c.permission_type,
-            )
-            for c in request.creations
-        ]
-        try:
-            outcomes = await _acls(context).create(bindings)
-            results = [(wire(o.error), o.message) for o in outcomes]
-        except DisklessError as e:
-            results = [(failure(admin_error, e, "create acls"), None)] * len(bindings)
+        return create_acls_error_response(request, response, refused)
+    bindings = [
+        binding_from_codes(
+            c.resource_type,
+            c.resource_name,
+            c.resource_pattern_type,
+            c.principal,
+            c.host,
+            c.operation,
+            c.permission_type,
+        )
+        for c in request.creations
+    ]
+    outcomes = await _acls(context).create(bindings)
+    return _encode_create_acls(response, [(wire(o.error), o.message) for o in outcomes])
+
+
+def create_acls_error_response(
+    request: CreateAclsRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_create_acls(response, [(code, _message(code))] * len(request.creations))
+
+
+def _encode_create_acls(
+    response: Response, results: Sequence[tuple[WireError, str | None]]
+) -> ResponsePayload:
+    result_entry = nested(response, "AclCreationResult")
     return build(
         response,
         throttle_time=NO_THROTTLE,
@@ -93,25 +99,33 @@ async def handle_create_acls(
 async def handle_describe_acls(
     context: BrokerContext, session: Session, request: DescribeAclsRequest, response: Response
 ) -> ResponsePayload:
+    refused = _refusal(context, session, DESCRIBE)
+    if refused is not None:
+        return describe_acls_error_response(request, response, refused)
+    acl_filter = filter_from_codes(
+        request.resource_type_filter,
+        request.resource_name_filter,
+        request.pattern_type_filter,
+        request.principal_filter,
+        request.host_filter,
+        request.operation,
+        request.permission_type,
+    )
+    found = await _acls(context).describe(acl_filter)
+    return _encode_describe_acls(response, WireError.none, found)
+
+
+def describe_acls_error_response(
+    request: DescribeAclsRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_describe_acls(response, code, [])
+
+
+def _encode_describe_acls(
+    response: Response, error: WireError, found: Sequence[AclBinding]
+) -> ResponsePayload:
     resource_entry = nested(response, "DescribeAclsResource")
     acl_entry = nested(response, "AclDescription")
-    error = _refusal(context, session, DESCRIBE)
-    found: list[AclBinding] = []
-    if error is None:
-        acl_filter = filter_from_codes(
-            request.resource_type_filter,
-            request.resource_name_filter,
-            request.pattern_type_filter,
-            request.principal_filter,
-            request.host_filter,
-            request.operation,
-            request.permission_type,
-        )
-        try:
-            found = await _acls(context).describe(acl_filter)
-            error = WireError.none
-        except DisklessError as e:
-            error = failure(admin_error, e, "describe acls")
     resources = [
         build(
             resource_entry,
@@ -143,30 +157,36 @@ async def handle_describe_acls(
 async def handle_delete_acls(
     context: BrokerContext, session: Session, request: DeleteAclsRequest, response: Response
 ) -> ResponsePayload:
+    refused = _refusal(context, session, ALTER)
+    if refused is not None:
+        return delete_acls_error_response(request, response, refused)
+    filters = [
+        filter_from_codes(
+            f.resource_type_filter,
+            f.resource_name_filter,
+            f.pattern_type_filter,
+            f.principal_filter,
+            f.host_filter,
+            f.operation,
+            f.permission_type,
+        )
+        for f in request.filters
+    ]
+    deletions = await _acls(context).delete(filters)
+    return _encode_delete_acls(response, [(wire(d.error), d.message, d.deleted) for d in deletions])
+
+
+def delete_acls_error_response(
+    request: DeleteAclsRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_delete_acls(response, [(code, _message(code), ())] * len(request.filters))
+
+
+def _encode_delete_acls(
+    response: Response, results: Sequence[tuple[WireError, str | None, Sequence[AclBinding]]]
+) -> ResponsePayload:
     result_entry = nested(response, "DeleteAclsFilterResult")
     matching_entry = nested(response, "DeleteAclsMatchingAcl")
-    refused = _refusal(context, session, ALTER)
-    results: Sequence[tuple[WireError, str | None, Sequence[AclBinding]]]
-    if refused is not None:
-        results = [(refused, _message(refused), ())] * len(request.filters)
-    else:
-        filters = [
-            filter_from_codes(
-                f.resource_type_filter,
-                f.resource_name_filter,
-                f.pattern_type_filter,
-                f.principal_filter,
-                f.host_filter,
-                f.operation,
-                f.permission_type,
-            )
-            for f in request.filters
-        ]
-        try:
-            deletions = await _acls(context).delete(filters)
-            results = [(wire(d.error), d.message, d.deleted) for d in deletions]
-        except DisklessError as e:
-            results = [(failure(admin_error, e, "delete acls"), None, ())] * len(filters)
     return build(
         response,
         throttle_time=NO_THROTTLE,

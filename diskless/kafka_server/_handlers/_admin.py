@@ -362,18 +362,25 @@ async def handle_create_partitions(
     context: BrokerContext, session: Session, request: CreatePartitionsRequest, response: Response
 ) -> ResponsePayload:
     allowed = Access(context, session).topics(ALTER, (t.name for t in request.topics))
-    try:
-        too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
-    except DisklessError as e:
-        failed = failure(admin_error, e, "growing topics")
-        errors = [failed] * len(request.topics)
-    else:
-        errors = [
-            await _grow_topic(context, t.name, int(t.count), bool(request.validate_only), too_many)
-            if t.name in allowed
-            else WireError.topic_authorization_failed
-            for t in request.topics
-        ]
+    too_many = await _added_partitions(context, request) > MAX_PARTITIONS_PER_REQUEST
+    errors = [
+        await _grow_topic(context, t.name, int(t.count), bool(request.validate_only), too_many)
+        if t.name in allowed
+        else WireError.topic_authorization_failed
+        for t in request.topics
+    ]
+    return _encode_create_partitions(response, request, errors)
+
+
+def create_partitions_error_response(
+    request: CreatePartitionsRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_create_partitions(response, request, [code] * len(request.topics))
+
+
+def _encode_create_partitions(
+    response: Response, request: CreatePartitionsRequest, errors: Sequence[WireError]
+) -> ResponsePayload:
     entry = nested(response, "CreatePartitionsTopicResult")
     answers = iter(errors)  # one per topic, in order
     results = tuple(

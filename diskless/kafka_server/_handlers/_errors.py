@@ -3,10 +3,11 @@
 A protocol outcome arrives as an `ErrorCode` value and keeps its code (`_protocol.fields.wire`).
 A library exception (`DisklessError`: storage, coordinator, a fenced or closed broker) is an
 infrastructure fault: the client must see a retriable error and try again, never a silent loss
-or a hung request. Which code is not decided here: each handler names its API's family in the
-library's table (`diskless._kafka_errors`: `produce_error`, `group_error`, ...), the same table
-the library answers its own failed partitions from, so a failure gets the same code whichever
-layer meets it. This module only logs the failure once and puts the code on the wire.
+or a hung request. Which code is not decided here: each route (`table`), or the handler that
+answers a failure entry by entry, names its API's family in the library's table
+(`diskless._kafka_errors`: `produce_error`, `group_error`, ...), the same table the library
+answers its own failed partitions from, so a failure gets the same code whichever layer meets
+it. This module only logs the failure once and puts the code on the wire.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Each decodes its request for `GroupCoordinator` (`_coordination.group_coordinator`), which
 serves a group only on the broker that owns it (NOT_COORDINATOR elsewhere), keeps its membership
 there and answers with Kafka error codes itself. Ownership and committed offsets live in the
-batch coordinator: a failure there gets the library's `group_error` code.
+batch coordinator: a failure there gets the library's `group_error` code, answered by the route
+(`*_error_response`), or by OffsetCommit and OffsetFetch, whose refused partitions keep their
+answer.
 
 Authorization, before the coordinator is asked: every one of them needs READ on the group
 (OffsetFetch: DESCRIBE), else GROUP_AUTHORIZATION_FAILED; OffsetCommit also READ on each topic
@@ -197,22 +199,24 @@ async def handle_join_group(
     if not _may_read(context, session, request.group_id):
         outcome = JoinOutcome(_GROUP_REFUSED, member_id=request.member_id)
         return _encode_join_group(response, request, outcome)
-    try:
-        outcome = await context.groups.join(
-            serving(context),
-            group_id=request.group_id,
-            instance_id=instance_id(request),
-            member_id=request.member_id,
-            protocol_type=request.protocol_type,
-            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-            session_timeout_ms=millis(request.session_timeout),
-            rebalance_timeout_ms=millis(rebalance_timeout),
-            require_known_member_id=request.__version__ >= 4,
-        )
-    except DisklessError as e:
-        error = failure(group_error, e, "joining a group")
-        outcome = JoinOutcome(error, member_id=request.member_id)
+    outcome = await context.groups.join(
+        serving(context),
+        group_id=request.group_id,
+        instance_id=instance_id(request),
+        member_id=request.member_id,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=millis(request.session_timeout),
+        rebalance_timeout_ms=millis(rebalance_timeout),
+        require_known_member_id=request.__version__ >= 4,
+    )
     return _encode_join_group(response, request, outcome)
+
+
+def join_group_error_response(
+    request: JoinGroupRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_join_group(response, request, JoinOutcome(code, member_id=request.member_id))
 
 
 def _encode_join_group(
@@ -243,18 +247,27 @@ async def handle_sync_group(
 ) -> ResponsePayload:
     error: WireError = _GROUP_REFUSED
     assignment = b""
-    try:
-        if _may_read(context, session, request.group_id):
-            error, assignment = await context.groups.sync(
-                serving(context),
-                request.group_id,
-                int(request.generation_id),
-                request.member_id,
-                {a.member_id: bytes(a.assignment) for a in request.assignments},
-                instance_id(request),
-            )
-    except DisklessError as e:
-        error = failure(group_error, e, "syncing a group")
+    if _may_read(context, session, request.group_id):
+        error, assignment = await context.groups.sync(
+            serving(context),
+            request.group_id,
+            int(request.generation_id),
+            request.member_id,
+            {a.member_id: bytes(a.assignment) for a in request.assignments},
+            instance_id(request),
+        )
+    return _encode_sync_group(response, request, error, assignment)
+
+
+def sync_group_error_response(
+    request: SyncGroupRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_sync_group(response, request, code, b"")
+
+
+def _encode_sync_group(
+    response: Response, request: SyncGroupRequest, error: WireError, assignment: bytes
+) -> ResponsePayload:
     protocol_type, protocol_name = (
         (request.protocol_type, request.protocol_name)
         if isinstance(request, sync_group_v5.SyncGroupRequest)  # v5 echoes the protocol
@@ -278,16 +291,13 @@ async def handle_heartbeat(
 ) -> ResponsePayload:
     if not _may_read(context, session, request.group_id):
         return build(response, throttle_time=NO_THROTTLE, error_code=_GROUP_REFUSED)
-    try:
-        error = await context.groups.heartbeat(
-            serving(context),
-            request.group_id,
-            int(request.generation_id),
-            request.member_id,
-            instance_id(request),
-        )
-    except DisklessError as e:
-        error = failure(group_error, e, "a heartbeat")
+    error = await context.groups.heartbeat(
+        serving(context),
+        request.group_id,
+        int(request.generation_id),
+        request.member_id,
+        instance_id(request),
+    )
     return build(response, throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -298,23 +308,22 @@ async def handle_leave_group(
     if not _may_read(context, session, request.group_id):
         return build(response, throttle_time=NO_THROTTLE, error_code=_GROUP_REFUSED, members=())
     if isinstance(request, _ONE_MEMBER_LEAVES):
-        try:
-            error = await context.groups.leave(me, request.group_id, request.member_id)
-        except DisklessError as e:
-            error = failure(group_error, e, "leaving a group")
+        error = await context.groups.leave(me, request.group_id, request.member_id)
         return build(response, throttle_time=NO_THROTTLE, error_code=error)
     leaving: list[tuple[str, str | None]] = [
         (member.member_id, member.group_instance_id) for member in request.members
     ]
-    try:
-        errors = [
-            await context.groups.leave(me, request.group_id, member_id, instance)
-            for member_id, instance in leaving
-        ]
-    except DisklessError as e:
-        error = failure(group_error, e, "leaving a group")
-        return build(response, throttle_time=NO_THROTTLE, error_code=error, members=())
+    errors = [
+        await context.groups.leave(me, request.group_id, member_id, instance)
+        for member_id, instance in leaving
+    ]
     return _encode_leave_group(response, leaving, errors)
+
+
+def leave_group_error_response(
+    request: LeaveGroupRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return build(response, throttle_time=NO_THROTTLE, error_code=code, members=())
 
 
 def _encode_leave_group(

@@ -2,7 +2,7 @@
 credential administration (KIP-554).
 
 A SASL listener authenticates a connection before any request reaches the handler table
-(`_server._authenticator`, as Kafka's `SaslServerAuthenticator` runs before `KafkaApis`). So
+(`_server.network._authenticator`, as Kafka's `SaslServerAuthenticator` runs before `KafkaApis`). So
 SaslHandshake and SaslAuthenticate arrive here only on a connection that has authenticated
 already, or on a listener without SASL; Kafka answers both with ILLEGAL_SASL_STATE (and the
 same message for SaslAuthenticate either way).

@@ -2,10 +2,11 @@
 EndTxn, through `TransactionFront`.
 
 The front end bridges the clients' transaction version 1 to the library's version 2 (see
-`_coordination.txn_front`); a failure of the coordinator gets the library's `txn_error` code
-(`group_error` for TxnOffsetCommit, which the group's coordinator serves). Offsets a transaction
-commits wait in its durable record and reach the group's committed offsets with its commit
-markers, in the same step (never if it aborts).
+`_coordination.txn_front`); a failure of the coordinator gets the library's `txn_error` code,
+answered by the route (`*_error_response`), or `group_error` for TxnOffsetCommit, which the
+group's coordinator serves, and whose partitions refused before the call keep their answer.
+Offsets a transaction commits wait in its durable record and reach the group's committed offsets
+with its commit markers, in the same step (never if it aborts).
 
 Authorization first, as Kafka's: WRITE on the transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request); an idempotent producer's
@@ -24,12 +25,12 @@ import kio.schema.txn_offset_commit.v3 as txn_offset_commit_v3
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
-from diskless._kafka_errors import group_error, txn_error
+from diskless._kafka_errors import group_error
 from diskless._types import ErrorCode, TopicPartition
 from diskless.errors import DisklessError
 from diskless.kafka_server._handlers._access import IDEMPOTENT_WRITE, READ, WRITE, Access
 from diskless.kafka_server._handlers._errors import failure
-from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
+from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, error_response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
 from diskless.kafka_server._protocol.fields import build, nested, partition_errors, wire
 from diskless.kafka_server._protocol.messages import (
@@ -62,25 +63,26 @@ async def handle_init_producer_id(
     request: InitProducerIdRequest,
     response: Response,
 ) -> ResponsePayload:
-    producer_id, epoch = -1, -1
     refused = _init_refusal(Access(context, session), request.transactional_id)
     if refused is not None:
-        error = refused
-    else:
-        try:
-            result = await context.transactions.init_producer_id(
-                request.transactional_id, millis(request.transaction_timeout)
-            )
-            error = wire(result.error)
-            producer_id, epoch = result.producer_id, result.producer_epoch
-        except DisklessError as e:
-            error = failure(txn_error, e, "init producer id")
+        return init_producer_id_error_response(request, response, refused)
+    result = await context.transactions.init_producer_id(
+        request.transactional_id, millis(request.transaction_timeout)
+    )
     return build(
         response,
         throttle_time=NO_THROTTLE,
-        error_code=error,
-        producer_id=producer_id,
-        producer_epoch=epoch,
+        error_code=wire(result.error),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+    )
+
+
+def init_producer_id_error_response(
+    request: InitProducerIdRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return build(
+        response, throttle_time=NO_THROTTLE, error_code=code, producer_id=-1, producer_epoch=-1
     )
 
 
@@ -90,30 +92,37 @@ async def handle_add_partitions_to_txn(
     request: AddPartitionsToTxnRequest,
     response: Response,
 ) -> ResponsePayload:
-    partitions = [
-        TopicPartition(topic.name, int(p))
-        for topic in request.v3_and_below_topics
-        for p in topic.partitions
-    ]
+    partitions = _partitions(request)
     access = Access(context, session)
     if not _may_write(access, request.v3_and_below_transactional_id):
-        return _encode_add_partitions(response, request, dict.fromkeys(partitions, _ID_REFUSED))
+        return add_partitions_to_txn_error_response(request, response, _ID_REFUSED)
     refused = access.refused(WRITE, partitions)
     if refused:  # none is added (Kafka: the others are not attempted)
         results = dict.fromkeys(partitions, WireError.operation_not_attempted)
         results.update(dict.fromkeys(refused, WireError.topic_authorization_failed))
         return _encode_add_partitions(response, request, results)
-    try:
-        codes = await context.transactions.add_partitions_to_txn(
-            request.v3_and_below_transactional_id,
-            int(request.v3_and_below_producer_id),
-            int(request.v3_and_below_producer_epoch),
-            partitions,
-        )
-        errors = [wire(code) for code in codes]
-    except DisklessError as e:
-        errors = [failure(txn_error, e, "add partitions to txn")] * len(partitions)
+    codes = await context.transactions.add_partitions_to_txn(
+        request.v3_and_below_transactional_id,
+        int(request.v3_and_below_producer_id),
+        int(request.v3_and_below_producer_epoch),
+        partitions,
+    )
+    errors = [wire(code) for code in codes]
     return _encode_add_partitions(response, request, dict(zip(partitions, errors, strict=True)))
+
+
+def add_partitions_to_txn_error_response(
+    request: AddPartitionsToTxnRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    return _encode_add_partitions(response, request, dict.fromkeys(_partitions(request), code))
+
+
+def _partitions(request: AddPartitionsToTxnRequest) -> list[TopicPartition]:
+    return [
+        TopicPartition(topic.name, int(p))
+        for topic in request.v3_and_below_topics
+        for p in topic.partitions
+    ]
 
 
 def _encode_add_partitions(
@@ -151,18 +160,14 @@ async def handle_end_txn(
     response: Response,
 ) -> ResponsePayload:
     if not _may_write(Access(context, session), request.transactional_id):
-        return build(response, throttle_time=NO_THROTTLE, error_code=_ID_REFUSED)
-    try:
-        result = await context.transactions.end_txn(
-            request.transactional_id,
-            int(request.producer_id),
-            int(request.producer_epoch),
-            bool(request.committed),
-        )
-        error = wire(result.error)
-    except DisklessError as e:
-        error = failure(txn_error, e, "end txn")
-    return build(response, throttle_time=NO_THROTTLE, error_code=error)
+        return error_response(request, response, _ID_REFUSED)
+    result = await context.transactions.end_txn(
+        request.transactional_id,
+        int(request.producer_id),
+        int(request.producer_epoch),
+        bool(request.committed),
+    )
+    return build(response, throttle_time=NO_THROTTLE, error_code=wire(result.error))
 
 
 async def handle_add_offsets_to_txn(
@@ -173,21 +178,16 @@ async def handle_add_offsets_to_txn(
 ) -> ResponsePayload:
     access = Access(context, session)
     if not _may_write(access, request.transactional_id):
-        return build(response, throttle_time=NO_THROTTLE, error_code=_ID_REFUSED)
+        return error_response(request, response, _ID_REFUSED)
     if not access.group(READ, request.group_id):
-        error_code = WireError.group_authorization_failed
-        return build(response, throttle_time=NO_THROTTLE, error_code=error_code)
-    try:
-        code = await context.transactions.add_offsets_to_txn(
-            request.transactional_id,
-            int(request.producer_id),
-            int(request.producer_epoch),
-            request.group_id,
-        )
-        error = wire(code)
-    except DisklessError as e:
-        error = failure(txn_error, e, "add offsets to txn")
-    return build(response, throttle_time=NO_THROTTLE, error_code=error)
+        return error_response(request, response, WireError.group_authorization_failed)
+    code = await context.transactions.add_offsets_to_txn(
+        request.transactional_id,
+        int(request.producer_id),
+        int(request.producer_epoch),
+        request.group_id,
+    )
+    return build(response, throttle_time=NO_THROTTLE, error_code=wire(code))
 
 
 async def handle_txn_offset_commit(

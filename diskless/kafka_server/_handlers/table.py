@@ -8,7 +8,9 @@ this table's ranges, so its handler is the table's own.
 Handlers are written once for every advertised version: values are named as kio names the fields
 and `build` keeps those the requested version has. Protocol outcomes are error codes in the
 response; a library failure becomes the code the library's error table gives the API's family
-(`diskless._kafka_errors`).
+(`diskless._kafka_errors`). Where that code answers the whole request, the table names the family
+and the request's error response, and the route answers it (`_route`); the other handlers answer
+their failures themselves, entry by entry.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
+from diskless._kafka_errors import admin_error, group_error, txn_error
 from diskless.kafka_server._handlers._acls import (
+    create_acls_error_response,
+    delete_acls_error_response,
+    describe_acls_error_response,
     handle_create_acls,
     handle_delete_acls,
     handle_describe_acls,
 )
 from diskless.kafka_server._handlers._admin import (
+    create_partitions_error_response,
     handle_create_partitions,
     handle_create_topics,
     handle_delete_records,
@@ -43,9 +50,12 @@ from diskless.kafka_server._handlers._groups import (
     handle_offset_commit,
     handle_offset_fetch,
     handle_sync_group,
+    join_group_error_response,
+    leave_group_error_response,
+    sync_group_error_response,
 )
 from diskless.kafka_server._handlers._produce import handle_produce
-from diskless.kafka_server._handlers._route import Handler, Response, Route
+from diskless.kafka_server._handlers._route import Handler, Response, Route, error_response
 from diskless.kafka_server._handlers._security import (
     handle_alter_user_scram_credentials,
     handle_describe_user_scram_credentials,
@@ -53,11 +63,13 @@ from diskless.kafka_server._handlers._security import (
     handle_sasl_handshake,
 )
 from diskless.kafka_server._handlers._transactions import (
+    add_partitions_to_txn_error_response,
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
     handle_end_txn,
     handle_init_producer_id,
     handle_txn_offset_commit,
+    init_producer_id_error_response,
 )
 from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import API_VERSIONS_FALLBACK, ApiKey
@@ -79,29 +91,29 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_produce),
         Route(handle_fetch),
         Route(handle_list_offsets),
-        Route(handle_init_producer_id),
-        Route(handle_add_partitions_to_txn),
-        Route(handle_add_offsets_to_txn),
+        Route(handle_init_producer_id, txn_error, init_producer_id_error_response),
+        Route(handle_add_partitions_to_txn, txn_error, add_partitions_to_txn_error_response),
+        Route(handle_add_offsets_to_txn, txn_error, error_response),
         Route(handle_txn_offset_commit),
-        Route(handle_end_txn),
+        Route(handle_end_txn, txn_error, error_response),
         Route(handle_offset_commit),
         Route(handle_offset_fetch),
-        Route(handle_join_group),
-        Route(handle_sync_group),
-        Route(handle_heartbeat),
-        Route(handle_leave_group),
+        Route(handle_join_group, group_error, join_group_error_response),
+        Route(handle_sync_group, group_error, sync_group_error_response),
+        Route(handle_heartbeat, group_error, error_response),
+        Route(handle_leave_group, group_error, leave_group_error_response),
         Route(handle_create_topics),
         Route(handle_delete_topics),
-        Route(handle_create_partitions),
+        Route(handle_create_partitions, admin_error, create_partitions_error_response),
         Route(handle_describe_configs),
         Route(handle_delete_records),
         Route(handle_sasl_handshake),
         Route(handle_sasl_authenticate),
         Route(handle_describe_user_scram_credentials),
         Route(handle_alter_user_scram_credentials),
-        Route(handle_create_acls),
-        Route(handle_describe_acls),
-        Route(handle_delete_acls),
+        Route(handle_create_acls, admin_error, create_acls_error_response),
+        Route(handle_describe_acls, admin_error, describe_acls_error_response),
+        Route(handle_delete_acls, admin_error, delete_acls_error_response),
     )
 }
 

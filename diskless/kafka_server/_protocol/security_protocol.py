@@ -2,7 +2,7 @@
 they authenticate with SASL before any other request (Kafka's `SecurityProtocol`).
 
 It lives with the protocol, below the handlers, because a connection's `Session` names its
-listener's protocol; the server's modules import it as `_server.security_protocol`.
+listener's protocol; the server's modules import it from here.
 """
 
 from __future__ import annotations

@@ -52,13 +52,13 @@ from diskless.kafka_server._protocol.codec import (
     request_schema,
 )
 from diskless.kafka_server._protocol.fields import build
-from diskless.kafka_server._server._connection import Dispatch
-from diskless.kafka_server._server._jaas import plain_users
-from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._request_budget import RequestBudget
-from diskless.kafka_server._server._sasl_plain import PlainServer
-from diskless.kafka_server._server._sasl_scram import SaslFailure, ScramServer
-from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.auth._jaas import plain_users
+from diskless.kafka_server._server.auth._sasl_plain import PlainServer
+from diskless.kafka_server._server.auth._sasl_scram import SaslFailure, ScramServer
+from diskless.kafka_server._server.network._connection import Dispatch
+from diskless.kafka_server._server.network._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server.network._request_budget import RequestBudget
+from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)

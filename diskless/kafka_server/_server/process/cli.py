@@ -28,9 +28,9 @@ from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL, check_commit_bounds
 from diskless._limits import LEASE_TTL_MS_MAX, CommitBounds
 from diskless.coordinator import check_topic_name
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
-from diskless.kafka_server._server.cluster import BROKER_ID_MAX, PORT_MAX, check_broker_id
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.services import LifecycleConfig
+from diskless.kafka_server._server.process.cluster import BROKER_ID_MAX, PORT_MAX, check_broker_id
+from diskless.kafka_server._server.process.services import LifecycleConfig
+from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.lifecycle import ConsolidatorConfig
 from diskless.storage import S3ObjectStore
 from diskless.wal import WalConfig

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from diskless.kafka_server._handlers.context import DEFAULT_LISTENER
-from diskless.kafka_server._server.security_protocol import SecurityProtocol
+from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
 
 LOOPBACK: Final = "127.0.0.1"
 PORT_MAX: Final = 65535

@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from diskless import OffsetSpec, TopicPartition
 from diskless.coordinator import BatchCoordinator, ListOffsetsRequest
 from diskless.errors import DisklessError
-from diskless.kafka_server._server.metrics_events import OTHER, PREFIX
+from diskless.kafka_server._server.metrics.metrics_events import OTHER, PREFIX
 
 _log = logging.getLogger(__name__)
 

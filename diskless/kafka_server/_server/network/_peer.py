@@ -7,9 +7,9 @@ import logging
 from collections.abc import Sequence
 
 from diskless.kafka_server._handlers.context import ANONYMOUS, DEFAULT_LISTENER, Session
-from diskless.kafka_server._server._principal_rules import Rule
-from diskless.kafka_server._server.security_protocol import SecurityProtocol
-from diskless.kafka_server._server.tls import principal
+from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
+from diskless.kafka_server._server.auth._principal_rules import Rule
+from diskless.kafka_server._server.auth.tls import principal
 
 _log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
-from diskless.kafka_server._server._principal_rules import Rule, map_name, parse_rules
-from diskless.kafka_server._server._x500 import subject_dn
+from diskless.kafka_server._server.auth._principal_rules import Rule, map_name, parse_rules
+from diskless.kafka_server._server.auth._x500 import subject_dn
 
 CLIENT_AUTH: Final = {
     "none": ssl.CERT_NONE,

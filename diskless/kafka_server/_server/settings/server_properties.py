@@ -29,9 +29,9 @@ from typing import Final
 import msgspec
 
 from diskless.kafka_server._handlers.context import BrokerSetting
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.inapplicable_properties import applicable, refusal_of
-from diskless.kafka_server._server.tls import Hidden
+from diskless.kafka_server._server.auth.tls import Hidden
+from diskless.kafka_server._server.settings.config import ServerConfig
+from diskless.kafka_server._server.settings.inapplicable_properties import applicable, refusal_of
 
 PROPERTIES: Final[dict[str, str]] = {
     "socket.request.max.bytes": "frame_bytes_max",

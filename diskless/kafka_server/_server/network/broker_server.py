@@ -1,36 +1,27 @@
-"""One broker's Kafka listeners: asyncio TCP servers, one per listener (`_server.listeners`; by
-default one PLAINTEXT listener on 127.0.0.1), each accepted connection served by a `Connection`
-(framing, order, limits) with a `Session` naming its listener, each request routed by the
-handler table. A TLS listener's connections are upgraded before anything is read: one whose
-handshake fails or does not finish within `ssl_handshake_timeout_ms` is closed with a
-rate-limited warning (a plaintext client on a TLS port; a TLS client on a plaintext port sends
-a size prefix beyond any frame, and is closed for that).
+"""One broker's Kafka listeners: asyncio TCP servers, one per listener
+(`_server.settings.listeners`; by default one PLAINTEXT listener on 127.0.0.1), each accepted
+connection served by a `Connection` (framing, order, limits) with a `Session` naming its
+listener, each request routed by the handler table. A TLS listener's connections are upgraded
+before anything is read: one whose handshake fails or does not finish within
+`ssl_handshake_timeout_ms` is closed with a rate-limited warning (a plaintext client on a TLS
+port; a TLS client on a plaintext port sends a size prefix beyond any frame, and is closed for
+that).
 
-The listener is where requests meet the APIs, and only through the handler table
-(`_handlers.table`): a frame's API key and version pick its route, or none (the connection is
-closed: an API key this server does not know, or a version it does not advertise, other than
-ApiVersions, which is answered, as Kafka does, with a v0 response carrying UNSUPPORTED_VERSION and
-the supported ranges). The listener knows no API beyond that; requests are counted per API key
-and client id (`received`). Handlers see the listener as their `BrokerContext`.
-
-A frame above `inline_frame_bytes_max` is decoded, and its response encoded, in a worker thread:
-time on the event loop is shared by every broker of the process.
+The listener knows no API: each frame goes to the broker's `Dispatcher` (`_dispatcher`), which
+routes it by the handler table, and the handlers see the server as their `BrokerContext`: the
+broker, its settings and the coordination it fronts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import functools
 import logging
 import socket
 import ssl
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, TypeVar
-
-from kio.static.protocol import ResponsePayload
+from collections.abc import Sequence
+from typing import Final
 
 from diskless import DisklessBroker
 from diskless._availability import log_failure
@@ -40,33 +31,21 @@ from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._handlers.context import BrokerSetting, Session
-from diskless.kafka_server._handlers.table import route, unsupported_version_answer
 from diskless.kafka_server._protocol.apis import ApiKey
-from diskless.kafka_server._protocol.codec import (
-    DecodedRequest,
-    FrameError,
-    decode_request,
-    encode_response,
-    read_prefix,
-    request_schema,
-)
-from diskless.kafka_server._server._authenticator import Authenticator
-from diskless.kafka_server._server._connection import Connection, ConnectionSweeper
-from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._peer import peer_session
-from diskless.kafka_server._server._principal_rules import Rule, parse_rules
-from diskless.kafka_server._server._request_budget import RequestBudget
-from diskless.kafka_server._server._responses import Answer
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.listeners import BrokerListener, ListenerPlan
-from diskless.kafka_server._server.response_errors import error_codes
-from diskless.kafka_server._server.server_properties import settings
-from diskless.kafka_server._server.tls import NoMatchingRule
+from diskless.kafka_server._server.auth._principal_rules import Rule, parse_rules
+from diskless.kafka_server._server.auth.tls import NoMatchingRule
+from diskless.kafka_server._server.network._authenticator import Authenticator
+from diskless.kafka_server._server.network._connection import Connection, ConnectionSweeper
+from diskless.kafka_server._server.network._dispatcher import Dispatcher
+from diskless.kafka_server._server.network._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server.network._peer import peer_session
+from diskless.kafka_server._server.network._request_budget import RequestBudget
+from diskless.kafka_server._server.settings.config import ServerConfig
+from diskless.kafka_server._server.settings.listeners import BrokerListener, ListenerPlan
+from diskless.kafka_server._server.settings.server_properties import settings
 from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)
-
-_Result = TypeVar("_Result")
 
 
 ACCEPTED_CALLBACK_ITERATIONS: Final = 2
@@ -129,14 +108,13 @@ class BrokerServer:
         self._sessions: dict[asyncio.Task[None], Session] = {}
         self._sweeper = ConnectionSweeper(self.config)
         self._sweeping: asyncio.Task[None] | None = None
-        self._codec: concurrent.futures.ThreadPoolExecutor | None = None
+        self._dispatch = Dispatcher(self, inline_frame_bytes_max=self.config.inline_frame_bytes_max)
         self._close_warnings = RateLimitedWarnings(
             _log,
             interval_s=self.config.close_warning_interval_ms / 1000,
             burst=self.config.close_warnings_max,
             what="connection closes",
         )
-        self._received: collections.Counter[tuple[ApiKey, str]] = collections.Counter()
         self._authenticator = Authenticator(
             self.config,
             credentials,
@@ -183,10 +161,7 @@ class BrokerServer:
     async def start(self) -> None:
         if self._servers:
             return
-        # One thread: the codec is pure Python under the GIL, more would not make it faster.
-        self._codec = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"kafka-codec-{self.broker_id}"
-        )
+        self._dispatch.open()
         endpoints = []
         try:
             for listener in self._listeners:
@@ -263,9 +238,7 @@ class BrokerServer:
             await server.wait_closed()
         self._close_warnings.flush()
         self._authenticator.failures.flush()
-        if self._codec is not None:
-            self._codec.shutdown(wait=False, cancel_futures=True)
-            self._codec = None
+        self._dispatch.close()
         _log.info("broker %d stopped listening (abort=%s)", self.broker_id, abort)
 
     # --- connections --------------------------------------------------------------------------
@@ -369,64 +342,7 @@ class BrokerServer:
 
     def received(self, api: ApiKey) -> collections.Counter[str]:
         """Requests of `api` this broker received, per client id (where routing sent whom)."""
-        return collections.Counter(
-            {client: n for (key, client), n in self._received.items() if key is api}
-        )
-
-    async def _dispatch(self, session: Session, frame: memoryview) -> Answer:
-        """Decode one request and start its handler; FrameError when the connection must close
-        (see `_connection.Dispatch`)."""
-        started = time.perf_counter()
-        prefix = read_prefix(frame)
-        key, version = prefix.api_key, prefix.api_version
-        handler = route(key, version)
-        if handler is None:
-            response = unsupported_version_answer(key)
-            if response is None:
-                raise FrameError(f"api key {key} v{version} is not supported")
-            done: Answer = asyncio.get_running_loop().create_future()
-            done.set_result(encode_response(prefix.correlation_id, response))
-            return done
-        schema = request_schema(key, version)
-        assert schema is not None, (key, version)  # every advertised version is modelled
-        large = len(frame) > self.config.inline_frame_bytes_max
-        request: DecodedRequest
-        if large:
-            request = await self._in_codec_thread(functools.partial(decode_request, frame, schema))
-        else:
-            request = decode_request(frame, schema)
-        self._received[(handler.api.key, request.client_id or "")] += 1
-        handling = handler(self, session, request.body)
-        answer = self._answer(handling, prefix.correlation_id, handler.api.key, started, large)
-        return asyncio.ensure_future(answer)
-
-    async def _answer(
-        self,
-        handling: Awaitable[ResponsePayload | None],
-        correlation_id: int,
-        api: ApiKey,
-        started: float,
-        large: bool,
-    ) -> bytes | None:
-        """The framed response; a large request's response is encoded off the event loop
-        (its size grows with the request's: 100,000 topics in, 100,000 out). The one place
-        every answered request is measured."""
-        response = await handling
-        if self.metrics is not NULL_METRICS:  # the walk for error codes only where they count
-            errors = error_codes(response) if response is not None else ()
-            self.metrics.request_answered(api.name, time.perf_counter() - started, errors)
-        if response is None:
-            return None
-        if large:
-            return await self._in_codec_thread(
-                functools.partial(encode_response, correlation_id, response)
-            )
-        return encode_response(correlation_id, response)
-
-    async def _in_codec_thread(self, function: Callable[[], _Result]) -> _Result:
-        if self._codec is None:
-            raise ConnectionError("the server is closing")
-        return await asyncio.get_running_loop().run_in_executor(self._codec, function)
+        return self._dispatch.received(api)
 
 
 def _set_buffers(server: asyncio.Server, config: ServerConfig) -> None:

@@ -13,9 +13,9 @@ from diskless.kafka_server._handlers.context import (
     TopicDefaults,
 )
 from diskless.kafka_server._protocol.codec import FRAME_BYTES_MAX
-from diskless.kafka_server._server._jaas import plain_users
-from diskless.kafka_server._server.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
-from diskless.kafka_server._server.tls import DEFAULT_PROTOCOLS, Hidden, TlsSettings
+from diskless.kafka_server._server.auth._jaas import plain_users
+from diskless.kafka_server._server.auth.tls import DEFAULT_PROTOCOLS, Hidden, TlsSettings
+from diskless.kafka_server._server.settings.listeners import DEFAULT_PROTOCOL_MAP, listener_plan
 from diskless.txn import TRANSACTION_TIMEOUT_MS_MAX
 
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -103,7 +103,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     listeners: str = ""
     """Kafka's `listeners` (`NAME://HOST:PORT,...`); empty: one PLAINTEXT listener on 127.0.0.1
     at the port the cluster gives each broker. Broker k of a process listens on PORT + k
-    (`_server.listeners`)."""
+    (`_server.settings.listeners`)."""
     advertised_listeners: str = ""
     """Kafka's `advertised.listeners`; empty: `listeners`."""
     listener_security_protocol_map: str = DEFAULT_PROTOCOL_MAP
@@ -112,7 +112,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's `broker.rack`: the rack of every broker of this process; empty: broker i is in
     rack `rack-(i mod racks)`."""
     ssl_keystore_type: str = "PEM"
-    """Kafka's `ssl.keystore.type`; PEM only (`_server.tls` describes every `ssl_` field)."""
+    """Kafka's `ssl.keystore.type`; PEM only (`_server.auth.tls` describes every `ssl_` field)."""
     ssl_keystore_location: str = ""
     """Kafka's `ssl.keystore.location`: a PEM file with the private key and certificate chain."""
     ssl_keystore_certificate_chain: str = ""
@@ -149,7 +149,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     plain_sasl_jaas_config: str = ""
     """Kafka's `listener.name.<name>.plain.sasl.jaas.config`: a PlainLoginModule line whose
     `user_<name>="<password>"` options are the users PLAIN accepts on that listener
-    (`_server._jaas`). Without the prefix, the line of every listener that has none of its own
+    (`_server.auth._jaas`). Without the prefix, the line of every listener that has none of its own
     (where Kafka would read its static JAAS file's KafkaServer section)."""
     connection_failed_authentication_delay_ms: int = 100
     """Kafka's `connection.failed.authentication.delay.ms`: a failed authentication is answered

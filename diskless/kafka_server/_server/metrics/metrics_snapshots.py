@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from diskless import DisklessBroker
 from diskless.coordinator import BatchCoordinator
-from diskless.kafka_server._server.metrics_events import PREFIX
+from diskless.kafka_server._server.metrics.metrics_events import PREFIX
 from diskless.lifecycle import Consolidator, FileManager, RetentionScheduler
 from diskless.metrics import StorageRates
 from diskless.storage import ObjectStore, StoreStats

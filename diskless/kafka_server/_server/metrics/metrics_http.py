@@ -17,7 +17,7 @@ from typing import Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from diskless.kafka_server._server.config import parse_host_port
+from diskless.kafka_server._server.settings.config import parse_host_port
 
 _log = logging.getLogger(__name__)
 

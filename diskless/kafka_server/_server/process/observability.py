@@ -40,13 +40,13 @@ from prometheus_client.registry import Collector
 from diskless import DisklessBroker
 from diskless._object_keys import probe_key
 from diskless.coordinator import BatchCoordinator
-from diskless.kafka_server._server.cluster import KafkaCluster
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.metrics_events import PREFIX, PrometheusMetrics
-from diskless.kafka_server._server.metrics_http import MetricsEndpoint
-from diskless.kafka_server._server.metrics_lag import LagTracker
-from diskless.kafka_server._server.metrics_snapshots import Sources
-from diskless.kafka_server._server.readiness import BOUND_S, Check, Readiness
+from diskless.kafka_server._server.metrics.metrics_events import PREFIX, PrometheusMetrics
+from diskless.kafka_server._server.metrics.metrics_http import MetricsEndpoint
+from diskless.kafka_server._server.metrics.metrics_lag import LagTracker
+from diskless.kafka_server._server.metrics.metrics_snapshots import Sources
+from diskless.kafka_server._server.metrics.readiness import BOUND_S, Check, Readiness
+from diskless.kafka_server._server.process.cluster import KafkaCluster
+from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.metrics import STORAGE_RATES, StorageRates
 from diskless.storage import ObjectStore
 

@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from diskless.kafka_server._server.cli import UsageError
-from diskless.kafka_server._server.cluster import PORT_MAX, check_broker_id
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.inapplicable_properties import ignored
-from diskless.kafka_server._server.listeners import listener_plan
-from diskless.kafka_server._server.properties import PropertiesError, read_properties
-from diskless.kafka_server._server.server_properties import server_config
+from diskless.kafka_server._server.process.cli import UsageError
+from diskless.kafka_server._server.process.cluster import PORT_MAX, check_broker_id
+from diskless.kafka_server._server.settings.config import ServerConfig
+from diskless.kafka_server._server.settings.inapplicable_properties import ignored
+from diskless.kafka_server._server.settings.listeners import listener_plan
+from diskless.kafka_server._server.settings.properties import PropertiesError, read_properties
+from diskless.kafka_server._server.settings.server_properties import server_config
 
 BROKER_ID_PROPERTIES: Final = ("node.id", "broker.id")
 DATA_DIR_PROPERTIES: Final = ("log.dirs", "log.dir")

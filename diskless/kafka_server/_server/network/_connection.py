@@ -31,10 +31,10 @@ from typing import Final
 
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._protocol.codec import FRAME_SIZE, FrameError
-from diskless.kafka_server._server._log_limit import RateLimitedWarnings
-from diskless.kafka_server._server._request_budget import RequestBudget, Reservation
-from diskless.kafka_server._server._responses import Answer, InOrderResponses
-from diskless.kafka_server._server.config import ServerConfig
+from diskless.kafka_server._server.network._log_limit import RateLimitedWarnings
+from diskless.kafka_server._server.network._request_budget import RequestBudget, Reservation
+from diskless.kafka_server._server.network._responses import Answer, InOrderResponses
+from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.metrics import NULL_METRICS, Metrics
 
 _log = logging.getLogger(__name__)

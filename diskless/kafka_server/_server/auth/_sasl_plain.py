@@ -7,7 +7,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
-from diskless.kafka_server._server._sasl_scram import SaslFailure
+from diskless.kafka_server._server.auth._sasl_scram import SaslFailure
 
 
 class PlainServer:

@@ -2,7 +2,7 @@
 
 Broker i is in rack `rack-(i mod racks)` (or every broker in `broker.rack`, when set) and
 listens on its own port of 127.0.0.1, or on its own ports of the configured listeners (broker k
-of the process on each listener's port + k, `_server.listeners`); ids are 0..N-1
+of the process on each listener's port + k, `_server.settings.listeners`); ids are 0..N-1
 unless given (`broker_ids`, to join other processes' brokers over the same coordinator and store:
 the membership view announces each broker in the coordinator's registry and lists the others'). The
 brokers share, besides the store and the coordinator, the cluster's membership view, its transaction
@@ -35,10 +35,10 @@ from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
-from diskless.kafka_server._server._request_budget import RequestBudget
-from diskless.kafka_server._server.broker_server import BrokerServer
-from diskless.kafka_server._server.config import ServerConfig
-from diskless.kafka_server._server.listeners import listener_plan
+from diskless.kafka_server._server.network._request_budget import RequestBudget
+from diskless.kafka_server._server.network.broker_server import BrokerServer
+from diskless.kafka_server._server.settings.config import ServerConfig
+from diskless.kafka_server._server.settings.listeners import listener_plan
 from diskless.metrics import NULL_METRICS, Metrics
 from diskless.storage import ObjectStore
 
