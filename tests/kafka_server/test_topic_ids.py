@@ -8,6 +8,8 @@
   and DeleteTopics v6 deletes by id: an id no
   topic has now (the id of a topic deleted since, even one created again under the same name)
   is UNKNOWN_TOPIC_ID, and leaves the topic of that name alone.
+- Metadata v10 and v11 carry topic ids but cannot answer a topic without its name: a topic named
+  there only by id is INVALID_REQUEST, as Kafka refuses it, and the connection goes on.
 - A produce to a name no topic can have fails at once with INVALID_TOPIC_EXCEPTION, as Kafka
   answers Metadata for it (librdkafka's test 0057), instead of waiting out
   `message.timeout.ms` for a topic that cannot appear.
@@ -27,6 +29,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.errors import ErrorCode as WireError
+from kio.schema.metadata.v11.request import MetadataRequest as MetadataRequestV11
+from kio.schema.metadata.v11.request import MetadataRequestTopic as MetadataRequestTopicV11
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i16, i32
 
@@ -216,3 +220,27 @@ async def test_create_topics_answers_the_id_and_delete_topics_deletes_by_id(
     finally:
         await client.close()
     assert await cluster.coordinator.describe_topics() == []
+
+
+async def test_metadata_v11_refuses_a_topic_named_only_by_id_and_the_connection_goes_on(
+    cluster: KafkaCluster,
+) -> None:
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        (created,) = (await client.request(_create("by-id-v11"))).topics
+        assert created.topic_id is not None
+        by_id_v11 = MetadataRequestV11(
+            topics=(MetadataRequestTopicV11(topic_id=created.topic_id, name=None),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        (refused,) = (await client.request(by_id_v11)).topics
+        assert (refused.name, refused.topic_id, refused.error_code) == (
+            "",
+            created.topic_id,
+            WireError.invalid_request,
+        )
+        (by_name,) = (await client.request(_metadata("by-id-v11"))).topics
+        assert (by_name.topic_id, by_name.error_code) == (created.topic_id, WireError.none)
+    finally:
+        await client.close()

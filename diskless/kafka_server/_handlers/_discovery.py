@@ -23,6 +23,8 @@ import kio.schema.metadata.v0 as metadata_v0
 import kio.schema.metadata.v1 as metadata_v1
 import kio.schema.metadata.v2 as metadata_v2
 import kio.schema.metadata.v3 as metadata_v3
+import kio.schema.metadata.v10 as metadata_v10
+import kio.schema.metadata.v11 as metadata_v11
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
@@ -53,6 +55,9 @@ _WITHOUT_AUTO_CREATE_FLAG: Final = (
     metadata_v3.MetadataRequest,
 )
 """Metadata v4 added `allow_auto_topic_creation`; older versions always allow it."""
+_IDS_WITHOUT_NULL_NAMES: Final = (metadata_v10.MetadataRequest, metadata_v11.MetadataRequest)
+"""Metadata v10 and v11 carry topic ids, but their responses cannot leave a topic's name out:
+Kafka refuses a topic named only by id in them (INVALID_REQUEST), and so does this broker."""
 
 
 # --- ApiVersions ----------------------------------------------------------------------------------
@@ -95,14 +100,19 @@ async def handle_metadata(
         ids = [i for t in request.topics if t.name is None and (i := getattr(t, "topic_id", None))]
     access = Access(context, session)
     unknown_ids: list[uuid.UUID] = []
+    rack = session.client_rack if session.client_rack is not None else context.rack
+    if ids and isinstance(request, _IDS_WITHOUT_NULL_NAMES):
+        refused = dict.fromkeys(ids, WireError.invalid_request)
+        nothing = _Topics([], {}, WireError.none, set())
+        return await _encode_metadata(response, context, nothing, rack, session.listener, refused)
     if ids:
         named, unknown_ids = await _named_by_id(context, access, ids)
         assert requested is not None
         requested.extend(named)
     may_create = _may_create(context, request) and not ids
     topics = await _describe(context, access, requested, may_create)
-    rack = session.client_rack if session.client_rack is not None else context.rack
-    return await _encode_metadata(response, context, topics, rack, session.listener, unknown_ids)
+    unknown = dict.fromkeys(unknown_ids, WireError.unknown_topic_id)
+    return await _encode_metadata(response, context, topics, rack, session.listener, unknown)
 
 
 async def _named_by_id(
@@ -207,10 +217,12 @@ async def _encode_metadata(
     topics: _Topics,
     rack: str | None,
     listener: str,
-    unknown_ids: list[uuid.UUID],
+    by_id: Mapping[uuid.UUID, WireError],
 ) -> ResponsePayload:
     """Brokers are listed at their endpoint of the client's `listener` (a broker without one is
-    left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka)."""
+    left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka). Topics named by
+    an id that are not answered by name come last, with their code: UNKNOWN_TOPIC_ID without a
+    name (v12+), INVALID_REQUEST with an empty one (v10, v11, whose names are not nullable)."""
     broker_entry = nested(response, "MetadataResponseBroker")
     topic_entry = nested(response, "MetadataResponseTopic")
     reachable = {b.broker_id: b.on(listener) for b in context.cluster.brokers()}
@@ -239,13 +251,13 @@ async def _encode_metadata(
     entries.extend(
         build(
             topic_entry,
-            error_code=WireError.unknown_topic_id,
-            name=None,
+            error_code=code,
+            name=None if code is WireError.unknown_topic_id else "",
             topic_id=topic_id,
             is_internal=False,
             partitions=(),
         )
-        for topic_id in unknown_ids
+        for topic_id, code in by_id.items()
     )
     return build(
         response,
