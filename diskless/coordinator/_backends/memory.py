@@ -11,7 +11,15 @@ import bisect
 import collections
 import itertools
 import operator
-from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 from msgspec.structs import replace
@@ -23,6 +31,7 @@ from diskless.coordinator._feed import ChangeListener, ChangeListeners, recorded
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
     LeaseHolder,
@@ -37,6 +46,7 @@ from diskless.coordinator._store import (
     Durability,
     Needs,
     Operation,
+    Query,
     ReadView,
     Snapshot,
     StoreStep,
@@ -196,8 +206,8 @@ class MemoryStore(StoreStep, ReadView):
         self._listeners.publish_runs(runs)
         return result
 
-    async def read(self, query: Callable[[ReadView], T]) -> T:
-        return query(self)
+    async def read(self, query: Query[T]) -> T:
+        return await query(self)
 
     def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
         return self._listeners.add(listener)  # every change is this process's
@@ -259,7 +269,7 @@ class MemoryStore(StoreStep, ReadView):
         if needs.batch_refs or needs.batches or needs.retained_partitions:
             self._load_logs(needs, snapshot)
         if needs.scram_users:
-            snapshot.scram = self.scram_credentials(list(needs.scram_users))
+            snapshot.scram = await self.scram_credentials(list(needs.scram_users))
         if needs.acls:
             snapshot.acls = sorted(self._acls)
         return snapshot
@@ -442,47 +452,80 @@ class MemoryStore(StoreStep, ReadView):
             released.set_result(None)
 
     # --- ReadView -----------------------------------------------------------------------------
-    def partition(self, tp: TopicPartition) -> PartitionState | None:
+    async def partition(self, tp: TopicPartition) -> PartitionState | None:
         found = self._partitions.get(tp)
         return None if found is None else found.state
 
-    def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
-        return self._by_key[state.key].log.from_offset(offset)
+    async def partitions(self, tps: Sequence[TopicPartition]) -> list[PartitionState | None]:
+        return [None if (p := self._partitions.get(tp)) is None else p.state for tp in tps]
 
-    def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
+    async def fetch_heads(
+        self, wanted: Sequence[tuple[TopicPartition, int]], rows: int = FETCH_HEAD_ROWS
+    ) -> list[FetchHead | None]:
+        heads: list[FetchHead | None] = []
+        for tp, offset in wanted:
+            found = self._partitions.get(tp)
+            if found is None:
+                heads.append(None)
+                continue
+            loaded = list(itertools.islice(found.log.from_offset(offset), rows))
+            aborted = bool(self._aborted_from(found.state.key, offset))
+            heads.append(FetchHead(found.state, loaded, len(loaded) < rows, aborted))
+        return heads
+
+    async def aborted_within(
+        self, ranges: Sequence[tuple[PartitionState, int, int]]
+    ) -> list[list[AbortedTxn]]:
+        return [
+            [a for a in self._aborted_from(state.key, offset) if a.first_offset < end]
+            for state, offset, end in ranges
+        ]
+
+    async def batches_from(self, state: PartitionState, offset: int) -> AsyncIterator[StoredBatch]:
+        for row in self._by_key[state.key].log.from_offset(offset):
+            yield row
+
+    async def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
         return self._by_key[state.key].log.max_timestamp()
 
-    def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
+    async def first_running_max_at_least(
+        self, state: PartitionState, ts: int
+    ) -> StoredBatch | None:
         return self._by_key[state.key].log.first_running_max_at_least(ts)
 
-    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
-        aborted = self._by_key[state.key].aborted
-        return iter(aborted[bisect.bisect_left(aborted, offset, key=_marker_offset) :])
+    async def aborted_from(self, state: PartitionState, offset: int) -> AsyncIterator[AbortedTxn]:
+        for aborted in self._aborted_from(state.key, offset):
+            yield aborted
 
-    def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
+    def _aborted_from(self, key: int, offset: int) -> list[AbortedTxn]:
+        aborted = self._by_key[key].aborted
+        return aborted[bisect.bisect_left(aborted, offset, key=_marker_offset) :]
+
+    async def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
         if names is None:
             return [self._topics[name] for name in sorted(self._topics)]
         return [self._topics[name] for name in names if name in self._topics]
 
-    def producers_of(self, partition_key: int) -> list[ProducerEntry]:
+    async def producers_of(self, partition_key: int) -> list[ProducerEntry]:
         entries = self._by_key[partition_key].producers
         return [entries[pid] for pid in sorted(entries)]
 
-    def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
+    async def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
         return {k: f for k in keys if (f := self._files.get(k)) is not None}
 
-    def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
+    async def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
         return [
             (p.state, p.log.rows[p.log.consolidated()])
             for p in self._by_key.values()
             if len(p.log) and not p.log.rows[-1].is_extent
         ]
 
-    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
+    async def unconsolidated_rows(self, state: PartitionState) -> AsyncIterator[StoredBatch]:
         log = self._by_key[state.key].log
-        return itertools.islice(log.rows, log.consolidated(), None)
+        for row in itertools.islice(log.rows, log.consolidated(), None):
+            yield row
 
-    def metadata_stats(self) -> MetadataStats:
+    async def metadata_stats(self) -> MetadataStats:
         rows = extents = retained = 0
         for partition in self._by_key.values():
             log = partition.log
@@ -492,7 +535,7 @@ class MemoryStore(StoreStep, ReadView):
             retained += partition.state.size_bytes
         return MetadataStats(rows, extents, retained, None)
 
-    def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
+    async def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
         candidates = sorted(
             (f.since_ms, key)
             for key, f in self._files.items()
@@ -500,17 +543,17 @@ class MemoryStore(StoreStep, ReadView):
         )
         return [(key, self._files[key]) for _, key in candidates[:limit]]
 
-    def file_totals(self) -> dict[FileState, tuple[int, int]]:
+    async def file_totals(self) -> dict[FileState, tuple[int, int]]:
         totals: dict[FileState, tuple[int, int]] = {}
         for file in self._files.values():
             count, size = totals.get(file.state, (0, 0))
             totals[file.state] = (count + 1, size + file.size)
         return totals
 
-    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
+    async def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
         return _pick(transactional_ids, self._txns)
 
-    def txn_registrations(
+    async def txn_registrations(
         self, keys: Sequence[tuple[TopicPartition, int]]
     ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
         found = {}
@@ -520,22 +563,22 @@ class MemoryStore(StoreStep, ReadView):
                 found[(tp, pid)] = reg
         return found
 
-    def broker_registrations(self) -> list[BrokerRegistration]:
+    async def broker_registrations(self) -> list[BrokerRegistration]:
         return [self._registrations[b] for b in sorted(self._registrations)]
 
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+    async def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return dict(self._group_offsets.get(group_id, {}))
 
-    def group_ownership(self, group_id: str) -> GroupOwnership | None:
+    async def group_ownership(self, group_id: str) -> GroupOwnership | None:
         return self._group_owners.get(group_id)
 
-    def scram_credentials(
+    async def scram_credentials(
         self, users: Sequence[str] | None
     ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
         named = None if users is None else set(users)
         return {k: c for k, c in self._scram.items() if named is None or k[0] in named}
 
-    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
+    async def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         due = sorted(
             (record.due_ms, tid)
             for tid, record in self._txns.items()
@@ -543,7 +586,7 @@ class MemoryStore(StoreStep, ReadView):
         )
         return [self._txns[tid] for _, tid in due[:limit]]
 
-    def lease_holders(
+    async def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
     ) -> list[LeaseHolder]:
         earliest: dict[tuple[int, int], int] = {}
@@ -558,10 +601,10 @@ class MemoryStore(StoreStep, ReadView):
                     earliest[holder] = min(lease.expires_ms, earliest.get(holder, lease.expires_ms))
         return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]
 
-    def acl_version(self) -> int:
+    async def acl_version(self) -> int:
         return self._counters.get(ACL_VERSION_COUNTER, 0)
 
-    def acls(self) -> list[AclBinding]:
+    async def acls(self) -> list[AclBinding]:
         return sorted(self._acls)
 
 

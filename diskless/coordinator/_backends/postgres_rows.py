@@ -11,19 +11,11 @@ import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import asyncpg
 import msgspec
 
-from diskless.coordinator._backends.sql_rows import (
-    BATCH_COLUMNS,
-    BATCH_FROM,
-    batch_from_row,
-    retained_to_blob,
-)
+from diskless.coordinator._backends.sql_rows import retained_to_blob
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.txn import ProducerEntry
-
-__all__ = ["BATCH_COLUMNS", "BATCH_FROM", "batch_from_row"]
 
 _json = msgspec.json.Encoder().encode
 
@@ -35,10 +27,6 @@ PARTITION_COLUMNS_NO_LSO: Final = (
 """Partition columns without the ongoing transactions' first offset: a row locked with FOR
 UPDATE may have been re-read after waiting, while a subquery would still see the statement's
 older snapshot, so a step reads the ongoing index in a statement after taking the locks."""
-ONGOING_MIN: Final = (
-    "(SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id)"
-)
-PARTITION_COLUMNS: Final = PARTITION_COLUMNS_NO_LSO.replace("NULL::bigint", ONGOING_MIN)
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 GATE_LOCK_KEY: Final = 0x6469_736B_6C65_7331
@@ -141,36 +129,6 @@ def entry_columns(entries: Mapping[tuple[int, int], ProducerEntry]) -> list[list
         [e.current_txn_first_offset for e in values],
         [retained_to_blob(e.batches) for e in values],
     ]
-
-
-async def batches_after(
-    conn: asyncpg.Connection, partition_id: int, after: int, limit: int
-) -> list[StoredBatch]:
-    """Up to `limit` batches whose base offset is above `after`, in offset order."""
-    rows = await conn.fetch(
-        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
-        " AND b.base_offset > $2 ORDER BY b.base_offset LIMIT $3",
-        partition_id,
-        after,
-        limit,
-    )
-    return [batch_from_row(r) for r in rows]
-
-
-async def batches_holding(
-    conn: asyncpg.Connection, partition_id: int, offset: int, limit: int
-) -> list[StoredBatch]:
-    """Up to `limit` batches from the one holding `offset` (or the next one), in one query."""
-    rows = await conn.fetch(
-        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
-        " AND b.base_offset > coalesce((SELECT max(base_offset) FROM batches"
-        " WHERE partition_id = $1 AND base_offset <= $2), $2) - 1"
-        " ORDER BY b.base_offset LIMIT $3",
-        partition_id,
-        offset,
-        limit,
-    )
-    return [batch_from_row(r) for r in rows]
 
 
 def int_array(values: Sequence[int | None]) -> str:

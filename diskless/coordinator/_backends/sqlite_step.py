@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import sql_acls, sqlite_extents
+from diskless.coordinator._backends import sql_acls, sql_extents
 from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
@@ -134,7 +134,7 @@ class SqliteStep(StoreStep):
             ):
                 snapshot.counters[name] = value
         if needs.scram_users:
-            snapshot.scram = self._reads.scram_credentials(list(needs.scram_users))
+            snapshot.scram = await self._reads.scram_credentials(list(needs.scram_users))
         for marks, chunk in in_lists(sorted(needs.txns)):
             for tid, blob in conn.execute(
                 f"SELECT transactional_id, record FROM txn_records"
@@ -155,11 +155,11 @@ class SqliteStep(StoreStep):
                 if key:
                     files[key] = count
                 size += total
-            extent_files, extent_size = sqlite_extents.extent_refs(conn, partition_id, offset)
+            extent_files, extent_size = sql_extents.sqlite_refs(conn, partition_id, offset)
             files.update(extent_files)
             snapshot.batch_refs[partition_id] = BatchRefs(files, size + extent_size)
         for partition_id, (offset, limit) in needs.batches.items():
-            snapshot.batches[partition_id] = self._reads.batches_holding(
+            snapshot.batches[partition_id] = await self._reads.batches_holding(
                 partition_id, offset, limit
             )
         if needs.retained_partitions:
@@ -260,8 +260,8 @@ class SqliteStep(StoreStep):
                 "DELETE FROM aborted_txns WHERE partition_id = ? AND last_offset < ?",
                 (partition_id, offset),
             )
-            sqlite_extents.trim_extents(conn, partition_id, offset)
-        sqlite_extents.swap_in(conn, changes.extents)
+            sql_extents.sqlite_trim(conn, partition_id, offset)
+        await sql_extents.swap_in(sql_extents.sqlite_execute(conn), changes.extents)
         if changes.batches:
             conn.executemany(
                 INSERT_BATCH,
