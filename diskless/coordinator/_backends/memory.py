@@ -40,6 +40,7 @@ from diskless.coordinator._rules.rows import (
     TxnLease,
     TxnRegistration,
 )
+from diskless.coordinator._rules.txn import first_ongoing
 from diskless.coordinator._store import (
     BatchRefs,
     Changes,
@@ -166,7 +167,7 @@ class _Partition:
         self.aborted: list[AbortedTxn] = []
 
     def refresh_lso(self) -> None:
-        self.state.txn_first_offset = self.ongoing.keys()[0] if self.ongoing else None
+        self.state.txn_first_offset = first_ongoing(self.ongoing.items())
 
 
 class MemoryStore(StoreStep, ReadView):
@@ -247,7 +248,7 @@ class MemoryStore(StoreStep, ReadView):
             ongoing = {}
             for tp, pid in needs.other_ongoing:
                 if (partition := found.get(tp)) is not None:
-                    first = next((f for f, p in partition.ongoing.items()[:2] if p != pid), None)
+                    first = first_ongoing(partition.ongoing.items(), pid)
                     if first is not None:
                         ongoing[(partition.state.key, pid)] = first
             snapshot.other_ongoing = ongoing

@@ -1,4 +1,4 @@
-"""How the PostgreSQL store lays rows out: the statements its loads and reads share.
+"""How the PostgreSQL store lays rows out for its steps' loads and applies.
 
 Rows are decoded by the decoders both SQL stores share (`sql_rows`): both stores select the same
 columns in the same order, so one decoder serves both. Key lists go to the server as arrays
@@ -13,16 +13,18 @@ from typing import Any, Final
 
 import msgspec
 
-from diskless.coordinator._backends.sql_rows import retained_to_blob
+from diskless.coordinator._backends.sql_rows import (
+    PARTITION_COLUMNS_AFTER_LSO,
+    PARTITION_COLUMNS_BEFORE_LSO,
+    retained_to_blob,
+)
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.txn import ProducerEntry
 
 _json = msgspec.json.Encoder().encode
 
 PARTITION_COLUMNS_NO_LSO: Final = (
-    "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
-    " NULL::bigint, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    f"{PARTITION_COLUMNS_BEFORE_LSO}, NULL::bigint, {PARTITION_COLUMNS_AFTER_LSO}"
 )
 """Partition columns without the ongoing transactions' first offset: a row locked with FOR
 UPDATE may have been re-read after waiting, while a subquery would still see the statement's

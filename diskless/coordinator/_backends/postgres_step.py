@@ -70,6 +70,7 @@ from diskless.coordinator._backends.sql_rows import (
     TOPIC_COLUMNS,
     configs_text,
     entry_from_row,
+    first_ongoing,
     partition_from_row,
     registration_from_row,
     scram_from_row,
@@ -260,8 +261,7 @@ class PostgresStep(StoreStep):
             return {}
         firsts = dict(
             await self._conn.fetch(
-                "SELECT partition_id, min(first_offset) FROM ongoing_txns"
-                " WHERE partition_id = ANY($1::bigint[]) GROUP BY partition_id",
+                f"SELECT k.id, {first_ongoing('k.id')} FROM unnest($1::bigint[]) k(id)",
                 [row[0] for row in rows],
             )
         )
@@ -285,8 +285,7 @@ class PostgresStep(StoreStep):
         if needs.other_ongoing:
             keys = _keys(needs.other_ongoing, partitions)
             for partition_id, producer_id, first in await conn.fetch(
-                "SELECT k.a, k.b, (SELECT min(o.first_offset) FROM ongoing_txns o"
-                " WHERE o.partition_id = k.a AND o.producer_id <> k.b)"
+                f"SELECT k.a, k.b, {first_ongoing('k.a', 'k.b')}"
                 " FROM unnest($1::bigint[], $2::bigint[]) k(a, b)",
                 *two_columns(keys),
             ):

@@ -151,11 +151,25 @@ TOPIC_COLUMNS: Final = (
 )
 
 
-PARTITION_COLUMNS: Final = (
+def first_ongoing(partition: str, other_than: str | None = None) -> str:
+    """`_rules.txn.first_ongoing` as a subquery of the ongoing-transaction index (one probe of
+    its key): the partition's earliest ongoing first offset, with `other_than` that of another
+    producer's (arguments: SQL expressions)."""
+    other = "" if other_than is None else f" AND o.producer_id <> {other_than}"
+    return (
+        f"(SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = {partition}"
+        f"{other})"
+    )
+
+
+PARTITION_COLUMNS_BEFORE_LSO: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
-    " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id),"
-    " t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max"
+)
+PARTITION_COLUMNS_AFTER_LSO: Final = "t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+PARTITION_COLUMNS: Final = (
+    f"{PARTITION_COLUMNS_BEFORE_LSO}, {first_ongoing('p.partition_id')},"
+    f" {PARTITION_COLUMNS_AFTER_LSO}"
 )
 PARTITION_WIDTH: Final = 14
 """The columns of a `PARTITION_COLUMNS` row, after which a query may select others."""

@@ -27,6 +27,7 @@ from diskless.coordinator._backends.sql_rows import (
     entry_from_row,
     entry_to_row,
     file_from_row,
+    first_ongoing,
     in_lists,
     keyed_lookups,
     partition_from_row,
@@ -86,13 +87,9 @@ class SqliteStep(StoreStep):
                 for row in conn.execute(sql, params):
                     snapshot.registrations[(row[0], row[1])] = registration_from_row(row[2:])
         for key in _keys(needs.other_ongoing, partitions):
-            row = conn.execute(
-                "SELECT first_offset FROM ongoing_txns WHERE partition_id = ?"
-                " AND producer_id <> ? ORDER BY first_offset LIMIT 1",
-                key,
-            ).fetchone()
-            if row is not None:
-                snapshot.other_ongoing[key] = row[0]
+            (first,) = conn.execute(f"SELECT {first_ongoing('?1', '?2')}", key).fetchone()
+            if first is not None:
+                snapshot.other_ongoing[key] = first
         for marks, chunk in in_lists(sorted(needs.leases)):
             for row in conn.execute(
                 "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms,"
