@@ -2,8 +2,9 @@
 
 A database that ran a migration never runs it again: an edited text would change new databases
 only, and old and new ones would then differ without anyone noticing. Each migration of both
-stores is pinned here by the SHA-256 of its statements. A change of schema is a new migration,
-whose hash is added below when it is released.
+stores (one `.sql` file each, `sql_migrations`) is pinned here by the SHA-256 of its statements as
+read from its file. A change of schema is a new migration, whose hash is added below when it is
+released.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from diskless.coordinator._backends import postgres_migrations, sqlite_schema
+from diskless.coordinator._backends import sql_migrations
 from diskless.coordinator._backends.sql_rows import TIME_MARK
 
 POSTGRES = {
@@ -67,8 +68,8 @@ def _digest(statements: Sequence[str]) -> str:
 @pytest.mark.parametrize(
     ("store", "migrations", "pinned"),
     [
-        ("postgres", postgres_migrations.MIGRATIONS, POSTGRES),
-        ("sqlite", sqlite_schema.MIGRATIONS, SQLITE),
+        ("postgres", sql_migrations.migrations("postgres"), POSTGRES),
+        ("sqlite", sql_migrations.migrations("sqlite"), SQLITE),
     ],
 )
 def test_every_released_migration_is_the_text_databases_ran(
@@ -80,10 +81,31 @@ def test_every_released_migration_is_the_text_databases_ran(
     assert sorted(found) == sorted(pinned), f"pin each new {store} migration's hash here"
 
 
-@pytest.mark.parametrize("migrations", [postgres_migrations.MIGRATIONS, sqlite_schema.MIGRATIONS])
-def test_the_time_mark_index_has_the_predicate_queries_repeat(
-    migrations: Sequence[Sequence[str]],
-) -> None:
+@pytest.mark.parametrize("store", ["postgres", "sqlite"])
+def test_the_time_mark_index_has_the_predicate_queries_repeat(store: str) -> None:
     """A query uses the partial index only if it repeats the index's predicate, `TIME_MARK`."""
-    (index,) = [s for m in migrations for s in m if "INDEX batches_time_marks" in s]
+    statements = [s for m in sql_migrations.migrations(store) for s in m]
+    (index,) = [s for s in statements if "INDEX batches_time_marks" in s]
     assert index.endswith(f" WHERE {TIME_MARK}")
+
+
+def test_a_statement_is_sent_as_written_up_to_its_semicolon() -> None:
+    """Comment lines before a statement are left out; blank lines and the lines of a
+    dollar-quoted body (whose own `;` end no statement) are kept, byte for byte."""
+    text = (
+        "-- what the migration does\n"
+        "CREATE TABLE t (\n    a INTEGER\n);\n"
+        "-- a comment on the next statement\n"
+        "\nCREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $fn$\n"
+        "BEGIN\n    RETURN 1;\nEND\n$fn$\n;\n"
+        "DROP TABLE t;\n"
+        "-- nothing after the last statement\n"
+    )
+    assert sql_migrations.statements(text) == [
+        "CREATE TABLE t (\n    a INTEGER\n)",
+        "\nCREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $fn$\n"
+        "BEGIN\n    RETURN 1;\nEND\n$fn$\n",
+        "DROP TABLE t",
+    ]
+    with pytest.raises(ValueError, match="ends inside a statement"):
+        sql_migrations.statements("CREATE TABLE t (a INTEGER)\n")

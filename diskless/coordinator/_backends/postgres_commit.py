@@ -2,7 +2,7 @@
 
 The engine names the step (`Operation.COMMIT_FILES`), so the store runs it with this `StoreStep`:
 its loads are the generic ones (`diskless_load`, behind the gate when wide), and its apply calls
-`diskless_apply_commits` (`postgres_migrations`, 8) once, with every row as an array, which
+`diskless_apply_commits` (migration 8) once, with every row as an array, which
 also answers the transaction id that resolves a lost COMMIT. The rows are those the generic
 apply would store; only the round trips differ.
 """

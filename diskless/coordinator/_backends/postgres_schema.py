@@ -1,8 +1,8 @@
 """The PostgreSQL coordinator's schema, as numbered migrations applied in order.
 
 `diskless_schema.version` holds how many migrations a database has seen. Migrations only ever
-get appended: a released one is never edited (`postgres_migrations`), so any older database can
-be brought up to date.
+get appended: a released one is never edited (`sql_migrations`; the texts are
+`migrations/postgres/V<n>__*.sql`), so any older database can be brought up to date.
 Many broker processes may start at once against a fresh database: each migrates inside one
 transaction holding a transaction-scoped advisory lock, so exactly one of them applies each
 migration and the others find it done.
@@ -17,12 +17,13 @@ from typing import Final
 import asyncpg
 import msgspec
 
-from diskless.coordinator._backends.postgres_migrations import MIGRATIONS
+from diskless.coordinator._backends.sql_migrations import migrations
 from diskless.txn import RetainedBatch
 
 MIGRATION_LOCK_KEY: Final = 0x6469736B6C657373  # "diskless"
 """The advisory lock serializing migrations (advisory locks are per database)."""
 
+MIGRATIONS: Final = migrations("postgres")
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 _SHIFTED_MARK: Final = 0xC1
