@@ -23,7 +23,7 @@ from diskless.coordinator._store import (
     Durability,
     Needs,
     Operation,
-    ReadView,
+    Query,
     Snapshot,
     StoreStep,
 )
@@ -84,7 +84,7 @@ class HalfGroupStore:
             raise CommitOutcomeUnknownError("half of the group was applied")
         return result
 
-    async def read(self, query: Callable[[ReadView], T]) -> T:
+    async def read(self, query: Query[T]) -> T:
         return await self.inner.read(query)
 
     def release_signal(self) -> asyncio.Future[None] | None:

@@ -35,7 +35,7 @@ from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Operation,
-    ReadView,
+    Query,
     StoreStep,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
@@ -149,7 +149,7 @@ class FaultyCoordinatorStore:
             raise CoordinatorUnavailableError(message)
         return result
 
-    async def read(self, query: Callable[[ReadView], T]) -> T:
+    async def read(self, query: Query[T]) -> T:
         await self._before(StoreCall.READ)
         return await self.inner.read(query)
 

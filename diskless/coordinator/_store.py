@@ -4,11 +4,13 @@ The engine (`_engine`) writes every operation once, as a step: preconditions, th
 `StoreStep.load` of what the rules need, then the rules (`_rules`), then `StoreStep.apply` of what
 they decided. A backend only stores. It runs each step as one atomic unit (`CoordinatorStore.write`,
 told which `Operation` the step is) and serves read-only queries through a `ReadView`
-(`CoordinatorStore.read`).
+(`CoordinatorStore.read`). Reads take the same shape: a read rule's plan (`_rules.reads`) yields
+the lookups it needs, `decide` loads each from the view, and the rule decides.
 
-A step is a coroutine. The in-memory and SQLite stores never suspend inside one: memory drives
-it inline on the event loop, SQLite on its writer thread inside `BEGIN IMMEDIATE`
-(`run_inline`). A store over a networked database may really await its loads and applies.
+Steps and reads are coroutines. The in-memory and SQLite stores never suspend inside one: memory
+drives it inline on the event loop, SQLite on its writer thread inside `BEGIN IMMEDIATE` (a read
+on a reader thread), with `run_inline`. A store over a networked database really awaits its
+loads, applies and lookups, on the event loop.
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ import asyncio
 import enum
 import types
 import uuid
-from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import msgspec
 
@@ -27,7 +37,7 @@ from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
 from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
-from diskless.coordinator._rules.reads import ReadSource
+from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead, Plan
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
     LeaseHolder,
@@ -293,80 +303,137 @@ class StoreStep(Protocol):
         ...
 
 
-class ReadView(ReadSource, Protocol):
-    """Read-only queries beside the fetch lookups, over one consistent snapshot."""
+class ReadView(Protocol):
+    """Read-only queries over one consistent snapshot: the lookups of the read rules
+    (`_rules.reads.ReadSource`, here awaitable) and the others beside them.
 
-    def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
+    A store over a network awaits its statements on the event loop; the in-memory and SQLite
+    views never suspend (SQLite's run on a reader thread, driven by `run_inline`)."""
+
+    async def partition(self, tp: TopicPartition) -> PartitionState | None:
+        """The partition's state, None when it does not exist."""
+        ...
+
+    async def partitions(self, tps: Sequence[TopicPartition]) -> list[PartitionState | None]:
+        """Each partition's state (None: it does not exist), in one lookup."""
+        ...
+
+    async def fetch_heads(
+        self, wanted: Sequence[tuple[TopicPartition, int]], rows: int = FETCH_HEAD_ROWS
+    ) -> list[FetchHead | None]:
+        """`ReadSource.fetch_heads`, in one lookup."""
+        ...
+
+    async def aborted_within(
+        self, ranges: Sequence[tuple[PartitionState, int, int]]
+    ) -> list[list[AbortedTxn]]:
+        """`ReadSource.aborted_within`, in one lookup."""
+        ...
+
+    def batches_from(self, state: PartitionState, offset: int) -> AsyncIterator[StoredBatch]:
+        """Stored batches in offset order, from the one holding `offset` (or the next one)."""
+        ...
+
+    async def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
+        """The first stored batch (by offset) among those with the largest `timestamp`."""
+        ...
+
+    async def first_running_max_at_least(
+        self, state: PartitionState, ts: int
+    ) -> StoredBatch | None:
+        """The first stored batch whose `ts_running_max` is >= `ts`."""
+        ...
+
+    def aborted_from(self, state: PartitionState, offset: int) -> AsyncIterator[AbortedTxn]:
+        """Aborted transactions whose marker (last offset) is at or after `offset`, in order."""
+        ...
+
+    async def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
         """The named topics that exist in the order named (all, by name, when None)."""
         ...
 
-    def producers_of(self, partition_key: int) -> list[ProducerEntry]:
+    async def producers_of(self, partition_key: int) -> list[ProducerEntry]:
         """The stored producer entries of a partition, expired or not, by producer id."""
         ...
 
-    def files(self, keys: Sequence[str]) -> dict[str, FileRow]: ...
+    async def files(self, keys: Sequence[str]) -> dict[str, FileRow]: ...
 
-    def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
+    async def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
         """Every partition holding batch rows besides its extents, with its first such row (one
         query however many partitions: consolidation looks at all of them every run)."""
         ...
 
-    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
+    def unconsolidated_rows(self, state: PartitionState) -> AsyncIterator[StoredBatch]:
         """The partition's stored rows after its extents, in offset order."""
         ...
 
-    def metadata_stats(self) -> MetadataStats: ...
+    async def metadata_stats(self) -> MetadataStats: ...
 
-    def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
+    async def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
         """Files not LIVE whose state is older than `older_than_ms`, oldest first (then by key)."""
         ...
 
-    def file_totals(self) -> dict[FileState, tuple[int, int]]:
+    async def file_totals(self) -> dict[FileState, tuple[int, int]]:
         """(count, bytes) per state present."""
         ...
 
-    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]: ...
+    async def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]: ...
 
-    def txn_registrations(
+    async def txn_registrations(
         self, keys: Sequence[tuple[TopicPartition, int]]
     ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
         """The registrations of (partition, producer id) that exist."""
         ...
 
-    def broker_registrations(self) -> list[BrokerRegistration]:
+    async def broker_registrations(self) -> list[BrokerRegistration]:
         """Every stored registration, expired or not, by broker id."""
         ...
 
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+    async def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The committed offsets of a consumer group, per partition."""
         ...
 
-    def group_ownership(self, group_id: str) -> GroupOwnership | None: ...
+    async def group_ownership(self, group_id: str) -> GroupOwnership | None: ...
 
-    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
+    async def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         """Records whose `due_ms` is before `now_ms`, earliest first."""
         ...
 
-    def scram_credentials(
+    async def scram_credentials(
         self, users: Sequence[str] | None
     ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
         """The SCRAM credentials of the named users that hold some (of every user when None)."""
         ...
 
-    def lease_holders(
+    async def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
     ) -> list[LeaseHolder]:
         """Who holds leases of (producer, epoch) there that expire later than `after_ms`: one
         entry per broker incarnation, with the earliest expiry of its leases."""
         ...
 
-    def acl_version(self) -> int:
+    async def acl_version(self) -> int:
         """The `ACL_VERSION_COUNTER` counter (0 before any ACL change): one cheap lookup."""
         ...
 
-    def acls(self) -> list[AclBinding]:
+    async def acls(self) -> list[AclBinding]:
         """Every stored binding, sorted."""
         ...
+
+
+Query: TypeAlias = Callable[[ReadView], Awaitable[T]]
+"""A read: what it asks of a view, awaited."""
+
+
+async def decide(plan: Plan[T], view: ReadView) -> T:
+    """A read rule's answer (`_rules.reads`): each lookup its plan yields is loaded from `view`
+    and sent back, until the plan returns its decision."""
+    try:
+        lookup = next(plan)
+        while True:
+            lookup = plan.send(await lookup(view))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 class CoordinatorStore(Protocol):
@@ -387,7 +454,7 @@ class CoordinatorStore(Protocol):
         """
         ...
 
-    async def read(self, query: Callable[[ReadView], T]) -> T:
+    async def read(self, query: Query[T]) -> T:
         """Run `query` on a consistent snapshot, without waiting behind writes."""
         ...
 

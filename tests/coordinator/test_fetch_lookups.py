@@ -6,7 +6,8 @@ durable stores answer `find_batches` with one statement for the partitions' stat
 `partition_offsets` with one, whatever the number of partitions. Statements are counted on the
 real databases: SQLite's trace callback on the read connection, and every statement the
 PostgreSQL read view sends through its connection. A partition whose answer reaches past the
-rows loaded first pages on, with the same answer on every backend.
+rows loaded first pages on, with the same answer on every backend, and the partitions that do
+load their next rows together.
 """
 
 from __future__ import annotations
@@ -229,3 +230,23 @@ async def test_an_answer_past_the_first_rows_pages_on(
         assert first.high_watermark == 44
         later = budget.take(others.batches, 1 << 20)
         assert second.batches == later, offset
+
+
+async def test_partitions_that_page_on_load_their_next_rows_together(
+    counted: tuple[BatchCoordinator, list[str]],
+) -> None:
+    """A backlog deeper than the rows loaded first, on every partition: the partitions that
+    reach past them load their next rows in one statement, whatever their number."""
+    coordinator, statements = counted
+    deep = 3 * FETCH_HEAD_ROWS
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    assert await coordinator.create_topic(TOPIC, PARTITIONS) is ErrorCode.NONE
+    await Committer(coordinator).commit([batch(tp) for tp in tps for _ in range(deep)])
+    counts = []
+    for count in (FEW, PARTITIONS):
+        statements.clear()
+        requests = [FindBatchesRequest(tp, 0, 1 << 20) for tp in tps[:count]]
+        for response in await coordinator.find_batches(requests, ALL):
+            assert _spans(response) == [(o, o) for o in range(deep)]
+        counts.append(len(statements))
+    assert counts[0] == counts[1] <= STATEMENTS_MAX, statements

@@ -42,6 +42,7 @@ from diskless.coordinator._backends.postgres import (
 )
 from diskless.coordinator._backends.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from diskless.coordinator._backends.postgres_step import GATE_LOCK_KEY
+from diskless.coordinator._store import ReadView
 from diskless.errors import (
     CommitOutcomeUnknownError,
     CoordinatorUnavailableError,
@@ -380,6 +381,10 @@ async def test_a_read_cancelled_mid_statement_is_cancelled_and_leaves_the_pool_s
         assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+async def _zero(view: ReadView) -> int:
+    return 0
+
+
 async def test_a_lost_commit_the_restarted_server_never_heard_of_applied_nothing(
     pg: PostgresServer, tmp_path: Path
 ) -> None:
@@ -388,7 +393,7 @@ async def test_a_lost_commit_the_restarted_server_never_heard_of_applied_nothing
     answer "nothing applied" at once instead of waiting out the resolve timeout as unknown."""
     store = PostgresStore(database_dsn(tmp_path), resolve_timeout_ms=60_000)
     try:
-        current = await store.read(lambda view: 0)  # creates the pool and the schema
+        current = await store.read(_zero)  # creates the pool and the schema
         assert current == 0
         conn = await asyncpg.connect(database_dsn(tmp_path))
         try:

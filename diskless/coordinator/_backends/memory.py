@@ -1,7 +1,8 @@
 """The in-memory store: the coordinator's state in this process's dicts and lists.
 
 A step never suspends (`run_inline`), so it is atomic with respect to other coroutines; reads
-run inline too. Everything here is storage: the rules are the engine's.
+run inline too. Everything here is storage: the rules are the engine's. Each partition's log and
+what is keyed by it are in `memory_state`, the store's read view in `memory_reads`.
 """
 
 from __future__ import annotations
@@ -10,162 +11,49 @@ import asyncio
 import bisect
 import collections
 import itertools
-import operator
-from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from msgspec.structs import replace
-from sortedcontainers import SortedDict
 
 from diskless._scram import ScramCredential, ScramMechanism
 from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
+from diskless.coordinator._backends.memory_reads import MemoryReads, marker_offset, pick
+from diskless.coordinator._backends.memory_state import Partition
 from diskless.coordinator._feed import ChangeListener, ChangeListeners, recorded
-from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
+from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import (
-    AbortedTxn,
-    LeaseHolder,
     PartitionState,
-    StoredBatch,
     TxnLease,
-    TxnRegistration,
 )
+from diskless.coordinator._rules.txn import first_ongoing
 from diskless.coordinator._store import (
     BatchRefs,
     Changes,
     Durability,
     Needs,
     Operation,
-    ReadView,
+    Query,
     Snapshot,
     StoreStep,
     TopicRow,
     run_inline,
 )
-from diskless.coordinator._values import (
-    BrokerRegistration,
-    FileState,
-    MetadataStats,
-)
-from diskless.txn import ProducerEntry, TxnRecord
+from diskless.coordinator._values import BrokerRegistration
+from diskless.txn import TxnRecord
 
 T = TypeVar("T")
-K = TypeVar("K")
-V = TypeVar("V")
-
-_COMPACT_MIN = 1024
-"""Deleted list heads are compacted once they are this long and half of the list."""
-
-_base_offset = operator.attrgetter("base_offset")
-_running_max = operator.attrgetter("ts_running_max")
-_marker_offset = operator.attrgetter("last_offset")
 
 
-def _is_row(batch: StoredBatch) -> bool:
-    return not batch.is_extent
-
-
-class _Log:
-    """One partition's batches. Offsets (and running max timestamps) only grow, so the
-    append-only list is sorted by both and bisection finds either in O(log n).
-
-    Deleting from the front only moves `head`; the dead prefix is dropped once it is large, which
-    keeps deletion amortized O(1) and lookups O(log n) by bisection.
-    """
-
-    def __init__(self) -> None:
-        self.rows: list[StoredBatch] = []
-        self.head = 0
-        # Batches by non-increasing timestamp, earliest first among equals: the front is the
-        # MAX_TIMESTAMP answer (a sliding-window maximum over a log trimmed at the front).
-        self.max_queue: collections.deque[StoredBatch] = collections.deque()
-
-    def __len__(self) -> int:
-        return len(self.rows) - self.head
-
-    def append(self, batch: StoredBatch) -> None:
-        assert not self.rows or batch.base_offset > self.rows[-1].last_offset
-        self.rows.append(batch)
-        self._enqueue(batch)
-
-    def _enqueue(self, batch: StoredBatch) -> None:
-        queue = self.max_queue
-        while queue and queue[-1].timestamp < batch.timestamp:
-            queue.pop()
-        queue.append(batch)
-
-    def below(self, offset: int) -> Iterator[StoredBatch]:
-        """The stored batches lying entirely below `offset`, oldest first."""
-        for i in range(self.head, len(self.rows)):
-            if self.rows[i].last_offset >= offset:
-                return
-            yield self.rows[i]
-
-    def trim(self, offset: int) -> None:
-        """Delete the batches lying entirely below `offset`."""
-        rows = self.rows
-        while self.head < len(rows) and rows[self.head].last_offset < offset:
-            if self.max_queue and self.max_queue[0] is rows[self.head]:
-                self.max_queue.popleft()
-            self.head += 1
-        if self.head >= _COMPACT_MIN and self.head * 2 >= len(rows):
-            del rows[: self.head]
-            self.head = 0
-
-    def consolidated(self) -> int:
-        """Where the extents (a prefix) end: the index of the first batch row."""
-        return bisect.bisect_left(self.rows, True, lo=self.head, key=_is_row)
-
-    def swap(self, extent: StoredBatch) -> None:
-        """Replace the rows within the extent's offsets (right after the extents) by it."""
-        start = self.consolidated()
-        end = bisect.bisect_right(self.rows, extent.last_offset, lo=start, key=_base_offset)
-        rows = self.rows
-        assert rows[start].base_offset == extent.base_offset, (rows[start], extent)
-        assert rows[end - 1].last_offset == extent.last_offset, (rows[end - 1], extent)
-        rows[start:end] = [extent]
-        self.max_queue.clear()
-        for i in range(self.head, len(rows)):
-            self._enqueue(rows[i])
-
-    def from_offset(self, offset: int) -> Iterator[StoredBatch]:
-        index = bisect.bisect_right(self.rows, offset, lo=self.head, key=_base_offset) - 1
-        index = max(self.head, index)
-        for i in range(index, len(self.rows)):
-            yield self.rows[i]
-
-    def first_running_max_at_least(self, ts: int) -> StoredBatch | None:
-        index = bisect.bisect_left(self.rows, ts, lo=self.head, key=_running_max)
-        return self.rows[index] if index < len(self.rows) else None
-
-    def max_timestamp(self) -> StoredBatch | None:
-        return self.max_queue[0] if self.max_queue else None
-
-
-class _Partition:
-    """A partition's state and everything keyed by it."""
-
-    def __init__(self, state: PartitionState) -> None:
-        self.state = state
-        self.log = _Log()
-        self.producers: dict[int, ProducerEntry] = {}
-        self.registrations: dict[int, TxnRegistration] = {}
-        self.ongoing: SortedDict = SortedDict()
-        """The ongoing-transaction index: first offset -> producer id."""
-        self.aborted: list[AbortedTxn] = []
-
-    def refresh_lso(self) -> None:
-        self.state.txn_first_offset = self.ongoing.keys()[0] if self.ongoing else None
-
-
-class MemoryStore(StoreStep, ReadView):
+class MemoryStore(StoreStep, MemoryReads):
     """A `CoordinatorStore` in memory; it is its own step transaction and read view."""
 
     def __init__(self) -> None:
         self._topics: dict[str, TopicRow] = {}
-        self._partitions: dict[TopicPartition, _Partition] = {}
-        self._by_key: dict[int, _Partition] = {}
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._by_key: dict[int, Partition] = {}
         self._files: dict[str, FileRow] = {}
         self._brokers: dict[int, int] = {}
         self._registrations: dict[int, BrokerRegistration] = {}
@@ -196,8 +84,8 @@ class MemoryStore(StoreStep, ReadView):
         self._listeners.publish_runs(runs)
         return result
 
-    async def read(self, query: Callable[[ReadView], T]) -> T:
-        return query(self)
+    async def read(self, query: Query[T]) -> T:
+        return await query(self)
 
     def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
         return self._listeners.add(listener)  # every change is this process's
@@ -237,29 +125,29 @@ class MemoryStore(StoreStep, ReadView):
             ongoing = {}
             for tp, pid in needs.other_ongoing:
                 if (partition := found.get(tp)) is not None:
-                    first = next((f for f, p in partition.ongoing.items()[:2] if p != pid), None)
+                    first = first_ongoing(partition.ongoing.items(), pid)
                     if first is not None:
                         ongoing[(partition.state.key, pid)] = first
             snapshot.other_ongoing = ongoing
         if needs.leases:
-            snapshot.leases = _pick(needs.leases, self._leases)
+            snapshot.leases = pick(needs.leases, self._leases)
         if needs.brokers:
-            snapshot.broker_epochs = _pick(needs.brokers, self._brokers)
+            snapshot.broker_epochs = pick(needs.brokers, self._brokers)
         if needs.broker_registrations:
-            snapshot.broker_registrations = _pick(needs.broker_registrations, self._registrations)
+            snapshot.broker_registrations = pick(needs.broker_registrations, self._registrations)
         if needs.groups:
-            snapshot.groups = _pick(needs.groups, self._group_owners)
+            snapshot.groups = pick(needs.groups, self._group_owners)
         if needs.files:
-            snapshot.files = _pick(needs.files, self._files)
+            snapshot.files = pick(needs.files, self._files)
         if needs.txns:
-            snapshot.txns = _pick(needs.txns, self._txns)
+            snapshot.txns = pick(needs.txns, self._txns)
         if needs.topics or needs.counters:
-            snapshot.topics = _pick(needs.topics, self._topics)
-            snapshot.counters = _pick(needs.counters, self._counters)
+            snapshot.topics = pick(needs.topics, self._topics)
+            snapshot.counters = pick(needs.counters, self._counters)
         if needs.batch_refs or needs.batches or needs.retained_partitions:
             self._load_logs(needs, snapshot)
         if needs.scram_users:
-            snapshot.scram = self.scram_credentials(list(needs.scram_users))
+            snapshot.scram = await self.scram_credentials(list(needs.scram_users))
         if needs.acls:
             snapshot.acls = sorted(self._acls)
         return snapshot
@@ -284,7 +172,7 @@ class MemoryStore(StoreStep, ReadView):
                 and p.state.high_watermark > p.state.log_start_offset
             ]
 
-    def _topic_partitions(self, name: str) -> Iterator[_Partition]:
+    def _topic_partitions(self, name: str) -> Iterator[Partition]:
         for index in range(self._topics[name].partition_count):
             yield self._partitions[TopicPartition(name, index)]
 
@@ -335,7 +223,7 @@ class MemoryStore(StoreStep, ReadView):
             partition = self._by_key[key]
             partition.log.trim(offset)
             aborted = partition.aborted
-            del aborted[: bisect.bisect_left(aborted, offset, key=_marker_offset)]
+            del aborted[: bisect.bisect_left(aborted, offset, key=marker_offset)]
 
     def _apply_topics(self, changes: Changes) -> None:
         for name in changes.topics_deleted:
@@ -393,7 +281,7 @@ class MemoryStore(StoreStep, ReadView):
         topic = self._topics[name]
         for index in range(topic.partition_count, total):
             tp = TopicPartition(name, index)
-            partition = _Partition(PartitionState(next(self._partition_keys), tp, topic.config))
+            partition = Partition(PartitionState(next(self._partition_keys), tp, topic.config))
             self._partitions[tp] = self._by_key[partition.state.key] = partition
         self._topics[name] = topic._replace(partition_count=total)
 
@@ -440,134 +328,3 @@ class MemoryStore(StoreStep, ReadView):
         released, self._released = self._released, None
         if released is not None and not released.done():
             released.set_result(None)
-
-    # --- ReadView -----------------------------------------------------------------------------
-    def partition(self, tp: TopicPartition) -> PartitionState | None:
-        found = self._partitions.get(tp)
-        return None if found is None else found.state
-
-    def batches_from(self, state: PartitionState, offset: int) -> Iterator[StoredBatch]:
-        return self._by_key[state.key].log.from_offset(offset)
-
-    def max_timestamp_batch(self, state: PartitionState) -> StoredBatch | None:
-        return self._by_key[state.key].log.max_timestamp()
-
-    def first_running_max_at_least(self, state: PartitionState, ts: int) -> StoredBatch | None:
-        return self._by_key[state.key].log.first_running_max_at_least(ts)
-
-    def aborted_from(self, state: PartitionState, offset: int) -> Iterator[AbortedTxn]:
-        aborted = self._by_key[state.key].aborted
-        return iter(aborted[bisect.bisect_left(aborted, offset, key=_marker_offset) :])
-
-    def topics(self, names: Sequence[str] | None) -> list[TopicRow]:
-        if names is None:
-            return [self._topics[name] for name in sorted(self._topics)]
-        return [self._topics[name] for name in names if name in self._topics]
-
-    def producers_of(self, partition_key: int) -> list[ProducerEntry]:
-        entries = self._by_key[partition_key].producers
-        return [entries[pid] for pid in sorted(entries)]
-
-    def files(self, keys: Sequence[str]) -> dict[str, FileRow]:
-        return {k: f for k in keys if (f := self._files.get(k)) is not None}
-
-    def unconsolidated_heads(self) -> list[tuple[PartitionState, StoredBatch]]:
-        return [
-            (p.state, p.log.rows[p.log.consolidated()])
-            for p in self._by_key.values()
-            if len(p.log) and not p.log.rows[-1].is_extent
-        ]
-
-    def unconsolidated_rows(self, state: PartitionState) -> Iterator[StoredBatch]:
-        log = self._by_key[state.key].log
-        return itertools.islice(log.rows, log.consolidated(), None)
-
-    def metadata_stats(self) -> MetadataStats:
-        rows = extents = retained = 0
-        for partition in self._by_key.values():
-            log = partition.log
-            consolidated = log.consolidated() - log.head
-            extents += consolidated
-            rows += len(log) - consolidated
-            retained += partition.state.size_bytes
-        return MetadataStats(rows, extents, retained, None)
-
-    def dead_files(self, older_than_ms: int, limit: int) -> list[tuple[str, FileRow]]:
-        candidates = sorted(
-            (f.since_ms, key)
-            for key, f in self._files.items()
-            if f.state is not FileState.LIVE and f.since_ms < older_than_ms
-        )
-        return [(key, self._files[key]) for _, key in candidates[:limit]]
-
-    def file_totals(self) -> dict[FileState, tuple[int, int]]:
-        totals: dict[FileState, tuple[int, int]] = {}
-        for file in self._files.values():
-            count, size = totals.get(file.state, (0, 0))
-            totals[file.state] = (count + 1, size + file.size)
-        return totals
-
-    def txns(self, transactional_ids: Sequence[str]) -> dict[str, TxnRecord]:
-        return _pick(transactional_ids, self._txns)
-
-    def txn_registrations(
-        self, keys: Sequence[tuple[TopicPartition, int]]
-    ) -> dict[tuple[TopicPartition, int], TxnRegistration]:
-        found = {}
-        for tp, pid in keys:
-            partition = self._partitions.get(tp)
-            if partition is not None and (reg := partition.registrations.get(pid)) is not None:
-                found[(tp, pid)] = reg
-        return found
-
-    def broker_registrations(self) -> list[BrokerRegistration]:
-        return [self._registrations[b] for b in sorted(self._registrations)]
-
-    def group_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
-        return dict(self._group_offsets.get(group_id, {}))
-
-    def group_ownership(self, group_id: str) -> GroupOwnership | None:
-        return self._group_owners.get(group_id)
-
-    def scram_credentials(
-        self, users: Sequence[str] | None
-    ) -> dict[tuple[str, ScramMechanism], ScramCredential]:
-        named = None if users is None else set(users)
-        return {k: c for k, c in self._scram.items() if named is None or k[0] in named}
-
-    def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
-        due = sorted(
-            (record.due_ms, tid)
-            for tid, record in self._txns.items()
-            if record.due_ms is not None and record.due_ms < now_ms
-        )
-        return [self._txns[tid] for _, tid in due[:limit]]
-
-    def lease_holders(
-        self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
-    ) -> list[LeaseHolder]:
-        earliest: dict[tuple[int, int], int] = {}
-        for tp in dict.fromkeys(partitions):
-            found = self._partitions.get(tp)
-            if found is None:
-                continue
-            for lease_id in self._leases_by_producer.get((found.state.key, producer_id), ()):
-                lease = self._leases[lease_id]
-                if lease.producer_epoch == epoch and lease.expires_ms > after_ms:
-                    holder = (lease.broker_id, lease.broker_epoch)
-                    earliest[holder] = min(lease.expires_ms, earliest.get(holder, lease.expires_ms))
-        return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]
-
-    def acl_version(self) -> int:
-        return self._counters.get(ACL_VERSION_COUNTER, 0)
-
-    def acls(self) -> list[AclBinding]:
-        return sorted(self._acls)
-
-
-def _pick(keys: Collection[K], source: dict[K, V]) -> dict[K, V]:
-    picked = {}
-    for key in keys:
-        if (value := source.get(key)) is not None:
-            picked[key] = value
-    return picked

@@ -36,19 +36,17 @@
   work), and to probe an idle client with TCP keepalives and drop one that leaves what it was
   sent unacknowledged (`session_settings`). A step whose session was ended so fails retriably,
   having applied nothing.
-- Reads run on worker threads with a synchronous view (`postgres_reads`) in READ ONLY
-  REPEATABLE READ transactions: one snapshot, never behind a writer's locks. A cancelled read
-  stops at its next statement and raises CancelledError once its worker is off the connection.
+- Reads run on the event loop, each in a READ ONLY REPEATABLE READ transaction (`postgres_reads`):
+  one snapshot, never behind a writer's locks; a read rule's lookups are awaited there, then it
+  decides (`_store.decide`), with no thread between. A cancelled read closes its connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import random
-import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
@@ -67,7 +65,7 @@ from diskless.coordinator._feed import (
     RecordingStep,
     recorded,
 )
-from diskless.coordinator._store import CoordinatorStore, Durability, Operation, ReadView, StoreStep
+from diskless.coordinator._store import CoordinatorStore, Durability, Operation, Query, StoreStep
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorError, CoordinatorUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -94,7 +92,6 @@ RESOLVE_TIMEOUT_MS_DEFAULT: Final = 10_000
 """How long the store keeps asking for the outcome of a commit whose answer was lost."""
 STEP_ATTEMPTS_MAX: Final = 20
 """Runs of a step that keeps losing races (unique key, deadlock) before giving up."""
-READER_THREADS: Final = 4
 
 NATIVE_STEPS: Final[dict[Operation, type[PostgresStep]]] = {
     Operation.COMMIT_FILES: PostgresCommitStep,
@@ -210,9 +207,6 @@ class PostgresStore(CoordinatorStore):
         self._resolve_timeout_s = resolve_timeout_ms / 1000
         self._pool: asyncpg.Pool | None = None
         self._pool_lock: asyncio.Lock | None = None
-        self._readers = concurrent.futures.ThreadPoolExecutor(
-            max_workers=READER_THREADS, thread_name_prefix="diskless-postgres-read"
-        )
         self._closed = False
         self.retries = 0
         """Steps run again after a serialization failure or deadlock (for metrics)."""
@@ -403,25 +397,17 @@ class PostgresStore(CoordinatorStore):
             delay = min(delay * 2, 0.5)
 
     # --- reads --------------------------------------------------------------------------------
-    async def read(self, query: Callable[[ReadView], T]) -> T:
+    async def read(self, query: Query[T]) -> T:
         try:
-            loop = asyncio.get_running_loop()
             async with self._connection(READ_BEGIN) as conn:
-                abandoned = threading.Event()
-                view = PostgresReads(conn, loop, self._command_timeout_s + 1, abandoned)
-                work = self._readers.submit(query, view)
                 try:
-                    result = await asyncio.wrap_future(work)
-                except asyncio.CancelledError:
-                    # The worker may be in the middle of a statement on `conn`: wait until it
-                    # is off the connection, which then closes rather than roll back (a
-                    # failure to roll back would replace the cancellation, which callers
-                    # retrying on CoordinatorError would then never see).
-                    abandoned.set()
-                    await _until_done(work)
-                    raise
+                    result = await query(PostgresReads(conn))
                 except BaseException as error:
-                    if _sound_after(error):  # else the connection closes (`_connection`)
+                    # A cancellation may leave a statement in flight: the connection then
+                    # closes (`_connection`) rather than roll back, since a failure to roll back
+                    # would replace the cancellation, which callers retrying on
+                    # CoordinatorError would then never see.
+                    if _sound_after(error):
                         await _rollback(conn)
                     raise
                 await conn.execute("COMMIT")
@@ -449,25 +435,11 @@ class PostgresStore(CoordinatorStore):
         self._closed = True
         await self._feed.close()
         pool, self._pool = self._pool, None
-        try:
-            if pool is not None:
-                try:
-                    await asyncio.wait_for(pool.close(), self._command_timeout_s)
-                except (TimeoutError, *INFRASTRUCTURE_ERRORS):
-                    pool.terminate()
-        finally:
-            self._readers.shutdown(wait=True)
-
-
-async def _until_done(work: concurrent.futures.Future[Any]) -> None:
-    """Wait until a read's worker has ended, even through further cancellations (the caller
-    raises its own); its outcome no longer matters."""
-    finished = asyncio.wrap_future(work)
-    while not finished.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([finished])
-    if not finished.cancelled():
-        finished.exception()  # retrieved, so that asyncio does not log it as lost
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), self._command_timeout_s)
+            except (TimeoutError, *INFRASTRUCTURE_ERRORS):
+                pool.terminate()
 
 
 async def _rollback(conn: asyncpg.Connection) -> None:

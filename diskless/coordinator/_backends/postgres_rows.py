@@ -1,4 +1,4 @@
-"""How the PostgreSQL store lays rows out: the statements its loads and reads share.
+"""How the PostgreSQL store lays rows out for its steps' loads and applies.
 
 Rows are decoded by the decoders both SQL stores share (`sql_rows`): both stores select the same
 columns in the same order, so one decoder serves both. Key lists go to the server as arrays
@@ -11,34 +11,24 @@ import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import asyncpg
 import msgspec
 
 from diskless.coordinator._backends.sql_rows import (
-    BATCH_COLUMNS,
-    BATCH_FROM,
-    batch_from_row,
+    PARTITION_COLUMNS_AFTER_LSO,
+    PARTITION_COLUMNS_BEFORE_LSO,
     retained_to_blob,
 )
 from diskless.coordinator._rules.rows import StoredBatch
 from diskless.txn import ProducerEntry
 
-__all__ = ["BATCH_COLUMNS", "BATCH_FROM", "batch_from_row"]
-
 _json = msgspec.json.Encoder().encode
 
 PARTITION_COLUMNS_NO_LSO: Final = (
-    "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
-    " NULL::bigint, t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    f"{PARTITION_COLUMNS_BEFORE_LSO}, NULL::bigint, {PARTITION_COLUMNS_AFTER_LSO}"
 )
 """Partition columns without the ongoing transactions' first offset: a row locked with FOR
 UPDATE may have been re-read after waiting, while a subquery would still see the statement's
 older snapshot, so a step reads the ongoing index in a statement after taking the locks."""
-ONGOING_MIN: Final = (
-    "(SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id)"
-)
-PARTITION_COLUMNS: Final = PARTITION_COLUMNS_NO_LSO.replace("NULL::bigint", ONGOING_MIN)
 PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 GATE_LOCK_KEY: Final = 0x6469_736B_6C65_7331
@@ -141,36 +131,6 @@ def entry_columns(entries: Mapping[tuple[int, int], ProducerEntry]) -> list[list
         [e.current_txn_first_offset for e in values],
         [retained_to_blob(e.batches) for e in values],
     ]
-
-
-async def batches_after(
-    conn: asyncpg.Connection, partition_id: int, after: int, limit: int
-) -> list[StoredBatch]:
-    """Up to `limit` batches whose base offset is above `after`, in offset order."""
-    rows = await conn.fetch(
-        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
-        " AND b.base_offset > $2 ORDER BY b.base_offset LIMIT $3",
-        partition_id,
-        after,
-        limit,
-    )
-    return [batch_from_row(r) for r in rows]
-
-
-async def batches_holding(
-    conn: asyncpg.Connection, partition_id: int, offset: int, limit: int
-) -> list[StoredBatch]:
-    """Up to `limit` batches from the one holding `offset` (or the next one), in one query."""
-    rows = await conn.fetch(
-        f"SELECT {BATCH_COLUMNS} FROM {BATCH_FROM} WHERE b.partition_id = $1"
-        " AND b.base_offset > coalesce((SELECT max(base_offset) FROM batches"
-        " WHERE partition_id = $1 AND base_offset <= $2), $2) - 1"
-        " ORDER BY b.base_offset LIMIT $3",
-        partition_id,
-        offset,
-        limit,
-    )
-    return [batch_from_row(r) for r in rows]
 
 
 def int_array(values: Sequence[int | None]) -> str:

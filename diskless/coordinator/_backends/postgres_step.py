@@ -34,7 +34,7 @@ from typing import Any, Final
 import asyncpg
 
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import postgres_extents, sql_acls
+from diskless.coordinator._backends import sql_acls, sql_extents
 from diskless.coordinator._backends.postgres_rows import (
     GATE_LOCK_KEY,
     GATE_OVERLAP,
@@ -70,6 +70,7 @@ from diskless.coordinator._backends.sql_rows import (
     TOPIC_COLUMNS,
     configs_text,
     entry_from_row,
+    first_ongoing,
     partition_from_row,
     registration_from_row,
     scram_from_row,
@@ -260,8 +261,7 @@ class PostgresStep(StoreStep):
             return {}
         firsts = dict(
             await self._conn.fetch(
-                "SELECT partition_id, min(first_offset) FROM ongoing_txns"
-                " WHERE partition_id = ANY($1::bigint[]) GROUP BY partition_id",
+                f"SELECT k.id, {first_ongoing('k.id')} FROM unnest($1::bigint[]) k(id)",
                 [row[0] for row in rows],
             )
         )
@@ -285,8 +285,7 @@ class PostgresStep(StoreStep):
         if needs.other_ongoing:
             keys = _keys(needs.other_ongoing, partitions)
             for partition_id, producer_id, first in await conn.fetch(
-                "SELECT k.a, k.b, (SELECT min(o.first_offset) FROM ongoing_txns o"
-                " WHERE o.partition_id = k.a AND o.producer_id <> k.b)"
+                f"SELECT k.a, k.b, {first_ongoing('k.a', 'k.b')}"
                 " FROM unnest($1::bigint[], $2::bigint[]) k(a, b)",
                 *two_columns(keys),
             ):
@@ -307,7 +306,7 @@ class PostgresStep(StoreStep):
                     files.setdefault(partition_id, {})[key] = count
                 sizes[partition_id] = sizes.get(partition_id, 0) + total
             for partition_id, (extent_files, size) in (
-                await postgres_extents.extent_refs(conn, refs)
+                await sql_extents.postgres_refs(conn, refs)
             ).items():
                 files.setdefault(partition_id, {}).update(extent_files)
                 sizes[partition_id] = sizes.get(partition_id, 0) + size
@@ -316,8 +315,8 @@ class PostgresStep(StoreStep):
                     files.get(partition_id, {}), sizes.get(partition_id, 0)
                 )
         for partition_id, (offset, limit) in needs.batches.items():
-            loaded.batches[partition_id] = await postgres_extents.rows_holding(
-                conn, partition_id, offset, limit
+            loaded.batches[partition_id] = await sql_extents.rows_holding(
+                conn.fetch, partition_id, offset, limit
             )
         if needs.retained_partitions:
             rows = await conn.fetch(
@@ -385,9 +384,9 @@ class PostgresStep(StoreStep):
                 " WHERE a.partition_id = k.id AND a.last_offset < k.off",
                 *trims,
             )
-            await postgres_extents.trim_extents(conn, sorted(changes.trims.items()))
+            await sql_extents.postgres_trim(conn, sorted(changes.trims.items()))
         if changes.extents:
-            await postgres_extents.swap_in(conn, changes.extents)
+            await sql_extents.swap_in(conn.execute, changes.extents)
         if changes.batches:
             ids = [
                 file_ids[b.object_key] if b.object_key else MARKER_FILE_ID for b in changes.batches

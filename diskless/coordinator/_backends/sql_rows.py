@@ -4,8 +4,9 @@ key lookups."""
 from __future__ import annotations
 
 import functools
+import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -18,6 +19,16 @@ from diskless.coordinator._rules.rows import PartitionState, StoredBatch, TxnReg
 from diskless.coordinator._store import TopicRow
 from diskless.coordinator._values import FileState, TopicConfig
 from diskless.txn import ProducerEntry, RetainedBatch, TxnRecord
+
+_MARK: Final = re.compile(r"\$(\d+)")
+
+
+@functools.cache
+def numbered(sql: str) -> str:
+    """`sql` with SQLite's numbered placeholders (`?1`) for PostgreSQL's (`$1`): the statements
+    both stores run are written once, with PostgreSQL's."""
+    return _MARK.sub(r"?\1", sql)
+
 
 KEYS_PER_QUERY_MAX: Final = 4096
 """Keys looked up per statement when loading state for a step (2 parameters each)."""
@@ -95,31 +106,31 @@ def max_timestamp_scan(partition: str) -> str:
     )
 
 
-RowFetcher = Callable[..., Sequence[Any] | None]
+RowFetcher = Callable[..., Awaitable[Sequence[Any] | None]]
 """Runs a query with its arguments and answers its first row (None when it has none)."""
 
 
-def first_batch_reaching(
+async def first_batch_reaching(
     fetch: RowFetcher, marks: Sequence[str], partition_id: int, timestamp: int
 ) -> StoredBatch | None:
     """The first batch row whose running max is at least `timestamp`, through the time marks
     (`marks`: the backend's placeholders for the first and second argument)."""
-    row = fetch(first_reaching(marks[0], marks[1]), partition_id, timestamp)
+    row = await fetch(first_reaching(marks[0], marks[1]), partition_id, timestamp)
     return None if row is None else batch_from_row(row)
 
 
-def max_timestamp_row(
+async def max_timestamp_row(
     fetch: RowFetcher, marks: Sequence[str], partition_id: int, unless_at_most: int | None
 ) -> StoredBatch | None:
     """The first batch row with the largest timestamp; None if there is none, or if that
     timestamp is at most `unless_at_most` (an earlier candidate's, which wins ties)."""
-    last = fetch(last_running_max(marks[0]), partition_id)
+    last = await fetch(last_running_max(marks[0]), partition_id)
     if last is None or (unless_at_most is not None and last[0] <= unless_at_most):
         return None
-    first = first_batch_reaching(fetch, marks, partition_id, last[0])
+    first = await first_batch_reaching(fetch, marks, partition_id, last[0])
     if first is not None and first.timestamp == last[0]:
         return first
-    row = fetch(max_timestamp_scan(marks[0]), partition_id)
+    row = await fetch(max_timestamp_scan(marks[0]), partition_id)
     return None if row is None else batch_from_row(row)
 
 
@@ -138,11 +149,27 @@ TOPIC_COLUMNS: Final = (
     " t.compression_type, t.compression_gzip_level, t.compression_lz4_level,"
     " t.compression_zstd_level, t.topic_uuid, t.inapplicable_configs"
 )
-PARTITION_COLUMNS: Final = (
+
+
+def first_ongoing(partition: str, other_than: str | None = None) -> str:
+    """`_rules.txn.first_ongoing` as a subquery of the ongoing-transaction index (one probe of
+    its key): the partition's earliest ongoing first offset, with `other_than` that of another
+    producer's (arguments: SQL expressions)."""
+    other = "" if other_than is None else f" AND o.producer_id <> {other_than}"
+    return (
+        f"(SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = {partition}"
+        f"{other})"
+    )
+
+
+PARTITION_COLUMNS_BEFORE_LSO: Final = (
     "p.partition_id, t.name, p.partition, t.timestamp_type, t.retention_ms, t.retention_bytes,"
-    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max,"
-    " (SELECT min(o.first_offset) FROM ongoing_txns o WHERE o.partition_id = p.partition_id),"
-    " t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+    " t.max_message_bytes, p.high_watermark, p.log_start_offset, p.size_bytes, p.ts_running_max"
+)
+PARTITION_COLUMNS_AFTER_LSO: Final = "t.timestamp_before_max_ms, t.timestamp_after_max_ms"
+PARTITION_COLUMNS: Final = (
+    f"{PARTITION_COLUMNS_BEFORE_LSO}, {first_ongoing('p.partition_id')},"
+    f" {PARTITION_COLUMNS_AFTER_LSO}"
 )
 PARTITION_WIDTH: Final = 14
 """The columns of a `PARTITION_COLUMNS` row, after which a query may select others."""
@@ -157,10 +184,11 @@ partition's row) or, from where the store says, `BATCH_COLUMNS` (an extent's or 
 
 
 def heads_from_rows(
-    rows: Iterable[Sequence[Any]], count: int, row_at: int
+    rows: Iterable[Sequence[Any]], count: int, row_at: int, page: int = FETCH_HEAD_ROWS
 ) -> list[FetchHead | None]:
     """The `count` heads a `fetch_heads` statement answers, its rows in any order (indexes
-    from 0; the rows of extents and batches from `row_at`)."""
+    from 0; the rows of extents and batches from `row_at`), each loaded with up to `page`
+    batch rows."""
     states: list[PartitionState | None] = [None] * count
     aborted = [False] * count
     loaded: list[list[StoredBatch]] = [[] for _ in range(count)]
@@ -180,7 +208,7 @@ def heads_from_rows(
             heads.append(None)
             continue
         loaded[i].sort(key=_base_offset)  # extents first: they precede the batch rows
-        heads.append(FetchHead(state, loaded[i], batches[i] < FETCH_HEAD_ROWS, aborted[i]))
+        heads.append(FetchHead(state, loaded[i], batches[i] < page, aborted[i]))
     return heads
 
 

@@ -21,7 +21,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from diskless._availability import log_failure
@@ -34,7 +34,7 @@ from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Operation,
-    ReadView,
+    Query,
     StoreStep,
     run_inline,
 )
@@ -196,14 +196,15 @@ class SqliteStore(CoordinatorStore):
             if volatile:
                 conn.execute("PRAGMA synchronous = FULL")
 
-    def _snapshot(self, query: Callable[[ReadView], T]) -> T:
-        """Run `query` in one read transaction on this reader thread's connection."""
+    def _snapshot(self, query: Query[T]) -> T:
+        """Run `query` in one read transaction on this reader thread's connection (its
+        lookups never suspend: `run_inline`)."""
         conn = self._reader_connection()
 
         def attempt() -> T:
             conn.execute("BEGIN")
             try:
-                return query(SqliteReads(conn))
+                return run_inline(_awaited(query(SqliteReads(conn))))
             finally:
                 conn.execute("COMMIT")
 
@@ -241,7 +242,7 @@ class SqliteStore(CoordinatorStore):
         self._listeners.publish_runs(runs)
         return result
 
-    async def read(self, query: Callable[[ReadView], T]) -> T:
+    async def read(self, query: Query[T]) -> T:
         if not self._schema_ready:  # the writer creates (or migrates) the file first, once
             await self._on(self._executor, self._connection)
         return await self._on(self._readers, lambda: self._snapshot(query))
@@ -277,3 +278,7 @@ class SqliteStore(CoordinatorStore):
                 readers, self._reader_conns = self._reader_conns, []
             for conn in readers:
                 conn.close()
+
+
+async def _awaited(answer: Awaitable[T]) -> T:
+    return await answer

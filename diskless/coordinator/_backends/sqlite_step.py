@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from diskless._types import GroupOwnership, TopicPartition
-from diskless.coordinator._backends import sql_acls, sqlite_extents
+from diskless.coordinator._backends import sql_acls, sql_extents
 from diskless.coordinator._backends.sql_rows import (
     ENTRY_COLUMNS,
     FILE_COLUMNS,
@@ -27,6 +27,7 @@ from diskless.coordinator._backends.sql_rows import (
     entry_from_row,
     entry_to_row,
     file_from_row,
+    first_ongoing,
     in_lists,
     keyed_lookups,
     partition_from_row,
@@ -86,13 +87,9 @@ class SqliteStep(StoreStep):
                 for row in conn.execute(sql, params):
                     snapshot.registrations[(row[0], row[1])] = registration_from_row(row[2:])
         for key in _keys(needs.other_ongoing, partitions):
-            row = conn.execute(
-                "SELECT first_offset FROM ongoing_txns WHERE partition_id = ?"
-                " AND producer_id <> ? ORDER BY first_offset LIMIT 1",
-                key,
-            ).fetchone()
-            if row is not None:
-                snapshot.other_ongoing[key] = row[0]
+            (first,) = conn.execute(f"SELECT {first_ongoing('?1', '?2')}", key).fetchone()
+            if first is not None:
+                snapshot.other_ongoing[key] = first
         for marks, chunk in in_lists(sorted(needs.leases)):
             for row in conn.execute(
                 "SELECT lease_id, partition_id, producer_id, producer_epoch, expires_ms,"
@@ -134,7 +131,7 @@ class SqliteStep(StoreStep):
             ):
                 snapshot.counters[name] = value
         if needs.scram_users:
-            snapshot.scram = self._reads.scram_credentials(list(needs.scram_users))
+            snapshot.scram = await self._reads.scram_credentials(list(needs.scram_users))
         for marks, chunk in in_lists(sorted(needs.txns)):
             for tid, blob in conn.execute(
                 f"SELECT transactional_id, record FROM txn_records"
@@ -155,11 +152,11 @@ class SqliteStep(StoreStep):
                 if key:
                     files[key] = count
                 size += total
-            extent_files, extent_size = sqlite_extents.extent_refs(conn, partition_id, offset)
+            extent_files, extent_size = sql_extents.sqlite_refs(conn, partition_id, offset)
             files.update(extent_files)
             snapshot.batch_refs[partition_id] = BatchRefs(files, size + extent_size)
         for partition_id, (offset, limit) in needs.batches.items():
-            snapshot.batches[partition_id] = self._reads.batches_holding(
+            snapshot.batches[partition_id] = await self._reads.batches_holding(
                 partition_id, offset, limit
             )
         if needs.retained_partitions:
@@ -260,8 +257,8 @@ class SqliteStep(StoreStep):
                 "DELETE FROM aborted_txns WHERE partition_id = ? AND last_offset < ?",
                 (partition_id, offset),
             )
-            sqlite_extents.trim_extents(conn, partition_id, offset)
-        sqlite_extents.swap_in(conn, changes.extents)
+            sql_extents.sqlite_trim(conn, partition_id, offset)
+        await sql_extents.swap_in(sql_extents.sqlite_execute(conn), changes.extents)
         if changes.batches:
             conn.executemany(
                 INSERT_BATCH,

@@ -23,7 +23,7 @@ from diskless.coordinator._rules.acls import (
     invalid_filter,
     matching,
 )
-from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
+from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreStep
 
 _CHANGE_NEEDS = Needs(acls=True, counters=(ACL_VERSION_COUNTER,))
 
@@ -88,4 +88,7 @@ class AclOperations(EngineBase):
         return await self._read(lambda view: view.acl_version())
 
     async def acl_snapshot(self) -> AclSnapshot:
-        return await self._read(lambda view: AclSnapshot(view.acl_version(), view.acls()))
+        async def snapshot(view: ReadView) -> AclSnapshot:
+            return AclSnapshot(await view.acl_version(), await view.acls())
+
+        return await self._read(snapshot)

@@ -16,6 +16,7 @@ from diskless.coordinator._store import (
     CoordinatorStore,
     Durability,
     Operation,
+    Query,
     ReadView,
     StoreStep,
 )
@@ -87,7 +88,7 @@ class EngineBase(BatchCoordinator):
             self.metrics.coordinator_step(operation.value, time.perf_counter() - started, outcome)
         return result
 
-    async def _read(self, query: Callable[[ReadView], T]) -> T:
+    async def _read(self, query: Query[T]) -> T:
         if self._closed:
             raise RuntimeError("the coordinator is closed")
         return await self._reported(self._store.read(query))
@@ -115,5 +116,5 @@ class EngineBase(BatchCoordinator):
         await self._store.close()
 
 
-def _nothing(view: ReadView) -> None:
+async def _nothing(view: ReadView) -> None:
     """A read that asks for nothing: the store is reached, and opened on first use."""

@@ -51,6 +51,7 @@ from diskless.coordinator._store import (
     ReadView,
     StoreStep,
     TopicRow,
+    decide,
 )
 from diskless.coordinator._values import (
     BrokerRegistration,
@@ -199,9 +200,10 @@ class CoordinatorEngine(
         return await self._write(Operation.ANNOUNCE_BROKER, announce, Durability.VOLATILE)
 
     async def live_brokers(self) -> list[BrokerRegistration]:
-        def live(view: ReadView) -> list[BrokerRegistration]:
+        async def live(view: ReadView) -> list[BrokerRegistration]:
+            registrations = await view.broker_registrations()
             now = self._clock.now_ms()
-            return [r for r in view.broker_registrations() if r.expires_ms > now]
+            return [r for r in registrations if r.expires_ms > now]
 
         return await self._read(live)
 
@@ -280,12 +282,14 @@ class CoordinatorEngine(
     async def find_batches(
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
     ) -> list[FindBatchesResponse]:
-        return await self._read(lambda view: reads.find_batches(view, requests, fetch_max_bytes))
+        return await self._read(
+            lambda view: decide(reads.find_batches_plan(requests, fetch_max_bytes), view)
+        )
 
     async def partition_offsets(
         self, partitions: Sequence[TopicPartition]
     ) -> list[PartitionOffsets | None]:
-        return await self._read(lambda view: reads.partition_offsets(view, partitions))
+        return await self._read(lambda view: decide(reads.partition_offsets_plan(partitions), view))
 
     def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
         if self._closed:
@@ -295,7 +299,7 @@ class CoordinatorEngine(
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]
     ) -> list[ListOffsetsResponse]:
-        return await self._read(lambda view: reads.list_offsets(view, requests))
+        return await self._read(lambda view: decide(reads.list_offsets_plan(requests), view))
 
     # --- deletion -----------------------------------------------------------------------------
     async def _released_files(
@@ -437,16 +441,13 @@ class CoordinatorEngine(
 
     # --- inspection ---------------------------------------------------------------------------
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
-        def describe(view: ReadView) -> list[ProducerSnapshot]:
-            now = self._clock.now_ms()
-            state = view.partition(topic_partition)
+        async def describe(view: ReadView) -> list[ProducerSnapshot]:
+            state = await view.partition(topic_partition)
             if state is None:
                 return []
-            return [
-                producer_snapshot(entry)
-                for entry in view.producers_of(state.key)
-                if self._live(entry, now) is not None
-            ]
+            entries = await view.producers_of(state.key)
+            now = self._clock.now_ms()
+            return [producer_snapshot(e) for e in entries if self._live(e, now) is not None]
 
         return await self._read(describe)
 

@@ -30,10 +30,11 @@ class ConsolidationOperations(EngineBase):
     async def consolidation_candidates(
         self, committed_before_ms: int, bytes_max: int, limit: int
     ) -> list[ConsolidationCandidate]:
-        def pick(view: ReadView) -> list[ConsolidationCandidate]:
+        async def pick(view: ReadView) -> list[ConsolidationCandidate]:
             oldest: list[tuple[int, str, int, PartitionState]] = []
-            heads = view.unconsolidated_heads()
-            files = view.files(sorted({first.object_key for _, first in heads if first.object_key}))
+            heads = await view.unconsolidated_heads()
+            keys = sorted({first.object_key for _, first in heads if first.object_key})
+            files = await view.files(keys)
             for state, first in heads:
                 if extents.candidate_run(state, [first], files, committed_before_ms):
                     committed = extents.commit_time(first, files)
@@ -43,8 +44,8 @@ class ConsolidationOperations(EngineBase):
             oldest.sort(key=lambda entry: entry[:3])
             candidates = []
             for *_, state in oldest[: max(0, limit)]:
-                rows = extents.leading_bytes(view.unconsolidated_rows(state), bytes_max)
-                files = view.files(sorted({row.object_key for row in rows if row.object_key}))
+                rows = extents.leading_bytes(await _leading_rows(view, state, bytes_max), bytes_max)
+                files = await view.files(sorted({row.object_key for row in rows if row.object_key}))
                 run = extents.candidate_run(state, rows, files, committed_before_ms)
                 timestamp_type = state.config.timestamp_type
                 batches = [row.to_info(timestamp_type) for row in run]
@@ -99,3 +100,15 @@ class ConsolidationOperations(EngineBase):
 
     async def metadata_stats(self) -> MetadataStats:
         return await self._read(lambda view: view.metadata_stats())
+
+
+async def _leading_rows(view: ReadView, state: PartitionState, bytes_max: int) -> list[StoredBatch]:
+    """The partition's leading unconsolidated rows, until they hold more than `bytes_max`."""
+    rows: list[StoredBatch] = []
+    size = 0
+    async for row in view.unconsolidated_rows(state):
+        rows.append(row)
+        size += row.size
+        if size > bytes_max:
+            break
+    return rows

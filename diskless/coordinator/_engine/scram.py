@@ -17,7 +17,7 @@ from diskless._types import ErrorCode
 from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER
 from diskless.coordinator._rules.scram import ScramSnapshot, describe, plan_alterations
-from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
+from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreStep
 from diskless.coordinator._values import (
     ScramDeletion,
     ScramDescription,
@@ -63,6 +63,7 @@ class ScramOperations(EngineBase):
         return stored.get((user, mechanism))
 
     async def scram_snapshot(self) -> ScramSnapshot:
-        return await self._read(
-            lambda view: ScramSnapshot(view.acl_version(), view.scram_credentials(None))
-        )
+        async def snapshot(view: ReadView) -> ScramSnapshot:
+            return ScramSnapshot(await view.acl_version(), await view.scram_credentials(None))
+
+        return await self._read(snapshot)

@@ -209,12 +209,12 @@ class TransactionOperations(EngineBase):
         no longer than the registrations of the brokers holding them live."""
         clock = self._clock
 
-        def deadline(view: ReadView) -> int | None:
+        async def deadline(view: ReadView) -> int | None:
             now = clock.now_ms()
-            holders = view.lease_holders(partitions, producer_id, producer_epoch, now)
+            holders = await view.lease_holders(partitions, producer_id, producer_epoch, now)
             if not holders:
                 return None
-            registrations = {r.broker_id: r for r in view.broker_registrations()}
+            registrations = {r.broker_id: r for r in await view.broker_registrations()}
             return lease_wait_deadline(holders, registrations, now)
 
         while True:

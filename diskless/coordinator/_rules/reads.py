@@ -2,13 +2,18 @@
 
 A backend supplies a `ReadSource` that only fetches candidate rows through its indexes; the
 decisions (what to return, which offset answers, what to delete) are made here, once.
+
+A read is a plan, as a write is a step: a generator that yields the lookups it needs (each a
+call of a `ReadSource` method, batched over every partition it can) and decides on what they
+answer. It never waits itself: a store over a network loads each lookup on its event loop
+(`_store.decide`), one in memory answers at once (`decided`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Final, NamedTuple, Protocol, TypeVar
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any, Final, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import msgspec
 
@@ -43,10 +48,22 @@ class Row(Sized, Protocol):
 
 
 T_Row = TypeVar("T_Row", bound=Row)
+T = TypeVar("T")
+
+Lookup: TypeAlias = Callable[[Any], Any]
+"""One lookup of a plan: a call of a `ReadSource` method (or its awaitable twin on a store's
+read view, `_store.ReadView`)."""
+Plan: TypeAlias = Generator[Lookup, Any, T]
+"""A read rule: it yields lookups, is sent each one's answer, and returns its decision."""
 
 FETCH_HEAD_ROWS: Final = 16
 """Batch rows a fetch's lookup loads per partition from its offset, after the extents there: a
 consumer that keeps up finds all it gets among them; a deeper backlog pages on."""
+FETCH_PAGE_ROWS_MAX: Final = 256
+"""Batch rows a page of a deeper backlog loads at most per partition (pages grow fourfold from
+`FETCH_HEAD_ROWS`)."""
+OFFSET_LAST: Final = (1 << 63) - 1
+"""An offset past every stored row."""
 
 
 class FetchHead(NamedTuple):
@@ -62,11 +79,13 @@ class FetchHead(NamedTuple):
 
 
 class ReadSource(Protocol):
-    """Index lookups a backend provides; every one is O(log n) plus the rows it yields.
+    """Index lookups a backend provides; every one is O(log n) plus the rows it yields. A
+    store's read view (`_store.ReadView`) has each of them, awaitable; a plan's lookups call
+    them.
 
     A fetch asks for many partitions at once, and a store over a network pays a round trip per
     statement: the batched lookups (`partitions`, `fetch_heads`, `aborted_within`) answer all of
-    them in one statement. Their defaults here ask partition by partition, which suits a store
+    them in one statement. Their defaults here ask partition by partition, which suits a source
     in memory."""
 
     def partition(self, tp: TopicPartition) -> PartitionState | None:
@@ -77,20 +96,21 @@ class ReadSource(Protocol):
         """Each partition's state (None: it does not exist), in one lookup."""
         return [self.partition(tp) for tp in tps]
 
-    def fetch_heads(self, wanted: Sequence[tuple[TopicPartition, int]]) -> list[FetchHead | None]:
+    def fetch_heads(
+        self, wanted: Sequence[tuple[TopicPartition, int]], rows: int = FETCH_HEAD_ROWS
+    ) -> list[FetchHead | None]:
         """For each (partition, offset), the partition's state and its first rows from the
-        offset (None: no such partition), in one lookup: at least `FETCH_HEAD_ROWS` rows unless
-        that is all there are (the SQL stores load every extent there and that many batch
-        rows)."""
+        offset (None: no such partition), in one lookup: at least `rows` rows unless that is
+        all there are (the SQL stores load every extent there and that many batch rows)."""
         heads: list[FetchHead | None] = []
         for tp, offset in wanted:
             state = self.partition(tp)
             if state is None:
                 heads.append(None)
                 continue
-            rows = list(itertools.islice(self.batches_from(state, offset), FETCH_HEAD_ROWS))
+            loaded = list(itertools.islice(self.batches_from(state, offset), rows))
             aborted = next(self.aborted_from(state, offset), None) is not None
-            heads.append(FetchHead(state, rows, len(rows) < FETCH_HEAD_ROWS, aborted))
+            heads.append(FetchHead(state, loaded, len(loaded) < rows, aborted))
         return heads
 
     def aborted_within(
@@ -235,23 +255,24 @@ def at_visible_end(offsets: PartitionOffsets, offset: int, isolation_level: Isol
     return in_range and offset >= fetch_end(offsets, isolation_level)
 
 
-def partition_offsets(
-    source: ReadSource, partitions: Sequence[TopicPartition]
-) -> list[PartitionOffsets | None]:
+def partition_offsets_plan(
+    partitions: Sequence[TopicPartition],
+) -> Plan[list[PartitionOffsets | None]]:
     """Each partition's offsets (None: it does not exist)."""
+    states: list[PartitionState | None] = yield lambda source: source.partitions(partitions)
     return [
         None
         if state is None
         else PartitionOffsets(
             state.key, state.high_watermark, state.last_stable_offset, state.log_start_offset
         )
-        for state in source.partitions(partitions)
+        for state in states
     ]
 
 
-def find_batches(
-    source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
-) -> list[FindBatchesResponse]:
+def find_batches_plan(
+    requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+) -> Plan[list[FindBatchesResponse]]:
     """Batches from each requested offset within the fetch's budgets (`FetchBudget`; over
     extents the superset of `ExtentBudget`, which the read path cuts back exactly).
 
@@ -260,15 +281,57 @@ def find_batches(
     it returns.
 
     One lookup loads every partition's state and first rows (`ReadSource.fetch_heads`), and one
-    more the aborted transactions, when some answer needs them: a partition pages on only when
-    the budgets reach past its first rows.
+    more the aborted transactions, when some answer needs them. Where the budgets reach past a
+    partition's loaded rows, the partitions that ran short load their next rows together, in one
+    more lookup, and the walk is decided again.
     """
-    heads = source.fetch_heads([(r.topic_partition, r.offset) for r in requests])
-    responses: list[FindBatchesResponse] = []
-    overlapping: list[tuple[int, PartitionState, int, int]] = []
+    wanted = [(r.topic_partition, r.offset) for r in requests]
+    loaded: list[FetchHead | None] = yield lambda source: source.fetch_heads(wanted)
+    heads = list(loaded)
+    page = FETCH_HEAD_ROWS
+    while True:
+        walk = _walk(requests, heads, fetch_max_bytes)
+        if not walk.short:
+            break
+        page = min(page * 4, FETCH_PAGE_ROWS_MAX)
+        further = [(requests[i].topic_partition, _after(heads[i])) for i in walk.short]
+        more: list[FetchHead | None] = yield _heads(further, page)
+        for i, extra in zip(walk.short, more, strict=True):
+            heads[i] = _extended(heads[i], extra)
+    responses = walk.responses
+    if walk.overlapping:
+        ranges = [(state, offset, upper) for _, state, offset, upper in walk.overlapping]
+        found: list[list[AbortedTxn]] = yield lambda source: source.aborted_within(ranges)
+        for (index, *_), aborted in zip(walk.overlapping, found, strict=True):
+            listed = [(a.producer_id, a.first_offset) for a in aborted]
+            responses[index] = msgspec.structs.replace(
+                responses[index], aborted_transactions=listed
+            )
+    assert len(responses) == len(requests)
+    return responses
+
+
+class _Walk(NamedTuple):
+    """The budgets' walk over the rows loaded so far."""
+
+    responses: list[FindBatchesResponse]
+    short: list[int]
+    """The requests whose walk ran past the rows loaded (it is decided again once they load
+    more; until then later partitions are walked as if those ended there)."""
+    overlapping: list[tuple[int, PartitionState, int, int]]
     """(response index, partition, offset, end) of the answers that list aborted transactions."""
+
+
+def _walk(
+    requests: Sequence[FindBatchesRequest],
+    heads: Sequence[FetchHead | None],
+    fetch_max_bytes: int,
+) -> _Walk:
+    responses: list[FindBatchesResponse] = []
+    short: list[int] = []
+    overlapping: list[tuple[int, PartitionState, int, int]] = []
     budget = ExtentBudget(fetch_max_bytes)
-    for request, head in zip(requests, heads, strict=True):
+    for index, (request, head) in enumerate(zip(requests, heads, strict=True)):
         if head is None:
             responses.append(FindBatchesResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []))
             continue
@@ -280,7 +343,10 @@ def find_batches(
         end = fetch_end(state, request.isolation_level)
         rows: list[StoredBatch] = []
         if offset < end:
-            rows = budget.take(_below(_head_rows(source, head), end), request.max_bytes)
+            loaded = _Loaded(head.rows, end)
+            rows = budget.take(loaded, request.max_bytes)
+            if loaded.ran_out and not head.complete:
+                short.append(index)
         timestamp_type = state.config.timestamp_type
         taken = [row.to_info(timestamp_type) for row in rows]
         assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
@@ -289,28 +355,41 @@ def find_batches(
             upper = taken[-1].last_offset + 1
             overlapping.append((len(responses), state, offset, upper))
         responses.append(_fetch_response(ErrorCode.NONE, taken, state))
-    if overlapping:
-        found = source.aborted_within([(state, o, upper) for _, state, o, upper in overlapping])
-        for (index, *_), aborted in zip(overlapping, found, strict=True):
-            listed = [(a.producer_id, a.first_offset) for a in aborted]
-            responses[index] = msgspec.structs.replace(
-                responses[index], aborted_transactions=listed
-            )
-    assert len(responses) == len(requests)
-    return responses
+    return _Walk(responses, short, overlapping)
 
 
-def _head_rows(source: ReadSource, head: FetchHead) -> Iterator[StoredBatch]:
-    """The partition's rows from the fetch offset: the loaded ones, then any later ones."""
-    yield from head.rows
-    if not head.complete:
-        last = head.rows[-1].base_offset
-        later = source.batches_from(head.state, head.rows[-1].last_offset + 1)
-        yield from itertools.dropwhile(lambda row: row.base_offset <= last, later)
+class _Loaded:
+    """A partition's loaded rows below `end`, noting whether a walk asked for more than them."""
+
+    def __init__(self, rows: list[StoredBatch], end: int) -> None:
+        self._rows = iter(rows)
+        self._end = end
+        self.ran_out = False
+
+    def __iter__(self) -> Iterator[StoredBatch]:
+        for row in self._rows:
+            if row.base_offset >= self._end:
+                return
+            yield row
+        self.ran_out = True
 
 
-def _below(rows: Iterator[StoredBatch], end: int) -> Iterator[StoredBatch]:
-    return itertools.takewhile(lambda row: row.base_offset < end, rows)
+def _heads(wanted: list[tuple[TopicPartition, int]], rows: int) -> Lookup:
+    return lambda source: source.fetch_heads(wanted, rows)
+
+
+def _after(head: FetchHead | None) -> int:
+    """Where a short partition's next rows start."""
+    assert head is not None and head.rows
+    return head.rows[-1].last_offset + 1
+
+
+def _extended(head: FetchHead | None, more: FetchHead | None) -> FetchHead:
+    """`head` with the rows loaded after its last one."""
+    assert head is not None and more is not None
+    last = head.rows[-1].base_offset
+    later = [row for row in more.rows if row.base_offset > last]
+    return head._replace(rows=head.rows + later, complete=more.complete)
 
 
 def _fetch_response(
@@ -329,71 +408,91 @@ def _fetch_response(
     )
 
 
-def list_offsets(
-    source: ReadSource, requests: Sequence[ListOffsetsRequest]
-) -> list[ListOffsetsResponse]:
+def list_offsets_plan(requests: Sequence[ListOffsetsRequest]) -> Plan[list[ListOffsetsResponse]]:
     """Kafka ListOffsets over batch metadata.
 
     A lookup by time, and MAX_TIMESTAMP, are answered by records: the coordinator finds the rows
     that hold the answer and the read path reads their records (`TimeLookup`).
     """
-    responses = [_list_offset(source, request) for request in requests]
+    responses = []
+    for request in requests:
+        responses.append((yield from _list_offset(request)))
     assert len(responses) == len(requests)
     return responses
 
 
-def _list_offset(source: ReadSource, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    state = source.partition(request.topic_partition)
+def _list_offset(request: ListOffsetsRequest) -> Plan[ListOffsetsResponse]:
+    tp = request.topic_partition
+    state: PartitionState | None = yield lambda source: source.partition(tp)
     if state is None:
         return ListOffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     ts = request.timestamp
-    committed = request.isolation_level == IsolationLevel.READ_COMMITTED
-    end = state.last_stable_offset if committed else state.high_watermark
+    end = fetch_end(state, request.isolation_level)
     if ts == OffsetSpec.EARLIEST:
         return ListOffsetsResponse(ErrorCode.NONE, state.log_start_offset)
     if ts == OffsetSpec.LATEST:
         return ListOffsetsResponse(ErrorCode.NONE, end)
     if ts == OffsetSpec.MAX_TIMESTAMP:
-        return _max_timestamp(source, state, end)
+        return (yield from _max_timestamp(state, end))
     if ts < 0:
         return ListOffsetsResponse(ErrorCode.INVALID_REQUEST)
-    first = _first_reaching(source, state, ts)
+    first = yield from _first_reaching(state, ts)
     if first is None or first.base_offset >= end:
         return ListOffsetsResponse(ErrorCode.NONE)  # whatever it holds is past the end: none
     rows = [first]
     if first.base_offset < state.log_start_offset:
         # The log start cuts `first`: the records it kept may all be earlier than `ts`, and the
         # answer is then in the next row that reaches `ts`.
-        later = _below(source.batches_from(state, first.last_offset + 1), end)
-        then = next((row for row in later if row.timestamp >= ts), None)
+        then = yield from _first_row(state, first.last_offset + 1, end, ts)
         if then is not None:
             rows.append(then)
     return ListOffsetsResponse(ErrorCode.NONE, lookup=_lookup(state, ts, end, rows))
 
 
-def _first_reaching(source: ReadSource, state: PartitionState, ts: int) -> StoredBatch | None:
+def _first_reaching(state: PartitionState, ts: int) -> Plan[StoredBatch | None]:
     """The first stored row whose timestamp is at least `ts`."""
-    top = source.max_timestamp_batch(state)
+    top: StoredBatch | None = yield lambda source: source.max_timestamp_batch(state)
     if top is None or top.timestamp < ts:
         return None
     # Every stored batch before `first` has a running max, hence a timestamp, below `ts`. Only
     # when `first` is the oldest stored batch can its running max come from a deleted batch; then
     # scan forward (bounded by the answer's position, which `top` guarantees exists).
-    first = source.first_running_max_at_least(state, ts)
+    first: StoredBatch | None = yield lambda source: source.first_running_max_at_least(state, ts)
     assert first is not None
     if first.timestamp >= ts:
         return first
-    for batch in source.batches_from(state, first.base_offset):
-        if batch.timestamp >= ts:
-            return batch
-    raise AssertionError(f"no batch at or after timestamp {ts} although {top} exists")
+    found = yield from _first_row(state, first.base_offset, OFFSET_LAST, ts)
+    if found is None:
+        raise AssertionError(f"no batch at or after timestamp {ts} although {top} exists")
+    return found
 
 
-def _max_timestamp(source: ReadSource, state: PartitionState, end: int) -> ListOffsetsResponse:
+def _first_row(state: PartitionState, offset: int, end: int, ts: int) -> Plan[StoredBatch | None]:
+    """The first row from the one holding `offset` and below `end` whose timestamp is at least
+    `ts`, loaded a page at a time (pages growing as in `find_batches_plan`)."""
+    page = FETCH_HEAD_ROWS
+    wanted = [(state.topic_partition, offset)]
+    while True:
+        loaded: list[FetchHead | None] = yield _heads(wanted, page)
+        head = loaded[0]
+        if head is None:  # deleted meanwhile: the snapshot holds it, so never here
+            return None
+        for row in head.rows:
+            if row.base_offset >= end:
+                return None
+            if row.timestamp >= ts:
+                return row
+        if head.complete or not head.rows:
+            return None
+        wanted = [(state.topic_partition, head.rows[-1].last_offset + 1)]
+        page = min(page * 4, FETCH_PAGE_ROWS_MAX)
+
+
+def _max_timestamp(state: PartitionState, end: int) -> Plan[ListOffsetsResponse]:
     """Kafka answers the first record holding the largest timestamp, found in the first batch
     holding it. Should the log start have cut that record off, the batch's first kept offset
     answers, with the largest timestamp."""
-    top = source.max_timestamp_batch(state)
+    top: StoredBatch | None = yield lambda source: source.max_timestamp_batch(state)
     if top is None or top.base_offset >= end:
         return ListOffsetsResponse(ErrorCode.NONE)
     floor = max(top.base_offset, state.log_start_offset)
@@ -405,6 +504,23 @@ def _max_timestamp(source: ReadSource, state: PartitionState, end: int) -> ListO
 def _lookup(state: PartitionState, ts: int, end: int, rows: list[StoredBatch]) -> TimeLookup:
     batches = [row.to_info(state.config.timestamp_type) for row in rows]
     return TimeLookup(ts, state.log_start_offset, end, batches)
+
+
+def decided(plan: Plan[T], source: ReadSource) -> T:
+    """A plan's answer over a source that answers at once (in memory)."""
+    try:
+        lookup = next(plan)
+        while True:
+            lookup = plan.send(lookup(source))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def find_batches(
+    source: ReadSource, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
+) -> list[FindBatchesResponse]:
+    """`find_batches_plan` over a source in memory."""
+    return decided(find_batches_plan(requests, fetch_max_bytes), source)
 
 
 class DeleteRecordsDecision(NamedTuple):

@@ -25,7 +25,7 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
      at sequence 0), the ongoing transaction leaves the LSO index, an ABORT enters the
      aborted-transaction index, and the registration and any expired leases are dropped.
 - **LSO**: ongoing transactions are indexed per partition by first offset; the LSO is the
-  earliest one (`PartitionState.last_stable_offset`).
+  earliest one (`first_ongoing`, then `PartitionState.last_stable_offset`).
 - **Deleted topics**: deleting a topic drops its registrations and leases with its partitions, and
   an end answers UNKNOWN_TOPIC_OR_PARTITION for a partition that no longer exists (the
   transaction coordinator then skips it, as Kafka's does). The partition key stands for Kafka's
@@ -35,6 +35,7 @@ The batch coordinator plays the partition leader's transactional role (DESIGN §
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
@@ -61,6 +62,16 @@ CONTROL_BATCH_BYTES: Final = len(
     )
 )
 """The size of a synthesized marker: what it counts for fetch budgets and size retention."""
+
+
+def first_ongoing(ongoing: Iterable[tuple[int, int]], other_than: int | None = None) -> int | None:
+    """The basis of the LSO: the first offset of a partition's earliest ongoing transaction
+    (None: none is open), from its ongoing-transaction index given as (first offset, producer
+    id) in first-offset order. With `other_than`, the earliest of another producer's (the LSO
+    an ABORT marker of that producer records: `plan_marker`).
+
+    The SQL stores ask the same of their index in one subquery (`sql_rows.first_ongoing`)."""
+    return next((first for first, producer in ongoing if producer != other_than), None)
 
 
 def stored_epoch(entry: ProducerEntry | None, registration: TxnRegistration | None) -> int:
