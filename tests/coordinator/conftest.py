@@ -9,7 +9,7 @@ import pytest
 
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 EXPIRATION_MS = 60 * 60 * 1000
 """Producer-state expiry used by the suite: one hour, so tests can jump past it."""

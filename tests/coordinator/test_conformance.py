@@ -30,8 +30,8 @@ from diskless.txn import (
     PendingOffset,
     TransactionCoordinator,
 )
+from testkit.commits import BASE_TS, Committer, batch, new_key
 
-from ._helpers import BASE_TS, Committer, batch, new_key
 from .conftest import EXPIRATION_MS
 
 TP = TopicPartition("t", 0)

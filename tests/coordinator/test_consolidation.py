@@ -29,8 +29,7 @@ from diskless.coordinator import (
     ListOffsetsResponse,
     TopicConfig,
 )
-
-from ._helpers import BASE_TS, Committer, batch, new_key
+from testkit.commits import BASE_TS, Committer, batch, new_key
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

@@ -19,7 +19,7 @@ from diskless.coordinator import (
 )
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore
-from tests.kafka_server._sasl import sasl_server_config
+from testkit.sasl import sasl_server_config
 from tests.kafka_server.conftest import broker_config
 
 

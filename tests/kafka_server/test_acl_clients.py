@@ -39,9 +39,9 @@ from kio.static.primitive import i8
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
-from tests.kafka_server._processes import broker_processes
-from tests.kafka_server._wire import ask
+from testkit.batches import build_batch
+from testkit.processes import broker_processes
+from testkit.wire import ask
 from tests.kafka_server.conftest import broker_config
 
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from diskless.kafka_server import ApiKey, KafkaCluster
-from tests.kafka_server._clients import confluent_consume, confluent_produce
+from testkit.clients import confluent_consume, confluent_produce
 from tests.kafka_server.test_clients import end_offsets
 
 PARTITIONS = 12

@@ -17,7 +17,7 @@ from diskless import OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import ApiKey, KafkaCluster
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._clients import (
+from testkit.clients import (
     Audit,
     confluent_consume,
     confluent_produce,

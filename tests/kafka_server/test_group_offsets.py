@@ -24,7 +24,7 @@ from diskless.coordinator import InMemoryBatchCoordinator, SqliteBatchCoordinato
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore, MemoryObjectStore
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 from tests.kafka_server.conftest import broker_config, server_config
 
 GROUP = "durable-group"

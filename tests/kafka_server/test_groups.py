@@ -29,7 +29,7 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 from tests.kafka_server.conftest import broker_config, server_config
 
 PARTITIONS = 6

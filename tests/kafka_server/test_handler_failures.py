@@ -59,8 +59,8 @@ from diskless.kafka_server._coordination.group_coordinator import GroupCoordinat
 from diskless.kafka_server._handlers.context import ANONYMOUS, Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.storage import MemoryObjectStore
+from testkit.wal import build_batch
 from tests.kafka_server.test_handlers import Context
-from tests.wal._helpers import build_batch
 
 TOPIC: Final = "t"
 ALLOW: Final = AclPermissionType.ALLOW

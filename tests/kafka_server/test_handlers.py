@@ -34,7 +34,7 @@ from diskless.kafka_server._protocol.apis import Api, ApiKey
 from diskless.kafka_server._protocol.fields import build
 from diskless.kafka_server._protocol.messages import FetchRequest, ProduceRequest
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import fetch_request
+from testkit.wire import fetch_request
 
 WAIT_S = 30.0
 """Far longer than the test may take on a real clock: only the manual clock can end the wait."""

@@ -30,8 +30,8 @@ from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBat
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
-from tests.kafka_server._wire import WireClient
+from testkit.batches import build_batch
+from testkit.wire import WireClient
 from tests.kafka_server.conftest import broker_config
 
 TTL_MS: Final = 300

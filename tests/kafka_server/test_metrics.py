@@ -23,8 +23,8 @@ from diskless.clock import SystemClock
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator
 from diskless.kafka_server import Observability, ServerConfig
 from diskless.storage import FaultyObjectStore, LocalObjectStore
-from tests._backends import BACKENDS, open_coordinator
-from tests.kafka_server._metrics import (
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.metrics import (
     batch_bytes,
     http_get,
     observed_cluster,

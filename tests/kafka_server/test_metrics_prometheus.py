@@ -20,17 +20,17 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks._ports import free_port
 from diskless.clock import SystemClock
 from diskless.kafka_server import ServerConfig
 from diskless.storage import LocalObjectStore
-from tests._backends import open_coordinator
-from tests.kafka_server._metrics import (
+from testkit.backends import open_coordinator
+from testkit.metrics import (
     batch_bytes,
     http_get,
     observed_cluster,
     write_prometheus_config,
 )
+from testkit.ports import free_port
 from tests.kafka_server.test_metrics import (
     COMMITTED,
     GROUP,

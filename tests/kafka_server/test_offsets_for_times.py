@@ -22,7 +22,7 @@ from diskless._types import ErrorCode
 from diskless.coordinator import SqliteBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
+from testkit.batches import build_batch
 from tests.kafka_server.conftest import broker_config, server_config
 
 TOPIC = "times"

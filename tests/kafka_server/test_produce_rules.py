@@ -25,9 +25,9 @@ from kio.static.primitive import i8, i32, i64
 
 from diskless.clock import SystemClock
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._clients import confluent_consume, confluent_produce, value
-from tests.kafka_server._wire import WireClient, fetch_request
-from tests.records._oracle import MAX_TIMESTAMP_AT, build_batch, patch
+from testkit.clients import confluent_consume, confluent_produce, value
+from testkit.oracle import MAX_TIMESTAMP_AT, build_batch, patch
+from testkit.wire import WireClient, fetch_request
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -29,8 +29,8 @@ from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._wire import WireClient, fetch_request
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.wire import WireClient, fetch_request
 from tests.kafka_server.conftest import broker_config, server_config
 
 TOPIC = "zonal"

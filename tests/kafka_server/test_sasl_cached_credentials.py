@@ -24,8 +24,8 @@ from diskless import coordinator as diskless_coordinator
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._sasl import client_settings, sasl_server_config, scram_login
-from tests.kafka_server._wire import WireClient
+from testkit.sasl import client_settings, sasl_server_config, scram_login
+from testkit.wire import WireClient
 from tests.kafka_server.conftest import broker_config
 from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 

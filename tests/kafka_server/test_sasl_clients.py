@@ -29,8 +29,8 @@ from confluent_kafka.admin import (
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._sasl import client_settings, sasl_server_config
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.sasl import client_settings, sasl_server_config
 from tests.kafka_server.conftest import broker_config
 
 TOPIC = "secured"

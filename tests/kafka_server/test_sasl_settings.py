@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
 
-from benchmarks._ports import free_port
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.server_properties import server_config
 from diskless.storage import MemoryObjectStore
-from tests._tls import make_certs
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._sasl import JAAS, client_settings
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.ports import free_port
+from testkit.sasl import JAAS, client_settings
+from testkit.tls import make_certs
 from tests.kafka_server.conftest import broker_config
 from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, New
 
 from diskless import CompressionType
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 from tests.kafka_server.test_admin import TIMEOUT_S, _error_code
 from tests.kafka_server.test_produce_rules import _batches, _fetch
 

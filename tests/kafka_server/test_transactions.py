@@ -32,14 +32,14 @@ from diskless.kafka_server._server.server_properties import server_config as pro
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep
-from tests.broker._kafka import build_batch as broker_batch
-from tests.coordinator._helpers import Committer
-from tests.coordinator._helpers import batch as coordinator_batch
-from tests.kafka_server._clients import Audit, confluent_consume, value
-from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
+from testkit.batches import build_batch as broker_batch
+from testkit.clients import Audit, confluent_consume, value
+from testkit.commits import Committer
+from testkit.commits import batch as coordinator_batch
+from testkit.wal import build_batch
+from testkit.wire import WireClient, decode_response, encode_request, fetch_request
 from tests.kafka_server.conftest import broker_config, server_config
 from tests.kafka_server.test_clients import end_offsets
-from tests.wal._helpers import build_batch
 
 PARTITIONS = 3
 TRANSACTIONS = 6

@@ -42,11 +42,11 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i16, i32
 
-from tests._postgres import database_dsn
-from tests.broker._kafka import build_batch
-from tests.kafka_server._clients import confluent_consume, value
-from tests.kafka_server._processes import BrokerProcess, bootstrap, broker_processes
-from tests.kafka_server._wire import WireClient, decode_response, encode_request
+from testkit.batches import build_batch
+from testkit.clients import confluent_consume, value
+from testkit.postgres import database_dsn
+from testkit.processes import BrokerProcess, bootstrap, broker_processes
+from testkit.wire import WireClient, decode_response, encode_request
 
 TOPIC = "paused"
 TID = "paused-producer"

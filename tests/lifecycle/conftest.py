@@ -9,8 +9,8 @@ import pytest
 
 from diskless.clock import Clock
 from diskless.coordinator import BatchCoordinator
-from tests._backends import BACKENDS, open_coordinator
-from tests._s3server import running_s3_server
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.s3server import running_s3_server
 from tests.lifecycle._helpers import COORDINATOR_OPTIONS, CoordinatorFactory
 
 

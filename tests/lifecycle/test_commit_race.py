@@ -25,6 +25,7 @@ from diskless.coordinator import (
 )
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
+from testkit.wal import build_batch, decode_values
 from tests.lifecycle._helpers import (
     GRACE_MS,
     TP,
@@ -34,7 +35,6 @@ from tests.lifecycle._helpers import (
     cluster,
     settle,
 )
-from tests.wal._helpers import build_batch, decode_values
 
 READER_BROKER = 99  # reads through its own broker: a cold cache, so bytes come from the store
 

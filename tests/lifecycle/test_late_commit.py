@@ -22,7 +22,8 @@ from diskless.coordinator import CommitFileResult, CommitRefusal, SqliteBatchCoo
 from diskless.lifecycle import FileManager
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.coordinator._lock_holder import WriteLockHolder
+from testkit.lock_holder import WriteLockHolder
+from testkit.wal import build_batch
 from tests.lifecycle._helpers import (
     TP,
     UNREFERENCED_GRACE_MS,
@@ -32,7 +33,6 @@ from tests.lifecycle._helpers import (
     config,
 )
 from tests.lifecycle.test_commit_race import GatedCoordinator, _read_all, clock_advance
-from tests.wal._helpers import build_batch
 
 COMMIT_AGE_MAX_MS = 25_000
 """Above the test WAL's commit budget (about 11 s), below what the manager's grace allows."""

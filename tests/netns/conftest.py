@@ -1,3 +1,3 @@
-from tests._netns import network_of
+from testkit.netns import network_of
 
 __all__ = ["network_of"]

@@ -31,10 +31,10 @@ import kio.schema.end_txn.v1.request as end_txn_v1
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i16
 
-from benchmarks._postgres_server import PostgresServer
-from tests._netns import Host, Network, NetworkFactory, postgres_in, s3_server_in
-from tests._s3server import REGION, create_bucket
-from tests.kafka_server._wire import WireClient, decode_response, encode_request
+from testkit.netns import Host, Network, NetworkFactory, postgres_in, s3_server_in
+from testkit.postgres_server import PostgresServer
+from testkit.s3server import REGION, create_bucket
+from testkit.wire import WireClient, decode_response, encode_request
 from tests.kafka_server.test_txn_paused_broker import (
     TID,
     TOPIC,

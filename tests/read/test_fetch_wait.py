@@ -23,7 +23,7 @@ from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest
 from diskless.read._purgatory import TICK_S
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 TP = TopicPartition("wait", 0)
 LONG_MS = 600_000

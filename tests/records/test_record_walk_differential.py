@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from diskless._types import ErrorCode
 from diskless.records._cwalk import walk
-from tests.records._reference_walk import reference_walk
+from testkit.reference_walk import reference_walk
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

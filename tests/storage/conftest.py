@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests._s3server import create_bucket, running_s3_server
+from testkit.s3server import create_bucket, running_s3_server
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from diskless._types import ControlType, ErrorCode, IsolationLevel, TopicPartiti
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator, FindBatchesRequest, LeaseRequest
 from diskless.txn import TransactionCoordinator, TxnState
-from tests.coordinator._helpers import Committer, batch
+from testkit.commits import Committer, batch
 
 from .conftest import drive
 

@@ -28,7 +28,7 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
 from diskless.txn import TransactionParticipant
-from tests.coordinator._helpers import Committer, batch
+from testkit.commits import Committer, batch
 
 from .conftest import drive, step
 

@@ -39,8 +39,8 @@ from diskless.coordinator import (
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TransactionCoordinator, TxnState
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
-from tests.coordinator._helpers import batch
+from testkit.batches import build_batch
+from testkit.commits import batch
 
 from ._consumer import decode_all, read_committed
 from .conftest import drive, step

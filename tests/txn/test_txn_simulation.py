@@ -43,7 +43,7 @@ from diskless.coordinator import (
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
+from testkit.batches import build_batch
 from tests.wal._rig import drive
 
 from ._consumer import read_committed

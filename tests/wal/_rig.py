@@ -20,7 +20,7 @@ from diskless.coordinator import (
 from diskless.records import set_base_offset
 from diskless.storage import ForwardingObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig, WalWriter
-from tests.wal._helpers import decode_values
+from testkit.wal import decode_values
 
 T = TypeVar("T")
 

@@ -41,9 +41,9 @@ from diskless.coordinator import (
 from diskless.records import set_base_offset
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig, WalEntry, WalWriter
-from tests._torn_store import HalfGroupCoordinators
-from tests.wal._helpers import build_batch, decode_values, header_of
+from testkit.wal import build_batch, decode_values, header_of
 from tests.wal._rig import drive
+from tests.wal._torn_store import HalfGroupCoordinators
 
 SIM_START_MS = 1_700_000_000_000
 

@@ -26,7 +26,7 @@ from diskless.wal import (
     read_footer,
     read_object_index,
 )
-from tests.wal._helpers import build_batch, decode_values, entry, sized_batch
+from testkit.wal import build_batch, decode_values, entry, sized_batch
 from tests.wal._rig import GatedStore, RecordingCoordinator, Rig, drive, settle
 
 TP0 = TopicPartition("t", 0)

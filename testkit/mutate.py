@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import crc32c
 
-from tests.records._reference_walk import reference_walk
+from testkit.reference_walk import reference_walk
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -18,7 +18,7 @@ import kio.schema.sasl_handshake.v1 as sasl_handshake_v1
 
 from diskless.kafka_server import ServerConfig
 from diskless.kafka_server._protocol.fields import build
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 
 LISTENER: Final = "SASL_PLAINTEXT"
 JAAS: Final = (

@@ -78,9 +78,9 @@ from typing import Any, Final, TypeVar
 
 import pytest
 
-from benchmarks._postgres_server import PostgresServer
-from tests._postgres import bindir_or_skip
-from tests._s3server import running_s3_server
+from testkit.postgres import bindir_or_skip
+from testkit.postgres_server import PostgresServer
+from testkit.s3server import running_s3_server
 
 T = TypeVar("T")
 
