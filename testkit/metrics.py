@@ -20,7 +20,7 @@ from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server import KafkaCluster, Observability, ServerConfig
 from diskless.kafka_server._server.services import LifecycleConfig, running_lifecycle
 from diskless.storage import ObjectStore
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import broker_config
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -432,9 +432,9 @@ def require_netns() -> None:
 NetworkFactory = Callable[..., Network]
 
 
-@pytest.fixture
-def network_of() -> Iterator[NetworkFactory]:
-    """`network_of(count, subnet=SUBNET)`: a network of `count` hosts, deleted after the test."""
+def networks() -> Iterator[NetworkFactory]:
+    """The `network_of` fixture's body (`testkit.fixtures`): yields `make(count, subnet=SUBNET)`,
+    a network of `count` hosts, each deleted when the generator ends."""
     require_netns()
     made: list[Network] = []
 

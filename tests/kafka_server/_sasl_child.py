@@ -19,8 +19,8 @@ from diskless.coordinator import (
 )
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore
+from testkit.cluster import broker_config
 from testkit.sasl import sasl_server_config
-from tests.kafka_server.conftest import broker_config
 
 
 def open_coordinator(spec: str) -> BatchCoordinator:

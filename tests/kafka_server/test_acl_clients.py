@@ -40,9 +40,9 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.storage import MemoryObjectStore
 from testkit.batches import build_batch
+from testkit.cluster import broker_config
 from testkit.processes import broker_processes
 from testkit.wire import ask
-from tests.kafka_server.conftest import broker_config
 
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS: Final = "User:ANONYMOUS"

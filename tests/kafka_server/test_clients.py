@@ -24,7 +24,7 @@ from testkit.clients import (
     split_evenly,
     value,
 )
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.cluster import broker_config, server_config
 
 PARTITIONS = 12
 

@@ -11,7 +11,7 @@ from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import broker_config
 
 ADDRESS = BrokerAddress(1, "127.0.0.1", 9092, None)
 

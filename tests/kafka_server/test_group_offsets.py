@@ -24,8 +24,8 @@ from diskless.coordinator import InMemoryBatchCoordinator, SqliteBatchCoordinato
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore, MemoryObjectStore
+from testkit.cluster import broker_config, server_config
 from testkit.wire import WireClient
-from tests.kafka_server.conftest import broker_config, server_config
 
 GROUP = "durable-group"
 

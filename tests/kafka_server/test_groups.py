@@ -29,8 +29,8 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from diskless.storage import MemoryObjectStore
+from testkit.cluster import broker_config, server_config
 from testkit.wire import WireClient
-from tests.kafka_server.conftest import broker_config, server_config
 
 PARTITIONS = 6
 RECORDS = 3000

@@ -31,8 +31,8 @@ from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.storage import MemoryObjectStore
 from testkit.batches import build_batch
+from testkit.cluster import broker_config
 from testkit.wire import WireClient
-from tests.kafka_server.conftest import broker_config
 
 TTL_MS: Final = 300
 """The session timeout: short, so that a registration lapses soon."""

@@ -29,8 +29,8 @@ from diskless.kafka_server._server.listeners import listener_plan
 from diskless.kafka_server._server.security_protocol import SecurityProtocol
 from diskless.storage import MemoryObjectStore
 from testkit.backends import BACKENDS, open_coordinator
+from testkit.cluster import broker_config
 from testkit.wire import ask
-from tests.kafka_server.conftest import broker_config
 
 DEFAULT_MAP = ServerConfig().listener_security_protocol_map
 

@@ -18,8 +18,8 @@ from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
+from testkit.cluster import broker_config, server_config
 from testkit.wire import WireClient, fetch_request
-from tests.kafka_server.conftest import broker_config, server_config
 
 TOPIC = "routed"
 PARTITIONS = 24

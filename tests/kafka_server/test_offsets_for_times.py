@@ -23,7 +23,7 @@ from diskless.coordinator import SqliteBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
 from testkit.batches import build_batch
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.cluster import broker_config, server_config
 
 TOPIC = "times"
 TIMEOUT_S = 10.0

@@ -30,8 +30,8 @@ from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import MemoryObjectStore
 from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import broker_config, server_config
 from testkit.wire import WireClient, fetch_request
-from tests.kafka_server.conftest import broker_config, server_config
 
 TOPIC = "zonal"
 PARTITIONS = 6

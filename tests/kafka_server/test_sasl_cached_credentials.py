@@ -24,9 +24,9 @@ from diskless import coordinator as diskless_coordinator
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
+from testkit.cluster import broker_config
 from testkit.sasl import client_settings, sasl_server_config, scram_login
 from testkit.wire import WireClient
-from tests.kafka_server.conftest import broker_config
 from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 
 REFRESH_MS: Final = 300

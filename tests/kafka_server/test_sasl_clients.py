@@ -30,8 +30,8 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
 from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import broker_config
 from testkit.sasl import client_settings, sasl_server_config
-from tests.kafka_server.conftest import broker_config
 
 TOPIC = "secured"
 PARTITIONS = 3

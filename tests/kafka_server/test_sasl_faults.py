@@ -22,9 +22,9 @@ from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBat
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._protocol.fields import build
 from diskless.storage import MemoryObjectStore
+from testkit.cluster import broker_config
 from testkit.sasl import authenticate, handshake, sasl_server_config, scram_login
 from testkit.wire import WireClient, encode_request
-from tests.kafka_server.conftest import broker_config
 
 
 @pytest.fixture

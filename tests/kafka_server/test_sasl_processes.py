@@ -33,9 +33,9 @@ from diskless.coordinator import (
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore
 from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import broker_config
 from testkit.postgres import database_dsn
 from testkit.sasl import client_settings, sasl_server_config
-from tests.kafka_server.conftest import broker_config
 from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 
 TOPIC = "shared-secrets"

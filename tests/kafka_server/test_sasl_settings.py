@@ -18,10 +18,10 @@ from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.server_properties import server_config
 from diskless.storage import MemoryObjectStore
 from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import broker_config
 from testkit.ports import free_port
 from testkit.sasl import JAAS, client_settings
 from testkit.tls import make_certs
-from tests.kafka_server.conftest import broker_config
 from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 
 SASL_SSL_PROPERTIES = {

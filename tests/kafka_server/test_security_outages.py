@@ -32,9 +32,9 @@ from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
 from diskless.storage import MemoryObjectStore
+from testkit.cluster import broker_config
 from testkit.postgres import PostgresServer, server
 from testkit.sasl import sasl_server_config
-from tests.kafka_server.conftest import broker_config
 from tests.kafka_server.test_sasl_cached_credentials import SHA_512, librdkafka_login
 from tests.kafka_server.test_sasl_clients import create_scram_user
 

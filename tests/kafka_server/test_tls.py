@@ -28,9 +28,9 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.server_properties import server_config
 from diskless.storage import MemoryObjectStore
+from testkit.cluster import broker_config
 from testkit.tls import CLIENT_DN, KEY_PASSWORD, Certs, make_certs
 from testkit.wire import WireClient, encode_request
-from tests.kafka_server.conftest import broker_config
 
 TOPIC = "secure"
 

@@ -28,7 +28,7 @@ from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
 from testkit.backends import BACKENDS, open_coordinator
 from testkit.batches import build_batch
-from tests.txn.conftest import drive
+from testkit.clocks import drive
 
 TP = TopicPartition("t", 0)
 TID = "late"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +10,6 @@ import pytest
 from diskless.clock import Clock
 from diskless.coordinator import BatchCoordinator
 from testkit.backends import BACKENDS, open_coordinator
-from testkit.s3server import running_s3_server
 from tests.lifecycle._helpers import COORDINATOR_OPTIONS, CoordinatorFactory
 
 
@@ -30,10 +29,3 @@ async def new_coordinator(
     yield make
     for coordinator in made:
         await coordinator.close()
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """One moto S3 server for the whole session (tests create their own buckets)."""
-    with running_s3_server() as endpoint_url:
-        yield endpoint_url

@@ -26,8 +26,7 @@ from diskless.errors import CoordinatorUnavailableError
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
 from testkit.batches import build_batch
-
-from .conftest import drive
+from testkit.clocks import drive
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 OK = ErrorCode.NONE

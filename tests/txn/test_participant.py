@@ -28,9 +28,8 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
 from diskless.txn import TransactionParticipant
+from testkit.clocks import drive, step
 from testkit.commits import Committer, batch
-
-from .conftest import drive, step
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

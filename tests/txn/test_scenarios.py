@@ -40,10 +40,10 @@ from diskless.storage import MemoryObjectStore
 from diskless.txn import TransactionCoordinator, TxnState
 from diskless.wal import WalConfig
 from testkit.batches import build_batch
+from testkit.clocks import drive, step
 from testkit.commits import batch
 
 from ._consumer import decode_all, read_committed
-from .conftest import drive, step
 
 TP = TopicPartition("t", 0)
 OK = ErrorCode.NONE

@@ -1,35 +1,15 @@
-"""Both batch coordinators as transaction participants, on one virtual clock."""
+"""Driving a virtual clock (`ManualClock`) while background tasks run: in small steps, letting
+SQLite's worker thread run in real time between them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
-from pathlib import Path
+from collections.abc import Awaitable
 from typing import TypeVar
 
-import pytest
-
 from diskless.clock import ManualClock
-from diskless.coordinator import BatchCoordinator
-from testkit.backends import BACKENDS, open_coordinator
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=BACKENDS)
-async def coordinator(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> AsyncIterator[BatchCoordinator]:
-    backend = open_coordinator(request.param, tmp_path, clock)
-    try:
-        yield backend
-    finally:
-        await backend.close()
 
 
 async def drive(clock: ManualClock, awaitable: Awaitable[T], step_s: float = 0.01) -> T:
