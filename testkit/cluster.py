@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from diskless import BrokerConfig
+from diskless import BrokerConfig, OffsetSpec, TopicPartition
 from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.storage import MemoryObjectStore, ObjectStore
@@ -55,3 +55,11 @@ async def memory_cluster(
     finally:
         if owned:
             await used.close()
+
+
+async def end_offsets(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, int]:
+    broker = cluster.live[0].broker
+    results = await broker.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.LATEST for p in range(partitions)}
+    )
+    return {tp.partition: r.offset for tp, r in results.items()}

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from diskless import TopicPartition
@@ -139,3 +141,42 @@ def write_prometheus_config(directory: Path, target: str, interval_ms: int) -> P
         f"      - targets: ['{target}']\n"
     )
     return config
+
+
+TOPIC = "metered"
+GROUP = "lagging"
+COMMITTED = {0: 3, 1: 0}
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
+    failures: list[object] = []
+    for i in range(count):
+        producer.produce(
+            topic,
+            value=f"value-{i}".encode() * (1 + i % 7),
+            partition=i % partitions,
+            on_delivery=lambda error, _: failures.append(error) if error else None,
+        )
+    assert producer.flush(60) == 0
+    assert not failures, failures
+
+
+def commit_and_read_watermarks(bootstrap: str) -> tuple[dict[int, int], int]:
+    """Commit `COMMITTED` for the group; the high watermarks the client sees, and the error
+    code a commit to a partition that does not exist fails with."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP})
+    try:
+        wanted = [CkTopicPartition(TOPIC, p, o) for p, o in COMMITTED.items()]
+        assert consumer.commit(offsets=wanted, asynchronous=False) is not None
+        refused = 0
+        try:
+            consumer.commit(offsets=[CkTopicPartition(TOPIC, 99, 1)], asynchronous=False)
+        except KafkaException as error:
+            refused = int(error.args[0].code())
+        high = {p: consumer.get_watermark_offsets(CkTopicPartition(TOPIC, p))[1] for p in (0, 1)}
+        return high, refused
+    finally:
+        consumer.close()

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-EXPIRATION_MS = 60 * 60 * 1000
-"""Producer-state expiry used by the suite: one hour, so tests can jump past it."""
+from tests.coordinator._helpers import EXPIRATION_MS
 
 
 @pytest.fixture

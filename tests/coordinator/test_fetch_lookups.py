@@ -31,7 +31,7 @@ from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS
 from testkit.backends import open_coordinator
 from testkit.commits import Committer, batch
-from tests.coordinator.test_consolidation import consolidate
+from tests.coordinator._helpers import consolidate
 
 TOPIC = "many"
 PARTITIONS = 50

@@ -13,7 +13,6 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from diskless import OffsetSpec, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import ApiKey, KafkaCluster
 from diskless.storage import MemoryObjectStore
@@ -24,17 +23,9 @@ from testkit.clients import (
     split_evenly,
     value,
 )
-from testkit.cluster import broker_config, server_config
+from testkit.cluster import broker_config, end_offsets, server_config
 
 PARTITIONS = 12
-
-
-async def end_offsets(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, int]:
-    broker = cluster.live[0].broker
-    results = await broker.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.LATEST for p in range(partitions)}
-    )
-    return {tp.partition: r.offset for tp, r in results.items()}
 
 
 async def confluent_round_trip(cluster: KafkaCluster, topic: str, total: int) -> None:

@@ -35,8 +35,7 @@ from diskless.storage import LocalObjectStore
 from testkit.clients import confluent_consume, confluent_produce
 from testkit.cluster import broker_config
 from testkit.postgres import database_dsn
-from testkit.sasl import client_settings, sasl_server_config
-from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
+from testkit.sasl import ADMIN, client_settings, create_scram_user, sasl_server_config
 
 TOPIC = "shared-secrets"
 PARTITIONS = 2

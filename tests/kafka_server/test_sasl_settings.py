@@ -20,9 +20,8 @@ from diskless.storage import MemoryObjectStore
 from testkit.clients import confluent_consume, confluent_produce
 from testkit.cluster import broker_config
 from testkit.ports import free_port
-from testkit.sasl import JAAS, client_settings
+from testkit.sasl import ADMIN, JAAS, client_settings, create_scram_user
 from testkit.tls import make_certs
-from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
 
 SASL_SSL_PROPERTIES = {
     "listeners": "SASL_SSL://127.0.0.1:0",

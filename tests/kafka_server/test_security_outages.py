@@ -34,9 +34,7 @@ from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
 from diskless.storage import MemoryObjectStore
 from testkit.cluster import broker_config
 from testkit.postgres import PostgresServer, server
-from testkit.sasl import sasl_server_config
-from tests.kafka_server.test_sasl_cached_credentials import SHA_512, librdkafka_login
-from tests.kafka_server.test_sasl_clients import create_scram_user
+from testkit.sasl import SHA_512, create_scram_user, librdkafka_login, sasl_server_config
 
 USER: Final = "User:alice"
 REFRESH_MS: Final = 5_000

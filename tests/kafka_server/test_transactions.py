@@ -34,12 +34,11 @@ from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep
 from testkit.batches import build_batch as broker_batch
 from testkit.clients import Audit, confluent_consume, value
-from testkit.cluster import broker_config, server_config
+from testkit.cluster import broker_config, end_offsets, server_config
 from testkit.commits import Committer
 from testkit.commits import batch as coordinator_batch
 from testkit.wal import build_batch
 from testkit.wire import WireClient, decode_response, encode_request, fetch_request
-from tests.kafka_server.test_clients import end_offsets
 
 PARTITIONS = 3
 TRANSACTIONS = 6

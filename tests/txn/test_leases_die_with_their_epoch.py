@@ -13,7 +13,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator, LeaseRequest
 from testkit.commits import Committer, batch
 
-from .test_participant import TTL_MS, end, leased
+from ._helpers import TTL_MS, end, leased
 
 TP = TopicPartition("t", 0)
 OK = ErrorCode.NONE
