@@ -1,10 +1,11 @@
 """The suite's Kafka clusters: in-process brokers on ephemeral 127.0.0.1 ports, with a short WAL
 rotation so that acks come quickly (the write path is the same as with 250 ms).
 
-`memory_cluster` is the one way a test starts a cluster over an in-memory coordinator and object
-store; a test that shares one cluster between its tests holds it in a module-scoped fixture.
-Client libraries are blocking (librdkafka's Python binding, kafka-python), so tests run them in
-worker threads (`asyncio.to_thread`) while the event loop serves the brokers.
+`local_cluster` is the one way a test starts a cluster in its own process (over an in-memory
+coordinator and object store unless it brings its own); brokers in processes of their own are
+`testkit.processes`. Client libraries are blocking (librdkafka's Python binding, kafka-python),
+so tests run them in worker threads (`asyncio.to_thread`) while the event loop serves the
+brokers.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def server_config() -> ServerConfig:
 
 
 @contextlib.asynccontextmanager
-async def memory_cluster(
+async def local_cluster(
     coordinator: BatchCoordinator | None = None,
     *,
     store: ObjectStore | None = None,

@@ -22,7 +22,7 @@ from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server import KafkaCluster, Observability, ServerConfig
 from diskless.kafka_server._server.services import LifecycleConfig, running_lifecycle
 from diskless.storage import ObjectStore
-from testkit.cluster import broker_config
+from testkit.cluster import local_cluster
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -43,12 +43,11 @@ async def observed_cluster(
     await observability.start("127.0.0.1:0")
     try:
         async with (
-            KafkaCluster(
-                store,
+            local_cluster(
                 coordinator,
+                store=store,
                 brokers=brokers,
                 racks=1,
-                broker_config=broker_config(),
                 server_config=config,
                 metrics=observability.metrics,
             ) as cluster,

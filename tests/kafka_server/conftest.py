@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from diskless.kafka_server import KafkaCluster
-from testkit.cluster import memory_cluster, server_config
+from testkit.cluster import local_cluster, server_config
 
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[KafkaCluster]:
-    async with memory_cluster(brokers=3, racks=3, server_config=server_config()) as running:
+    async with local_cluster(brokers=3, racks=3, server_config=server_config()) as running:
         yield running

@@ -23,7 +23,7 @@ from diskless import coordinator as diskless_coordinator
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
-from testkit.cluster import broker_config
+from testkit.cluster import broker_config, local_cluster
 from testkit.sasl import (
     ADMIN,
     SHA_512,
@@ -64,12 +64,8 @@ async def faulty() -> AsyncIterator[tuple[KafkaCluster, FaultyBatchCoordinator]]
         writes=CallFaults(fail_rate=1.0),
     )
     coordinator.enabled = False
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        broker_config=broker_config(),
-        server_config=sasl_server_config(acl_refresh_ms=REFRESH_MS),
+    async with local_cluster(
+        coordinator, brokers=1, server_config=sasl_server_config(acl_refresh_ms=REFRESH_MS)
     ) as cluster:
         yield cluster, coordinator
     await coordinator.close()

@@ -26,9 +26,8 @@ from confluent_kafka.admin import (
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
-from diskless.storage import MemoryObjectStore
 from testkit.clients import confluent_consume, confluent_produce
-from testkit.cluster import broker_config
+from testkit.cluster import local_cluster
 from testkit.sasl import ADMIN, client_settings, create_scram_user, sasl_server_config
 
 TOPIC = "secured"
@@ -38,12 +37,10 @@ PARTITIONS = 3
 @pytest.fixture
 async def cluster() -> AsyncIterator[KafkaCluster]:
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
+    async with local_cluster(
         coordinator,
         brokers=2,
         racks=2,
-        broker_config=broker_config(),
         server_config=sasl_server_config(connection_failed_authentication_delay_ms=10),
     ) as running:
         yield running

@@ -30,10 +30,9 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
-from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore
 from testkit.clients import confluent_consume, confluent_produce
-from testkit.cluster import broker_config
+from testkit.cluster import local_cluster
 from testkit.postgres import database_dsn
 from testkit.sasl import ADMIN, client_settings, create_scram_user, sasl_server_config
 
@@ -87,13 +86,12 @@ async def test_a_scram_user_created_on_one_broker_process_logs_in_on_another(
     objects = tmp_path / "objects"
     coordinator = _coordinator(spec)
     store = LocalObjectStore(objects)
-    async with KafkaCluster(
-        store,
+    async with local_cluster(
         coordinator,
+        store=store,
         brokers=1,
         racks=1,
         broker_ids=[0],
-        broker_config=broker_config(),
         server_config=sasl_server_config(),
     ) as here:
         local = here.servers[0].bootstrap

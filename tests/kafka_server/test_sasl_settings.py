@@ -14,11 +14,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
 
 from diskless.coordinator import InMemoryBatchCoordinator
-from diskless.kafka_server import KafkaCluster, ServerConfig
+from diskless.kafka_server import ServerConfig
 from diskless.kafka_server._server.server_properties import server_config
-from diskless.storage import MemoryObjectStore
 from testkit.clients import confluent_consume, confluent_produce
-from testkit.cluster import broker_config
+from testkit.cluster import local_cluster
 from testkit.ports import free_port
 from testkit.sasl import ADMIN, JAAS, client_settings, create_scram_user
 from testkit.tls import make_certs
@@ -93,14 +92,7 @@ async def test_scram_sha_512_over_sasl_ssl(tmp_path_factory: pytest.TempPathFact
         ServerConfig(fetch_wait_ms_max=500),
     )
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=2,
-        racks=1,
-        broker_config=broker_config(),
-        server_config=config,
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=2, racks=1, server_config=config) as cluster:
         bootstrap = cluster.bootstrap()
         tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(certs.ca)}
         admin = {**tls, "sasl.mechanism": "PLAIN", "sasl.username": "admin",

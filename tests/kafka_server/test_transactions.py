@@ -30,11 +30,10 @@ from diskless.coordinator import InMemoryBatchCoordinator, RegisteredTxn
 from diskless.kafka_server import KafkaCluster, TransactionFront
 from diskless.kafka_server._server.server_properties import server_config as properties_config
 from diskless.records import BatchHeader, parse_batch
-from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep
 from testkit.batches import build_batch as broker_batch
 from testkit.clients import Audit, confluent_consume, value
-from testkit.cluster import broker_config, end_offsets, server_config
+from testkit.cluster import end_offsets, local_cluster, server_config
 from testkit.commits import Committer
 from testkit.commits import batch as coordinator_batch
 from testkit.wal import build_batch
@@ -218,9 +217,7 @@ async def test_pipelined_produce_requests_keep_their_order_while_the_bridge_read
     """A transactional request whose rewrite waits for the coordinator, then a plain one, on
     one connection: the plain one lands after it, as it came after it."""
     coordinator = SlowRegistrations()
-    async with KafkaCluster(
-        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, racks=1) as cluster:
         await cluster.create_topic("ordered", 1)
         tp = TopicPartition("ordered", 0)
         init = await cluster.transactions.init_producer_id("tx-ordered", 60_000)
@@ -257,12 +254,7 @@ async def test_pipelined_produce_requests_keep_their_order_while_the_bridge_read
 @pytest.fixture
 async def recording_cluster() -> AsyncIterator[tuple[KafkaCluster, RecordingParticipant]]:
     participant = RecordingParticipant()
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        participant,
-        broker_config=broker_config(),
-        server_config=server_config(),
-    ) as running:
+    async with local_cluster(participant, server_config=server_config()) as running:
         yield running, participant
 
 
@@ -461,9 +453,7 @@ async def test_a_transaction_timeout_above_the_maximum_is_refused_as_kafka_refus
     `transaction.max.timeout.ms` fails init_transactions with INVALID_TRANSACTION_TIMEOUT."""
     coordinator = InMemoryBatchCoordinator()
     config = properties_config({"transaction.max.timeout.ms": "60000"}, server_config())
-    async with KafkaCluster(
-        MemoryObjectStore(), coordinator, broker_config=broker_config(), server_config=config
-    ) as cluster:
+    async with local_cluster(coordinator, server_config=config) as cluster:
         bootstrap = cluster.bootstrap()
         refused = await asyncio.to_thread(_init_transactions, bootstrap, 60_001)
         assert refused is not None
