@@ -61,7 +61,7 @@ def server(dsn: str | None) -> Iterator[str]:
     if dsn is not None:
         yield dsn
         return
-    from benchmarks._postgres_server import PostgresServer, find_bindir
+    from testkit.postgres_server import PostgresServer, find_bindir
 
     bindir = find_bindir()
     if bindir is None:

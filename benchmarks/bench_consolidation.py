@@ -48,7 +48,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from benchmarks.batches import build_batch
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
@@ -63,6 +62,7 @@ from diskless.read import Span, coalesce
 from diskless.records import split_batches
 from diskless.storage import LocalObjectStore, ObjectStore
 from diskless.wal import WalConfig
+from testkit.batches import build_batch
 
 GB: Final = 1e9
 RECORD_BYTES: Final = 1000

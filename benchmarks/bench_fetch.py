@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from unittest import mock
 
 from benchmarks._fresh_coordinator import fresh_coordinator
-from benchmarks.batches import build_batch
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
@@ -33,6 +32,7 @@ from diskless.coordinator import (
 from diskless.read import FetchReader, Span, _reader
 from diskless.storage import FaultyObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig
+from testkit.batches import build_batch
 
 RECORDS_PER_BATCH = 4
 RECORD_BYTES = 100

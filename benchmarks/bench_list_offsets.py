@@ -23,7 +23,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from benchmarks._fresh_coordinator import fresh_coordinator
-from benchmarks.batches import build_batch
 from diskless import TopicPartition
 from diskless._types import OffsetSpec
 from diskless.coordinator import (
@@ -34,6 +33,7 @@ from diskless.coordinator import (
 )
 from diskless.read import FetchReader
 from diskless.storage import MemoryObjectStore, ObjectStore
+from testkit.batches import build_batch
 
 TP = TopicPartition("bench", 0)
 RECORDS_PER_BATCH = 10

@@ -33,7 +33,6 @@ import random
 import statistics
 import time
 import timeit
-import warnings
 from collections.abc import Sequence
 
 from diskless import DisklessBroker, ErrorCode, TopicPartition
@@ -57,10 +56,7 @@ from diskless.storage import (
     ObjectStore,
 )
 from diskless.wal import WalConfig, WalEntry, WalWriter
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.default_records import DefaultRecordBatchBuilder
+from testkit.batches import batch_builder
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -108,15 +104,7 @@ def set_memory_regime(warm: bool) -> bool:
 
 def build_batch(size: int, seed: int) -> bytes:
     """A valid one-record batch of about `size` bytes (kafka-python builder, random value)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
+    builder = batch_builder()
     value = random.Random(seed).randbytes(max(0, size - 72))
     builder.append(0, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
     return bytes(builder.build())

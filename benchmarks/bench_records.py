@@ -29,6 +29,7 @@ from typing import Final
 import crc32c
 
 from diskless.records import BatchHeader, RecordRules, parse_batch, parse_produce_payload
+from testkit.batches import batch_builder
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -46,14 +47,8 @@ SEED_DEFAULT: Final = 20240601
 
 def build_batch(target_bytes: int, value_bytes: int, rng: random.Random, sequence: int) -> bytes:
     """An idempotent producer's batch of about `target_bytes` (never more)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=1000,
-        producer_epoch=0,
-        base_sequence=sequence,
-        batch_size=target_bytes,
+    builder = batch_builder(
+        producer_id=1000, producer_epoch=0, base_sequence=sequence, batch_size=target_bytes
     )
     offset = 0
     timestamp = 1_700_000_000_000
@@ -133,15 +128,7 @@ def _text(rng: random.Random, size: int) -> bytes:
 
 
 def build_compressed(codec: int, value_bytes: int, rng: random.Random) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
+    builder = batch_builder(compression=codec)
     offset = 0
     while builder.size() < 64 * 1024 - value_bytes - 64:
         value = _text(rng, value_bytes)

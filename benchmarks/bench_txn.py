@@ -32,7 +32,6 @@ import statistics
 import struct
 import tempfile
 import time
-import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -51,10 +50,7 @@ from diskless.coordinator import (
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.default_records import DefaultRecordBatchBuilder
+from testkit.batches import batch_builder
 
 PRODUCERS = 32
 PARTITIONS = 64
@@ -97,10 +93,8 @@ async def backends(kind: str) -> AsyncIterator[tuple[ObjectStore, BatchCoordinat
 
 
 def _template(transactional: bool) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=transactional,
+    builder = batch_builder(
+        transactional=transactional,
         producer_id=0,
         producer_epoch=0,
         base_sequence=0,

@@ -5,6 +5,7 @@
   that are skipped by default: a test marked `seeds(N)` runs N seeds, or as many as `--sim-seeds`
   says; a long variant is also marked `slow`; `DISKLESS_SIM_SEED=<seed>` replays one.
 - Beyond pytest-timeout, a watchdog ends the run if a test's teardown hangs (`tests._watchdog`).
+- The fixtures the test packages share come from one plugin, `testkit.fixtures`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 
 from tests._watchdog import Watchdog
+
+pytest_plugins = ["testkit.fixtures"]
 
 _watchdog_key = pytest.StashKey[Watchdog]()
 

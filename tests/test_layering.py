@@ -1,4 +1,4 @@
-"""Unit: the import graph of the library and its benchmarks has layers and no circles.
+"""Unit: the import graph of the library, the test kit and the benchmarks has layers and no circles.
 
 Every import is read from the source (function-level imports included), so a circle cannot hide
 behind a lazy import. Packages of the library import each other only through their public
@@ -39,6 +39,7 @@ LAYERS: Final = (
     ("diskless._broker", "diskless.lifecycle"),
     ("diskless",),
     ("diskless.kafka_server",),
+    ("testkit",),
     ("benchmarks",),
 )
 """Lowest first: a unit may import from its own unit and from lower layers only."""
@@ -48,6 +49,7 @@ LAYER_OF: Final = {unit: depth for depth, units in enumerate(LAYERS) for unit in
 def modules() -> dict[str, Path]:
     found = {}
     sources = [*ROOT.glob("diskless/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]
+    sources += ROOT.glob("testkit/**/*.py")
     # A C extension is known by its stub.
     for path in [*sources, *ROOT.glob("diskless/**/*.pyi")]:
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
@@ -81,8 +83,8 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
 def unit_of(module: str) -> str:
     """The layered unit a module belongs to: a subpackage, or a top-level module."""
     parts = module.split(".")
-    if parts[0] == "benchmarks":
-        return "benchmarks"
+    if parts[0] in ("testkit", "benchmarks"):
+        return parts[0]
     return ".".join(parts[:2]) if len(parts) > 1 else "diskless"
 
 

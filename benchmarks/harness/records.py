@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Final
 
 from benchmarks.harness.workload import WorkloadRow
+from testkit.batches import batch_builder
 
 _KEY: Final = struct.Struct(">qq")
 _FILLER: Final = bytes(range(256)) * 1024
@@ -53,18 +54,14 @@ def build_batch(row: WorkloadRow, timestamp_ms: int, wire: tuple[int, int] | Non
     `wire` is the (producer id, epoch) to put in the header when it is not the row's own (a
     transactional producer's come from InitProducerId); keys always carry the row's producer id.
     """
-    builder_class, _ = kafka_records()
     producer_id, producer_epoch = (
         wire if wire is not None else (row.producer_id, row.producer_epoch)
     )
-    builder = builder_class(
-        magic=2,
-        compression_type=0,
-        is_transactional=row.txn_index >= 0,
+    builder = batch_builder(
+        transactional=row.txn_index >= 0,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=row.base_sequence,
-        batch_size=1 << 30,
     )
     for i in range(row.records):
         seq = row.producer_seq + i

@@ -31,8 +31,8 @@ from diskless.coordinator import (
 from diskless.routing import BrokerNode, produce_broker
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
-from tests._s3server import S3_CREDENTIALS, create_bucket, running_s3_server
-from tests.broker._kafka import build_batch, decode
+from testkit.batches import build_batch, decode
+from testkit.s3server import S3_CREDENTIALS, create_bucket, running_s3_server
 
 NODES = [BrokerNode(1, "az-a"), BrokerNode(2, "az-a"), BrokerNode(3, "az-b")]
 """Two brokers share rack az-a (routing hashes between them); az-c has none (routing falls back

@@ -23,7 +23,7 @@ from diskless.errors import CoordinatorUnavailableError
 from diskless.read import FetchReader, Span, coalesce
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch, decode, records_of
+from testkit.batches import build_batch, decode, records_of
 
 A = TopicPartition("a", 0)
 B = TopicPartition("b", 0)

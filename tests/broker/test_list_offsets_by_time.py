@@ -31,10 +31,10 @@ from diskless.lifecycle import Consolidator, ConsolidatorConfig
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
-from tests.broker._kafka import Batch, Record, build_batch, decode
-from tests.records._oracle import CODECS
-from tests.records._oracle import build_batch as build_compressed
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.batches import Batch, Record, build_batch, decode
+from testkit.oracle import CODECS
+from testkit.oracle import build_batch as build_compressed
 
 SEED = int(os.environ.get("DISKLESS_SIM_SEED", random.randrange(1 << 30)))
 CT = [TopicPartition("ct", 0), TopicPartition("ct", 1)]

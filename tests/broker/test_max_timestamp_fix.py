@@ -16,8 +16,8 @@ from diskless._types import ErrorCode, OffsetSpec
 from diskless.clock import SystemClock
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
-from tests.records._oracle import MAX_TIMESTAMP_AT, build_batch, patch
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.oracle import MAX_TIMESTAMP_AT, build_batch, patch
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -24,7 +24,7 @@ from diskless.metrics import (
 )
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
+from testkit.batches import build_batch
 
 
 class Recording(Metrics):

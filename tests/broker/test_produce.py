@@ -24,8 +24,8 @@ from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
 from diskless.records import set_log_append_time
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import CREATE_TIME_MS, build_batch, decode, records_of
-from tests.records._oracle import build_batch as oracle_batch
+from testkit.batches import CREATE_TIME_MS, build_batch, decode, records_of
+from testkit.oracle import build_batch as oracle_batch
 
 FAST = BrokerConfig(wal=WalConfig(commit_interval_ms=5, upload_attempts=1, upload_backoff_ms=0))
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))

@@ -20,7 +20,7 @@ from diskless.clock import SystemClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.records._mutate import CODECS, build, decode, kafka_python_misreads, mutate
+from testkit.mutate import CODECS, build, decode, kafka_python_misreads, mutate
 
 FAST = BrokerConfig(wal=WalConfig(commit_interval_ms=5, upload_attempts=1, upload_backoff_ms=0))
 HOSTILE = TopicPartition("t", 0)

@@ -1,80 +1,44 @@
-"""Small builders shared by the coordinator suites."""
+"""What several coordinator test modules share: the suite's producer-state expiry, the store
+interface's methods, and consolidation as a consolidator does it."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
-
-from diskless._types import TopicPartition
+from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
-    CommitBatchResult,
-    CommitFileResult,
+    ConsolidationCandidate,
+    ExtentIndex,
+    ExtentSwap,
 )
+from testkit.commits import new_key
 
-BASE_TS = 1_700_000_000_000
-_keys = itertools.count()
-
-
-def batch(
-    tp: TopicPartition,
-    *,
-    pid: int = -1,
-    epoch: int = -1,
-    seq: int = -1,
-    count: int = 1,
-    ts: int = BASE_TS,
-    size: int = 100,
-    byte_offset: int = 0,
-    txn: bool = False,
-) -> CommitBatch:
-    """A batch header as the broker would pass it after validation."""
-    return CommitBatch(
-        topic_partition=tp,
-        byte_offset=byte_offset,
-        size=size,
-        record_count=count,
-        base_timestamp=ts,
-        max_timestamp=ts,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        is_transactional=txn,
-    )
+EXPIRATION_MS = 60 * 60 * 1000
+"""Producer-state expiry used by the suite: one hour, so tests can jump past it."""
+STORE_METHODS = {"write", "read", "release_signal", "watch_changes", "close"}
+"""What a `CoordinatorStore` offers, and nothing more."""
+INDEX_BYTES = 64
+ALL = 1 << 40
 
 
-def new_key() -> str:
-    return f"objects/{next(_keys):012d}"
+def swap_of(candidate: ConsolidationCandidate, key: str | None = None) -> ExtentSwap:
+    """The swap a consolidator would commit: the batches back to back from byte 16, the index
+    after them."""
+    size = sum(b.size for b in candidate.batches)
+    index = ExtentIndex(16 + size, INDEX_BYTES)
+    return ExtentSwap(candidate, key or new_key(), 16 + size + INDEX_BYTES, 16, size, index)
 
 
-class Committer:
-    """Registers a broker once and commits objects under fresh keys."""
+async def candidates(
+    coordinator: BatchCoordinator, clock: ManualClock, bytes_max: int = ALL, limit: int = 100
+) -> list[ConsolidationCandidate]:
+    return await coordinator.consolidation_candidates(clock.now_ms() + 1, bytes_max, limit)
 
-    def __init__(self, coordinator: BatchCoordinator, broker_id: int = 1) -> None:
-        self.coordinator = coordinator
-        self.broker_id = broker_id
-        self.epoch: int | None = None
 
-    async def attempt(
-        self, batches: Sequence[CommitBatch], key: str | None = None
-    ) -> CommitFileResult:
-        """Commit one object; the outcome may be a refusal."""
-        if self.epoch is None:
-            self.epoch = await self.coordinator.register_broker(self.broker_id)
-        size = sum(b.size for b in batches)
-        return await self.coordinator.commit_file(
-            key if key is not None else new_key(), self.broker_id, self.epoch, size, batches
-        )
-
-    async def commit(
-        self, batches: Sequence[CommitBatch], key: str | None = None
-    ) -> list[CommitBatchResult]:
-        """Commit one object that must not be refused; the batches' results."""
-        outcome = await self.attempt(batches, key)
-        assert outcome.refused is None, outcome
-        assert len(outcome.batches) == len(batches)
-        return outcome.batches
-
-    async def one(self, b: CommitBatch, key: str | None = None) -> CommitBatchResult:
-        return (await self.commit([b], key))[0]
+async def consolidate(
+    coordinator: BatchCoordinator, clock: ManualClock, bytes_max: int = ALL
+) -> list[ExtentSwap]:
+    """Swap every candidate now; the swaps."""
+    swaps = [swap_of(candidate) for candidate in await candidates(coordinator, clock, bytes_max)]
+    for swap in swaps:
+        assert (await coordinator.commit_extent(swap)).swapped
+    return swaps

@@ -25,8 +25,8 @@ from diskless.coordinator._backends import postgres
 from diskless.coordinator._backends.postgres_commit import PostgresCommitStep
 from diskless.coordinator._store import Changes, Operation
 from diskless.errors import DisklessError
+from testkit.commits import batch
 
-from ._helpers import batch
 from ._postgres_child import TOPIC
 
 

@@ -1,33 +1,15 @@
-"""Both coordinator backends behind one fixture, driven by one virtual clock."""
+"""Every backend behind the suite's `coordinator` fixture (`testkit.fixtures`), driven by one
+virtual clock, with producer state that expires after an hour."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from diskless.clock import ManualClock
-from diskless.coordinator import BatchCoordinator
-from tests._backends import BACKENDS, open_coordinator
-
-EXPIRATION_MS = 60 * 60 * 1000
-"""Producer-state expiry used by the suite: one hour, so tests can jump past it."""
+from tests.coordinator._helpers import EXPIRATION_MS
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=BACKENDS)
-async def coordinator(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> AsyncIterator[BatchCoordinator]:
-    backend = open_coordinator(
-        request.param, tmp_path, clock, producer_id_expiration_ms=EXPIRATION_MS
-    )
-    try:
-        yield backend
-    finally:
-        await backend.close()
+def coordinator_options() -> dict[str, Any]:
+    return {"producer_id_expiration_ms": EXPIRATION_MS}

@@ -19,7 +19,7 @@ from diskless.coordinator import (
     PatternType,
     ResourceType,
 )
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 T = ResourceType.TOPIC
 LIT = PatternType.LITERAL

@@ -20,8 +20,8 @@ from diskless._types import ErrorCode
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator, SqliteBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
-from tests._backends import open_coordinator
-from tests._postgres import server
+from testkit.backends import open_coordinator
+from testkit.postgres import server
 
 FAILED_CALLS = 5
 

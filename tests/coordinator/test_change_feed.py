@@ -22,8 +22,8 @@ from diskless.coordinator import (
     PartitionOffsets,
 )
 from diskless.coordinator._rules.reads import at_visible_end
-from tests._backends import open_coordinator
-from tests.coordinator._helpers import Committer, batch
+from testkit.backends import open_coordinator
+from testkit.commits import Committer, batch
 
 TP0 = TopicPartition("feed", 0)
 TP1 = TopicPartition("feed", 1)

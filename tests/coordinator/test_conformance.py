@@ -30,9 +30,9 @@ from diskless.txn import (
     PendingOffset,
     TransactionCoordinator,
 )
+from testkit.commits import BASE_TS, Committer, batch, new_key
 
-from ._helpers import BASE_TS, Committer, batch, new_key
-from .conftest import EXPIRATION_MS
+from ._helpers import EXPIRATION_MS
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

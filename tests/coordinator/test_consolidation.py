@@ -18,10 +18,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
     BatchInfo,
-    ConsolidationCandidate,
     DeleteRecordsRequest,
-    ExtentIndex,
-    ExtentSwap,
     FileState,
     FindBatchesRequest,
     FindBatchesResponse,
@@ -29,45 +26,19 @@ from diskless.coordinator import (
     ListOffsetsResponse,
     TopicConfig,
 )
-
-from ._helpers import BASE_TS, Committer, batch, new_key
+from testkit.commits import BASE_TS, Committer, batch, new_key
+from tests.coordinator._helpers import candidates, consolidate, swap_of
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 OK = ErrorCode.NONE
 COMMITTED = IsolationLevel.READ_COMMITTED
-INDEX_BYTES = 64
-ALL = 1 << 40
 
 
 @pytest.fixture
 async def c(coordinator: BatchCoordinator) -> Committer:
     assert await coordinator.create_topic("t", 2) is ErrorCode.NONE
     return Committer(coordinator)
-
-
-def swap_of(candidate: ConsolidationCandidate, key: str | None = None) -> ExtentSwap:
-    """The swap a consolidator would commit: the batches back to back from byte 16, the index
-    after them."""
-    size = sum(b.size for b in candidate.batches)
-    index = ExtentIndex(16 + size, INDEX_BYTES)
-    return ExtentSwap(candidate, key or new_key(), 16 + size + INDEX_BYTES, 16, size, index)
-
-
-async def candidates(
-    coordinator: BatchCoordinator, clock: ManualClock, bytes_max: int = ALL, limit: int = 100
-) -> list[ConsolidationCandidate]:
-    return await coordinator.consolidation_candidates(clock.now_ms() + 1, bytes_max, limit)
-
-
-async def consolidate(
-    coordinator: BatchCoordinator, clock: ManualClock, bytes_max: int = ALL
-) -> list[ExtentSwap]:
-    """Swap every candidate now; the swaps."""
-    swaps = [swap_of(candidate) for candidate in await candidates(coordinator, clock, bytes_max)]
-    for swap in swaps:
-        assert (await coordinator.commit_extent(swap)).swapped
-    return swaps
 
 
 async def fetch(

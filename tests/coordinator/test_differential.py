@@ -33,9 +33,8 @@ from diskless.coordinator import (
     TopicDescription,
 )
 from diskless.txn import SEQUENCE_MAX
-from tests._backends import BACKENDS, open_coordinator
-
-from ._helpers import BASE_TS
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.commits import BASE_TS
 
 EXPIRATION_MS = 50_000
 ANY_ID: Final = uuid.UUID(int=1)

@@ -30,8 +30,8 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._backends.memory import MemoryStore
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
-from tests.coordinator._helpers import batch
-from tests.coordinator.test_store_interface import STORE_METHODS
+from testkit.commits import batch
+from tests.coordinator._helpers import STORE_METHODS
 
 TP = TopicPartition("t", 0)
 

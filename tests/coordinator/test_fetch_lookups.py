@@ -30,9 +30,9 @@ from diskless.coordinator import (
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS
-from tests._backends import open_coordinator
-from tests.coordinator._helpers import Committer, batch
-from tests.coordinator.test_consolidation import consolidate
+from testkit.backends import open_coordinator
+from testkit.commits import Committer, batch
+from tests.coordinator._helpers import consolidate
 
 TOPIC = "many"
 PARTITIONS = 50

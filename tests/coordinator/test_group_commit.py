@@ -36,8 +36,8 @@ from diskless.coordinator import (
     StoreCall,
 )
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
-from tests._backends import BACKENDS, open_coordinator
-from tests.coordinator._helpers import batch
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.commits import batch
 
 TOPIC = "g"
 PARTITIONS = [TopicPartition(TOPIC, p) for p in range(4)]

@@ -9,7 +9,7 @@ import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import BatchCoordinator, CommittedOffset
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

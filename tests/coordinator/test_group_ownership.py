@@ -16,7 +16,7 @@ from diskless import ManualClock
 from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.txn import PendingOffset
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 TTL_MS = 10_000
 TP = TopicPartition("t", 0)

@@ -1,6 +1,6 @@
 """PostgreSQL coordinator: many processes at once, a server restart, connections killed.
 
-All against the test run's real server (`tests._postgres`), no mocks.
+All against the test run's real server (`testkit.postgres`), no mocks.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from diskless.errors import (
     CoordinatorUnavailableError,
 )
 from diskless.txn import RetainedBatch
-from tests._postgres import PostgresServer, database_dsn, server
+from testkit.commits import BASE_TS, batch, new_key
+from testkit.postgres import PostgresServer, database_dsn, server
 
-from ._helpers import BASE_TS, batch, new_key
 from ._postgres_child import PARTITIONS, TOPIC
 
 PID = 7

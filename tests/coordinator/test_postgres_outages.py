@@ -2,7 +2,7 @@
 in flight: every failure is the library's retriable error, and everything works once the
 server is back.
 
-A server of its own (`tests._postgres.PostgresServer`), since this test SIGKILLs it.
+A server of its own (`testkit.postgres.PostgresServer`), since this test SIGKILLs it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from diskless.coordinator import (
     ScramUpsertion,
 )
 from diskless.errors import DisklessError
-from tests._postgres import PostgresServer, bindir_or_skip
-
-from ._helpers import batch, new_key
+from testkit.commits import batch, new_key
+from testkit.postgres import PostgresServer, bindir_or_skip
 
 TOPIC = "outages"
 PARTITIONS = 4

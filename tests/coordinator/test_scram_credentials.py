@@ -29,7 +29,7 @@ from diskless.coordinator import (
     ScramResult,
     ScramUpsertion,
 )
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512

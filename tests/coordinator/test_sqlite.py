@@ -12,8 +12,7 @@ from diskless.clock import ManualClock
 from diskless.coordinator import CommittedOffset, FindBatchesRequest, SqliteBatchCoordinator
 from diskless.coordinator._backends.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 from diskless.errors import CommitOutcomeUnknownError, CoordinatorUnavailableError
-
-from ._helpers import Committer, batch
+from testkit.commits import Committer, batch
 
 TP = TopicPartition("t", 0)
 

@@ -16,9 +16,9 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import FindBatchesRequest, SqliteBatchCoordinator
 from diskless.storage import LocalObjectStore
 from diskless.wal import WalConfig
-from tests.coordinator._helpers import batch
-from tests.coordinator._lock_holder import WriteLockHolder
-from tests.wal._helpers import build_batch
+from testkit.commits import batch
+from testkit.lock_holder import WriteLockHolder
+from testkit.wal import build_batch
 
 TP = TopicPartition("reads", 0)
 SAMPLES = 100

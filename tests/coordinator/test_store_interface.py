@@ -27,6 +27,7 @@ from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._backends.sqlite_step import SqliteStep
 from diskless.coordinator._engine import CoordinatorEngine
 from diskless.coordinator._store import CoordinatorStore, ReadView, StoreStep
+from tests.coordinator._helpers import STORE_METHODS
 
 
 def _public_methods(cls: type) -> set[str]:
@@ -41,7 +42,6 @@ def _own_methods(cls: type) -> set[str]:
     return {name for name, member in vars(cls).items() if inspect.isfunction(member)}
 
 
-STORE_METHODS = {"write", "read", "release_signal", "watch_changes", "close"}
 STEP_METHODS = {"load", "apply"}
 READ_METHODS = {
     # the fetch lookups (`_rules.reads.ReadSource`)

@@ -34,9 +34,8 @@ from diskless.coordinator._backends.sql_rows import (
     TIME_MARK_OFFSETS,
     first_reaching,
 )
-from tests._postgres import database_dsn
-
-from ._helpers import Committer, batch
+from testkit.commits import Committer, batch
+from testkit.postgres import database_dsn
 
 TP = TopicPartition("t", 0)
 Batch = tuple[int, int, int]

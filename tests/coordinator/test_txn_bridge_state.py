@@ -18,8 +18,8 @@ import pytest
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import BatchCoordinator, RegisteredTxn
 from diskless.txn import TransactionCoordinator, TxnState
-from tests._backends import BACKENDS, open_coordinator
-from tests.coordinator._helpers import Committer, batch
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.commits import Committer, batch
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

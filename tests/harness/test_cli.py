@@ -10,7 +10,7 @@ import pytest
 from benchmarks.harness import coordinators
 from benchmarks.harness.options import parse_args
 from benchmarks.harness.spec import WorkloadSpec
-from tests import _postgres as postgres
+from testkit import postgres
 
 
 def test_no_arguments_is_the_embedded_default_run() -> None:

@@ -40,7 +40,7 @@ from benchmarks.harness.workload import WorkloadRow, all_partitions
 from diskless import DisklessBroker, ErrorCode, FetchResult, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.storage import MemoryObjectStore
-from tests._postgres import database_dsn
+from testkit.postgres import database_dsn
 
 # One producer's three batches, then another's, as a partition holds them after acks.
 EXPECTED = [

@@ -27,10 +27,10 @@ from benchmarks.harness.consolidate import CONSOLIDATOR_NODE_ID
 from benchmarks.harness.placement import TaskPlace
 from benchmarks.harness.report import RESULTS_FILE
 from benchmarks.harness.spark import REPO_ROOT
-from tests._postgres import PostgresServer
-from tests._postgres import server as postgres_server
-from tests._s3server import REGION, S3_CREDENTIALS, create_bucket, running_s3_server, s3_client
-from tests._spark_cluster import SparkCluster, cluster_env, running_spark_cluster
+from testkit.postgres import PostgresServer
+from testkit.postgres import server as postgres_server
+from testkit.s3server import REGION, S3_CREDENTIALS, create_bucket, running_s3_server, s3_client
+from tests.harness._spark_cluster import SparkCluster, cluster_env, running_spark_cluster
 
 pytestmark = pytest.mark.spark
 

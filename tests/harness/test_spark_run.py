@@ -47,7 +47,7 @@ from benchmarks.harness.spark import REPO_ROOT
 from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.verify import verify
 from diskless import TopicPartition
-from tests.kafka_server._metrics import promtool_check, samples
+from testkit.metrics import promtool_check, samples
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

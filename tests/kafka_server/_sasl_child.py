@@ -17,10 +17,9 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
-from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore
-from tests.kafka_server._sasl import sasl_server_config
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import local_cluster
+from testkit.sasl import sasl_server_config
 
 
 def open_coordinator(spec: str) -> BatchCoordinator:
@@ -33,13 +32,12 @@ def open_coordinator(spec: str) -> BatchCoordinator:
 async def main(spec: str, objects: str, broker_id: int) -> None:
     coordinator = open_coordinator(spec)
     store = LocalObjectStore(objects)
-    async with KafkaCluster(
-        store,
+    async with local_cluster(
         coordinator,
+        store=store,
         brokers=1,
         racks=1,
         broker_ids=[broker_id],
-        broker_config=broker_config(),
         server_config=sasl_server_config(),
     ) as cluster:
         print(f"bootstrap.servers={cluster.servers[broker_id].bootstrap}", flush=True)

@@ -24,7 +24,7 @@ from kio.serial._introspect import (
 )
 
 from diskless.kafka_server import SUPPORTED_VERSIONS
-from tests.wal._helpers import build_batch
+from testkit.wal import build_batch
 
 TOPICS = ("fuzzed", "unknown-topic")
 """The first exists in the fuzzing cluster, the second does not."""

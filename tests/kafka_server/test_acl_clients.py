@@ -38,11 +38,10 @@ from kio.static.primitive import i8
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
-from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
-from tests.kafka_server._processes import broker_processes
-from tests.kafka_server._wire import ask
-from tests.kafka_server.conftest import broker_config
+from testkit.batches import build_batch
+from testkit.cluster import local_cluster
+from testkit.processes import broker_processes
+from testkit.wire import ask
 
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS: Final = "User:ANONYMOUS"
@@ -61,14 +60,7 @@ REFRESH_MS: Final = 500
 
 async def _cluster(config: ServerConfig) -> AsyncIterator[KafkaCluster]:
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        racks=1,
-        broker_config=broker_config(),
-        server_config=config,
-    ) as running:
+    async with local_cluster(coordinator, brokers=1, racks=1, server_config=config) as running:
         await running.create_topic("orders", 1)
         await running.create_topic("hidden", 1)
         yield running

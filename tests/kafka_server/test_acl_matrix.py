@@ -43,8 +43,7 @@ from diskless.kafka_server._coordination.group_coordinator import GroupCoordinat
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server.test_handler_failures import TOPIC, error_codes, request_of
-from tests.kafka_server.test_handlers import Context
+from tests.kafka_server._handler_rig import TOPIC, Context, error_codes, request_of
 
 Op = AclOperation
 R = ResourceType

@@ -23,9 +23,8 @@ from confluent_kafka.admin import (
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.settings.server_properties import server_config
-from diskless.storage import MemoryObjectStore
-from tests._tls import CLIENT_DN, Certs, make_certs
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import local_cluster
+from testkit.tls import CLIENT_DN, Certs, make_certs
 
 PRINCIPAL = f"User:{CLIENT_DN}"
 
@@ -50,14 +49,7 @@ async def cluster(certs: Certs) -> AsyncIterator[KafkaCluster]:
         ServerConfig(fetch_wait_ms_max=500),
     )
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        racks=1,
-        broker_config=broker_config(),
-        server_config=config,
-    ) as running:
+    async with local_cluster(coordinator, brokers=1, racks=1, server_config=config) as running:
         await running.create_topic("granted", 1)
         await running.create_topic("refused", 1)
         yield running

@@ -15,9 +15,9 @@ from kafka.errors import TopicAlreadyExistsError
 
 from diskless import TimestampType
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server.test_clients import end_offsets
+from testkit.cluster import end_offsets
+from tests.kafka_server._helpers import TIMEOUT_S, error_code_of
 
-TIMEOUT_S = 30
 CONFIGS = {
     "retention.ms": "3600000",
     "retention.bytes": "1048576",
@@ -26,15 +26,6 @@ CONFIGS = {
     "message.timestamp.before.max.ms": "86400000",
     "message.timestamp.after.max.ms": "60000",
 }
-
-
-def _error_code(future: object) -> int:
-    """The Kafka error code a confluent admin future failed with (0 if it succeeded)."""
-    try:
-        future.result(TIMEOUT_S)  # type: ignore[attr-defined]
-    except KafkaException as e:
-        return int(e.args[0].code())
-    return 0
 
 
 def _confluent_admin_session(bootstrap: str) -> dict[str, object]:
@@ -49,25 +40,25 @@ def _confluent_admin_session(bootstrap: str) -> dict[str, object]:
         ],
         request_timeout=TIMEOUT_S,
     )
-    seen["create"] = {name: _error_code(f) for name, f in created.items()}
+    seen["create"] = {name: error_code_of(f) for name, f in created.items()}
     try:
         created["odd"].result(TIMEOUT_S)
     except KafkaException as e:
         seen["odd_message"] = e.args[0].str()
     again = admin.create_topics([NewTopic("configured", num_partitions=2)])
-    seen["again"] = _error_code(again["configured"])
+    seen["again"] = error_code_of(again["configured"])
     dry = admin.create_topics([NewTopic("dry", num_partitions=1)], validate_only=True)
-    seen["dry"] = _error_code(dry["dry"])
+    seen["dry"] = error_code_of(dry["dry"])
 
     (described,) = admin.describe_configs([ConfigResource("topic", "configured")]).values()
     seen["configs"] = {name: entry.value for name, entry in described.result(TIMEOUT_S).items()}
     (unknown,) = admin.describe_configs([ConfigResource("topic", "nowhere")]).values()
-    seen["describe_unknown"] = _error_code(unknown)
+    seen["describe_unknown"] = error_code_of(unknown)
 
     grown = admin.create_partitions([NewPartitions("configured", 4)])
-    seen["grow"] = _error_code(grown["configured"])
+    seen["grow"] = error_code_of(grown["configured"])
     shrunk = admin.create_partitions([NewPartitions("configured", 3)])
-    seen["shrink"] = _error_code(shrunk["configured"])
+    seen["shrink"] = error_code_of(shrunk["configured"])
 
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(10):
@@ -78,7 +69,7 @@ def _confluent_admin_session(bootstrap: str) -> dict[str, object]:
     seen["low_watermark"] = future.result(TIMEOUT_S).low_watermark
 
     deleted = admin.delete_topics(["configured", "nowhere"], operation_timeout=TIMEOUT_S)
-    seen["delete"] = {name: _error_code(f) for name, f in deleted.items()}
+    seen["delete"] = {name: error_code_of(f) for name, f in deleted.items()}
     return seen
 
 
@@ -111,7 +102,7 @@ async def test_confluent_admin_client_manages_topics(cluster: KafkaCluster) -> N
 async def test_created_configs_reach_the_coordinator(cluster: KafkaCluster) -> None:
     admin = await asyncio.to_thread(AdminClient, {"bootstrap.servers": cluster.bootstrap()})
     futures = admin.create_topics([NewTopic("kept", num_partitions=3, config=CONFIGS)])
-    assert await asyncio.to_thread(_error_code, futures["kept"]) == 0
+    assert await asyncio.to_thread(error_code_of, futures["kept"]) == 0
     (description,) = await cluster.coordinator.describe_topics(["kept"])
     assert description.partitions == 3
     assert description.config.timestamp_type is TimestampType.LOG_APPEND_TIME
@@ -148,12 +139,12 @@ def _oversized_requests(bootstrap: str) -> dict[str, int]:
     pair = admin.create_topics(
         [NewTopic("half-a", num_partitions=6_000), NewTopic("half-b", num_partitions=6_000)]
     )
-    assert _error_code(admin.create_topics([NewTopic("small", num_partitions=2)])["small"]) == 0
+    assert error_code_of(admin.create_topics([NewTopic("small", num_partitions=2)])["small"]) == 0
     grown = admin.create_partitions([NewPartitions("small", 100_000)])
     return {
-        "huge": _error_code(huge["huge"]),
-        **{name: _error_code(f) for name, f in pair.items()},
-        "grow": _error_code(grown["small"]),
+        "huge": error_code_of(huge["huge"]),
+        **{name: error_code_of(f) for name, f in pair.items()},
+        "grow": error_code_of(grown["small"]),
     }
 
 
@@ -194,7 +185,7 @@ def _provisioning_session(bootstrap: str) -> dict[str, object]:
         ],
         request_timeout=TIMEOUT_S,
     )
-    seen: dict[str, object] = {"create": {name: _error_code(f) for name, f in created.items()}}
+    seen: dict[str, object] = {"create": {name: error_code_of(f) for name, f in created.items()}}
     for refused in ("local", "wrong"):
         try:
             created[refused].result(TIMEOUT_S)

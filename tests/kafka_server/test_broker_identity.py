@@ -31,9 +31,9 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from diskless.coordinator import BatchCoordinator, PostgresBatchCoordinator, SqliteBatchCoordinator
-from tests._postgres import database_dsn
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._processes import S3_ENV, BrokerProcess
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.postgres import database_dsn
+from testkit.processes import S3_ENV, BrokerProcess
 
 TOPIC: Final = "identity"
 PARTITIONS: Final = 2

@@ -14,8 +14,8 @@ import asyncio
 import pytest
 
 from diskless.kafka_server import ApiKey, KafkaCluster
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server.test_clients import end_offsets
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import end_offsets
 
 PARTITIONS = 12
 PER_PRODUCER = 30_000

@@ -21,7 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from diskless import BrokerConfig
-from tests.kafka_server._wire import decode_response, encode_request
+from testkit.wire import decode_response, encode_request
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:

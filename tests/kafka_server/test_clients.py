@@ -13,28 +13,17 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from diskless import OffsetSpec, TopicPartition
-from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import ApiKey, KafkaCluster
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._clients import (
+from testkit.clients import (
     Audit,
     confluent_consume,
     confluent_produce,
     split_evenly,
     value,
 )
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.cluster import end_offsets, local_cluster, server_config
 
 PARTITIONS = 12
-
-
-async def end_offsets(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, int]:
-    broker = cluster.live[0].broker
-    results = await broker.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.LATEST for p in range(partitions)}
-    )
-    return {tp.partition: r.offset for tp, r in results.items()}
 
 
 async def confluent_round_trip(cluster: KafkaCluster, topic: str, total: int) -> None:
@@ -75,14 +64,7 @@ async def confluent_round_trip(cluster: KafkaCluster, topic: str, total: int) ->
 
 async def test_six_brokers_each_producer_writes_only_to_its_rack_representatives() -> None:
     """Two brokers per rack: each rack's producer spreads over both, and never leaves its rack."""
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        InMemoryBatchCoordinator(),
-        brokers=6,
-        racks=3,
-        broker_config=broker_config(),
-        server_config=server_config(),
-    ) as six:
+    async with local_cluster(brokers=6, racks=3, server_config=server_config()) as six:
         await confluent_round_trip(six, "six", 30_000)
         for rack in six.racks:
             servers = [s for s in six.servers.values() if s.rack == rack]

@@ -8,10 +8,8 @@ import asyncio
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import local_cluster
 
 ADDRESS = BrokerAddress(1, "127.0.0.1", 9092, None)
 
@@ -104,9 +102,7 @@ async def test_a_withdrawal_leaves_a_newer_incarnation_registered() -> None:
 async def test_a_cluster_leaving_its_context_is_unregistered_and_its_ids_start_at_once() -> None:
     coordinator = InMemoryBatchCoordinator()
     try:
-        async with KafkaCluster(
-            MemoryObjectStore(), coordinator, brokers=2, broker_config=broker_config()
-        ) as cluster:
+        async with local_cluster(coordinator, brokers=2) as cluster:
             await cluster.view.renew()
             assert sorted(r.broker_id for r in await coordinator.live_brokers()) == [0, 1]
         assert await coordinator.live_brokers() == []

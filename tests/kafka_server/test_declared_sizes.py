@@ -28,7 +28,7 @@ from kio.static.primitive import i16, i32
 from diskless.kafka_server import SUPPORTED_VERSIONS
 from diskless.kafka_server._protocol._declared_sizes import DeclaredSizeError, check_declared_sizes
 from diskless.kafka_server._protocol.codec import FrameError, decode_request
-from tests.kafka_server._processes import run_in_bounded_memory
+from testkit.processes import run_in_bounded_memory
 from tests.kafka_server._strategies import requests
 
 SEED = int(os.environ.get("KAFKA_FUZZ_SEED", random.randrange(2**32)))

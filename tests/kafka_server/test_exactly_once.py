@@ -16,8 +16,8 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 
 from diskless import TopicPartition
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._clients import confluent_consume, value
-from tests.kafka_server.test_clients import end_offsets
+from testkit.clients import confluent_consume, value
+from testkit.cluster import end_offsets
 
 PARTITIONS = 3
 RECORDS = 120

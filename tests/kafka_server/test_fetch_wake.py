@@ -21,10 +21,10 @@ import pytest
 from kio.schema.errors import ErrorCode as WireError
 from kio.schema.produce.v9 import request as produce_v9
 
-from tests._postgres import database_dsn
-from tests.broker._kafka import build_batch
-from tests.kafka_server._processes import broker_processes
-from tests.kafka_server._wire import decode_response, encode_request, fetch_request
+from testkit.batches import build_batch
+from testkit.postgres import database_dsn
+from testkit.processes import broker_processes
+from testkit.wire import decode_response, encode_request, fetch_request
 
 TOPIC = "wake"
 MAX_WAIT_MS = 60_000

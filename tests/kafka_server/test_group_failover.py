@@ -35,7 +35,9 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i8, i32
 
 from diskless.coordinator import PostgresBatchCoordinator
-from tests._postgres import database_dsn
+from testkit.postgres import database_dsn
+from testkit.processes import BrokerProcess, bootstrap
+from testkit.wire import ask
 from tests.kafka_server._group_audit import (
     Commits,
     KeepProducing,
@@ -51,8 +53,6 @@ from tests.kafka_server._group_audit import (
     longest_double_ownership,
     owners_in_order,
 )
-from tests.kafka_server._processes import BrokerProcess, bootstrap
-from tests.kafka_server._wire import ask
 
 TOPIC: Final = "events"
 PARTITIONS: Final = 6

@@ -22,10 +22,9 @@ from diskless import ErrorCode, TopicPartition
 from diskless._types import CommittedOffset, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator, SqliteBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
-from diskless.kafka_server import KafkaCluster
-from diskless.storage import LocalObjectStore, MemoryObjectStore
-from tests.kafka_server._wire import WireClient
-from tests.kafka_server.conftest import broker_config, server_config
+from diskless.storage import LocalObjectStore
+from testkit.cluster import local_cluster, server_config
+from testkit.wire import WireClient
 
 GROUP = "durable-group"
 
@@ -67,8 +66,8 @@ async def test_offsets_committed_through_one_process_are_read_through_the_next(
     store = LocalObjectStore(tmp_path / "objects")
     try:
         await first.create_topic("t", 3)
-        async with KafkaCluster(
-            store, first, brokers=2, broker_config=broker_config(), server_config=server_config()
+        async with local_cluster(
+            first, store=store, brokers=2, server_config=server_config()
         ) as cluster:
             unknown = await asyncio.to_thread(_commit, cluster.bootstrap(), offsets)
     finally:
@@ -77,8 +76,8 @@ async def test_offsets_committed_through_one_process_are_read_through_the_next(
 
     second = SqliteBatchCoordinator(tmp_path / "coordinator.sqlite")
     try:
-        async with KafkaCluster(
-            store, second, brokers=2, broker_config=broker_config(), server_config=server_config()
+        async with local_cluster(
+            second, store=store, brokers=2, server_config=server_config()
         ) as cluster:
             read_back = await asyncio.to_thread(_committed, cluster.bootstrap(), 4)
     finally:
@@ -124,13 +123,7 @@ def _offset_commit(offset: int) -> offset_commit_v8.OffsetCommitRequest:
 async def test_a_failing_coordinator_answers_a_retriable_error() -> None:
     coordinator = _Unreachable()
     await coordinator.create_topic("t", 1)
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        broker_config=broker_config(),
-        server_config=server_config(),
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, server_config=server_config()) as cluster:
         await cluster.view.renew()  # the broker's registration is live: it may own groups
         assert await cluster.groups.locate(GROUP) == cluster.servers[0].address
         client = await WireClient.connect(cluster.servers[0])
@@ -188,12 +181,8 @@ async def test_a_committed_leader_epoch_is_read_back(tmp_path: Path) -> None:
     for _ in range(2):
         coordinator = SqliteBatchCoordinator(tmp_path / "coordinator.sqlite")
         try:
-            async with KafkaCluster(
-                store,
-                coordinator,
-                brokers=2,
-                broker_config=broker_config(),
-                server_config=server_config(),
+            async with local_cluster(
+                coordinator, store=store, brokers=2, server_config=server_config()
             ) as cluster:
                 if not await coordinator.describe_topics(["t"]):
                     await cluster.create_topic("t", 3)

@@ -29,9 +29,8 @@ from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_state import JoinOutcome
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import WireClient
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.cluster import local_cluster, server_config
+from testkit.wire import WireClient
 
 PARTITIONS = 6
 RECORDS = 3000
@@ -605,13 +604,7 @@ async def test_offset_commit_on_the_wire_while_the_group_rebalances() -> None:
     next one until it is synced."""
     coordinator = InMemoryBatchCoordinator()
     await coordinator.create_topic("t", 1)
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        broker_config=broker_config(),
-        server_config=server_config(),
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, server_config=server_config()) as cluster:
         await cluster.view.renew()  # the broker's registration is live: it may own groups
         assert await cluster.groups.locate("g") == cluster.servers[0].address
         epoch = cluster.view.epoch_of(0)

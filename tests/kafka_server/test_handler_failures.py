@@ -11,7 +11,6 @@ response carries `family(failure)` of `diskless._kafka_errors`, and nothing else
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
@@ -19,7 +18,6 @@ from typing import Any, Final
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as WireError
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
 from diskless import DisklessBroker
 from diskless._kafka_errors import (
@@ -59,10 +57,8 @@ from diskless.kafka_server._coordination.group_coordinator import GroupCoordinat
 from diskless.kafka_server._handlers.context import ANONYMOUS, Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server.test_handlers import Context
-from tests.wal._helpers import build_batch
+from tests.kafka_server._handler_rig import TOPIC, Context, error_codes, request_of
 
-TOPIC: Final = "t"
 ALLOW: Final = AclPermissionType.ALLOW
 FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.PRODUCE: produce_error,
@@ -97,20 +93,6 @@ SaslHandshake and SaslAuthenticate once they reach the handlers)."""
 CALLING_NOTHING: Final = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 DATA_APIS: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS)
 """The APIs a closed broker refuses (the others go to the coordinator or the front ends)."""
-_VALUES: Final[dict[str, object]] = {
-    "acks": -1,  # acks=0 has no response
-    "isolation_level": 0,
-    "key_type": 0,  # a group
-    "resource_type": 2,  # a topic
-    "partition_index": 0,
-    "partition": 0,
-    "index": 0,
-    "max_wait": datetime.timedelta(0),
-    "transaction_timeout": datetime.timedelta(seconds=60),
-    "configs": (),  # a topic config named `t` is refused before the call
-}
-"""Field values (by kio's names) that make a request reach its library call; the others get a
-value of their type."""
 _METHODS: Final = frozenset(
     name
     for name in dir(BatchCoordinator)
@@ -132,46 +114,6 @@ class _Down(InMemoryBatchCoordinator):
 
             return unreachable
         return super().__getattribute__(name)
-
-
-def _value(field: dataclasses.Field[Any]) -> object:
-    if field.name in _VALUES:
-        return _VALUES[field.name]
-    kind = classify_field(field)
-    if isinstance(kind, (EntityField, EntityTupleField)):
-        item = request_of(kind.type_)
-        return (item,) if kind.is_array else item
-    kafka_type = field.metadata["kafka_type"]
-    value: object = {
-        "string": TOPIC,
-        "bytes": b"",
-        "records": build_batch([b"v"]),
-        "bool": False,
-        "uuid": None,
-        "error_code": WireError.none,
-        "timedelta_i32": datetime.timedelta(seconds=1),
-        "timedelta_i64": datetime.timedelta(seconds=1),
-    }.get(kafka_type, -1)
-    return (value,) if kind.is_array else value
-
-
-def request_of(schema: type[Any]) -> Any:
-    """An entity of `schema` with one entry in every array: topic `t`, partition 0, group `t`."""
-    return schema(**{f.name: _value(f) for f in dataclasses.fields(schema)})
-
-
-def error_codes(entity: object) -> set[WireError]:
-    """Every error code in a response except NONE (a response of only NONE answered nothing)."""
-    found: set[WireError] = set()
-    for field in dataclasses.fields(entity):  # type: ignore[arg-type]
-        value = getattr(entity, field.name)
-        items = value if isinstance(value, tuple) else (value,)
-        for item in items:
-            if field.name.endswith("error_code") and item is not WireError.none:
-                found.add(item)
-            elif dataclasses.is_dataclass(item):
-                found |= error_codes(item)
-    return found
 
 
 @pytest.fixture

@@ -23,8 +23,6 @@ from kio.static.protocol import Entity
 from diskless import DisklessBroker, ManualClock
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import SUPPORTED_VERSIONS, ClusterView, ServerConfig, TransactionFront
-from diskless.kafka_server._coordination.acl_cache import AclCache
-from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._handlers._route import Route
@@ -34,35 +32,11 @@ from diskless.kafka_server._protocol.apis import Api, ApiKey
 from diskless.kafka_server._protocol.fields import build
 from diskless.kafka_server._protocol.messages import FetchRequest, ProduceRequest
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import fetch_request
+from testkit.wire import fetch_request
+from tests.kafka_server._handler_rig import Context
 
 WAIT_S = 30.0
 """Far longer than the test may take on a real clock: only the manual clock can end the wait."""
-
-
-@dataclasses.dataclass
-class Context:
-    """A `BrokerContext` of real parts, as `BrokerServer` provides one."""
-
-    broker: DisklessBroker
-    cluster: ClusterView
-    transactions: TransactionFront
-    groups: GroupCoordinator
-    config: ServerConfig
-    credentials: Credentials
-    acls: AclCache | None = None
-
-    @property
-    def broker_id(self) -> int:
-        return self.broker.broker_id
-
-    @property
-    def rack(self) -> str | None:
-        return self.broker.rack
-
-    @property
-    def address(self) -> BrokerAddress:
-        return BrokerAddress(self.broker_id, "127.0.0.1", 9092, self.rack)
 
 
 @pytest.fixture

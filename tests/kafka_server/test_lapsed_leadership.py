@@ -30,9 +30,9 @@ from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBat
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
-from tests.kafka_server._wire import WireClient
-from tests.kafka_server.conftest import broker_config
+from testkit.batches import build_batch
+from testkit.cluster import broker_config
+from testkit.wire import WireClient
 
 TTL_MS: Final = 300
 """The session timeout: short, so that a registration lapses soon."""

@@ -29,7 +29,7 @@ from kio.schema.produce.v9 import request as produce_v9
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import WireClient, encode_request
+from testkit.wire import WireClient, encode_request
 
 MIB = 1024 * 1024
 API_VERSIONS = ApiVersionsRequest(client_software_name="wire", client_software_version="1")

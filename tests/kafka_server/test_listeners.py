@@ -17,7 +17,6 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from diskless.clock import SystemClock
-from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._coordination.cluster_view import (
     BrokerAddress,
@@ -28,9 +27,9 @@ from diskless.kafka_server._coordination.cluster_view import (
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
 from diskless.kafka_server._server.settings.listeners import listener_plan
 from diskless.storage import MemoryObjectStore
-from tests._backends import BACKENDS, open_coordinator
-from tests.kafka_server._wire import ask
-from tests.kafka_server.conftest import broker_config
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.cluster import broker_config, local_cluster
+from testkit.wire import ask
 
 DEFAULT_MAP = ServerConfig().listener_security_protocol_map
 
@@ -122,14 +121,7 @@ TWO_LISTENERS = ServerConfig(
 
 @pytest.fixture
 async def two_listeners() -> AsyncIterator[KafkaCluster]:
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        InMemoryBatchCoordinator(),
-        brokers=2,
-        racks=2,
-        broker_config=broker_config(),
-        server_config=TWO_LISTENERS,
-    ) as running:
+    async with local_cluster(brokers=2, racks=2, server_config=TWO_LISTENERS) as running:
         await running.create_topic("two", 2)
         yield running
 

@@ -16,7 +16,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._wire import WireClient, decode_response, encode_request
+from testkit.wire import WireClient, decode_response, encode_request
 
 TIMEOUT_S = 30
 

@@ -17,9 +17,8 @@ from diskless.coordinator import InMemoryBatchCoordinator, TopicDescription
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.routing import BrokerNode, produce_broker
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._wire import WireClient, fetch_request
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.cluster import local_cluster, server_config
+from testkit.wire import WireClient, fetch_request
 
 TOPIC = "routed"
 PARTITIONS = 24
@@ -27,14 +26,7 @@ PARTITIONS = 24
 
 @pytest.fixture
 async def six() -> AsyncIterator[KafkaCluster]:
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        InMemoryBatchCoordinator(),
-        brokers=6,
-        racks=3,
-        broker_config=broker_config(),
-        server_config=server_config(),
-    ) as running:
+    async with local_cluster(brokers=6, racks=3, server_config=server_config()) as running:
         await running.create_topic(TOPIC, PARTITIONS)
         yield running
 
@@ -129,12 +121,10 @@ async def test_unknown_topics_are_reported_per_topic(six: KafkaCluster) -> None:
 
 async def test_auto_creation_creates_legal_names_when_enabled() -> None:
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
+    async with local_cluster(
         coordinator,
         brokers=1,
         racks=1,
-        broker_config=broker_config(),
         server_config=ServerConfig(auto_create_topics_enable=True, num_partitions=4),
     ) as cluster:
         client = await WireClient.connect(cluster.servers[0])
@@ -168,9 +158,7 @@ async def test_topics_stay_known_while_the_coordinator_is_unreachable() -> None:
     clients retry, not UNKNOWN_TOPIC_OR_PARTITION, after which a client gives up on the topic
     (librdkafka fails its queued messages)."""
     coordinator = _Unreachable()
-    async with KafkaCluster(
-        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, racks=1) as cluster:
         await cluster.create_topic(TOPIC, 2)
         client = await WireClient.connect(cluster.servers[0])
         try:
@@ -189,9 +177,7 @@ async def test_a_described_topic_keeps_its_partitions_while_the_coordinator_is_u
     """As a Kafka broker answers Metadata from its own copy: a client told that a topic it writes
     has no partitions drops them (kafka-python, aiokafka) and stalls or fails its sends."""
     coordinator = _Unreachable()
-    async with KafkaCluster(
-        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, racks=1) as cluster:
         await cluster.create_topic(TOPIC, 2)
         client = await WireClient.connect(cluster.servers[0])
         try:

@@ -16,28 +16,29 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import Consumer
 
 from diskless.clock import SystemClock
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator
 from diskless.kafka_server import Observability, ServerConfig
 from diskless.storage import FaultyObjectStore, LocalObjectStore
-from tests._backends import BACKENDS, open_coordinator
-from tests.kafka_server._metrics import (
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.metrics import (
+    COMMITTED,
+    GROUP,
+    TOPIC,
     batch_bytes,
+    commit_and_read_watermarks,
     http_get,
     observed_cluster,
+    produce,
     promtool_check,
     samples,
     scrape,
     value,
 )
 
-TOPIC = "metered"
 OVERFLOW = "unmetered"
-GROUP = "lagging"
-COMMITTED = {0: 3, 1: 0}
 REGISTRATION_WAIT_S = 30.0
 
 
@@ -62,40 +63,6 @@ def answer_with(readyz: str, prefix: str) -> tuple[int, str]:
             return status, body
         assert time.monotonic() < deadline, body
         time.sleep(0.05)
-
-
-def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
-    )
-    failures: list[object] = []
-    for i in range(count):
-        producer.produce(
-            topic,
-            value=f"value-{i}".encode() * (1 + i % 7),
-            partition=i % partitions,
-            on_delivery=lambda error, _: failures.append(error) if error else None,
-        )
-    assert producer.flush(60) == 0
-    assert not failures, failures
-
-
-def commit_and_read_watermarks(bootstrap: str) -> tuple[dict[int, int], int]:
-    """Commit `COMMITTED` for the group; the high watermarks the client sees, and the error
-    code a commit to a partition that does not exist fails with."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP})
-    try:
-        wanted = [CkTopicPartition(TOPIC, p, o) for p, o in COMMITTED.items()]
-        assert consumer.commit(offsets=wanted, asynchronous=False) is not None
-        refused = 0
-        try:
-            consumer.commit(offsets=[CkTopicPartition(TOPIC, 99, 1)], asynchronous=False)
-        except KafkaException as error:
-            refused = int(error.args[0].code())
-        high = {p: consumer.get_watermark_offsets(CkTopicPartition(TOPIC, p))[1] for p in (0, 1)}
-        return high, refused
-    finally:
-        consumer.close()
 
 
 def consume_all(bootstrap: str, count: int) -> None:

@@ -7,9 +7,9 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._metrics import observed_cluster, scrape, value
-from tests.kafka_server._sasl import LISTENER, authenticate, handshake, sasl_server_config
-from tests.kafka_server._wire import WireClient
+from testkit.metrics import observed_cluster, scrape, value
+from testkit.sasl import LISTENER, authenticate, handshake, sasl_server_config
+from testkit.wire import WireClient
 
 FAILURES = "diskless_authentication_failures_total"
 

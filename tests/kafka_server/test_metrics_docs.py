@@ -18,7 +18,7 @@ import pytest
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import ServerConfig
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._metrics import observed_cluster, promtool_check, scrape
+from testkit.metrics import observed_cluster, promtool_check, scrape
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DASHBOARD: Final = ROOT / "docs" / "grafana" / "diskless.json"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks._ports import free_port
-from tests.kafka_server._metrics import http_get, promtool_check
-from tests.kafka_server._processes import BrokerProcess
+from testkit.metrics import http_get, promtool_check
+from testkit.ports import free_port
+from testkit.processes import BrokerProcess
 
 
 def test_a_broker_process_serves_metrics_health_and_json_logs(tmp_path: Path) -> None:

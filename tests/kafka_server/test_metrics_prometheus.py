@@ -20,24 +20,22 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks._ports import free_port
 from diskless.clock import SystemClock
 from diskless.kafka_server import ServerConfig
 from diskless.storage import LocalObjectStore
-from tests._backends import open_coordinator
-from tests.kafka_server._metrics import (
-    batch_bytes,
-    http_get,
-    observed_cluster,
-    write_prometheus_config,
-)
-from tests.kafka_server.test_metrics import (
+from testkit.backends import open_coordinator
+from testkit.metrics import (
     COMMITTED,
     GROUP,
     TOPIC,
+    batch_bytes,
     commit_and_read_watermarks,
+    http_get,
+    observed_cluster,
     produce,
+    write_prometheus_config,
 )
+from testkit.ports import free_port
 
 SCRAPE_INTERVAL_MS = 500
 QUERY_DEADLINE_S = 60.0

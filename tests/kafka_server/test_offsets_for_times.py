@@ -20,10 +20,8 @@ from kafka import TopicPartition as KpTopicPartition
 from diskless import TopicPartition
 from diskless._types import ErrorCode
 from diskless.coordinator import SqliteBatchCoordinator
-from diskless.kafka_server import KafkaCluster
-from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.batches import build_batch
+from testkit.cluster import local_cluster, server_config
 
 TOPIC = "times"
 TIMEOUT_S = 10.0
@@ -57,13 +55,8 @@ async def test_clients_get_the_record_inside_the_batch_by_time(tmp_path: Path) -
     base = int(time.time() * 1000) - 3_600_000
     coordinator = SqliteBatchCoordinator(tmp_path / "coordinator.db")
     try:
-        async with KafkaCluster(
-            MemoryObjectStore(),
-            coordinator,
-            brokers=1,
-            racks=1,
-            broker_config=broker_config(),
-            server_config=server_config(),
+        async with local_cluster(
+            coordinator, brokers=1, racks=1, server_config=server_config()
         ) as cluster:
             await cluster.create_topic(TOPIC, 1)
             broker = cluster.live[0].broker

@@ -3,7 +3,7 @@ configuration at all, each a real broker process used by a stock client; the clu
 defaults (`log.retention.*`) applied by retention; `--version`.
 
 Kafka's sample listens on port 9092, as the command does with nothing said: those tests run the
-broker in a network namespace of its own (`tests._netns`), whose port 9092 no other process of
+broker in a network namespace of its own (`testkit.netns`), whose port 9092 no other process of
 this machine can hold, and its client in the same namespace.
 
 `data/kafka-server.properties` is Kafka's KRaft sample as shipped (`config/kraft/server.properties`
@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 
-from tests._netns import REPOSITORY, Host, network
+from testkit.netns import REPOSITORY, Host, network
 
 STOCK: Final = Path(__file__).parent / "data" / "kafka-server.properties"
 NOT_APPLIED: Final = [

@@ -19,8 +19,8 @@ from typing import Final
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from tests._postgres import database_dsn, server
-from tests.kafka_server._processes import BrokerProcess, bootstrap, broker_processes
+from testkit.postgres import database_dsn, server
+from testkit.processes import BrokerProcess, bootstrap, broker_processes
 
 BROKERS: Final = 3
 PARTITIONS: Final = 6

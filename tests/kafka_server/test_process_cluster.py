@@ -31,12 +31,12 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode as WireError
 from kio.schema.produce.v9 import request as produce_v9
 
-from tests._postgres import PostgresServer, server
-from tests._s3server import REGION, create_bucket, running_s3_server, s3_client
-from tests.broker._kafka import build_batch
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._processes import BrokerProcess, bootstrap, broker_processes
-from tests.kafka_server._wire import decode_response, encode_request
+from testkit.batches import build_batch
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.postgres import PostgresServer, server
+from testkit.processes import BrokerProcess, bootstrap, broker_processes
+from testkit.s3server import REGION, create_bucket, running_s3_server, s3_client
+from testkit.wire import decode_response, encode_request
 
 TOPIC = "shared"
 PARTITIONS = 6

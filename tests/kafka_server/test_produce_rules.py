@@ -25,14 +25,14 @@ from kio.static.primitive import i8, i32, i64
 
 from diskless.clock import SystemClock
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._clients import confluent_consume, confluent_produce, value
-from tests.kafka_server._wire import WireClient, fetch_request
-from tests.records._oracle import MAX_TIMESTAMP_AT, build_batch, patch
+from testkit.clients import confluent_consume, confluent_produce, value
+from testkit.oracle import MAX_TIMESTAMP_AT, build_batch, patch
+from testkit.wire import WireClient
+from tests.kafka_server._helpers import batches_of, fetch_partitions
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaProducer
-    from kafka.record import MemoryRecords
 
 GZIP, ZSTD = 1, 4
 NOW = 1_700_000_000_000
@@ -68,25 +68,6 @@ def _errors(response: Any) -> dict[int, WireError]:
     return {p.index: p.error_code for p in topic.partition_responses}
 
 
-async def _fetch(client: WireClient, topic: str, partitions: int) -> dict[int, tuple[int, bytes]]:
-    """(high watermark, records) per partition, from offset 0."""
-    response = await client.request(fetch_request(topic, partitions))
-    [answer] = response.responses
-    out = {}
-    for p in answer.partitions:
-        assert p.error_code == WireError.none, p
-        out[p.partition_index] = (p.high_watermark, bytes(p.records or b""))
-    return out
-
-
-def _batches(records: bytes) -> list[Any]:
-    memory, batches = MemoryRecords(records), []
-    while (batch := memory.next_batch()) is not None:
-        assert batch.validate_crc(), "kafka-python rejects the CRC"
-        batches.append(batch)
-    return batches
-
-
 async def test_zstd_below_produce_v7_fails_its_partition_alone(cluster: KafkaCluster) -> None:
     await cluster.create_topic("z", 2)
     client = await WireClient.connect(cluster.servers[0])
@@ -98,15 +79,15 @@ async def test_zstd_below_produce_v7_fails_its_partition_alone(cluster: KafkaClu
                 0: WireError.unsupported_compression_type,
                 1: WireError.none,
             }, version
-        fetched = await _fetch(client, "z", 2)
+        fetched = await fetch_partitions(client, "z", 2)
         assert fetched[0] == (0, b"")  # nothing of the refused batches was stored
         assert fetched[1][0] == 2
         for version in (7, 11):
             response = await client.request(_produce(version, "z", {0: zstd, 1: gzip}))
             assert _errors(response) == {0: WireError.none, 1: WireError.none}, version
-        fetched = await _fetch(client, "z", 2)
+        fetched = await fetch_partitions(client, "z", 2)
         assert fetched[0][0] == 4 and fetched[1][0] == 4
-        stored = _batches(fetched[0][1])
+        stored = batches_of(fetched[0][1])
         assert [b.compression_type for b in stored] == [ZSTD, ZSTD]
         assert [[r.timestamp for r in b] for b in stored] == [[NOW, NOW + 1]] * 2
     finally:
@@ -135,10 +116,10 @@ async def test_real_clients_compressing_with_zstd_are_accepted(cluster: KafkaClu
     )
     client = await WireClient.connect(cluster.servers[0])
     try:
-        fetched = await _fetch(client, "zc", 2)
+        fetched = await fetch_partitions(client, "zc", 2)
     finally:
         await client.close()
-    codecs = {b.compression_type for _, records in fetched.values() for b in _batches(records)}
+    codecs = {b.compression_type for _, records in fetched.values() for b in batches_of(records)}
     # Compressed as asked, so sent with Produce v7 or later. (librdkafka sends a batch that
     # zstd would not make smaller, say a single small record, uncompressed.)
     assert ZSTD in codecs and codecs <= {ZSTD, 0}
@@ -186,9 +167,9 @@ async def test_a_wrong_max_timestamp_is_stored_fixed(
             batch = _batch(timestamps, codec, claimed=claimed)
             response = await client.request(_produce(version, "m", {0: batch}))
             assert _errors(response) == {0: WireError.none}
-        ((high_watermark, records),) = (await _fetch(client, "m", 1)).values()
+        ((high_watermark, records),) = (await fetch_partitions(client, "m", 1)).values()
         assert high_watermark == 5
-        stored = _batches(records)
+        stored = batches_of(records)
         assert [[r.timestamp for r in b] for b in stored] == sent
         assert [b.max_timestamp for b in stored] == [now - 20_000, now - 10_000]
         assert await _offset_for(client, "m", -3) == (3, now - 10_000)  # MAX_TIMESTAMP

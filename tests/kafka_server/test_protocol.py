@@ -27,9 +27,9 @@ from kio.serial import entity_reader
 
 from diskless.kafka_server import SUPPORTED_VERSIONS, ApiKey, KafkaCluster
 from diskless.kafka_server._protocol.codec import FrameError, decode_request, request_schema
-from tests.kafka_server._processes import run_in_bounded_memory
+from testkit.processes import run_in_bounded_memory
+from testkit.wire import WireClient, decode_response, encode_request, fetch_request
 from tests.kafka_server._strategies import TOPICS, requests
-from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
 
 FUZZ_SEED = int(os.environ.get("KAFKA_FUZZ_SEED", random.randrange(2**32)))
 FUZZ_IN_CHILD = os.environ.get("KAFKA_FUZZ_CHILD") == "1"

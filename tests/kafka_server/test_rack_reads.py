@@ -24,14 +24,12 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, Descr
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless import TopicPartition
-from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.routing import BrokerNode, produce_broker
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._wire import WireClient, fetch_request
-from tests.kafka_server.conftest import broker_config, server_config
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import local_cluster, server_config
+from testkit.wire import WireClient, fetch_request
 
 TOPIC = "zonal"
 PARTITIONS = 6
@@ -43,12 +41,9 @@ TIMEOUT_S = 30
 
 @pytest.fixture
 async def six() -> AsyncIterator[KafkaCluster]:
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        InMemoryBatchCoordinator(),
+    async with local_cluster(
         brokers=6,
         racks=3,
-        broker_config=broker_config(),
         server_config=ServerConfig(
             fetch_wait_ms_max=server_config().fetch_wait_ms_max,
             connections_idle_ms_max=IDLE_MS,

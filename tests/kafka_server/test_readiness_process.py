@@ -26,12 +26,12 @@ from typing import Final
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from benchmarks._ports import free_port
 from diskless.kafka_server._server.process.observability import READY_TIMEOUT_S
-from tests._postgres import PostgresServer, bindir_or_skip
-from tests._s3server import REGION, create_bucket, running_s3_server, s3_client
-from tests.kafka_server._metrics import http_get
-from tests.kafka_server._processes import BrokerProcess
+from testkit.metrics import http_get
+from testkit.ports import free_port
+from testkit.postgres import PostgresServer, bindir_or_skip
+from testkit.processes import BrokerProcess
+from testkit.s3server import REGION, create_bucket, running_s3_server, s3_client
 
 WAIT_S: Final = 60.0
 """Long enough for the store's probe (every 10 s) on a loaded machine."""

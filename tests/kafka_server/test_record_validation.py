@@ -8,8 +8,8 @@ import random
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import SystemClock
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._clients import confluent_consume
-from tests.records._mutate import CODECS, build, decode, mutate
+from testkit.clients import confluent_consume
+from testkit.mutate import CODECS, build, decode, mutate
 
 SEED = 4242
 

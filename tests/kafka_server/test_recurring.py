@@ -19,7 +19,7 @@ from diskless.kafka_server._protocol.codec import (
     request_schema,
 )
 from diskless.kafka_server._protocol.recurring import RecurringResponses
-from tests.kafka_server._wire import encode_request, fetch_request
+from testkit.wire import encode_request, fetch_request
 
 RESPONSE = load_response_schema(1, 12)
 REQUEST = fetch_request("idle", 2)

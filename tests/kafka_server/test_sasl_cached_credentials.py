@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import pytest
-from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
 from kio.schema.errors import ErrorCode as WireError
 
@@ -24,14 +23,19 @@ from diskless import coordinator as diskless_coordinator
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._sasl import client_settings, sasl_server_config, scram_login
-from tests.kafka_server._wire import WireClient
-from tests.kafka_server.conftest import broker_config
-from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
+from testkit.cluster import broker_config, local_cluster
+from testkit.sasl import (
+    ADMIN,
+    SHA_512,
+    create_scram_user,
+    librdkafka_login,
+    sasl_server_config,
+    scram_login,
+)
+from testkit.wire import WireClient
 
 REFRESH_MS: Final = 300
 WAIT_S: Final = 30.0
-SHA_512: Final = (ScramMechanism.SCRAM_SHA_512,)
 
 
 async def _until(condition: Callable[[], bool], what: str) -> None:
@@ -40,18 +44,6 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert loop.time() < deadline, what
         await asyncio.sleep(0.01)
-
-
-def librdkafka_login(bootstrap: str, user: str, password: str) -> list[KafkaError]:
-    """A SCRAM-SHA-512 login of librdkafka's AdminClient, which then asks for the metadata: the
-    errors it reported (none: logged in and answered)."""
-    errors: list[KafkaError] = []
-    settings = client_settings("SCRAM-SHA-512", user, password)
-    admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": errors.append, **settings})
-    metadata = admin.list_topics(timeout=20)
-    assert metadata.brokers, metadata
-    admin.poll(0.5)  # serves the error callbacks
-    return errors
 
 
 async def _raw_login(cluster: KafkaCluster, user: str, password: str) -> WireError:
@@ -72,12 +64,8 @@ async def faulty() -> AsyncIterator[tuple[KafkaCluster, FaultyBatchCoordinator]]
         writes=CallFaults(fail_rate=1.0),
     )
     coordinator.enabled = False
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        broker_config=broker_config(),
-        server_config=sasl_server_config(acl_refresh_ms=REFRESH_MS),
+    async with local_cluster(
+        coordinator, brokers=1, server_config=sasl_server_config(acl_refresh_ms=REFRESH_MS)
     ) as cluster:
         yield cluster, coordinator
     await coordinator.close()

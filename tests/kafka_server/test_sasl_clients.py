@@ -20,55 +20,31 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     NewTopic,
-    ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
-    UserScramCredentialUpsertion,
 )
 
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._sasl import client_settings, sasl_server_config
-from tests.kafka_server.conftest import broker_config
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import local_cluster
+from testkit.sasl import ADMIN, client_settings, create_scram_user, sasl_server_config
 
 TOPIC = "secured"
 PARTITIONS = 3
-ADMIN = client_settings("PLAIN", "admin", "admin-secret")
 
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[KafkaCluster]:
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
+    async with local_cluster(
         coordinator,
         brokers=2,
         racks=2,
-        broker_config=broker_config(),
         server_config=sasl_server_config(connection_failed_authentication_delay_ms=10),
     ) as running:
         yield running
     await coordinator.close()
-
-
-def create_scram_user(
-    bootstrap: str,
-    user: str,
-    password: str,
-    mechanisms: tuple[ScramMechanism, ...],
-    login: dict[str, object] = ADMIN,
-) -> None:
-    """Through confluent-kafka's AdminClient, logged in as `login` (PLAIN's admin)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, **login})
-    alterations = [
-        UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 8192), password.encode())
-        for m in mechanisms
-    ]
-    for m in alterations:  # one alteration per user and request (Kafka's rule)
-        for future in admin.alter_user_scram_credentials([m]).values():
-            future.result(30)
 
 
 async def test_confluent_admin_creates_scram_users_that_librdkafka_logs_in_with(

@@ -21,10 +21,9 @@ from kio.schema.errors import ErrorCode as WireError
 from diskless.coordinator import CallFaults, FaultyBatchCoordinator, InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._protocol.fields import build
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._sasl import authenticate, handshake, sasl_server_config, scram_login
-from tests.kafka_server._wire import WireClient, encode_request
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import local_cluster
+from testkit.sasl import authenticate, handshake, sasl_server_config, scram_login
+from testkit.wire import WireClient, encode_request
 
 
 @pytest.fixture
@@ -35,13 +34,7 @@ async def faulty() -> AsyncIterator[tuple[KafkaCluster, FaultyBatchCoordinator]]
         writes=CallFaults(fail_rate=1.0),
     )
     coordinator.enabled = False
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=1,
-        broker_config=broker_config(),
-        server_config=sasl_server_config(),
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, server_config=sasl_server_config()) as cluster:
         yield cluster, coordinator
     await coordinator.close()
 

@@ -30,13 +30,11 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
-from diskless.kafka_server import KafkaCluster
 from diskless.storage import LocalObjectStore
-from tests._postgres import database_dsn
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._sasl import client_settings, sasl_server_config
-from tests.kafka_server.conftest import broker_config
-from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import local_cluster
+from testkit.postgres import database_dsn
+from testkit.sasl import ADMIN, client_settings, create_scram_user, sasl_server_config
 
 TOPIC = "shared-secrets"
 PARTITIONS = 2
@@ -88,13 +86,12 @@ async def test_a_scram_user_created_on_one_broker_process_logs_in_on_another(
     objects = tmp_path / "objects"
     coordinator = _coordinator(spec)
     store = LocalObjectStore(objects)
-    async with KafkaCluster(
-        store,
+    async with local_cluster(
         coordinator,
+        store=store,
         brokers=1,
         racks=1,
         broker_ids=[0],
-        broker_config=broker_config(),
         server_config=sasl_server_config(),
     ) as here:
         local = here.servers[0].bootstrap

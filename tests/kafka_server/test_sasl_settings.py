@@ -13,16 +13,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
 
-from benchmarks._ports import free_port
 from diskless.coordinator import InMemoryBatchCoordinator
-from diskless.kafka_server import KafkaCluster, ServerConfig
+from diskless.kafka_server import ServerConfig
 from diskless.kafka_server._server.settings.server_properties import server_config
-from diskless.storage import MemoryObjectStore
-from tests._tls import make_certs
-from tests.kafka_server._clients import confluent_consume, confluent_produce
-from tests.kafka_server._sasl import JAAS, client_settings
-from tests.kafka_server.conftest import broker_config
-from tests.kafka_server.test_sasl_clients import ADMIN, create_scram_user
+from testkit.clients import confluent_consume, confluent_produce
+from testkit.cluster import local_cluster
+from testkit.ports import free_port
+from testkit.sasl import ADMIN, JAAS, client_settings, create_scram_user
+from testkit.tls import make_certs
 
 SASL_SSL_PROPERTIES = {
     "listeners": "SASL_SSL://127.0.0.1:0",
@@ -94,14 +92,7 @@ async def test_scram_sha_512_over_sasl_ssl(tmp_path_factory: pytest.TempPathFact
         ServerConfig(fetch_wait_ms_max=500),
     )
     coordinator = InMemoryBatchCoordinator()
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        coordinator,
-        brokers=2,
-        racks=1,
-        broker_config=broker_config(),
-        server_config=config,
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=2, racks=1, server_config=config) as cluster:
         bootstrap = cluster.bootstrap()
         tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(certs.ca)}
         admin = {**tls, "sasl.mechanism": "PLAIN", "sasl.username": "admin",

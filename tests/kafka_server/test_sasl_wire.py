@@ -31,9 +31,9 @@ from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.fields import build
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._sasl import authenticate, handshake, sasl_server_config, scram_login
-from tests.kafka_server._wire import WireClient, encode_request
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import broker_config
+from testkit.sasl import authenticate, handshake, sasl_server_config, scram_login
+from testkit.wire import WireClient, encode_request
 
 GENERIC = (
     "Authentication failed during authentication due to invalid credentials with SASL mechanism "

@@ -28,15 +28,11 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     ResourceType,
 )
-from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
-from diskless.storage import MemoryObjectStore
-from tests._postgres import PostgresServer, server
-from tests.kafka_server._sasl import sasl_server_config
-from tests.kafka_server.conftest import broker_config
-from tests.kafka_server.test_sasl_cached_credentials import SHA_512, librdkafka_login
-from tests.kafka_server.test_sasl_clients import create_scram_user
+from testkit.cluster import local_cluster
+from testkit.postgres import PostgresServer, server
+from testkit.sasl import SHA_512, create_scram_user, librdkafka_login, sasl_server_config
 
 USER: Final = "User:alice"
 REFRESH_MS: Final = 5_000
@@ -123,12 +119,8 @@ async def test_a_known_user_logs_in_while_postgresql_is_stopped(
 ) -> None:
     coordinator = PostgresBatchCoordinator(own_postgres.dsn(own_postgres.database(tmp_path, "s")))
     try:
-        async with KafkaCluster(
-            MemoryObjectStore(),
-            coordinator,
-            brokers=1,
-            broker_config=broker_config(),
-            server_config=sasl_server_config(),
+        async with local_cluster(
+            coordinator, brokers=1, server_config=sasl_server_config()
         ) as cluster:
             bootstrap = cluster.bootstrap()
             await asyncio.to_thread(create_scram_user, bootstrap, "hana", "hana-secret", SHA_512)

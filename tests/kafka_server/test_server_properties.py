@@ -30,7 +30,7 @@ from diskless.kafka_server._server.settings.server_properties import (
     server_config,
 )
 from diskless.storage import MemoryObjectStore
-from tests._tls import Certs, make_certs
+from testkit.tls import Certs, make_certs
 from tests.kafka_server._java_oracle import java_properties, java_subjects
 
 TRICKY = (

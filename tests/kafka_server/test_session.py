@@ -15,7 +15,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._handlers.context import ANONYMOUS, Session
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 
 
 @pytest.mark.parametrize(

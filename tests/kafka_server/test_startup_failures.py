@@ -29,16 +29,16 @@ import asyncpg
 import pytest
 from botocore.exceptions import ClientError, NoCredentialsError
 
-from benchmarks._ports import free_port
 from diskless.coordinator._backends.postgres_connect import opening_error
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server._server.process import startup
 from diskless.storage._s3 import _translate as s3_translate
-from tests._postgres import PostgresServer, bindir_or_skip
-from tests._s3server import REGION, running_s3_server
-from tests._tls import make_certs
-from tests.kafka_server._metrics import http_get
-from tests.kafka_server._processes import S3_ENV
+from testkit.metrics import http_get
+from testkit.ports import free_port
+from testkit.postgres import PostgresServer, bindir_or_skip
+from testkit.processes import S3_ENV
+from testkit.s3server import REGION, running_s3_server
+from testkit.tls import make_certs
 
 RUN_TIMEOUT_S: Final = 90.0
 PASSWORD: Final = "right-password"

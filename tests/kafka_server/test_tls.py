@@ -28,9 +28,9 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.settings.server_properties import server_config
 from diskless.storage import MemoryObjectStore
-from tests._tls import CLIENT_DN, KEY_PASSWORD, Certs, make_certs
-from tests.kafka_server._wire import WireClient, encode_request
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import local_cluster
+from testkit.tls import CLIENT_DN, KEY_PASSWORD, Certs, make_certs
+from testkit.wire import WireClient, encode_request
 
 TOPIC = "secure"
 
@@ -55,14 +55,7 @@ def _config(certs: Certs, client_auth: str, **more: str) -> ServerConfig:
 
 
 async def _cluster(config: ServerConfig) -> AsyncIterator[KafkaCluster]:
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        InMemoryBatchCoordinator(),
-        brokers=2,
-        racks=1,
-        broker_config=broker_config(),
-        server_config=config,
-    ) as running:
+    async with local_cluster(brokers=2, racks=1, server_config=config) as running:
         await running.create_topic(TOPIC, 2)
         yield running
 

@@ -21,9 +21,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, New
 
 from diskless import CompressionType
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._wire import WireClient
-from tests.kafka_server.test_admin import TIMEOUT_S, _error_code
-from tests.kafka_server.test_produce_rules import _batches, _fetch
+from testkit.wire import WireClient
+from tests.kafka_server._helpers import TIMEOUT_S, batches_of, error_code_of, fetch_partitions
 
 TOPICS = {
     "gz": ({"compression.type": "gzip", "compression.gzip.level": "9"}, CompressionType.GZIP),
@@ -50,7 +49,7 @@ def _admin_session(bootstrap: str) -> dict[str, Any]:
         [NewTopic(name, PARTITIONS, config=config) for name, (config, _) in TOPICS.items()]
         + [NewTopic(f"refused-{name}", 1, config=config) for name, config in REFUSED.items()]
     )
-    errors = {name: _error_code(future) for name, future in created.items()}
+    errors = {name: error_code_of(future) for name, future in created.items()}
     described = {}
     for resource, future in admin.describe_configs(
         [ConfigResource("topic", name) for name in TOPICS]
@@ -156,10 +155,10 @@ async def test_a_topics_compression_type_is_applied_to_real_clients_batches(
             assert [r for r in read if r[0] == partition] == [s for s in sent if s[0] == partition]
         client = await WireClient.connect(cluster.servers[0])
         try:
-            fetched = await _fetch(client, topic, PARTITIONS)
+            fetched = await fetch_partitions(client, topic, PARTITIONS)
         finally:
             await client.close()
-        stored = [batch for _, records in fetched.values() for batch in _batches(records)]
+        stored = [batch for _, records in fetched.values() for batch in batches_of(records)]
         assert sum(len(list(batch)) for batch in stored) == len(sent)
         assert {batch.compression_type for batch in stored} == {int(kind)}, topic
         assert all(batch.producer_id >= 0 and batch.base_sequence >= 0 for batch in stored)

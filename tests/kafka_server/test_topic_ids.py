@@ -35,7 +35,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.static.primitive import i16, i32
 
 from diskless.kafka_server import KafkaCluster
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 
 TOPIC = "recreated"
 PARTITIONS_BEFORE = 4

@@ -32,16 +32,14 @@ from diskless.kafka_server._server.settings.server_properties import (
     server_config as properties_config,
 )
 from diskless.records import BatchHeader, parse_batch
-from diskless.storage import MemoryObjectStore
 from diskless.txn import TxnRecord, TxnStep
-from tests.broker._kafka import build_batch as broker_batch
-from tests.coordinator._helpers import Committer
-from tests.coordinator._helpers import batch as coordinator_batch
-from tests.kafka_server._clients import Audit, confluent_consume, value
-from tests.kafka_server._wire import WireClient, decode_response, encode_request, fetch_request
-from tests.kafka_server.conftest import broker_config, server_config
-from tests.kafka_server.test_clients import end_offsets
-from tests.wal._helpers import build_batch
+from testkit.batches import build_batch as broker_batch
+from testkit.clients import Audit, confluent_consume, value
+from testkit.cluster import end_offsets, local_cluster, server_config
+from testkit.commits import Committer
+from testkit.commits import batch as coordinator_batch
+from testkit.wal import build_batch
+from testkit.wire import WireClient, decode_response, encode_request, fetch_request
 
 PARTITIONS = 3
 TRANSACTIONS = 6
@@ -221,9 +219,7 @@ async def test_pipelined_produce_requests_keep_their_order_while_the_bridge_read
     """A transactional request whose rewrite waits for the coordinator, then a plain one, on
     one connection: the plain one lands after it, as it came after it."""
     coordinator = SlowRegistrations()
-    async with KafkaCluster(
-        MemoryObjectStore(), coordinator, brokers=1, racks=1, broker_config=broker_config()
-    ) as cluster:
+    async with local_cluster(coordinator, brokers=1, racks=1) as cluster:
         await cluster.create_topic("ordered", 1)
         tp = TopicPartition("ordered", 0)
         init = await cluster.transactions.init_producer_id("tx-ordered", 60_000)
@@ -260,12 +256,7 @@ async def test_pipelined_produce_requests_keep_their_order_while_the_bridge_read
 @pytest.fixture
 async def recording_cluster() -> AsyncIterator[tuple[KafkaCluster, RecordingParticipant]]:
     participant = RecordingParticipant()
-    async with KafkaCluster(
-        MemoryObjectStore(),
-        participant,
-        broker_config=broker_config(),
-        server_config=server_config(),
-    ) as running:
+    async with local_cluster(participant, server_config=server_config()) as running:
         yield running, participant
 
 
@@ -464,9 +455,7 @@ async def test_a_transaction_timeout_above_the_maximum_is_refused_as_kafka_refus
     `transaction.max.timeout.ms` fails init_transactions with INVALID_TRANSACTION_TIMEOUT."""
     coordinator = InMemoryBatchCoordinator()
     config = properties_config({"transaction.max.timeout.ms": "60000"}, server_config())
-    async with KafkaCluster(
-        MemoryObjectStore(), coordinator, broker_config=broker_config(), server_config=config
-    ) as cluster:
+    async with local_cluster(coordinator, server_config=config) as cluster:
         bootstrap = cluster.bootstrap()
         refused = await asyncio.to_thread(_init_transactions, bootstrap, 60_001)
         assert refused is not None

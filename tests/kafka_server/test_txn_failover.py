@@ -38,9 +38,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.static.primitive import i8
 
-from benchmarks._ports import free_port
-from tests.kafka_server._clients import confluent_consume, value
-from tests.kafka_server._wire import decode_response, encode_request
+from testkit.clients import confluent_consume, value
+from testkit.ports import free_port
+from testkit.wire import decode_response, encode_request
 
 PARTITIONS = 3
 RECORDS = 150

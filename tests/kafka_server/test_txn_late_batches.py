@@ -26,9 +26,9 @@ from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock, Topic
 from diskless.kafka_server import TransactionFront
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
-from tests.broker._kafka import build_batch
-from tests.txn.conftest import drive
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.batches import build_batch
+from testkit.clocks import drive
 
 TP = TopicPartition("t", 0)
 TID = "late"

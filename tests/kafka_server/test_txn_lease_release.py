@@ -31,9 +31,9 @@ from kio.static.primitive import i8
 
 from diskless._types import TopicPartition
 from diskless.routing import BrokerNode, produce_assignment
-from tests.kafka_server._clients import confluent_consume, value
-from tests.kafka_server._processes import BrokerProcess, bootstrap
-from tests.kafka_server._wire import ask
+from testkit.clients import confluent_consume, value
+from testkit.processes import BrokerProcess, bootstrap
+from testkit.wire import ask
 
 TOPIC: Final = "txn-out"
 PARTITIONS: Final = 6

@@ -21,35 +21,24 @@ fault under test.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import datetime
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import kio.schema.add_partitions_to_txn.v1.request as add_partitions_v1
-import kio.schema.end_txn.v1.request as end_txn_v1
-import kio.schema.init_producer_id.v1.request as init_producer_id_v1
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode as WireError
-from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i16, i32
 
-from tests._postgres import database_dsn
-from tests.broker._kafka import build_batch
-from tests.kafka_server._clients import confluent_consume, value
-from tests.kafka_server._processes import BrokerProcess, bootstrap, broker_processes
-from tests.kafka_server._wire import WireClient, decode_response, encode_request
-
-TOPIC = "paused"
-TID = "paused-producer"
+from testkit.clients import confluent_consume, value
+from testkit.postgres import database_dsn
+from testkit.processes import BrokerProcess, bootstrap, broker_processes
+from testkit.raw_producer import TID, TOPIC, RawProducer, partition_error, produce_request
+from testkit.wire import decode_response, encode_request
 
 
 @contextlib.contextmanager
@@ -74,81 +63,6 @@ def _options(tmp_path: Path, partitions: int) -> list[str]:
     ]  # fmt: skip
 
 
-# --- a raw version 1 producer: every step in a fixed order ----------------------------------------
-class RawProducer:
-    """InitProducerId, AddPartitionsToTxn, Produce and EndTxn as a version 1 client sends them."""
-
-    def __init__(self, client: WireClient) -> None:
-        self.client = client
-        self.pid = -1
-
-    @classmethod
-    async def connect(cls, broker: BrokerProcess) -> RawProducer:
-        host, _, port = broker.address.rpartition(":")
-        return cls(WireClient(*await asyncio.open_connection(host, int(port))))
-
-    async def close(self) -> None:
-        await self.client.close()
-
-    async def init(self) -> None:
-        response = await self.client.request(
-            init_producer_id_v1.InitProducerIdRequest(
-                transactional_id=TID, transaction_timeout=datetime.timedelta(seconds=60)
-            )
-        )
-        assert response.error_code is WireError.none and response.producer_epoch == 0, response
-        self.pid = int(response.producer_id)
-
-    async def add(self, pid: int) -> WireError:
-        response = await self.client.request(
-            add_partitions_v1.AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=TID,
-                v3_and_below_producer_id=pid,
-                v3_and_below_producer_epoch=i16(0),
-                v3_and_below_topics=(
-                    add_partitions_v1.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),
-                ),
-            )
-        )
-        (topic,) = response.results_by_topic_v3_and_below
-        (partition,) = topic.results_by_partition
-        return WireError(partition.partition_error_code)
-
-    async def commit(self, pid: int) -> WireError:
-        response = await self.client.request(
-            end_txn_v1.EndTxnRequest(
-                transactional_id=TID, producer_id=pid, producer_epoch=i16(0), committed=True
-            )
-        )
-        return WireError(response.error_code)
-
-
-def _produce_request(pid: int, sequence: int, count: int) -> Any:
-    records = build_batch(
-        [value("txn", sequence + i) for i in range(count)],
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=sequence,
-        transactional=True,
-    )
-    return produce_v9.ProduceRequest(
-        transactional_id=TID,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            produce_v9.TopicProduceData(
-                name=TOPIC,
-                partition_data=(produce_v9.PartitionProduceData(index=0, records=records),),
-            ),
-        ),
-    )
-
-
-def _partition_error(response: Any) -> WireError:
-    ((partition,),) = (t.partition_responses for t in response.responses)
-    return WireError(partition.error_code)
-
-
 async def test_a_paused_brokers_late_batch_of_a_committed_transaction_is_stale(
     tmp_path: Path,
 ) -> None:
@@ -159,20 +73,20 @@ async def test_a_paused_brokers_late_batch_of_a_committed_transaction_is_stale(
             await producer.init()
             pid = producer.pid
             assert await producer.add(pid) is WireError.none
-            late = _produce_request(pid, 0, 3)
+            late = produce_request(pid, 0, 3)
             with paused(b):
                 await held.client.send_raw(encode_request(late, 1))
                 # The answer is lost to the client, which retries through A and goes on.
-                assert _partition_error(await producer.client.request(late)) is WireError.none
+                assert partition_error(await producer.client.request(late)) is WireError.none
                 assert await producer.commit(pid) is WireError.none
                 assert await producer.add(pid) is WireError.none
             frame = await held.client.read_frame(timeout_s=30)
             assert frame is not None, b.log_tail()
-            answer = _partition_error(decode_response(frame, 0, 9, 1))
+            answer = partition_error(decode_response(frame, 0, 9, 1))
             assert answer is WireError.invalid_producer_epoch, answer
             # The next transaction is unaffected: its first batch follows the committed one.
-            following = await producer.client.request(_produce_request(pid, 3, 2))
-            assert _partition_error(following) is WireError.none
+            following = await producer.client.request(produce_request(pid, 3, 2))
+            assert partition_error(following) is WireError.none
             assert await producer.commit(pid) is WireError.none
         finally:
             await held.close()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from kafka.record.default_records import DefaultRecordBatch
 
-from diskless import Clock, ManualClock, TopicPartition
+from diskless import BrokerConfig, Clock, DisklessBroker, ManualClock, TopicPartition
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
 from diskless.coordinator import (
     BatchCoordinator,
@@ -17,6 +19,8 @@ from diskless.coordinator import (
     CommitBatchResult,
     CommitFileResult,
     DeleteRecordsRequest,
+    FaultyBatchCoordinator,
+    FileCommit,
     FileState,
 )
 from diskless.lifecycle import FileManager, FileManagerConfig
@@ -26,6 +30,7 @@ from diskless.storage import (
     MemoryObjectStore,
     ObjectStore,
 )
+from testkit.wal import decode_values
 
 PREFIX = DEFAULT_OBJECT_PREFIX
 TOPIC = "events"
@@ -202,3 +207,58 @@ async def run_virtual(clock: ManualClock, seconds: float, step_s: float) -> None
         await settle(clock)
         await clock.advance(step_s)
     await settle(clock)
+
+
+READER_BROKER = 99  # reads through its own broker: a cold cache, so bytes come from the store
+
+
+class GatedCoordinator(FaultyBatchCoordinator):
+    """Holds every commit at a gate until the test opens it; records how commits ended."""
+
+    def __init__(self, inner: BatchCoordinator) -> None:
+        super().__init__(inner, random.Random(0))
+        self.gate = asyncio.Event()
+        self.arrived = asyncio.Event()
+        self.outcomes: list[CommitFileResult | BaseException] = []
+
+    async def commit_files(
+        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
+    ) -> list[CommitFileResult]:
+        self.arrived.set()
+        await self.gate.wait()
+        try:
+            results = await super().commit_files(broker_id, broker_epoch, files)
+        except BaseException as error:
+            self.outcomes.append(error)
+            raise
+        self.outcomes.extend(results)
+        return results
+
+
+async def read_all(c: Cluster, config: BrokerConfig | None = None) -> list[bytes | None]:
+    async with DisklessBroker(
+        READER_BROKER, c.store, c.coordinator, config, clock=c.clock
+    ) as reader:
+        fetched = await reader.fetch({TP: 0})
+    values: list[bytes | None] = []
+    data = fetched[TP].records
+    position = 0
+    while position < len(data):
+        length = int.from_bytes(data[position + 8 : position + 12], "big", signed=True)
+        batch = data[position : position + 12 + length]
+        _, batch_values = decode_values(batch)
+        assert DefaultRecordBatch(batch).validate_crc()
+        values.extend(batch_values)
+        position += 12 + length
+    return values
+
+
+async def clock_advance(c: Cluster, seconds: float) -> None:
+    await settle_quietly(c)
+    await c.clock.advance(seconds)
+
+
+async def settle_quietly(c: Cluster) -> None:
+    """Let thread-backed coordinator calls finish; the broker's timers keep something asleep."""
+    for _ in range(20):
+        await asyncio.sleep(0.001)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from diskless.clock import Clock
 from diskless.coordinator import BatchCoordinator
-from tests._backends import BACKENDS, open_coordinator
-from tests._s3server import running_s3_server
+from testkit.backends import BACKENDS, open_coordinator
 from tests.lifecycle._helpers import COORDINATOR_OPTIONS, CoordinatorFactory
 
 
@@ -30,10 +29,3 @@ async def new_coordinator(
     yield make
     for coordinator in made:
         await coordinator.close()
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """One moto S3 server for the whole session (tests create their own buckets)."""
-    with running_s3_server() as endpoint_url:
-        yield endpoint_url

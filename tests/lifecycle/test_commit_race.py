@@ -9,57 +9,28 @@ gets an error, nothing is acknowledged, and the object is deleted.
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Sequence
-
-from kafka.record.default_records import DefaultRecordBatch
 
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, ManualClock
 from diskless.coordinator import (
-    BatchCoordinator,
     CommitFileResult,
     CommitRefusal,
-    FaultyBatchCoordinator,
-    FileCommit,
     FileState,
 )
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
+from testkit.wal import build_batch
 from tests.lifecycle._helpers import (
     GRACE_MS,
     TP,
     UNREFERENCED_GRACE_MS,
     Cluster,
     CoordinatorFactory,
+    GatedCoordinator,
+    clock_advance,
     cluster,
+    read_all,
     settle,
 )
-from tests.wal._helpers import build_batch, decode_values
-
-READER_BROKER = 99  # reads through its own broker: a cold cache, so bytes come from the store
-
-
-class GatedCoordinator(FaultyBatchCoordinator):
-    """Holds every commit at a gate until the test opens it; records how commits ended."""
-
-    def __init__(self, inner: BatchCoordinator) -> None:
-        super().__init__(inner, random.Random(0))
-        self.gate = asyncio.Event()
-        self.arrived = asyncio.Event()
-        self.outcomes: list[CommitFileResult | BaseException] = []
-
-    async def commit_files(
-        self, broker_id: int, broker_epoch: int, files: Sequence[FileCommit]
-    ) -> list[CommitFileResult]:
-        self.arrived.set()
-        await self.gate.wait()
-        try:
-            results = await super().commit_files(broker_id, broker_epoch, files)
-        except BaseException as error:
-            self.outcomes.append(error)
-            raise
-        self.outcomes.extend(results)
-        return results
 
 
 async def _stalled_produce(
@@ -88,24 +59,6 @@ async def _stalled_produce(
     return c, gated, broker, produce, key
 
 
-async def _read_all(c: Cluster, config: BrokerConfig | None = None) -> list[bytes | None]:
-    async with DisklessBroker(
-        READER_BROKER, c.store, c.coordinator, config, clock=c.clock
-    ) as reader:
-        fetched = await reader.fetch({TP: 0})
-    values: list[bytes | None] = []
-    data = fetched[TP].records
-    position = 0
-    while position < len(data):
-        length = int.from_bytes(data[position + 8 : position + 12], "big", signed=True)
-        batch = data[position : position + 12 + length]
-        _, batch_values = decode_values(batch)
-        assert DefaultRecordBatch(batch).validate_crc()
-        values.extend(batch_values)
-        position += 12 + length
-    return values
-
-
 async def test_in_flight_commit_within_grace_is_never_disturbed(
     new_coordinator: CoordinatorFactory,
 ) -> None:
@@ -132,7 +85,7 @@ async def test_in_flight_commit_within_grace_is_never_disturbed(
         await manager.run_cycle()
     assert await c.keys() == [key]
     assert await c.state(key) is FileState.LIVE
-    assert await _read_all(c) == [b"in-flight"]
+    assert await read_all(c) == [b"in-flight"]
     await broker.close()
 
 
@@ -160,16 +113,5 @@ async def test_commit_after_condemnation_is_rejected_and_not_acknowledged(
     assert report.deleted_objects == 1
     assert await c.keys() == []
     assert await c.state(key) is None
-    assert await _read_all(c) == []  # nothing was acknowledged, nothing is readable
+    assert await read_all(c) == []  # nothing was acknowledged, nothing is readable
     await broker.close()
-
-
-async def clock_advance(c: Cluster, seconds: float) -> None:
-    await settle_quietly(c)
-    await c.clock.advance(seconds)
-
-
-async def settle_quietly(c: Cluster) -> None:
-    """Let thread-backed coordinator calls finish; the broker's timers keep something asleep."""
-    for _ in range(20):
-        await asyncio.sleep(0.001)

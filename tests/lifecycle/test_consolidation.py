@@ -32,8 +32,8 @@ from diskless.records import InvalidBatch, split_batches
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
-from tests.broker._kafka import build_batch
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.batches import build_batch
 from tests.lifecycle._helpers import count_calls
 
 SEED = int(os.environ.get("DISKLESS_SIM_SEED", random.randrange(1 << 30)))

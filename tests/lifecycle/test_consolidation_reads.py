@@ -18,8 +18,8 @@ from diskless import BrokerConfig, DisklessBroker, SystemClock, TopicPartition
 from diskless.coordinator import BatchCoordinator, FindBatchesRequest, InMemoryBatchCoordinator
 from diskless.lifecycle import Consolidator, ConsolidatorConfig
 from diskless.storage import MemoryObjectStore
-from tests._backends import BACKENDS, open_coordinator
-from tests.broker._kafka import build_batch, records_of
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.batches import build_batch, records_of
 from tests.lifecycle._helpers import count_calls
 
 PARTITIONS = 6

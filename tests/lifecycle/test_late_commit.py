@@ -22,17 +22,19 @@ from diskless.coordinator import CommitFileResult, CommitRefusal, SqliteBatchCoo
 from diskless.lifecycle import FileManager
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.coordinator._lock_holder import WriteLockHolder
+from testkit.lock_holder import WriteLockHolder
+from testkit.wal import build_batch
 from tests.lifecycle._helpers import (
     TP,
     UNREFERENCED_GRACE_MS,
     Cluster,
     CommitRefused,
+    GatedCoordinator,
+    clock_advance,
     cluster,
     config,
+    read_all,
 )
-from tests.lifecycle.test_commit_race import GatedCoordinator, _read_all, clock_advance
-from tests.wal._helpers import build_batch
 
 COMMIT_AGE_MAX_MS = 25_000
 """Above the test WAL's commit budget (about 11 s), below what the manager's grace allows."""
@@ -108,7 +110,7 @@ async def test_commit_held_behind_a_busy_worker_cannot_acknowledge_a_deleted_obj
     assert outcome.refused is CommitRefusal.OBJECT_KEY_CONFLICT
     assert await c.state(key) is None
     assert (
-        await _read_all(c, BrokerConfig(wal=WAL)) == []
+        await read_all(c, BrokerConfig(wal=WAL)) == []
     )  # nothing acknowledged, nothing pointing at a lost object
     await broker.close()
 
@@ -135,4 +137,4 @@ async def test_commit_waiting_for_another_process_lock_is_judged_when_it_lands(
     await c.clock.advance(UNREFERENCED_GRACE_MS / 1000 + 1)
     assert (await manager.run_cycle()).deleted_objects == 1
     assert await c.keys() == []
-    assert await _read_all(c, BrokerConfig(wal=WAL)) == []
+    assert await read_all(c, BrokerConfig(wal=WAL)) == []

@@ -39,9 +39,9 @@ from diskless.errors import BrokerClosedError
 from diskless.lifecycle import FileManager, FileManagerStats
 from diskless.storage import FaultyObjectStore, LocalObjectStore, ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
-from tests._s3server import S3_CREDENTIALS, create_bucket
+from testkit.s3server import S3_CREDENTIALS, create_bucket
+from testkit.wal import build_batch
 from tests.lifecycle._helpers import PREFIX, CoordinatorFactory, config
-from tests.wal._helpers import build_batch
 
 TOPIC = "faults"
 PARTITIONS = 4

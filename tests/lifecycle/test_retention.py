@@ -19,6 +19,7 @@ from diskless.errors import CoordinatorUnavailableError
 from diskless.lifecycle import RetentionScheduler, RetentionSchedulerConfig
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
+from testkit.wal import sized_batch
 from tests.lifecycle._helpers import (
     GRACE_MS,
     PREFIX,
@@ -27,7 +28,6 @@ from tests.lifecycle._helpers import (
     cluster,
     run_virtual,
 )
-from tests.wal._helpers import sized_batch
 
 BATCH_BYTES = 400
 

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from tests._netns import Host
+from testkit.netns import Host
 
 TIMEOUT_S = 1.0
 """How long a connection or an answer may take on a link that works (they take milliseconds)."""

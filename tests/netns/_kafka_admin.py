@@ -29,10 +29,10 @@ from confluent_kafka.admin import (
 from kio.schema.metadata.v9 import request as metadata_v9
 from kio.schema.produce.v9 import request as produce_v9
 
-from tests._netns import Host
-from tests.broker._kafka import build_batch
-from tests.kafka_server._sasl import scram_login
-from tests.kafka_server._wire import decode_response, encode_request
+from testkit.batches import build_batch
+from testkit.netns import Host
+from testkit.sasl import scram_login
+from testkit.wire import decode_response, encode_request
 from tests.netns._kafka_cluster import ADMIN, ADMIN_PASSWORD
 from tests.netns._kafka_workloads import (
     GROUP,

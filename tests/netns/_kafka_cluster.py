@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from tests._netns import Host
-from tests._s3server import REGION
-from tests.kafka_server._processes import S3_ENV
+from testkit.netns import Host
+from testkit.processes import S3_ENV
+from testkit.s3server import REGION
 
 PORT: Final = 9093
 ADMIN: Final = "admin"

@@ -23,8 +23,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from tests._netns import Host
-from tests.kafka_server._clients import value
+from testkit.clients import value
+from testkit.netns import Host
 
 TOPIC: Final = "orders"
 PARTITIONS: Final = 6

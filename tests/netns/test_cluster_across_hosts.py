@@ -45,10 +45,10 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode
 
-from tests._netns import SUBNET, Host, Network, NetworkFactory, postgres_in, s3_server_in
-from tests._s3server import create_bucket
-from tests._tls import make_host_certs
-from tests.kafka_server._clients import Audit, confluent_consume, value
+from testkit.clients import Audit, confluent_consume, value
+from testkit.netns import SUBNET, Host, Network, NetworkFactory, postgres_in, s3_server_in
+from testkit.s3server import create_bucket
+from testkit.tls import make_host_certs
 from tests.netns._kafka_admin import DirectConnection, leaders, set_up, wait_authorized
 from tests.netns._kafka_cluster import HostBroker, brokers_in
 from tests.netns._kafka_workloads import (

@@ -1,4 +1,4 @@
-"""The hosts of `tests._netns`: each reaches the others on its own address, partitions cut what
+"""The hosts of `testkit.netns`: each reaches the others on its own address, partitions cut what
 they say and nothing else, and nothing outlives a network, not even a killed run's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests._netns import (
+from testkit.netns import (
     REPOSITORY,
     Network,
     NetworkFactory,
@@ -127,7 +127,7 @@ def test_a_failing_test_still_deletes_its_network() -> None:
 KILLED_RUN = textwrap.dedent(
     """
     import os, signal, subprocess
-    from tests._netns import Network
+    from testkit.netns import Network
     net = Network(2)
     quiet = subprocess.DEVNULL  # the pipes to the test must close with this process
     sleeper = net.hosts[0].popen(["sleep", "300"], stdout=quiet, stderr=quiet)

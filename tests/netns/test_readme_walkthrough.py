@@ -33,11 +33,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Final
 
-from benchmarks._postgres_server import RUN_AS_WHEN_ROOT, PostgresServer
-from tests._netns import Host, NetworkFactory
-from tests._postgres import bindir_or_skip
-from tests._s3server import create_bucket, running_s3_server
-from tests._tls import make_host_certs
+from testkit.netns import Host, NetworkFactory
+from testkit.postgres import bindir_or_skip
+from testkit.postgres_server import RUN_AS_WHEN_ROOT, PostgresServer
+from testkit.s3server import create_bucket, running_s3_server
+from testkit.tls import make_host_certs
 from tests.netns._kafka_admin import wait_authorized
 from tests.netns._kafka_cluster import HostBroker
 

@@ -8,9 +8,9 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from benchmarks._postgres_server import SUPERUSER
-from tests._netns import NetworkFactory, postgres_in, s3_server_in
-from tests._postgres import bindir_or_skip
+from testkit.netns import NetworkFactory, postgres_in, s3_server_in
+from testkit.postgres import bindir_or_skip
+from testkit.postgres_server import SUPERUSER
 
 ASYNCPG_CLIENT = textwrap.dedent(
     """
@@ -35,7 +35,7 @@ S3_CLIENT = textwrap.dedent(
     """
     import sys
     import boto3
-    from tests._s3server import S3_CREDENTIALS
+    from testkit.s3server import S3_CREDENTIALS
 
     s3 = boto3.client(
         "s3",

@@ -31,17 +31,17 @@ import kio.schema.end_txn.v1.request as end_txn_v1
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i16
 
-from benchmarks._postgres_server import PostgresServer
-from tests._netns import Host, Network, NetworkFactory, postgres_in, s3_server_in
-from tests._s3server import REGION, create_bucket
-from tests.kafka_server._wire import WireClient, decode_response, encode_request
-from tests.kafka_server.test_txn_paused_broker import (
+from testkit.netns import Host, Network, NetworkFactory, postgres_in, s3_server_in
+from testkit.postgres_server import PostgresServer
+from testkit.raw_producer import (
     TID,
     TOPIC,
     RawProducer,
-    _partition_error,
-    _produce_request,
+    partition_error,
+    produce_request,
 )
+from testkit.s3server import REGION, create_bucket
+from testkit.wire import WireClient, decode_response, encode_request
 from tests.netns._kafka_cluster import PORT, HostBroker
 
 SESSION_TIMEOUT_MS: Final = 3_000
@@ -116,17 +116,17 @@ class Scenario:
             await producer.init()
             pid = producer.pid
             assert await producer.add(pid) is WireError.none
-            batch = _produce_request(pid, 0, 1)
+            batch = produce_request(pid, 0, 1)
             await to_a.send_raw(encode_request(batch, 1))
             await self.until(lambda: self.leases_of_a() == 1, "A leased the batch")
 
             self.net.cut_between(self.a.host, self.infra)
             frame = await to_a.read_frame(timeout_s=WAIT_S)
             assert frame is not None, self.a.log_tail()
-            answer = _partition_error(decode_response(frame, 0, 9, 1))
+            answer = partition_error(decode_response(frame, 0, 9, 1))
             print(f"A answered {answer.name}")
             assert answer is WireError.kafka_storage_error, answer
-            assert _partition_error(await producer.client.request(batch)) is WireError.none
+            assert partition_error(await producer.client.request(batch)) is WireError.none
             await self.until(lambda: not self.a_registered(), "A's registration lapsed")
             await self.until(
                 lambda: RELEASE_FAILED in self.a.log_tail(lines=10_000),

@@ -22,8 +22,8 @@ from diskless._types import ErrorCode
 from diskless.coordinator import PostgresBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server._server.process.cli import postgresql_url
-from tests._postgres import PostgresServer, bindir_or_skip, database_dsn
-from tests._tls import Certs, make_certs
+from testkit.postgres import PostgresServer, bindir_or_skip, database_dsn
+from testkit.tls import Certs, make_certs
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from diskless.coordinator._rules.reads import ExtentBudget
 from diskless.read import FetchReader, ObjectCache, read_as_served
 from diskless.storage import MemoryObjectStore
 from diskless.wal import encode_extent
-from tests.broker._kafka import build_batch
+from testkit.batches import build_batch
 
 TPS = [TopicPartition("ct", 0), TopicPartition("lat", 0), TopicPartition("ct", 1)]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.batches import build_batch, kafka_records
 from diskless import BrokerConfig, DisklessBroker, ErrorCode, FetchResult, TopicPartition
 from diskless._types import IsolationLevel
 from diskless.clock import ManualClock, SystemClock
@@ -23,7 +22,8 @@ from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest
 from diskless.read._purgatory import TICK_S
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.batches import batch_builder, build_batch
 
 TP = TopicPartition("wait", 0)
 LONG_MS = 600_000
@@ -222,15 +222,6 @@ async def _settled(rig: Rig) -> None:
 
 
 def _transactional_batch(pid: int, value: bytes) -> bytes:
-    builder_class, _ = kafka_records()
-    builder = builder_class(
-        magic=2,
-        compression_type=0,
-        is_transactional=True,
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=0,
-        batch_size=1 << 30,
-    )
+    builder = batch_builder(transactional=True, producer_id=pid, producer_epoch=0, base_sequence=0)
     builder.append(0, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
     return bytes(builder.build())

@@ -8,7 +8,7 @@ from diskless.coordinator import BatchInfo
 from diskless.read import ObjectCache, read_as_served
 from diskless.records import BatchHeader, parse_batch
 from diskless.storage import MemoryObjectStore
-from tests.broker._kafka import build_batch
+from testkit.batches import build_batch
 
 BATCHES_PER_PARTITION = 20
 

@@ -30,8 +30,8 @@ from diskless.coordinator import (
     PartitionOffsets,
 )
 from diskless.read import FetchPurgatory, PartitionView
-from tests._backends import BACKENDS, open_coordinator
-from tests.coordinator._helpers import Committer, batch
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.commits import Committer, batch
 
 TOPICS = ("a", "b")
 PARTITIONS_MAX = 3

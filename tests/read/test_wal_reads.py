@@ -15,8 +15,8 @@ from diskless.clock import SystemClock
 from diskless.coordinator import FindBatchesRequest
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests._backends import BACKENDS, open_coordinator
-from tests.broker._kafka import build_batch, records_of
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.batches import build_batch, records_of
 
 PARTITIONS = 8
 ROUNDS = 6

@@ -21,7 +21,7 @@ from diskless.records import (
     parse_produce_payload,
     with_max_timestamp,
 )
-from tests.records._oracle import (
+from testkit.oracle import (
     ATTRIBUTES_AT,
     CODECS,
     CRC_AT,

@@ -34,7 +34,7 @@ from diskless.records import (
     compression_level_error,
     parse_produce_payload,
 )
-from tests.records._oracle import (
+from testkit.oracle import (
     CODECS,
     MAX_TIMESTAMP_AT,
     Record,

@@ -20,7 +20,7 @@ from diskless.records import (
     set_base_offset,
     set_log_append_time,
 )
-from tests.records._oracle import CODECS, build_batch, recompute_crc
+from testkit.oracle import CODECS, build_batch, recompute_crc
 
 
 def _header(data: bytes | bytearray) -> BatchHeader:

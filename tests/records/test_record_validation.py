@@ -15,7 +15,7 @@ from diskless.records import (
     decompressed_bytes_max,
     parse_produce_payload,
 )
-from tests.records._mutate import (
+from testkit.mutate import (
     CODEC_NAMES,
     CODECS,
     build,
@@ -75,7 +75,7 @@ def test_a_truncated_compressed_body_is_refused(codec: int) -> None:
 @pytest.mark.parametrize("codec", [1, 3, 4], ids=CODEC_NAMES.get)
 def test_a_decompression_bomb_is_refused(codec: int) -> None:
     """One record whose value is all zeros, expanding past the bound for a 100 KiB topic."""
-    from tests.records._mutate import compress
+    from testkit.mutate import compress
 
     limit = decompressed_bytes_max(100 * 1024)
     value = bytes(limit + 1)

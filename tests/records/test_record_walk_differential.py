@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from diskless._types import ErrorCode
 from diskless.records._cwalk import walk
-from tests.records._reference_walk import reference_walk
+from testkit.batches import batch_builder
+from testkit.reference_walk import reference_walk
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.errors import CorruptRecordError
-    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+    from kafka.record.default_records import DefaultRecordBatch
     from kafka.record.util import calc_crc32c
 
 SETTINGS = settings(
@@ -65,15 +66,7 @@ def _build(
     records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], base: int
 ) -> tuple[bytes, bytes]:
     """(batch header, uncompressed records section) as kafka-python writes them."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
+    builder = batch_builder()
     for offset, (delta, key, value, headers) in enumerate(records):
         timestamp = max(0, base + delta)
         assert builder.append(offset, timestamp, key, value, headers) is not None

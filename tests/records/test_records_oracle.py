@@ -7,7 +7,7 @@ import struct
 
 import pytest
 from kafka.record import MemoryRecords
-from kafka.record.default_records import ControlRecord, DefaultRecordBatchBuilder
+from kafka.record.default_records import ControlRecord
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from diskless._types import ControlType, ErrorCode, TimestampType
@@ -21,7 +21,8 @@ from diskless.records import (
     set_log_append_time,
     split_batches,
 )
-from tests.records._oracle import (
+from testkit.batches import batch_builder
+from testkit.oracle import (
     ATTRIBUTES_AT,
     BASE_OFFSET_AT,
     BASE_SEQUENCE_AT,
@@ -269,14 +270,8 @@ def expected_marker(
     """The marker Kafka writes, built by kafka-python: a transactional batch of one record with
     key (version 0, type) and value (version 0, coordinator epoch), then the control bit, the
     broker-assigned base offset and leader epoch patched in, and the CRC recomputed."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=True,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=-1,
-        batch_size=1024,
+    builder = batch_builder(
+        transactional=True, producer_id=producer_id, producer_epoch=producer_epoch, batch_size=1024
     )
     key = struct.pack(">hh", 0, control_type)
     value = struct.pack(">hi", 0, coordinator_epoch)

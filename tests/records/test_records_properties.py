@@ -23,7 +23,7 @@ from diskless.records import (
     set_log_append_time,
     split_batches,
 )
-from tests.records._oracle import (
+from testkit.oracle import (
     ATTRIBUTES_AT,
     BASE_OFFSET_AT,
     BASE_SEQUENCE_AT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diskless.records import BatchHeader, parse_batch, rewrite_producer_state
-from tests.records._oracle import build_batch, oracle, simple_records
+from testkit.oracle import build_batch, oracle, simple_records
 
 
 def _header(data: bytes) -> BatchHeader:

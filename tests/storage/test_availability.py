@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
-from benchmarks._ports import free_port
 from diskless._availability import SETTLE_S
 from diskless.clock import SystemClock
 from diskless.errors import ObjectNotFoundError, StorageError, StorageTimeoutError
 from diskless.storage import LocalObjectStore, ObjectStore, RetryingObjectStore
-from tests._s3server import create_bucket, s3_store
+from testkit.ports import free_port
+from testkit.s3server import create_bucket, s3_store
 
 FAILED_CALLS = 4
 

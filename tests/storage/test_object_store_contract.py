@@ -20,7 +20,7 @@ from diskless.storage import (
     MemoryObjectStore,
     ObjectStore,
 )
-from tests._s3server import create_bucket, s3_store
+from testkit.s3server import create_bucket, s3_store
 
 MIB = 1024 * 1024
 PART = 5 * MIB  # the S3 store's part size here, so big objects span several parts

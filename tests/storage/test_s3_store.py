@@ -11,7 +11,7 @@ import pytest
 
 from diskless.errors import ObjectNotFoundError, StorageError, StorageTimeoutError
 from diskless.storage import S3ObjectStore
-from tests._s3server import s3_client, s3_store
+from testkit.s3server import s3_client, s3_store
 
 MIB = 1024 * 1024
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from diskless.errors import ObjectNotFoundError, StorageError
-from tests._s3server import create_bucket, running_s3_server, s3_store
-from tests._tls import Certs, make_certs
+from testkit.s3server import create_bucket, running_s3_server, s3_store
+from testkit.tls import Certs, make_certs
 
 
 @pytest.fixture(scope="module")

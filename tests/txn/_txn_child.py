@@ -19,7 +19,7 @@ import sys
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import SqliteBatchCoordinator
 from diskless.txn import TransactionCoordinator
-from tests.coordinator._helpers import Committer, batch
+from testkit.commits import Committer, batch
 
 TOPIC = "t"
 PARTITIONS = 3

@@ -25,9 +25,8 @@ from diskless.coordinator import (
 from diskless.errors import CoordinatorUnavailableError
 from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
-
-from .conftest import drive
+from testkit.batches import build_batch
+from testkit.clocks import drive
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 OK = ErrorCode.NONE
@@ -207,7 +206,7 @@ async def test_released_leases_cannot_commit(watching: Watching, clock: ManualCl
     epoch = await watching.register_broker(1)
     (lease,) = await watching.acquire_txn_leases(1, epoch, [LeaseRequest(T0, 5, 0)], 60_000)
     await watching.release_txn_leases([lease.lease_id, 424242])  # unknown ids are ignored
-    from tests.coordinator._helpers import batch
+    from testkit.commits import batch
 
     (result,) = (
         await watching.commit_file("k", 1, epoch, 100, [batch(T0, pid=5, epoch=0, seq=0, txn=True)])

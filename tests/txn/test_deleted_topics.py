@@ -17,9 +17,8 @@ from diskless._types import ControlType, ErrorCode, IsolationLevel, TopicPartiti
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator, FindBatchesRequest, LeaseRequest
 from diskless.txn import TransactionCoordinator, TxnState
-from tests.coordinator._helpers import Committer, batch
-
-from .conftest import drive
+from testkit.clocks import drive
+from testkit.commits import Committer, batch
 
 OK = ErrorCode.NONE
 A0 = TopicPartition("a", 0)

@@ -26,7 +26,7 @@ from diskless.coordinator import (
     ListOffsetsRequest,
     SqliteBatchCoordinator,
 )
-from tests.coordinator._helpers import batch
+from testkit.commits import batch
 
 PARTITIONS = [TopicPartition("d", p) for p in range(3)]
 PRODUCERS = [1, 2, 3]

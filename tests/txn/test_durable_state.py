@@ -26,8 +26,8 @@ from diskless.coordinator import (
     SqliteBatchCoordinator,
 )
 from diskless.txn import TransactionCoordinator, TxnState
-from tests._backends import BACKENDS, open_coordinator
-from tests.coordinator._helpers import Committer, batch
+from testkit.backends import BACKENDS, open_coordinator
+from testkit.commits import Committer, batch
 from tests.txn import _txn_child
 
 TP = TopicPartition("t", 0)

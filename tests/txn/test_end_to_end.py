@@ -27,7 +27,7 @@ from diskless.coordinator import BatchCoordinator, InMemoryBatchCoordinator, Sql
 from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
+from testkit.batches import build_batch
 
 from ._consumer import decode_all, read_committed
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from diskless._types import ErrorCode, TopicPartition
 from diskless.clock import ManualClock
 from diskless.coordinator import BatchCoordinator, LeaseRequest
-from tests.coordinator._helpers import Committer, batch
+from testkit.commits import Committer, batch
 
-from .test_participant import TTL_MS, end, leased
+from ._helpers import TTL_MS, end, leased
 
 TP = TopicPartition("t", 0)
 OK = ErrorCode.NONE

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX, new_object_key
@@ -17,7 +16,6 @@ from diskless._types import ControlType, ErrorCode, IsolationLevel, OffsetSpec, 
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
-    CommitBatch,
     CommitRefusal,
     FindBatchesRequest,
     FindBatchesResponse,
@@ -28,15 +26,14 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._rules.txn import CONTROL_BATCH_BYTES
 from diskless.txn import TransactionParticipant
-from tests.coordinator._helpers import Committer, batch
-
-from .conftest import drive, step
+from testkit.clocks import drive, step
+from testkit.commits import Committer, batch
+from tests.txn._helpers import TTL_MS, end, leased
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 UNKNOWN = TopicPartition("nope", 0)
 OK = ErrorCode.NONE
-TTL_MS = 60_000
 COMMITTED = IsolationLevel.READ_COMMITTED
 
 
@@ -74,27 +71,6 @@ async def lease(c: Committer, pid: int, epoch: int, tp: TopicPartition = TP) -> 
     )
     assert result.error == OK, result
     return result.lease_id
-
-
-def leased(b: CommitBatch, lease_id: int) -> CommitBatch:
-    return msgspec.structs.replace(b, lease_id=lease_id)
-
-
-async def end(
-    coordinator: BatchCoordinator,
-    clock: ManualClock,
-    pid: int,
-    epoch: int,
-    commit: bool,
-    partitions: list[TopicPartition],
-    coordinator_epoch: int = 0,
-    step_s: float = 0.01,
-) -> list[ErrorCode]:
-    return await drive(
-        clock,
-        coordinator.write_txn_markers(pid, epoch, epoch + 1, commit, coordinator_epoch, partitions),
-        step_s,
-    )
 
 
 def test_both_backends_are_transaction_participants() -> None:

@@ -39,11 +39,11 @@ from diskless.coordinator import (
 from diskless.storage import MemoryObjectStore
 from diskless.txn import TransactionCoordinator, TxnState
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
-from tests.coordinator._helpers import batch
+from testkit.batches import build_batch
+from testkit.clocks import drive, step
+from testkit.commits import batch
 
 from ._consumer import decode_all, read_committed
-from .conftest import drive, step
 
 TP = TopicPartition("t", 0)
 OK = ErrorCode.NONE

@@ -43,8 +43,8 @@ from diskless.coordinator import (
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
-from tests.broker._kafka import build_batch
-from tests.wal._rig import drive
+from testkit.batches import build_batch
+from testkit.clocks import drive_deadlines
 
 from ._consumer import read_committed
 
@@ -236,7 +236,7 @@ async def simulate(seed: int, transactions: int) -> World:
 
     audit_task = asyncio.ensure_future(auditor())
     try:
-        await drive(
+        await drive_deadlines(
             clock,
             asyncio.gather(
                 *(producer(world, i, random.Random(rng.random()), transactions) for i in range(4))
@@ -244,15 +244,15 @@ async def simulate(seed: int, transactions: int) -> World:
             max_s=36_000,
         )
         running = False
-        await drive(clock, audit_task)
-        await drive(clock, tc.abort_expired())
+        await drive_deadlines(clock, audit_task)
+        await drive_deadlines(clock, tc.abort_expired())
         await audit(world, final=True)
     finally:
         running = False
         audit_task.cancel()
         await tc.close()
         for broker in [*brokers, reader]:
-            await drive(clock, broker.close())
+            await drive_deadlines(clock, broker.close())
     return world
 
 
@@ -310,4 +310,4 @@ async def audit_again(world: World) -> None:
     try:
         await audit(world, final=True)
     finally:
-        await drive(world.clock, fresh.close())
+        await drive_deadlines(world.clock, fresh.close())

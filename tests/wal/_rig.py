@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from diskless import ManualClock, TopicPartition
 from diskless.coordinator import (
@@ -20,9 +20,7 @@ from diskless.coordinator import (
 from diskless.records import set_base_offset
 from diskless.storage import ForwardingObjectStore, MemoryObjectStore, ObjectStore
 from diskless.wal import WalConfig, WalWriter
-from tests.wal._helpers import decode_values
-
-T = TypeVar("T")
+from testkit.wal import decode_values
 
 
 class RecordingCoordinator(FaultyBatchCoordinator):
@@ -69,26 +67,6 @@ class GatedStore(ForwardingObjectStore):
                 gate.set()
                 return
         raise AssertionError(f"no PUT of {key} is waiting")
-
-
-async def settle(rounds: int = 20) -> None:
-    """Let every runnable task run without moving virtual time."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-async def drive(clock: ManualClock, awaitable: Awaitable[T], max_s: float = 600.0) -> T:
-    """Run `awaitable`, moving virtual time from deadline to deadline until it finishes."""
-    task = asyncio.ensure_future(awaitable)
-    limit = clock.monotonic() + max_s
-    await settle()
-    while not task.done():
-        deadline = clock.next_deadline()
-        assert deadline is not None, "nothing sleeps, yet the task is stuck"
-        assert deadline <= limit, "virtual time limit reached"
-        await clock.advance(max(0.0, deadline - clock.monotonic()))
-        await settle()
-    return task.result()
 
 
 class Rig:

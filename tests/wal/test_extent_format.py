@@ -15,7 +15,7 @@ from diskless.wal import (
     decode_extent_footer,
     encode_extent,
 )
-from tests.broker._kafka import build_batch, records_of
+from testkit.batches import build_batch, records_of
 
 TP = TopicPartition("t", 3)
 

@@ -21,7 +21,7 @@ from diskless.wal import (
     read_object_index,
 )
 from diskless.wal._format import TAIL_READ_BYTES
-from tests.wal._helpers import build_batch, decode_values, entry
+from testkit.wal import build_batch, decode_values, entry
 
 TP_A = TopicPartition("orders", 0)
 TP_B = TopicPartition("clicks", 7)

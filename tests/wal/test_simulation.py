@@ -41,9 +41,9 @@ from diskless.coordinator import (
 from diskless.records import set_base_offset
 from diskless.storage import FaultyObjectStore, MemoryObjectStore
 from diskless.wal import WalConfig, WalEntry, WalWriter
-from tests._torn_store import HalfGroupCoordinators
-from tests.wal._helpers import build_batch, decode_values, header_of
-from tests.wal._rig import drive
+from testkit.clocks import drive_deadlines
+from testkit.wal import build_batch, decode_values, header_of
+from tests.wal._torn_store import HalfGroupCoordinators
 
 SIM_START_MS = 1_700_000_000_000
 
@@ -337,13 +337,13 @@ async def simulate(
             await clock.sleep(rng.uniform(0.05, 1.0))
             await sim.start_broker(rng.choice(sorted(sim.brokers)))
 
-    await drive(
+    await drive_deadlines(
         clock,
         asyncio.gather(restarts(), *(p.run(requests_per_producer) for p in producers)),
         max_s=36_000,
     )
     for writer in [*sim.retired, *sim.brokers.values()]:
-        await drive(clock, writer.close(flush=True))
+        await drive_deadlines(clock, writer.close(flush=True))
         stats = writer.stats()
         # A batch larger than the limit is admitted alone, so that it cannot starve.
         limit = max(config.inflight_bytes_max, sim.largest_batch)

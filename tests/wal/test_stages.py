@@ -26,8 +26,9 @@ from diskless.wal._deadlines import DeadlineWatcher
 from diskless.wal._pipeline import SegmentPipeline
 from diskless.wal._request import CLOSING, PendingWrite
 from diskless.wal._segment import Segment
-from tests.wal._helpers import build_batch, entry, sized_batch
-from tests.wal._rig import GatedStore, RecordingCoordinator, settle
+from testkit.clocks import settle
+from testkit.wal import build_batch, entry, sized_batch
+from tests.wal._rig import GatedStore, RecordingCoordinator
 
 TP = TopicPartition("t", 0)
 

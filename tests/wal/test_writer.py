@@ -26,8 +26,9 @@ from diskless.wal import (
     read_footer,
     read_object_index,
 )
-from tests.wal._helpers import build_batch, decode_values, entry, sized_batch
-from tests.wal._rig import GatedStore, RecordingCoordinator, Rig, drive, settle
+from testkit.clocks import drive_deadlines, settle
+from testkit.wal import build_batch, decode_values, entry, sized_batch
+from tests.wal._rig import GatedStore, RecordingCoordinator, Rig
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -109,7 +110,7 @@ async def test_a_batch_that_would_overflow_the_buffer_starts_a_new_segment() -> 
     rig = Rig(WalConfig(buffer_max_bytes=1000, commit_interval_ms=250))
     await rig.topic()
     writer = await rig.writer()
-    results = await drive(
+    results = await drive_deadlines(
         rig.clock,
         asyncio.gather(
             *(
@@ -161,7 +162,7 @@ async def test_many_concurrent_writers_share_one_object() -> None:
         ]
         for i in range(40)
     ]
-    results = await drive(
+    results = await drive_deadlines(
         rig.clock, asyncio.gather(*(writer.write(r, timeout_s=TIMEOUT_S) for r in requests))
     )
     assert all(len(r) == 3 for r in results)
@@ -190,7 +191,7 @@ async def test_a_request_larger_than_the_buffer_is_split_and_answered_in_order()
     await rig.topic()
     writer = await rig.writer()
     batches = [sized_batch(300, tag=i) for i in range(10)]
-    results = await drive(
+    results = await drive_deadlines(
         rig.clock,
         writer.write(
             [entry(TP0 if i % 2 else TP1, b) for i, b in enumerate(batches)], timeout_s=TIMEOUT_S
@@ -214,7 +215,9 @@ async def test_a_batch_bigger_than_the_buffer_gets_a_segment_of_its_own() -> Non
     writer = await rig.writer()
     small = asyncio.ensure_future(writer.write([entry(TP0, sized_batch(200))], timeout_s=TIMEOUT_S))
     await settle()
-    big = await drive(rig.clock, writer.write([entry(TP0, sized_batch(5000))], timeout_s=TIMEOUT_S))
+    big = await drive_deadlines(
+        rig.clock, writer.write([entry(TP0, sized_batch(5000))], timeout_s=TIMEOUT_S)
+    )
     assert _ok(small.result()) == [0] and _ok(big) == [1]
     keys = rig.coordinator.committed_keys  # rotation order (same-ms keys list in any order)
     sizes = [[row.size for row in read_footer(await rig.memory.get(k))] for k in keys]
@@ -287,7 +290,7 @@ async def test_upload_failure_after_all_attempts_is_a_storage_error_and_later_se
     )
     await settle()
     later = asyncio.ensure_future(writer.write([entry(TP0, sized_batch(500))], timeout_s=TIMEOUT_S))
-    await drive(rig.clock, asyncio.gather(failed, later))
+    await drive_deadlines(rig.clock, asyncio.gather(failed, later))
     (result,) = failed.result()
     assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
     assert "3 attempts" in (result.error_message or "")
@@ -310,12 +313,12 @@ async def test_commit_failure_or_unknown_outcome_is_a_storage_error(fault: str) 
     await rig.topic()
     writer = await rig.writer()
     batch = sized_batch(500, producer_id=5, producer_epoch=0, base_sequence=0)
-    (result,) = await drive(clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
+    (result,) = await drive_deadlines(clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
     assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
     assert writer.stats().commits_failed == 1
     # The producer retries the same batch: a duplicate if the lost answer hid a commit.
     coordinator.enabled = False
-    (retry,) = await drive(clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
+    (retry,) = await drive_deadlines(clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
     assert retry.error == ErrorCode.NONE and retry.base_offset == 0
     assert retry.duplicate == (fault == "unknown")
     assert len(await rig.read_partition(TP0)) == 1
@@ -331,7 +334,7 @@ async def test_a_fenced_broker_fails_everything_and_refuses_further_writes() -> 
         writer.write([entry(TP1, sized_batch(100))], timeout_s=TIMEOUT_S)
     )
     await settle()
-    (result,) = await drive(
+    (result,) = await drive_deadlines(
         rig.clock, writer.write([entry(TP0, sized_batch(500))], timeout_s=TIMEOUT_S)
     )
     assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -368,7 +371,7 @@ async def test_backpressure_bounds_inflight_bytes_under_a_flood() -> None:
         writer.write([entry(TopicPartition("t", i % 4), sized_batch(300, tag=i))], timeout_s=600)
         for i in range(200)
     ]
-    results = await drive(rig.clock, asyncio.gather(*writes))
+    results = await drive_deadlines(rig.clock, asyncio.gather(*writes))
     for r in results:
         _ok(r)
     stats = writer.stats()
@@ -413,7 +416,7 @@ async def test_backpressure_keeps_each_producers_pipelined_requests_in_order() -
             entries = request(producer, number)
             entries_of[producer].append([e.topic_partition for e in entries])
             writes.append(writer.write(entries, timeout_s=600))
-    results = await drive(rig.clock, asyncio.gather(*writes))
+    results = await drive_deadlines(rig.clock, asyncio.gather(*writes))
     for result in results:
         _ok(result)
     assert writer.stats().inflight_bytes_max_observed <= 2000
@@ -434,7 +437,7 @@ async def test_a_single_entry_above_the_limit_is_admitted_alone() -> None:
     rig = Rig(WalConfig(buffer_max_bytes=1000, inflight_bytes_max=1000))
     await rig.topic()
     writer = await rig.writer()
-    results = await drive(
+    results = await drive_deadlines(
         rig.clock,
         asyncio.gather(
             writer.write([entry(TP0, sized_batch(600))], timeout_s=TIMEOUT_S),
@@ -514,7 +517,7 @@ async def test_a_submit_queued_for_admission_is_written_after_its_wait_ends() ->
     gated.gated = False
     for key, _ in gated.waiting[1:]:
         gated.open(key)
-    await drive(rig.clock, writer.close(flush=True))
+    await drive_deadlines(rig.clock, writer.close(flush=True))
     read = await rig.read_partition(TP1, store=gated)
     assert [values for _, values in read] == [[b"queued"]]
     await rig.close()
@@ -616,9 +619,11 @@ async def test_duplicates_return_the_original_offsets() -> None:
     batches = [
         build_batch([b"a", b"b"], producer_id=9, producer_epoch=0, base_sequence=s) for s in (0, 2)
     ]
-    first = await drive(rig.clock, writer.write([entry(TP0, batches[0])], timeout_s=TIMEOUT_S))
+    first = await drive_deadlines(
+        rig.clock, writer.write([entry(TP0, batches[0])], timeout_s=TIMEOUT_S)
+    )
     # The second batch, and a retry of the first in the same segment as a fresh one.
-    again = await drive(
+    again = await drive_deadlines(
         rig.clock,
         asyncio.gather(
             writer.write([entry(TP0, batches[0])], timeout_s=TIMEOUT_S),
@@ -639,7 +644,7 @@ async def test_the_writer_caches_what_it_uploaded() -> None:
     cache = SegmentCache(1 << 20)
     writer = await rig.writer(cache=cache)
     batch = build_batch([b"cached"])
-    await drive(rig.clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
+    await drive_deadlines(rig.clock, writer.write([entry(TP0, batch)], timeout_s=TIMEOUT_S))
     (key,) = await _objects(rig)
     assert writer.cache is cache and key in cache
     assert cache.get_range(key, 0, len(batch)) == batch
@@ -711,7 +716,7 @@ async def test_a_timed_out_batch_no_longer_borrows_the_callers_buffer() -> None:
     writer = await rig.writer()
     original = build_batch([b"keep me"])
     buffer = bytearray(original)
-    (result,) = await drive(rig.clock, writer.write([entry(TP0, buffer)], timeout_s=1.0))
+    (result,) = await drive_deadlines(rig.clock, writer.write([entry(TP0, buffer)], timeout_s=1.0))
     assert result.error == ErrorCode.REQUEST_TIMED_OUT
     buffer[:] = bytes(len(buffer))  # the caller reuses its buffer
     await writer.close(flush=True)
@@ -735,7 +740,7 @@ async def test_a_hung_upload_attempt_times_out_and_later_segments_still_commit()
     await settle()
     gated.stuck.add(gated.waiting[0][0])  # the first segment's PUTs never return
     gated.gated = False  # later PUTs go through; the two already waiting stay stuck
-    await drive(rig.clock, asyncio.gather(hung, later))
+    await drive_deadlines(rig.clock, asyncio.gather(hung, later))
     (result,) = hung.result()
     assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
     assert _ok(later.result()) == [0]

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from diskless import TopicPartition
@@ -20,7 +22,7 @@ from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server import KafkaCluster, Observability, ServerConfig
 from diskless.kafka_server._server.process.services import LifecycleConfig, running_lifecycle
 from diskless.storage import ObjectStore
-from tests.kafka_server.conftest import broker_config
+from testkit.cluster import local_cluster
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -41,12 +43,11 @@ async def observed_cluster(
     await observability.start("127.0.0.1:0")
     try:
         async with (
-            KafkaCluster(
-                store,
+            local_cluster(
                 coordinator,
+                store=store,
                 brokers=brokers,
                 racks=1,
-                broker_config=broker_config(),
                 server_config=config,
                 metrics=observability.metrics,
             ) as cluster,
@@ -139,3 +140,42 @@ def write_prometheus_config(directory: Path, target: str, interval_ms: int) -> P
         f"      - targets: ['{target}']\n"
     )
     return config
+
+
+TOPIC = "metered"
+GROUP = "lagging"
+COMMITTED = {0: 3, 1: 0}
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
+    failures: list[object] = []
+    for i in range(count):
+        producer.produce(
+            topic,
+            value=f"value-{i}".encode() * (1 + i % 7),
+            partition=i % partitions,
+            on_delivery=lambda error, _: failures.append(error) if error else None,
+        )
+    assert producer.flush(60) == 0
+    assert not failures, failures
+
+
+def commit_and_read_watermarks(bootstrap: str) -> tuple[dict[int, int], int]:
+    """Commit `COMMITTED` for the group; the high watermarks the client sees, and the error
+    code a commit to a partition that does not exist fails with."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP})
+    try:
+        wanted = [CkTopicPartition(TOPIC, p, o) for p, o in COMMITTED.items()]
+        assert consumer.commit(offsets=wanted, asynchronous=False) is not None
+        refused = 0
+        try:
+            consumer.commit(offsets=[CkTopicPartition(TOPIC, 99, 1)], asynchronous=False)
+        except KafkaException as error:
+            refused = int(error.args[0].code())
+        high = {p: consumer.get_watermark_offsets(CkTopicPartition(TOPIC, p))[1] for p in (0, 1)}
+        return high, refused
+    finally:
+        consumer.close()

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from benchmarks._ports import free_port
+from testkit.ports import free_port
 
 MASTER_CLASS: Final = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS: Final = "org.apache.spark.deploy.worker.Worker"

@@ -1,6 +1,6 @@
 """Another process holding a SQLite database's write lock until told to let go.
 
-    python -m tests.coordinator._lock_holder DB
+    python -m testkit.lock_holder DB
 
 Takes the write lock (`BEGIN IMMEDIATE`), prints `locked`, and commits when a line arrives on
 stdin (or stdin closes): what a busy broker in another process does to everybody else's commits.
@@ -25,7 +25,7 @@ class WriteLockHolder:
 
     def __enter__(self) -> WriteLockHolder:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.coordinator._lock_holder", self._db],
+            [sys.executable, "-m", "testkit.lock_holder", self._db],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -70,7 +70,7 @@ def running_s3_server(
 ) -> Iterator[str]:
     """Start moto on `ip_address` on a free port; yield its endpoint URL; stop it on exit.
     `start_in` runs moto's start, which starts its serving thread: a thread started in another
-    network namespace serves there (`tests._netns.Host.call`). `tls`: (certificate, key) PEM
+    network namespace serves there (`testkit.netns.Host.call`). `tls`: (certificate, key) PEM
     files to serve https with."""
     server = (
         ThreadedMotoServer(ip_address=ip_address, port=0, verbose=False)

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import kafka.codec
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
+
+from testkit.batches import batch_builder
 
 # Header field offsets, written out from the v2 layout table rather than taken from our module.
 BASE_OFFSET_AT = 0
@@ -53,10 +55,9 @@ def build_batch(
     base_sequence: int = -1,
 ) -> bytes:
     """A v2 batch exactly as kafka-python's producer would frame it (base offset 0)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=transactional,
+    builder = batch_builder(
+        compression=compression,
+        transactional=transactional,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,

@@ -1,14 +1,49 @@
-"""Batches built and decoded by kafka-python: an independent codec, not ours checking itself."""
+"""Batches built and decoded by kafka-python: an independent codec, not ours checking itself.
+
+The library has no general batch encoder of its own (a broker only receives batches), so the
+tests and the benchmarks build every batch with kafka-python's builder, made here
+(`batch_builder`), with Kafka's v2 header fields as a producer sets them.
+"""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from kafka.record import MemoryRecords
-from kafka.record.default_records import DefaultRecordBatchBuilder
+with warnings.catch_warnings():
+    # Importing `kafka` the first time loads its protocol schemas through a deprecated
+    # `importlib.resources` call.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record import MemoryRecords
+    from kafka.record.default_records import DefaultRecordBatchBuilder
 
-CREATE_TIME_MS = 1_700_000_000_000
+CREATE_TIME_MS: Final = 1_700_000_000_000
+BATCH_BYTES_MAX: Final = 1 << 30
+"""The builder's size limit unless told otherwise: far above any batch a test builds."""
+
+
+def batch_builder(
+    *,
+    compression: int = 0,
+    transactional: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    batch_size: int = BATCH_BYTES_MAX,
+) -> DefaultRecordBatchBuilder:
+    """kafka-python's builder of one v2 batch (base offset 0) with these header fields; records are
+    appended with `append(offset, timestamp, key, value, headers)` and `build()` frames it."""
+    return DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=batch_size,
+    )
 
 
 def build_batch(
@@ -24,14 +59,11 @@ def build_batch(
 ) -> bytes:
     """A v2 batch, base offset 0, as a Kafka producer sends it; record i is stamped
     `timestamp_ms + i * timestamp_step`."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=transactional,
+    builder = batch_builder(
+        transactional=transactional,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        batch_size=1 << 30,
     )
     for i, value in enumerate(values):
         key = keys[i] if keys is not None else None

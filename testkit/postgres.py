@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL server for the tests: real binaries, no mocks.
 
-One server per test run (`benchmarks._postgres_server`), started on first use. Each coordinator
+One server per test run (`testkit.postgres_server`), started on first use. Each coordinator
 a test opens gets a database of its own (`database_dsn`). The server is stopped with
 `pg_ctl stop -m immediate` when the run ends. Without PostgreSQL binaries the PostgreSQL
 variants are skipped, except under CI (`CI` set) and under `./run tests`
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._postgres_server import PostgresServer, find_bindir
+from testkit.postgres_server import PostgresServer, find_bindir
 
 __all__ = [
     "PostgresServer",

@@ -7,7 +7,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from diskless import TopicPartition
 from diskless.records import BatchHeader, parse_batch
 from diskless.wal import WalEntry
-from tests.broker import _kafka
+from testkit import batches
 
 TIMESTAMP_MS = 1_700_000_000_000
 
@@ -21,7 +21,7 @@ def build_batch(
     timestamp_ms: int = TIMESTAMP_MS,
 ) -> bytes:
     """A client batch (base offset 0) holding `values`, every record stamped `timestamp_ms`."""
-    return _kafka.build_batch(
+    return batches.build_batch(
         values,
         producer_id=producer_id,
         producer_epoch=producer_epoch,

@@ -1,7 +1,7 @@
 """The batch coordinator backends every contract suite runs against, made in one place.
 
 A new backend joins every two-backend fixture (coordinator, lifecycle, transaction suites) by
-being added here. The PostgreSQL server starts on first use (`tests._postgres`).
+being added here. The PostgreSQL server starts on first use (`testkit.postgres`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from diskless.coordinator import (
     PostgresBatchCoordinator,
     SqliteBatchCoordinator,
 )
-from tests._postgres import database_dsn
+from testkit.postgres import database_dsn
 
 BACKENDS: Final = ("memory", "sqlite", "postgres")
 

@@ -15,10 +15,17 @@ from typing import Any, Final
 
 import kio.schema.sasl_authenticate.v2 as sasl_authenticate_v2
 import kio.schema.sasl_handshake.v1 as sasl_handshake_v1
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from diskless.kafka_server import ServerConfig
 from diskless.kafka_server._protocol.fields import build
-from tests.kafka_server._wire import WireClient
+from testkit.wire import WireClient
 
 LISTENER: Final = "SASL_PLAINTEXT"
 JAAS: Final = (
@@ -88,3 +95,39 @@ async def scram_login(client: WireClient, mechanism: str, user: str, password: s
         )
         assert final.auth_bytes == b"v=" + base64.b64encode(server_signature)
     return final
+
+
+ADMIN = client_settings("PLAIN", "admin", "admin-secret")
+
+
+def create_scram_user(
+    bootstrap: str,
+    user: str,
+    password: str,
+    mechanisms: tuple[ScramMechanism, ...],
+    login: dict[str, object] = ADMIN,
+) -> None:
+    """Through confluent-kafka's AdminClient, logged in as `login` (PLAIN's admin)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **login})
+    alterations = [
+        UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 8192), password.encode())
+        for m in mechanisms
+    ]
+    for m in alterations:  # one alteration per user and request (Kafka's rule)
+        for future in admin.alter_user_scram_credentials([m]).values():
+            future.result(30)
+
+
+SHA_512: Final = (ScramMechanism.SCRAM_SHA_512,)
+
+
+def librdkafka_login(bootstrap: str, user: str, password: str) -> list[KafkaError]:
+    """A SCRAM-SHA-512 login of librdkafka's AdminClient, which then asks for the metadata: the
+    errors it reported (none: logged in and answered)."""
+    errors: list[KafkaError] = []
+    settings = client_settings("SCRAM-SHA-512", user, password)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": errors.append, **settings})
+    metadata = admin.list_topics(timeout=20)
+    assert metadata.brokers, metadata
+    admin.poll(0.5)  # serves the error callbacks
+    return errors

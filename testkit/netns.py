@@ -78,9 +78,9 @@ from typing import Any, Final, TypeVar
 
 import pytest
 
-from benchmarks._postgres_server import PostgresServer
-from tests._postgres import bindir_or_skip
-from tests._s3server import running_s3_server
+from testkit.postgres import bindir_or_skip
+from testkit.postgres_server import PostgresServer
+from testkit.s3server import running_s3_server
 
 T = TypeVar("T")
 
@@ -432,9 +432,9 @@ def require_netns() -> None:
 NetworkFactory = Callable[..., Network]
 
 
-@pytest.fixture
-def network_of() -> Iterator[NetworkFactory]:
-    """`network_of(count, subnet=SUBNET)`: a network of `count` hosts, deleted after the test."""
+def networks() -> Iterator[NetworkFactory]:
+    """The `network_of` fixture's body (`testkit.fixtures`): yields `make(count, subnet=SUBNET)`,
+    a network of `count` hosts, each deleted when the generator ends."""
     require_netns()
     made: list[Network] = []
 

@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 
 import crc32c
 
-from tests.records._reference_walk import reference_walk
+from testkit.batches import batch_builder
+from testkit.reference_walk import reference_walk
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import kafka.codec
-    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+    from kafka.record.default_records import DefaultRecordBatch
 
 CODECS = (0, 1, 2, 3, 4)
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -50,15 +51,7 @@ def build(
 
 
 def _build_once(now_ms: int, codec: int, records: int, rng: random.Random, headers: bool) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
+    builder = batch_builder(compression=codec)
     for i in range(records):
         key = None if rng.random() < 0.3 else _text(rng, rng.randrange(0, 40))
         value = None if i and rng.random() < 0.1 else _text(rng, rng.randrange(200, 400))

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from benchmarks._ports import free_port
+from testkit.ports import free_port
 
 SUPERUSER: Final = "diskless"
 DATABASES_KEPT_MAX: Final = 24

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from benchmarks._ports import free_port
-from tests._s3server import S3_CREDENTIALS
+from testkit.ports import free_port
+from testkit.s3server import S3_CREDENTIALS
 
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 30.0

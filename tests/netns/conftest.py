@@ -1,3 +1,0 @@
-from tests._netns import network_of
-
-__all__ = ["network_of"]

@@ -1,3 +1,0 @@
-from tests._postgres import postgres_dsn, postgres_server
-
-__all__ = ["postgres_dsn", "postgres_server"]
