@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import BrokerConfig, DisklessBroker
-from diskless._txn_leases import RELEASE_BACKOFF_MS
 from diskless._types import ErrorCode, TopicPartition
+from diskless.broker._txn_leases import RELEASE_BACKOFF_MS
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,

@@ -36,9 +36,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
 from diskless._availability import log_failure
-from diskless._broker_config import BrokerConfig, check_commit_bounds, txn_lease_budget_ms
 from diskless._kafka_errors import list_offsets_error
-from diskless._produce_check import (
+from diskless._results import (
+    BrokerStats,
+    FetchResult,
+    ListOffsetsResult,
+    ProduceResult,
+    ProduceStats,
+)
+from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
+from diskless.broker._config import BrokerConfig, check_commit_bounds, txn_lease_budget_ms
+from diskless.broker._produce_check import (
     TIMED_OUT,
     check_produce,
     errors_in,
@@ -48,17 +56,9 @@ from diskless._produce_check import (
     recompresses,
     size_of,
 )
-from diskless._produce_check import Checked as _Checked
-from diskless._results import (
-    BrokerStats,
-    FetchResult,
-    ListOffsetsResult,
-    ProduceResult,
-    ProduceStats,
-)
-from diskless._topic_cache import TopicCache
-from diskless._txn_leases import TransactionLeases
-from diskless._types import ErrorCode, IsolationLevel, TopicPartition, check_isolation_level
+from diskless.broker._produce_check import Checked as _Checked
+from diskless.broker._topic_cache import TopicCache
+from diskless.broker._txn_leases import TransactionLeases
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
