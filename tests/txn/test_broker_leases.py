@@ -152,7 +152,7 @@ async def test_concurrent_requests_share_lease_calls(
         # describe their topic first, on the coordinator's reader thread: real time).
         for _ in range(5_000):
             in_call = sum(len(call) for call in watching.lease_calls)
-            queued = sum(len(reqs) for reqs, _ in broker._leases._group._queued)
+            queued = sum(len(reqs) for reqs, _ in broker._produce_path._leases._group._queued)
             if in_call + queued == 3:
                 break
             await asyncio.sleep(0.001)
