@@ -9,8 +9,6 @@ pipeline), `diskless.lifecycle` (garbage collection and retention), `diskless.re
 record batch codec), `diskless.routing` (produce representatives), `diskless.errors`.
 """
 
-from diskless._broker import DisklessBroker
-from diskless._broker_config import BrokerConfig
 from diskless._results import (
     BrokerStats,
     FetchResult,
@@ -28,6 +26,7 @@ from diskless._types import (
     TimestampType,
     TopicPartition,
 )
+from diskless.broker import BrokerConfig, DisklessBroker
 from diskless.clock import Clock, ManualClock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,

@@ -68,6 +68,7 @@ def test_all_is_exactly_the_public_surface() -> None:
     "module_name",
     [
         "diskless",
+        "diskless.broker",
         "diskless.coordinator",
         "diskless.lifecycle",
         "diskless.read",

@@ -71,9 +71,9 @@ import sys
 from pathlib import Path
 
 from diskless import BrokerConfig, ErrorCode
-from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL
 from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, CommitBounds
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX
+from diskless.broker import TXN_LEASE_TTL_FROM_WAL
 from diskless.coordinator import (
     BatchCoordinator,
     PostgresBatchCoordinator,

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from diskless import BrokerConfig, DisklessBroker, _broker
+from diskless import BrokerConfig, DisklessBroker
 from diskless._types import CompressionType, ErrorCode, OffsetSpec, TimestampType, TopicPartition
+from diskless.broker import _produce_path
 from diskless.clock import ManualClock, SystemClock
 from diskless.coordinator import (
     InMemoryBatchCoordinator,
@@ -222,13 +223,13 @@ async def test_a_recompressing_topics_batches_are_checked_off_the_event_loop(
     """Compressing a megabyte takes gzip some 40 ms and zstd at level 19 over a second: the
     loop would stall every other client meanwhile. The producer's codec is checked in place."""
     threads: list[int] = []
-    checked_where_it_runs = _broker.check_produce
+    checked_where_it_runs = _produce_path.check_produce
 
     def check_produce(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.get_ident())
         return checked_where_it_runs(*args, **kwargs)
 
-    monkeypatch.setattr("diskless._broker.check_produce", check_produce)
+    monkeypatch.setattr("diskless.broker._produce_path.check_produce", check_produce)
     await coordinator.create_topic("gz", 1, TopicConfig(compression_type=CompressionType.GZIP))
     gz = TopicPartition("gz", 0)
     for _ in range(2):  # the topics not cached yet, then cached

@@ -160,7 +160,7 @@ def test_a_second_process_joins_the_cluster_of_the_first(tmp_path: Path) -> None
 
 
 def test_the_wal_commit_interval_is_an_option_and_the_lease_covers_it(tmp_path: Path) -> None:
-    from diskless._broker_config import txn_lease_budget_ms
+    from diskless.broker import txn_lease_budget_ms
     from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
     from diskless.kafka_server._server.process import cli
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from diskless import BrokerConfig
-from diskless._broker_config import check_commit_bounds
+from diskless.broker import check_commit_bounds
 from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser, main
 from diskless.kafka_server._server.process.cli import (
     Setting,

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from diskless import BrokerConfig, DisklessBroker
-from diskless._txn_leases import RELEASE_BACKOFF_MS
 from diskless._types import ErrorCode, TopicPartition
+from diskless.broker._txn_leases import RELEASE_BACKOFF_MS
 from diskless.clock import ManualClock
 from diskless.coordinator import (
     BatchCoordinator,
@@ -151,7 +151,7 @@ async def test_concurrent_requests_share_lease_calls(
         # describe their topic first, on the coordinator's reader thread: real time).
         for _ in range(5_000):
             in_call = sum(len(call) for call in watching.lease_calls)
-            queued = sum(len(reqs) for reqs, _ in broker._leases._group._queued)
+            queued = sum(len(reqs) for reqs, _ in broker._produce_path._leases._group._queued)
             if in_call + queued == 3:
                 break
             await asyncio.sleep(0.001)

@@ -388,8 +388,8 @@ def test_default_prefix_matches_the_wal() -> None:
 
 def test_commit_age_bound_relations() -> None:
     from diskless import BrokerConfig
-    from diskless._broker_config import txn_lease_budget_ms
     from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT
+    from diskless.broker import txn_lease_budget_ms
     from diskless.lifecycle import FileManager, FileManagerConfig
     from diskless.storage import MemoryObjectStore
     from diskless.wal import WalConfig

@@ -24,8 +24,8 @@ from typing import Final, NamedTuple, NoReturn, TypeVar
 import msgspec
 
 from diskless import BrokerConfig
-from diskless._broker_config import TXN_LEASE_TTL_FROM_WAL, check_commit_bounds
 from diskless._limits import LEASE_TTL_MS_MAX, CommitBounds
+from diskless.broker import TXN_LEASE_TTL_FROM_WAL, check_commit_bounds
 from diskless.coordinator import check_topic_name
 from diskless.kafka_server._handlers.context import MAX_PARTITIONS_PER_REQUEST
 from diskless.kafka_server._server.process.cluster import BROKER_ID_MAX, PORT_MAX, check_broker_id
