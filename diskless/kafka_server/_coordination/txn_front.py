@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias
 
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
+from diskless.broker import Rewrite
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.records import (
@@ -72,10 +73,6 @@ further means behind the base (wrapped), from an epoch that has ended."""
 _COMPLETED: Final = {True: TxnState.COMPLETE_COMMIT, False: TxnState.COMPLETE_ABORT}
 
 Batch: TypeAlias = bytes | memoryview
-Rewrite: TypeAlias = Callable[
-    [Mapping[TopicPartition, Batch]], Awaitable[Mapping[TopicPartition, Batch]]
-]
-"""`DisklessBroker.produce`'s `rewrite`: a request's batches, as the coordinator must see them."""
 
 
 def bridged_epoch(record: TxnRecord | None, producer_id: int, client_epoch: int) -> int:
