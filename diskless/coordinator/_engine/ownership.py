@@ -1,0 +1,90 @@
+"""The engine's broker registrations: which incarnation of a broker id is live
+(`_rules.ownership`).
+
+A broker registers for a new epoch (refused, when exclusive, while another incarnation of the id
+is live) and announces where it listens, renewing the registration before it lapses. The leases
+an older incarnation holds die with it, and so do those of a registration that lapsed. The same
+rules decide who owns a consumer group: `consumer_groups`.
+"""
+
+from __future__ import annotations
+
+from diskless.coordinator._engine.base import EngineBase
+from diskless.coordinator._rules.ownership import id_in_use, renewal_drops_leases
+from diskless.coordinator._store import (
+    EMPTY,
+    Changes,
+    Durability,
+    Needs,
+    Operation,
+    ReadView,
+    StoreStep,
+)
+from diskless.coordinator._values import BrokerRegistration
+from diskless.errors import BrokerIdInUseError
+
+
+class BrokerOperations(EngineBase):
+    async def register_broker(self, broker_id: int, *, exclusive: bool = False) -> int:
+        needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
+
+        async def register(db: StoreStep) -> int:
+            now = self._clock.now_ms()
+            snapshot = await db.load(needs)
+            live = snapshot.broker_registrations.get(broker_id)
+            if exclusive and live is not None and id_in_use(live, now):
+                raise BrokerIdInUseError(broker_id, live.broker_epoch, live.expires_ms - now)
+            epoch = snapshot.broker_epochs.get(broker_id, 0) + 1
+            # The older incarnations' leases die with them (`_rules.ownership`).
+            await db.apply(
+                Changes(broker_epochs={broker_id: epoch}, broker_leases_dropped={broker_id: epoch})
+            )
+            return epoch
+
+        return await self._write(Operation.REGISTER_BROKER, register)
+
+    async def announce_broker(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        ttl_ms: int,
+    ) -> bool:
+        if ttl_ms < 0:
+            raise ValueError(f"ttl_ms must be >= 0, got {ttl_ms}")
+
+        needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
+
+        async def announce(db: StoreStep) -> bool:
+            now = self._clock.now_ms()
+            snapshot = await db.load(needs)
+            if snapshot.broker_epochs.get(broker_id) != broker_epoch:
+                return False
+            registration = BrokerRegistration(
+                broker_id, broker_epoch, host, port, rack, now + ttl_ms
+            )
+            previous = snapshot.broker_registrations.get(broker_id)
+            # Leases that died with a lapsed registration stay dead (`_rules.ownership`).
+            dropped = (
+                {broker_id: broker_epoch + 1}
+                if renewal_drops_leases(previous, broker_epoch, now)
+                else EMPTY
+            )
+            await db.apply(
+                Changes(
+                    broker_registrations={broker_id: registration}, broker_leases_dropped=dropped
+                )
+            )
+            return True
+
+        return await self._write(Operation.ANNOUNCE_BROKER, announce, Durability.VOLATILE)
+
+    async def live_brokers(self) -> list[BrokerRegistration]:
+        async def live(view: ReadView) -> list[BrokerRegistration]:
+            registrations = await view.broker_registrations()
+            now = self._clock.now_ms()
+            return [r for r in registrations if r.expires_ms > now]
+
+        return await self._read(live)
