@@ -32,7 +32,7 @@ from diskless.coordinator._rules.acls import (
     valid_principal,
 )
 from diskless.coordinator._rules.checks import check_topic_name
-from diskless.coordinator._rules.reads import FetchBudget, at_visible_end
+from diskless.coordinator._rules.fetch import FetchBudget, at_visible_end
 from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (

@@ -21,7 +21,7 @@ from diskless.coordinator import (
     PartitionChanges,
     PartitionOffsets,
 )
-from diskless.coordinator._rules.reads import at_visible_end
+from diskless.coordinator._rules.fetch import at_visible_end
 from testkit.backends import open_coordinator
 from testkit.commits import Committer, batch
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 
 from diskless._types import TopicPartition
 from diskless.coordinator import FetchBudget, FindBatchesRequest, TopicConfig
-from diskless.coordinator._rules.reads import ReadSource, find_batches
+from diskless.coordinator._rules.fetch import find_batches
+from diskless.coordinator._rules.reads import ReadSource
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
 
 Layout = dict[TopicPartition, list[StoredBatch]]

@@ -25,7 +25,7 @@ from diskless.coordinator import (
     ListOffsetsResponse,
     TimeLookup,
 )
-from diskless.coordinator._rules.reads import ExtentBudget
+from diskless.coordinator._rules.fetch import ExtentBudget
 from diskless.read import FetchReader, ObjectCache, read_as_served
 from diskless.storage import MemoryObjectStore
 from diskless.wal import encode_extent

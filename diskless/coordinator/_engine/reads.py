@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from diskless._types import TopicPartition
 from diskless.coordinator._api import ChangeListener
 from diskless.coordinator._engine.base import EngineBase
-from diskless.coordinator._rules import reads
+from diskless.coordinator._rules.fetch import find_batches_plan, partition_offsets_plan
+from diskless.coordinator._rules.list_offsets import list_offsets_plan
 from diskless.coordinator._rules.snapshots import producer_snapshot
 from diskless.coordinator._store import ReadView, decide
 from diskless.coordinator._values import (
@@ -28,13 +29,13 @@ class ReadOperations(EngineBase):
         self, requests: Sequence[FindBatchesRequest], fetch_max_bytes: int
     ) -> list[FindBatchesResponse]:
         return await self._read(
-            lambda view: decide(reads.find_batches_plan(requests, fetch_max_bytes), view)
+            lambda view: decide(find_batches_plan(requests, fetch_max_bytes), view)
         )
 
     async def partition_offsets(
         self, partitions: Sequence[TopicPartition]
     ) -> list[PartitionOffsets | None]:
-        return await self._read(lambda view: decide(reads.partition_offsets_plan(partitions), view))
+        return await self._read(lambda view: decide(partition_offsets_plan(partitions), view))
 
     def watch_changes(self, listener: ChangeListener) -> Callable[[], None]:
         if self._closed:
@@ -44,7 +45,7 @@ class ReadOperations(EngineBase):
     async def list_offsets(
         self, requests: Sequence[ListOffsetsRequest]
     ) -> list[ListOffsetsResponse]:
-        return await self._read(lambda view: decide(reads.list_offsets_plan(requests), view))
+        return await self._read(lambda view: decide(list_offsets_plan(requests), view))
 
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
         async def describe(view: ReadView) -> list[ProducerSnapshot]:

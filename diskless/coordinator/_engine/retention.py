@@ -12,7 +12,7 @@ from typing import Final
 from msgspec.structs import replace
 
 from diskless.coordinator._engine.files import FileOperations
-from diskless.coordinator._rules import reads
+from diskless.coordinator._rules.retention import RetentionScan, decide_delete_records
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
 from diskless.coordinator._store import BatchRefs, Changes, Needs, Operation, StoreStep
 from diskless.coordinator._values import (
@@ -38,7 +38,7 @@ class RetentionOperations(FileOperations):
             responses = []
             for request in requests:
                 state = states.get(request.topic_partition)
-                decision = reads.decide_delete_records(state, request.offset)
+                decision = decide_delete_records(state, request.offset)
                 if state is not None and decision.new_log_start_offset is not None:
                     state = replace(state, log_start_offset=decision.new_log_start_offset)
                     states[request.topic_partition] = trims[state.key] = state
@@ -82,7 +82,7 @@ class RetentionOperations(FileOperations):
             trimmed: dict[int, PartitionState] = {}
             refs: dict[int, BatchRefs] = {}
             for state in (await db.load(Needs(retained_partitions=True))).retained_partitions:
-                scan = reads.RetentionScan(state, now, budget)
+                scan = RetentionScan(state, now, budget)
                 offset = state.log_start_offset
                 while not scan.done:
                     rows = (
