@@ -231,7 +231,7 @@ class FindBatchesResponse(msgspec.Struct, frozen=True):
     An extent is returned whole: the coordinator does not know where its batches lie, so it
     counts the extent holding the fetch offset as empty and any later one at its full size, and
     may therefore return more than the budgets allow, never less: the answer holds every batch
-    the budgets take, over all the partitions of the fetch (`_rules.reads.ExtentBudget`). The
+    the budgets take, over all the partitions of the fetch (`_rules.fetch.ExtentBudget`). The
     read path expands extents through their index and applies the budgets again
     (`FetchBudget`), with no further call; without extents the answer is already exact.
     """

@@ -5,6 +5,9 @@ clock, check the preconditions, load what the rules need, decide with the rules 
 what they decided. The clock is read inside the step, so a step that waited for the store's lock
 decides on the time at which it lands. Reads go through the store's read view and never wait
 behind writes. A backend is only a store: see `_backends`.
+
+The operations live in the modules named as the rules they apply (`commit`, `reads`,
+`retention`, `files`, `ownership`, `txn`...); `CoordinatorEngine` assembles them.
 """
 
 from __future__ import annotations

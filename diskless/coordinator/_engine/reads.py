@@ -1,6 +1,6 @@
 """The engine's reads: Fetch, ListOffsets and the partitions' offsets, each a plan of the read
-rules (`_rules.reads`) decided over the store's read view (`_store.decide`); beside them the
-change feed and the producers' state.
+rules (`_rules.fetch`, `_rules.list_offsets`) decided over the store's read view
+(`_store.decide`); beside them the change feed and the producers' state.
 """
 
 from __future__ import annotations

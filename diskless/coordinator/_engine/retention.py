@@ -1,5 +1,5 @@
 """The engine's deletion of records: DeleteRecords and retention move partitions' log start
-(`_rules.reads`), deleting the batches below it and releasing the files they referred to
+(`_rules.retention`), deleting the batches below it and releasing the files they referred to
 (`files`).
 """
 

@@ -1,7 +1,7 @@
 """How a read rule is written: a plan of the lookups it needs, over the indexes a backend keeps.
 
 A backend supplies a `ReadSource` that only fetches candidate rows through its indexes; the
-decisions (what to return, which offset answers, what to delete) are made by the read rules
+decisions (what a fetch returns, which offset answers ListOffsets) are made by the read rules
 (`fetch`, `list_offsets`), once.
 
 A read is a plan, as a write is a step: a generator that yields the lookups it needs (each a
