@@ -12,10 +12,10 @@ from collections import Counter
 from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
-from diskless.coordinator._engine.base import EngineBase
+from diskless.coordinator._engine.files import FileOperations
 from diskless.coordinator._rules import extents
 from diskless.coordinator._rules.checks import object_key_taken
-from diskless.coordinator._rules.files import FileRow, committed_file, released_file
+from diskless.coordinator._rules.files import committed_file
 from diskless.coordinator._rules.rows import PartitionState, StoredBatch
 from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreStep
 from diskless.coordinator._values import (
@@ -26,7 +26,7 @@ from diskless.coordinator._values import (
 )
 
 
-class ConsolidationOperations(EngineBase):
+class ConsolidationOperations(FileOperations):
     async def consolidation_candidates(
         self, committed_before_ms: int, bytes_max: int, limit: int
     ) -> list[ConsolidationCandidate]:
@@ -86,10 +86,7 @@ class ConsolidationOperations(EngineBase):
             rows = rows[: len(candidate.batches)]
             extent = extents.extent_row(rows, swap)
             released = Counter(row.object_key for row in rows if row.object_key)
-            loaded = (await db.load(Needs(files=set(released)))).files
-            files: dict[str, FileRow | None] = {
-                key: released_file(loaded[key], count, now) for key, count in released.items()
-            }
+            files = await self._released_files(db, released, now)
             files[swap.object_key] = committed_file(swap.object_size, 1, now)
             moved = sum(row.size for row in rows)
             new_state = replace(state, size_bytes=state.size_bytes - moved + extent.size)
