@@ -109,11 +109,11 @@ class Needs(msgspec.Struct):
     batches: Mapping[int, tuple[int, int]] = EMPTY
     """Partition key -> (offset, limit): up to `limit` batches from the one holding `offset`."""
     retained_partitions: bool = False
+    """Every non-empty partition of a topic with time or size retention, by topic and index."""
     txns: Collection[str] = ()
     """Transactional ids: their records."""
     scram_users: Collection[str] = ()
     """User names: every SCRAM credential they hold."""
-    """Every non-empty partition of a topic with time or size retention, by topic and index."""
     acls: bool = False
     """Every ACL binding (a cluster has few: they are loaded whole). A step that changes them
     also loads the `ACL_VERSION_COUNTER` counter, which serializes such steps."""

@@ -29,7 +29,6 @@ PARTITION_COLUMNS_NO_LSO: Final = (
 """Partition columns without the ongoing transactions' first offset: a row locked with FOR
 UPDATE may have been re-read after waiting, while a subquery would still see the statement's
 older snapshot, so a step reads the ongoing index in a statement after taking the locks."""
-PARTITION_FROM: Final = "topics t JOIN partitions p ON p.topic_id = t.topic_id"
 TXN_TABLES: Final = ("txn_registrations", "txn_leases", "ongoing_txns", "aborted_txns")
 GATE_LOCK_KEY: Final = 0x6469_736B_6C65_7331
 """The commit gate's advisory lock (ASCII "diskles1"; `postgres_step`): one key per database."""
