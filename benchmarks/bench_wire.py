@@ -5,9 +5,10 @@ a tuned producer, the CPU a read costs against a write, and the PUTs of a trickl
 
 One `python -m diskless.kafka_server` process runs one broker with its embedded parts (local
 object store, SQLite coordinator) in a temporary data directory, retention and consolidation off
-(`--no-lifecycle`: the only objects written are the WAL's). One topic of 12 partitions; every
-scenario writes 1 KB records to it round-robin over the partitions, with one confluent-kafka
-producer, idempotent, acks=all:
+(`--no-lifecycle`: the only objects written are the WAL's). A warm-up (the tuned producer
+writing to another topic) and 2 s of the broker left idle (its busy % is reported) come first.
+Then one topic of 12 partitions; every scenario writes 1 KB records to it round-robin over the
+partitions, with one confluent-kafka producer, idempotent, acks=all:
 
 - `defaults`: librdkafka's defaults (only bootstrap, acks=all, idempotence);
 - `batch.size 16384`: the Java client's default batch size, everything else librdkafka's;
@@ -48,6 +49,7 @@ from diskless.storage._local import TEMP_MARKER
 from testkit.processes import BrokerProcess
 
 TOPIC: Final = "bench-wire"
+WARM_UP_TOPIC: Final = "bench-wire-warm-up"
 PARTITIONS: Final = 12
 RECORD_BYTES: Final = 1000
 MB: Final = 1_000_000
@@ -61,6 +63,10 @@ SCENARIOS: Final[dict[str, tuple[float, dict[str, object]]]] = {
     "batch.size 16384": (4.0, {"batch.size": 16 * KIB}),
     BASELINE: (100.0, {"batch.size": MIB, "linger.ms": 20}),
 }
+WARM_UP_MB: Final = 10.0
+"""Written (at scale 1) with the tuned settings to another topic before anything is measured:
+the first scenario then does not pay the process's warm-up alone."""
+IDLE_S: Final = 2.0
 TRICKLE_INTERVAL_S: Final = 0.010
 TARGET_CONSUME_PRODUCE_CPU_RATIO: Final = 0.5
 FLUSH_TIMEOUT_S: Final = 300.0
@@ -131,6 +137,12 @@ class Broker:
             if path.is_file() and not path.name.startswith(TEMP_MARKER)
         )
 
+    def idle_busy(self, seconds: float) -> float:
+        """The broker's CPU busy share over `seconds` of nothing asked of it."""
+        cpu = self.cpu_seconds()
+        time.sleep(seconds)
+        return (self.cpu_seconds() - cpu) / seconds
+
     def measure(self, name: str, work: Callable[[], int]) -> Figures:
         """Run `work` (it returns the bytes it moved) and measure the broker around it."""
         objects, cpu, started = self.objects_written(), self.cpu_seconds(), time.perf_counter()
@@ -145,7 +157,8 @@ class Broker:
 def running_broker(directory: Path) -> Iterator[Broker]:
     data = directory / "data"
     options = [
-        "--data-dir", str(data), "--topic", f"{TOPIC}:{PARTITIONS}", "--no-lifecycle",
+        "--data-dir", str(data), "--topic", f"{TOPIC}:{PARTITIONS}",
+        "--topic", f"{WARM_UP_TOPIC}:{PARTITIONS}", "--no-lifecycle",
     ]  # fmt: skip
     process = BrokerProcess(0, 1, options, directory / "broker.log")
     process.start()
@@ -179,7 +192,7 @@ def producer(bootstrap: str, settings: dict[str, object]) -> Producer:
     return client
 
 
-def produce(client: Producer, total_bytes: int) -> int:
+def produce(client: Producer, total_bytes: int, topic: str = TOPIC) -> int:
     """Send `total_bytes` of 1 KB records round-robin over the partitions; every one acked."""
     value = os.urandom(RECORD_BYTES)
     count = max(1, total_bytes // RECORD_BYTES)
@@ -187,7 +200,7 @@ def produce(client: Producer, total_bytes: int) -> int:
     for i in range(count):
         while True:
             try:
-                client.produce(TOPIC, value, partition=i % PARTITIONS, on_delivery=delivery)
+                client.produce(topic, value, partition=i % PARTITIONS, on_delivery=delivery)
                 break
             except BufferError:
                 client.poll(0.01)
@@ -248,6 +261,8 @@ def drain(bootstrap: str) -> Callable[[], int]:
 class Report:
     """A run's figures: the produce scenarios (in `SCENARIOS`' order), the drain, the trickle."""
 
+    idle_busy: float
+    """The broker's CPU busy share with no client connected (its own timers and polling)."""
     produced: list[Figures]
     consumed: Figures
     trickled: Figures
@@ -266,6 +281,7 @@ class Report:
     def as_json(self) -> dict[str, object]:
         return {
             "baseline": BASELINE,
+            "idle_busy": self.idle_busy,
             "produce": [f.row() for f in self.produced],
             "consume": self.consumed.row(),
             "consume_produce_cpu_ratio": self.consume_produce_cpu_ratio,
@@ -279,6 +295,9 @@ def run(scale: float, trickle_s: float) -> Report:
         tempfile.TemporaryDirectory(prefix="bench-wire-") as name,
         running_broker(Path(name)) as broker,
     ):
+        produce(producer(broker.bootstrap, SCENARIOS[BASELINE][1]), int(WARM_UP_MB * scale * MB),
+                WARM_UP_TOPIC)  # fmt: skip
+        idle_busy = broker.idle_busy(IDLE_S)
         produced = []
         for scenario, (mb, settings) in SCENARIOS.items():
             client = producer(broker.bootstrap, settings)
@@ -292,7 +311,7 @@ def run(scale: float, trickle_s: float) -> Report:
     produced_bytes = sum(f.bytes for f in produced)
     if consumed.bytes != produced_bytes:
         raise SystemExit(f"consumed {consumed.bytes} B of the {produced_bytes} B produced")
-    return Report(produced, consumed, trickled)
+    return Report(idle_busy, produced, consumed, trickled)
 
 
 def print_report(report: Report, scale: float, trickle_s: float) -> None:
@@ -323,6 +342,7 @@ def print_report(report: Report, scale: float, trickle_s: float) -> None:
         f" ({report.consumed.cpu_ms_per_mb:.2f} / {base.cpu_ms_per_mb:.2f} ms):"
         f" {ratio:.2f}x; target <= {TARGET_CONSUME_PRODUCE_CPU_RATIO}: {verdict}"
     )
+    print(f"  idle broker (no client, {IDLE_S:g} s): {report.idle_busy * 100:.1f} % busy")
     print(
         f"  trickle, one record per {TRICKLE_INTERVAL_S * 1000:g} ms for {trickle_s:g} s:"
         f" {report.trickled.objects_per_s:.1f} PUTs per second per broker"

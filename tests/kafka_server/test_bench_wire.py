@@ -40,9 +40,11 @@ def test_bench_wire_prints_the_table_and_writes_every_figure(tmp_path: Path) -> 
     assert any("MB/s" in line and "objects/GB" in line for line in lines), run.stdout
     assert any("consumed / produced" in line and "target <= 0.5" in line for line in lines)
     assert any("PUTs per second per broker" in line for line in lines), run.stdout
+    assert any(line.strip().startswith("idle broker") for line in lines), run.stdout
 
     report = json.loads(report_path.read_text())
     assert report["baseline"] == "tuned"
+    assert report["idle_busy"] >= 0
     assert [row["name"] for row in report["produce"]] == list(SCENARIOS)
     rows = [*report["produce"], report["consume"], report["trickle"]]
     for row in rows:
