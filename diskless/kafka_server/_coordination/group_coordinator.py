@@ -282,9 +282,9 @@ class GroupCoordinator:
         the requests it answers, arm or cancel the rebalance timer, and start storing the
         generation that is due (the request's own answer is the caller's)."""
         for outcome in step.joins:
-            _answer(group.joins.pop(outcome.member_id), outcome)
+            _answer(group.joins.pop(outcome.member_id, None), outcome)
         for member_id, answer in step.syncs:
-            _answer(group.syncs.pop(member_id), answer)
+            _answer(group.syncs.pop(member_id, None), answer)
         if step.disarm or step.arm_ms is not None:
             if group.timer is not None:
                 group.timer.cancel()
@@ -385,8 +385,11 @@ def _same_broker(owner: GroupOwnership, me: GroupOwnership) -> bool:
     return owner.broker_id == me.broker_id and owner.broker_epoch == me.broker_epoch
 
 
-def _answer(waiter: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
-    if not waiter.done():  # else its request was cancelled: nobody waits for the answer
+def _answer(waiter: asyncio.Future[_Outcome] | None, outcome: _Outcome) -> None:
+    """Answer a waiting request. One that is gone (cancelled, or never registered) waits for
+    nothing: the answer is dropped, and the rest of the step is still carried out, so that no
+    other member's request is left unanswered."""
+    if waiter is not None and not waiter.done():
         waiter.set_result(outcome)
 
 
