@@ -6,7 +6,9 @@
                                   commit N after upload N and commit N-1 ──▶ results to waiters
 
 Every concurrent `write` appends into one active segment. The segment rotates when it reaches
-`buffer_max_bytes` or `commit_interval_ms` after its first write. Each closed segment gets one task
+`buffer_max_bytes`, or by the clock (`_deadlines.RotationRule`): once no batch arrived for
+`linger_ms`, but never sooner than `rotate_interval_min_ms` after the previous rotation, and at the
+latest `commit_interval_ms` after its first write. Each closed segment gets one task
 that uploads it and then commits it; commit N waits for upload N and for commit N-1 only, so a
 slow later upload never blocks an earlier commit, and a producer's pipelined requests are sequenced
 in the order they were appended.
@@ -62,7 +64,7 @@ from diskless.storage import ObjectStore
 from diskless.wal._admission import Admission
 from diskless.wal._cache import SegmentCache
 from diskless.wal._config import WalConfig, WalStats
-from diskless.wal._deadlines import DeadlineWatcher
+from diskless.wal._deadlines import DeadlineWatcher, RotationRule
 from diskless.wal._format import WalEntry
 from diskless.wal._pipeline import SegmentPipeline
 from diskless.wal._request import CLOSING, TIMED_OUT, PendingWrite, error_result
@@ -114,6 +116,10 @@ class WalWriter:
         self._segment_numbers = itertools.count()
         self._timer_task: asyncio.Task[None] | None = None
         self._timer_wakeup = asyncio.Event()
+        self._timer_sleeper: asyncio.Future[None] | None = None
+        """The rotation timer's sleep; cancelled when a new segment opens (it may be due sooner)."""
+        self._rotation = RotationRule(self._config)
+        self._last_rotated_at = float("-inf")
         self._placing: set[asyncio.Task[None]] = set()
         """Tasks appending the entries of requests that had to queue for admission."""
         self._writes_open = 0
@@ -338,9 +344,14 @@ class WalWriter:
         if segment is not None and segment.batch_bytes + size > buffer_max:
             self._rotate("size")
             segment = None
+        now = self._clock.monotonic()
         if segment is None:
-            segment = self._active = Segment(self._clock.monotonic())
+            segment = self._active = Segment(now)
             self._timer_wakeup.set()
+            if self._timer_sleeper is not None:
+                self._timer_sleeper.cancel()
+        else:
+            segment.last_write_at = now
         request.placed.append((segment, segment.add(entry, size)))
         segment.slots.append((request, index))
         if segment.batch_bytes >= buffer_max:
@@ -389,6 +400,7 @@ class WalWriter:
         segment = self._active
         assert segment is not None and segment.batches
         self._active = None
+        self._last_rotated_at = self._clock.monotonic()
         segment.number = next(self._segment_numbers)
         segment.key = new_object_key(
             self._config.object_prefix, self._clock.now_ms(), self._broker_id
@@ -406,24 +418,31 @@ class WalWriter:
         self._pipeline.launch(segment)
 
     async def _timer_loop(self) -> None:
-        """Rotate each segment `commit_interval_ms` after its first write, unless size did first.
+        """Rotate the active segment when `RotationRule` says it is due, unless size did first.
 
-        Segments open in time order, so sleeping until the current one's deadline never
-        oversleeps a later one's.
+        A segment's due time only moves later while it fills (its last write moves), so the loop
+        sleeps until the due time and looks again; a new segment may be due sooner than the one
+        slept for, so opening one cancels the sleep.
         """
-        interval = self._config.commit_interval_ms / 1000
+        rule = self._rotation
         while True:
             segment = self._active
             if segment is None:
                 self._timer_wakeup.clear()
                 await self._timer_wakeup.wait()
                 continue
-            delay = segment.opened_at + interval - self._clock.monotonic()
+            due = rule.due(segment.opened_at, segment.last_write_at, self._last_rotated_at)
+            delay = due - self._clock.monotonic()
             if delay > 0:
-                await self._clock.sleep(delay)
+                sleeper = self._timer_sleeper = asyncio.ensure_future(self._clock.sleep(delay))
+                try:
+                    await asyncio.wait([sleeper])
+                finally:
+                    sleeper.cancel()
+                    self._timer_sleeper = None
                 continue
             if self._active is segment and not self._closing:
-                self._rotate("interval")
+                self._rotate("interval" if rule.by_interval(segment.opened_at, due) else "linger")
 
     def _fail_active(self, result: CommitBatchResult) -> None:
         segment = self._active
