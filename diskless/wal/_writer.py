@@ -116,8 +116,6 @@ class WalWriter:
         self._segment_numbers = itertools.count()
         self._timer_task: asyncio.Task[None] | None = None
         self._timer_wakeup = asyncio.Event()
-        self._timer_sleeper: asyncio.Future[None] | None = None
-        """The rotation timer's sleep; cancelled when a new segment opens (it may be due sooner)."""
         self._rotation = RotationRule(self._config)
         self._last_rotated_at = float("-inf")
         self._placing: set[asyncio.Task[None]] = set()
@@ -348,8 +346,6 @@ class WalWriter:
         if segment is None:
             segment = self._active = Segment(now)
             self._timer_wakeup.set()
-            if self._timer_sleeper is not None:
-                self._timer_sleeper.cancel()
         else:
             segment.last_write_at = now
         request.placed.append((segment, segment.add(entry, size)))
@@ -420,9 +416,9 @@ class WalWriter:
     async def _timer_loop(self) -> None:
         """Rotate the active segment when `RotationRule` says it is due, unless size did first.
 
-        A segment's due time only moves later while it fills (its last write moves), so the loop
-        sleeps until the due time and looks again; a new segment may be due sooner than the one
-        slept for, so opening one cancels the sleep.
+        The loop sleeps until the due time and looks again. It never oversleeps: a segment's due
+        time only moves later while it fills (its last write moves), and the next segment opens
+        after the rotation its floor counts from, so it is never due before the time slept for.
         """
         rule = self._rotation
         while True:
@@ -434,12 +430,7 @@ class WalWriter:
             due = rule.due(segment.opened_at, segment.last_write_at, self._last_rotated_at)
             delay = due - self._clock.monotonic()
             if delay > 0:
-                sleeper = self._timer_sleeper = asyncio.ensure_future(self._clock.sleep(delay))
-                try:
-                    await asyncio.wait([sleeper])
-                finally:
-                    sleeper.cancel()
-                    self._timer_sleeper = None
+                await self._clock.sleep(delay)
                 continue
             if self._active is segment and not self._closing:
                 self._rotate("interval" if rule.by_interval(segment.opened_at, due) else "linger")
