@@ -197,6 +197,22 @@ def _parser() -> argparse.ArgumentParser:
         help="how long a WAL segment collects batches before it is uploaded and committed",
     )
     parser.add_argument(
+        "--linger-ms",
+        type=int,
+        default=WalConfig().linger_ms,
+        metavar="MS",
+        help="a WAL segment rotates sooner than the commit interval once no batch arrived for"
+        " this long",
+    )
+    parser.add_argument(
+        "--rotate-interval-min-ms",
+        type=int,
+        default=WalConfig().rotate_interval_min_ms,
+        metavar="MS",
+        help="...but never sooner than this after the previous rotation (at most 1000 / MS"
+        " objects per second at a trickle)",
+    )
+    parser.add_argument(
         "--upload-timeout-ms",
         type=int,
         default=WalConfig().upload_timeout_ms,

@@ -178,6 +178,24 @@ def test_the_wal_commit_interval_is_an_option_and_the_lease_covers_it(tmp_path: 
         configured("--commit-interval-ms", "-1")
 
 
+def test_the_wal_linger_and_rotation_floor_are_options(tmp_path: Path) -> None:
+    from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
+    from diskless.kafka_server._server.process import cli
+
+    def configured(*argv: str) -> BrokerConfig:
+        args = _parser().parse_args(["--data-dir", str(tmp_path), *argv])
+        return cli.configs(args, [0], COMMIT_BOUNDS).broker
+
+    default = configured().wal
+    assert (default.linger_ms, default.rotate_interval_min_ms) == (2, 50)
+    chosen = configured("--linger-ms", "7", "--rotate-interval-min-ms", "100").wal
+    assert (chosen.linger_ms, chosen.rotate_interval_min_ms) == (7, 100)
+    with pytest.raises(cli.UsageError, match="--linger-ms"):
+        configured("--linger-ms", "-1")
+    with pytest.raises(cli.UsageError, match="--rotate-interval-min-ms"):
+        configured("--rotate-interval-min-ms", "-1")
+
+
 def _metadata(path: Path) -> tuple[int, int]:
     """(batch rows, extent rows) of the coordinator at `path`, read as another process would."""
     import asyncio

@@ -380,6 +380,8 @@ def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConf
     def build(values: dict[str, int]) -> BrokerConfig:
         wal = WalConfig(
             commit_interval_ms=values["commit_interval_ms"],
+            linger_ms=values["linger_ms"],
+            rotate_interval_min_ms=values["rotate_interval_min_ms"],
             upload_timeout_ms=values["upload_timeout_ms"],
         )
         config = BrokerConfig(wal=wal, txn_lease_ttl_ms=values["txn_lease_ttl_ms"])
@@ -388,9 +390,18 @@ def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConf
 
     commit_interval_ms = WalConfig().commit_interval_ms
     upload_timeout_ms = WalConfig().upload_timeout_ms
+    linger_ms = WalConfig().linger_ms
+    rotate_floor_ms = WalConfig().rotate_interval_min_ms
     settings = {
         "commit_interval_ms": Setting(
             "--commit-interval-ms", args.commit_interval_ms, commit_interval_ms, commit_interval_ms
+        ),
+        "linger_ms": Setting("--linger-ms", args.linger_ms, linger_ms, linger_ms),
+        "rotate_interval_min_ms": Setting(
+            "--rotate-interval-min-ms",
+            args.rotate_interval_min_ms,
+            rotate_floor_ms,
+            rotate_floor_ms,
         ),
         "upload_timeout_ms": Setting(
             "--upload-timeout-ms", args.upload_timeout_ms, upload_timeout_ms, upload_timeout_ms
