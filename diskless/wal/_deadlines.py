@@ -27,6 +27,10 @@ class RotationRule:
     `rotate_interval_min_ms` after the previous rotation, so a trickle costs at most
     1000 / `rotate_interval_min_ms` objects per second; and at the latest `commit_interval_ms`
     after its first batch, so a steady stream still makes objects of an interval's bytes.
+
+    Rotating early is only worth it while the upload pipeline has room: a segment sealed behind
+    a full pipeline would wait there anyway, so under load a segment fills for the interval (or
+    up to its size) as before, and objects stay large exactly when they are many.
     """
 
     __slots__ = ("floor_s", "interval_s", "linger_s")
@@ -36,11 +40,21 @@ class RotationRule:
         self.linger_s = config.linger_ms / 1000
         self.floor_s = config.rotate_interval_min_ms / 1000
 
-    def due(self, opened_at: float, last_write_at: float, last_rotated_at: float) -> float:
+    def due(
+        self,
+        opened_at: float,
+        last_write_at: float,
+        last_rotated_at: float,
+        *,
+        pipeline_has_room: bool = True,
+    ) -> float:
         """The time a segment opened at `opened_at`, last written at `last_write_at`, rotates
         when the previous rotation was at `last_rotated_at` (-inf if none)."""
+        by_interval = opened_at + self.interval_s
+        if not pipeline_has_room:
+            return by_interval
         settled = max(last_write_at + self.linger_s, last_rotated_at + self.floor_s)
-        return min(opened_at + self.interval_s, settled)
+        return min(by_interval, settled)
 
     def by_interval(self, opened_at: float, due: float) -> bool:
         """Whether `due` is the interval's bound rather than the linger's (for the logs)."""

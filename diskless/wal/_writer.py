@@ -136,7 +136,7 @@ class WalWriter:
             fenced_result=self._fenced_result,
             fenced=lambda: self._fenced,
             on_fenced=self._fence,
-            release=self._admission.release,
+            release=self._released,
             metrics=metrics,
         )
         self._deadlines = DeadlineWatcher(self._clock, self._due, lambda: self._writes_open)
@@ -370,6 +370,12 @@ class WalWriter:
         if want is not None and active.batch_bytes + want > self._config.inflight_bytes_max:
             self._rotate("backpressure")
 
+    def _released(self, batch_bytes: int) -> None:
+        """A segment resolved: its bytes go back to admission, and the pipeline has room again,
+        which may make the active segment due (`RotationRule`)."""
+        self._admission.release(batch_bytes)
+        self._timer_wakeup.set()
+
     def _fence(self) -> None:
         if self._fenced:
             return
@@ -416,24 +422,40 @@ class WalWriter:
     async def _timer_loop(self) -> None:
         """Rotate the active segment when `RotationRule` says it is due, unless size did first.
 
-        The loop sleeps until the due time and looks again. It never oversleeps: a segment's due
-        time only moves later while it fills (its last write moves), and the next segment opens
-        after the rotation its floor counts from, so it is never due before the time slept for.
+        The loop sleeps until the due time, or until woken (a segment opened, or one resolved and
+        made room in the pipeline), and looks again. A due time only moves later while a segment
+        fills (its last write moves), and the next segment opens after the rotation its floor
+        counts from, so nothing else can make it earlier than the time slept for.
         """
         rule = self._rotation
+        wakeup = self._timer_wakeup
         while True:
+            wakeup.clear()
             segment = self._active
             if segment is None:
-                self._timer_wakeup.clear()
-                await self._timer_wakeup.wait()
+                await wakeup.wait()
                 continue
-            due = rule.due(segment.opened_at, segment.last_write_at, self._last_rotated_at)
+            due = rule.due(
+                segment.opened_at,
+                segment.last_write_at,
+                self._last_rotated_at,
+                pipeline_has_room=self._pipeline.has_room,
+            )
             delay = due - self._clock.monotonic()
             if delay > 0:
-                await self._clock.sleep(delay)
+                await self._sleep_unless_woken(delay)
                 continue
             if self._active is segment and not self._closing:
                 self._rotate("interval" if rule.by_interval(segment.opened_at, due) else "linger")
+
+    async def _sleep_unless_woken(self, delay: float) -> None:
+        sleeper = asyncio.ensure_future(self._clock.sleep(delay))
+        woken = asyncio.ensure_future(self._timer_wakeup.wait())
+        try:
+            await asyncio.wait([sleeper, woken], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            woken.cancel()
 
     def _fail_active(self, result: CommitBatchResult) -> None:
         segment = self._active

@@ -23,15 +23,19 @@ MS = 0.001
 
 
 class TimedStore(ForwardingObjectStore):
-    """Records the virtual time of every PUT: one per rotated segment."""
+    """Records the virtual time of every PUT: one per rotated segment. While `held` is clear,
+    PUTs wait for it (an upload under way)."""
 
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(MemoryObjectStore(clock))
         self._clock = clock
         self.put_times: list[float] = []
+        self.held = asyncio.Event()
+        self.held.set()
 
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
         self.put_times.append(self._clock.monotonic())
+        await self.held.wait()
         await self.inner.put(key, data)
 
 
@@ -178,4 +182,72 @@ async def test_a_segment_opened_while_the_timer_sleeps_is_due_by_its_own_writes(
     await rig.clock.advance(60 * MS)
     await settle()
     assert len(store.put_times) == 2 and all(w.done() for w in writes)
+    await rig.close()
+
+
+async def test_a_full_pipeline_keeps_the_segment_open_until_it_has_room() -> None:
+    """Rotating early only helps while the sealed segment can upload at once: behind a full
+    pipeline it fills on, and rotates as soon as the upload before it is done."""
+    config = WalConfig(
+        commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=0, uploads_inflight_max=1
+    )
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    start = rig.clock.monotonic()
+    store.held.clear()  # the first upload will not finish until released
+    first = asyncio.ensure_future(
+        writer.write([entry(TP0, build_batch([b"first"]))], timeout_s=TIMEOUT_S)
+    )
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    assert len(store.put_times) == 1  # lingered and rotated: its upload is under way
+    second = asyncio.ensure_future(
+        writer.write([entry(TP0, build_batch([b"second"]))], timeout_s=TIMEOUT_S)
+    )
+    await settle()
+    await rig.clock.advance(50 * MS)  # far past the second's linger
+    await settle()
+    assert writer.stats().segments_rotated == 1 and not second.done()  # no room: still open
+    store.held.set()
+    await settle()
+    assert first.done() and first.result()[0].error == ErrorCode.NONE
+    assert writer.stats().segments_rotated == 2  # room again: rotated at once
+    assert len(store.put_times) == 2
+    assert store.put_times[1] - start < 60 * MS
+    await settle()
+    assert second.done() and second.result()[0].error == ErrorCode.NONE
+    await rig.close()
+
+
+async def test_behind_a_pipeline_that_stays_full_the_interval_rotates() -> None:
+    config = WalConfig(
+        commit_interval_ms=100, linger_ms=2, rotate_interval_min_ms=0, uploads_inflight_max=1
+    )
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    store.held.clear()
+    writes = [
+        asyncio.ensure_future(writer.write([entry(TP0, build_batch([b"a"]))], timeout_s=TIMEOUT_S))
+    ]
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    opened = rig.clock.monotonic()
+    writes.append(
+        asyncio.ensure_future(writer.write([entry(TP0, build_batch([b"b"]))], timeout_s=TIMEOUT_S))
+    )
+    await settle()
+    await rig.clock.advance(99 * MS)
+    await settle()
+    assert writer.stats().segments_rotated == 1
+    await rig.clock.advance(2 * MS)
+    await settle()
+    assert writer.stats().segments_rotated == 2  # the interval, as before the linger existed
+    store.held.set()
+    await settle()
+    assert len(store.put_times) == 2 and store.put_times[1] >= opened + 100 * MS
+    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in writes)
     await rig.close()
