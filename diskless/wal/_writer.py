@@ -56,7 +56,7 @@ from typing import cast
 
 from diskless._object_keys import new_object_key
 from diskless._types import ErrorCode
-from diskless.clock import Clock, SystemClock
+from diskless.clock import Clock, SystemClock, sleep_unless
 from diskless.coordinator import BatchCoordinator, CommitBatchResult
 from diskless.errors import BrokerClosedError
 from diskless.metrics import NULL_METRICS, Metrics, ProduceStage
@@ -443,19 +443,10 @@ class WalWriter:
             )
             delay = due - self._clock.monotonic()
             if delay > 0:
-                await self._sleep_unless_woken(delay)
+                await sleep_unless(self._clock, delay, wakeup)
                 continue
             if self._active is segment and not self._closing:
                 self._rotate("interval" if rule.by_interval(segment.opened_at, due) else "linger")
-
-    async def _sleep_unless_woken(self, delay: float) -> None:
-        sleeper = asyncio.ensure_future(self._clock.sleep(delay))
-        woken = asyncio.ensure_future(self._timer_wakeup.wait())
-        try:
-            await asyncio.wait([sleeper, woken], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            woken.cancel()
 
     def _fail_active(self, result: CommitBatchResult) -> None:
         segment = self._active
