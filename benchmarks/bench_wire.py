@@ -2,6 +2,7 @@
 a tuned producer, the CPU a read costs against a write, and the PUTs of a trickle.
 
     .venv/bin/python -m benchmarks.bench_wire [--scale X] [--trickle-s S] [--json PATH]
+        [--broker-args "--rotate-interval-min-ms 20 ..."]
 
 One `python -m diskless.kafka_server` process runs one broker with its embedded parts (local
 object store, SQLite coordinator) in a temporary data directory, retention and consolidation off
@@ -34,10 +35,11 @@ import argparse
 import functools
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -154,11 +156,13 @@ class Broker:
 
 
 @contextmanager
-def running_broker(directory: Path) -> Iterator[Broker]:
+def running_broker(directory: Path, broker_args: Sequence[str] = ()) -> Iterator[Broker]:
+    """The broker process, with `broker_args` (e.g. the WAL's rotation settings) after the
+    benchmark's own options."""
     data = directory / "data"
     options = [
         "--data-dir", str(data), "--topic", f"{TOPIC}:{PARTITIONS}",
-        "--topic", f"{WARM_UP_TOPIC}:{PARTITIONS}", "--no-lifecycle",
+        "--topic", f"{WARM_UP_TOPIC}:{PARTITIONS}", "--no-lifecycle", *broker_args,
     ]  # fmt: skip
     process = BrokerProcess(0, 1, options, directory / "broker.log")
     process.start()
@@ -289,11 +293,11 @@ class Report:
         }
 
 
-def run(scale: float, trickle_s: float) -> Report:
+def run(scale: float, trickle_s: float, broker_args: Sequence[str] = ()) -> Report:
     """Every scenario against one fresh broker process."""
     with (
         tempfile.TemporaryDirectory(prefix="bench-wire-") as name,
-        running_broker(Path(name)) as broker,
+        running_broker(Path(name), broker_args) as broker,
     ):
         produce(producer(broker.bootstrap, SCENARIOS[BASELINE][1]), int(WARM_UP_MB * scale * MB),
                 WARM_UP_TOPIC)  # fmt: skip
@@ -349,9 +353,16 @@ def print_report(report: Report, scale: float, trickle_s: float) -> None:
     )
 
 
-def main(scale: float, trickle_s: float, json_path: Path | None = None) -> Report:
+def main(
+    scale: float,
+    trickle_s: float,
+    json_path: Path | None = None,
+    broker_args: Sequence[str] = (),
+) -> Report:
     """Runs every scenario, prints the table (and writes it as JSON); returns the figures."""
-    report = run(scale, trickle_s)
+    if broker_args:
+        print(f"broker options: {shlex.join(broker_args)}")
+    report = run(scale, trickle_s, broker_args)
     print_report(report, scale, trickle_s)
     if json_path is not None:
         json_path.write_text(json.dumps(report.as_json(), indent=2) + "\n")
@@ -363,5 +374,11 @@ if __name__ == "__main__":
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every scenario's MB")
     parser.add_argument("--trickle-s", type=float, default=5.0, help="seconds of trickle")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--broker-args",
+        type=shlex.split,
+        default=[],
+        help="options for the broker process, e.g. '--rotate-interval-min-ms 20'",
+    )
     args = parser.parse_args()
-    main(args.scale, args.trickle_s, args.json)
+    main(args.scale, args.trickle_s, args.json, args.broker_args)

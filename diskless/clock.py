@@ -29,6 +29,21 @@ class Clock(Protocol):
         ...
 
 
+async def sleep_unless(
+    clock: Clock, seconds: float, wake: asyncio.Event | asyncio.Future[None]
+) -> None:
+    """Sleep `seconds` of `clock`'s time, or less if `wake` is set (an Event) or done (a Future,
+    which is never cancelled here) first."""
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    waiter = asyncio.ensure_future(wake.wait()) if isinstance(wake, asyncio.Event) else wake
+    try:
+        await asyncio.wait([sleeper, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        if waiter is not wake:
+            waiter.cancel()
+
+
 class SystemClock:
     """The real clock."""
 

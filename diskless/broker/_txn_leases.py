@@ -20,7 +20,7 @@ from diskless._kafka_errors import produce_error
 from diskless._limits import backoff_ms
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
-from diskless.clock import Clock
+from diskless.clock import Clock, sleep_unless
 from diskless.coordinator import BatchCoordinator, CommitBatchResult, LeaseRequest, LeaseResult
 from diskless.errors import CoordinatorError
 from diskless.records import BatchHeader
@@ -188,16 +188,7 @@ class TransactionLeases:
             if self._closing.is_set() or self._clock.monotonic() + delay_s >= expired:
                 return  # they expire anyway, or die with the closing broker's registration
             retry += 1
-            await self._sleep_unless_closing(delay_s)
-
-    async def _sleep_unless_closing(self, delay_s: float) -> None:
-        sleeper = asyncio.ensure_future(self._clock.sleep(delay_s))
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            await asyncio.wait([sleeper, closing], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            closing.cancel()
+            await sleep_unless(self._clock, delay_s, self._closing)
 
     async def _acquire_group(self, requests: list[LeaseRequest]) -> list[LeaseResult]:
         return await self._coordinator.acquire_txn_leases(

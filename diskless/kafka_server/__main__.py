@@ -192,16 +192,35 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--commit-interval-ms",
         type=int,
-        default=WalConfig().commit_interval_ms,
+        default=None,
         metavar="MS",
-        help="how long a WAL segment collects batches before it is uploaded and committed",
+        help="how long a WAL segment collects batches at most before it is uploaded and committed"
+        f" (diskless.produce.commit.interval.ms; default {WalConfig().commit_interval_ms})",
+    )
+    parser.add_argument(
+        "--linger-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="a WAL segment rotates sooner than the commit interval once no batch arrived for"
+        f" this long (diskless.produce.linger.ms; default {WalConfig().linger_ms})",
+    )
+    parser.add_argument(
+        "--rotate-interval-min-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="...but never sooner than this after the previous rotation: at most 1000 / MS"
+        " objects per second at a trickle (diskless.produce.rotate.interval.min.ms; default"
+        f" {WalConfig().rotate_interval_min_ms})",
     )
     parser.add_argument(
         "--upload-timeout-ms",
         type=int,
-        default=WalConfig().upload_timeout_ms,
+        default=None,
         metavar="MS",
-        help="the timeout of one WAL upload attempt",
+        help="the timeout of one WAL upload attempt (diskless.produce.upload.timeout.ms;"
+        f" default {WalConfig().upload_timeout_ms})",
     )
     parser.add_argument(
         "--txn-lease-ttl-ms",
@@ -399,10 +418,10 @@ def main(argv: list[str] | None = None) -> None:
         properties = cli_properties.Properties(args)
         ids = properties.broker_ids(args)
         args.data_dir = properties.data_dir(args)
-        args.retention_check_interval_ms = properties.retention_check_interval_ms(args)
+        named = properties.flag_values(args)
         from_file = properties.server_config(args)
         cli_properties.check_listeners(from_file, properties, args.base_port, ids)
-        configs = cli.configs(args, ids, COMMIT_BOUNDS, from_file)
+        configs = cli.configs(args, ids, COMMIT_BOUNDS, from_file, named)
     except cli.UsageError as error:
         parser.error(str(error))
     configure_logging(args.log_level, args.log_format)

@@ -13,7 +13,13 @@ class WalConfig(msgspec.Struct, frozen=True):
     buffer_max_bytes: int = 8 * 1024 * 1024
     """Rotate the active segment when it reaches this many bytes of batches."""
     commit_interval_ms: int = 250
-    """...or this long after its first write."""
+    """...or this long after its first write, at the latest."""
+    linger_ms: int = 2
+    """...or sooner, once no batch arrived for this long (a lone request does not wait for the
+    interval); a value at or above `commit_interval_ms` turns this off."""
+    rotate_interval_min_ms: int = 50
+    """...but a lingering segment never rotates sooner than this after the previous rotation,
+    which bounds the objects per second a trickle costs (1000 / this, per broker)."""
     uploads_inflight_max: int = 8
     commit_group_max: int = 8
     """Uploaded objects waiting for their turn to commit go to the coordinator together, up to
@@ -34,6 +40,12 @@ class WalConfig(msgspec.Struct, frozen=True):
             raise ValueError(f"buffer_max_bytes must be >= 1, got {self.buffer_max_bytes}")
         if self.commit_interval_ms < 0:
             raise ValueError(f"commit_interval_ms must be >= 0, got {self.commit_interval_ms}")
+        if self.linger_ms < 0:
+            raise ValueError(f"linger_ms must be >= 0, got {self.linger_ms}")
+        if self.rotate_interval_min_ms < 0:
+            raise ValueError(
+                f"rotate_interval_min_ms must be >= 0, got {self.rotate_interval_min_ms}"
+            )
         if self.uploads_inflight_max < 1:
             raise ValueError(f"uploads_inflight_max must be >= 1, got {self.uploads_inflight_max}")
         if self.commit_group_max < 1:

@@ -1,4 +1,6 @@
-"""The deadline watcher: one sleeper on the injected clock for every request, not one timer each."""
+"""When things are due: the active segment's rotation (`RotationRule`), and every request's
+deadline (`DeadlineWatcher`, one sleeper on the injected clock for all requests, not one timer
+each)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,54 @@ from collections.abc import Callable
 from typing import Final
 
 from diskless.clock import Clock
+from diskless.wal._config import WalConfig
 from diskless.wal._request import PendingWrite
 
 COMPACT_MIN: Final = 1024
 """The heap is rebuilt without settled requests once it is this big and half stale."""
+
+
+class RotationRule:
+    """When the active segment rotates, unless it fills up first (`buffer_max_bytes`).
+
+    Latency follows the load, and cost stays bounded. A segment rotates once no batch arrived
+    for `linger_ms` (nothing more is coming: a lone request, or producers that all wait for
+    their answers, is not kept for the whole interval), but never sooner than
+    `rotate_interval_min_ms` after the previous rotation, so a trickle costs at most
+    1000 / `rotate_interval_min_ms` objects per second; and at the latest `commit_interval_ms`
+    after its first batch, so a steady stream still makes objects of an interval's bytes.
+
+    Rotating early is only worth it while the upload pipeline has room: a segment sealed behind
+    a full pipeline would wait there anyway, so under load a segment fills for the interval (or
+    up to its size) as before, and objects stay large exactly when they are many.
+    """
+
+    __slots__ = ("floor_s", "interval_s", "linger_s")
+
+    def __init__(self, config: WalConfig) -> None:
+        self.interval_s = config.commit_interval_ms / 1000
+        self.linger_s = config.linger_ms / 1000
+        self.floor_s = config.rotate_interval_min_ms / 1000
+
+    def due(
+        self,
+        opened_at: float,
+        last_write_at: float,
+        last_rotated_at: float,
+        *,
+        pipeline_has_room: bool = True,
+    ) -> float:
+        """The time a segment opened at `opened_at`, last written at `last_write_at`, rotates
+        when the previous rotation was at `last_rotated_at` (-inf if none)."""
+        by_interval = opened_at + self.interval_s
+        if not pipeline_has_room:
+            return by_interval
+        settled = max(last_write_at + self.linger_s, last_rotated_at + self.floor_s)
+        return min(by_interval, settled)
+
+    def by_interval(self, opened_at: float, due: float) -> bool:
+        """Whether `due` is the interval's bound rather than the linger's (for the logs)."""
+        return due >= opened_at + self.interval_s
 
 
 class DeadlineWatcher:

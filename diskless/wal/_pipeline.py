@@ -126,6 +126,12 @@ class SegmentPipeline:
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: self._resolve_unstarted(segment))
 
+    @property
+    def has_room(self) -> bool:
+        """Whether a segment sealed now would start uploading at once: fewer segments are under
+        way (uploading or waiting to commit) than `uploads_inflight_max`."""
+        return len(self._unresolved) < self._config.uploads_inflight_max
+
     def cancel(self) -> None:
         """Abandon every segment under way: their batches fail with an unknown outcome."""
         for task in self._tasks:

@@ -21,6 +21,7 @@ class Segment:
         "data",
         "done",
         "key",
+        "last_write_at",
         "number",
         "opened_at",
         "parts",
@@ -31,6 +32,8 @@ class Segment:
 
     def __init__(self, opened_at: float) -> None:
         self.opened_at = opened_at
+        self.last_write_at = opened_at
+        """When its latest batch was added (the writer sets it): it rotates a linger after."""
         self.parts: list[memoryview | bytes] = []
         self.data = b""
         """The whole object (batches + footer), built once by `seal`."""

@@ -6,7 +6,9 @@
                                   commit N after upload N and commit N-1 ──▶ results to waiters
 
 Every concurrent `write` appends into one active segment. The segment rotates when it reaches
-`buffer_max_bytes` or `commit_interval_ms` after its first write. Each closed segment gets one task
+`buffer_max_bytes`, or by the clock (`_deadlines.RotationRule`): once no batch arrived for
+`linger_ms`, but never sooner than `rotate_interval_min_ms` after the previous rotation, and at the
+latest `commit_interval_ms` after its first write. Each closed segment gets one task
 that uploads it and then commits it; commit N waits for upload N and for commit N-1 only, so a
 slow later upload never blocks an earlier commit, and a producer's pipelined requests are sequenced
 in the order they were appended.
@@ -54,7 +56,7 @@ from typing import cast
 
 from diskless._object_keys import new_object_key
 from diskless._types import ErrorCode
-from diskless.clock import Clock, SystemClock
+from diskless.clock import Clock, SystemClock, sleep_unless
 from diskless.coordinator import BatchCoordinator, CommitBatchResult
 from diskless.errors import BrokerClosedError
 from diskless.metrics import NULL_METRICS, Metrics, ProduceStage
@@ -62,7 +64,7 @@ from diskless.storage import ObjectStore
 from diskless.wal._admission import Admission
 from diskless.wal._cache import SegmentCache
 from diskless.wal._config import WalConfig, WalStats
-from diskless.wal._deadlines import DeadlineWatcher
+from diskless.wal._deadlines import DeadlineWatcher, RotationRule
 from diskless.wal._format import WalEntry
 from diskless.wal._pipeline import SegmentPipeline
 from diskless.wal._request import CLOSING, TIMED_OUT, PendingWrite, error_result
@@ -114,6 +116,8 @@ class WalWriter:
         self._segment_numbers = itertools.count()
         self._timer_task: asyncio.Task[None] | None = None
         self._timer_wakeup = asyncio.Event()
+        self._rotation = RotationRule(self._config)
+        self._last_rotated_at = float("-inf")
         self._placing: set[asyncio.Task[None]] = set()
         """Tasks appending the entries of requests that had to queue for admission."""
         self._writes_open = 0
@@ -132,7 +136,7 @@ class WalWriter:
             fenced_result=self._fenced_result,
             fenced=lambda: self._fenced,
             on_fenced=self._fence,
-            release=self._admission.release,
+            release=self._released,
             metrics=metrics,
         )
         self._deadlines = DeadlineWatcher(self._clock, self._due, lambda: self._writes_open)
@@ -338,9 +342,12 @@ class WalWriter:
         if segment is not None and segment.batch_bytes + size > buffer_max:
             self._rotate("size")
             segment = None
+        now = self._clock.monotonic()
         if segment is None:
-            segment = self._active = Segment(self._clock.monotonic())
+            segment = self._active = Segment(now)
             self._timer_wakeup.set()
+        else:
+            segment.last_write_at = now
         request.placed.append((segment, segment.add(entry, size)))
         segment.slots.append((request, index))
         if segment.batch_bytes >= buffer_max:
@@ -362,6 +369,12 @@ class WalWriter:
         want = self._admission.first_waiting()
         if want is not None and active.batch_bytes + want > self._config.inflight_bytes_max:
             self._rotate("backpressure")
+
+    def _released(self, batch_bytes: int) -> None:
+        """A segment resolved: its bytes go back to admission, and the pipeline has room again,
+        which may make the active segment due (`RotationRule`)."""
+        self._admission.release(batch_bytes)
+        self._timer_wakeup.set()
 
     def _fence(self) -> None:
         if self._fenced:
@@ -389,6 +402,7 @@ class WalWriter:
         segment = self._active
         assert segment is not None and segment.batches
         self._active = None
+        self._last_rotated_at = self._clock.monotonic()
         segment.number = next(self._segment_numbers)
         segment.key = new_object_key(
             self._config.object_prefix, self._clock.now_ms(), self._broker_id
@@ -406,24 +420,33 @@ class WalWriter:
         self._pipeline.launch(segment)
 
     async def _timer_loop(self) -> None:
-        """Rotate each segment `commit_interval_ms` after its first write, unless size did first.
+        """Rotate the active segment when `RotationRule` says it is due, unless size did first.
 
-        Segments open in time order, so sleeping until the current one's deadline never
-        oversleeps a later one's.
+        The loop sleeps until the due time, or until woken (a segment opened, or one resolved and
+        made room in the pipeline), and looks again. A due time only moves later while a segment
+        fills (its last write moves), and the next segment opens after the rotation its floor
+        counts from, so nothing else can make it earlier than the time slept for.
         """
-        interval = self._config.commit_interval_ms / 1000
+        rule = self._rotation
+        wakeup = self._timer_wakeup
         while True:
+            wakeup.clear()
             segment = self._active
             if segment is None:
-                self._timer_wakeup.clear()
-                await self._timer_wakeup.wait()
+                await wakeup.wait()
                 continue
-            delay = segment.opened_at + interval - self._clock.monotonic()
+            due = rule.due(
+                segment.opened_at,
+                segment.last_write_at,
+                self._last_rotated_at,
+                pipeline_has_room=self._pipeline.has_room,
+            )
+            delay = due - self._clock.monotonic()
             if delay > 0:
-                await self._clock.sleep(delay)
+                await sleep_unless(self._clock, delay, wakeup)
                 continue
             if self._active is segment and not self._closing:
-                self._rotate("interval")
+                self._rotate("interval" if rule.by_interval(segment.opened_at, due) else "linger")
 
     def _fail_active(self, result: CommitBatchResult) -> None:
         segment = self._active

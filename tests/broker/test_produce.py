@@ -522,7 +522,9 @@ async def test_a_reused_buffer_does_not_change_an_acks_zero_write(broker: Diskle
 async def test_crash_close_fails_buffered_requests_and_commits_nothing(
     coordinator: CountingCoordinator,
 ) -> None:
-    slow = BrokerConfig(wal=WalConfig(commit_interval_ms=60_000, upload_attempts=1))
+    slow = BrokerConfig(
+        wal=WalConfig(commit_interval_ms=60_000, linger_ms=60_000, upload_attempts=1)
+    )
     store = MemoryObjectStore()
     broker = DisklessBroker(1, store, coordinator, slow)
     await broker.start()

@@ -21,6 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from diskless import BrokerConfig
+from diskless.wal import WalConfig
 from testkit.wire import decode_response, encode_request
 
 
@@ -176,6 +177,56 @@ def test_the_wal_commit_interval_is_an_option_and_the_lease_covers_it(tmp_path: 
     )
     with pytest.raises(cli.UsageError, match="--commit-interval-ms"):
         configured("--commit-interval-ms", "-1")
+
+
+def test_the_wal_linger_and_rotation_floor_are_options(tmp_path: Path) -> None:
+    from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
+    from diskless.kafka_server._server.process import cli
+
+    def configured(*argv: str) -> BrokerConfig:
+        args = _parser().parse_args(["--data-dir", str(tmp_path), *argv])
+        return cli.configs(args, [0], COMMIT_BOUNDS).broker
+
+    default = configured().wal
+    assert (default.linger_ms, default.rotate_interval_min_ms) == (2, 50)
+    chosen = configured("--linger-ms", "7", "--rotate-interval-min-ms", "100").wal
+    assert (chosen.linger_ms, chosen.rotate_interval_min_ms) == (7, 100)
+    with pytest.raises(cli.UsageError, match="--linger-ms"):
+        configured("--linger-ms", "-1")
+    with pytest.raises(cli.UsageError, match="--rotate-interval-min-ms"):
+        configured("--rotate-interval-min-ms", "-1")
+
+
+def test_the_wal_settings_are_also_kafka_style_properties(tmp_path: Path) -> None:
+    from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
+    from diskless.kafka_server._server.process import cli, cli_properties
+
+    def configured(*argv: str) -> WalConfig:
+        args = _parser().parse_args(["--data-dir", str(tmp_path), *argv])
+        properties = cli_properties.Properties(args)
+        named = properties.flag_values(args)
+        base = properties.server_config(args)
+        return cli.configs(args, [0], COMMIT_BOUNDS, base, named).broker.wal
+
+    file = tmp_path / "server.properties"
+    file.write_text(
+        "diskless.produce.linger.ms=7\n"
+        "diskless.produce.rotate.interval.min.ms=100\n"
+        "diskless.produce.commit.interval.ms=500\n"
+        "diskless.produce.upload.timeout.ms=9000\n"
+    )
+    wal = configured("--config", str(file))
+    assert (wal.linger_ms, wal.rotate_interval_min_ms) == (7, 100)
+    assert (wal.commit_interval_ms, wal.upload_timeout_ms) == (500, 9000)
+    overridden = configured(
+        "--config", str(file), "--override", "diskless.produce.linger.ms=3",
+        "--commit-interval-ms", "400",
+    )  # fmt: skip
+    assert (overridden.linger_ms, overridden.commit_interval_ms) == (3, 400)  # the flag wins
+    with pytest.raises(cli.UsageError, match=r"^diskless\.produce\.linger\.ms: -1"):
+        configured("--override", "diskless.produce.linger.ms=-1")
+    with pytest.raises(cli.UsageError, match=r"^--override: diskless\.produce\.linger\.ms=x"):
+        configured("--override", "diskless.produce.linger.ms=x")
 
 
 def _metadata(path: Path) -> tuple[int, int]:

@@ -39,7 +39,8 @@ TOPIC: Final = "txn-out"
 PARTITIONS: Final = 6
 RECORDS: Final = 30
 COMMIT_INTERVAL_MS: Final = 2_000
-"""B's WAL segments: a batch stays leased and uncommitted this long."""
+"""B's WAL segments: a batch stays leased and uncommitted this long (the linger is as long, so
+off)."""
 END_WITHIN_S: Final = 30.0
 """From the kill to a committed transaction (the lease's own TTL is over 100 s)."""
 TXN_TIMEOUT_S: Final = 60.0
@@ -113,7 +114,16 @@ def test_a_transaction_ends_soon_after_the_broker_holding_its_leases_dies(
     shared = ["--data-dir", str(data), "--topic", f"{TOPIC}:{PARTITIONS}"]
     a = BrokerProcess(0, 1, shared, tmp_path / "broker-0.log")
     b = BrokerProcess(
-        1, 1, [*shared, "--commit-interval-ms", str(COMMIT_INTERVAL_MS)], tmp_path / "broker-1.log"
+        1,
+        1,
+        [
+            *shared,
+            "--commit-interval-ms",
+            str(COMMIT_INTERVAL_MS),
+            "--linger-ms",
+            str(COMMIT_INTERVAL_MS),
+        ],
+        tmp_path / "broker-1.log",
     )
     transactional_id = _transactional_id()
     through_b = _partitions_of(1)

@@ -49,7 +49,8 @@ LEASE_TTL_MS: Final = 90_000
 """Longer than the whole scenario up to the end: a lease that bound the end would hold it for
 most of a minute after the renewal."""
 COMMIT_INTERVAL_MS: Final = 2_000
-"""A's segment holds the leased batch this long before its upload: time to cut the link."""
+"""A's segment holds the leased batch this long before its upload (the linger is as long, so
+off): time to cut the link."""
 UPLOAD_TIMEOUT_MS: Final = 1_000
 END_WITHIN_S: Final = 20.0
 """EndTxn's answer, once the lease is dropped (waiting out the lease would take over 50 s)."""
@@ -182,7 +183,7 @@ def test_a_lease_taken_before_a_cut_does_not_hold_the_end_after_it(
         shared = [
             "--coordinator", pg.dsn(database), "--s3-endpoint", endpoint, "--bucket", bucket,
             "--region", REGION, "--topic", f"{TOPIC}:1", "--no-lifecycle",
-            "--commit-interval-ms", str(COMMIT_INTERVAL_MS),
+            "--commit-interval-ms", str(COMMIT_INTERVAL_MS), "--linger-ms", str(COMMIT_INTERVAL_MS),
             "--upload-timeout-ms", str(UPLOAD_TIMEOUT_MS),
             "--txn-lease-ttl-ms", str(LEASE_TTL_MS),
         ]  # fmt: skip

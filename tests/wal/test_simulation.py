@@ -305,6 +305,8 @@ async def simulate(
     config = WalConfig(
         buffer_max_bytes=buffer_max,
         commit_interval_ms=rng.choice([10, 50, 250]),
+        linger_ms=rng.choice([0, 2, 20, 1000]),
+        rotate_interval_min_ms=rng.choice([0, 5, 50]),
         uploads_inflight_max=rng.randint(1, 4),
         inflight_bytes_max=buffer_max * rng.randint(1, 4),
         upload_attempts=rng.randint(1, 3),

@@ -127,7 +127,7 @@ async def test_a_batch_that_would_overflow_the_buffer_starts_a_new_segment() -> 
 
 
 async def test_rotation_by_interval_after_the_first_write() -> None:
-    rig = Rig(WalConfig(commit_interval_ms=250))
+    rig = Rig(WalConfig(commit_interval_ms=250, linger_ms=250))  # the interval alone
     await rig.topic()
     writer = await rig.writer()
     first = asyncio.ensure_future(
@@ -711,7 +711,7 @@ async def test_sqlite_coordinator_and_local_store(tmp_path: object) -> None:
 
 async def test_a_timed_out_batch_no_longer_borrows_the_callers_buffer() -> None:
     """Batches are referenced until rotation; a request returning earlier gets them copied."""
-    rig = Rig(WalConfig(commit_interval_ms=10_000))
+    rig = Rig(WalConfig(commit_interval_ms=10_000, linger_ms=10_000))
     await rig.topic()
     writer = await rig.writer()
     original = build_batch([b"keep me"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Final
 
@@ -10,6 +9,7 @@ import msgspec
 
 from diskless._limits import LEASE_TTL_MS_MAX
 from diskless._types import ErrorCode, TopicPartition
+from diskless.clock import sleep_unless
 from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.checks import broker_fenced
 from diskless.coordinator._rules.commit import ProducerKey
@@ -226,11 +226,7 @@ class TransactionOperations(EngineBase):
             if signal is None:
                 await clock.sleep(delay_s)
                 continue
-            sleeper = asyncio.ensure_future(clock.sleep(delay_s))
-            try:
-                await asyncio.wait([sleeper, signal], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
+            await sleep_unless(clock, delay_s, signal)
 
     def _marker_needs(self, producer_id: int, partitions: Sequence[TopicPartition]) -> Needs:
         needs = self._txn_needs(producer_id, partitions)

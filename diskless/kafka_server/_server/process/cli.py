@@ -283,15 +283,18 @@ def configs(
     ids: Sequence[int],
     bounds: CommitBounds,
     base: ServerConfig | None = None,
+    named: Mapping[str, str] | None = None,
 ) -> Configs:
     """Every configuration of the process; UsageError naming the flag of a refused value.
-    `base`: the server settings the flags change (those of `--config`)."""
+    `base`: the server settings the flags change (those of `--config`); `named`: the property
+    that gave a flag's value, by flag, named instead of the flag when the value is refused."""
     check_places(args)
     check_ports(args.base_port, ids)
+    names = named or {}
     checked = Configs(
         _server_config(args, base or ServerConfig()),
-        _broker_config(args, bounds),
-        _lifecycle_config(args, min(ids)),
+        _broker_config(args, bounds, names),
+        _lifecycle_config(args, min(ids), names),
     )
     check_data_dir(args.data_dir)
     return checked
@@ -376,38 +379,48 @@ def log_format(spec: str) -> str:
     return spec
 
 
-def _broker_config(args: argparse.Namespace, bounds: CommitBounds) -> BrokerConfig:
+def _broker_config(
+    args: argparse.Namespace, bounds: CommitBounds, names: Mapping[str, str]
+) -> BrokerConfig:
     def build(values: dict[str, int]) -> BrokerConfig:
         wal = WalConfig(
             commit_interval_ms=values["commit_interval_ms"],
+            linger_ms=values["linger_ms"],
+            rotate_interval_min_ms=values["rotate_interval_min_ms"],
             upload_timeout_ms=values["upload_timeout_ms"],
         )
         config = BrokerConfig(wal=wal, txn_lease_ttl_ms=values["txn_lease_ttl_ms"])
         check_commit_bounds(config, bounds)
         return config
 
-    commit_interval_ms = WalConfig().commit_interval_ms
-    upload_timeout_ms = WalConfig().upload_timeout_ms
+    wal_defaults = WalConfig()
     settings = {
-        "commit_interval_ms": Setting(
-            "--commit-interval-ms", args.commit_interval_ms, commit_interval_ms, commit_interval_ms
-        ),
-        "upload_timeout_ms": Setting(
-            "--upload-timeout-ms", args.upload_timeout_ms, upload_timeout_ms, upload_timeout_ms
-        ),
-        "txn_lease_ttl_ms": Setting(
-            "--txn-lease-ttl-ms",
-            args.txn_lease_ttl_ms,
-            TXN_LEASE_TTL_FROM_WAL,
-            inside=LEASE_TTL_MS_MAX,
-            special=TXN_LEASE_TTL_FROM_WAL,
-            special_text=f", or {TXN_LEASE_TTL_FROM_WAL} for the WAL's whole budget",
-        ),
+        name: Setting(names.get(flag, flag), _or(getattr(args, name), default), default, default)
+        for name, flag, default in (
+            ("commit_interval_ms", "--commit-interval-ms", wal_defaults.commit_interval_ms),
+            ("linger_ms", "--linger-ms", wal_defaults.linger_ms),
+            (
+                "rotate_interval_min_ms",
+                "--rotate-interval-min-ms",
+                wal_defaults.rotate_interval_min_ms,
+            ),
+            ("upload_timeout_ms", "--upload-timeout-ms", wal_defaults.upload_timeout_ms),
+        )
     }
+    settings["txn_lease_ttl_ms"] = Setting(
+        "--txn-lease-ttl-ms",
+        args.txn_lease_ttl_ms,
+        TXN_LEASE_TTL_FROM_WAL,
+        inside=LEASE_TTL_MS_MAX,
+        special=TXN_LEASE_TTL_FROM_WAL,
+        special_text=f", or {TXN_LEASE_TTL_FROM_WAL} for the WAL's whole budget",
+    )
     return build_checked(build, settings)
 
 
-def _lifecycle_config(args: argparse.Namespace, node_id: int) -> LifecycleConfig:
+def _lifecycle_config(
+    args: argparse.Namespace, node_id: int, names: Mapping[str, str]
+) -> LifecycleConfig:
     def build(values: dict[str, int]) -> LifecycleConfig:
         consolidation = ConsolidatorConfig(
             node_id=node_id, age_ms=values["age_ms"], period_ms=values["period_ms"]
@@ -420,7 +433,9 @@ def _lifecycle_config(args: argparse.Namespace, node_id: int) -> LifecycleConfig
 
     defaults = LifecycleConfig()
     settings = {
-        name: Setting(flag, _or(getattr(args, attribute), default), default, default)
+        name: Setting(
+            names.get(flag, flag), _or(getattr(args, attribute), default), default, default
+        )
         for name, flag, attribute, default in (
             (
                 "retention_check_interval_ms",

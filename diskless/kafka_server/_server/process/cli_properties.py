@@ -13,8 +13,8 @@ Besides the `ServerConfig` properties, the command applies three itself, each un
 `node.id` (or Kafka's older `broker.id`) names this process's first broker (with `--brokers N`
 it runs N...); `log.dirs` (or `log.dir`), the first directory, is the embedded cluster's data
 directory when `--data-dir` is not given (named as not applied when the coordinator and the
-objects are both elsewhere); `log.retention.check.interval.ms` is
-`--retention-check-interval-ms`.
+objects are both elsewhere); and each of `FLAG_PROPERTIES` (`log.retention.check.interval.ms`,
+and the WAL's `diskless.produce.*` settings) sets its flag's value when the flag is not given.
 
 `COMMAND_DEFAULTS` are Kafka's defaults where a `ServerConfig` embedded in a program has its
 own: the command starts as a Kafka broker would, topics created on first use. Without
@@ -41,7 +41,14 @@ from diskless.kafka_server._server.settings.server_properties import server_conf
 BROKER_ID_PROPERTIES: Final = ("node.id", "broker.id")
 DATA_DIR_PROPERTIES: Final = ("log.dirs", "log.dir")
 """Kafka's `log.dirs` wins over `log.dir`."""
-RETENTION_CHECK_PROPERTY: Final = "log.retention.check.interval.ms"
+FLAG_PROPERTIES: Final = {
+    "log.retention.check.interval.ms": "--retention-check-interval-ms",
+    "diskless.produce.commit.interval.ms": "--commit-interval-ms",
+    "diskless.produce.linger.ms": "--linger-ms",
+    "diskless.produce.rotate.interval.min.ms": "--rotate-interval-min-ms",
+    "diskless.produce.upload.timeout.ms": "--upload-timeout-ms",
+}
+"""Properties that stand for a flag of this command: an integer each, the flag winning."""
 DEFAULT_BROKERS: Final = 1
 DEFAULT_LISTENERS: Final = "PLAINTEXT://:9092"
 """Kafka's default `listeners`."""
@@ -123,18 +130,21 @@ class Properties:
             raise self.refusal(f"{name}: {texts[name]!r}: expected a directory")
         return Path(first)
 
-    def retention_check_interval_ms(self, args: argparse.Namespace) -> int | None:
-        """`--retention-check-interval-ms`, else `log.retention.check.interval.ms`, else None
-        (the lifecycle's default)."""
-        text = self.values.pop(RETENTION_CHECK_PROPERTY, None)
-        if args.retention_check_interval_ms is not None or text is None:
-            return args.retention_check_interval_ms  # type: ignore[no-any-return]
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise self.refusal(
-                f"{RETENTION_CHECK_PROPERTY}: expected an integer, got {text.strip()!r}"
-            ) from None
+    def flag_values(self, args: argparse.Namespace) -> dict[str, str]:
+        """Sets each flag of `FLAG_PROPERTIES` that was not given (None) from its property;
+        returns the property's name by flag, for the messages that refuse a value."""
+        named: dict[str, str] = {}
+        for name, flag in FLAG_PROPERTIES.items():
+            text = self.values.pop(name, None)
+            attribute = flag.removeprefix("--").replace("-", "_")
+            if text is None or getattr(args, attribute) is not None:
+                continue
+            try:
+                setattr(args, attribute, int(text.strip()))
+            except ValueError:
+                raise self.refusal(f"{name}: expected an integer, got {text.strip()!r}") from None
+            named[flag] = name
+        return named
 
     def log_ignored(self) -> None:
         """One line naming the given properties that do not apply here, if there are any."""

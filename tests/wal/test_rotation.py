@@ -1,0 +1,253 @@
+"""Unit, virtual clock: when a segment rotates by time (`RotationRule`), and that size still wins.
+
+A segment rotates once no batch arrived for `linger_ms`, never sooner than
+`rotate_interval_min_ms` after the previous rotation, and at the latest `commit_interval_ms` after
+its first batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from diskless import ErrorCode, ManualClock, TopicPartition
+from diskless.storage import ForwardingObjectStore, MemoryObjectStore
+from diskless.wal import WalConfig
+from diskless.wal._deadlines import RotationRule
+from testkit.clocks import settle
+from testkit.wal import build_batch, entry, sized_batch
+from tests.wal._rig import Rig
+
+TP0 = TopicPartition("t", 0)
+TIMEOUT_S = 30.0
+MS = 0.001
+
+
+class TimedStore(ForwardingObjectStore):
+    """Records the virtual time of every PUT: one per rotated segment. While `held` is clear,
+    PUTs wait for it (an upload under way)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(MemoryObjectStore(clock))
+        self._clock = clock
+        self.put_times: list[float] = []
+        self.held = asyncio.Event()
+        self.held.set()
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        self.put_times.append(self._clock.monotonic())
+        await self.held.wait()
+        await self.inner.put(key, data)
+
+
+def _rig(config: WalConfig) -> tuple[Rig, TimedStore]:
+    clock = ManualClock(start_ms=0)
+    store = TimedStore(clock)
+    return Rig(config, store=store, clock=clock), store
+
+
+def test_the_rule_lingers_above_a_floor_and_below_the_interval() -> None:
+    rule = RotationRule(WalConfig(commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=50))
+    never = float("-inf")
+    assert rule.due(10.0, 10.0, never) == 10.0 + 2 * MS  # a lone batch: the linger
+    assert rule.due(10.0, 10.1, never) == 10.1 + 2 * MS  # each batch moves it
+    assert rule.due(10.0, 10.0, 9.99) == 9.99 + 50 * MS  # the floor after the last rotation
+    assert rule.due(10.0, 10.249, never) == 10.0 + 250 * MS  # the interval bounds the wait
+    assert rule.by_interval(10.0, rule.due(10.0, 10.249, never))
+    assert not rule.by_interval(10.0, rule.due(10.0, 10.0, never))
+    off = RotationRule(WalConfig(commit_interval_ms=250, linger_ms=250))
+    assert off.due(10.0, 10.0, never) == 10.0 + 250 * MS  # a linger >= the interval: off
+
+
+async def test_a_lone_request_is_committed_after_the_linger_not_the_interval() -> None:
+    rig, store = _rig(WalConfig(commit_interval_ms=250, linger_ms=4, rotate_interval_min_ms=50))
+    await rig.topic()
+    writer = await rig.writer()
+    start = rig.clock.monotonic()
+    write = asyncio.ensure_future(
+        writer.write([entry(TP0, build_batch([b"alone"]))], timeout_s=TIMEOUT_S)
+    )
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    assert not write.done() and store.put_times == []  # still lingering
+    await rig.clock.advance(2 * MS)
+    await settle()
+    assert write.done()
+    assert write.result()[0].error == ErrorCode.NONE
+    (put_at,) = store.put_times
+    assert put_at - start < 5 * MS  # the linger, far from the 250 ms interval
+    await rig.close()
+
+
+async def test_a_steady_trickle_rotates_no_more_often_than_the_floor() -> None:
+    """One batch every 10 ms, with 2 ms of linger: each would go alone, the floor groups them."""
+    floor_ms = 50
+    config = WalConfig(commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=floor_ms)
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    writes = []
+    for i in range(100):  # 1 s of virtual time
+        writes.append(
+            asyncio.ensure_future(
+                writer.write([entry(TP0, build_batch([b"%d" % i]))], timeout_s=TIMEOUT_S)
+            )
+        )
+        await rig.clock.advance(10 * MS)
+    await rig.clock.advance(300 * MS)
+    await settle()
+    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in writes)
+    gaps = [b - a for a, b in zip(store.put_times, store.put_times[1:], strict=False)]
+    assert min(gaps) >= floor_ms * MS - 1e-9  # never more often than the floor
+    # ...and at the floor, not the interval: about 1 s / 50 ms objects (20), not 1 s / 250 ms.
+    assert 18 <= len(store.put_times) <= 21, store.put_times
+    await rig.close()
+
+
+async def test_a_stream_without_pauses_rotates_at_the_interval() -> None:
+    """A batch every millisecond never leaves a 2 ms linger: the interval bounds the segment."""
+    rig, store = _rig(WalConfig(commit_interval_ms=100, linger_ms=2, rotate_interval_min_ms=10))
+    await rig.topic()
+    writer = await rig.writer()
+    writes = []
+    for i in range(250):
+        writes.append(
+            asyncio.ensure_future(
+                writer.write([entry(TP0, build_batch([b"%d" % i]))], timeout_s=TIMEOUT_S)
+            )
+        )
+        await rig.clock.advance(1 * MS)
+    await rig.clock.advance(200 * MS)
+    await settle()
+    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in writes)
+    gaps = [b - a for a, b in zip(store.put_times, store.put_times[1:], strict=False)]
+    # Two intervals of the stream, then its tail (200 to 249 ms) lingers after its last batch.
+    assert len(store.put_times) == 3, store.put_times
+    assert abs(gaps[0] - 100 * MS) < 1e-9 and abs(gaps[1] - 51 * MS) < 1e-9, gaps
+    await rig.close()
+
+
+async def test_the_size_trigger_wins_over_the_floor() -> None:
+    config = WalConfig(
+        buffer_max_bytes=1000, commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=200
+    )
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    first = asyncio.ensure_future(
+        writer.write([entry(TP0, build_batch([b"first"]))], timeout_s=TIMEOUT_S)
+    )
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    assert first.done() and len(store.put_times) == 1  # lingered, then rotated
+    fills = [
+        asyncio.ensure_future(
+            writer.write([entry(TP0, sized_batch(250, tag=i))], timeout_s=TIMEOUT_S)
+        )
+        for i in range(4)
+    ]
+    await settle()
+    assert all(w.done() for w in fills)  # full: rotated at once, well inside the floor
+    assert len(store.put_times) == 2
+    assert store.put_times[1] == rig.clock.monotonic() < store.put_times[0] + 200 * MS
+    await rig.close()
+
+
+async def test_a_segment_opened_while_the_timer_sleeps_is_due_by_its_own_writes() -> None:
+    """The timer sleeps for the linger of a segment that then fills; the next segment, opened by
+    a later write, lingers from that write."""
+    config = WalConfig(
+        buffer_max_bytes=1000, commit_interval_ms=250, linger_ms=200, rotate_interval_min_ms=5
+    )
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    writes = [
+        asyncio.ensure_future(writer.write([entry(TP0, sized_batch(250))], timeout_s=TIMEOUT_S))
+    ]
+    await settle()
+    await rig.clock.advance(100 * MS)  # the timer sleeps until 200 ms (the linger)
+    writes += [
+        asyncio.ensure_future(
+            writer.write([entry(TP0, sized_batch(250, tag=i))], timeout_s=TIMEOUT_S)
+        )
+        for i in range(4)
+    ]  # 3 fill the segment at 100 ms; the 4th opens a segment due at 100 + 200 ms
+    await settle()
+    assert len(store.put_times) == 1
+    await rig.clock.advance(150 * MS)  # past the old sleep's target: nothing due yet
+    await settle()
+    assert len(store.put_times) == 1
+    await rig.clock.advance(60 * MS)
+    await settle()
+    assert len(store.put_times) == 2 and all(w.done() for w in writes)
+    await rig.close()
+
+
+async def test_a_full_pipeline_keeps_the_segment_open_until_it_has_room() -> None:
+    """Rotating early only helps while the sealed segment can upload at once: behind a full
+    pipeline it fills on, and rotates as soon as the upload before it is done."""
+    config = WalConfig(
+        commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=0, uploads_inflight_max=1
+    )
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    start = rig.clock.monotonic()
+    store.held.clear()  # the first upload will not finish until released
+    first = asyncio.ensure_future(
+        writer.write([entry(TP0, build_batch([b"first"]))], timeout_s=TIMEOUT_S)
+    )
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    assert len(store.put_times) == 1  # lingered and rotated: its upload is under way
+    second = asyncio.ensure_future(
+        writer.write([entry(TP0, build_batch([b"second"]))], timeout_s=TIMEOUT_S)
+    )
+    await settle()
+    await rig.clock.advance(50 * MS)  # far past the second's linger
+    await settle()
+    assert writer.stats().segments_rotated == 1 and not second.done()  # no room: still open
+    store.held.set()
+    await settle()
+    assert first.done() and first.result()[0].error == ErrorCode.NONE
+    assert writer.stats().segments_rotated == 2  # room again: rotated at once
+    assert len(store.put_times) == 2
+    assert store.put_times[1] - start < 60 * MS
+    await settle()
+    assert second.done() and second.result()[0].error == ErrorCode.NONE
+    await rig.close()
+
+
+async def test_behind_a_pipeline_that_stays_full_the_interval_rotates() -> None:
+    config = WalConfig(
+        commit_interval_ms=100, linger_ms=2, rotate_interval_min_ms=0, uploads_inflight_max=1
+    )
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    store.held.clear()
+    writes = [
+        asyncio.ensure_future(writer.write([entry(TP0, build_batch([b"a"]))], timeout_s=TIMEOUT_S))
+    ]
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    opened = rig.clock.monotonic()
+    writes.append(
+        asyncio.ensure_future(writer.write([entry(TP0, build_batch([b"b"]))], timeout_s=TIMEOUT_S))
+    )
+    await settle()
+    await rig.clock.advance(99 * MS)
+    await settle()
+    assert writer.stats().segments_rotated == 1
+    await rig.clock.advance(2 * MS)
+    await settle()
+    assert writer.stats().segments_rotated == 2  # the interval, as before the linger existed
+    store.held.set()
+    await settle()
+    assert len(store.put_times) == 2 and store.put_times[1] >= opened + 100 * MS
+    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in writes)
+    await rig.close()
