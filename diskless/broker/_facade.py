@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from diskless._kafka_errors import list_offsets_error
 from diskless._results import BrokerStats, FetchResult, ListOffsetsResult, ProduceResult
@@ -201,6 +201,7 @@ class DisklessBroker:
         timeout_ms: int | None = None,
         allow_zstd: bool = True,
         rewrite: Rewrite | None = None,
+        sender: Hashable | None = None,
     ) -> dict[TopicPartition, ProduceResult]:
         """Kafka Produce: one record batch per partition; a result per partition.
 
@@ -211,6 +212,9 @@ class DisklessBroker:
         awaited in the request's turn, before validation, for the batches to write instead (the
         Kafka front end's transaction-version-1 bridge, which reads the coordinator): the request
         keeps its place in arrival order however long it takes, and its failure is the request's.
+        `sender` names who sent the request (the Kafka server passes its connection): once every
+        sender writing into the WAL's open segment has as many requests in flight as a Kafka
+        producer keeps, the segment is uploaded without waiting for more (`WalWriter.submit`).
 
         As in Kafka, `timeout_ms` (even 0) bounds only the wait: partitions not answered in time
         get REQUEST_TIMED_OUT while their write goes on, to be committed or to fail within the
@@ -224,6 +228,7 @@ class DisklessBroker:
             timeout_ms=timeout_ms,
             allow_zstd=allow_zstd,
             rewrite=rewrite,
+            sender=sender,
         )
 
     # --- fetch and list offsets ---------------------------------------------------------------

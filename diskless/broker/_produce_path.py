@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar, cast
 
 from diskless._availability import log_failure
@@ -134,6 +134,7 @@ class ProducePath:
         timeout_ms: int | None,
         allow_zstd: bool,
         rewrite: Rewrite | None,
+        sender: Hashable | None = None,
     ) -> dict[TopicPartition, ProduceResult]:
         """`DisklessBroker.produce`, through the broker's running `writer`."""
         if acks not in _ACKS_VALID:
@@ -154,14 +155,16 @@ class ProducePath:
         owned = {tp: owned_bytes(data) for tp, data in partitions.items()}
         checked = self._check_now(owned, allow_zstd) if rewrite is None else None
         if checked is not None and not has_transactional(checked[1]):
-            prepared = self._hand_over(writer, checked, admit_s, acks)
+            prepared = self._hand_over(writer, checked, admit_s, acks, sender)
             if prepared is None:  # acks=0 whose hand-over failed (logged)
                 return {}
             if acks == ACKS_NONE:
                 self._count_unanswered(prepared)
                 return {}
         else:
-            prepare = self._prepare_later(writer, owned, checked, admit_s, allow_zstd, rewrite)
+            prepare = self._prepare_later(
+                writer, owned, checked, admit_s, allow_zstd, rewrite, sender
+            )
             await asyncio.sleep(0)  # its first step: all of it unless it waits
             if not prepare.done():  # waiting for the coordinator or for the request before it
                 self._bound(prepare, now + budget_s)
@@ -195,14 +198,19 @@ class ProducePath:
         return check_produce(partitions, topics, {}, self._clock.now_ms(), allow_zstd=allow_zstd)
 
     def _hand_over(
-        self, writer: WalWriter, checked: _Checked, admit_s: float, acks: int
+        self,
+        writer: WalWriter,
+        checked: _Checked,
+        admit_s: float,
+        acks: int,
+        sender: Hashable | None,
     ) -> _Prepared | None:
         """Hand a validated request without transactional batches to the WAL in this very step:
         no task, no ticket, since nothing can come between it and its predecessors."""
         results, valid = checked
         entries = [WalEntry(tp, header) for tp, header in valid.items()]
         try:  # no leases: nothing to give back when a segment fails
-            pending = writer.submit(entries, admit_s=admit_s) if entries else None
+            pending = writer.submit(entries, admit_s=admit_s, sender=sender) if entries else None
         except Exception as error:
             if acks != ACKS_NONE:
                 raise
@@ -218,6 +226,7 @@ class ProducePath:
         admit_s: float,
         allow_zstd: bool,
         rewrite: Rewrite | None,
+        sender: Hashable | None,
     ) -> asyncio.Task[_Prepared]:
         """Start the request's way to the WAL as a task of its own, holding the next ticket."""
         # Take the ticket now, synchronously, so that arrival order is write order.
@@ -226,7 +235,7 @@ class ProducePath:
         self._admitted = mine
         prepare = asyncio.create_task(
             self._prepare(
-                writer, partitions, checked, previous, mine, admit_s, allow_zstd, rewrite
+                writer, partitions, checked, previous, mine, admit_s, allow_zstd, rewrite, sender
             ),
             name=f"produce-b{self._broker_id}",
         )
@@ -263,6 +272,7 @@ class ProducePath:
         admit_s: float,
         allow_zstd: bool,
         rewrite: Rewrite | None,
+        sender: Hashable | None,
     ) -> _Prepared:
         """Rewrite (if asked to), validate (unless `checked` already is), take leases, wait for
         the request before this one, hand the valid batches to the WAL.
@@ -302,14 +312,18 @@ class ProducePath:
                 mine.set_result(None)
         # No await between resolving the ticket and entering the writer: `submit` appends its
         # entries to the active segment at once (or queues FIFO for admission).
-        return results, entries, self._submit(writer, entries, admit_s)
+        return results, entries, self._submit(writer, entries, admit_s, sender)
 
     def _submit(
-        self, writer: WalWriter, entries: list[WalEntry], admit_s: float
+        self,
+        writer: WalWriter,
+        entries: list[WalEntry],
+        admit_s: float,
+        sender: Hashable | None,
     ) -> PendingWrite | None:
         if not entries:
             return None
-        pending = writer.submit(entries, admit_s=admit_s)
+        pending = writer.submit(entries, admit_s=admit_s, sender=sender)
         if has_lease(entries):
             pending.future.add_done_callback(lambda _: self._settle(entries, pending))
         return pending

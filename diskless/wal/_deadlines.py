@@ -30,7 +30,9 @@ class RotationRule:
 
     Rotating early is only worth it while the upload pipeline has room: a segment sealed behind
     a full pipeline would wait there anyway, so under load a segment fills for the interval (or
-    up to its size) as before, and objects stay large exactly when they are many.
+    up to its size) as before, and objects stay large exactly when they are many. And when every
+    sender of the segment is at its in-flight limit (`_senders`), nothing more can come: the
+    linger is not waited for, only the floor.
     """
 
     __slots__ = ("floor_s", "interval_s", "linger_s")
@@ -47,13 +49,15 @@ class RotationRule:
         last_rotated_at: float,
         *,
         pipeline_has_room: bool = True,
+        senders_blocked: bool = False,
     ) -> float:
         """The time a segment opened at `opened_at`, last written at `last_write_at`, rotates
         when the previous rotation was at `last_rotated_at` (-inf if none)."""
         by_interval = opened_at + self.interval_s
         if not pipeline_has_room:
             return by_interval
-        settled = max(last_write_at + self.linger_s, last_rotated_at + self.floor_s)
+        floor = last_rotated_at + self.floor_s
+        settled = floor if senders_blocked else max(last_write_at + self.linger_s, floor)
         return min(by_interval, settled)
 
     def by_interval(self, opened_at: float, due: float) -> bool:

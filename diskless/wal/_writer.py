@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import cast
 
 from diskless._object_keys import new_object_key
@@ -69,6 +69,7 @@ from diskless.wal._format import WalEntry
 from diskless.wal._pipeline import SegmentPipeline
 from diskless.wal._request import CLOSING, TIMED_OUT, PendingWrite, error_result
 from diskless.wal._segment import Segment
+from diskless.wal._senders import Senders
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class WalWriter:
         self._timer_task: asyncio.Task[None] | None = None
         self._timer_wakeup = asyncio.Event()
         self._rotation = RotationRule(self._config)
+        self._senders = Senders(on_blocked=self._timer_wakeup.set)
         self._last_rotated_at = float("-inf")
         self._placing: set[asyncio.Task[None]] = set()
         """Tasks appending the entries of requests that had to queue for admission."""
@@ -235,7 +237,9 @@ class WalWriter:
         """
         return await self.wait(self.submit(entries, admit_s=timeout_s), timeout_s=timeout_s)
 
-    def submit(self, entries: Sequence[WalEntry], *, admit_s: float) -> PendingWrite:
+    def submit(
+        self, entries: Sequence[WalEntry], *, admit_s: float, sender: Hashable | None = None
+    ) -> PendingWrite:
         """Hand `entries` to the WAL now, in call order, without waiting for their commit.
 
         Entries that fit are appended before this returns; under backpressure the rest are
@@ -243,7 +247,9 @@ class WalWriter:
         not admitted within `admit_s` are refused with REQUEST_TIMED_OUT (load shedding: a
         pipeline that cannot drain must not queue without bound), as are all of them once the
         writer is fenced or closed. The entries' buffers are borrowed until `wait` returns, or
-        until every entry is answered when nobody waits.
+        until every entry is answered when nobody waits. `sender` names who sent them (a
+        connection): once every sender of the active segment has its most requests in flight,
+        the segment need not linger (`_senders`).
         """
         if self._closing:
             raise BrokerClosedError("the WAL writer is closed")
@@ -255,6 +261,7 @@ class WalWriter:
             asyncio.get_running_loop().create_future(),
         )
         self._requests += 1
+        self._senders.submitted(sender, request.future)
         if not entries:
             request.future.set_result(None)
         elif self._fenced:
@@ -402,6 +409,7 @@ class WalWriter:
         segment = self._active
         assert segment is not None and segment.batches
         self._active = None
+        self._senders.rotated()
         self._last_rotated_at = self._clock.monotonic()
         segment.number = next(self._segment_numbers)
         segment.key = new_object_key(
@@ -440,6 +448,7 @@ class WalWriter:
                 segment.last_write_at,
                 self._last_rotated_at,
                 pipeline_has_room=self._pipeline.has_room,
+                senders_blocked=self._senders.all_blocked(),
             )
             delay = due - self._clock.monotonic()
             if delay > 0:

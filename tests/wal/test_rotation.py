@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from diskless import ErrorCode, ManualClock, TopicPartition
+from diskless.coordinator import CommitBatchResult
 from diskless.storage import ForwardingObjectStore, MemoryObjectStore
-from diskless.wal import WalConfig
+from diskless.wal import WalConfig, WalWriter
 from diskless.wal._deadlines import RotationRule
+from diskless.wal._senders import SENDER_INFLIGHT_MAX
 from testkit.clocks import settle
 from testkit.wal import build_batch, entry, sized_batch
 from tests.wal._rig import Rig
@@ -250,4 +254,74 @@ async def test_behind_a_pipeline_that_stays_full_the_interval_rotates() -> None:
     await settle()
     assert len(store.put_times) == 2 and store.put_times[1] >= opened + 100 * MS
     assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in writes)
+    await rig.close()
+
+
+def _sent(
+    writer: WalWriter, sender: object, count: int, tag: str
+) -> list[asyncio.Future[list[CommitBatchResult]]]:
+    """`count` one-batch requests of `sender`, submitted now and waited for in the background."""
+    return [
+        asyncio.ensure_future(
+            writer.wait(
+                writer.submit(
+                    [entry(TP0, build_batch([f"{tag}{i}".encode()]))],
+                    admit_s=TIMEOUT_S,
+                    sender=sender,
+                ),
+                timeout_s=TIMEOUT_S,
+            )
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("inflight", "other", "lingers"),
+    [
+        (SENDER_INFLIGHT_MAX, None, False),  # nothing more can come: no linger
+        (SENDER_INFLIGHT_MAX - 1, None, True),  # it may send one more
+        (SENDER_INFLIGHT_MAX, "connection-2", True),  # another sender may send more
+        (SENDER_INFLIGHT_MAX, "anonymous", True),  # a write without a sender: anything may follow
+    ],
+)
+async def test_a_segment_whose_senders_are_all_at_their_in_flight_limit_does_not_linger(
+    inflight: int, other: str | None, lingers: bool
+) -> None:
+    config = WalConfig(commit_interval_ms=250, linger_ms=100, rotate_interval_min_ms=0)
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    writes = _sent(writer, "connection-1", inflight, "a")
+    if other is not None:
+        writes += _sent(writer, None if other == "anonymous" else other, 1, "b")
+    await settle()
+    await rig.clock.advance(1 * MS)
+    await settle()
+    assert len(store.put_times) == (0 if lingers else 1)
+    await rig.clock.advance(100 * MS)
+    await settle()
+    assert len(store.put_times) == 1  # the linger, at the latest
+    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in writes)
+    await rig.close()
+
+
+async def test_the_in_flight_limit_still_waits_for_the_floor() -> None:
+    config = WalConfig(commit_interval_ms=250, linger_ms=100, rotate_interval_min_ms=40)
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    first = _sent(writer, "connection-1", SENDER_INFLIGHT_MAX, "a")
+    await settle()
+    assert len(store.put_times) == 1  # at once: no rotation before it to count a floor from
+    await settle()
+    assert all(w.done() for w in first)
+    second = _sent(writer, "connection-1", SENDER_INFLIGHT_MAX, "b")
+    await settle()
+    await rig.clock.advance(39 * MS)
+    await settle()
+    assert len(store.put_times) == 1  # blocked, but inside the floor
+    await rig.clock.advance(2 * MS)
+    await settle()
+    assert len(store.put_times) == 2 and all(w.done() for w in second)
     await rig.close()

@@ -75,7 +75,7 @@ async def handle_produce(
     context: BrokerContext, session: Session, request: ProduceRequest, response: Response
 ) -> ResponsePayload | None:
     produce = _authorize(Access(context, session), request, _decode(request))
-    results = await _call(context, produce)
+    results = await _call(context, produce, session)
     if produce.acks == 0:
         return None  # Kafka sends no response to acks=0
     return await _encode(response, request, results)
@@ -111,8 +111,11 @@ def _authorize(access: Access, request: ProduceRequest, produce: _Produce) -> _P
     return produce._replace(refused=produce.refused | refused)
 
 
-async def _call(context: BrokerContext, produce: _Produce) -> dict[TopicPartition, ProduceResult]:
-    """Every partition's result: the broker's, or the library's code for its failure."""
+async def _call(
+    context: BrokerContext, produce: _Produce, session: Session
+) -> dict[TopicPartition, ProduceResult]:
+    """Every partition's result: the broker's, or the library's code for its failure. The
+    session (the connection) is the requests' sender: see `DisklessBroker.produce`."""
     if context.broker_id in context.cluster.lapsed():
         return dict.fromkeys(produce.partitions, _LAPSED) | produce.refused
     try:
@@ -124,6 +127,7 @@ async def _call(context: BrokerContext, produce: _Produce) -> dict[TopicPartitio
             timeout_ms=produce.timeout_ms,
             allow_zstd=produce.allow_zstd,
             rewrite=context.transactions.rewrite_for(produce.partitions),
+            sender=session,
         )
     except DisklessError as e:
         code = failure_code(produce_error, e, f"produce on broker {context.broker_id}")
