@@ -16,7 +16,8 @@ class WalConfig(msgspec.Struct, frozen=True):
     """...or this long after its first write, at the latest."""
     linger_ms: int = 2
     """...or sooner, once no batch arrived for this long (a lone request does not wait for the
-    interval); a value at or above `commit_interval_ms` turns this off."""
+    interval) or its senders can send no more (`_senders`); a value at or above
+    `commit_interval_ms` turns both off."""
     rotate_interval_min_ms: int = 50
     """...but a lingering segment never rotates sooner than this after the previous rotation,
     which bounds the objects per second a trickle costs (1000 / this, per broker)."""

@@ -35,12 +35,14 @@ class RotationRule:
     linger is not waited for, only the floor.
     """
 
-    __slots__ = ("floor_s", "interval_s", "linger_s")
+    __slots__ = ("early", "floor_s", "interval_s", "linger_s")
 
     def __init__(self, config: WalConfig) -> None:
         self.interval_s = config.commit_interval_ms / 1000
         self.linger_s = config.linger_ms / 1000
         self.floor_s = config.rotate_interval_min_ms / 1000
+        self.early = self.linger_s < self.interval_s
+        """A linger at or above the interval turns early rotation off, whatever the senders."""
 
     def due(
         self,
@@ -54,7 +56,7 @@ class RotationRule:
         """The time a segment opened at `opened_at`, last written at `last_write_at`, rotates
         when the previous rotation was at `last_rotated_at` (-inf if none)."""
         by_interval = opened_at + self.interval_s
-        if not pipeline_has_room:
+        if not (self.early and pipeline_has_room):
             return by_interval
         floor = last_rotated_at + self.floor_s
         settled = floor if senders_blocked else max(last_write_at + self.linger_s, floor)

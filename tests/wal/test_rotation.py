@@ -60,6 +60,8 @@ def test_the_rule_lingers_above_a_floor_and_below_the_interval() -> None:
     assert not rule.by_interval(10.0, rule.due(10.0, 10.0, never))
     off = RotationRule(WalConfig(commit_interval_ms=250, linger_ms=250))
     assert off.due(10.0, 10.0, never) == 10.0 + 250 * MS  # a linger >= the interval: off
+    assert off.due(10.0, 10.0, never, senders_blocked=True) == 10.0 + 250 * MS  # all of it
+    assert rule.due(10.0, 10.0, 9.99, senders_blocked=True) == 9.99 + 50 * MS  # the floor only
 
 
 async def test_a_lone_request_is_committed_after_the_linger_not_the_interval() -> None:
