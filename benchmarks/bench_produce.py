@@ -132,7 +132,9 @@ async def produce_throughput(
     """(batches, bytes, seconds) pushing `total_bytes` of `size`-byte batches through a writer.
 
     `concurrency` requests of `per_request` batches stay in flight: enough to fill segments by
-    size, as a loaded broker does, rather than waiting for the interval.
+    size, as a loaded broker does, rather than waiting for the interval. Once the last request
+    is in, the writer closes with a flush: the run's last segment, partly filled, rotates then
+    rather than at its interval (a wait that a steady load never sees).
     """
     entries = entries_for(size)
     batch_size = entries[0].header.size
@@ -146,18 +148,24 @@ async def produce_throughput(
     )
     await writer.start()
     remaining = count
+    all_in = asyncio.Event()
 
     async def producer(i: int) -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= per_request
             i += 1
-            results = await writer.write(requests[i % len(requests)], timeout_s=60)
+            pending = writer.submit(requests[i % len(requests)], admit_s=60)
+            if remaining <= 0:
+                all_in.set()
+            results = await writer.wait(pending, timeout_s=60)
             assert all(result.error == 0 for result in results), results
 
     started = time.perf_counter()
-    await asyncio.gather(*(producer(i) for i in range(concurrency)))
+    producers = asyncio.gather(*(producer(i) for i in range(concurrency)))
+    await all_in.wait()
     await writer.close(flush=True)
+    await producers
     elapsed = time.perf_counter() - started
     stats = writer.stats()
     assert stats.batches_committed == count, stats
@@ -169,7 +177,8 @@ async def broker_throughput(
 ) -> tuple[int, int, float]:
     """(batches, bytes, seconds) producing `total_bytes` of `size`-byte batches, one partition's
     batch per request, through a DisklessBroker: validation included. With `metrics`, the
-    broker and its coordinator report there, and the run ends with one scrape's rendering."""
+    broker and its coordinator report there, and the run ends with one scrape's rendering.
+    The broker closes with a flush once the last request is in (see `produce_throughput`)."""
     datas = [build_batch(size, i) for i in range(64)]
     batch_size = len(datas[0])
     count = max(1, total_bytes // batch_size)
@@ -181,6 +190,7 @@ async def broker_throughput(
     )
     await broker.start()
     remaining = count
+    all_in = asyncio.Event()
 
     async def producer(i: int) -> None:
         nonlocal remaining
@@ -188,12 +198,16 @@ async def broker_throughput(
             remaining -= 1
             i += 1
             tp = TopicPartition(TOPIC, i % PARTITIONS)
+            if remaining <= 0:  # set once `produce` has handed its batch over and waits
+                asyncio.get_running_loop().call_soon(all_in.set)
             results = await broker.produce({tp: datas[i % len(datas)]}, timeout_ms=60_000)
             assert results[tp].error == 0, results
 
     started = time.perf_counter()
-    await asyncio.gather(*(producer(i) for i in range(concurrency)))
-    await broker.close(flush=True)
+    producers = asyncio.gather(*(producer(i) for i in range(concurrency)))
+    await all_in.wait()
+    await broker.close(flush=True)  # lets requests still on their way reach the WAL first
+    await producers
     if metrics is not None:
         assert sum(1 for _ in metrics.families()) > 0
     elapsed = time.perf_counter() - started
