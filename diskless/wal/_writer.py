@@ -292,6 +292,14 @@ class WalWriter:
         """Append the request's entries while they are admitted at once; True if some remain."""
         entries = request.entries
         buffer_max = self._config.buffer_max_bytes
+        size = 0
+        for index in range(request.placed_count, len(entries)):
+            size += entries[index].header.size
+        if self._admission.admit_all_now(size, request):  # the common case: one check for all
+            for index in range(request.placed_count, len(entries)):
+                entry = entries[index]
+                self._append(entry, entry.header.size, request, index, buffer_max)
+                request.placed_count += 1
         while request.placed_count < len(entries):
             index = request.placed_count
             entry = entries[index]
