@@ -55,7 +55,7 @@ from diskless.storage import (
     MemoryObjectStore,
     ObjectStore,
 )
-from diskless.wal import WalConfig, WalEntry, WalWriter
+from diskless.wal import PendingWrite, WalConfig, WalEntry, WalWriter
 from testkit.batches import batch_builder
 
 KIB = 1024
@@ -133,8 +133,8 @@ async def produce_throughput(
 
     `concurrency` requests of `per_request` batches stay in flight: enough to fill segments by
     size, as a loaded broker does, rather than waiting for the interval. Once the last request
-    is in, the writer closes with a flush: the run's last segment, partly filled, rotates then
-    rather than at its interval (a wait that a steady load never sees).
+    is in and every queued one placed, the writer closes with a flush: the run's last segment,
+    partly filled, rotates then rather than at its interval (a wait a steady load never sees).
     """
     entries = entries_for(size)
     batch_size = entries[0].header.size
@@ -149,6 +149,7 @@ async def produce_throughput(
     await writer.start()
     remaining = count
     all_in = asyncio.Event()
+    queued: list[PendingWrite] = []  # those that waited for admission (in-flight budget)
 
     async def producer(i: int) -> None:
         nonlocal remaining
@@ -156,6 +157,8 @@ async def produce_throughput(
             remaining -= per_request
             i += 1
             pending = writer.submit(requests[i % len(requests)], admit_s=60)
+            if pending.placing:
+                queued.append(pending)
             if remaining <= 0:
                 all_in.set()
             results = await writer.wait(pending, timeout_s=60)
@@ -164,6 +167,8 @@ async def produce_throughput(
     started = time.perf_counter()
     producers = asyncio.gather(*(producer(i) for i in range(concurrency)))
     await all_in.wait()
+    while any(pending.placing for pending in queued):  # closing would refuse them
+        await asyncio.sleep(0.001)
     await writer.close(flush=True)
     await producers
     elapsed = time.perf_counter() - started
@@ -189,6 +194,7 @@ async def broker_throughput(
         1, MemoryObjectStore(), coordinator, metrics=metrics if metrics else NULL_METRICS
     )
     await broker.start()
+    await broker.describe_topics([TOPIC])  # as a client's Metadata request does before produce
     remaining = count
     all_in = asyncio.Event()
 
