@@ -36,8 +36,9 @@ class PendingWrite:
         "entries",
         "future",
         "pending",
-        "placed",
+        "placed_at",
         "placed_count",
+        "placed_in",
         "placing",
         "results",
         "waiter",
@@ -61,8 +62,10 @@ class PendingWrite:
         """Done once every entry is answered, or when the waiter gave up."""
         self.placed_count = 0
         """Entries appended (or refused) so far, in order."""
-        self.placed: list[tuple[Parts, int]] = []
-        """Where its entries went, to copy them out of a segment still open when it returns."""
+        self.placed_in: list[Parts] = []
+        self.placed_at: list[int] = []
+        """Where its entries went (segment, part number), to copy them out of a segment still
+        open when it returns."""
 
     @property
     def settled(self) -> bool:
@@ -100,11 +103,11 @@ class PendingWrite:
         Only a request that returns early (timeout, cancellation) can leave batches in the active
         segment; they are its last appended entries, so the common case costs one comparison.
         """
-        placed = self.placed
-        while placed and placed[-1][0] is active:
-            segment, at = placed.pop()
-            segment.own_part(at)
-        self.placed = []
+        placed_in, placed_at = self.placed_in, self.placed_at
+        while placed_in and placed_in[-1] is active:
+            placed_in.pop().own_part(placed_at.pop())
+        self.placed_in = []
+        self.placed_at = []
         entries = self.entries
         for index in range(self.placed_count, len(entries)):
             entries[index] = _owned(entries[index])

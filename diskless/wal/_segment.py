@@ -25,8 +25,9 @@ class Segment:
         "opened_at",
         "parts",
         "resolved",
-        "slots",
         "uploaded",
+        "waiter_indexes",
+        "waiters",
     )
 
     def __init__(self, opened_at: float) -> None:
@@ -35,8 +36,10 @@ class Segment:
         self.data = b""
         """The whole object (batches + footer), built once by `seal`."""
         self.batches: list[CommitBatch] = []
-        self.slots: list[tuple[PendingWrite, int]] = []
-        """Who waits for each batch: (request, entry index)."""
+        self.waiters: list[PendingWrite | None] = []
+        self.waiter_indexes: list[int] = []
+        """Who waits for each batch: the request, and the batch's entry index in it (two lists
+        rather than a pair per batch: no object per batch for the garbage collector to walk)."""
         self.batch_bytes = 0
         self.number = -1
         self.key = ""
@@ -47,8 +50,11 @@ class Segment:
         self.uploaded = False
         """Stored in the object store: it may commit with the segments before it."""
 
-    def add(self, entry: WalEntry, size: int) -> int:
-        """Place `entry`'s batch (of `size` bytes) at the end; returns its part number."""
+    def add(
+        self, entry: WalEntry, size: int, waiter: PendingWrite | None = None, index: int = -1
+    ) -> int:
+        """Place `entry`'s batch (of `size` bytes) at the end, answered to entry `index` of
+        `waiter` (None: nobody waits); returns its part number."""
         header = entry.header
         position = header.position
         buffer = header.buffer
@@ -71,6 +77,8 @@ class Segment:
                 entry.lease_id,
             )
         )
+        self.waiters.append(waiter)
+        self.waiter_indexes.append(index)
         self.batch_bytes += size
         return len(self.parts) - 1
 
@@ -107,17 +115,19 @@ class Segment:
         if self.resolved:
             return
         self.resolved = True
-        for request, index in self.slots:
-            request.answer(index, result)
+        for request, index in zip(self.waiters, self.waiter_indexes, strict=True):
+            if request is not None:
+                request.answer(index, result)
 
     def answer(self, results: Sequence[CommitBatchResult]) -> None:
         """Hand the coordinator's results to their waiters; `results[i]` answers batch i."""
-        assert len(results) == len(self.slots), (len(results), len(self.slots))
+        assert len(results) == len(self.waiters), (len(results), len(self.waiters))
         if self.resolved:
             return
         self.resolved = True
-        for (request, index), result in zip(self.slots, results, strict=True):
-            request.answer(index, result)
+        for request, index, result in zip(self.waiters, self.waiter_indexes, results, strict=True):
+            if request is not None:
+                request.answer(index, result)
 
 
 def encode_segment(entries: Sequence[WalEntry]) -> tuple[bytes, list[SegmentIndexEntry]]:

@@ -181,8 +181,7 @@ def pipeline_of(
 def launch(pipeline: SegmentPipeline, number: int, write: PendingWrite) -> Segment:
     """Seal a segment of `write`'s first batch as object wal/`number` and launch it."""
     segment = Segment(0.0)
-    segment.add(write.entries[0], write.entries[0].header.size)
-    segment.slots.append((write, 0))
+    segment.add(write.entries[0], write.entries[0].header.size, write, 0)
     segment.number, segment.key = number, f"wal/{number}"
     segment.seal()
     pipeline.launch(segment)
@@ -388,8 +387,7 @@ async def test_a_segment_whose_upload_keeps_failing_fails_its_batches(attempts: 
     )
     write = request()
     segment = Segment(0.0)
-    segment.add(write.entries[0], write.entries[0].header.size)
-    segment.slots.append((write, 0))
+    segment.add(write.entries[0], write.entries[0].header.size, write, 0)
     segment.key = "wal/x"
     segment.seal()
     pipeline.launch(segment)
