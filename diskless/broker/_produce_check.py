@@ -11,7 +11,13 @@ from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription
-from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
+from diskless.records import (
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+    InvalidBatch,
+    RecordRules,
+    parse_produce_payload,
+)
 from diskless.wal import WalEntry
 
 Checked: TypeAlias = tuple[dict[TopicPartition, ProduceResult], dict[TopicPartition, BatchHeader]]
@@ -98,7 +104,10 @@ def recompresses(topics: Mapping[str, TopicDescription]) -> bool:
 
 
 def has_transactional(valid: Mapping[TopicPartition, BatchHeader]) -> bool:
-    return any(header.is_transactional for header in valid.values())
+    for header in valid.values():  # noqa: SIM110 (no generator on the produce path)
+        if header.attributes & TRANSACTIONAL_BIT:
+            return True
+    return False
 
 
 def _unknown(tp: TopicPartition) -> ProduceResult:

@@ -331,12 +331,12 @@ class ProducePath:
         for entry, outcome in zip(entries, written, strict=True):
             if outcome.error != ErrorCode.NONE:
                 failed += 1
-            results[entry.topic_partition] = ProduceResult(
+            results[entry.topic_partition] = ProduceResult(  # positional: once per batch
                 outcome.error,
-                base_offset=outcome.base_offset,
-                log_append_time=outcome.log_append_time,
-                log_start_offset=outcome.log_start_offset,
-                error_message=outcome.error_message,
+                outcome.base_offset,
+                outcome.log_append_time,
+                outcome.log_start_offset,
+                outcome.error_message,
             )
         return failed
 
