@@ -15,8 +15,8 @@ from diskless.wal._format import WalEntry
 class Parts(Protocol):
     """Where a request's batches were placed (a segment), by reference to the caller's buffers."""
 
-    def own_part(self, at: int) -> None:
-        """Copy part `at` out of its caller's buffer."""
+    def own_parts_of(self, request: PendingWrite) -> None:
+        """Copy the parts `request` placed out of its caller's buffers."""
 
 
 def error_result(code: ErrorCode, message: str) -> CommitBatchResult:
@@ -35,10 +35,9 @@ class PendingWrite:
         "deadline",
         "entries",
         "future",
+        "last_placed",
         "pending",
-        "placed_at",
         "placed_count",
-        "placed_in",
         "placing",
         "results",
         "waiter",
@@ -62,10 +61,9 @@ class PendingWrite:
         """Done once every entry is answered, or when the waiter gave up."""
         self.placed_count = 0
         """Entries appended (or refused) so far, in order."""
-        self.placed_in: list[Parts] = []
-        self.placed_at: list[int] = []
-        """Where its entries went (segment, part number), to copy them out of a segment still
-        open when it returns."""
+        self.last_placed: Parts | None = None
+        """The segment its last appended entry went to: the only one that can still be open when
+        it returns, since entries are appended in order and segments rotate in order."""
 
     @property
     def settled(self) -> bool:
@@ -101,13 +99,11 @@ class PendingWrite:
         and those not yet appended.
 
         Only a request that returns early (timeout, cancellation) can leave batches in the active
-        segment; they are its last appended entries, so the common case costs one comparison.
+        segment, where its last appended entry went: the common case costs one comparison.
         """
-        placed_in, placed_at = self.placed_in, self.placed_at
-        while placed_in and placed_in[-1] is active:
-            placed_in.pop().own_part(placed_at.pop())
-        self.placed_in = []
-        self.placed_at = []
+        if active is not None and self.last_placed is active:
+            active.own_parts_of(self)
+        self.last_placed = None
         entries = self.entries
         for index in range(self.placed_count, len(entries)):
             entries[index] = _owned(entries[index])

@@ -349,8 +349,8 @@ class WalWriter:
         if segment is None:
             segment = self._active = Segment(self._clock.monotonic())
             self._timer_wakeup.set()
-        request.placed_in.append(segment)
-        request.placed_at.append(segment.add(entry, size, request, index))
+        segment.add(entry, size, request, index)
+        request.last_placed = segment
         if segment.batch_bytes >= buffer_max:
             self._rotate("size")
         elif self._admission.queued:  # a writer admitted ahead of others may now block them
