@@ -236,7 +236,9 @@ def plan_commit(
         changed_entry = entries[key]
         assert changed_entry is not None
         changed_entries[key] = changed_entry
-    new_states = {tp: working[tp] for tp in appended}
+    new_states = {}
+    for tp in appended:  # a loop: a comprehension would make `working` a cell for every batch
+        new_states[tp] = working[tp]
     return CommitPlan(
         results, new_batches, changed_entries, new_states, opened_txns, released_leases
     )
