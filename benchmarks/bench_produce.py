@@ -6,7 +6,8 @@
     requests (enough in flight to fill segments by size) through one WalWriter. Baseline in the
     same run: concatenate the same batches into buffer-sized objects and PUT them into the same
     kind of store. Rounds are interleaved and medians reported: fresh-memory page faults and a
-    shared machine make single runs vary several-fold.
+    shared machine make single runs vary several-fold; the ratio of bytes per CPU second (both
+    runs in this one process) is printed beside, steadier when other processes take the cores.
 (a') The same batches through `DisklessBroker.produce`: every batch validated as a producer's
     (framing, CRC, the header checks, then every record walked), one partition per request, acks
     all. Baseline: the raw concatenate+PUT of (a), measured in the same round.
@@ -406,15 +407,20 @@ async def main(seconds: float) -> None:
             wal_rates: list[tuple[float, float]] = []
             raw_rates: list[tuple[float, float]] = []
             ratios: list[float] = []
+            cpu_ratios: list[float] = []  # of bytes per CPU second: steadier on a shared machine
             await raw_throughput(size, total // 4, per_request)  # warm-up, not measured
             for _ in range(ROUNDS):
                 gc.collect()
+                cpu = time.process_time()
                 batches, nbytes, elapsed = await produce_throughput(
                     size, total, per_request, concurrency
                 )
+                cpu = time.process_time() - cpu
                 wal_rates.append((batches / elapsed, nbytes / elapsed / 1e6))
                 gc.collect()
+                raw_cpu = time.process_time()
                 batches, nbytes, elapsed = await raw_throughput(size, total, per_request)
+                cpu_ratios.append((time.process_time() - raw_cpu) / cpu)
                 raw_rates.append((batches / elapsed, nbytes / elapsed / 1e6))
                 ratios.append(wal_rates[-1][1] / raw_rates[-1][1])
             wal = sorted(wal_rates)[len(wal_rates) // 2]
@@ -426,7 +432,8 @@ async def main(seconds: float) -> None:
                 f"    {size // KIB:>3} KiB x{per_request:<2} per request: "
                 f"wal {wal[0]:>8,.0f} batches/s {wal[1]:>7,.1f} MB/s | "
                 f"raw {raw[0]:>9,.0f} batches/s {raw[1]:>8,.1f} MB/s | "
-                f"ratio {ratio:.1%} (rounds: {', '.join(f'{r:.0%}' for r in ratios)})"
+                f"ratio {ratio:.1%} (rounds: {', '.join(f'{r:.0%}' for r in ratios)}); "
+                f"per CPU second {statistics.median(cpu_ratios):.1%}"
             )
     print("\n(a') produce through DisklessBroker (every record validated) vs raw concat+PUT")
     size, total, _, concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)
