@@ -15,8 +15,8 @@ from diskless.wal._format import WalEntry
 class Parts(Protocol):
     """Where a request's batches were placed (a segment), by reference to the caller's buffers."""
 
-    def own_parts_of(self, request: PendingWrite) -> None:
-        """Copy the parts `request` placed out of its caller's buffers."""
+    def own_parts_of(self, request: PendingWrite, first: int) -> None:
+        """Copy the parts `request` placed, from part `first` on, out of its caller's buffers."""
 
 
 def error_result(code: ErrorCode, message: str) -> CommitBatchResult:
@@ -34,6 +34,7 @@ class PendingWrite:
         "admit_by",
         "deadline",
         "entries",
+        "first_part",
         "future",
         "last_placed",
         "pending",
@@ -64,6 +65,8 @@ class PendingWrite:
         self.last_placed: Parts | None = None
         """The segment its last appended entry went to: the only one that can still be open when
         it returns, since entries are appended in order and segments rotate in order."""
+        self.first_part = 0
+        """The part number of its first entry in `last_placed`."""
 
     @property
     def settled(self) -> bool:
@@ -102,7 +105,7 @@ class PendingWrite:
         segment, where its last appended entry went: the common case costs one comparison.
         """
         if active is not None and self.last_placed is active:
-            active.own_parts_of(self)
+            active.own_parts_of(self, self.first_part)
         self.last_placed = None
         entries = self.entries
         for index in range(self.placed_count, len(entries)):

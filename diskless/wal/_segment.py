@@ -86,10 +86,12 @@ class Segment:
         """Copy part `at` out of its caller's buffer, which the caller is about to reuse."""
         self.parts[at] = bytes(self.parts[at])
 
-    def own_parts_of(self, request: PendingWrite) -> None:
-        """Copy every part `request` waits for out of its caller's buffers (it returns early)."""
-        for at, waiter in enumerate(self.waiters):
-            if waiter is request:
+    def own_parts_of(self, request: PendingWrite, first: int) -> None:
+        """Copy every part `request` waits for, from part `first` on, out of its caller's
+        buffers (it returns early)."""
+        waiters = self.waiters
+        for at in range(first, len(waiters)):
+            if waiters[at] is request:
                 self.own_part(at)
 
     def index_rows(self) -> list[IndexRow]:

@@ -349,8 +349,9 @@ class WalWriter:
         if segment is None:
             segment = self._active = Segment(self._clock.monotonic())
             self._timer_wakeup.set()
-        segment.add(entry, size, request, index)
-        request.last_placed = segment
+        at = segment.add(entry, size, request, index)
+        if request.last_placed is not segment:
+            request.last_placed, request.first_part = segment, at
         if segment.batch_bytes >= buffer_max:
             self._rotate("size")
         elif self._admission.queued:  # a writer admitted ahead of others may now block them
