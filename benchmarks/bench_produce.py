@@ -6,7 +6,8 @@
     requests (enough in flight to fill segments by size) through one WalWriter. Baseline in the
     same run: concatenate the same batches into buffer-sized objects and PUT them into the same
     kind of store. Rounds are interleaved and medians reported: fresh-memory page faults and a
-    shared machine make single runs vary several-fold.
+    shared machine make single runs vary several-fold; the ratio of bytes per CPU second (both
+    runs in this one process) is printed beside, steadier when other processes take the cores.
 (a') The same batches through `DisklessBroker.produce`: every batch validated as a producer's
     (framing, CRC, the header checks, then every record walked), one partition per request, acks
     all. Baseline: the raw concatenate+PUT of (a), measured in the same round.
@@ -55,7 +56,7 @@ from diskless.storage import (
     MemoryObjectStore,
     ObjectStore,
 )
-from diskless.wal import WalConfig, WalEntry, WalWriter
+from diskless.wal import PendingWrite, WalConfig, WalEntry, WalWriter
 from testkit.batches import batch_builder
 
 KIB = 1024
@@ -69,7 +70,8 @@ THROUGHPUT_CASES = (  # batch size, bytes per run, batches per request, concurre
     (64 * KIB, 256 * MIB, 1, 512),
     (64 * KIB, 256 * MIB, 8, 128),
 )
-TARGET_RAW_RATIO_64K = 0.5
+TARGET_RAW_RATIOS = {(KIB, 16): 0.15, (64 * KIB, 1): 0.8}
+"""Targets of (a): the WalWriter against raw at 1 KiB (16 a request) and 64 KiB (one a request)."""
 TARGET_BROKER_RAW_RATIO_64K = 0.6
 """Issue target: produce with record-level validation, uncompressed 64 KiB batches."""
 TARGET_ADDED_P99_MS = 5.0
@@ -132,7 +134,9 @@ async def produce_throughput(
     """(batches, bytes, seconds) pushing `total_bytes` of `size`-byte batches through a writer.
 
     `concurrency` requests of `per_request` batches stay in flight: enough to fill segments by
-    size, as a loaded broker does, rather than waiting for the interval.
+    size, as a loaded broker does, rather than waiting for the interval. Once the last request
+    is in and every queued one placed, the writer closes with a flush: the run's last segment,
+    partly filled, rotates then rather than at its interval (a wait a steady load never sees).
     """
     entries = entries_for(size)
     batch_size = entries[0].header.size
@@ -146,18 +150,29 @@ async def produce_throughput(
     )
     await writer.start()
     remaining = count
+    all_in = asyncio.Event()
+    queued: list[PendingWrite] = []  # those that waited for admission (in-flight budget)
 
     async def producer(i: int) -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= per_request
             i += 1
-            results = await writer.write(requests[i % len(requests)], timeout_s=60)
+            pending = writer.submit(requests[i % len(requests)], admit_s=60)
+            if pending.placing:
+                queued.append(pending)
+            if remaining <= 0:
+                all_in.set()
+            results = await writer.wait(pending, timeout_s=60)
             assert all(result.error == 0 for result in results), results
 
     started = time.perf_counter()
-    await asyncio.gather(*(producer(i) for i in range(concurrency)))
+    producers = asyncio.gather(*(producer(i) for i in range(concurrency)))
+    await all_in.wait()
+    while any(pending.placing for pending in queued):  # closing would refuse them
+        await asyncio.sleep(0.001)
     await writer.close(flush=True)
+    await producers
     elapsed = time.perf_counter() - started
     stats = writer.stats()
     assert stats.batches_committed == count, stats
@@ -169,7 +184,8 @@ async def broker_throughput(
 ) -> tuple[int, int, float]:
     """(batches, bytes, seconds) producing `total_bytes` of `size`-byte batches, one partition's
     batch per request, through a DisklessBroker: validation included. With `metrics`, the
-    broker and its coordinator report there, and the run ends with one scrape's rendering."""
+    broker and its coordinator report there, and the run ends with one scrape's rendering.
+    The broker closes with a flush once the last request is in (see `produce_throughput`)."""
     datas = [build_batch(size, i) for i in range(64)]
     batch_size = len(datas[0])
     count = max(1, total_bytes // batch_size)
@@ -180,7 +196,9 @@ async def broker_throughput(
         1, MemoryObjectStore(), coordinator, metrics=metrics if metrics else NULL_METRICS
     )
     await broker.start()
+    await broker.describe_topics([TOPIC])  # as a client's Metadata request does before produce
     remaining = count
+    all_in = asyncio.Event()
 
     async def producer(i: int) -> None:
         nonlocal remaining
@@ -188,12 +206,16 @@ async def broker_throughput(
             remaining -= 1
             i += 1
             tp = TopicPartition(TOPIC, i % PARTITIONS)
+            if remaining <= 0:  # set once `produce` has handed its batch over and waits
+                asyncio.get_running_loop().call_soon(all_in.set)
             results = await broker.produce({tp: datas[i % len(datas)]}, timeout_ms=60_000)
             assert results[tp].error == 0, results
 
     started = time.perf_counter()
-    await asyncio.gather(*(producer(i) for i in range(concurrency)))
-    await broker.close(flush=True)
+    producers = asyncio.gather(*(producer(i) for i in range(concurrency)))
+    await all_in.wait()
+    await broker.close(flush=True)  # lets requests still on their way reach the WAL first
+    await producers
     if metrics is not None:
         assert sum(1 for _ in metrics.families()) > 0
     elapsed = time.perf_counter() - started
@@ -376,7 +398,7 @@ async def main(seconds: float) -> None:
         f"  {ROUNDS} interleaved rounds (wal, then raw) per memory regime; medians of the rates"
         " and of the rounds' ratios"
     )
-    ratios_64k: dict[str, float] = {}
+    targeted: list[tuple[str, int, int, float]] = []  # regime, size, per request, ratio
     for regime in ("cold", "warm"):
         if not set_memory_regime(warm=regime == "warm"):
             print("  (no mallopt: memory regime left to the allocator)")
@@ -385,50 +407,62 @@ async def main(seconds: float) -> None:
             wal_rates: list[tuple[float, float]] = []
             raw_rates: list[tuple[float, float]] = []
             ratios: list[float] = []
+            cpu_ratios: list[float] = []  # of bytes per CPU second: steadier on a shared machine
             await raw_throughput(size, total // 4, per_request)  # warm-up, not measured
             for _ in range(ROUNDS):
                 gc.collect()
+                cpu = time.process_time()
                 batches, nbytes, elapsed = await produce_throughput(
                     size, total, per_request, concurrency
                 )
+                cpu = time.process_time() - cpu
                 wal_rates.append((batches / elapsed, nbytes / elapsed / 1e6))
                 gc.collect()
+                raw_cpu = time.process_time()
                 batches, nbytes, elapsed = await raw_throughput(size, total, per_request)
+                cpu_ratios.append((time.process_time() - raw_cpu) / cpu)
                 raw_rates.append((batches / elapsed, nbytes / elapsed / 1e6))
                 ratios.append(wal_rates[-1][1] / raw_rates[-1][1])
             wal = sorted(wal_rates)[len(wal_rates) // 2]
             raw = sorted(raw_rates)[len(raw_rates) // 2]
             ratio = sorted(ratios)[len(ratios) // 2]
-            if size == 64 * KIB and per_request == 1:
-                ratios_64k[regime] = ratio
+            if (size, per_request) in TARGET_RAW_RATIOS:
+                targeted.append((regime, size, per_request, ratio))
             print(
                 f"    {size // KIB:>3} KiB x{per_request:<2} per request: "
                 f"wal {wal[0]:>8,.0f} batches/s {wal[1]:>7,.1f} MB/s | "
                 f"raw {raw[0]:>9,.0f} batches/s {raw[1]:>8,.1f} MB/s | "
-                f"ratio {ratio:.1%} (rounds: {', '.join(f'{r:.0%}' for r in ratios)})"
+                f"ratio {ratio:.1%} (rounds: {', '.join(f'{r:.0%}' for r in ratios)}); "
+                f"per CPU second {statistics.median(cpu_ratios):.1%}"
             )
     print("\n(a') produce through DisklessBroker (every record validated) vs raw concat+PUT")
     size, total, _, concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)
     broker_ratios: list[float] = []
+    broker_cpu_ratios: list[float] = []
     for _ in range(ROUNDS):
         gc.collect()
+        cpu = time.process_time()
         batches, nbytes, elapsed = await broker_throughput(size, total, concurrency)
-        broker_rate = nbytes / elapsed / 1e6
+        cpu, broker_rate = time.process_time() - cpu, nbytes / elapsed / 1e6
         gc.collect()
+        raw_cpu = time.process_time()
         batches, nbytes, elapsed = await raw_throughput(size, total, 1)
+        broker_cpu_ratios.append((time.process_time() - raw_cpu) / cpu)
         broker_ratios.append(broker_rate / (nbytes / elapsed / 1e6))
     broker_ratio = sorted(broker_ratios)[len(broker_ratios) // 2]
     verdict = "PASS" if broker_ratio >= TARGET_BROKER_RAW_RATIO_64K else "FAIL"
     print(
         f"  64 KiB x1 per request: ratio {broker_ratio:.1%} "
-        f"(rounds: {', '.join(f'{r:.0%}' for r in broker_ratios)}); "
-        f"target >= {TARGET_BROKER_RAW_RATIO_64K:.0%}: {verdict}"
+        f"(rounds: {', '.join(f'{r:.0%}' for r in broker_ratios)}); per CPU second "
+        f"{statistics.median(broker_cpu_ratios):.1%}; target >= {TARGET_BROKER_RAW_RATIO_64K:.0%}:"
+        f" {verdict}"
     )
-    for regime, ratio in ratios_64k.items():
-        verdict = "PASS" if ratio >= TARGET_RAW_RATIO_64K else "FAIL"
+    for regime, size, per_request, ratio in targeted:
+        target = TARGET_RAW_RATIOS[size, per_request]
+        verdict = "PASS" if ratio >= target else "FAIL"
         print(
-            f"  target >= {TARGET_RAW_RATIO_64K:.0%} of raw at 64 KiB x1, {regime} memory: "
-            f"{ratio:.0%} {verdict}"
+            f"  (a) target >= {target:.0%} of raw at {size // KIB} KiB x{per_request},"
+            f" {regime} memory: {ratio:.0%} {verdict}"
         )
 
     print(

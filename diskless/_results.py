@@ -8,11 +8,12 @@ from diskless._types import ErrorCode
 from diskless.wal import WalStats
 
 
-class ProduceResult(msgspec.Struct, frozen=True):
+class ProduceResult(msgspec.Struct, frozen=True, gc=False):
     """One partition of a Produce response.
 
     `log_append_time` is -1 unless the topic uses LogAppendTime; on error every offset is -1.
     A duplicate (a retry of an acknowledged batch) is NONE with the original `base_offset`.
+    (`gc=False`: one per produced partition, holding no container, so never in a cycle.)
     """
 
     error: ErrorCode

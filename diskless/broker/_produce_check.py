@@ -5,13 +5,19 @@ reads off a request on its way (its bytes made its own, its failures, its size).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, cast
 
 from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import TopicDescription
-from diskless.records import BatchHeader, InvalidBatch, RecordRules, parse_produce_payload
+from diskless.records import (
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+    InvalidBatch,
+    RecordRules,
+    parse_produce_payload,
+)
 from diskless.wal import WalEntry
 
 Checked: TypeAlias = tuple[dict[TopicPartition, ProduceResult], dict[TopicPartition, BatchHeader]]
@@ -98,7 +104,10 @@ def recompresses(topics: Mapping[str, TopicDescription]) -> bool:
 
 
 def has_transactional(valid: Mapping[TopicPartition, BatchHeader]) -> bool:
-    return any(header.is_transactional for header in valid.values())
+    for header in valid.values():  # noqa: SIM110 (no generator on the produce path)
+        if header.attributes & TRANSACTIONAL_BIT:
+            return True
+    return False
 
 
 def _unknown(tp: TopicPartition) -> ProduceResult:
@@ -130,6 +139,17 @@ def size_of(entries: list[WalEntry]) -> int:
 
 def has_lease(entries: list[WalEntry]) -> bool:
     return any(entry.lease_id is not None for entry in entries)
+
+
+def owned_partitions(
+    partitions: Mapping[TopicPartition, bytes | bytearray | memoryview],
+) -> Mapping[TopicPartition, bytes | memoryview]:
+    """`partitions` with every batch `owned_bytes`: the mapping itself when all already are (no
+    copy made per request), else a new dict."""
+    for data in partitions.values():
+        if owned_bytes(data) is not data:
+            return {tp: owned_bytes(data) for tp, data in partitions.items()}
+    return cast("Mapping[TopicPartition, bytes | memoryview]", partitions)  # all owned already
 
 
 def owned_bytes(data: bytes | bytearray | memoryview) -> bytes | memoryview:

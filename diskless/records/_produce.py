@@ -15,7 +15,7 @@ from diskless.records._header import (
     split_batches,
     validate_client_batch,
 )
-from diskless.records._walk import validate_records
+from diskless.records._walk import check_records
 
 TIMESTAMP_BEFORE_MAX_MS_DEFAULT = 2**63 - 1
 """Kafka's message.timestamp.before.max.ms default (Long.MAX_VALUE: no lower bound)."""
@@ -44,15 +44,15 @@ def _validate(
         return invalid
     if rules is None:
         return header
-    return validate_records(
+    return check_records(
         header,
-        max_message_bytes=max_message_bytes,
-        timestamp_type=rules.timestamp_type,
-        now_ms=rules.now_ms,
-        timestamp_before_max_ms=rules.timestamp_before_max_ms,
-        timestamp_after_max_ms=rules.timestamp_after_max_ms,
-        compression=rules.compression,
-        compression_level=rules.compression_level,
+        max_message_bytes,
+        rules.timestamp_type,
+        rules.now_ms,
+        rules.timestamp_before_max_ms,
+        rules.timestamp_after_max_ms,
+        rules.compression,
+        rules.compression_level,
     )
 
 

@@ -78,6 +78,30 @@ def validate_records(
     topics skip both, as Kafka does (their maxTimestamp is the append time, stamped on read).
     `compression` is the topic's codec (-1: the producer's), `compression_level` its level.
     """
+    return check_records(
+        header,
+        max_message_bytes,
+        timestamp_type,
+        now_ms,
+        timestamp_before_max_ms,
+        timestamp_after_max_ms,
+        compression,
+        compression_level,
+    )
+
+
+def check_records(
+    header: BatchHeader,
+    max_message_bytes: int,
+    timestamp_type: TimestampType,
+    now_ms: int,
+    timestamp_before_max_ms: int,
+    timestamp_after_max_ms: int,
+    compression: int,
+    compression_level: int,
+) -> BatchHeader | InvalidBatch:
+    """`validate_records`, its arguments positional: produce calls it once per batch, where
+    eight keywords cost as much as walking a few records."""
     buffer: bytes | memoryview = header.buffer
     start = header.position + HEADER_SIZE
     end = header.position + header.length + LOG_OVERHEAD

@@ -52,6 +52,18 @@ class Admission:
         self._take(size)
         return True
 
+    def admit_all_now(self, size: int, request: PendingWrite) -> bool:
+        """Admit `size` bytes, all of a request's batches still to place, in one step when nobody
+        is ahead and they fit within the limit together: what admitting them one by one would
+        grant, for one check. False leaves them to `admit_now`, one at a time (which also lets a
+        single batch past the limit in alone)."""
+        if self._turn is not request and (self._queue or self._turn is not None):
+            return False
+        if self.inflight_bytes + size > self._bytes_max:
+            return False
+        self._take(size)
+        return True
+
     async def wait(self, size: int, request: PendingWrite) -> CommitBatchResult | None:
         """Queue for `size` bytes; None once admitted, else why the entry is refused."""
         waiter: asyncio.Future[CommitBatchResult | None] = (

@@ -198,7 +198,8 @@ class SegmentPipeline:
         segment.done.set_result(None)
         segment.data = b""  # the cache holds its own reference when it keeps one
         segment.batches = []
-        segment.slots = []
+        segment.waiters = []
+        segment.waiter_indexes = []
 
     def _group_led_by(self, segment: Segment) -> list[Segment]:
         """`segment`, whose turn it is, and the uploaded segments right after it."""

@@ -15,8 +15,8 @@ from diskless.wal._format import WalEntry
 class Parts(Protocol):
     """Where a request's batches were placed (a segment), by reference to the caller's buffers."""
 
-    def own_part(self, at: int) -> None:
-        """Copy part `at` out of its caller's buffer."""
+    def own_parts_of(self, request: PendingWrite, first: int) -> None:
+        """Copy the parts `request` placed, from part `first` on, out of its caller's buffers."""
 
 
 def error_result(code: ErrorCode, message: str) -> CommitBatchResult:
@@ -34,9 +34,10 @@ class PendingWrite:
         "admit_by",
         "deadline",
         "entries",
+        "first_part",
         "future",
+        "last_placed",
         "pending",
-        "placed",
         "placed_count",
         "placing",
         "results",
@@ -61,8 +62,11 @@ class PendingWrite:
         """Done once every entry is answered, or when the waiter gave up."""
         self.placed_count = 0
         """Entries appended (or refused) so far, in order."""
-        self.placed: list[tuple[Parts, int]] = []
-        """Where its entries went, to copy them out of a segment still open when it returns."""
+        self.last_placed: Parts | None = None
+        """The segment its last appended entry went to: the only one that can still be open when
+        it returns, since entries are appended in order and segments rotate in order."""
+        self.first_part = 0
+        """The part number of its first entry in `last_placed`."""
 
     @property
     def settled(self) -> bool:
@@ -98,13 +102,11 @@ class PendingWrite:
         and those not yet appended.
 
         Only a request that returns early (timeout, cancellation) can leave batches in the active
-        segment; they are its last appended entries, so the common case costs one comparison.
+        segment, where its last appended entry went: the common case costs one comparison.
         """
-        placed = self.placed
-        while placed and placed[-1][0] is active:
-            segment, at = placed.pop()
-            segment.own_part(at)
-        self.placed = []
+        if active is not None and self.last_placed is active:
+            active.own_parts_of(self, self.first_part)
+        self.last_placed = None
         entries = self.entries
         for index in range(self.placed_count, len(entries)):
             entries[index] = _owned(entries[index])

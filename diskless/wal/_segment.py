@@ -26,8 +26,9 @@ class Segment:
         "opened_at",
         "parts",
         "resolved",
-        "slots",
         "uploaded",
+        "waiter_indexes",
+        "waiters",
     )
 
     def __init__(self, opened_at: float) -> None:
@@ -38,8 +39,10 @@ class Segment:
         self.data = b""
         """The whole object (batches + footer), built once by `seal`."""
         self.batches: list[CommitBatch] = []
-        self.slots: list[tuple[PendingWrite, int]] = []
-        """Who waits for each batch: (request, entry index)."""
+        self.waiters: list[PendingWrite | None] = []
+        self.waiter_indexes: list[int] = []
+        """Who waits for each batch: the request, and the batch's entry index in it (two lists
+        rather than a pair per batch: no object per batch for the garbage collector to walk)."""
         self.batch_bytes = 0
         self.number = -1
         self.key = ""
@@ -50,33 +53,49 @@ class Segment:
         self.uploaded = False
         """Stored in the object store: it may commit with the segments before it."""
 
-    def add(self, entry: WalEntry, size: int) -> int:
-        """Place `entry`'s batch (of `size` bytes) at the end; returns its part number."""
+    def add(
+        self, entry: WalEntry, size: int, waiter: PendingWrite | None = None, index: int = -1
+    ) -> int:
+        """Place `entry`'s batch (of `size` bytes) at the end, answered to entry `index` of
+        `waiter` (None: nobody waits); returns its part number."""
         header = entry.header
         position = header.position
-        view = header.buffer[position : position + size]  # header.bytes_view(), inlined
-        self.batches.append(
+        buffer = header.buffer
+        # header.bytes_view(), inlined; the buffer itself when it is the batch (produce's case)
+        self.parts.append(
+            buffer if position == 0 and len(buffer) == size else buffer[position : position + size]
+        )
+        self.batches.append(  # positional: half the cost of keywords, once per batch
             CommitBatch(
-                topic_partition=entry.topic_partition,
-                byte_offset=self.batch_bytes,
-                size=size,
-                record_count=header.records_count,
-                base_timestamp=header.base_timestamp,
-                max_timestamp=header.max_timestamp,
-                producer_id=header.producer_id,
-                producer_epoch=header.producer_epoch,
-                base_sequence=header.base_sequence,
-                is_transactional=bool(header.attributes & TRANSACTIONAL_BIT),
-                lease_id=entry.lease_id,
+                entry.topic_partition,
+                self.batch_bytes,  # byte_offset
+                size,
+                header.records_count,
+                header.base_timestamp,
+                header.max_timestamp,
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                bool(header.attributes & TRANSACTIONAL_BIT),
+                entry.lease_id,
             )
         )
-        self.parts.append(view)
+        self.waiters.append(waiter)
+        self.waiter_indexes.append(index)
         self.batch_bytes += size
         return len(self.parts) - 1
 
     def own_part(self, at: int) -> None:
         """Copy part `at` out of its caller's buffer, which the caller is about to reuse."""
         self.parts[at] = bytes(self.parts[at])
+
+    def own_parts_of(self, request: PendingWrite, first: int) -> None:
+        """Copy every part `request` waits for, from part `first` on, out of its caller's
+        buffers (it returns early)."""
+        waiters = self.waiters
+        for at in range(first, len(waiters)):
+            if waiters[at] is request:
+                self.own_part(at)
 
     def index_rows(self) -> list[IndexRow]:
         """The footer's rows: every batch with its partition and producer fields."""
@@ -107,17 +126,19 @@ class Segment:
         if self.resolved:
             return
         self.resolved = True
-        for request, index in self.slots:
-            request.answer(index, result)
+        for request, index in zip(self.waiters, self.waiter_indexes, strict=True):
+            if request is not None:
+                request.answer(index, result)
 
     def answer(self, results: Sequence[CommitBatchResult]) -> None:
         """Hand the coordinator's results to their waiters; `results[i]` answers batch i."""
-        assert len(results) == len(self.slots), (len(results), len(self.slots))
+        assert len(results) == len(self.waiters), (len(results), len(self.waiters))
         if self.resolved:
             return
         self.resolved = True
-        for (request, index), result in zip(self.slots, results, strict=True):
-            request.answer(index, result)
+        for request, index, result in zip(self.waiters, self.waiter_indexes, results, strict=True):
+            if request is not None:
+                request.answer(index, result)
 
 
 def encode_segment(entries: Sequence[WalEntry]) -> tuple[bytes, list[SegmentIndexEntry]]:

@@ -303,6 +303,14 @@ class WalWriter:
         """Append the request's entries while they are admitted at once; True if some remain."""
         entries = request.entries
         buffer_max = self._config.buffer_max_bytes
+        size = 0
+        for index in range(request.placed_count, len(entries)):
+            size += entries[index].header.size
+        if self._admission.admit_all_now(size, request):  # the common case: one check for all
+            for index in range(request.placed_count, len(entries)):
+                entry = entries[index]
+                self._append(entry, entry.header.size, request, index, buffer_max)
+                request.placed_count += 1
         while request.placed_count < len(entries):
             index = request.placed_count
             entry = entries[index]
@@ -355,8 +363,9 @@ class WalWriter:
             self._timer_wakeup.set()
         else:
             segment.last_write_at = now
-        request.placed.append((segment, segment.add(entry, size)))
-        segment.slots.append((request, index))
+        at = segment.add(entry, size, request, index)
+        if request.last_placed is not segment:
+            request.last_placed, request.first_part = segment, at
         if segment.batch_bytes >= buffer_max:
             self._rotate("size")
         elif self._admission.queued:  # a writer admitted ahead of others may now block them

@@ -73,6 +73,23 @@ async def test_admission_admits_an_oversized_batch_alone_and_refuses_waiters_on_
     assert admission.first_waiting() is None
 
 
+async def test_admission_admits_a_whole_request_at_once_only_within_the_limit() -> None:
+    admission = Admission(300, lambda: None)
+    first, second, third = request(), request(), request()
+    assert not admission.admit_all_now(500, first)  # over the limit: one by one, nothing taken
+    assert admission.inflight_bytes == 0
+    assert admission.admit_all_now(250, first)
+    assert not admission.admit_all_now(100, second)  # 350 > 300
+    queued = asyncio.ensure_future(admission.wait(100, second))
+    await settle()
+    assert not admission.admit_all_now(10, third)  # fits, but second is ahead
+    admission.release(250)
+    await settle()
+    assert queued.result() is None
+    assert admission.admit_all_now(50, second)  # the turn's holder places the rest
+    assert admission.inflight_bytes == 150 and admission.inflight_bytes_max_observed == 250
+
+
 # --- segment -----------------------------------------------------------------------------------
 def test_a_sealed_segment_is_its_batches_then_a_footer_that_lists_them() -> None:
     batches = [build_batch([b"a"]), build_batch([b"bb", b"cc"]), sized_batch(300, tag=7)]
@@ -88,6 +105,22 @@ def test_a_sealed_segment_is_its_batches_then_a_footer_that_lists_them() -> None
         (2, len(batches[0]) + len(batches[1]), len(batches[2])),
     ]
     assert [b.byte_offset for b in segment.batches] == [e.byte_offset for e in index]
+
+
+def test_a_batch_inside_a_larger_buffer_is_stored_alone() -> None:
+    batch = build_batch([b"a", b"b"])
+    buffer = memoryview(b"\x00" * 5 + batch + b"\xff" * 7)
+    placed = entry(TP, batch)
+    placed.header.buffer, placed.header.position = buffer, 5
+    segment = Segment(0.0)
+    segment.add(placed, len(batch))
+    segment.add(entry(TP, batch), len(batch))
+    segment.seal()
+    assert segment.data.startswith(batch + batch)
+    assert [(e.byte_offset, e.size) for e in read_footer(segment.data)] == [
+        (0, len(batch)),
+        (len(batch), len(batch)),
+    ]
 
 
 def test_an_owned_part_no_longer_sees_the_callers_buffer() -> None:
@@ -148,8 +181,7 @@ def pipeline_of(
 def launch(pipeline: SegmentPipeline, number: int, write: PendingWrite) -> Segment:
     """Seal a segment of `write`'s first batch as object wal/`number` and launch it."""
     segment = Segment(0.0)
-    segment.add(write.entries[0], write.entries[0].header.size)
-    segment.slots.append((write, 0))
+    segment.add(write.entries[0], write.entries[0].header.size, write, 0)
     segment.number, segment.key = number, f"wal/{number}"
     segment.seal()
     pipeline.launch(segment)
@@ -355,8 +387,7 @@ async def test_a_segment_whose_upload_keeps_failing_fails_its_batches(attempts: 
     )
     write = request()
     segment = Segment(0.0)
-    segment.add(write.entries[0], write.entries[0].header.size)
-    segment.slots.append((write, 0))
+    segment.add(write.entries[0], write.entries[0].header.size, write, 0)
     segment.key = "wal/x"
     segment.seal()
     pipeline.launch(segment)

@@ -725,6 +725,30 @@ async def test_a_timed_out_batch_no_longer_borrows_the_callers_buffer() -> None:
     assert [values for _, values in await rig.read_partition(TP0)] == [[b"keep me"]]
 
 
+async def test_a_timed_out_request_gets_every_batch_it_left_in_the_open_segment_copied() -> None:
+    rig = Rig(WalConfig(commit_interval_ms=10_000, linger_ms=10_000))  # the segment stays open
+    await rig.topic()
+    writer = await rig.writer()
+    originals = [build_batch([f"mine {i}".encode()]) for i in range(3)]
+    buffers = [bytearray(batch) for batch in originals]
+    other = build_batch([b"other"])
+    waiting = asyncio.ensure_future(writer.write([entry(TP1, other)], timeout_s=60))
+    mine = asyncio.ensure_future(
+        writer.write([entry(TP0, buffers[0]), entry(TP1, buffers[1])], timeout_s=1.0)
+    )
+    after = asyncio.ensure_future(writer.write([entry(TP0, buffers[2])], timeout_s=60))
+    await settle()
+    results = await drive_deadlines(rig.clock, mine)
+    assert [r.error for r in results] == [ErrorCode.REQUEST_TIMED_OUT] * 2
+    buffers[0][:] = bytes(len(buffers[0]))  # the caller reuses the buffers it got back
+    buffers[1][:] = bytes(len(buffers[1]))
+    await writer.close(flush=True)
+    assert (await waiting)[0].error == ErrorCode.NONE
+    assert (await after)[0].error == ErrorCode.NONE
+    (key,) = await _objects(rig)
+    assert (await rig.memory.get(key)).startswith(other + b"".join(originals))
+
+
 async def test_a_hung_upload_attempt_times_out_and_later_segments_still_commit() -> None:
     config = WalConfig(
         buffer_max_bytes=500, upload_attempts=2, upload_backoff_ms=100, upload_timeout_ms=1000

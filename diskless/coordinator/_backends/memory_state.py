@@ -48,9 +48,14 @@ class Log:
         return len(self.rows) - self.head
 
     def append(self, batch: StoredBatch) -> None:
-        assert not self.rows or batch.base_offset > self.rows[-1].last_offset
-        self.rows.append(batch)
-        self._enqueue(batch)
+        rows = self.rows
+        assert not rows or batch.base_offset > rows[-1].last_offset
+        rows.append(batch)
+        queue = self.max_queue  # `_enqueue`, inlined: once per committed batch
+        timestamp = batch.timestamp
+        while queue and queue[-1].timestamp < timestamp:
+            queue.pop()
+        queue.append(batch)
 
     def _enqueue(self, batch: StoredBatch) -> None:
         queue = self.max_queue

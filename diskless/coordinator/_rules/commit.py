@@ -46,6 +46,8 @@ class Lookup(Protocol[K_contra, V_co]):
 
 
 _NONE = ErrorCode.NONE
+_DATA = -1
+"""`StoredBatch.control` of a data batch."""
 _LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 _UNLOADED = ProducerEntry(-1, -1)
 """Marks a producer entry not looked up yet (None means looked up and absent)."""
@@ -185,7 +187,7 @@ def plan_commit(
         if timestamp > running_max:
             running_max = state.ts_running_max = timestamp
         append_batch(
-            StoredBatch(
+            StoredBatch(  # positional, as a keyword costs more than a field once per batch
                 state.key,
                 high_watermark,
                 last_offset,
@@ -198,7 +200,11 @@ def plan_commit(
                 running_max,
                 pid,
                 epoch,
-                object_size=object_size,
+                _DATA,  # control
+                0,  # coordinator_epoch
+                -1,  # index_byte_offset: a batch row, not an extent
+                -1,  # index_size
+                object_size,
             )
         )
         state.high_watermark = last_offset + 1
@@ -230,7 +236,9 @@ def plan_commit(
         changed_entry = entries[key]
         assert changed_entry is not None
         changed_entries[key] = changed_entry
-    new_states = {tp: working[tp] for tp in appended}
+    new_states = {}
+    for tp in appended:  # a loop: a comprehension would make `working` a cell for every batch
+        new_states[tp] = working[tp]
     return CommitPlan(
         results, new_batches, changed_entries, new_states, opened_txns, released_leases
     )
