@@ -4,6 +4,10 @@ Kafka clients match responses to requests by order, so a response waits for ever
 Each answer's completion writes what is ready at the head of the line, from the answer's own
 done callback: no task, queue or wake-up per request (an idle long-polling consumer costs the
 broker a few of those per fetch, which added up to a tenth of its cost).
+
+A response made of several buffers (a Fetch response refers to its records) is written buffer
+by buffer, never joined: the transport sends what the socket takes at once and keeps only the
+rest (plain TCP), or encrypts each in turn (TLS).
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import collections
 import logging
 
 from diskless._availability import log_failure
+from diskless.kafka_server._protocol.codec import Frame
 
 _log = logging.getLogger(__name__)
 
-Answer = asyncio.Future[bytes | None]
+Answer = asyncio.Future[Frame | None]
 """A request's framed response, once its handler is done; None: nothing to send (acks=0)."""
 
 
@@ -79,8 +84,11 @@ class InOrderResponses:
                 self.cancel()
                 return
             data = answer.result()
-            if data is not None:
+            if isinstance(data, bytes):
                 self._writer.write(data)
+            elif data is not None:
+                for part in data:
+                    self._writer.write(part)
         self._wake()
 
     def _wake(self) -> None:
