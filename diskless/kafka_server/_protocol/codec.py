@@ -225,14 +225,17 @@ copied into the frame: one more buffer to write costs less than copying it."""
 
 class _Gather:
     """What kio writes a response into: small writes are copied together, a large `bytes` value
-    (immutable) is kept by reference, each as one buffer of the frame."""
+    (immutable) is kept by reference, each as one buffer of the frame. The first buffer starts
+    with the size prefix, filled in at the end."""
 
-    __slots__ = ("_small", "parts", "size")
+    __slots__ = ("_head", "_small", "parts", "size")
 
     def __init__(self) -> None:
         self.parts: list[bytes | memoryview] = []
-        self._small = bytearray()
+        self._small = bytearray(FRAME_SIZE.size)
+        self._head: bytearray | None = None
         self.size = 0
+        """Bytes written, after the size prefix."""
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         size = len(data)
@@ -245,17 +248,22 @@ class _Gather:
         return size
 
     def _flush(self) -> None:
-        if self._small:
+        if self._head is None:  # the prefix and what came before the first large value
+            self._head = self._small
+            self.parts.append(memoryview(self._head))
+            self._small = bytearray()
+        elif self._small:
             self.parts.append(bytes(self._small))
             self._small.clear()
 
     def frame(self) -> Frame:
         """The size prefix and what was written."""
         self._flush()
-        prefix = FRAME_SIZE.pack(self.size)
-        if len(self.parts) == 1 and type(self.parts[0]) is bytes:
-            return prefix + self.parts[0]
-        return (prefix, *self.parts)
+        assert self._head is not None
+        FRAME_SIZE.pack_into(self._head, 0, self.size)
+        if len(self.parts) == 1:
+            return bytes(self._head)
+        return tuple(self.parts)
 
 
 def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:
