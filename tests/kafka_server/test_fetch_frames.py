@@ -27,7 +27,11 @@ from diskless.kafka_server._protocol.codec import (
     encode_response,
     encode_response_parts,
 )
-from diskless.kafka_server._server.network._responses import Answer, InOrderResponses
+from diskless.kafka_server._server.network._responses import (
+    SEND_BYTES_MAX,
+    Answer,
+    InOrderResponses,
+)
 from testkit.batches import build_batch
 from testkit.tls import Certs, make_certs
 from testkit.wire import fetch_request
@@ -175,3 +179,34 @@ async def test_buffers_of_responses_reach_a_tls_client_in_request_order(certs: C
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_large_response_reaches_the_transport_a_piece_at_a_time() -> None:
+    """The transport is handed a piece of a response only once it holds nothing: it never keeps
+    (copies) more than one piece, however large the response and however slow the reader."""
+    rng = random.Random(SEED)
+    left, right = socket.socketpair()
+    right.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    reader, client = await asyncio.open_connection(sock=left)
+    _, writer = await asyncio.open_connection(sock=right)
+    responses = InOrderResponses(writer, "peer", 1)
+    frames = [
+        encode_response_parts(1, _response(12, [_records(rng, 3_000_000), b""])),
+        encode_response_parts(2, _response(12, [_records(rng, 100)])),  # one buffer, behind it
+    ]
+    for frame in frames:
+        answer: Answer = asyncio.get_running_loop().create_future()
+        responses.add(answer)
+        answer.set_result(frame)
+    expected = _expected(frames)
+    received = bytearray()
+    held = 0
+    while len(received) < len(expected):
+        held = max(held, writer.transport.get_write_buffer_size())
+        received += await asyncio.wait_for(reader.read(32 * 1024), 10)
+    await asyncio.wait_for(responses.drained(), 10)
+    assert received == expected
+    assert 0 < held <= SEND_BYTES_MAX
+    writer.close()
+    client.close()
