@@ -1,20 +1,28 @@
-"""What the read path decides per batch: isolation, aborted transactions, markers, and the
-write path's checks repeated on the bytes read back."""
+"""What the read path decides per batch: isolation, aborted transactions, markers, the write
+path's checks repeated on the bytes read back, and the buffers a served batch is sent as."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
+from typing import Final
 
 from diskless._results import FetchResult
 from diskless._types import ErrorCode, IsolationLevel, TimestampType
 from diskless.coordinator import BatchInfo, FindBatchesResponse
 from diskless.records import (
+    HEADER_SIZE,
     InvalidBatch,
     build_control_batch,
+    log_append_time_header,
     parse_batch,
     set_base_offset,
     set_log_append_time,
 )
+
+Buffer = bytes | bytearray | memoryview
+_BASE_OFFSET: Final = struct.Struct(">q")
+"""A batch's first field, outside its CRC: the one a fetch always sets."""
 
 
 class CorruptBatch(Exception):
@@ -72,7 +80,7 @@ def synthesize_marker(info: BatchInfo) -> bytes:
     )
 
 
-def check_stored_batch(batch: bytearray, info: BatchInfo) -> None:
+def check_stored_batch(batch: Buffer, info: BatchInfo) -> None:
     """The write path's checks, repeated on the bytes read back: one whole batch, valid CRC,
     holding exactly the offsets the coordinator assigned to it."""
     header = parse_batch(batch)
@@ -90,20 +98,45 @@ def check_stored_batch(batch: bytearray, info: BatchInfo) -> None:
         )
 
 
-def as_served(info: BatchInfo, stored: bytes | bytearray | memoryview | None) -> bytearray:
-    """The batch a fetch returns for `info`: the stored bytes (checked) or, for a marker, its
+def served_parts(
+    info: BatchInfo, stored: memoryview | None, *, checked: bool = False
+) -> tuple[Buffer, ...]:
+    """The batch a fetch returns for `info`, as buffers that follow each other on the wire:
+    the stored bytes (checked, unless `checked` says they already were) or, for a marker, its
     control batch; base offset set, and the append time stamped on LOG_APPEND_TIME topics.
-    Raises CorruptBatch when the stored bytes fail the checks."""
-    if info.object_key:
-        assert stored is not None, info
-        batch = bytearray(stored)
-        check_stored_batch(batch, info)
-    else:
-        batch = bytearray(synthesize_marker(info))
-    set_base_offset(batch, info.base_offset)
+    Raises CorruptBatch when the stored bytes fail the checks.
+
+    Only what changes is copied. The base offset (bytes 0..7, outside the CRC) goes in an
+    8-byte buffer of its own before a view of the rest; a LogAppendTime batch gets a stamped
+    copy of its header (the CRC computed over it and the records) before a view of its records.
+    `stored` must be a view of bytes that never change (a cache block, a written segment): the
+    buffers returned refer to them until they are sent."""
+    if not info.object_key:
+        return (_marker(info),)
+    assert stored is not None, info
+    if not checked:
+        check_stored_batch(stored, info)
+    if info.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        header = log_append_time_header(stored, info.log_append_time)
+        set_base_offset(header, info.base_offset)
+        return (bytes(header), stored[HEADER_SIZE:])
+    (base_offset,) = _BASE_OFFSET.unpack_from(stored)
+    if base_offset == info.base_offset:
+        return (stored,)
+    return (_BASE_OFFSET.pack(info.base_offset), stored[_BASE_OFFSET.size :])
+
+
+def _marker(info: BatchInfo) -> bytes:
+    batch = bytearray(synthesize_marker(info))
     if info.timestamp_type == TimestampType.LOG_APPEND_TIME:
         set_log_append_time(batch, info.log_append_time)
-    return batch
+    return bytes(batch)
+
+
+def as_served(info: BatchInfo, stored: Buffer | None) -> bytearray:
+    """`served_parts` as one batch of its own (consolidation copies it into a new object)."""
+    view = None if stored is None else memoryview(stored).toreadonly()
+    return bytearray(b"").join(served_parts(info, view))
 
 
 def empty_result(

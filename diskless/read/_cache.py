@@ -61,6 +61,8 @@ class ObjectCache:
         self._bytes_max = bytes_max
         self._gets = gets if gets is not None else asyncio.Semaphore(16)
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._checked: dict[tuple[str, int], set[int]] = {}
+        """Per cached block, the object positions of batches checked in its bytes."""
         self._cached_bytes = 0
         self._inflight: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._stats: dict[str, int] = dict.fromkeys(ObjectCacheStats.__struct_fields__, 0)
@@ -79,8 +81,11 @@ class ObjectCache:
     def stats(self) -> ObjectCacheStats:
         return ObjectCacheStats(**{**self._stats, "cached_bytes": self._cached_bytes})
 
-    async def read(self, key: str, start: int, end: int, object_size: int | None = None) -> bytes:
-        """Bytes [start, end) of `key`; `object_size` lets whole blocks be read up to the end.
+    async def read(
+        self, key: str, start: int, end: int, object_size: int | None = None
+    ) -> memoryview:
+        """Bytes [start, end) of `key`, a read-only view (into the block when the range lies in
+        one); `object_size` lets whole blocks be read up to the end.
 
         Raises StorageError when a GET fails (nothing is cached then; the next read retries).
         """
@@ -99,11 +104,27 @@ class ObjectCache:
                 for block in range(first, last + 1)
             )
         )
-        return b"".join(parts)
+        return memoryview(b"".join(parts))
+
+    def checked(self, key: str, position: int, view: memoryview) -> bool:
+        """Whether the batch at `position` of `key`, read as `view` from this cache, was checked
+        in the very block `view` lies in (`mark_checked`)."""
+        slot = (key, position // self._block_bytes)
+        block = self._blocks.get(slot)
+        return block is not None and view.obj is block and position in self._checked[slot]
+
+    def mark_checked(self, key: str, position: int, view: memoryview) -> None:
+        """The batch at `position` of `key`, read as `view` from this cache, passed the read
+        path's checks: remembered while the block `view` lies in stays cached (a batch read
+        across blocks is not remembered)."""
+        slot = (key, position // self._block_bytes)
+        block = self._blocks.get(slot)
+        if block is not None and view.obj is block:
+            self._checked[slot].add(position)
 
     async def _read_in_block(
         self, key: str, block: int, start: int, end: int, object_size: int | None
-    ) -> bytes:
+    ) -> memoryview:
         block_start = block * self._block_bytes
         slot = (key, block)
         while True:
@@ -111,7 +132,7 @@ class ObjectCache:
             if cached is not None and block_start + len(cached) >= end:
                 self._blocks.move_to_end(slot)
                 self._stats["block_hits"] += 1
-                return cached[start - block_start : end - block_start]
+                return memoryview(cached)[start - block_start : end - block_start]
             waiting = self._inflight.get(slot)
             if waiting is None:
                 break
@@ -127,7 +148,7 @@ class ObjectCache:
             raise
         self._inflight.pop(slot)
         done.set_result(None)
-        return data[start - block_start : end - block_start]
+        return memoryview(data)[start - block_start : end - block_start]
 
     async def _fill(
         self,
@@ -157,8 +178,10 @@ class ObjectCache:
         if old is not None:
             self._cached_bytes -= len(old)
         self._blocks[slot] = block
+        self._checked[slot] = set()
         self._cached_bytes += len(block)
         while self._cached_bytes > self._bytes_max:
-            _, evicted = self._blocks.popitem(last=False)
+            evicted_slot, evicted = self._blocks.popitem(last=False)
+            del self._checked[evicted_slot]
             self._cached_bytes -= len(evicted)
             self._stats["evicted_blocks"] += 1

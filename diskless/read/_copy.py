@@ -43,11 +43,11 @@ async def read_as_served(
     return await asyncio.to_thread(_served, batches, dict(zip(spans, chunks, strict=True)))
 
 
-def _served(batches: Sequence[BatchInfo], data: dict[Span, bytes]) -> list[bytearray]:
+def _served(batches: Sequence[BatchInfo], data: dict[Span, memoryview]) -> list[bytearray]:
     index = SpanIndex(list(data))
     served: list[bytearray] = []
     for info in batches:
-        stored: bytes | None = None
+        stored: memoryview | None = None
         if info.object_key:
             start, end = info.byte_offset, info.byte_offset + info.size
             span = index.find(info.object_key, start, end)

@@ -35,7 +35,7 @@ class Served(NamedTuple):
     served (read while walking the extent); None for batches still to be read or synthesized."""
 
     info: BatchInfo
-    data: bytes | None = None
+    data: memoryview | None = None
 
     @property
     def size(self) -> int:
@@ -161,7 +161,7 @@ class _Walk:
     def __aiter__(self) -> _Walk:
         return self
 
-    async def __anext__(self) -> tuple[BatchHeader, bytes | None]:
+    async def __anext__(self) -> tuple[BatchHeader, memoryview | None]:
         info = self._info
         where = f"{info.object_key} at {self.position}"
         if self.position >= self._end:
@@ -181,7 +181,7 @@ class _Walk:
                 f"{where}: batch [{header.base_offset}, {header.last_offset}] where offset "
                 f"{self._next_offset} was due (extent ends at {info.last_offset})"
             )
-        data: bytes | None = None
+        data: memoryview | None = None
         if not self._headers_only:
             data = await self._cache.read(
                 info.object_key, self.position, self.position + header.size, self._size
@@ -192,7 +192,7 @@ class _Walk:
         return header, data
 
 
-def _checked(data: bytes, where: str) -> BatchHeader:
+def _checked(data: memoryview, where: str) -> BatchHeader:
     """The batch that `data` holds whole, its CRC checked."""
     full = parse_batch(data)
     if isinstance(full, InvalidBatch) or full.size != len(data):
@@ -202,9 +202,9 @@ def _checked(data: bytes, where: str) -> BatchHeader:
     return full
 
 
-def _frame(head: bytes, where: str) -> BatchHeader:
+def _frame(head: memoryview, where: str) -> BatchHeader:
     """The header of a batch of which only the first HEADER_SIZE bytes were read."""
-    header = BatchHeader(memoryview(head))
+    header = BatchHeader(head)
     if header.magic != MAGIC or header.length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptBatch(f"{where}: no batch header (magic {header.magic})")
     return header

@@ -10,6 +10,11 @@ coordinator assigned), its base offset is rewritten (outside the CRC) and, on Lo
 its timestamp (CRC recomputed). Transaction markers exist only as coordinator metadata; the read
 path synthesizes their control batches.
 
+Bytes are not copied on the way: the caches hand out views of their bytes, a served batch is
+those views with only its changed header bytes new (`served_parts`), and a partition's records
+are joined once into the bytes of its result. A batch read from the object cache is checked the
+first time it is served from a block, not again while that block stays cached.
+
 With an `ObjectCache`, stored bytes are read through its aligned blocks instead (one GET per
 block however many partitions and fetches need it: the coordinator gives each object's size, so
 a block is read whole, up to the object's end). Extents (consolidated runs of batches) are
@@ -50,10 +55,11 @@ from diskless.coordinator import (
 )
 from diskless.errors import CoordinatorError, StorageError
 from diskless.read._batches import (
+    Buffer,
     CorruptBatch,
     aborted_transactions,
-    as_served,
     empty_result,
+    served_parts,
     within_isolation,
 )
 from diskless.read._cache import ObjectCache
@@ -73,9 +79,10 @@ EXTENT_CACHE_BYTES_MAX: Final = 16 * 1024 * 1024
 
 
 class RangeCache(Protocol):
-    """Recently written objects (the WAL writer's `SegmentCache`): bytes or None on a miss."""
+    """Recently written objects (the WAL writer's `SegmentCache`): bytes or None on a miss.
+    The bytes may be a view: what is cached never changes."""
 
-    def get_range(self, key: str, start: int, end: int) -> bytes | None: ...
+    def get_range(self, key: str, start: int, end: int) -> Buffer | None: ...
 
 
 class FetchReader:
@@ -237,7 +244,7 @@ class FetchReader:
         return list(await asyncio.gather(*(resolve(response) for response in responses)))
 
     # --- reading ------------------------------------------------------------------------------
-    async def _read_batch(self, info: BatchInfo) -> bytes:
+    async def _read_batch(self, info: BatchInfo) -> memoryview:
         """One batch row's stored bytes, read as a fetch reads them (caches first)."""
         span = Span(info.object_key, info.byte_offset, info.byte_offset + info.size)
         sizes = {} if info.object_size is None else {info.object_key: info.object_size}
@@ -248,8 +255,8 @@ class FetchReader:
 
     async def _read_spans(
         self, spans: Sequence[Span], sizes: Mapping[str, int]
-    ) -> dict[Span, bytes | StorageError]:
-        data: dict[Span, bytes | StorageError] = {}
+    ) -> dict[Span, memoryview | StorageError]:
+        data: dict[Span, memoryview | StorageError] = {}
         missing: list[Span] = []
         for span in spans:
             cached = self._cached(span)
@@ -268,16 +275,16 @@ class FetchReader:
             for span, task in zip(missing, tasks, strict=True):
                 data[span] = task.result()
         self._stats["bytes_fetched"] += sum(
-            len(chunk) for chunk in data.values() if isinstance(chunk, bytes)
+            len(chunk) for chunk in data.values() if isinstance(chunk, memoryview)
         )
         return data
 
     async def _read_through(
         self, cache: ObjectCache, spans: Sequence[Span], sizes: Mapping[str, int]
-    ) -> dict[Span, bytes | StorageError]:
+    ) -> dict[Span, memoryview | StorageError]:
         """Through the cache, whole blocks of the objects whose size is known."""
 
-        async def read(span: Span) -> bytes | StorageError:
+        async def read(span: Span) -> memoryview | StorageError:
             try:
                 return await cache.read(*span, sizes.get(span.key))
             except StorageError as e:
@@ -289,16 +296,17 @@ class FetchReader:
             tasks = [group.create_task(read(span)) for span in spans]
         return {span: task.result() for span, task in zip(spans, tasks, strict=True)}
 
-    def _cached(self, span: Span) -> bytes | None:
+    def _cached(self, span: Span) -> memoryview | None:
         if self._cache is None:
             return None
         try:
-            return self._cache.get_range(span.key, span.start, span.end)
+            cached = self._cache.get_range(span.key, span.start, span.end)
         except StorageError as e:  # a range outside the cached object: let storage answer
             _log.warning("fetch: cache refused %s [%d, %d): %r", *span, e)
             return None
+        return None if cached is None else memoryview(cached).toreadonly()
 
-    async def _get(self, span: Span) -> bytes | StorageError:
+    async def _get(self, span: Span) -> memoryview | StorageError:
         async with self._gets:
             self._stats["gets_issued"] += 1
             try:
@@ -311,7 +319,7 @@ class FetchReader:
             return StorageError(
                 f"{span.key} [{span.start}, {span.end}) returned {len(chunk)} bytes"
             )
-        return chunk
+        return memoryview(chunk).toreadonly()
 
     # --- assembling ---------------------------------------------------------------------------
     def _assemble(
@@ -320,40 +328,44 @@ class FetchReader:
         response: FindBatchesResponse,
         plan: PartitionPlan,
         index: SpanIndex,
-        data: Mapping[Span, bytes | StorageError],
+        data: Mapping[Span, memoryview | StorageError],
         isolation_level: IsolationLevel,
     ) -> FetchResult:
-        out = bytearray()
+        parts: list[Buffer] = []
+        cache = self._object_cache
         try:
             for info, served in plan.batches:
                 if served is not None:  # an extent's batch: checked when walked, already as served
-                    out += served
+                    parts.append(served)
                     self._stats["batches_read"] += 1
                     continue
-                stored: bytes | None = None
-                if info.object_key:
-                    start, end = info.byte_offset, info.byte_offset + info.size
-                    span = index.find(info.object_key, start, end)
-                    chunk = data[span]
-                    if isinstance(chunk, StorageError):
-                        return empty_result(response, fetch_error(chunk), f"{chunk}")
-                    stored = chunk[start - span.start : end - span.start]
-                    self._stats["batches_read"] += 1
-                else:
+                if not info.object_key:
                     self._stats["control_batches_synthesized"] += 1
-                batch = as_served(info, stored)
-                out += batch
+                    parts += served_parts(info, None)
+                    continue
+                start, end = info.byte_offset, info.byte_offset + info.size
+                span = index.find(info.object_key, start, end)
+                chunk = data[span]
+                if isinstance(chunk, StorageError):
+                    return empty_result(response, fetch_error(chunk), f"{chunk}")
+                stored = chunk[start - span.start : end - span.start]
+                self._stats["batches_read"] += 1
+                checked = cache is not None and cache.checked(info.object_key, start, stored)
+                parts += served_parts(info, stored, checked=checked)
+                if cache is not None and not checked:
+                    cache.mark_checked(info.object_key, start, stored)
         except CorruptBatch as e:
             self._stats["corrupt_batches"] += 1
             _log.error("fetch: %s: %s", tp, e)
             return empty_result(response, fetch_error(e), f"{e}")
-        self._stats["bytes_returned"] += len(out)
+        records = b"".join(parts)  # the one copy of the records on their way out
+        self._stats["bytes_returned"] += len(records)
         return FetchResult(
             ErrorCode.NONE,
             high_watermark=response.high_watermark,
             last_stable_offset=response.last_stable_offset,
             log_start_offset=response.log_start_offset,
-            records=bytes(out),
+            records=records,
             aborted_transactions=aborted_transactions(
                 response, [served.info for served in plan.batches], isolation_level
             ),

@@ -19,7 +19,7 @@ from diskless.read._batches import CorruptBatch, as_served
 from diskless.read._extents import ExtentReader
 from diskless.records import InvalidBatch, first_record_reaching, parse_batch
 
-ReadBatch = Callable[[BatchInfo], Awaitable[bytes]]
+ReadBatch = Callable[[BatchInfo], Awaitable[memoryview]]
 """The stored bytes of a batch row (raises StorageError)."""
 
 
@@ -62,7 +62,7 @@ class TimeLookups:
             if info.log_append_time < target or info.last_offset < start:
                 return None
             return max(start, info.base_offset), info.log_append_time
-        stored: bytes | None = None
+        stored: memoryview | None = None
         if info.control is None:
             stored = await self._read_batch(info)
             self._batches_read += 1

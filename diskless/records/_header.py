@@ -310,15 +310,24 @@ def set_log_append_time(batch: bytearray | memoryview, append_time: int, positio
 
     Kafka leaves baseTimestamp alone; readers take every record's timestamp from maxTimestamp.
     """
-    view = memoryview(batch)
-    (length,) = _INT32.unpack_from(view, position + _LENGTH_AT)
-    (attributes,) = _INT16.unpack_from(view, position + _ATTRIBUTES_AT)
-    _INT16.pack_into(view, position + _ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_BIT)
-    _INT64.pack_into(view, position + _MAX_TIMESTAMP_AT, append_time)
-    end = position + length + LOG_OVERHEAD
-    _UINT32.pack_into(
-        view, position + _CRC_AT, crc32c.crc32c(view[position + _ATTRIBUTES_AT : end])
-    )
+    view = _byte_view(batch)
+    view[position : position + HEADER_SIZE] = log_append_time_header(view[position:], append_time)
+
+
+def log_append_time_header(batch: bytes | bytearray | memoryview, append_time: int) -> bytearray:
+    """The first HEADER_SIZE bytes of `batch` stamped with LogAppendTime (`set_log_append_time`),
+    the CRC computed over them and the batch's records, the batch itself unchanged: a fetch
+    serves this copy of the header followed by the rest of the stored batch, not copied."""
+    view = _byte_view(batch)
+    (length,) = _INT32.unpack_from(view, _LENGTH_AT)
+    header = bytearray(view[:HEADER_SIZE])
+    (attributes,) = _INT16.unpack_from(header, _ATTRIBUTES_AT)
+    _INT16.pack_into(header, _ATTRIBUTES_AT, attributes | TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(header, _MAX_TIMESTAMP_AT, append_time)
+    crc = crc32c.crc32c(header[_ATTRIBUTES_AT:])
+    crc = crc32c.crc32c(view[HEADER_SIZE : length + LOG_OVERHEAD], crc)
+    _UINT32.pack_into(header, _CRC_AT, crc)
+    return header
 
 
 def with_max_timestamp(header: BatchHeader, max_timestamp: int) -> BatchHeader:

@@ -54,8 +54,9 @@ class SegmentCache:
         assert 0 <= self._bytes_now <= self._bytes_max
         return True
 
-    def get_range(self, key: str, start: int, end: int) -> bytes | None:
-        """Bytes [start, end) of a cached object, or None when it is not cached.
+    def get_range(self, key: str, start: int, end: int) -> memoryview | None:
+        """Bytes [start, end) of a cached object (a read-only view: the object never changes),
+        or None when it is not cached.
 
         Raises InvalidRangeError, like the stores, for a range outside a cached object.
         """
@@ -65,7 +66,7 @@ class SegmentCache:
         if start < 0 or end <= start or end > len(data):
             raise InvalidRangeError(f"range [{start}, {end}) outside {key!r} ({len(data)} bytes)")
         self._objects.move_to_end(key)
-        return bytes(memoryview(data)[start:end])
+        return memoryview(data).toreadonly()[start:end]
 
     def discard(self, key: str) -> None:
         """Forget an object (e.g. once it is deleted from storage)."""

@@ -10,6 +10,10 @@ limits, and errors that say what was wrong with a frame.
 ApiVersions is the one exception to the header rule: its response always uses header v0, so that a
 client can read the answer to a version it sent before knowing what the broker supports (kio's
 ApiVersionsResponse schemas already say so).
+
+A response is encoded into buffers, not one bytes object (`encode_response_parts`): a large
+value (a Fetch response's records) is referred to, not copied into the frame, and the connection
+writes the buffers one after the other.
 """
 
 from __future__ import annotations
@@ -212,10 +216,67 @@ def _encoded(body: RequestPayload | ResponsePayload) -> bytes:
     return buffer.getvalue()
 
 
+Frame = bytes | tuple[bytes | memoryview, ...]
+"""A framed response: one buffer, or buffers to write one after the other."""
+PART_BYTES_MIN: Final = 16 * 1024
+"""A `bytes` value at least this large (a Fetch response's records) is written by reference, not
+copied into the frame: one more buffer to write costs less than copying it."""
+
+
+class _Gather:
+    """What kio writes a response into: small writes are copied together, a large `bytes` value
+    (immutable) is kept by reference, each as one buffer of the frame. The first buffer starts
+    with the size prefix, filled in at the end."""
+
+    __slots__ = ("_head", "_small", "parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+        self._small = bytearray(FRAME_SIZE.size)
+        self._head: bytearray | None = None
+        self.size = 0
+        """Bytes written, after the size prefix."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        size = len(data)
+        self.size += size
+        if size >= PART_BYTES_MIN and type(data) is bytes:
+            self._flush()
+            self.parts.append(memoryview(data))  # a partial send slices it without a copy
+        else:
+            self._small += data
+        return size
+
+    def _flush(self) -> None:
+        if self._head is None:  # the prefix and what came before the first large value
+            self._head = self._small
+            self.parts.append(memoryview(self._head))
+            self._small = bytearray()
+        elif self._small:
+            self.parts.append(bytes(self._small))
+            self._small.clear()
+
+    def frame(self) -> Frame:
+        """The size prefix and what was written."""
+        self._flush()
+        assert self._head is not None
+        FRAME_SIZE.pack_into(self._head, 0, self.size)
+        if len(self.parts) == 1:
+            return bytes(self._head)
+        return tuple(self.parts)
+
+
 def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:
     """The framed response: size prefix, the header version the schema uses, the body."""
-    buffer = io.BytesIO()
-    buffer.write(b"\x00\x00\x00\x00")
+    frame = encode_response_parts(correlation_id, body)
+    return frame if isinstance(frame, bytes) else b"".join(frame)
+
+
+def encode_response_parts(correlation_id: int, body: ResponsePayload) -> Frame:
+    """`encode_response` without copying large values (a Fetch response's records) into the
+    frame: the buffers to write one after the other, or one buffer when there is no such value."""
+    gather = _Gather()
+    buffer = typing.cast(typing.IO[bytes], gather)  # kio only calls its `write`
     header_schema = type(body).__header_schema__
     header: ResponseHeaderV0 | ResponseHeaderV1
     if header_schema is ResponseHeaderV1:
@@ -233,6 +294,4 @@ def encode_response(correlation_id: int, body: ResponsePayload) -> bytes:
         buffer.write(encoded)
     else:
         entity_writer(type(body))(buffer, body)
-    data = bytearray(buffer.getbuffer())
-    FRAME_SIZE.pack_into(data, 0, len(data) - FRAME_SIZE.size)
-    return bytes(data)
+    return gather.frame()

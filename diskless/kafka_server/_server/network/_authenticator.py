@@ -192,8 +192,8 @@ class Authenticator:
                     answer = await (await self._dispatch(session, memoryview(frame)))
                 except FrameError as e:
                     raise _Refused(str(e)) from None
-                if answer is not None:
-                    writer.write(answer)
+                if answer is not None:  # ApiVersions: small, one buffer
+                    writer.write(answer if isinstance(answer, bytes) else b"".join(answer))
                     await writer.drain()
                 continue
             if prefix.api_key != ApiKey.SASL_HANDSHAKE:

@@ -27,9 +27,11 @@ from diskless.kafka_server._handlers.table import route, unsupported_version_ans
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._protocol.codec import (
     DecodedRequest,
+    Frame,
     FrameError,
     decode_request,
     encode_response,
+    encode_response_parts,
     read_prefix,
     request_schema,
 )
@@ -104,7 +106,7 @@ class Dispatcher:
         api: ApiKey,
         started: float,
         large: bool,
-    ) -> bytes | None:
+    ) -> Frame | None:
         """The framed response; a large request's response is encoded off the event loop
         (its size grows with the request's: 100,000 topics in, 100,000 out). The one place
         every answered request is measured."""
@@ -117,9 +119,9 @@ class Dispatcher:
             return None
         if large:
             return await self._in_codec_thread(
-                functools.partial(encode_response, correlation_id, response)
+                functools.partial(encode_response_parts, correlation_id, response)
             )
-        return encode_response(correlation_id, response)
+        return encode_response_parts(correlation_id, response)
 
     async def _in_codec_thread(self, function: Callable[[], _Result]) -> _Result:
         if self._codec is None:
