@@ -86,6 +86,7 @@ def decode_runs(blob: bytes) -> tuple[list[RecordRun], int, list[Marker]]:
     verdicts either way; the same exceptions (ValueError on a CRC mismatch).
     """
     _, memory_records = kafka_records()
+    blob = bytes(blob)  # no copy of bytes; startswith compares in place
     runs: list[list[Any]] = []
     markers: list[Marker] = []
     next_offset = -1
@@ -97,7 +98,7 @@ def decode_runs(blob: bytes) -> tuple[list[RecordRun], int, list[Marker]]:
         end = position + _LOG_OVERHEAD + length
         if end > size:
             break  # a batch cut by the fetch's size limit, as kafka-python stops there
-        run = _whole_batch(view[position:end])
+        run = _whole_batch(blob, position, end)
         if run is not None:
             _extend_runs(runs, run)
             next_offset = max(next_offset, run[0] + run[1])
@@ -126,41 +127,61 @@ _TRANSACTIONAL: Final = 0x10
 _CONTROL: Final = 0x20
 _VARINTS_CACHED_MAX: Final = 65_536
 """Encoded varints kept: offset deltas, lengths of keys, values and records."""
-_FIRST_FIELDS: Final = b"\x00\x00\x00" + bytes([2 * KEY_BYTES])
+_NO_ATTRIBUTES_NOR_DELTA: Final = b"\x00\x00"
+_KEY_LENGTH: Final = bytes([2 * KEY_BYTES])
+"""KEY_BYTES as a varint (zigzag: twice it, in one byte)."""
+_NO_HEADERS: Final = b"\x00"
+_FIRST_FIELDS: Final = _NO_ATTRIBUTES_NOR_DELTA + b"\x00" + _KEY_LENGTH
 """A harness record after its length: attributes 0, timestamp delta 0, offset delta 0, key
 length."""
 
 
-def _whole_batch(batch: memoryview) -> RecordRun | None:
-    """The run a batch holds, when it is exactly a harness producer's batch (see
-    `decode_runs`); None otherwise."""
+def _whole_batch(blob: bytes, start: int, end: int) -> RecordRun | None:
+    """The run that the batch at `blob[start:end]` holds, when it is exactly a harness
+    producer's batch (see `decode_runs`); None otherwise."""
     from kafka.record.util import calc_crc32c, decode_varint  # loaded by kafka_records()
 
-    if len(batch) < _HEADER.size:
+    records_at = start + _HEADER.size
+    if end < records_at:
         return None
     (base, _, _, magic, crc, attributes, last_delta, _, _, producer_id, _, _, count) = (
-        _HEADER.unpack_from(batch)
+        _HEADER.unpack_from(blob, start)
     )
     if magic != 2 or attributes & (_COMPRESSION | _CONTROL) or count < 1:
         return None
-    if last_delta != count - 1 or calc_crc32c(batch[_CRC_FROM:]) != crc:
+    if last_delta != count - 1 or calc_crc32c(memoryview(blob)[start + _CRC_FROM : end]) != crc:
         return None
     try:
-        _, at = decode_varint(batch, _HEADER.size)
-        if batch[at : at + len(_FIRST_FIELDS)] != _FIRST_FIELDS:
+        _, at = decode_varint(blob, records_at)
+        if not blob.startswith(_FIRST_FIELDS, at):
             return None
         at += len(_FIRST_FIELDS)
-        key_producer, seq = parse_record_key(bytes(batch[at : at + KEY_BYTES]))
-        value_bytes, _ = decode_varint(batch, at + KEY_BYTES)
+        key_producer, seq = parse_record_key(blob[at : at + KEY_BYTES])
+        value_bytes, _ = decode_varint(blob, at + KEY_BYTES)
     except (IndexError, ValueError, struct.error):
         return None
     if value_bytes < 0:
         return None
-    expected = b"".join(
-        _harness_record(i, record_key(key_producer, seq + i), record_value(value_bytes, seq + i))
-        for i in range(count)
-    )
-    if bytes(batch[_HEADER.size :]) != expected:
+    # Each record: length, attributes and timestamp delta (0, 0), offset delta, key length and
+    # key, value length and value, header count (0).
+    value_length = _varint(value_bytes)
+    fixed = len(_NO_ATTRIBUTES_NOR_DELTA) + len(_KEY_LENGTH) + KEY_BYTES
+    fixed += len(value_length) + value_bytes + len(_NO_HEADERS)
+    parts: list[bytes] = []
+    for i in range(count):
+        delta = _varint(i)
+        parts += (
+            _varint(fixed + len(delta)),
+            _NO_ATTRIBUTES_NOR_DELTA,
+            delta,
+            _KEY_LENGTH,
+            record_key(key_producer, seq + i),
+            value_length,
+            record_value(value_bytes, seq + i),
+            _NO_HEADERS,
+        )
+    expected = b"".join(parts)
+    if records_at + len(expected) != end or not blob.startswith(expected, records_at):
         return None
     return (
         base,
@@ -172,22 +193,6 @@ def _whole_batch(batch: memoryview) -> RecordRun | None:
         True,
         bool(attributes & _TRANSACTIONAL),
     )
-
-
-def _harness_record(offset_delta: int, key: bytes, value: bytes) -> bytes:
-    """A record as the harness's producers write it (kafka-python's layout, Kafka's v2 record)."""
-    body = b"".join(
-        (
-            b"\x00\x00",
-            _varint(offset_delta),
-            _varint(len(key)),
-            key,
-            _varint(len(value)),
-            value,
-            b"\x00",
-        )
-    )
-    return _varint(len(body)) + body
 
 
 @functools.lru_cache(maxsize=_VARINTS_CACHED_MAX)

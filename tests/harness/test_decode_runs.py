@@ -176,6 +176,6 @@ def test_runs_from_drops_the_records_before_the_fetched_offset() -> None:
 
 def test_a_harness_batch_is_taken_whole_and_a_changed_one_is_not() -> None:
     batch = _at(_row(1000, 10, 100, 50), 40)
-    assert _whole_batch(memoryview(bytes(batch))) == (40, 100, 1000, 1000, 10, 50, True, False)
+    assert _whole_batch(bytes(batch), 0, len(batch)) == (40, 100, 1000, 1000, 10, 50, True, False)
     batch[-2] ^= 0x02
-    assert _whole_batch(memoryview(bytes(_recrc(batch)))) is None
+    assert _whole_batch(bytes(_recrc(batch)), 0, len(batch)) is None
