@@ -37,7 +37,8 @@ from benchmarks.harness.placement import TaskPlace, here
 from benchmarks.harness.readback import (
     FETCH_BYTES_MAX,
     PARTITION_FETCH_BYTES_MAX,
-    decode_records,
+    RecordRun,
+    decode_runs,
 )
 from benchmarks.harness.records import kafka_records
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
@@ -244,17 +245,40 @@ class Member:
         read.read_bytes += len(answer.records)
         offset = self.offsets[tp]
         try:
-            records, next_offset, markers = decode_records(answer.records)
+            runs, next_offset, markers = decode_runs(answer.records)
         except ValueError as exc:
             read.errors += 1
             read.last_error = f"fetch at {offset}: {exc}"
             return
-        read.runs.extend(runs_of([r for r in records if r.offset >= offset], received))
+        read.runs.extend(runs_from(runs, offset, received))
         read.markers.extend(
             (m.offset, m.producer_id, m.commit) for m in markers if m.offset >= offset
         )
         if next_offset > offset:
             self.offsets[tp] = next_offset
+
+
+def runs_from(runs: list[RecordRun], offset: int, received: float) -> list[Run]:
+    """The runs' records from `offset` on (a fetch may answer from the start of a batch that
+    began earlier, whose records before it a client drops), each stamped `received`."""
+    out: list[Run] = []
+    for first, count, batch_pid, key_pid, seq, value_bytes, ok, txn in runs:
+        skip = min(max(offset - first, 0), count)
+        if skip < count:
+            out.append(
+                (
+                    first + skip,
+                    count - skip,
+                    batch_pid,
+                    key_pid,
+                    seq + skip,
+                    value_bytes,
+                    ok,
+                    txn,
+                    received,
+                )
+            )
+    return out
 
 
 def runs_of(records: list[ReadRecord], received: float) -> list[Run]:

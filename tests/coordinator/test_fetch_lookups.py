@@ -12,6 +12,7 @@ load their next rows together.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +30,8 @@ from diskless.coordinator import (
 )
 from diskless.coordinator._backends.postgres_reads import PostgresReads
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
+from diskless.coordinator._rules import fetch as fetch_rules
+from diskless.coordinator._rules import reads as reads_rules
 from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS
 from testkit.backends import open_coordinator
 from testkit.commits import Committer, batch
@@ -250,3 +253,54 @@ async def test_partitions_that_page_on_load_their_next_rows_together(
             assert _spans(response) == [(o, o) for o in range(deep)]
         counts.append(len(statements))
     assert counts[0] == counts[1] <= STATEMENTS_MAX, statements
+
+
+async def _paged(
+    coordinator: BatchCoordinator,
+    monkeypatch: pytest.MonkeyPatch,
+    sizes: list[int],
+    partition_max: int,
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """One partition of batches of `sizes`, fetched from 0 within `partition_max`: the spans
+    answered, and the rows a partition each page-on lookup loaded."""
+    pages: list[int] = []
+    heads_lookup = reads_rules.heads_lookup
+
+    def recorded(wanted: list[tuple[TopicPartition, int]], rows: int) -> Any:
+        pages.append(rows)
+        return heads_lookup(wanted, rows)
+
+    monkeypatch.setattr(fetch_rules, "heads_lookup", recorded)
+    tp = TopicPartition(TOPIC, 0)
+    assert await coordinator.create_topic(TOPIC, 1) is ErrorCode.NONE
+    await Committer(coordinator).commit([batch(tp, size=size) for size in sizes])
+    (response,) = await coordinator.find_batches([FindBatchesRequest(tp, 0, partition_max)], ALL)
+    return _spans(response), pages
+
+
+async def test_a_page_on_loads_the_rows_the_budget_leaves_room_for(
+    counted: tuple[BatchCoordinator, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of one size: the page after the first rows holds what the partition's budget has
+    left at their size, and one row more, in one lookup."""
+    wanted = 3 * FETCH_HEAD_ROWS + 5
+    spans, pages = await _paged(
+        counted[0], monkeypatch, [1000] * 10 * FETCH_HEAD_ROWS, wanted * 1000
+    )
+    assert spans == [(o, o) for o in range(wanted)]
+    assert pages == [wanted - FETCH_HEAD_ROWS + 1]
+
+
+async def test_a_page_on_short_of_the_budget_pages_on_fourfold(
+    counted: tuple[BatchCoordinator, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large rows first, then small ones: the sized page falls short, the next pages grow
+    fourfold, and the answer is the budget's exactly."""
+    sizes = [1000] * FETCH_HEAD_ROWS + [100] * 300
+    small = 100
+    spans, pages = await _paged(
+        counted[0], monkeypatch, sizes, FETCH_HEAD_ROWS * 1000 + small * 100
+    )
+    assert spans == [(o, o) for o in range(FETCH_HEAD_ROWS + small)]
+    assert len(pages) >= 2
+    assert all(later >= 4 * earlier for earlier, later in itertools.pairwise(pages))

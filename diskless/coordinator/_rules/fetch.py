@@ -194,17 +194,21 @@ def find_batches_plan(
     One lookup loads every partition's state and first rows (`ReadSource.fetch_heads`), and one
     more the aborted transactions, when some answer needs them. Where the budgets reach past a
     partition's loaded rows, the partitions that ran short load their next rows together, in one
-    more lookup, and the walk is decided again.
+    more lookup, and the walk is decided again. That page holds what their budgets have left at
+    the mean size of the rows loaded so far (`_page_for`), so that one more lookup usually
+    suffices and loads few rows past the budgets; a partition still short after it pages on
+    fourfold.
     """
     wanted = [(r.topic_partition, r.offset) for r in requests]
     loaded: list[FetchHead | None] = yield lambda source: source.fetch_heads(wanted)
     heads = list(loaded)
-    page = FETCH_HEAD_ROWS
+    page = 0
     while True:
         walk = _walk(requests, heads, fetch_max_bytes)
         if not walk.short:
             break
-        page = min(page * 4, FETCH_PAGE_ROWS_MAX)
+        sized = max(_page_for(requests[i], heads[i]) for i in walk.short)
+        page = min(max(sized, page * 4), FETCH_PAGE_ROWS_MAX)
         further = [(requests[i].topic_partition, _after(heads[i])) for i in walk.short]
         more: list[FetchHead | None] = yield heads_lookup(further, page)
         for i, extra in zip(walk.short, more, strict=True):
@@ -283,6 +287,17 @@ class _Loaded:
                 return
             yield row
         self.ran_out = True
+
+
+def _page_for(request: FindBatchesRequest, head: FetchHead | None) -> int:
+    """Rows that a short partition's budget has left room for, at the mean size of its rows
+    loaded so far, and one more (the row that no longer fits ends the walk); at least
+    `FETCH_HEAD_ROWS`."""
+    assert head is not None and head.rows
+    loaded = sum(row.size for row in head.rows)
+    left = max(0, request.max_bytes - loaded)
+    mean = max(1, loaded // len(head.rows))
+    return max(FETCH_HEAD_ROWS, -(-left // mean) + 1)
 
 
 def _after(head: FetchHead | None) -> int:

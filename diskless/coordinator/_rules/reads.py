@@ -31,8 +31,8 @@ FETCH_HEAD_ROWS: Final = 16
 """Batch rows a fetch's lookup loads per partition from its offset, after the extents there: a
 consumer that keeps up finds all it gets among them; a deeper backlog pages on."""
 FETCH_PAGE_ROWS_MAX: Final = 256
-"""Batch rows a page of a deeper backlog loads at most per partition (pages grow fourfold from
-`FETCH_HEAD_ROWS`)."""
+"""Batch rows a page of a deeper backlog loads at most per partition (the first page what the
+budgets leave room for, later ones fourfold)."""
 
 
 class FetchHead(NamedTuple):
