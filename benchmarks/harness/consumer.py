@@ -39,6 +39,7 @@ from benchmarks.harness.readback import (
     PARTITION_FETCH_BYTES_MAX,
     RecordRun,
     decode_runs,
+    runs_join,
 )
 from benchmarks.harness.records import kafka_records
 from benchmarks.harness.spec import RunSpec, WorkloadSpec
@@ -282,37 +283,10 @@ def runs_from(runs: list[RecordRun], offset: int, received: float) -> list[Run]:
 
 
 def runs_of(records: list[ReadRecord], received: float) -> list[Run]:
-    """Records as runs: a record extends the run before it when everything about it follows."""
+    """Records as runs (`readback.runs_join`), each stamped `received`."""
     runs: list[list[Any]] = []
-    for r in records:
-        if runs:
-            last = runs[-1]
-            offset, count, batch_pid, key_pid, seq, value_bytes, ok, txn, _ = last
-            if (
-                r.offset == offset + count
-                and r.batch_producer_id == batch_pid
-                and r.key_producer_id == key_pid
-                and r.key_seq == seq + count
-                and r.value_bytes == value_bytes
-                and r.value_ok == ok
-                and r.transactional == txn
-            ):
-                last[1] += 1
-                continue
-        runs.append(
-            [
-                r.offset,
-                1,
-                r.batch_producer_id,
-                r.key_producer_id,
-                r.key_seq,
-                r.value_bytes,
-                r.value_ok,
-                r.transactional,
-                received,
-            ]
-        )
-    return [tuple(run) for run in runs]
+    runs_join(runs, records)
+    return [(*run, received) for run in runs]
 
 
 class _Meter:

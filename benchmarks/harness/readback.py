@@ -108,10 +108,16 @@ def decode_runs(blob: bytes) -> tuple[list[RecordRun], int, list[Marker]]:
                 break
             records: list[ReadRecord] = []
             next_offset = max(next_offset, _decode_batch(batch, records, markers))
-            for r in records:
-                _extend_runs(runs, _record_run(r))
+            runs_join(runs, records)
         position = end
     return [cast(RecordRun, tuple(run)) for run in runs], next_offset, markers
+
+
+def runs_join(runs: list[list[Any]], records: list[ReadRecord]) -> None:
+    """Append `records` to `runs`, each joined to the run before it when everything about it
+    follows on."""
+    for r in records:
+        _extend_runs(runs, _record_run(r))
 
 
 _LENGTH_AT: Final = 8
