@@ -7,6 +7,7 @@
 - `postgres_server`, `postgres_dsn`: the run's PostgreSQL server and a fresh database of it
   (`testkit.postgres`).
 - `network_of`: hosts in network namespaces (`testkit.netns`).
+- `certs`: one CA with server and client certificates per session (`testkit.tls`).
 
 moto and the namespaces' helpers are imported by the fixtures that use them, so that loading the
 plugin stays cheap for a run that needs neither.
@@ -27,8 +28,10 @@ from testkit.postgres import postgres_dsn, postgres_server
 
 if TYPE_CHECKING:
     from testkit.netns import Network
+    from testkit.tls import Certs
 
 __all__ = [
+    "certs",
     "clock",
     "coordinator",
     "coordinator_options",
@@ -87,3 +90,10 @@ def network_of() -> Iterator[Callable[..., Network]]:
     from testkit.netns import networks
 
     yield from networks()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    from testkit.tls import make_certs
+
+    return make_certs(tmp_path_factory.mktemp("certs"))

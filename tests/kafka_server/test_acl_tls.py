@@ -24,14 +24,9 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.settings.server_properties import server_config
 from testkit.cluster import local_cluster
-from testkit.tls import CLIENT_DN, Certs, make_certs
+from testkit.tls import CLIENT_DN, Certs
 
 PRINCIPAL = f"User:{CLIENT_DN}"
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture

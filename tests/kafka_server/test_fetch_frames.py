@@ -33,16 +33,11 @@ from diskless.kafka_server._server.network._responses import (
     InOrderResponses,
 )
 from testkit.batches import build_batch
-from testkit.tls import Certs, make_certs
+from testkit.tls import Certs
 from testkit.wire import fetch_request
 
 SEED = random.randrange(1 << 32)
 TOPIC = "frames"
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _records(rng: random.Random, size: int) -> bytes:

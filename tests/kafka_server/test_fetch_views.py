@@ -21,7 +21,7 @@ from diskless.coordinator import TopicConfig
 from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.settings.server_properties import server_config
 from testkit.cluster import end_offsets, local_cluster
-from testkit.tls import Certs, make_certs
+from testkit.tls import Certs
 from testkit.wire import WireClient
 from tests.kafka_server._helpers import batches_of, fetch_partitions
 
@@ -31,11 +31,6 @@ VALUE_BYTES = 1500
 TIMEOUT_S = 60
 CREATED = 1_760_000_000_000
 TOPICS = {"create-time": TimestampType.CREATE_TIME, "append-time": TimestampType.LOG_APPEND_TIME}
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture

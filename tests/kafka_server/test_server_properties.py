@@ -30,7 +30,7 @@ from diskless.kafka_server._server.settings.server_properties import (
     server_config,
 )
 from diskless.storage import MemoryObjectStore
-from testkit.tls import Certs, make_certs
+from testkit.tls import Certs
 from tests.kafka_server._java_oracle import java_properties, java_subjects
 
 TRICKY = (
@@ -298,11 +298,6 @@ def test_the_command_refuses_a_bad_file_in_one_line_before_starting(
         f"--config: {file}: log.dirs: '': expected a directory"
     )
     assert not (tmp_path / "data").exists()  # refused before anything was created
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _admin_brokers(bootstrap: str, certs: Certs) -> set[str]:

@@ -29,15 +29,10 @@ from diskless.kafka_server import KafkaCluster, ServerConfig
 from diskless.kafka_server._server.settings.server_properties import server_config
 from diskless.storage import MemoryObjectStore
 from testkit.cluster import local_cluster
-from testkit.tls import CLIENT_DN, KEY_PASSWORD, Certs, make_certs
+from testkit.tls import CLIENT_DN, KEY_PASSWORD, Certs
 from testkit.wire import WireClient, encode_request
 
 TOPIC = "secure"
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _config(certs: Certs, client_auth: str, **more: str) -> ServerConfig:

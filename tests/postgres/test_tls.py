@@ -23,12 +23,7 @@ from diskless.coordinator import PostgresBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server._server.process.cli import postgresql_url
 from testkit.postgres import PostgresServer, bindir_or_skip, database_dsn
-from testkit.tls import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
+from testkit.tls import Certs
 
 
 @pytest.fixture(scope="module")

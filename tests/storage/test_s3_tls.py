@@ -13,12 +13,7 @@ import pytest
 
 from diskless.errors import ObjectNotFoundError, StorageError
 from testkit.s3server import create_bucket, running_s3_server, s3_store
-from testkit.tls import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
+from testkit.tls import Certs
 
 
 @pytest.fixture(scope="module")
