@@ -107,6 +107,13 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.DELETE_ACLS: [Need(R.CLUSTER, Op.ALTER)],
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: [Need(R.CLUSTER, Op.DESCRIBE)],
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: [Need(R.CLUSTER, Op.ALTER)],
+    ApiKey.DESCRIBE_CLUSTER: [],  # no ACL: only KIP-430's operations depend on them
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: [Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.DESCRIBE_LOG_DIRS: [Need(R.CLUSTER, Op.DESCRIBE)],
+    ApiKey.ELECT_LEADERS: [Need(R.CLUSTER, Op.ALTER)],
+    ApiKey.DESCRIBE_PRODUCERS: [Need(R.TOPIC, Op.READ)],
+    ApiKey.LIST_TRANSACTIONS: [],  # no ACL: ids the principal may not describe are left out
+    ApiKey.DESCRIBE_TRANSACTIONS: [Need(R.TRANSACTIONAL_ID, Op.DESCRIBE)],
 }
 CASES: Final = [(api, need) for api, needs in NEEDS.items() for need in needs]
 

@@ -7,7 +7,9 @@ Authorization as Kafka's: Metadata of all topics lists only those the principal 
 a topic named explicitly without DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED whether it
 exists or not (so the answer gives nothing away), and so is a missing one that would be created
 without CREATE on the cluster or on the topic. FindCoordinator needs DESCRIBE on the group or
-the transactional id.
+the transactional id. KIP-430's authorized operations are answered when asked (v8+): each topic
+answered (not one refused) with the principal's operations on it, and the cluster's (v8 to v10)
+with none unless the principal may DESCRIBE the cluster, as Kafka answers them.
 """
 
 from __future__ import annotations
@@ -30,9 +32,14 @@ from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import find_coordinator_error, metadata_error
 from diskless._types import ErrorCode, TopicPartition
-from diskless.coordinator import TopicDescription, check_topic_name
+from diskless.coordinator import ResourceType, TopicDescription, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._handlers._access import CREATE, DESCRIBE, Access
+from diskless.kafka_server._handlers._access import (
+    CREATE,
+    DESCRIBE,
+    OPERATIONS_NOT_ASKED,
+    Access,
+)
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._steps import Steps
@@ -43,6 +50,7 @@ from diskless.kafka_server._protocol.messages import (
     FindCoordinatorRequest,
     MetadataRequest,
 )
+from diskless.kafka_server._protocol.messages_cluster import DescribeTopicPartitionsRequest
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +93,23 @@ class _Topics(NamedTuple):
     """Names the principal may not describe (or create): TOPIC_AUTHORIZATION_FAILED."""
 
 
+class _Operations(NamedTuple):
+    """KIP-430's authorized operations, as a Metadata request asked for them."""
+
+    topics: Access | None
+    """Whose operations each topic is answered with; None: not asked."""
+    cluster: int = OPERATIONS_NOT_ASKED
+
+
+def _operations(request: MetadataRequest, access: Access) -> _Operations:
+    """The request's `include_topic_authorized_operations` (v8+) and
+    `include_cluster_authorized_operations` (v8 to v10), answered for `access`."""
+    topics = access if getattr(request, "include_topic_authorized_operations", False) else None
+    if not getattr(request, "include_cluster_authorized_operations", False):
+        return _Operations(topics)
+    return _Operations(topics, access.cluster_operations())
+
+
 async def handle_metadata(
     context: BrokerContext, session: Session, request: MetadataRequest, response: Response
 ) -> ResponsePayload:
@@ -104,7 +129,15 @@ async def handle_metadata(
     if ids and isinstance(request, _IDS_WITHOUT_NULL_NAMES):
         refused = dict.fromkeys(ids, WireError.invalid_request)
         nothing = _Topics([], {}, WireError.none, set())
-        return await _encode_metadata(response, context, nothing, rack, session.listener, refused)
+        return await _encode_metadata(
+            response,
+            context,
+            nothing,
+            rack,
+            session.listener,
+            refused,
+            _operations(request, access),
+        )
     if ids:
         named, unknown_ids = await _named_by_id(context, access, ids)
         assert requested is not None
@@ -112,7 +145,9 @@ async def handle_metadata(
     may_create = _may_create(context, request) and not ids
     topics = await _describe(context, access, requested, may_create)
     unknown = dict.fromkeys(unknown_ids, WireError.unknown_topic_id)
-    return await _encode_metadata(response, context, topics, rack, session.listener, unknown)
+    return await _encode_metadata(
+        response, context, topics, rack, session.listener, unknown, _operations(request, access)
+    )
 
 
 async def _named_by_id(
@@ -218,6 +253,7 @@ async def _encode_metadata(
     rack: str | None,
     listener: str,
     by_id: Mapping[uuid.UUID, WireError],
+    operations: _Operations,
 ) -> ResponsePayload:
     """Brokers are listed at their endpoint of the client's `listener` (a broker without one is
     left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka). Topics named by
@@ -246,6 +282,11 @@ async def _encode_metadata(
                     if description is not None
                     else ()
                 ),
+                topic_authorized_operations=(
+                    operations.topics.operations(ResourceType.TOPIC, name)
+                    if operations.topics is not None and name not in topics.refused
+                    else OPERATIONS_NOT_ASKED
+                ),
             )
         )
     entries.extend(
@@ -270,6 +311,7 @@ async def _encode_metadata(
         cluster_id=context.cluster.cluster_id,
         controller_id=context.broker_id,
         topics=tuple(entries),
+        cluster_authorized_operations=operations.cluster,
     )
 
 
@@ -280,12 +322,15 @@ def _partitions(
     count: int,
     rack: str | None,
     reachable: Mapping[int, tuple[str, int] | None],
+    *,
+    first: int = 0,
+    entry: str = "MetadataResponsePartition",
 ) -> tuple[Entity, ...]:
-    """A topic's partitions, each led by the produce representative of `rack` (none while no
-    broker is live: LEADER_NOT_AVAILABLE; one the client's listener cannot reach:
-    LISTENER_NOT_FOUND)."""
-    partition_entry = nested(response, "MetadataResponsePartition")
-    tps = [TopicPartition(name, p) for p in range(count)]
+    """A topic's partitions from `first` on, each led by the produce representative of `rack`
+    (none while no broker is live: LEADER_NOT_AVAILABLE; one the client's listener cannot reach:
+    LISTENER_NOT_FOUND), as `entry`s of `response`."""
+    partition_entry = nested(response, entry)
+    tps = [TopicPartition(name, p) for p in range(first, count)]
     leaders = context.cluster.leaders(tps, rack) if context.cluster.brokers() else {}
     entries = []
     for tp in tps:
@@ -306,6 +351,131 @@ def _partitions(
             )
         )
     return tuple(entries)
+
+
+# --- DescribeTopicPartitions ---------------------------------------------------------------------
+PARTITIONS_PER_PAGE_MAX: Final = 2000
+"""Kafka's `max.request.partition.size.limit` default: one DescribeTopicPartitions answer holds
+no more partitions than this, whatever the request's `response_partition_limit`."""
+
+
+async def handle_describe_topic_partitions(
+    context: BrokerContext,
+    session: Session,
+    request: DescribeTopicPartitionsRequest,
+    response: Response,
+) -> ResponsePayload:
+    """KIP-966: Metadata's topics, paged, as Kafka's `DescribeTopicPartitionsRequestHandler`.
+
+    The topics named (none: every topic the principal may DESCRIBE) from the cursor's on, by
+    name; at most `response_partition_limit` partitions (1 to `PARTITIONS_PER_PAGE_MAX`), then
+    `next_cursor` says where the next page starts. Each partition is Metadata's entry for it
+    (`_partitions`: the same leader, epoch, replicas and ISR), each topic carries KIP-430's
+    operations. A named topic that is missing is UNKNOWN_TOPIC_OR_PARTITION (or
+    INVALID_TOPIC_EXCEPTION); one the principal may not describe TOPIC_AUTHORIZATION_FAILED,
+    without its id, whether it exists or not. A cursor on a topic not named, or on a negative
+    partition, is an invalid request."""
+    cursor = request.cursor
+    start = cursor.topic_name if cursor is not None else ""
+    everything = not request.topics
+    asked = sorted({t.name for t in request.topics if t.name >= start})
+    if cursor is not None and (
+        cursor.partition_index < 0 or (not everything and cursor.topic_name not in asked)
+    ):
+        return describe_topic_partitions_error_response(
+            request, response, WireError.invalid_request
+        )
+    access = Access(context, session)
+    refused = set(asked) - access.topics(DESCRIBE, asked)
+    described = await context.broker.describe_topics(
+        None if everything else [n for n in asked if n not in refused],
+        cut_off=context.broker_id in context.cluster.lapsed(),
+    )
+    known = {d.name: d for d in described}
+    if everything:
+        names = sorted(n for n in access.topics(DESCRIBE, known) if n >= start)
+    else:
+        names = [n for n in asked if n not in refused]
+    topic_entry = nested(response, "DescribeTopicPartitionsResponseTopic")
+    rack = session.client_rack if session.client_rack is not None else context.rack
+    reachable = {b.broker_id: b.on(session.listener) for b in context.cluster.brokers()}
+    remaining = max(min(PARTITIONS_PER_PAGE_MAX, int(request.response_partition_limit)), 1)
+    entries: list[Entity] = []
+    next_cursor: tuple[str, int] | None = None
+    steps = Steps()
+    for name in names:
+        await steps.pause()
+        if remaining == 0:
+            next_cursor = (name, 0)
+            break
+        description = known.get(name)
+        if description is None:
+            if not everything:
+                error = _missing(name, WireError.unknown_topic_or_partition)
+                entries.append(
+                    build(topic_entry, error_code=error, name=name, topic_id=None, partitions=())
+                )
+            continue
+        first = cursor.partition_index if cursor is not None and name == start else 0
+        end = min(description.partitions, first + remaining)
+        partitions = _partitions(
+            response,
+            context,
+            name,
+            end,
+            rack,
+            reachable,
+            first=first,
+            entry="DescribeTopicPartitionsResponsePartition",
+        )
+        entries.append(
+            build(
+                topic_entry,
+                error_code=WireError.none,
+                name=name,
+                topic_id=description.topic_id,
+                is_internal=False,
+                partitions=partitions,
+                topic_authorized_operations=access.operations(ResourceType.TOPIC, name),
+            )
+        )
+        if end < description.partitions:
+            next_cursor = (name, end)
+            break
+        remaining -= max(end - first, 0)
+    entries.extend(
+        build(
+            topic_entry,
+            error_code=WireError.topic_authorization_failed,
+            name=name,
+            topic_id=None,
+            partitions=(),
+        )
+        for name in sorted(refused)
+    )
+    cursor_entry = nested(response, "Cursor")
+    return build(
+        response,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(entries),
+        next_cursor=(
+            None
+            if next_cursor is None
+            else build(cursor_entry, topic_name=next_cursor[0], partition_index=next_cursor[1])
+        ),
+    )
+
+
+def describe_topic_partitions_error_response(
+    request: DescribeTopicPartitionsRequest, response: Response, code: WireError
+) -> ResponsePayload:
+    """Every topic named answered `code` (Kafka's `getErrorResponse`)."""
+    topic_entry = nested(response, "DescribeTopicPartitionsResponseTopic")
+    topics = tuple(
+        build(topic_entry, error_code=code, name=t.name, topic_id=None, partitions=())
+        for t in request.topics
+    )
+    return build(response, throttle_time=NO_THROTTLE, topics=topics, next_cursor=None)
 
 
 # --- FindCoordinator ------------------------------------------------------------------------------
