@@ -15,12 +15,14 @@ broker processes over one SQLite batch coordinator.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import ElectionType, KafkaError, Producer, TopicCollection
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient
@@ -320,3 +322,28 @@ def test_transactions_are_listed_once_and_described(brokers: list[BrokerProcess]
     answers = [ask(b.address, body, TIMEOUT_S) for b in brokers]
     assert all(a.unknown_state_filters == ("Bogus",) for a in answers)
     assert [t.transactional_id for a in answers for t in a.transaction_states] == ["txn-open"]
+
+
+async def test_aiokafkas_view_of_the_cluster_agrees(brokers: list[BrokerProcess]) -> None:
+    """aiokafka's describe_cluster reads Metadata: the same brokers and cluster id as
+    DescribeCluster answers, and a live controller."""
+    body = build(
+        describe_cluster_v1.DescribeClusterRequest,
+        include_cluster_authorized_operations=False,
+        endpoint_type=i8(1),
+    )
+    for broker in brokers:
+        expected = await asyncio.to_thread(ask, broker.address, body, TIMEOUT_S)
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.address)
+        await admin.start()
+        try:
+            described = await admin.describe_cluster()
+        finally:
+            await admin.close()
+        assert described["cluster_id"] == expected.cluster_id
+        assert sorted((b["node_id"], b["port"], b["rack"]) for b in described["brokers"]) == sorted(
+            (b.broker_id, b.port, b.rack) for b in expected.brokers
+        )
+        # Each broker names itself controller (Kafka's brokers name any live broker), and
+        # aiokafka may have asked the other one.
+        assert described["controller_id"] in {b.broker_id for b in expected.brokers}
