@@ -347,3 +347,18 @@ async def test_aiokafkas_view_of_the_cluster_agrees(brokers: list[BrokerProcess]
         # Each broker names itself controller (Kafka's brokers name any live broker), and
         # aiokafka may have asked the other one.
         assert described["controller_id"] in {b.broker_id for b in expected.brokers}
+
+
+def test_every_topic_a_partition_a_page_at_the_least(brokers: list[BrokerProcess]) -> None:
+    """No topic named: every topic; a limit below one is one (Kafka's bounds)."""
+    pages = _pages(brokers[0].address, 0, ())
+    assert [
+        [(t.name, [p.partition_index for p in t.partitions]) for t in page.topics] for page in pages
+    ] == [[(TOPIC, [p])] for p in range(PARTITIONS)]
+    body = build(
+        dtp_v0.DescribeTopicPartitionsRequest,
+        topics=(),
+        response_partition_limit=i32(10),
+        cursor=build(dtp_v0.Cursor, topic_name=TOPIC, partition_index=i32(-1)),
+    )
+    assert ask(brokers[0].address, body, TIMEOUT_S).topics == ()
