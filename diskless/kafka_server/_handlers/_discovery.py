@@ -50,7 +50,6 @@ from diskless.kafka_server._protocol.messages import (
     FindCoordinatorRequest,
     MetadataRequest,
 )
-from diskless.kafka_server._protocol.messages_cluster import DescribeTopicPartitionsRequest
 
 _log = logging.getLogger(__name__)
 
@@ -212,7 +211,7 @@ async def _describe(
     return _Topics(names, known, unknown, refused)
 
 
-def _missing(name: str, unknown: WireError) -> WireError:
+def missing_topic(name: str, unknown: WireError) -> WireError:
     """The code of a topic not found: INVALID_TOPIC_EXCEPTION for a name no topic can have
     (Kafka's `Topic.validate`), which a producer fails on at once instead of waiting for the
     topic to appear; else `unknown`."""
@@ -267,7 +266,7 @@ async def _encode_metadata(
     for name in topics.names:
         await steps.pause()
         description = topics.known.get(name)
-        error = WireError.none if description is not None else _missing(name, topics.unknown)
+        error = WireError.none if description is not None else missing_topic(name, topics.unknown)
         entries.append(
             build(
                 topic_entry,
@@ -278,7 +277,7 @@ async def _encode_metadata(
                 topic_id=description.topic_id if description is not None else None,
                 is_internal=False,
                 partitions=(
-                    _partitions(response, context, name, description.partitions, rack, reachable)
+                    partitions_of(response, context, name, description.partitions, rack, reachable)
                     if description is not None
                     else ()
                 ),
@@ -315,7 +314,7 @@ async def _encode_metadata(
     )
 
 
-def _partitions(
+def partitions_of(
     response: Response,
     context: BrokerContext,
     name: str,
@@ -351,131 +350,6 @@ def _partitions(
             )
         )
     return tuple(entries)
-
-
-# --- DescribeTopicPartitions ---------------------------------------------------------------------
-PARTITIONS_PER_PAGE_MAX: Final = 2000
-"""Kafka's `max.request.partition.size.limit` default: one DescribeTopicPartitions answer holds
-no more partitions than this, whatever the request's `response_partition_limit`."""
-
-
-async def handle_describe_topic_partitions(
-    context: BrokerContext,
-    session: Session,
-    request: DescribeTopicPartitionsRequest,
-    response: Response,
-) -> ResponsePayload:
-    """KIP-966: Metadata's topics, paged, as Kafka's `DescribeTopicPartitionsRequestHandler`.
-
-    The topics named (none: every topic the principal may DESCRIBE) from the cursor's on, by
-    name; at most `response_partition_limit` partitions (1 to `PARTITIONS_PER_PAGE_MAX`), then
-    `next_cursor` says where the next page starts. Each partition is Metadata's entry for it
-    (`_partitions`: the same leader, epoch, replicas and ISR), each topic carries KIP-430's
-    operations. A named topic that is missing is UNKNOWN_TOPIC_OR_PARTITION (or
-    INVALID_TOPIC_EXCEPTION); one the principal may not describe TOPIC_AUTHORIZATION_FAILED,
-    without its id, whether it exists or not. A cursor on a topic not named, or on a negative
-    partition, is an invalid request."""
-    cursor = request.cursor
-    start = cursor.topic_name if cursor is not None else ""
-    everything = not request.topics
-    asked = sorted({t.name for t in request.topics if t.name >= start})
-    if cursor is not None and (
-        cursor.partition_index < 0 or (not everything and cursor.topic_name not in asked)
-    ):
-        return describe_topic_partitions_error_response(
-            request, response, WireError.invalid_request
-        )
-    access = Access(context, session)
-    refused = set(asked) - access.topics(DESCRIBE, asked)
-    described = await context.broker.describe_topics(
-        None if everything else [n for n in asked if n not in refused],
-        cut_off=context.broker_id in context.cluster.lapsed(),
-    )
-    known = {d.name: d for d in described}
-    if everything:
-        names = sorted(n for n in access.topics(DESCRIBE, known) if n >= start)
-    else:
-        names = [n for n in asked if n not in refused]
-    topic_entry = nested(response, "DescribeTopicPartitionsResponseTopic")
-    rack = session.client_rack if session.client_rack is not None else context.rack
-    reachable = {b.broker_id: b.on(session.listener) for b in context.cluster.brokers()}
-    remaining = max(min(PARTITIONS_PER_PAGE_MAX, int(request.response_partition_limit)), 1)
-    entries: list[Entity] = []
-    next_cursor: tuple[str, int] | None = None
-    steps = Steps()
-    for name in names:
-        await steps.pause()
-        if remaining == 0:
-            next_cursor = (name, 0)
-            break
-        description = known.get(name)
-        if description is None:
-            if not everything:
-                error = _missing(name, WireError.unknown_topic_or_partition)
-                entries.append(
-                    build(topic_entry, error_code=error, name=name, topic_id=None, partitions=())
-                )
-            continue
-        first = cursor.partition_index if cursor is not None and name == start else 0
-        end = min(description.partitions, first + remaining)
-        partitions = _partitions(
-            response,
-            context,
-            name,
-            end,
-            rack,
-            reachable,
-            first=first,
-            entry="DescribeTopicPartitionsResponsePartition",
-        )
-        entries.append(
-            build(
-                topic_entry,
-                error_code=WireError.none,
-                name=name,
-                topic_id=description.topic_id,
-                is_internal=False,
-                partitions=partitions,
-                topic_authorized_operations=access.operations(ResourceType.TOPIC, name),
-            )
-        )
-        if end < description.partitions:
-            next_cursor = (name, end)
-            break
-        remaining -= max(end - first, 0)
-    entries.extend(
-        build(
-            topic_entry,
-            error_code=WireError.topic_authorization_failed,
-            name=name,
-            topic_id=None,
-            partitions=(),
-        )
-        for name in sorted(refused)
-    )
-    cursor_entry = nested(response, "Cursor")
-    return build(
-        response,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(entries),
-        next_cursor=(
-            None
-            if next_cursor is None
-            else build(cursor_entry, topic_name=next_cursor[0], partition_index=next_cursor[1])
-        ),
-    )
-
-
-def describe_topic_partitions_error_response(
-    request: DescribeTopicPartitionsRequest, response: Response, code: WireError
-) -> ResponsePayload:
-    """Every topic named answered `code` (Kafka's `getErrorResponse`)."""
-    topic_entry = nested(response, "DescribeTopicPartitionsResponseTopic")
-    topics = tuple(
-        build(topic_entry, error_code=code, name=t.name, topic_id=None, partitions=())
-        for t in request.topics
-    )
-    return build(response, throttle_time=NO_THROTTLE, topics=topics, next_cursor=None)
 
 
 # --- FindCoordinator ------------------------------------------------------------------------------

@@ -45,8 +45,6 @@ from diskless.kafka_server._handlers._cluster import (
 )
 from diskless.kafka_server._handlers._discovery import (
     api_versions_response,
-    describe_topic_partitions_error_response,
-    handle_describe_topic_partitions,
     handle_find_coordinator,
     handle_metadata,
 )
@@ -69,6 +67,10 @@ from diskless.kafka_server._handlers._security import (
     handle_describe_user_scram_credentials,
     handle_sasl_authenticate,
     handle_sasl_handshake,
+)
+from diskless.kafka_server._handlers._topic_partitions import (
+    describe_topic_partitions_error_response,
+    handle_describe_topic_partitions,
 )
 from diskless.kafka_server._handlers._transactions import (
     add_partitions_to_txn_error_response,
