@@ -6,7 +6,8 @@ broker processes over one SQLite batch coordinator.
   operations when asked.
 - DescribeTopicPartitions (kafka-python, pages through a cursor) answers each partition as
   Metadata does (leader, epoch, replicas, ISR from the same broker); confluent-kafka's
-  describe_topics carries the topic's authorized operations; a missing topic is unknown.
+  describe_topics (Metadata v12, asking for KIP-430's operations) carries the topic's
+  authorized operations; a missing topic is unknown.
 - DescribeLogDirs: no log directory on any broker. ElectLeaders: no election is ever needed.
 - A transaction left open and one committed: ListTransactions across the brokers lists each id
   once, with Kafka's state names and filters; DescribeTransactions and DescribeProducers
