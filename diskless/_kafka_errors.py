@@ -129,3 +129,11 @@ def admin_error(error: BaseException) -> ErrorCode:
     create that did happen answers TOPIC_ALREADY_EXISTS, as with Kafka)."""
     del error  # the admin APIs have no code that tells these failures apart
     return ErrorCode.REQUEST_TIMED_OUT
+
+
+def describe_producers_error(error: BaseException) -> ErrorCode:
+    """DescribeProducers, for a partition whose producer state could not be read: Kafka serves
+    it at the partition's leader, and admin clients look the leader up again and retry on
+    NOT_LEADER_OR_FOLLOWER (a KAFKA_STORAGE_ERROR would fail the call)."""
+    del error  # the one code of its list that admin clients retry elsewhere
+    return ErrorCode.NOT_LEADER_OR_FOLLOWER

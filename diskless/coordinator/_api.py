@@ -286,6 +286,11 @@ class BatchCoordinator(abc.ABC):
         A read: it never waits behind writes."""
 
     @abc.abstractmethod
+    async def list_txns(self, after: str = "") -> list[TxnRecord]:
+        """The records of the transactional ids that sort after `after`, in id order, a page at a
+        time (ListTransactions): an empty page ends the listing. A read."""
+
+    @abc.abstractmethod
     async def txns_due(self) -> list[TxnRecord]:
         """Records a sweeper must act on now (`TxnRecord.due_ms`), earliest first."""
 

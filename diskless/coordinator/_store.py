@@ -399,6 +399,10 @@ class ReadView(Protocol):
         """Records whose `due_ms` is before `now_ms`, earliest first."""
         ...
 
+    async def txns_after(self, after: str, limit: int) -> list[TxnRecord]:
+        """Up to `limit` records whose transactional id sorts after `after`, in id order."""
+        ...
+
     async def scram_credentials(
         self, users: Sequence[str] | None
     ) -> dict[tuple[str, ScramMechanism], ScramCredential]:

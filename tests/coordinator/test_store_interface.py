@@ -63,6 +63,7 @@ READ_METHODS = {
     "group_ownership",
     "txns",
     "txns_due",
+    "txns_after",
     "txn_registrations",
     "group_offsets",
     "broker_registrations",

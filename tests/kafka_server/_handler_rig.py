@@ -62,6 +62,7 @@ _VALUES: Final[dict[str, object]] = {
     "max_wait": datetime.timedelta(0),
     "transaction_timeout": datetime.timedelta(seconds=60),
     "configs": (),  # a topic config named `t` is refused before the call
+    "election_type": 0,  # preferred
 }
 """Field values (by kio's names) that make a request reach its library call; the others get a
 value of their type."""

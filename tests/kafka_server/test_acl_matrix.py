@@ -107,6 +107,13 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.DELETE_ACLS: [Need(R.CLUSTER, Op.ALTER)],
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: [Need(R.CLUSTER, Op.DESCRIBE)],
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: [Need(R.CLUSTER, Op.ALTER)],
+    ApiKey.DESCRIBE_CLUSTER: [],  # no ACL: only KIP-430's operations depend on them
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: [Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.DESCRIBE_LOG_DIRS: [Need(R.CLUSTER, Op.DESCRIBE)],
+    ApiKey.ELECT_LEADERS: [Need(R.CLUSTER, Op.ALTER)],
+    ApiKey.DESCRIBE_PRODUCERS: [Need(R.TOPIC, Op.READ)],
+    ApiKey.LIST_TRANSACTIONS: [],  # no ACL: ids the principal may not describe are left out
+    ApiKey.DESCRIBE_TRANSACTIONS: [Need(R.TRANSACTIONAL_ID, Op.DESCRIBE)],
 }
 CASES: Final = [(api, need) for api, needs in NEEDS.items() for need in needs]
 
@@ -269,3 +276,64 @@ async def test_metadata_creates_a_missing_topic_only_with_create(setup: Setup) -
     await setup.acls.create([describe._replace(operation=Op.CREATE)])
     (created,) = (await _respond(setup, ApiKey.METADATA, wanted)).topics
     assert created.error_code is WireError.none and len(created.partitions) == 1
+
+
+async def test_metadata_answers_kip_430s_operations_when_asked(setup: Setup) -> None:
+    """v10 asks for both: a topic answered carries the operations the principal may do on it
+    (READ implies DESCRIBE), a refused one the schema's default; the cluster's are none without
+    DESCRIBE on it, and each allowed operation's bit once it has it."""
+    grants = [
+        AclBinding(R.TOPIC, TOPIC, PatternType.LITERAL, PRINCIPAL, "*", Op.READ, ALLOW),
+        AclBinding(R.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, PRINCIPAL, "*", Op.ALTER, ALLOW),
+    ]
+    await setup.acls.create(grants)
+    metadata = load_request_schema(int(ApiKey.METADATA), 10)
+    base = request_of(metadata)
+    named = tuple(dataclasses.replace(base.topics[0], name=n) for n in (TOPIC, "refused"))
+    asked = dataclasses.replace(
+        base,
+        topics=named,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )
+    answer = await _respond(setup, ApiKey.METADATA, asked)
+    allowed, refused = answer.topics
+    assert allowed.topic_authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    assert refused.error_code is WireError.topic_authorization_failed
+    assert refused.topic_authorized_operations == -(2**31)
+    # ALTER implies DESCRIBE, so the cluster's operations are answered: ALTER and DESCRIBE.
+    assert answer.cluster_authorized_operations == (1 << Op.ALTER) | (1 << Op.DESCRIBE)
+
+    unasked = dataclasses.replace(
+        asked,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    answer = await _respond(setup, ApiKey.METADATA, unasked)
+    assert answer.cluster_authorized_operations == -(2**31)
+    assert {t.topic_authorized_operations for t in answer.topics} == {-(2**31)}
+
+
+async def test_describe_cluster_answers_no_operations_without_describe(setup: Setup) -> None:
+    request = dataclasses.replace(
+        request_of(load_request_schema(int(ApiKey.DESCRIBE_CLUSTER), 1)),
+        include_cluster_authorized_operations=True,
+        endpoint_type=1,
+    )
+    await setup.acls.create(
+        [AclBinding(R.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, PRINCIPAL, "*", Op.CREATE, ALLOW)]
+    )
+    assert (
+        await _respond(setup, ApiKey.DESCRIBE_CLUSTER, request)
+    ).cluster_authorized_operations == 0
+    await setup.acls.create(
+        [
+            AclBinding(
+                R.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, PRINCIPAL, "*", Op.DESCRIBE, ALLOW
+            )
+        ]
+    )
+    answer = await _respond(setup, ApiKey.DESCRIBE_CLUSTER, request)
+    assert answer.cluster_authorized_operations == (1 << Op.CREATE) | (1 << Op.DESCRIBE)
+    assert [b.broker_id for b in answer.brokers] == [answer.controller_id] == [0]

@@ -23,6 +23,7 @@ from diskless import DisklessBroker
 from diskless._kafka_errors import (
     admin_error,
     delete_records_error,
+    describe_producers_error,
     fetch_error,
     find_coordinator_error,
     group_error,
@@ -87,10 +88,21 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.CREATE_ACLS: admin_error,
     ApiKey.DESCRIBE_ACLS: admin_error,
     ApiKey.DELETE_ACLS: admin_error,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: metadata_error,
+    ApiKey.ELECT_LEADERS: admin_error,
+    ApiKey.DESCRIBE_PRODUCERS: describe_producers_error,
+    ApiKey.LIST_TRANSACTIONS: txn_error,
+    ApiKey.DESCRIBE_TRANSACTIONS: txn_error,
 }
 """Each API's family in the library's table (ApiVersions calls nothing that can fail, nor do
 SaslHandshake and SaslAuthenticate once they reach the handlers)."""
-CALLING_NOTHING: Final = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+CALLING_NOTHING: Final = {
+    ApiKey.API_VERSIONS,
+    ApiKey.SASL_HANDSHAKE,
+    ApiKey.SASL_AUTHENTICATE,
+    ApiKey.DESCRIBE_CLUSTER,  # the cluster view and the ACLs are this process's copies
+    ApiKey.DESCRIBE_LOG_DIRS,  # no log directory to read
+}
 DATA_APIS: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS)
 """The APIs a closed broker refuses (the others go to the coordinator or the front ends)."""
 _METHODS: Final = frozenset(

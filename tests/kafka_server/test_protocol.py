@@ -110,12 +110,12 @@ async def test_unknown_api_key_closes_only_that_connection(
     bystander = await WireClient.connect(cluster.servers[0])
     offender = await WireClient.connect(cluster.servers[0])
     try:
-        # DescribeCluster (60): a real API this server does not implement; header v2 layout.
-        frame = struct.pack(">hhih", 60, 0, 1, 4) + b"test" + b"\x00" + b"\x00\x00"
+        # UpdateFeatures (57): a real API this server does not implement; header v2 layout.
+        frame = struct.pack(">hhih", 57, 0, 1, 4) + b"test" + b"\x00" + b"\x00\x00"
         with caplog.at_level(logging.WARNING, logger="diskless.kafka_server"):
             await offender.send_raw(struct.pack(">i", len(frame)) + frame)
             assert await offender.read_frame() is None
-        assert "api key 60 v0 is not supported" in caplog.text
+        assert "api key 57 v0 is not supported" in caplog.text
         response = await bystander.request(
             ApiVersionsRequestV3(client_software_name="wire", client_software_version="1")
         )

@@ -187,6 +187,9 @@ class MemoryReads(ReadView):
         )
         return [self._txns[tid] for _, tid in due[:limit]]
 
+    async def txns_after(self, after: str, limit: int) -> list[TxnRecord]:
+        return [self._txns[tid] for tid in sorted(t for t in self._txns if t > after)[:limit]]
+
     async def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int
     ) -> list[LeaseHolder]:

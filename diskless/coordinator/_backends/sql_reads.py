@@ -91,6 +91,9 @@ _TXNS_DUE: Final = (
     "SELECT record FROM txn_records WHERE due_ms IS NOT NULL AND due_ms < $1"
     " ORDER BY due_ms, transactional_id LIMIT $2"
 )
+_TXNS_AFTER: Final = (
+    "SELECT record FROM txn_records WHERE transactional_id > $1 ORDER BY transactional_id LIMIT $2"
+)
 _WANTED_PARTITION: Final = (
     " JOIN topics t ON t.name = k.name"
     " JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = k.part"
@@ -355,6 +358,9 @@ class SqlReads(ReadView):
 
     async def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         return [txn_from_blob(blob) for (blob,) in await self._rows(_TXNS_DUE, now_ms, limit)]
+
+    async def txns_after(self, after: str, limit: int) -> list[TxnRecord]:
+        return [txn_from_blob(blob) for (blob,) in await self._rows(_TXNS_AFTER, after, limit)]
 
     async def lease_holders(
         self, partitions: Sequence[TopicPartition], producer_id: int, epoch: int, after_ms: int

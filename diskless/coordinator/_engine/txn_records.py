@@ -11,6 +11,7 @@ however many instances race to complete it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from msgspec.structs import replace
 
@@ -39,6 +40,9 @@ from diskless.txn import (
 )
 
 TXNS_DUE_PER_CALL_MAX = 100
+TXNS_LISTED_PER_CALL_MAX: Final = 1000
+"""How many records one `list_txns` call reads at most: a listing of every transactional id
+pages through them."""
 """Records a sweeper takes on per `txns_due` call."""
 _MARKER_DONE = frozenset({ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 """Marker answers that complete a partition: placed, or the partition no longer exists."""
@@ -296,6 +300,9 @@ class TxnRecordOperations(TransactionOperations):
         """Records a sweeper must act on now (`TxnRecord.due_ms`), earliest first."""
         now = self._clock.now_ms()
         return await self._read(lambda view: view.txns_due(now, TXNS_DUE_PER_CALL_MAX))
+
+    async def list_txns(self, after: str = "") -> list[TxnRecord]:
+        return await self._read(lambda view: view.txns_after(after, TXNS_LISTED_PER_CALL_MAX))
 
 
 def _bridged(

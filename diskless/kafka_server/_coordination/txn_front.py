@@ -46,7 +46,7 @@ from typing import Final, TypeAlias
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.broker import Rewrite
 from diskless.clock import Clock, SystemClock
-from diskless.coordinator import BatchCoordinator
+from diskless.coordinator import BatchCoordinator, ProducerSnapshot
 from diskless.records import (
     SEQUENCE_MAX,
     BatchHeader,
@@ -188,6 +188,19 @@ class TransactionFront:
     ) -> int:
         record = await self._coordinator.describe(transactional_id)
         return bridged_epoch(record, producer_id, client_epoch)
+
+    # --- what the admin APIs read ---------------------------------------------------------------
+    async def describe_txns(self, transactional_ids: Sequence[str]) -> list[TxnRecord | None]:
+        """The records of the ids (None: unknown), for DescribeTransactions."""
+        return await self._batches.describe_txns(transactional_ids)
+
+    async def list_txns(self, after: str = "") -> list[TxnRecord]:
+        """A page of records in id order after `after` (empty: the end), for ListTransactions."""
+        return await self._batches.list_txns(after)
+
+    async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
+        """The producer state the coordinator keeps on a partition, for DescribeProducers."""
+        return await self._batches.describe_producers(topic_partition)
 
     # --- the produce path ---------------------------------------------------------------------
     @staticmethod

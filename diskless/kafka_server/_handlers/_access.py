@@ -6,11 +6,16 @@ API needs (Kafka's "Operations and Resources on Protocols"); what it refuses is 
 Kafka's code for the resource (TOPIC_, GROUP_, CLUSTER_, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 and never reaches the library. Without an authorizer (`authorizer.class.name` unset) every
 check passes, as in Kafka.
+
+KIP-430's authorized operations (Metadata, DescribeCluster, DescribeTopicPartitions) are the
+operations Kafka supports on the resource's type (`AclEntry.supportedOperations`) that the same
+checks allow, as a bitfield of their codes (bit `code` set).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from diskless._types import TopicPartition
 from diskless.coordinator import CLUSTER_NAME, AclOperation, ResourceType
@@ -24,6 +29,35 @@ ALTER = AclOperation.ALTER
 DESCRIBE = AclOperation.DESCRIBE
 DESCRIBE_CONFIGS = AclOperation.DESCRIBE_CONFIGS
 IDEMPOTENT_WRITE = AclOperation.IDEMPOTENT_WRITE
+ALTER_CONFIGS = AclOperation.ALTER_CONFIGS
+CLUSTER_ACTION = AclOperation.CLUSTER_ACTION
+
+SUPPORTED_OPERATIONS: Final[dict[ResourceType, tuple[AclOperation, ...]]] = {
+    ResourceType.TOPIC: (
+        READ,
+        WRITE,
+        CREATE,
+        DESCRIBE,
+        DELETE,
+        ALTER,
+        DESCRIBE_CONFIGS,
+        ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS),
+    ResourceType.CLUSTER: (
+        CREATE,
+        CLUSTER_ACTION,
+        DESCRIBE_CONFIGS,
+        ALTER_CONFIGS,
+        IDEMPOTENT_WRITE,
+        ALTER,
+        DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (DESCRIBE, WRITE),
+}
+"""The operations each resource type has (Kafka's `AclEntry.supportedOperations`)."""
+OPERATIONS_NOT_ASKED: Final = -(2**31)
+"""The schemas' default for an authorized-operations bitfield nobody asked for."""
 
 
 class Access:
@@ -62,6 +96,19 @@ class Access:
         if self._acls is None:
             return True
         return self._acls.authorize_any(self._principal, self._host, operation, ResourceType.TOPIC)
+
+    def operations(self, resource_type: ResourceType, name: str) -> int:
+        """KIP-430: the bitfield of the operations on the resource that the principal may do."""
+        allowed = (
+            op for op in SUPPORTED_OPERATIONS[resource_type] if self.allows(op, resource_type, name)
+        )
+        return sum(1 << int(op) for op in allowed)
+
+    def cluster_operations(self) -> int:
+        """KIP-430's cluster operations, as Kafka answers them: none without DESCRIBE."""
+        if not self.cluster(DESCRIBE):
+            return 0
+        return self.operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
     def topics(self, operation: AclOperation, names: Iterable[str]) -> set[str]:
         """The names among `names` whose topics allow `operation` (each checked once)."""

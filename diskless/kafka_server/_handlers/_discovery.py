@@ -7,7 +7,9 @@ Authorization as Kafka's: Metadata of all topics lists only those the principal 
 a topic named explicitly without DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED whether it
 exists or not (so the answer gives nothing away), and so is a missing one that would be created
 without CREATE on the cluster or on the topic. FindCoordinator needs DESCRIBE on the group or
-the transactional id.
+the transactional id. KIP-430's authorized operations are answered when asked (v8+): each topic
+answered (not one refused) with the principal's operations on it, and the cluster's (v8 to v10)
+with none unless the principal may DESCRIBE the cluster, as Kafka answers them.
 """
 
 from __future__ import annotations
@@ -30,9 +32,14 @@ from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import find_coordinator_error, metadata_error
 from diskless._types import ErrorCode, TopicPartition
-from diskless.coordinator import TopicDescription, check_topic_name
+from diskless.coordinator import ResourceType, TopicDescription, check_topic_name
 from diskless.errors import DisklessError
-from diskless.kafka_server._handlers._access import CREATE, DESCRIBE, Access
+from diskless.kafka_server._handlers._access import (
+    CREATE,
+    DESCRIBE,
+    OPERATIONS_NOT_ASKED,
+    Access,
+)
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._steps import Steps
@@ -85,6 +92,23 @@ class _Topics(NamedTuple):
     """Names the principal may not describe (or create): TOPIC_AUTHORIZATION_FAILED."""
 
 
+class _Operations(NamedTuple):
+    """KIP-430's authorized operations, as a Metadata request asked for them."""
+
+    topics: Access | None
+    """Whose operations each topic is answered with; None: not asked."""
+    cluster: int = OPERATIONS_NOT_ASKED
+
+
+def _operations(request: MetadataRequest, access: Access) -> _Operations:
+    """The request's `include_topic_authorized_operations` (v8+) and
+    `include_cluster_authorized_operations` (v8 to v10), answered for `access`."""
+    topics = access if getattr(request, "include_topic_authorized_operations", False) else None
+    if not getattr(request, "include_cluster_authorized_operations", False):
+        return _Operations(topics)
+    return _Operations(topics, access.cluster_operations())
+
+
 async def handle_metadata(
     context: BrokerContext, session: Session, request: MetadataRequest, response: Response
 ) -> ResponsePayload:
@@ -104,7 +128,15 @@ async def handle_metadata(
     if ids and isinstance(request, _IDS_WITHOUT_NULL_NAMES):
         refused = dict.fromkeys(ids, WireError.invalid_request)
         nothing = _Topics([], {}, WireError.none, set())
-        return await _encode_metadata(response, context, nothing, rack, session.listener, refused)
+        return await _encode_metadata(
+            response,
+            context,
+            nothing,
+            rack,
+            session.listener,
+            refused,
+            _operations(request, access),
+        )
     if ids:
         named, unknown_ids = await _named_by_id(context, access, ids)
         assert requested is not None
@@ -112,7 +144,9 @@ async def handle_metadata(
     may_create = _may_create(context, request) and not ids
     topics = await _describe(context, access, requested, may_create)
     unknown = dict.fromkeys(unknown_ids, WireError.unknown_topic_id)
-    return await _encode_metadata(response, context, topics, rack, session.listener, unknown)
+    return await _encode_metadata(
+        response, context, topics, rack, session.listener, unknown, _operations(request, access)
+    )
 
 
 async def _named_by_id(
@@ -177,7 +211,7 @@ async def _describe(
     return _Topics(names, known, unknown, refused)
 
 
-def _missing(name: str, unknown: WireError) -> WireError:
+def missing_topic(name: str, unknown: WireError) -> WireError:
     """The code of a topic not found: INVALID_TOPIC_EXCEPTION for a name no topic can have
     (Kafka's `Topic.validate`), which a producer fails on at once instead of waiting for the
     topic to appear; else `unknown`."""
@@ -218,6 +252,7 @@ async def _encode_metadata(
     rack: str | None,
     listener: str,
     by_id: Mapping[uuid.UUID, WireError],
+    operations: _Operations,
 ) -> ResponsePayload:
     """Brokers are listed at their endpoint of the client's `listener` (a broker without one is
     left out, and a partition it would lead is LISTENER_NOT_FOUND, as in Kafka). Topics named by
@@ -231,7 +266,7 @@ async def _encode_metadata(
     for name in topics.names:
         await steps.pause()
         description = topics.known.get(name)
-        error = WireError.none if description is not None else _missing(name, topics.unknown)
+        error = WireError.none if description is not None else missing_topic(name, topics.unknown)
         entries.append(
             build(
                 topic_entry,
@@ -242,9 +277,14 @@ async def _encode_metadata(
                 topic_id=description.topic_id if description is not None else None,
                 is_internal=False,
                 partitions=(
-                    _partitions(response, context, name, description.partitions, rack, reachable)
+                    partitions_of(response, context, name, description.partitions, rack, reachable)
                     if description is not None
                     else ()
+                ),
+                topic_authorized_operations=(
+                    operations.topics.operations(ResourceType.TOPIC, name)
+                    if operations.topics is not None and name not in topics.refused
+                    else OPERATIONS_NOT_ASKED
                 ),
             )
         )
@@ -270,22 +310,26 @@ async def _encode_metadata(
         cluster_id=context.cluster.cluster_id,
         controller_id=context.broker_id,
         topics=tuple(entries),
+        cluster_authorized_operations=operations.cluster,
     )
 
 
-def _partitions(
+def partitions_of(
     response: Response,
     context: BrokerContext,
     name: str,
     count: int,
     rack: str | None,
     reachable: Mapping[int, tuple[str, int] | None],
+    *,
+    first: int = 0,
+    entry: str = "MetadataResponsePartition",
 ) -> tuple[Entity, ...]:
-    """A topic's partitions, each led by the produce representative of `rack` (none while no
-    broker is live: LEADER_NOT_AVAILABLE; one the client's listener cannot reach:
-    LISTENER_NOT_FOUND)."""
-    partition_entry = nested(response, "MetadataResponsePartition")
-    tps = [TopicPartition(name, p) for p in range(count)]
+    """A topic's partitions from `first` on, each led by the produce representative of `rack`
+    (none while no broker is live: LEADER_NOT_AVAILABLE; one the client's listener cannot reach:
+    LISTENER_NOT_FOUND), as `entry`s of `response`."""
+    partition_entry = nested(response, entry)
+    tps = [TopicPartition(name, p) for p in range(first, count)]
     leaders = context.cluster.leaders(tps, rack) if context.cluster.brokers() else {}
     entries = []
     for tp in tps:

@@ -20,7 +20,7 @@ from typing import Final
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import ResponsePayload
 
-from diskless._kafka_errors import admin_error, group_error, txn_error
+from diskless._kafka_errors import admin_error, group_error, metadata_error, txn_error
 from diskless.kafka_server._handlers._acls import (
     create_acls_error_response,
     delete_acls_error_response,
@@ -36,6 +36,12 @@ from diskless.kafka_server._handlers._admin import (
     handle_delete_records,
     handle_delete_topics,
     handle_describe_configs,
+)
+from diskless.kafka_server._handlers._cluster import (
+    elect_leaders_error_response,
+    handle_describe_cluster,
+    handle_describe_log_dirs,
+    handle_elect_leaders,
 )
 from diskless.kafka_server._handlers._discovery import (
     api_versions_response,
@@ -62,6 +68,10 @@ from diskless.kafka_server._handlers._security import (
     handle_sasl_authenticate,
     handle_sasl_handshake,
 )
+from diskless.kafka_server._handlers._topic_partitions import (
+    describe_topic_partitions_error_response,
+    handle_describe_topic_partitions,
+)
 from diskless.kafka_server._handlers._transactions import (
     add_partitions_to_txn_error_response,
     handle_add_offsets_to_txn,
@@ -70,6 +80,13 @@ from diskless.kafka_server._handlers._transactions import (
     handle_init_producer_id,
     handle_txn_offset_commit,
     init_producer_id_error_response,
+)
+from diskless.kafka_server._handlers._txn_admin import (
+    describe_transactions_error_response,
+    handle_describe_producers,
+    handle_describe_transactions,
+    handle_list_transactions,
+    list_transactions_error_response,
 )
 from diskless.kafka_server._handlers.context import BrokerContext, Session
 from diskless.kafka_server._protocol.apis import API_VERSIONS_FALLBACK, ApiKey
@@ -114,6 +131,17 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_create_acls, admin_error, create_acls_error_response),
         Route(handle_describe_acls, admin_error, describe_acls_error_response),
         Route(handle_delete_acls, admin_error, delete_acls_error_response),
+        Route(handle_describe_cluster),
+        Route(
+            handle_describe_topic_partitions,
+            metadata_error,
+            describe_topic_partitions_error_response,
+        ),
+        Route(handle_describe_log_dirs),
+        Route(handle_elect_leaders, admin_error, elect_leaders_error_response),
+        Route(handle_describe_producers),
+        Route(handle_list_transactions, txn_error, list_transactions_error_response),
+        Route(handle_describe_transactions, txn_error, describe_transactions_error_response),
     )
 }
 
