@@ -227,8 +227,8 @@ class Changes(msgspec.Struct):
     """New bindings, none of them stored already (deletions are applied first)."""
     group_offsets_deleted: Sequence[tuple[str, TopicPartition]] = ()
     """(group, partition): the committed offset goes, if there is one."""
-    groups_deleted: Sequence[str] = ()
-    """Each consumer group goes whole: its ownership and every committed offset."""
+    group_offsets_cleared: Sequence[str] = ()
+    """Each consumer group's committed offsets all go."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -246,7 +246,7 @@ class Changes(msgspec.Struct):
             or self.txns
             or self.group_offsets
             or self.group_offsets_deleted
-            or self.groups_deleted
+            or self.group_offsets_cleared
         )
 
 

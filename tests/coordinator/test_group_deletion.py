@@ -1,6 +1,6 @@
 """Conformance: what the coordinator holds of each consumer group (ListGroups and DescribeGroups
-read it), and the deletions of DeleteGroups and OffsetDelete, each one step fenced by the
-group's owner (every backend)."""
+read it), and the deletions of DeleteGroups (a group's offsets and generation; it keeps its
+coordinator) and OffsetDelete, each one step fenced by the group's owner (every backend)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ async def test_records_name_every_group_with_an_owner_or_offsets(
     }
 
 
-async def test_deleting_a_group_takes_its_offsets_and_ownership_in_one_fenced_step(
+async def test_deleting_a_group_takes_its_offsets_and_generation_in_one_fenced_step(
     coordinator: BatchCoordinator,
 ) -> None:
     await coordinator.create_topic("t", 2)
@@ -81,11 +81,15 @@ async def test_deleting_a_group_takes_its_offsets_and_ownership_in_one_fenced_st
     assert await coordinator.fetch_offsets("g") == offsets
     assert await coordinator.delete_group("g", fence) == OK
     assert await coordinator.fetch_offsets("g") == {}
-    assert await coordinator.group_ownership("g") is None
-    assert set(await coordinator.group_records()) == {"kept"}
-    # Deleted, it is no one's: a second deletion is refused, and the group starts afresh.
-    assert await coordinator.delete_group("g", fence) == ErrorCode.NOT_COORDINATOR
-    assert await coordinator.claim_group("g", 1, owner.broker_epoch) == owner._replace(generation=0)
+    # The group keeps its coordinator, and starts afresh.
+    restarted = owner._replace(generation=0)
+    assert await coordinator.group_ownership("g") == restarted
+    assert await coordinator.group_records() == {
+        "g": GroupRecord(restarted, has_offsets=False),
+        "kept": GroupRecord(None, has_offsets=True),
+    }
+    two = await _live(coordinator, 2)
+    assert await coordinator.claim_group("g", 2, two) == restarted
     # A commit fenced by the group's old generation is refused.
     assert set((await coordinator.commit_offsets("g", offsets, fence)).values()) == {
         ErrorCode.ILLEGAL_GENERATION
@@ -129,7 +133,7 @@ async def test_a_deletion_is_seen_by_every_process(backend: str, tmp_path: Path)
         await first.commit_offsets("g", {TP0: CommittedOffset(4, None)}, owner)
         assert await second.group_records() == {"g": GroupRecord(owner, has_offsets=True)}
         assert await second.delete_group("g", owner) == OK
-        assert await first.group_records() == {}
+        assert await first.group_records() == {"g": GroupRecord(owner, has_offsets=False)}
         assert await first.fetch_offsets("g") == {}
     finally:
         await first.close()

@@ -71,11 +71,11 @@ async def apply_txn_state(
             " AND f.topic = k.topic AND f.partition = k.partition",
             *columns([(group_id, tp.topic, tp.partition) for group_id, tp in deleted], 3),
         )
-    if changes.groups_deleted:
-        gone = sorted(changes.groups_deleted)
-        await conn.execute("DELETE FROM group_offsets WHERE group_id = ANY($1::text[])", gone)
-        await conn.execute("DELETE FROM group_owners WHERE group_id = ANY($1::text[])", gone)
-        groups_seen.difference_update(gone)
+    if changes.group_offsets_cleared:
+        await conn.execute(
+            "DELETE FROM group_offsets WHERE group_id = ANY($1::text[])",
+            sorted(changes.group_offsets_cleared),
+        )
     if changes.txns:
         rows = [txn_to_row(record) for record in changes.txns.values()]
         updates = [row for row in rows if row[0] in txns_seen]

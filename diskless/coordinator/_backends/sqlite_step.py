@@ -370,9 +370,8 @@ class SqliteStep(StoreStep):
                 "DELETE FROM group_offsets WHERE group_id = ? AND topic = ? AND partition = ?",
                 [(group_id, tp.topic, tp.partition) for group_id, tp in deleted],
             )
-        for group_id in changes.groups_deleted:
+        for group_id in changes.group_offsets_cleared:
             conn.execute("DELETE FROM group_offsets WHERE group_id = ?", (group_id,))
-            conn.execute("DELETE FROM group_owners WHERE group_id = ?", (group_id,))
         if changes.txns:
             conn.executemany(
                 "INSERT OR REPLACE INTO txn_records VALUES (?, ?, ?)",

@@ -5,9 +5,10 @@ Here the batch coordinator keeps them, so that every broker process sees one own
 (`_rules.ownership`): membership lives in the owner's memory, and the owner's epoch and the
 group's generation fence every offset commit in the same step that stores it. A process that
 lost a group learns it here (NOT_COORDINATOR), never from a clock of its own. The deletions
-of DeleteGroups (offsets and ownership together) and OffsetDelete are fenced by the owner the
-same way; whether a group may be deleted (its members, its subscriptions) is the owner's to
-decide, from its membership.
+of DeleteGroups (its offsets and its generation together; it keeps its coordinator, as a
+Kafka group keeps the partition of `__consumer_offsets` its id hashes to) and OffsetDelete
+are fenced by the owner the same way; whether a group may be deleted (its members, its
+subscriptions) is the owner's to decide, from its membership.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ class GroupOperations(EngineBase):
             stored = (await db.load(needs)).groups.get(group_id)
             error = check_group_fence(stored, fence._replace(generation=-1))
             if error is ErrorCode.NONE:
-                await db.apply(Changes(groups_deleted=(group_id,)))
+                assert stored is not None
+                restarted = {group_id: stored._replace(generation=0)}
+                await db.apply(Changes(groups=restarted, group_offsets_cleared=(group_id,)))
             return error
 
         return await self._write(Operation.DELETE_GROUP, delete)

@@ -251,9 +251,9 @@ class GroupCoordinator:
         return _described(group, records.get(group_id))
 
     async def delete(self, me: GroupOwnership, group_id: str) -> WireError:
-        """DeleteGroups, at the group's owner only: an empty group goes with its committed
-        offsets and its recorded ownership (and generation); a new group of the same id
-        starts afresh."""
+        """DeleteGroups, at the group's owner only: an empty group's committed offsets go and
+        its generation starts again from 0; it stays coordinated here, and a new group of the
+        same id starts afresh."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
