@@ -259,7 +259,6 @@ def _acl_session(servers: str) -> None:
     ]
     for future in admin.create_acls(bindings).values():
         assert future.result(TIMEOUT_S) is None
-    time.sleep(0.5)  # the ACL cache's refresh on this process (it applies at once here)
     alice = _admin(servers, **client_settings("PLAIN", "alice", "alice-secret"))
     listed = alice.list_consumer_groups().result(TIMEOUT_S)
     assert sorted(g.group_id for g in listed.valid) == ["doomed", "seen"]  # not "hidden"

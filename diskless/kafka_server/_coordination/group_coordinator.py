@@ -57,6 +57,7 @@ from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
+    Describable,
     GroupDescription,
     at_rest,
     dead,
@@ -231,7 +232,7 @@ class GroupCoordinator:
                 continue
             group = self._groups.get(group_id)
             if group is not None and _same_broker(group.owner, me) and group.term == term:
-                described = _described(group, record)
+                described = _described(group.state, record)
             else:
                 described = at_rest(group_id)
                 generation = 0 if record.owner is None else record.owner.generation
@@ -248,7 +249,7 @@ class GroupCoordinator:
         if isinstance(group, WireError):
             return group
         records = await self._coordinator.group_records([group_id])
-        return _described(group, records.get(group_id))
+        return _described(group.state, records.get(group_id))
 
     async def delete(self, me: GroupOwnership, group_id: str) -> WireError:
         """DeleteGroups, at the group's owner only: an empty group's committed offsets go and
@@ -260,7 +261,7 @@ class GroupCoordinator:
         records = await self._coordinator.group_records([group_id])
         if self._groups.get(group_id) is not group:  # re-validate after the await
             return WireError.not_coordinator
-        refusal = delete_group_refusal(_described(group, records.get(group_id)))
+        refusal = delete_group_refusal(_described(group.state, records.get(group_id)))
         if refusal is not WireError.none:
             return refusal
         error = await self._coordinator.delete_group(group_id, _fence(group))
@@ -289,7 +290,7 @@ class GroupCoordinator:
         records = await self._coordinator.group_records([group_id])
         if self._groups.get(group_id) is not group:  # re-validate after the await
             return WireError.not_coordinator, {}
-        described = _described(group, records.get(group_id))
+        described = _described(group.state, records.get(group_id))
         refusal = offset_delete_refusal(described)
         if refusal is not WireError.none:
             return refusal, {}
@@ -506,13 +507,11 @@ class GroupCoordinator:
         return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
 
 
-def _described(group: _OwnedGroup, record: GroupRecord | None) -> GroupDescription:
-    """The group as its state machine describes it, Dead if it does not exist."""
-    described = group.state.describe()
-    generation = max(
-        group.state.generation,
-        0 if record is None or record.owner is None else record.owner.generation,
-    )
+def _described(state: Describable, record: GroupRecord | None) -> GroupDescription:
+    """The group as its state machine describes it, Dead if it does not exist. (A generation
+    is stored before it is handed out: the stored one is the group's.)"""
+    described = state.describe()
+    generation = 0 if record is None or record.owner is None else record.owner.generation
     has_offsets = record is not None and record.has_offsets
     return described if exists(described, generation, has_offsets) else dead(described.group_id)
 
