@@ -10,6 +10,8 @@ through real admin clients, against real brokers.
 - aiokafka's admin client lists and describes.
 - Over SASL with ACLs, a user sees only the groups it may describe, and is refused what it may
   not describe or delete.
+- On the wire: only a group's owner answers DescribeGroups, DeleteGroups and OffsetDelete
+  (NOT_COORDINATOR elsewhere); OffsetDelete's codes for an unknown topic and group.
 - Two broker processes sharing a SQLite coordinator: each group is listed once, by the broker
   that coordinates it; once a broker process is killed, the other lists its groups.
 """
@@ -23,6 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import kio.schema.delete_groups.v2.request as delete_groups_v2
+import kio.schema.describe_groups.v5.request as describe_groups_v5
+import kio.schema.offset_delete.v0.request as offset_delete_v0
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import (
@@ -45,10 +50,13 @@ from confluent_kafka.error import KafkaError
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPartition
 from kafka.errors import GroupAuthorizationFailedError, GroupSubscribedToTopicError, NoError
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i32
 
 from testkit.cluster import local_cluster, server_config
 from testkit.processes import BrokerProcess, bootstrap, broker_processes
 from testkit.sasl import ADMIN, LISTENER, client_settings, sasl_server_config
+from testkit.wire import ask
 
 TIMEOUT_S: Final = 30
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -353,3 +361,49 @@ def test_two_broker_processes_list_each_group_once(tmp_path: Path) -> None:
         # broker FindCoordinator would give them to), still once.
         brokers[1].kill()
         _eventually(lambda: _listed_by(brokers[0]) == groups, timeout_s=60)
+
+
+def _wire_answers(owner: str, other: str) -> None:
+    """What DescribeGroups, DeleteGroups and OffsetDelete answer on the wire: NOT_COORDINATOR
+    away from the group's owner; at the owner, OffsetDelete's GROUP_ID_NOT_FOUND for a group
+    that does not exist and UNKNOWN_TOPIC_OR_PARTITION for a topic that does not."""
+    describe = describe_groups_v5.DescribeGroupsRequest(
+        groups=("g",), include_authorized_operations=False
+    )
+    (away,) = ask(other, describe, TIMEOUT_S).groups
+    assert (away.error_code, away.group_state, away.members) == (WireError.not_coordinator, "", ())
+    (here,) = ask(owner, describe, TIMEOUT_S).groups
+    assert (here.error_code, here.group_state) == (WireError.none, "Empty")
+    delete = delete_groups_v2.DeleteGroupsRequest(groups_names=("g",))
+    (refused,) = ask(other, delete, TIMEOUT_S).results
+    assert refused.error_code is WireError.not_coordinator
+
+    def offset_delete(group_id: str, topic: str) -> Any:
+        partition = offset_delete_v0.OffsetDeleteRequestPartition(partition_index=i32(0))
+        named = offset_delete_v0.OffsetDeleteRequestTopic(name=topic, partitions=(partition,))
+        return offset_delete_v0.OffsetDeleteRequest(group_id=group_id, topics=(named,))
+
+    assert ask(other, offset_delete("g", "orders"), TIMEOUT_S).error_code is (
+        WireError.not_coordinator
+    )
+    assert ask(owner, offset_delete("g", "gone"), TIMEOUT_S).topics[0].partitions[0].error_code is (
+        WireError.unknown_topic_or_partition
+    )
+    assert ask(owner, offset_delete("g", "orders"), TIMEOUT_S).error_code is WireError.none
+    # Its only offset deleted, the group (no members, no generation) no longer exists: Kafka
+    # forgets such a group at its next cleanup, this coordinator at once.
+    assert ask(owner, describe, TIMEOUT_S).groups[0].group_state == "Dead"
+    assert ask(owner, offset_delete("g", "orders"), TIMEOUT_S).error_code is (
+        WireError.group_id_not_found
+    )
+
+
+async def test_only_the_owner_answers_and_kafkas_codes_on_the_wire() -> None:
+    async with local_cluster(brokers=2, server_config=server_config()) as cluster:
+        await cluster.create_topic("orders", 1)
+        await asyncio.to_thread(_commit, cluster.bootstrap(), "g", {("orders", 0): 5})
+        owner = await cluster.coordinator.group_ownership("g")
+        assert owner is not None
+        addresses = {b.broker_id: f"{b.host}:{b.port}" for b in cluster.view.brokers()}
+        (other,) = set(addresses) - {owner.broker_id}
+        await asyncio.to_thread(_wire_answers, addresses[owner.broker_id], addresses[other])

@@ -9,7 +9,9 @@ to), and these rules decide on that, as Kafka's `Group` interface lets its coord
 for classic and consumer groups alike:
 - a group that does not exist is Dead: it has no members, no generation and no committed
   offsets (`exists`); DescribeGroups answers it as Dead with no members, DeleteGroups and
-  OffsetDelete with GROUP_ID_NOT_FOUND, and ListGroups leaves it out;
+  OffsetDelete with GROUP_ID_NOT_FOUND, and ListGroups leaves it out. (Kafka forgets an empty
+  group without offsets at its next cleanup, every `offsets.retention.check.interval.ms`;
+  here it is gone at once);
 - DeleteGroups deletes only an empty group, else NON_EMPTY_GROUP;
 - OffsetDelete refuses a classic group with members whose protocol type is not `consumer`
   (NON_EMPTY_GROUP: its subscriptions cannot be read), and each partition of a topic a member
