@@ -2,9 +2,10 @@
 through real admin clients, against real brokers.
 
 - confluent-kafka's AdminClient lists groups with and without its state and type filters,
-  describes a live group (members, client id, host, assignment, KIP-430's operations) and an
-  unknown one (Dead), and deletes an empty group with its offsets (a live one: NON_EMPTY_GROUP;
-  an unknown one: GROUP_ID_NOT_FOUND).
+  describes a live group (members, client id, host, static instance id, assignment, KIP-430's
+  operations) and an unknown one (Dead), and deletes an empty group with its offsets (a live
+  one, or one whose static member closed within its session: NON_EMPTY_GROUP; an unknown one:
+  GROUP_ID_NOT_FOUND).
 - kafka-python's KafkaAdminClient does the same, and deletes offsets: refused with
   GROUP_SUBSCRIBED_TO_TOPIC for the topic a member consumes, done for another.
 - aiokafka's admin client lists and describes.
@@ -59,6 +60,9 @@ from testkit.sasl import ADMIN, LISTENER, client_settings, sasl_server_config
 from testkit.wire import ask
 
 TIMEOUT_S: Final = 30
+SESSION_TIMEOUT_MS: Final = 6_000
+"""Kafka's default `group.min.session.timeout.ms`, the shortest session it allows: a static
+member outlives its consumer's close by this long."""
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
@@ -77,7 +81,9 @@ def _commit(servers: str, group_id: str, offsets: dict[tuple[str, int], int]) ->
 
 
 @contextmanager
-def _member(servers: str, group_id: str, topic: str, client_id: str = "member") -> Iterator[Any]:
+def _member(
+    servers: str, group_id: str, topic: str, client_id: str = "member", **settings: Any
+) -> Iterator[Any]:
     """A librdkafka consumer in the group, subscribed to `topic`, until the block ends."""
     consumer = Consumer(
         {
@@ -87,6 +93,7 @@ def _member(servers: str, group_id: str, topic: str, client_id: str = "member") 
             "client.id": client_id,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **settings,
         }
     )
     consumer.subscribe([topic])
@@ -112,7 +119,8 @@ def _error(future: Any) -> KafkaError | None:
 def _confluent_session(servers: str) -> None:
     admin = _admin(servers)
     _commit(servers, "standalone", {("orders", 0): 3})
-    with _member(servers, "live", "orders", client_id="reader") as consumer:
+    static = {"group.instance.id": "reader-1", "session.timeout.ms": SESSION_TIMEOUT_MS}
+    with _member(servers, "live", "orders", client_id="reader", **static) as consumer:
         consumer.commit(offsets=[ConfluentPartition("orders", 1, 2)], asynchronous=False)
         listed = admin.list_consumer_groups().result(TIMEOUT_S)
         assert listed.errors == []
@@ -144,6 +152,7 @@ def _confluent_session(servers: str) -> None:
         ]
         (member,) = live.members
         assert member.client_id == "reader"
+        assert member.group_instance_id == "reader-1"
         assert member.host == "/127.0.0.1"
         assigned = sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions)
         assert assigned == [("orders", 0), ("orders", 1)]
@@ -157,9 +166,14 @@ def _confluent_session(servers: str) -> None:
         unknown_error = _error(deleted["unknown"])
         assert unknown_error is not None
         assert unknown_error.code() == KafkaError.GROUP_ID_NOT_FOUND
-    # The member left: the group is empty, and goes with its offsets.
+    # A static member (KIP-345) does not leave when it closes: the group stays non-empty until
+    # its session times out. Then it is empty, and goes with its offsets.
     (deletion,) = admin.delete_consumer_groups(["live"]).values()
-    assert _error(deletion) is None
+    assert (e := _error(deletion)) is not None and e.code() == KafkaError.NON_EMPTY_GROUP
+    _eventually(
+        lambda: _error(admin.delete_consumer_groups(["live"])["live"]) is None,
+        timeout_s=SESSION_TIMEOUT_MS / 1000 + TIMEOUT_S,
+    )
     remaining = admin.list_consumer_groups().result(TIMEOUT_S).valid
     assert [g.group_id for g in remaining] == ["standalone"]
     gone = admin.describe_consumer_groups(["live"])["live"].result(TIMEOUT_S)
