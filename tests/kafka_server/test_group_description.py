@@ -5,6 +5,7 @@ protocol's state machine describes itself.
   (later ones as the latest known); anything else is unreadable (None), never an exception.
 - DeleteGroups refuses a group that does not exist or has members; OffsetDelete refuses one
   that does not exist, and a classic group with members that is not a consumer group.
+- A broker not certainly live answers ListGroups with a retriable error, not an empty list.
 - A classic group shows its protocol and its members' metadata and assignments only once
   stable; its subscriptions come from its members' metadata for its protocol.
 """
@@ -16,6 +17,10 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as WireError
 
+from diskless._types import GroupOwnership
+from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
     DescribedMember,
@@ -145,3 +150,18 @@ def test_a_classic_group_shows_metadata_and_assignments_only_once_stable() -> No
         (_subscription(1, ("b",)), b"A2"),
     ]
     assert stable.subscribed_topics == frozenset({"a", "b"})  # from the chosen protocol's
+
+
+async def test_a_broker_not_certainly_live_lists_no_groups_but_says_so() -> None:
+    """Which groups a broker coordinates is not known while its registration is not live:
+    ListGroups answers a retriable error there, never an empty list."""
+    coordinator = InMemoryBatchCoordinator()
+    view = ClusterView("test")  # broker 0 never joined it
+    try:
+        groups = GroupCoordinator(coordinator, view)
+        me = GroupOwnership(0, 1, -1)
+        assert await groups.listed(me) is WireError.coordinator_not_available
+        view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
+        assert await groups.listed(me) == []
+    finally:
+        await coordinator.close()

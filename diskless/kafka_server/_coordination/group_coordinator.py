@@ -220,12 +220,13 @@ class GroupCoordinator:
         preferred = self._view.coordinator_for(group_id)
         return preferred is not None and preferred.broker_id == me.broker_id
 
-    async def listed(self, me: GroupOwnership) -> list[GroupDescription]:
+    async def listed(self, me: GroupOwnership) -> list[GroupDescription] | WireError:
         """ListGroups at broker `me`: the groups it lists (`lists`) that exist, by group id;
-        none while its own registration is not live."""
+        COORDINATOR_NOT_AVAILABLE (retriable) while its own registration is not live, since
+        which groups it coordinates is not known then."""
         term = self._view.registration_term(me.broker_id)
         if term is None:
-            return []
+            return WireError.coordinator_not_available
         listed = []
         for group_id, record in (await self._coordinator.group_records()).items():
             if not self.lists(me, group_id, record.owner):

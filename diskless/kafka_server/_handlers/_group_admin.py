@@ -135,6 +135,9 @@ async def handle_list_groups(
     states = {state.lower() for state in getattr(request, "states_filter", ())}  # v4+
     types = {GroupType.parse(name) for name in getattr(request, "types_filter", ())}  # v5+
     every = access.cluster(DESCRIBE)
+    groups = await context.groups.listed(serving(context))
+    if isinstance(groups, WireError):
+        return list_groups_error_response(request, response, groups)
     listed_entry = nested(response, "ListedGroup")
     listed = tuple(
         build(
@@ -144,7 +147,7 @@ async def handle_list_groups(
             group_state=group.state,
             group_type=group.group_type.value,
         )
-        for group in await context.groups.listed(serving(context))
+        for group in groups
         if (not states or group.state.lower() in states)
         and (not types or group.group_type in types)
         and (every or access.group(DESCRIBE, group.group_id))
