@@ -19,7 +19,9 @@ way whichever layer meets it.
     group_error             JoinGroup, SyncGroup,
                             Heartbeat, LeaveGroup,
                             OffsetCommit, OffsetFetch,
-                            TxnOffsetCommit
+                            TxnOffsetCommit,
+                            DescribeGroups, ListGroups,
+                            DeleteGroups, OffsetDelete
     find_coordinator_error  FindCoordinator                 COORDINATOR_NOT_AVAILABLE
     metadata_error          Metadata (per topic)            LEADER_NOT_AVAILABLE
     admin_error             CreateTopics, DeleteTopics,     REQUEST_TIMED_OUT
@@ -98,7 +100,8 @@ def txn_error(error: BaseException) -> ErrorCode:
 
 def group_error(error: BaseException) -> ErrorCode:
     """The group coordinator's APIs (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-    OffsetFetch, and TxnOffsetCommit, which the group's coordinator serves)."""
+    OffsetFetch, and TxnOffsetCommit, which the group's coordinator serves; the group admin
+    APIs DescribeGroups, ListGroups, DeleteGroups and OffsetDelete)."""
     return _coordinator(error)
 
 

@@ -33,6 +33,15 @@ class GroupOwnership(NamedTuple):
     fence (`commit_offsets`), the generation the committing member claims, -1 for none."""
 
 
+class GroupRecord(NamedTuple):
+    """What the batch coordinator holds of a consumer group: its owner as stored (None: never
+    claimed, as a group whose offsets a standalone consumer committed) and whether it has
+    committed offsets."""
+
+    owner: GroupOwnership | None
+    has_offsets: bool
+
+
 class CommittedOffset(NamedTuple):
     """A consumer group's committed position in a partition (Kafka's OffsetAndMetadata)."""
 

@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from diskless._availability import Availability
 from diskless._limits import CommitBounds
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import (
+    CommittedOffset,
+    ErrorCode,
+    GroupOwnership,
+    GroupRecord,
+    TopicPartition,
+)
 from diskless.coordinator._rules.acls import (
     AclBinding,
     AclBindingFilter,
@@ -351,6 +357,29 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets (those of committed transactions included)."""
+
+    @abc.abstractmethod
+    async def group_records(self, group_ids: Sequence[str] | None = None) -> dict[str, GroupRecord]:
+        """What is stored of each group that has an ownership or committed offsets, among
+        `group_ids` (every such group when None), by group id: ListGroups and DescribeGroups
+        read it. A read."""
+
+    @abc.abstractmethod
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition], fence: GroupOwnership
+    ) -> ErrorCode:
+        """OffsetDelete at the group's owner: the committed offsets of `partitions` go (those
+        without one are no error), in one step fenced by the owner as `commit_offsets` is
+        (NOT_COORDINATOR, and nothing deleted, once `fence`'s incarnation lost the group)."""
+
+    @abc.abstractmethod
+    async def delete_group(self, group_id: str, fence: GroupOwnership) -> ErrorCode:
+        """DeleteGroups at the group's owner: the group's committed offsets go and its
+        generation starts again from 0, in one step fenced by the owner (NOT_COORDINATOR, and
+        nothing deleted, once `fence`'s incarnation lost the group). The owner keeps the
+        group (a client that found the coordinator before is answered there, as in Kafka,
+        where a group's coordinator follows from its id). Whether the group may be deleted
+        (empty, existing) is its owner's to decide."""
 
     # --- SCRAM credentials (KIP-554; Kafka keeps them in its metadata log) ---------------------
     @abc.abstractmethod

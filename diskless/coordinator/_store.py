@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 import msgspec
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, GroupRecord, TopicPartition
 from diskless.coordinator._rules.acls import AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
@@ -225,6 +225,10 @@ class Changes(msgspec.Struct):
     acls_deleted: Sequence[AclBinding] = ()
     acls_created: Sequence[AclBinding] = ()
     """New bindings, none of them stored already (deletions are applied first)."""
+    group_offsets_deleted: Sequence[tuple[str, TopicPartition]] = ()
+    """(group, partition): the committed offset goes, if there is one."""
+    group_offsets_cleared: Sequence[str] = ()
+    """Each consumer group's committed offsets all go."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -241,6 +245,8 @@ class Changes(msgspec.Struct):
             or self.aborted
             or self.txns
             or self.group_offsets
+            or self.group_offsets_deleted
+            or self.group_offsets_cleared
         )
 
 
@@ -266,6 +272,8 @@ class Operation(enum.Enum):
     CLAIM_GROUP = "claim_group"
     STORE_GROUP_GENERATION = "store_group_generation"
     COMMIT_OFFSETS = "commit_offsets"
+    DELETE_OFFSETS = "delete_offsets"
+    DELETE_GROUP = "delete_group"
     ALLOCATE_PRODUCER_IDS = "allocate_producer_ids"
     ADD_PARTITIONS_TO_TXN = "add_partitions_to_txn"
     ACQUIRE_TXN_LEASES = "acquire_txn_leases"
@@ -394,6 +402,11 @@ class ReadView(Protocol):
         ...
 
     async def group_ownership(self, group_id: str) -> GroupOwnership | None: ...
+
+    async def group_records(self, group_ids: Sequence[str] | None) -> dict[str, GroupRecord]:
+        """Every consumer group with an ownership or committed offsets, among the named ones
+        (all when None)."""
+        ...
 
     async def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:
         """Records whose `due_ms` is before `now_ms`, earliest first."""

@@ -273,6 +273,10 @@ class MemoryStore(StoreStep, MemoryReads):
         self._txns.update(changes.txns)
         for (group_id, tp), committed in changes.group_offsets.items():
             self._group_offsets.setdefault(group_id, {})[tp] = committed
+        for group_id, tp in changes.group_offsets_deleted:
+            self._group_offsets.get(group_id, {}).pop(tp, None)
+        for group_id in changes.group_offsets_cleared:
+            self._group_offsets.pop(group_id, None)
         if changes.leases_released or changes.broker_leases_dropped:
             self._signal_release()
         return granted

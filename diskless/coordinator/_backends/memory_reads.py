@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from typing import TypeVar
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, GroupRecord, TopicPartition
 from diskless.coordinator._backends.memory_state import Partition
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
@@ -172,6 +172,12 @@ class MemoryReads(ReadView):
 
     async def group_ownership(self, group_id: str) -> GroupOwnership | None:
         return self._group_owners.get(group_id)
+
+    async def group_records(self, group_ids: Sequence[str] | None) -> dict[str, GroupRecord]:
+        with_offsets = {g for g, offsets in self._group_offsets.items() if offsets}
+        known = with_offsets | self._group_owners.keys()
+        named = known if group_ids is None else known.intersection(group_ids)
+        return {g: GroupRecord(self._group_owners.get(g), g in with_offsets) for g in sorted(named)}
 
     async def scram_credentials(
         self, users: Sequence[str] | None

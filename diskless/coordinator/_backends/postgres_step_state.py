@@ -64,6 +64,18 @@ async def apply_txn_state(
                 6,
             ),
         )
+    if deleted := changes.group_offsets_deleted:
+        await conn.execute(
+            "DELETE FROM group_offsets f USING unnest($1::text[], $2::text[], $3::int[])"
+            " k(group_id, topic, partition) WHERE f.group_id = k.group_id"
+            " AND f.topic = k.topic AND f.partition = k.partition",
+            *columns([(group_id, tp.topic, tp.partition) for group_id, tp in deleted], 3),
+        )
+    if changes.group_offsets_cleared:
+        await conn.execute(
+            "DELETE FROM group_offsets WHERE group_id = ANY($1::text[])",
+            sorted(changes.group_offsets_cleared),
+        )
     if changes.txns:
         rows = [txn_to_row(record) for record in changes.txns.values()]
         updates = [row for row in rows if row[0] in txns_seen]

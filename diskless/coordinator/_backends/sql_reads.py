@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar, Final
 
 from diskless._scram import ScramCredential, ScramMechanism
-from diskless._types import CommittedOffset, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, GroupOwnership, GroupRecord, TopicPartition
 from diskless.coordinator._backends import sql_extents
 from diskless.coordinator._backends.sql_acls import SELECT_ACLS, binding_from_row
 from diskless.coordinator._backends.sql_rows import (
@@ -87,6 +87,13 @@ _GROUP_OFFSETS: Final = (
     "SELECT topic, partition, committed_offset, metadata, leader_epoch"
     " FROM group_offsets WHERE group_id = $1"
 )
+_GROUP_RECORDS: Final = (
+    "SELECT g.group_id, o.broker_id, o.broker_epoch, o.generation,"
+    " EXISTS (SELECT 1 FROM group_offsets f WHERE f.group_id = g.group_id)"
+    " FROM (SELECT group_id FROM group_owners UNION SELECT group_id FROM group_offsets) g"
+    " LEFT JOIN group_owners o ON o.group_id = g.group_id"
+)
+"""Every consumer group with an ownership or committed offsets (both indexed by group id)."""
 _TXNS_DUE: Final = (
     "SELECT record FROM txn_records WHERE due_ms IS NOT NULL AND due_ms < $1"
     " ORDER BY due_ms, transactional_id LIMIT $2"
@@ -116,6 +123,7 @@ class SqlReads(ReadView):
     _FILES: ClassVar[str]
     _TXNS: ClassVar[str]
     _SCRAM: ClassVar[str]
+    _GROUPS: ClassVar[str]
     _REGISTRATIONS: ClassVar[str]
     _LEASE_HOLDERS: ClassVar[str]
 
@@ -136,6 +144,7 @@ class SqlReads(ReadView):
             f"SELECT transactional_id, record FROM txn_records WHERE transactional_id IN {named}"
         )
         cls._SCRAM = f"SELECT {SCRAM_COLUMNS} FROM scram_credentials WHERE user_name IN {named}"
+        cls._GROUPS = f"{_GROUP_RECORDS} WHERE g.group_id IN {named} ORDER BY g.group_id"
         keys = cls._table(1, ("name", "text"), ("part", "int"), ("pid", "bigint"))
         cls._REGISTRATIONS = (
             f"SELECT k.name, k.part, k.pid, {REGISTRATION_COLUMNS} FROM {keys}"
@@ -338,6 +347,19 @@ class SqlReads(ReadView):
             f"SELECT {OWNER_COLUMNS} FROM group_owners WHERE group_id = $1", group_id
         )
         return None if row is None else GroupOwnership(*row)
+
+    async def group_records(self, group_ids: Sequence[str] | None) -> dict[str, GroupRecord]:
+        if group_ids is None:
+            rows = await self._rows(f"{_GROUP_RECORDS} ORDER BY g.group_id")
+        else:
+            rows = await self._rows(self._GROUPS, self._list(sorted(set(group_ids))))
+        return {
+            group_id: GroupRecord(
+                None if broker_id is None else GroupOwnership(broker_id, epoch, generation),
+                bool(has_offsets),
+            )
+            for group_id, broker_id, epoch, generation, has_offsets in rows
+        }
 
     async def scram_credentials(
         self, users: Sequence[str] | None

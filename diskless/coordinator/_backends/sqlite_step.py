@@ -365,6 +365,13 @@ class SqliteStep(StoreStep):
                     for (group_id, tp), committed in changes.group_offsets.items()
                 ],
             )
+        if deleted := changes.group_offsets_deleted:
+            conn.executemany(
+                "DELETE FROM group_offsets WHERE group_id = ? AND topic = ? AND partition = ?",
+                [(group_id, tp.topic, tp.partition) for group_id, tp in deleted],
+            )
+        for group_id in changes.group_offsets_cleared:
+            conn.execute("DELETE FROM group_offsets WHERE group_id = ?", (group_id,))
         if changes.txns:
             conn.executemany(
                 "INSERT OR REPLACE INTO txn_records VALUES (?, ?, ?)",

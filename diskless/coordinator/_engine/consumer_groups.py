@@ -4,14 +4,18 @@ Kafka keeps both in `__consumer_offsets`, whose partition leader is the group's 
 Here the batch coordinator keeps them, so that every broker process sees one owner per group
 (`_rules.ownership`): membership lives in the owner's memory, and the owner's epoch and the
 group's generation fence every offset commit in the same step that stores it. A process that
-lost a group learns it here (NOT_COORDINATOR), never from a clock of its own.
+lost a group learns it here (NOT_COORDINATOR), never from a clock of its own. The deletions
+of DeleteGroups (its offsets and its generation together; it keeps its coordinator, as a
+Kafka group keeps the partition of `__consumer_offsets` its id hashes to) and OffsetDelete
+are fenced by the owner the same way; whether a group may be deleted (its members, its
+subscriptions) is the owner's to decide, from its membership.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, GroupRecord, TopicPartition
 from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.ownership import check_group_fence, group_owner_after_claim
 from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
@@ -81,3 +85,36 @@ class GroupOperations(EngineBase):
 
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return await self._read(lambda view: view.group_offsets(group_id))
+
+    async def group_records(self, group_ids: Sequence[str] | None = None) -> dict[str, GroupRecord]:
+        named = None if group_ids is None else list(group_ids)
+        return await self._read(lambda view: view.group_records(named))
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition], fence: GroupOwnership
+    ) -> ErrorCode:
+        needs = Needs(groups=(group_id,))
+        gone = [(group_id, tp) for tp in dict.fromkeys(partitions)]
+
+        async def delete(db: StoreStep) -> ErrorCode:
+            stored = (await db.load(needs)).groups.get(group_id)
+            error = check_group_fence(stored, fence._replace(generation=-1))
+            if error is ErrorCode.NONE and gone:
+                await db.apply(Changes(group_offsets_deleted=gone))
+            return error
+
+        return await self._write(Operation.DELETE_OFFSETS, delete)
+
+    async def delete_group(self, group_id: str, fence: GroupOwnership) -> ErrorCode:
+        needs = Needs(groups=(group_id,))
+
+        async def delete(db: StoreStep) -> ErrorCode:
+            stored = (await db.load(needs)).groups.get(group_id)
+            error = check_group_fence(stored, fence._replace(generation=-1))
+            if error is ErrorCode.NONE:
+                assert stored is not None
+                restarted = {group_id: stored._replace(generation=0)}
+                await db.apply(Changes(groups=restarted, group_offsets_cleared=(group_id,)))
+            return error
+
+        return await self._write(Operation.DELETE_GROUP, delete)

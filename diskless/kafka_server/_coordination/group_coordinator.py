@@ -19,6 +19,12 @@ agrees on it; the group's membership lives in the owner's memory (`group_state.G
 - **Offsets** are committed by the owner only, fenced in the very step that stores them by the
   owner's epoch and the member's generation (`commit_offsets`, `txn_commit_offsets`): a process
   that lost the group cannot move a committed offset backwards.
+- **The admin APIs** read a group through its description (`group_description`): DescribeGroups,
+  DeleteGroups and OffsetDelete at the group's owner only, as the other group requests;
+  ListGroups at every broker, each listing the groups it coordinates (`lists`), so that an admin
+  client that asks every broker and merges their answers sees each group once. A deletion is
+  decided on the membership here, then done in one step fenced by the owner, so that a process
+  that lost the group deletes nothing.
 - **The membership decides; this carries it out.** Each step of a group's state machine returns
   its decisions (`group_state.Step`), and `_carry_out` does them in one straight line: it
   answers the requests waiting for them, arms or cancels the group's rebalance timer, and
@@ -38,11 +44,28 @@ from typing import Final, TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
+from diskless._types import (
+    CommittedOffset,
+    ErrorCode,
+    GroupOwnership,
+    GroupRecord,
+    TopicPartition,
+)
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.group_description import (
+    DEAD,
+    Describable,
+    GroupDescription,
+    at_rest,
+    dead,
+    delete_group_refusal,
+    exists,
+    offset_delete_refusal,
+    subscribed,
+)
 from diskless.kafka_server._coordination.group_state import (
     GroupState,
     JoinOutcome,
@@ -187,6 +210,106 @@ class GroupCoordinator:
         for group in [g for g in self._groups.values() if g.owner.broker_id == broker_id]:
             self._lose(group, f"broker {broker_id} stopped")
 
+    # --- the admin APIs -----------------------------------------------------------------------
+    def lists(self, me: GroupOwnership, group_id: str, owner: GroupOwnership | None) -> bool:
+        """Whether broker `me` lists the group in ListGroups: its owner while the owner's
+        registration is live, else the broker FindCoordinator would give it to (the same rule,
+        so that a group is listed once across brokers whose views agree)."""
+        if owner is not None and self._view.epoch_of(owner.broker_id) == owner.broker_epoch:
+            return _same_broker(owner, me)
+        preferred = self._view.coordinator_for(group_id)
+        return preferred is not None and preferred.broker_id == me.broker_id
+
+    async def listed(self, me: GroupOwnership) -> list[GroupDescription] | WireError:
+        """ListGroups at broker `me`: the groups it lists (`lists`) that exist, by group id;
+        COORDINATOR_NOT_AVAILABLE (retriable) while its own registration is not live, since
+        which groups it coordinates is not known then."""
+        term = self._view.registration_term(me.broker_id)
+        if term is None:
+            return WireError.coordinator_not_available
+        listed = []
+        for group_id, record in (await self._coordinator.group_records()).items():
+            if not self.lists(me, group_id, record.owner):
+                continue
+            group = self._groups.get(group_id)
+            if group is not None and _same_broker(group.owner, me) and group.term == term:
+                described = _described(group.state, record)
+            else:
+                described = at_rest(group_id)
+                generation = 0 if record.owner is None else record.owner.generation
+                if not exists(described, generation, record.has_offsets):
+                    continue
+            if described.state != DEAD:
+                listed.append(described)
+        return listed
+
+    async def describe(self, me: GroupOwnership, group_id: str) -> GroupDescription | WireError:
+        """DescribeGroups, at the group's owner only (NOT_COORDINATOR elsewhere): a group that
+        does not exist is described as Dead, with no members."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        records = await self._coordinator.group_records([group_id])
+        return _described(group.state, records.get(group_id))
+
+    async def delete(self, me: GroupOwnership, group_id: str) -> WireError:
+        """DeleteGroups, at the group's owner only: an empty group's committed offsets go and
+        its generation starts again from 0; it stays coordinated here, and a new group of the
+        same id starts afresh."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        records = await self._coordinator.group_records([group_id])
+        if self._groups.get(group_id) is not group:  # re-validate after the await
+            return WireError.not_coordinator
+        refusal = delete_group_refusal(_described(group.state, records.get(group_id)))
+        if refusal is not WireError.none:
+            return refusal
+        error = await self._coordinator.delete_group(group_id, _fence(group))
+        if error is ErrorCode.NOT_COORDINATOR:
+            self.refused(me, group_id)
+            return WireError.not_coordinator
+        assert error is ErrorCode.NONE, error
+        if self._groups.get(group_id) is group:
+            if group.state.members:  # joined meanwhile: they join the group anew, wherever
+                self._lose(group, "it was deleted")
+            else:
+                del self._groups[group_id]
+                self._carry_out(group, group.state.fail_all(WireError.not_coordinator))
+        _log.info("group %s: deleted", group_id)
+        return WireError.none
+
+    async def delete_offsets(
+        self, me: GroupOwnership, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[WireError, dict[TopicPartition, WireError]]:
+        """OffsetDelete, at the group's owner only: the error for the whole group, else each
+        partition's (GROUP_SUBSCRIBED_TO_TOPIC while a member is subscribed to its topic; the
+        others' offsets go)."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group, {}
+        records = await self._coordinator.group_records([group_id])
+        if self._groups.get(group_id) is not group:  # re-validate after the await
+            return WireError.not_coordinator, {}
+        described = _described(group.state, records.get(group_id))
+        refusal = offset_delete_refusal(described)
+        if refusal is not WireError.none:
+            return refusal, {}
+        answers = {
+            tp: WireError.group_subscribed_to_topic
+            if subscribed(described, tp.topic)
+            else WireError.none
+            for tp in partitions
+        }
+        deleted = [tp for tp, answer in answers.items() if answer is WireError.none]
+        if deleted:
+            error = await self._coordinator.delete_offsets(group_id, deleted, _fence(group))
+            if error is ErrorCode.NOT_COORDINATOR:
+                self.refused(me, group_id)
+                return WireError.not_coordinator, {}
+            assert error is ErrorCode.NONE, error
+        return WireError.none, answers
+
     # --- membership ---------------------------------------------------------------------------
     async def join(
         self,
@@ -200,6 +323,8 @@ class GroupCoordinator:
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         require_known_member_id: bool = False,
+        client_id: str = "",
+        client_host: str = "",
     ) -> JoinOutcome:
         """JoinGroup; `require_known_member_id` from v4 on (a client may send its first join
         twice, and each anonymous join would otherwise become a member of its own)."""
@@ -216,6 +341,8 @@ class GroupCoordinator:
             fresh_member_id="" if member_id else f"{group_id}-member-{next(self._member_ids)}",
             require_known_member_id=require_known_member_id,
             now=self._clock.monotonic(),
+            client_id=client_id,
+            client_host=client_host,
         )
         self._carry_out(group, step)
         if isinstance(step.response, Wait):
@@ -379,6 +506,20 @@ class GroupCoordinator:
             return error
         claimed = group.state.generation if generation >= 0 else -1
         return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
+
+
+def _described(state: Describable, record: GroupRecord | None) -> GroupDescription:
+    """The group as its state machine describes it, Dead if it does not exist. (A generation
+    is stored before it is handed out: the stored one is the group's.)"""
+    described = state.describe()
+    generation = 0 if record is None or record.owner is None else record.owner.generation
+    has_offsets = record is not None and record.has_offsets
+    return described if exists(described, generation, has_offsets) else dead(described.group_id)
+
+
+def _fence(group: _OwnedGroup) -> GroupOwnership:
+    """The fence of a step of the group's owner that claims no generation."""
+    return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, -1)
 
 
 def _same_broker(owner: GroupOwnership, me: GroupOwnership) -> bool:

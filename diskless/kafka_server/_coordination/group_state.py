@@ -36,6 +36,14 @@ from typing import Final, Generic, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
 
+from diskless.kafka_server._coordination.group_description import (
+    CONSUMER_PROTOCOL_TYPE,
+    DescribedMember,
+    GroupDescription,
+    GroupType,
+    subscriptions,
+)
+
 _log = logging.getLogger(__name__)
 
 INITIAL_REBALANCE_DELAY_MS: Final = 100
@@ -103,6 +111,8 @@ class Member:
         "assignment",
         "awaiting_join",
         "awaiting_sync",
+        "client_host",
+        "client_id",
         "instance_id",
         "last_seen",
         "member_id",
@@ -123,6 +133,9 @@ class Member:
         self.awaiting_sync = False
         """A SyncGroup of the member waits for the leader's."""
         self.assignment = b""
+        self.client_id = ""
+        """From its latest JoinGroup, as DescribeGroups shows it."""
+        self.client_host = ""
 
 
 class _Decisions:
@@ -190,6 +203,44 @@ class GroupState:
         """Set while the next generation is being stored (from `rebalance_due` until
         `generation_stored` or `generation_not_stored`)."""
 
+    # --- what the admin APIs read -------------------------------------------------------------
+    def describe(self) -> GroupDescription:
+        """The group as DescribeGroups and ListGroups show it (`group_description`). As Kafka,
+        the protocol and each member's metadata and assignment are shown only once the group is
+        stable. The topics the members are subscribed to are read from their metadata for the
+        group's protocol (for every protocol they offer before one is chosen) when the group
+        speaks Kafka's consumer protocol; else they cannot be known (None)."""
+        stable = self.phase is GroupPhase.STABLE
+        protocol = self.protocol or ""
+        members = tuple(
+            DescribedMember(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                dict(m.protocols).get(protocol, b"") if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in self.members.values()
+        )
+        subscribed: frozenset[str] | None = None
+        if self.protocol_type == CONSUMER_PROTOCOL_TYPE or not self.members:
+            subscribed = subscriptions(
+                metadata
+                for m in self.members.values()
+                for name, metadata in m.protocols
+                if self.protocol is None or name == self.protocol
+            )
+        return GroupDescription(
+            self.group_id,
+            GroupType.CLASSIC,
+            self.phase.value,
+            self.protocol_type or "",
+            protocol if stable else "",
+            members,
+            subscribed,
+        )
+
     # --- checks -------------------------------------------------------------------------------
     def _identify(self, member_id: str, instance_id: str | None) -> Member | WireError:
         """The member a request speaks for: a static member replaced since is fenced
@@ -256,9 +307,12 @@ class GroupState:
         fresh_member_id: str,
         require_known_member_id: bool,
         now: float,
+        client_id: str = "",
+        client_host: str = "",
     ) -> Step[JoinOutcome | Wait]:
         """JoinGroup: an answer now, or `Wait` for the rebalance's completion. A member joining
-        without an id (`member_id` empty) is given `fresh_member_id`."""
+        without an id (`member_id` empty) is given `fresh_member_id`. `client_id` and
+        `client_host` are the joining client's, kept for DescribeGroups."""
         if not protocols or (self.members and self.protocol_type != protocol_type):
             return Step(JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id))
         decided = _Decisions()
@@ -279,6 +333,7 @@ class GroupState:
         member = self.members[member_id]
         self.protocol_type = protocol_type
         member.protocols = protocols
+        member.client_id, member.client_host = client_id, client_host
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms)
         member.last_seen = now

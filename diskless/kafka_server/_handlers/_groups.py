@@ -209,6 +209,8 @@ async def handle_join_group(
         session_timeout_ms=millis(request.session_timeout),
         rebalance_timeout_ms=millis(rebalance_timeout),
         require_known_member_id=request.__version__ >= 4,
+        client_id=session.client_id,
+        client_host=f"/{session.client_host}",  # as Kafka shows a member's address
     )
     return _encode_join_group(response, request, outcome)
 

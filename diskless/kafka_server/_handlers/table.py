@@ -49,6 +49,13 @@ from diskless.kafka_server._handlers._discovery import (
     handle_metadata,
 )
 from diskless.kafka_server._handlers._fetch import handle_fetch, handle_list_offsets
+from diskless.kafka_server._handlers._group_admin import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_list_groups,
+    handle_offset_delete,
+    list_groups_error_response,
+)
 from diskless.kafka_server._handlers._groups import (
     handle_heartbeat,
     handle_join_group,
@@ -119,6 +126,10 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_sync_group, group_error, sync_group_error_response),
         Route(handle_heartbeat, group_error, error_response),
         Route(handle_leave_group, group_error, leave_group_error_response),
+        Route(handle_describe_groups),
+        Route(handle_list_groups, group_error, list_groups_error_response),
+        Route(handle_delete_groups),
+        Route(handle_offset_delete),
         Route(handle_create_topics),
         Route(handle_delete_topics),
         Route(handle_create_partitions, admin_error, create_partitions_error_response),

@@ -94,7 +94,8 @@ class Dispatcher:
             request = await self._in_codec_thread(functools.partial(decode_request, frame, schema))
         else:
             request = decode_request(frame, schema)
-        self._received[(handler.api.key, request.client_id or "")] += 1
+        session.client_id = request.client_id or ""
+        self._received[(handler.api.key, session.client_id)] += 1
         handling = handler(self._context, session, request.body)
         answer = self._answer(handling, prefix.correlation_id, handler.api.key, started, large)
         return asyncio.ensure_future(answer)
