@@ -59,10 +59,22 @@ class Rig:
         if step.store is not None:
             self.stored.append(encode_snapshot(step.store))
 
-    def join(self, member: str, topics: tuple[str, ...] = ("a",), **kw: object) -> HeartbeatAnswer:
+    def join(
+        self,
+        member: str,
+        topics: tuple[str, ...] = ("a",),
+        *,
+        instance_id: str | None = None,
+        server_assignor: str | None = None,
+    ) -> HeartbeatAnswer:
         request = HeartbeatRequest(
-            member, 0, rebalance_timeout_ms=10_000, subscribed_topic_names=topics, **kw
-        )  # type: ignore[arg-type]
+            member,
+            0,
+            instance_id=instance_id,
+            rebalance_timeout_ms=10_000,
+            subscribed_topic_names=topics,
+            server_assignor=server_assignor,
+        )
         return self.send(request)
 
     def beat(
