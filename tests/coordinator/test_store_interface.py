@@ -61,6 +61,7 @@ READ_METHODS = {
     "file_totals",
     "lease_holders",
     "group_ownership",
+    "group_state",
     "txns",
     "txns_due",
     "txn_registrations",
