@@ -37,6 +37,12 @@ from diskless.kafka_server._handlers._admin import (
     handle_delete_topics,
     handle_describe_configs,
 )
+from diskless.kafka_server._handlers._consumer_groups import (
+    describe_error_response,
+    handle_consumer_group_describe,
+    handle_consumer_group_heartbeat,
+    heartbeat_error_response,
+)
 from diskless.kafka_server._handlers._discovery import (
     api_versions_response,
     handle_find_coordinator,
@@ -102,6 +108,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_sync_group, group_error, sync_group_error_response),
         Route(handle_heartbeat, group_error, error_response),
         Route(handle_leave_group, group_error, leave_group_error_response),
+        Route(handle_consumer_group_heartbeat, group_error, heartbeat_error_response),
+        Route(handle_consumer_group_describe, group_error, describe_error_response),
         Route(handle_create_topics),
         Route(handle_delete_topics),
         Route(handle_create_partitions, admin_error, create_partitions_error_response),
