@@ -473,6 +473,7 @@ class ConsumerGroupState:
         """Take what the heartbeat changed of the member's subscription; whether the target
         depends on what changed."""
         before = (member.topics(), member.server_assignor)
+        member.client_id, member.client_host = request.client_id, request.client_host
         if request.rack_id is not None:
             member.rack_id = request.rack_id
         if request.rebalance_timeout_ms >= 0:

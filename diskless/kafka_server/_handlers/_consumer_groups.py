@@ -88,6 +88,7 @@ async def handle_consumer_group_heartbeat(
         subscribed_topic_regex=regex,
         server_assignor=request.server_assignor,
         owned=owned,
+        client_id=session.client_id,
         client_host=session.client_host,
     )
     describable = access.topics(DESCRIBE, counts) if regex else set()

@@ -34,7 +34,15 @@ class Session:
     (`principal`, from where: `client_host`) and through which listener, for authentication and
     the authorizer's decisions."""
 
-    __slots__ = ("client_host", "client_rack", "listener", "peer", "principal", "security_protocol")
+    __slots__ = (
+        "client_host",
+        "client_id",
+        "client_rack",
+        "listener",
+        "peer",
+        "principal",
+        "security_protocol",
+    )
 
     def __init__(
         self,
@@ -59,6 +67,9 @@ class Session:
         the start; SASL sets it once a client has authenticated)."""
         self.client_rack: str | None = None
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
+        self.client_id = ""
+        """The `client.id` of the connection's latest request header (a group's members are
+        described with it)."""
 
 
 class BrokerSetting(NamedTuple):

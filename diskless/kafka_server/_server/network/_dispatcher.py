@@ -95,6 +95,7 @@ class Dispatcher:
         else:
             request = decode_request(frame, schema)
         self._received[(handler.api.key, request.client_id or "")] += 1
+        session.client_id = request.client_id or ""
         handling = handler(self._context, session, request.body)
         answer = self._answer(handling, prefix.correlation_id, handler.api.key, started, large)
         return asyncio.ensure_future(answer)
