@@ -97,6 +97,9 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.SYNC_GROUP: [Need(R.GROUP, Op.READ)],
     ApiKey.HEARTBEAT: [Need(R.GROUP, Op.READ)],
     ApiKey.LEAVE_GROUP: [Need(R.GROUP, Op.READ)],
+    # subscribed by name to topic `t` (a regular expression matches only described topics)
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.CONSUMER_GROUP_DESCRIBE: [Need(R.GROUP, Op.DESCRIBE)],
     ApiKey.CREATE_TOPICS: [Need(R.TOPIC, Op.CREATE)],
     ApiKey.DELETE_TOPICS: [Need(R.TOPIC, Op.DELETE)],
     ApiKey.CREATE_PARTITIONS: [Need(R.TOPIC, Op.ALTER)],
