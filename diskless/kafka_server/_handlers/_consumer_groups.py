@@ -91,7 +91,7 @@ async def handle_consumer_group_heartbeat(
         client_id=session.client_id,
         client_host=session.client_host,
     )
-    describable = access.topics(DESCRIBE, counts) if regex else set()
+    describable = access.topics(DESCRIBE, counts)  # a member's regex is sent only when it changes
     try:
         answer = await context.groups.consumer_heartbeat(
             serving(context),
