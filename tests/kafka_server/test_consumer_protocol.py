@@ -179,3 +179,87 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
         f"{len(produced - consumed.keys())} records never consumed,"
         f" {len(consumed.keys() - produced)} never produced"
     )
+
+
+CHURN_ROUNDS: Final = 4
+
+
+def test_members_come_and_go_under_load_while_a_broker_process_dies(tmp_path: Path) -> None:
+    """Churn: three members read; one after another leaves and a new one joins in its place,
+    every second, while the producer writes; in the middle of it the coordinator's process is
+    SIGKILLed (it comes back later). Every record is consumed, committed offsets never go back,
+    and no stored state of the group has a partition owned twice."""
+    dsn = database_dsn(tmp_path, "cluster")
+    options = [
+        "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
+        "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
+        "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
+        "--override", "group.consumer.session.timeout.ms=10000",
+    ]  # fmt: skip
+    brokers = [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
+    commits = Commits()
+    members: list[Member] = []
+    observer: Observer | None = None
+    producer: KeepProducing | None = None
+    try:
+        for broker in brokers:
+            broker.start()
+        servers = bootstrap(brokers)
+        observer = Observer(lambda: PostgresBatchCoordinator(dsn), GROUP, TOPIC)
+        producer = KeepProducing(servers, TOPIC, PARTITIONS, PRODUCE_INTERVAL_S)
+        members = [Member(f"m{i}", servers, MEMBER_CONFIG, commits) for i in range(3)]
+        for member in members:
+            member.start(TOPIC)
+        _wait("three members share the topic", _progressing(members, observer), members)
+        live = list(members)
+        victim: BrokerProcess | None = None
+        for round_ in range(CHURN_ROUNDS):
+            leaving = live.pop(0)
+            leaving.stop()
+            joining = Member(f"m{3 + round_}", servers, MEMBER_CONFIG, commits)
+            members.append(joining)
+            live.append(joining)
+            joining.start(TOPIC)
+            if round_ == 1:  # the coordinator dies in the middle of the churn
+                owner = observer.owner()
+                assert owner is not None
+                victim = brokers[owner.broker_id]
+                victim.kill()
+            time.sleep(1.0)
+        assert victim is not None
+        victim.start()
+        _wait("the last three share the topic", _progressing(live, observer), members)
+
+        producer.stop()
+        ends = {p: len(range(p, producer.sent, PARTITIONS)) for p in range(PARTITIONS)}
+        _wait("the group committed everything", lambda: observer.committed() == ends, members)
+    finally:
+        for member in members:
+            member.stop()
+        if producer is not None:
+            producer.halt()
+        if observer is not None:
+            observer.stop()
+        for broker in brokers:
+            broker.kill()
+    run_end = time.monotonic()
+    for member in members:
+        if member.failure is not None:
+            raise member.failure
+    found = episodes(members, run_end)
+    overlap, who = longest_double_ownership(found)
+    print(
+        f"{len(observer.states)} group states stored; {producer.sent} records;"
+        f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
+        f" {len(commits.done)} commits, {len(commits.failed)} failed"
+        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+    )
+    check_owned_once(observer.states)
+    check_forward(observer.offsets)
+    check_resumes(found, commits.done, commits.uncertain)
+    consumed = by_value(members)
+    produced = {f"producer:{s}".encode() for s in range(producer.sent)}
+    assert consumed.keys() == produced, (
+        f"{len(produced - consumed.keys())} records never consumed,"
+        f" {len(consumed.keys() - produced)} never produced"
+    )
