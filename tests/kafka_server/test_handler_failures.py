@@ -78,6 +78,8 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.SYNC_GROUP: group_error,
     ApiKey.HEARTBEAT: group_error,
     ApiKey.LEAVE_GROUP: group_error,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: group_error,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: group_error,
     ApiKey.CREATE_TOPICS: admin_error,
     ApiKey.DELETE_TOPICS: admin_error,
     ApiKey.CREATE_PARTITIONS: admin_error,
