@@ -16,6 +16,7 @@ from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.consumer_group_state import (
+    ConsumerGroupConfig,
     HeartbeatAnswer,
     HeartbeatRequest,
     decode_snapshot,
@@ -229,3 +230,37 @@ async def test_offsets_are_committed_by_members_at_their_current_epoch(
         assert await commit(owner.me, "g", -1, "", offsets) == ok
     finally:
         await owner.close()
+
+
+async def test_a_silent_member_is_removed_by_the_owner_and_its_removal_stored() -> None:
+    """The owner's session check removes a member not heard from within the group's session
+    timeout (its configs, here 2 s), and stores the group without it."""
+    clock = ManualClock()
+    coordinator = InMemoryBatchCoordinator(clock=clock)
+    await coordinator.create_topic("t", 4)
+    epoch = await coordinator.register_broker(0)
+    view = ClusterView("test", coordinator)
+    view.join(BrokerAddress(0, "127.0.0.1", 9092, None), epoch)
+    await view.renew()
+    config = ConsumerGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=500)
+    groups = GroupCoordinator(coordinator, view, clock=clock, group_configs=lambda _: config)
+    await groups.start()
+    owner = Owner(groups, GroupOwnership(0, epoch, -1), view)
+    try:
+        assert view.ttl_ms > 3_000 and await groups.locate("g") is not None
+        assert (await owner.join("m1")).heartbeat_interval_ms == 500
+        await owner.join("m2")
+        for _ in range(3):
+            await clock.advance(1.0)
+            beat = await owner.beat(HeartbeatRequest("m2", 2, owned=frozenset()))
+            assert beat.error is WireError.none
+        stored = await coordinator.group_state("g")
+        assert stored is not None
+        assert [m.member_id for m in decode_snapshot(stored).members] == ["m2"]
+        assert (await owner.beat(HeartbeatRequest("m1", 1, owned=A))).error is (
+            WireError.unknown_member_id
+        )
+        assert (await owner.beat(HeartbeatRequest("m2", 2, owned=frozenset()))).assignment == A
+    finally:
+        await owner.close()
+        await coordinator.close()
