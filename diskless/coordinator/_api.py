@@ -340,6 +340,19 @@ class BatchCoordinator(abc.ABC):
         generation grows."""
 
     @abc.abstractmethod
+    async def store_group_state(
+        self, group_id: str, owner: GroupOwnership, state: bytes
+    ) -> ErrorCode:
+        """A consumer-protocol group (KIP-848) changed: store its whole state, encoded by its
+        owner, in place of the one before. NOT_COORDINATOR when that incarnation (`owner`'s
+        broker id and epoch) no longer owns the group; MESSAGE_TOO_LARGE beyond
+        `GROUP_STATE_BYTES_MAX`."""
+
+    @abc.abstractmethod
+    async def group_state(self, group_id: str) -> bytes | None:
+        """A consumer-protocol group's state as stored last (None: never stored). A read."""
+
+    @abc.abstractmethod
     async def commit_offsets(
         self,
         group_id: str,

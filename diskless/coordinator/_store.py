@@ -184,6 +184,8 @@ class Changes(msgspec.Struct):
     """Broker id -> epoch: every lease that an older incarnation of the broker holds goes."""
     groups: Mapping[str, GroupOwnership] = EMPTY
     """Consumer group ownerships, inserted or replaced by group id."""
+    group_states: Mapping[str, bytes] = EMPTY
+    """A consumer-protocol group's whole state (KIP-848), inserted or replaced by group id."""
     counters: Mapping[str, int] = EMPTY
     files: Mapping[str, FileRow | None] = EMPTY
     """Inserted or replaced by key; None forgets the file."""
@@ -271,6 +273,7 @@ class Operation(enum.Enum):
     COMMIT_EXTENT = "commit_extent"
     CLAIM_GROUP = "claim_group"
     STORE_GROUP_GENERATION = "store_group_generation"
+    STORE_GROUP_STATE = "store_group_state"
     COMMIT_OFFSETS = "commit_offsets"
     DELETE_OFFSETS = "delete_offsets"
     DELETE_GROUP = "delete_group"
@@ -406,6 +409,9 @@ class ReadView(Protocol):
     async def group_records(self, group_ids: Sequence[str] | None) -> dict[str, GroupRecord]:
         """Every consumer group with an ownership or committed offsets, among the named ones
         (all when None)."""
+
+    async def group_state(self, group_id: str) -> bytes | None:
+        """A consumer-protocol group's stored state (None: none stored)."""
         ...
 
     async def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:

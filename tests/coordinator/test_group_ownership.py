@@ -15,6 +15,7 @@ import pytest
 from diskless import ManualClock
 from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator import BatchCoordinator
+from diskless.coordinator._engine.consumer_groups import GROUP_STATE_BYTES_MAX
 from diskless.txn import PendingOffset
 from testkit.backends import BACKENDS, open_coordinator
 
@@ -168,3 +169,29 @@ async def test_transactional_offset_commits_are_fenced_too(
     assert record is not None and not record.pending_offsets
     current = GroupOwnership(1, one, 1)
     assert await coordinator.txn_commit_offsets("tx", pid, epoch, "g", offsets, current) == OK
+
+
+async def test_a_groups_state_is_stored_by_its_owner_only_and_survives_it(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """A consumer-protocol group's state is stored under its owner's fence, replaced whole, and
+    found by the owner that takes the group over once the first is gone."""
+    one = await _live(coordinator, 1)
+    two = await _live(coordinator, 2, ttl_ms=10 * TTL_MS)
+    owner = await coordinator.claim_group("g", 1, one)
+    assert owner is not None and await coordinator.group_state("g") is None
+    assert await coordinator.store_group_state("g", owner, b"\x00first") == OK
+    assert await coordinator.store_group_state("g", owner, b"second") == OK
+    assert await coordinator.group_state("g") == b"second"
+    assert await coordinator.store_group_state("g", GroupOwnership(2, two, 0), b"x") == (
+        ErrorCode.NOT_COORDINATOR
+    ), "only the owner stores it"
+    huge = b"x" * (GROUP_STATE_BYTES_MAX + 1)
+    assert await coordinator.store_group_state("g", owner, huge) == ErrorCode.MESSAGE_TOO_LARGE
+    await clock.advance(TTL_MS / 1000)  # broker 1 is gone
+    assert await coordinator.claim_group("g", 2, two) == GroupOwnership(2, two, 0)
+    assert await coordinator.group_state("g") == b"second"
+    assert await coordinator.store_group_state("g", owner, b"late") == ErrorCode.NOT_COORDINATOR
+    assert await coordinator.store_group_state("g", GroupOwnership(2, two, 0), b"third") == OK
+    assert await coordinator.group_state("g") == b"third"
+    assert await coordinator.group_state("other") is None

@@ -62,6 +62,7 @@ READ_METHODS = {
     "lease_holders",
     "group_ownership",
     "group_records",
+    "group_state",
     "txns",
     "txns_due",
     "txns_after",

@@ -10,7 +10,10 @@ every record consumed, and a partition resumed exactly at its committed offset.
   which the group may have stored. `check_resumes` holds a member that resumes a partition past
   its last answered commit to one of the latter.
 - `Observer`: polls the batch coordinator (opened in the test, on the brokers' database) for the
-  group's committed offsets and its ownership (owner incarnation and generation).
+  group's committed offsets and its ownership (owner incarnation and generation), and, for a
+  group of the consumer protocol (KIP-848, `group.protocol=consumer`), its stored state:
+  `check_owned_once` holds that no partition is ever owned by two members, and that member and
+  group epochs never go back.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import Final
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from diskless._types import GroupOwnership
+from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator import BatchCoordinator
+from diskless.kafka_server._coordination.consumer_group_state import Snapshot, decode_snapshot
 
 OBSERVE_INTERVAL_S: Final = 0.05
 
@@ -113,6 +117,8 @@ class Member:
             **config,
         }
         self._commits = commits
+        self.incremental = config.get("group.protocol") == "consumer"
+        """The consumer protocol assigns and revokes incrementally: an assignment adds."""
         self._stop = threading.Event()
         self.started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -133,7 +139,9 @@ class Member:
         """The partitions assigned to this member, as it last learnt."""
         held: set[int] = set()
         for event in list(self.events):
-            if event.kind == "assign":
+            if event.kind == "assign" and self.incremental:
+                held |= set(event.partitions)
+            elif event.kind == "assign":
                 held = set(event.partitions)  # eager protocol: the whole assignment
             elif event.kind in ("revoke", "lost"):
                 held -= set(event.partitions)
@@ -263,6 +271,8 @@ class Observer:
     ) -> None:
         self.offsets: list[tuple[float, dict[int, int]]] = []
         self.owners: list[tuple[float, GroupOwnership | None]] = []
+        self.states: list[tuple[float, Snapshot]] = []
+        """The consumer-protocol group's stored state, each time it changed."""
         self._open, self._group, self._topic = open_coordinator, group, topic
         self._stop = threading.Event()
         self.failure: BaseException | None = None
@@ -299,6 +309,11 @@ class Observer:
                     )
                 )
                 self.owners.append((now, owner))
+                state = await coordinator.group_state(self._group)
+                if state is not None:
+                    snapshot = decode_snapshot(state)
+                    if not self.states or self.states[-1][1] != snapshot:
+                        self.states.append((now, snapshot))
                 await asyncio.sleep(OBSERVE_INTERVAL_S)
         finally:
             await coordinator.close()
@@ -478,3 +493,26 @@ def by_offset(members: Iterable[Member]) -> collections.Counter[tuple[int, int]]
     return collections.Counter(
         (e.partitions[0], e.offset) for m in members for e in m.events if e.kind == "record"
     )
+
+
+def check_owned_once(states: Sequence[tuple[float, Snapshot]]) -> None:
+    """The consumer protocol's promise, in every state the group stored: no partition owned
+    (assigned, or not yet revoked) by two members; and the group epoch, and each member's epoch
+    while it stays in the group, never go back."""
+    group_epoch = 0
+    epochs: dict[str, int] = {}
+    for at, state in states:
+        owners: dict[TopicPartition, str] = {}
+        for member in state.members:
+            for tp in (*member.assigned, *member.revoking):
+                assert tp not in owners, (
+                    f"{tp} owned by {owners[tp]} and {member.member_id} at {at:.3f}"
+                    f" (group epoch {state.group_epoch})"
+                )
+                owners[tp] = member.member_id
+        assert state.group_epoch >= group_epoch, f"group epoch went back at {at:.3f}"
+        group_epoch = state.group_epoch
+        present = {m.member_id: m.member_epoch for m in state.members if m.member_epoch >= 0}
+        for member_id, epoch in present.items():
+            assert epoch >= epochs.get(member_id, 0), f"{member_id}'s epoch went back at {at:.3f}"
+        epochs = present

@@ -11,12 +11,15 @@ array: topic `t`, partition 0, group `t`, transactional id `t`) is answered:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import AsyncIterator
 from typing import Any, Final, NamedTuple
 
+import kio.schema.consumer_group_heartbeat.v1 as consumer_group_heartbeat_v1
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i32, i32Timedelta
 
 from diskless import DisklessBroker
 from diskless.coordinator import (
@@ -97,6 +100,9 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.SYNC_GROUP: [Need(R.GROUP, Op.READ)],
     ApiKey.HEARTBEAT: [Need(R.GROUP, Op.READ)],
     ApiKey.LEAVE_GROUP: [Need(R.GROUP, Op.READ)],
+    # subscribed by name to topic `t` (a regular expression matches only described topics)
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.CONSUMER_GROUP_DESCRIBE: [Need(R.GROUP, Op.DESCRIBE)],
     ApiKey.CREATE_TOPICS: [Need(R.TOPIC, Op.CREATE)],
     ApiKey.DELETE_TOPICS: [Need(R.TOPIC, Op.DELETE)],
     ApiKey.CREATE_PARTITIONS: [Need(R.TOPIC, Op.ALTER)],
@@ -337,3 +343,62 @@ async def test_describe_cluster_answers_no_operations_without_describe(setup: Se
     answer = await _respond(setup, ApiKey.DESCRIBE_CLUSTER, request)
     assert answer.cluster_authorized_operations == (1 << Op.CREATE) | (1 << Op.DESCRIBE)
     assert [b.broker_id for b in answer.brokers] == [answer.controller_id] == [0]
+
+
+async def test_a_regular_expression_matches_only_the_topics_the_member_may_describe() -> None:
+    """ConsumerGroupHeartbeat at the group's owner, as Kafka's `KafkaApis`: a subscription by
+    name to a topic the member may not describe is refused; a regular expression silently
+    leaves such topics out."""
+    coordinator = InMemoryBatchCoordinator()
+    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
+    await broker.start()
+    view = ClusterView("test", coordinator)
+    groups = GroupCoordinator(coordinator, view)
+    try:
+        for topic in ("t-a", "t-b"):
+            await broker.create_topic(topic, 1)
+        view.join(BrokerAddress(0, "127.0.0.1", 9092, None), broker.broker_epoch)
+        await view.renew()
+        assert await groups.locate("g") is not None
+        acls = AclCache(coordinator, AuthorizerSettings(), 1000)
+        await acls.refresh()
+        context = Context(
+            broker,
+            view,
+            TransactionFront(coordinator),
+            groups,
+            ServerConfig(authorizer_class_name="kafka.security.authorizer.AclAuthorizer"),
+            Credentials(coordinator),
+            acls,
+        )
+        grants = [(R.GROUP, "g", Op.READ), (R.TOPIC, "t-a", Op.DESCRIBE)]
+        await acls.create(
+            [
+                AclBinding(kind, name, PatternType.LITERAL, PRINCIPAL, "*", op, ALLOW)
+                for kind, name, op in grants
+            ]
+        )
+        ids = {d.name: d.topic_id for d in await broker.describe_topics()}
+        session = Session("test", client_host=HOST, principal=PRINCIPAL)
+        heartbeat = HANDLERS[ApiKey.CONSUMER_GROUP_HEARTBEAT]
+        by_name = consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id="m1",
+            member_epoch=i32(0),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+            subscribed_topic_names=("t-a", "t-b"),
+            topic_partitions=(),
+        )
+        refused: Any = await heartbeat(context, session, by_name)  # type: ignore[arg-type]
+        assert refused.error_code is WireError.topic_authorization_failed
+        by_regex = dataclasses.replace(
+            by_name, subscribed_topic_names=None, subscribed_topic_regex="t-.*"
+        )
+        joined: Any = await heartbeat(context, session, by_regex)  # type: ignore[arg-type]
+        assert (joined.error_code, joined.member_epoch) == (WireError.none, 1)
+        assigned = {(t.topic_id, tuple(t.partitions)) for t in joined.assignment.topic_partitions}
+        assert assigned == {(ids["t-a"], (0,))}
+    finally:
+        await groups.close()
+        await broker.close(flush=False)
+        await coordinator.close()

@@ -61,6 +61,7 @@ class MemoryStore(StoreStep, MemoryReads):
         self._txns: dict[str, TxnRecord] = {}
         self._group_offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._group_owners: dict[str, GroupOwnership] = {}
+        self._group_states: dict[str, bytes] = {}
         self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
         self._acls: set[AclBinding] = set()
@@ -185,6 +186,7 @@ class MemoryStore(StoreStep, MemoryReads):
             self._counters.update(changes.counters)
             self._registrations.update(changes.broker_registrations)
         self._group_owners.update(changes.groups)
+        self._group_states.update(changes.group_states)
         if changes.trims:
             self._apply_trims(changes.trims)
         for file_key, file in changes.files.items():

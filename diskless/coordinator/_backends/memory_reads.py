@@ -48,6 +48,7 @@ class MemoryReads(ReadView):
     _txns: dict[str, TxnRecord]
     _group_offsets: dict[str, dict[TopicPartition, CommittedOffset]]
     _group_owners: dict[str, GroupOwnership]
+    _group_states: dict[str, bytes]
     _scram: dict[tuple[str, ScramMechanism], ScramCredential]
     _leases: dict[int, TxnLease]
     _acls: set[AclBinding]
@@ -178,6 +179,9 @@ class MemoryReads(ReadView):
         known = with_offsets | self._group_owners.keys()
         named = known if group_ids is None else known.intersection(group_ids)
         return {g: GroupRecord(self._group_owners.get(g), g in with_offsets) for g in sorted(named)}
+
+    async def group_state(self, group_id: str) -> bytes | None:
+        return self._group_states.get(group_id)
 
     async def scram_credentials(
         self, users: Sequence[str] | None

@@ -438,6 +438,12 @@ class PostgresStep(StoreStep):
         await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
         if changes.scram:
             await apply_scram(conn, changes)
+        if changes.group_states:
+            await conn.executemany(
+                "INSERT INTO group_states VALUES ($1, $2)"
+                " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
+                sorted(changes.group_states.items()),
+            )
         await sql_acls.postgres_apply(conn, changes)
         return await apply_indexes(conn, changes)
 

@@ -361,6 +361,10 @@ class SqlReads(ReadView):
             for group_id, broker_id, epoch, generation, has_offsets in rows
         }
 
+    async def group_state(self, group_id: str) -> bytes | None:
+        row = await self._row("SELECT state FROM group_states WHERE group_id = $1", group_id)
+        return None if row is None else bytes(row[0])
+
     async def scram_credentials(
         self, users: Sequence[str] | None
     ) -> dict[tuple[str, ScramMechanism], ScramCredential]:

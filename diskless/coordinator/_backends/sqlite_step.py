@@ -242,6 +242,10 @@ class SqliteStep(StoreStep):
                     for group_id, o in changes.groups.items()
                 ],
             )
+        if changes.group_states:
+            conn.executemany(
+                "INSERT OR REPLACE INTO group_states VALUES (?, ?)", changes.group_states.items()
+            )
         if changes.counters:
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         if changes.scram:

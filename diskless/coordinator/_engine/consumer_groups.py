@@ -3,22 +3,27 @@
 Kafka keeps both in `__consumer_offsets`, whose partition leader is the group's coordinator.
 Here the batch coordinator keeps them, so that every broker process sees one owner per group
 (`_rules.ownership`): membership lives in the owner's memory, and the owner's epoch and the
-group's generation fence every offset commit in the same step that stores it. A process that
+group's generation fence every offset commit in the same step that stores it. A consumer-protocol
+group (KIP-848) stores its whole state too, fenced alike, whenever it changes. A process that
 lost a group learns it here (NOT_COORDINATOR), never from a clock of its own. The deletions
-of DeleteGroups (its offsets and its generation together; it keeps its coordinator, as a
-Kafka group keeps the partition of `__consumer_offsets` its id hashes to) and OffsetDelete
-are fenced by the owner the same way; whether a group may be deleted (its members, its
-subscriptions) is the owner's to decide, from its membership.
+of DeleteGroups (its offsets, its generation and its stored state together; it keeps its
+coordinator, as a Kafka group keeps the partition of `__consumer_offsets` its id hashes to) and
+OffsetDelete are fenced by the owner the same way; whether a group may be deleted (its members,
+its subscriptions) is the owner's to decide, from its membership.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, GroupRecord, TopicPartition
 from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.ownership import check_group_fence, group_owner_after_claim
 from diskless.coordinator._store import Changes, Needs, Operation, StoreStep
+
+GROUP_STATE_BYTES_MAX: Final = 4 << 20
+"""The largest state a consumer-protocol group may store: some thousands of members."""
 
 
 class GroupOperations(EngineBase):
@@ -58,6 +63,25 @@ class GroupOperations(EngineBase):
             return error
 
         return await self._write(Operation.STORE_GROUP_GENERATION, store)
+
+    async def store_group_state(
+        self, group_id: str, owner: GroupOwnership, state: bytes
+    ) -> ErrorCode:
+        if len(state) > GROUP_STATE_BYTES_MAX:
+            return ErrorCode.MESSAGE_TOO_LARGE
+        needs = Needs(groups=(group_id,))
+        fence = GroupOwnership(owner.broker_id, owner.broker_epoch, -1)
+
+        async def store(db: StoreStep) -> ErrorCode:
+            error = check_group_fence((await db.load(needs)).groups.get(group_id), fence)
+            if error is ErrorCode.NONE:
+                await db.apply(Changes(group_states={group_id: state}))
+            return error
+
+        return await self._write(Operation.STORE_GROUP_STATE, store)
+
+    async def group_state(self, group_id: str) -> bytes | None:
+        return await self._read(lambda view: view.group_state(group_id))
 
     async def commit_offsets(
         self,

@@ -30,6 +30,15 @@ agrees on it; the group's membership lives in the owner's memory (`group_state.G
   answers the requests waiting for them, arms or cancels the group's rebalance timer, and
   stores a generation that is due, then tells the state machine it is stored. The state
   machine never calls back up.
+- **Consumer-protocol groups (KIP-848)** are served by the same owner: ConsumerGroupHeartbeat
+  and ConsumerGroupDescribe (`consumer_group_state.ConsumerGroupState`). A group's heartbeats
+  take turns (one lock per group): each step's new state is stored (`store_group_state`,
+  fenced by the owner's epoch) before its answer is sent, and the owner that takes a group over
+  loads it, so members keep their epochs and partitions across an ownership move. A step that
+  could not be stored is undone (the state stored last is taken back). A group is of one
+  protocol at a time: an empty one may change; a heartbeat to a classic group with members gets
+  GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members INCONSISTENT_GROUP_PROTOCOL
+  (Kafka's answers without online migration, `group.consumer.migration.policy=disabled`).
 A failure of the batch coordinator propagates as `DisklessError`; the handlers answer it with
 the library's `group_error` code.
 """
@@ -39,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Final, TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
@@ -55,6 +64,17 @@ from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.consumer_group_state import (
+    DEFAULT_CONFIG,
+    ConsumerGroupConfig,
+    ConsumerGroupState,
+    Description,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+    Snapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
     Describable,
@@ -82,16 +102,47 @@ SESSION_CHECK_INTERVAL_S: Final = 0.5
 
 _Outcome = TypeVar("_Outcome", JoinOutcome, SyncOutcome)
 
+GroupConfigs = Callable[[str], ConsumerGroupConfig]
+"""A group's consumer-protocol settings by group id: Kafka's defaults, overridden by the group's
+own configs where they are set (IncrementalAlterConfigs on the GROUP resource)."""
+
+
+def default_group_configs(group_id: str) -> ConsumerGroupConfig:
+    return DEFAULT_CONFIG
+
 
 class _OwnedGroup:
     """A group this process coordinates: its state machine, the broker incarnation that took it
     in which term of its registration, and what carries out the state machine's decisions: the
     requests waiting for their answer, by member id, and the rebalance timer."""
 
-    __slots__ = ("joins", "owner", "state", "syncs", "term", "timer")
+    __slots__ = (
+        "consumer",
+        "joins",
+        "lock",
+        "owner",
+        "state",
+        "stored",
+        "syncs",
+        "term",
+        "timer",
+    )
 
-    def __init__(self, state: GroupState, owner: GroupOwnership, term: int) -> None:
+    def __init__(
+        self,
+        state: GroupState,
+        owner: GroupOwnership,
+        term: int,
+        stored: Snapshot | None,
+        now: float,
+    ) -> None:
         self.state = state
+        self.consumer = ConsumerGroupState(state.group_id, stored, now=now)
+        """The group's consumer-protocol state (KIP-848), as stored last by its owners."""
+        self.stored = stored
+        """The consumer-protocol state stored last: what a step that failed to store undoes to."""
+        self.lock = asyncio.Lock()
+        """Consumer-protocol steps take turns, each stored before the next begins."""
         self.owner = owner
         """The broker incarnation coordinating the group here, with the generation it found."""
         self.term = term
@@ -106,11 +157,17 @@ class GroupCoordinator:
     (its id and epoch), which must own the group."""
 
     def __init__(
-        self, coordinator: BatchCoordinator, view: ClusterView, *, clock: Clock | None = None
+        self,
+        coordinator: BatchCoordinator,
+        view: ClusterView,
+        *,
+        clock: Clock | None = None,
+        group_configs: GroupConfigs = default_group_configs,
     ) -> None:
         self._coordinator = coordinator
         self._view = view
         self._clock = clock or SystemClock()
+        self._configs = group_configs
         self._groups: dict[str, _OwnedGroup] = {}
         self._member_ids = itertools.count(1)
         self._expiry_task: asyncio.Task[None] | None = None
@@ -174,12 +231,15 @@ class GroupCoordinator:
         stored = await self._coordinator.group_ownership(group_id)
         if stored is None or not _same_broker(stored, me):
             return WireError.not_coordinator
-        if self._view.registration_term(me.broker_id) != term:  # re-validate after the await
+        encoded = await self._coordinator.group_state(group_id)
+        if self._view.registration_term(me.broker_id) != term:  # re-validate after the awaits
             return WireError.not_coordinator
         group = self._groups.get(group_id)
         if group is None:
             state = GroupState(group_id, stored.generation)
-            group = self._groups[group_id] = _OwnedGroup(state, stored, term)
+            snapshot = None if encoded is None else decode_snapshot(encoded)
+            now = self._clock.monotonic()
+            group = self._groups[group_id] = _OwnedGroup(state, stored, term, snapshot, now)
         if not _same_broker(group.owner, me) or group.term != term:
             return WireError.not_coordinator
         return group
@@ -331,6 +391,8 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return JoinOutcome(group, member_id=member_id)
+        if not group.consumer.is_empty():
+            return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
         step = group.state.join(
             member_id=member_id,
             instance_id=instance_id,
@@ -400,8 +462,15 @@ class GroupCoordinator:
             for group in list(self._groups.values()):
                 if self._view.registration_term(group.owner.broker_id) != group.term:
                     self._lose(group, "its registration lapsed")
-                else:
-                    self._carry_out(group, group.state.expire(self._clock.monotonic()))
+                    continue
+                self._carry_out(group, group.state.expire(self._clock.monotonic()))
+                if not group.consumer.is_empty() and not group.lock.locked():
+                    try:
+                        await self._expire_consumers(group)
+                    except DisklessError as e:
+                        _log.debug(
+                            "group %s: storing its expiry failed: %r", group.state.group_id, e
+                        )
 
     # --- carrying out the decisions -----------------------------------------------------------
     def _carry_out(self, group: _OwnedGroup, step: Step[object]) -> None:
@@ -463,7 +532,11 @@ class GroupCoordinator:
         if isinstance(group, WireError):
             return dict.fromkeys(offsets, group)
         now = self._clock.monotonic()
-        error = group.state.check_member(generation, member_id, instance_id, now=now)
+        if not group.consumer.is_empty():  # a member epoch, not a generation
+            error = group.consumer.check_commit(generation, member_id, now=now)
+            generation = -1
+        else:
+            error = group.state.check_member(generation, member_id, instance_id, now=now)
         if error is not WireError.none:
             return dict.fromkeys(offsets, error)
         if not offsets:
@@ -499,13 +572,101 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        error = group.state.check_member(
-            generation, member_id, instance_id, now=self._clock.monotonic(), transactional=True
-        )
+        now = self._clock.monotonic()
+        if not group.consumer.is_empty():  # a member epoch, not a generation
+            error = WireError.none
+            if member_id or generation >= 0:  # older versions name no member
+                error = group.consumer.check_commit(generation, member_id, now=now)
+            generation = -1
+        else:
+            error = group.state.check_member(
+                generation, member_id, instance_id, now=now, transactional=True
+            )
         if error is not WireError.none:
             return error
         claimed = group.state.generation if generation >= 0 else -1
         return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, claimed)
+
+    # --- the consumer group protocol (KIP-848) ------------------------------------------------
+    async def consumer_heartbeat(
+        self,
+        me: GroupOwnership,
+        group_id: str,
+        request: HeartbeatRequest,
+        *,
+        topics: Mapping[str, int],
+        describable: Set[str],
+    ) -> HeartbeatAnswer:
+        """ConsumerGroupHeartbeat, answered once what it changed is stored. `topics`: every
+        topic's partition count; `describable`: the topics a regular expression may match."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return HeartbeatAnswer(group)
+        async with group.lock:
+            if self._groups.get(group_id) is not group:
+                return HeartbeatAnswer(WireError.not_coordinator)
+            if group.state.members:
+                message = f"Group {group_id} is not a consumer group."
+                return HeartbeatAnswer(WireError.group_id_not_found, message=message)
+            step = group.consumer.heartbeat(
+                request,
+                topics=topics,
+                describable=describable,
+                config=self._configs(group_id),
+                now=self._clock.monotonic(),
+            )
+            assert step.answer is not None
+            error = await self._store_consumers(group, step.store)
+            return step.answer if error is WireError.none else HeartbeatAnswer(error)
+
+    async def _expire_consumers(self, group: _OwnedGroup) -> None:
+        async with group.lock:
+            if self._groups.get(group.state.group_id) is group:
+                config = self._configs(group.state.group_id)
+                step = group.consumer.expire(self._clock.monotonic(), config)
+                await self._store_consumers(group, step.store)
+
+    async def _store_consumers(self, group: _OwnedGroup, snapshot: Snapshot | None) -> WireError:
+        """Store the group's new consumer-protocol state (called with its lock held); undo the
+        step when it cannot be stored."""
+        if snapshot is None:
+            return WireError.none
+        group_id, owner = group.state.group_id, group.owner
+        try:
+            error = await self._coordinator.store_group_state(
+                group_id, owner, encode_snapshot(snapshot)
+            )
+        except DisklessError:
+            self._undo(group)
+            raise
+        if error is ErrorCode.NOT_COORDINATOR:
+            self._lose(group, "storing its state answered NOT_COORDINATOR")
+            return WireError.not_coordinator
+        if error is not ErrorCode.NONE:
+            self._undo(group)
+            return wire(error)
+        group.stored = snapshot
+        return WireError.none
+
+    def _undo(self, group: _OwnedGroup) -> None:
+        now = self._clock.monotonic()
+        group.consumer = ConsumerGroupState(group.state.group_id, group.stored, now=now)
+
+    async def consumer_describe(self, me: GroupOwnership, group_id: str) -> Description | WireError:
+        """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND for a classic group or none at all."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        described = self.consumer_group(group_id)
+        return WireError.group_id_not_found if described is None else described
+
+    def consumer_group(self, group_id: str) -> Description | None:
+        """The consumer-protocol group as this process coordinates it (None: not a consumer
+        group here): for ListGroups and DescribeGroups."""
+        group = self._groups.get(group_id)
+        if group is None or group.state.members or group.consumer.group_epoch == 0:
+            return None
+        return group.consumer.describe()
 
 
 def _described(state: Describable, record: GroupRecord | None) -> GroupDescription:

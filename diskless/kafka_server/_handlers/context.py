@@ -68,8 +68,8 @@ class Session:
         self.client_rack: str | None = None
         """Set from Fetch's rack_id (the consumer's client.rack); None until then."""
         self.client_id = ""
-        """The client id of the latest request's header (a group member's, for
-        DescribeGroups)."""
+        """The `client.id` of the connection's latest request header (a group's members are
+        described with it)."""
 
 
 class BrokerSetting(NamedTuple):

@@ -43,6 +43,12 @@ from diskless.kafka_server._handlers._cluster import (
     handle_describe_log_dirs,
     handle_elect_leaders,
 )
+from diskless.kafka_server._handlers._consumer_groups import (
+    describe_error_response,
+    handle_consumer_group_describe,
+    handle_consumer_group_heartbeat,
+    heartbeat_error_response,
+)
 from diskless.kafka_server._handlers._discovery import (
     api_versions_response,
     handle_find_coordinator,
@@ -130,6 +136,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_list_groups, group_error, list_groups_error_response),
         Route(handle_delete_groups),
         Route(handle_offset_delete),
+        Route(handle_consumer_group_heartbeat, group_error, heartbeat_error_response),
+        Route(handle_consumer_group_describe, group_error, describe_error_response),
         Route(handle_create_topics),
         Route(handle_delete_topics),
         Route(handle_create_partitions, admin_error, create_partitions_error_response),

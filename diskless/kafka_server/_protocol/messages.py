@@ -41,6 +41,10 @@ import kio.schema.api_versions.v0 as api_versions_v0
 import kio.schema.api_versions.v1 as api_versions_v1
 import kio.schema.api_versions.v2 as api_versions_v2
 import kio.schema.api_versions.v3 as api_versions_v3
+import kio.schema.consumer_group_describe.v0 as consumer_group_describe_v0
+import kio.schema.consumer_group_describe.v1 as consumer_group_describe_v1
+import kio.schema.consumer_group_heartbeat.v0 as consumer_group_heartbeat_v0
+import kio.schema.consumer_group_heartbeat.v1 as consumer_group_heartbeat_v1
 import kio.schema.end_txn.v0 as end_txn_v0
 import kio.schema.end_txn.v1 as end_txn_v1
 import kio.schema.end_txn.v2 as end_txn_v2
@@ -216,6 +220,14 @@ JoinGroupRequest: TypeAlias = (
     | join_group_v5.JoinGroupRequest
     | join_group_v6.JoinGroupRequest
     | join_group_v7.JoinGroupRequest
+)
+ConsumerGroupHeartbeatRequest: TypeAlias = (
+    consumer_group_heartbeat_v0.ConsumerGroupHeartbeatRequest
+    | consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest
+)
+ConsumerGroupDescribeRequest: TypeAlias = (
+    consumer_group_describe_v0.ConsumerGroupDescribeRequest
+    | consumer_group_describe_v1.ConsumerGroupDescribeRequest
 )
 HeartbeatRequest: TypeAlias = (
     heartbeat_v0.HeartbeatRequest

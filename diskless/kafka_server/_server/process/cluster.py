@@ -32,6 +32,7 @@ from diskless.errors import BrokerIdInUseError
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings, parse_super_users
 from diskless.kafka_server._coordination.cluster_view import ClusterView
+from diskless.kafka_server._coordination.consumer_group_state import ConsumerGroupConfig
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
@@ -128,7 +129,13 @@ class KafkaCluster:
         self.transactions = TransactionFront(
             coordinator, transaction_timeout_ms_max=config.transaction_max_timeout_ms
         )
-        self.groups = GroupCoordinator(coordinator, self.view)
+        group_defaults = ConsumerGroupConfig(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        )
+        self.groups = GroupCoordinator(
+            coordinator, self.view, group_configs=lambda group_id: group_defaults
+        )
         self.credentials = Credentials(coordinator, config.acl_refresh_ms)
         """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""
         self.acls = (

@@ -92,6 +92,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     registration (every third of this) leaves the cluster after this long, and with it what it
     held (transaction leases, consumer groups). A process starting a broker whose id another
     incarnation holds waits this long for that registration to expire, then gives up."""
+    group_consumer_session_timeout_ms: int = 45_000
+    """Kafka's `group.consumer.session.timeout.ms`: a consumer-protocol member (KIP-848) not
+    heard from for this long is removed from its group, unless its group sets its own
+    `consumer.session.timeout.ms`."""
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    """Kafka's `group.consumer.heartbeat.interval.ms`: how often a consumer-protocol member is
+    told to heartbeat (it learns of a rebalance from its next one), unless its group sets its
+    own `consumer.heartbeat.interval.ms`."""
     transaction_max_timeout_ms: int = TRANSACTION_TIMEOUT_MS_MAX
     """Kafka's `transaction.max.timeout.ms` (15 min): InitProducerId asking for a longer
     `transaction.timeout.ms` is refused with INVALID_TRANSACTION_TIMEOUT, so that a producer
@@ -234,6 +242,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("connections_idle_ms_max and frame_receive_ms_max must be >= 1")
         if self.transaction_max_timeout_ms < 1:
             raise ValueError("transaction_max_timeout_ms must be >= 1")
+        if (
+            not 1
+            <= self.group_consumer_heartbeat_interval_ms
+            < (self.group_consumer_session_timeout_ms)
+        ):
+            raise ValueError(
+                "group_consumer_heartbeat_interval_ms must be >= 1 and below"
+                " group_consumer_session_timeout_ms"
+            )
         if self.inline_frame_bytes_max < 0:
             raise ValueError("inline_frame_bytes_max must be >= 0")
         if self.requests_inflight_max < 1:

@@ -39,6 +39,8 @@ PROPERTIES: Final[dict[str, str]] = {
     "connections.max.idle.ms": "connections_idle_ms_max",
     "broker.session.timeout.ms": "broker_session_timeout_ms",
     "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "group.consumer.session.timeout.ms": "group_consumer_session_timeout_ms",
+    "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
     "listeners": "listeners",
     "advertised.listeners": "advertised_listeners",
     "listener.security.protocol.map": "listener_security_protocol_map",

@@ -1,0 +1,265 @@
+"""Acceptance: Kafka 4's consumer group protocol (KIP-848) with librdkafka consumers
+(`group.protocol=consumer`) against real broker processes over a PostgreSQL batch coordinator.
+
+Broker processes 0 and 1 serve a 6-partition topic that an idempotent producer keeps filling.
+One member reads every partition; two more join and the three split them; the process of the
+group's coordinator is SIGKILLed and restarted (the group's state, stored in the batch
+coordinator, carries the members' epochs and partitions to the next owner); a member leaves and
+the other two take its partitions. Then the run is checked as the classic protocol's is
+(`_group_audit`): committed offsets never move backwards, every produced record is consumed,
+each partition is resumed at its committed offset; and, in every state the group stored, no
+partition is owned by two members and no epoch goes back. ConsumerGroupDescribe is read through
+confluent-kafka's AdminClient along the way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+from confluent_kafka.admin import AdminClient
+
+from diskless.coordinator import PostgresBatchCoordinator
+from testkit.postgres import database_dsn
+from testkit.processes import BrokerProcess, bootstrap
+from tests.kafka_server._group_audit import (
+    Commits,
+    KeepProducing,
+    Member,
+    Observer,
+    by_value,
+    check_forward,
+    check_owned_once,
+    check_resumes,
+    episodes,
+    longest_double_ownership,
+)
+
+TOPIC: Final = "events"
+PARTITIONS: Final = 6
+GROUP: Final = "kip848"
+HEARTBEAT_MS: Final = 300
+MEMBER_CONFIG: Final = {"group.id": GROUP, "group.protocol": "consumer"}
+"""No `partition.assignment.strategy` nor session settings: the consumer protocol refuses them
+(the broker assigns, and its group configs set the session)."""
+PRODUCE_INTERVAL_S: Final = 0.005
+STABLE_TIMEOUT_S: Final = 60.0
+
+
+def _wait(
+    what: str,
+    done: Callable[[], bool],
+    members: Sequence[Member],
+    timeout_s: float = STABLE_TIMEOUT_S,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        holdings = {m.name: sorted(m.holding()) for m in members}
+        assert time.monotonic() < deadline, f"timed out waiting until {what}: held {holdings}"
+        time.sleep(0.1)
+
+
+def _progressing(members: Sequence[Member], observer: Observer) -> Callable[[], bool]:
+    """Every partition held by exactly one of `members`, each holding some; every member consumed
+    and the group committed on every partition since."""
+    consumed = [m.consumed() for m in members]
+    committed = observer.committed()
+
+    def done() -> bool:
+        held = [m.holding() for m in members]
+        now = observer.committed()
+        return (
+            sorted(p for h in held for p in h) == list(range(PARTITIONS))
+            and all(held)
+            and all(m.consumed() > c for m, c in zip(members, consumed, strict=True))
+            and all(now.get(p, 0) > committed.get(p, 0) for p in range(PARTITIONS))
+        )
+
+    return done
+
+
+def _describe(address: str) -> tuple[ConsumerGroupState, ConsumerGroupType, dict[str, list[int]]]:
+    admin = AdminClient({"bootstrap.servers": address})
+    (future,) = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
+    described = future.result()
+    members = {
+        m.client_id or m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+        for m in described.members
+    }
+    return described.state, described.type, members
+
+
+def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path: Path) -> None:
+    dsn = database_dsn(tmp_path, "cluster")
+    options = [
+        "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
+        "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
+        "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
+        "--override", "group.consumer.session.timeout.ms=10000",
+    ]  # fmt: skip
+    brokers = [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
+    commits = Commits()
+    members: list[Member] = []
+    observer: Observer | None = None
+    producer: KeepProducing | None = None
+    try:
+        for broker in brokers:
+            broker.start()
+        servers = bootstrap(brokers)
+        observer = Observer(lambda: PostgresBatchCoordinator(dsn), GROUP, TOPIC)
+        producer = KeepProducing(servers, TOPIC, PARTITIONS, PRODUCE_INTERVAL_S)
+        members = [Member(f"m{i}", servers, MEMBER_CONFIG, commits) for i in range(3)]
+
+        members[0].start(TOPIC)  # one consumer reads everything
+        _wait("one member reads every partition", _progressing(members[:1], observer), members)
+        alone = _describe(servers)
+        assert alone[:2] == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER), alone
+        assert alone[2] == {"m0": list(range(PARTITIONS))}
+
+        for member in members[1:]:  # two more join: the three split the partitions
+            member.start(TOPIC)
+        _wait("three members share the topic", _progressing(members, observer), members)
+        assert sorted(len(m.holding()) for m in members) == [2, 2, 2]
+
+        owner = observer.owner()  # the coordinator's process dies, and comes back
+        assert owner is not None
+        victim = brokers[owner.broker_id]
+        victim.kill()
+        time.sleep(1.0)
+        victim.start()
+        _wait("the group recovered", _progressing(members, observer), members)
+        moved = observer.owner()
+        assert moved is not None and moved[:2] != owner[:2], "the group has a new owner"
+
+        members[2].stop()  # a member leaves: the two others take its partitions
+        _wait("two members share the topic", _progressing(members[:2], observer), members)
+
+        producer.stop()
+        ends = {p: len(range(p, producer.sent, PARTITIONS)) for p in range(PARTITIONS)}
+        _wait("the group committed everything", lambda: observer.committed() == ends, members)
+        final = _describe(servers)
+    finally:
+        for member in members:
+            member.stop()
+        if producer is not None:
+            producer.halt()
+        if observer is not None:
+            observer.stop()
+        for broker in brokers:
+            broker.kill()
+    run_end = time.monotonic()
+    for broker in brokers:  # shown when the test fails: what each process did with the group
+        lines = broker.log_tail(10_000).splitlines()
+        print(f"broker {broker.broker_id}:", *[line for line in lines if GROUP in line], sep="\n  ")
+    for member in members:
+        if member.failure is not None:
+            raise member.failure
+
+    found = episodes(members, run_end)
+    overlap, who = longest_double_ownership(found)
+    print(
+        f"{len(observer.states)} group states stored; {producer.sent} records;"
+        f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
+        f" {len(commits.done)} commits, {len(commits.failed)} failed"
+        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+    )
+    assert final[:2] == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER), final
+    assert sorted(p for held in final[2].values() for p in held) == list(range(PARTITIONS))
+    assert set(final[2]) == {"m0", "m1"}
+    check_owned_once(observer.states)
+    assert observer.states[-1][1].group_epoch >= 5, "joins, a leave: each bumped the epoch"
+    check_forward(observer.offsets)
+    check_resumes(found, commits.done, commits.uncertain)
+    consumed = by_value(members)
+    produced = {f"producer:{s}".encode() for s in range(producer.sent)}
+    assert consumed.keys() == produced, (
+        f"{len(produced - consumed.keys())} records never consumed,"
+        f" {len(consumed.keys() - produced)} never produced"
+    )
+
+
+CHURN_ROUNDS: Final = 4
+
+
+def test_members_come_and_go_under_load_while_a_broker_process_dies(tmp_path: Path) -> None:
+    """Churn: three members read; one after another leaves and a new one joins in its place,
+    every second, while the producer writes; in the middle of it the coordinator's process is
+    SIGKILLed (it comes back later). Every record is consumed, committed offsets never go back,
+    and no stored state of the group has a partition owned twice."""
+    dsn = database_dsn(tmp_path, "cluster")
+    options = [
+        "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
+        "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
+        "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
+        "--override", "group.consumer.session.timeout.ms=10000",
+    ]  # fmt: skip
+    brokers = [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
+    commits = Commits()
+    members: list[Member] = []
+    observer: Observer | None = None
+    producer: KeepProducing | None = None
+    try:
+        for broker in brokers:
+            broker.start()
+        servers = bootstrap(brokers)
+        observer = Observer(lambda: PostgresBatchCoordinator(dsn), GROUP, TOPIC)
+        producer = KeepProducing(servers, TOPIC, PARTITIONS, PRODUCE_INTERVAL_S)
+        members = [Member(f"m{i}", servers, MEMBER_CONFIG, commits) for i in range(3)]
+        for member in members:
+            member.start(TOPIC)
+        _wait("three members share the topic", _progressing(members, observer), members)
+        live = list(members)
+        victim: BrokerProcess | None = None
+        for round_ in range(CHURN_ROUNDS):
+            leaving = live.pop(0)
+            leaving.stop()
+            joining = Member(f"m{3 + round_}", servers, MEMBER_CONFIG, commits)
+            members.append(joining)
+            live.append(joining)
+            joining.start(TOPIC)
+            if round_ == 1:  # the coordinator dies in the middle of the churn
+                owner = observer.owner()
+                assert owner is not None
+                victim = brokers[owner.broker_id]
+                victim.kill()
+            time.sleep(1.0)
+        assert victim is not None
+        victim.start()
+        _wait("the last three share the topic", _progressing(live, observer), members)
+
+        producer.stop()
+        ends = {p: len(range(p, producer.sent, PARTITIONS)) for p in range(PARTITIONS)}
+        _wait("the group committed everything", lambda: observer.committed() == ends, members)
+    finally:
+        for member in members:
+            member.stop()
+        if producer is not None:
+            producer.halt()
+        if observer is not None:
+            observer.stop()
+        for broker in brokers:
+            broker.kill()
+    run_end = time.monotonic()
+    for member in members:
+        if member.failure is not None:
+            raise member.failure
+    found = episodes(members, run_end)
+    overlap, who = longest_double_ownership(found)
+    print(
+        f"{len(observer.states)} group states stored; {producer.sent} records;"
+        f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
+        f" {len(commits.done)} commits, {len(commits.failed)} failed"
+        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+    )
+    check_owned_once(observer.states)
+    check_forward(observer.offsets)
+    check_resumes(found, commits.done, commits.uncertain)
+    consumed = by_value(members)
+    produced = {f"producer:{s}".encode() for s in range(producer.sent)}
+    assert consumed.keys() == produced, (
+        f"{len(produced - consumed.keys())} records never consumed,"
+        f" {len(consumed.keys() - produced)} never produced"
+    )

@@ -1,0 +1,293 @@
+"""Integration: librdkafka consumers of the consumer group protocol (KIP-848,
+`group.protocol=consumer`) on an in-process cluster: a subscription by regular expression, which
+takes topics created later and only those it matches whole; a static member that leaves and
+comes back within its session without a rebalance; and consume-transform-produce exactly once
+while transformers join and leave the group."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server._coordination.consumer_group_state import Snapshot, decode_snapshot
+from diskless.kafka_server._server.settings.config import ServerConfig
+from testkit.clients import confluent_consume
+from testkit.cluster import FETCH_WAIT_MS_MAX, end_offsets, local_cluster
+
+RECORDS: Final = 200
+EOS_INPUT: Final = "in"
+EOS_OUTPUT: Final = "out"
+EOS_PARTITIONS: Final = 4
+CONFIG: Final = ServerConfig(
+    fetch_wait_ms_max=FETCH_WAIT_MS_MAX,
+    group_consumer_heartbeat_interval_ms=200,
+    group_consumer_session_timeout_ms=10_000,
+)
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[KafkaCluster]:
+    async with local_cluster(brokers=1, server_config=CONFIG) as running:
+        yield running
+
+
+def _produce(bootstrap: str, topic: str, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(RECORDS):
+        producer.produce(topic, value=f"{topic}:{i}".encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
+def _consumer(bootstrap: str, group: str, **config: object) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            **config,
+        }
+    )
+
+
+def _read(consumer: Consumer, wanted: int, timeout_s: float = 30.0) -> list[bytes]:
+    read: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(read) < wanted:
+        assert time.monotonic() < deadline, f"read {len(read)} of {wanted}"
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        read.append(message.value() or b"")
+    return read
+
+
+async def _state(cluster: KafkaCluster, group: str) -> Snapshot:
+    stored = await cluster.coordinator.group_state(group)
+    assert stored is not None
+    return decode_snapshot(stored)
+
+
+async def test_a_regular_expression_takes_the_topics_it_matches_as_they_come(
+    cluster: KafkaCluster,
+) -> None:
+    bootstrap = cluster.bootstrap()
+    for topic in ("ev-a", "ev-b", "xev-a", "other"):
+        await cluster.create_topic(topic, 2)
+        await asyncio.to_thread(_produce, bootstrap, topic, 2)
+    consumer = _consumer(bootstrap, "regex")
+    try:
+        consumer.subscribe(["^ev-.*"])
+        read = await asyncio.to_thread(_read, consumer, 2 * RECORDS)
+        assert {v.split(b":")[0] for v in read} == {b"ev-a", b"ev-b"}
+        await cluster.create_topic("ev-c", 2)
+        await asyncio.to_thread(_produce, bootstrap, "ev-c", 2)
+        later = await asyncio.to_thread(_read, consumer, RECORDS)
+        assert {v.split(b":")[0] for v in later} == {b"ev-c"}
+        assert len(set(read + later)) == 3 * RECORDS
+        (member,) = (await _state(cluster, "regex")).members
+        assert member.subscribed_topic_regex == "(^ev-.*)"  # as librdkafka joins its patterns
+        assert member.regex_topics == ("ev-a", "ev-b", "ev-c")
+    finally:
+        await asyncio.to_thread(consumer.close)
+
+
+async def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(
+    cluster: KafkaCluster,
+) -> None:
+    bootstrap = cluster.bootstrap()
+    await cluster.create_topic("static", 4)
+    await asyncio.to_thread(_produce, bootstrap, "static", 4)
+    first = _consumer(bootstrap, "statics", **{"group.instance.id": "s1"})
+    other = _consumer(bootstrap, "statics", **{"group.instance.id": "s2"})
+
+    def stable(state: Snapshot | None) -> bool:
+        return (
+            state is not None
+            and len(state.members) == 2
+            and state.group_epoch == state.assignment_epoch
+            and all(
+                m.member_epoch == state.assignment_epoch and m.assigned and not m.revoking
+                for m in state.members
+            )
+        )
+
+    async def settled(consumers: list[Consumer]) -> Snapshot:
+        """Poll the members (rebalances progress in their polls) until the group is stable."""
+        deadline = time.monotonic() + 30
+        while True:
+            for consumer in consumers:
+                await asyncio.to_thread(consumer.poll, 0.05)
+            stored = await cluster.coordinator.group_state("statics")
+            state = None if stored is None else decode_snapshot(stored)
+            if stable(state):
+                assert state is not None
+                return state
+            assert time.monotonic() < deadline, state
+
+    try:
+        first.subscribe(["static"])
+        other.subscribe(["static"])
+        before = await settled([first, other])
+        held = {m.instance_id: m.assigned for m in before.members}
+        await asyncio.to_thread(first.close)  # a static member leaves with epoch -2
+        gone = await _state(cluster, "statics")
+        assert {m.instance_id: m.member_epoch for m in gone.members}["s1"] == -2
+        assert gone.group_epoch == before.group_epoch, "its partitions wait for it"
+
+        first = _consumer(bootstrap, "statics", **{"group.instance.id": "s1"})
+        first.subscribe(["static"])
+        back = await settled([first, other])
+        assert back.group_epoch == before.group_epoch, "no rebalance"
+        assert {m.instance_id: m.assigned for m in back.members} == held
+        assert {m.member_epoch for m in back.members} == {before.assignment_epoch}
+    finally:
+        await asyncio.to_thread(first.close)
+        await asyncio.to_thread(other.close)
+
+
+class _Transformer:
+    """Consume-transform-produce in a thread of its own, exactly once: a subscriber of the
+    consumer protocol whose input offsets commit in the transaction of its output (KIP-447,
+    `send_offsets_to_transaction` with its member id and epoch). Every third transaction is
+    aborted; the transformer then leaves the group and joins it again, to resume from the
+    committed offsets. (Rewinding with `seek` instead had librdkafka read a partition from its
+    start now and then, for a cause not found yet.)"""
+
+    def __init__(self, name: str, bootstrap: str) -> None:
+        self.name, self._bootstrap = name, bootstrap
+        self.committed = self.aborted = 0
+        self.failure: BaseException | None = None
+        self.log: list[tuple[float, str, str]] = []
+        """(when, this transformer, what it did): printed when the test fails."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), f"{self.name} did not stop"
+        if self.failure is not None:
+            raise self.failure
+
+    def _run(self) -> None:
+        try:
+            producer = Producer(
+                {"bootstrap.servers": self._bootstrap, "transactional.id": f"tx-{self.name}"}
+            )
+            producer.init_transactions(30)
+            while not self._stop.is_set():
+                consumer = self._join()
+                try:
+                    while not self._stop.is_set() and self._once(producer, consumer):
+                        pass
+                finally:
+                    consumer.close()
+        except BaseException as e:
+            self.failure = e
+
+    def _join(self) -> Consumer:
+        consumer = _consumer(
+            self._bootstrap,
+            "transformers",
+            **{"enable.auto.commit": False, "isolation.level": "read_committed"},
+        )
+        consumer.subscribe(
+            [EOS_INPUT],
+            on_assign=lambda _, tps: self._note(f"assigned {[tp.partition for tp in tps]}"),
+            on_revoke=lambda _, tps: self._note(f"revoked {[tp.partition for tp in tps]}"),
+            on_lost=lambda _, tps: self._note(f"lost {[tp.partition for tp in tps]}"),
+        )
+        return consumer
+
+    def _note(self, what: str) -> None:
+        self.log.append((time.monotonic(), self.name, what))
+
+    def _once(self, producer: Producer, consumer: Consumer) -> bool:
+        """One transaction; False when it was aborted."""
+        positions: dict[int, int] = {}
+        outputs: list[tuple[int, bytes]] = []
+        for message in consumer.consume(20, 0.2):  # revocations happen here, between txns
+            assert message.error() is None, message.error()
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None
+            sequence = (message.value() or b"").decode().partition(":")[2]
+            outputs.append((partition, f"out:{sequence}".encode()))
+            positions[partition] = offset + 1
+        if not outputs:
+            return True
+        self._note(f"read up to {positions} ({len(outputs)} records)")
+        producer.begin_transaction()
+        for partition, data in outputs:
+            producer.produce(EOS_OUTPUT, value=data, partition=partition)
+        try:
+            offsets = [CkTopicPartition(EOS_INPUT, p, o) for p, o in sorted(positions.items())]
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            if (self.committed + self.aborted) % 3 == 1:
+                raise _Abort
+            producer.commit_transaction(30)
+        except (_Abort, KafkaException) as e:
+            self._note(f"aborting: {e!r}")
+            producer.abort_transaction(30)
+            self.aborted += 1
+            return False
+        self.committed += 1
+        self._note(f"committed {positions}")
+        return True
+
+
+class _Abort(Exception):
+    pass
+
+
+async def test_consume_transform_produce_is_exactly_once_while_members_come_and_go(
+    cluster: KafkaCluster,
+) -> None:
+    bootstrap = cluster.bootstrap()
+    await cluster.create_topic(EOS_INPUT, EOS_PARTITIONS)
+    await cluster.create_topic(EOS_OUTPUT, EOS_PARTITIONS)
+    await asyncio.to_thread(_produce, bootstrap, EOS_INPUT, EOS_PARTITIONS)
+    inputs = await end_offsets(cluster, EOS_INPUT, EOS_PARTITIONS)
+
+    async def committed() -> dict[int, int]:
+        stored = await cluster.coordinator.fetch_offsets("transformers")
+        return {tp.partition: c.offset for tp, c in stored.items()}
+
+    async def until(done: Callable[[dict[int, int]], bool]) -> None:
+        deadline = time.monotonic() + 60
+        while not done(await committed()):
+            assert time.monotonic() < deadline, await committed()
+            await asyncio.sleep(0.05)
+
+    first = _Transformer("t1", bootstrap)
+    transformers = [first]
+    try:
+        await until(lambda offsets: sum(offsets.values()) > 0)
+        transformers.append(_Transformer("t2", bootstrap))  # joins: the partitions are split
+        await until(lambda offsets: sum(offsets.values()) > RECORDS // 2)
+        await asyncio.to_thread(first.stop)  # leaves: the other takes its partitions
+        await until(lambda offsets: offsets == inputs)
+    finally:
+        for transformer in transformers:
+            await asyncio.to_thread(transformer.stop)
+        start = min(at for t in transformers for at, _, _ in t.log)
+        for at, name, what in sorted(entry for t in transformers for entry in t.log):
+            print(f"{at - start:7.3f} {name} {what}")
+    assert sum(t.aborted for t in transformers) >= 2
+    assert all(t.committed for t in transformers), "both transformed some of the input"
+    outputs = await end_offsets(cluster, EOS_OUTPUT, EOS_PARTITIONS)
+    audit = await asyncio.to_thread(
+        confluent_consume, bootstrap, EOS_OUTPUT, outputs, isolation="read_committed"
+    )
+    audit.check({"out": range(RECORDS)})
+    assert audit.count == RECORDS, "each input record transformed exactly once"
