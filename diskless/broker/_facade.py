@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from diskless._kafka_errors import list_offsets_error
 from diskless._results import BrokerStats, FetchResult, ListOffsetsResult, ProduceResult
@@ -90,6 +90,7 @@ class DisklessBroker:
         self._topics = TopicCache(
             coordinator, self._clock, self._config.topic_metadata_ttl_ms / 1000
         )
+        self._unwatch_topics: Callable[[], None] = _nothing
         self._produce_path = ProducePath(
             broker_id,
             coordinator,
@@ -150,6 +151,7 @@ class DisklessBroker:
         )
         await writer.start()
         self._view.start()
+        self._unwatch_topics = self._coordinator.watch_changes(self._topics.changed)
         self._broker_epoch = epoch
         self._writer = writer
         _log.info("broker %d (rack %s) started at epoch %d", self._broker_id, self._rack, epoch)
@@ -175,6 +177,7 @@ class DisklessBroker:
             await self._produce_path.close()
         finally:
             self._purgatory.close()
+            self._unwatch_topics()
             await self._view.close()
             self._closed.set()
 
@@ -310,6 +313,14 @@ class DisklessBroker:
         self._topics.forget([name])
         return await self._coordinator.create_partitions(name, total_partitions)
 
+    async def alter_topic_config(
+        self, name: str, config: TopicConfig, expected: TopicConfig | None = None
+    ) -> TopicConfig | None:
+        """Replace a topic's config (`BatchCoordinator.alter_topic_config`: the config in force
+        after the step, None for an unknown topic)."""
+        self._topics.forget([name])
+        return await self._coordinator.alter_topic_config(name, config, expected)
+
     async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
         """Delete topics: per name NONE, or UNKNOWN_TOPIC_OR_PARTITION."""
         self._topics.forget(names)
@@ -355,3 +366,7 @@ class DisklessBroker:
             fetch=self._reader.stats(),
             wal=self._writer.stats() if self._writer is not None else None,
         )
+
+
+def _nothing() -> None:
+    """What stopping a watch that never started does."""

@@ -1,5 +1,11 @@
 """The broker's cache of topic descriptions: produce validates against it without a
-coordinator call per request, and refreshes in one call what it cannot answer."""
+coordinator call per request, and refreshes in one call what it cannot answer.
+
+An entry goes as soon as the coordinator's change feed names its topic (created, grown,
+reconfigured, deleted: `changed`), so a config altered through any process applies to this
+one's produce checks at its next request where the feed names topics (this process's own steps,
+PostgreSQL's NOTIFY); where it only says "everything may have changed" (another SQLite process),
+within the entry's time to live."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import msgspec
 
 from diskless._types import TopicPartition
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator, TopicDescription
+from diskless.coordinator import BatchCoordinator, PartitionChanges, TopicDescription
 from diskless.errors import CoordinatorError
 
 
@@ -33,6 +39,12 @@ class TopicCache:
         """Drop entries this broker knows to be stale (it created, grew or deleted them)."""
         for name in names:
             self._topics.pop(name, None)
+
+    def changed(self, changes: PartitionChanges) -> None:
+        """The change feed's listener (`BatchCoordinator.watch_changes`): the topics it names
+        are read again. ("Everything" drops nothing: SQLite's processes hear it after every
+        commit of another, and each entry's time to live bounds it.)"""
+        self.forget(changes.topics)
 
     def cached(self, partitions: Iterable[TopicPartition]) -> dict[str, TopicDescription] | None:
         """The descriptions of `partitions`' topics if the cache answers for all of them (each

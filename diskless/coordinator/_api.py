@@ -118,6 +118,18 @@ class BatchCoordinator(abc.ABC):
         for an unknown topic, INVALID_PARTITIONS unless the count grows."""
 
     @abc.abstractmethod
+    async def alter_topic_config(
+        self, name: str, config: TopicConfig, expected: TopicConfig | None = None
+    ) -> TopicConfig | None:
+        """Replace a topic's config with `config` (Kafka's dynamic topic configs), in one step
+        whose change every process's feed names (`watch_changes`): retention, produce checks
+        and reads follow it. With `expected`, only if the topic's config is still that one (a
+        change read, decided, then written without losing a concurrent one).
+
+        Returns the topic's config after the step: `config` when it is in force, another one
+        when `expected` no longer held (nothing changed), None when there is no such topic."""
+
+    @abc.abstractmethod
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         """Describe the named topics (all topics when None); unknown names are omitted."""
 

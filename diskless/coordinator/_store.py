@@ -177,6 +177,8 @@ class Changes(msgspec.Struct):
     """Created with partitions 0 .. partition_count - 1, each empty."""
     partitions_added: Sequence[tuple[str, int]] = ()
     """(topic, new partition count): the topic grows by empty partitions."""
+    topic_configs: Mapping[str, TopicConfig] = EMPTY
+    """Topic name -> its config, replaced (the topic exists); its partitions follow it."""
     broker_epochs: Mapping[int, int] = EMPTY
     broker_registrations: Mapping[int, BrokerRegistration] = EMPTY
     """Replaced by broker id."""
@@ -253,6 +255,7 @@ class Operation(enum.Enum):
     CREATE_TOPIC = "create_topic"
     CREATE_PARTITIONS = "create_partitions"
     DELETE_TOPICS = "delete_topics"
+    ALTER_TOPIC_CONFIG = "alter_topic_config"
     REGISTER_BROKER = "register_broker"
     ANNOUNCE_BROKER = "announce_broker"
     COMMIT_FILES = "commit_files"

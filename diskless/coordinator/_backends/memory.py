@@ -178,7 +178,12 @@ class MemoryStore(StoreStep, MemoryReads):
 
     # --- StoreStep: apply ----------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
-        if changes.topics_deleted or changes.topics_created or changes.partitions_added:
+        if (
+            changes.topics_deleted
+            or changes.topics_created
+            or changes.partitions_added
+            or changes.topic_configs
+        ):
             self._apply_topics(changes)
         if changes.broker_epochs or changes.counters or changes.broker_registrations:
             self._brokers.update(changes.broker_epochs)
@@ -233,6 +238,10 @@ class MemoryStore(StoreStep, MemoryReads):
             self._grow(row.name, row.partition_count)
         for name, total in changes.partitions_added:
             self._grow(name, total)
+        for name, config in changes.topic_configs.items():
+            self._topics[name] = self._topics[name]._replace(config=config)
+            for partition in self._topic_partitions(name):
+                partition.state.config = config
 
     def _apply_txn_state(self, changes: Changes) -> list[int]:
         by_key = self._by_key

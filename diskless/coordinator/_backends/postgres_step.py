@@ -74,8 +74,10 @@ from diskless.coordinator._backends.sql_rows import (
     partition_from_row,
     registration_from_row,
     scram_from_row,
+    topic_config_values,
     topic_from_row,
     txn_from_blob,
+    update_topic_config,
 )
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
@@ -114,6 +116,7 @@ def _load_call(function: str, leading: int) -> str:
 
 LOAD_CALL: Final = _load_call("diskless_load", 0)
 GATED_LOAD_CALL: Final = _load_call("diskless_gated_load", 2)
+_UPDATE_TOPIC_CONFIG: Final = update_topic_config([f"${n}" for n in range(1, 13)])
 
 
 class PostgresStep(StoreStep):
@@ -358,6 +361,8 @@ class PostgresStep(StoreStep):
                 configs_text(cfg),
             )
             await self._grow(topic_id, 0, count)
+        for name, cfg in changes.topic_configs.items():
+            await conn.execute(_UPDATE_TOPIC_CONFIG, *topic_config_values(cfg), name)
         for name, total in changes.partitions_added:
             topic_id, current = await conn.fetchrow(
                 "UPDATE topics t SET partition_count = $2 FROM topics old"

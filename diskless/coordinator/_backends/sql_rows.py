@@ -257,6 +257,41 @@ def topic_from_row(row: Sequence[Any]) -> TopicRow:
     return TopicRow(row[0], row[1], config, uuid.UUID(str(row[12])))
 
 
+TOPIC_CONFIG_FIELDS: Final = (
+    "timestamp_type", "retention_ms", "retention_bytes", "max_message_bytes",
+    "timestamp_before_max_ms", "timestamp_after_max_ms", "compression_type",
+    "compression_gzip_level", "compression_lz4_level", "compression_zstd_level",
+    "inapplicable_configs",
+)  # fmt: skip
+"""The `topics` columns a `TopicConfig` fills, in `topic_config_values`' order."""
+
+
+def update_topic_config(placeholders: Sequence[str]) -> str:
+    """The statement replacing a topic's config: `placeholders` name the values of
+    `topic_config_values` then the topic's name (`?`s for SQLite, `$n` for PostgreSQL)."""
+    assert len(placeholders) == len(TOPIC_CONFIG_FIELDS) + 1
+    values = zip(TOPIC_CONFIG_FIELDS, placeholders[:-1], strict=True)
+    assigned = ", ".join(f"{column} = {placeholder}" for column, placeholder in values)
+    return f"UPDATE topics SET {assigned} WHERE name = {placeholders[-1]}"
+
+
+def topic_config_values(config: TopicConfig) -> tuple[Any, ...]:
+    """A config's column values, in `TOPIC_CONFIG_FIELDS`' order."""
+    return (
+        int(config.timestamp_type),
+        config.retention_ms,
+        config.retention_bytes,
+        config.max_message_bytes,
+        config.message_timestamp_before_max_ms,
+        config.message_timestamp_after_max_ms,
+        int(config.compression_type),
+        config.compression_gzip_level,
+        config.compression_lz4_level,
+        config.compression_zstd_level,
+        configs_text(config),
+    )
+
+
 def configs_text(config: TopicConfig) -> str:
     """`TopicConfig.inapplicable_configs` as its column holds them: a JSON object."""
     return _CONFIGS_ENCODER.encode(dict(config.inapplicable_configs)).decode()

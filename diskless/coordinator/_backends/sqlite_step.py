@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Final
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sql_acls, sql_extents
@@ -33,9 +33,11 @@ from diskless.coordinator._backends.sql_rows import (
     partition_from_row,
     registration_from_row,
     scram_to_row,
+    topic_config_values,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
+    update_topic_config,
 )
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
@@ -48,6 +50,8 @@ from diskless.coordinator._store import (
     StoreStep,
 )
 from diskless.coordinator._values import BrokerRegistration, TopicConfig
+
+_UPDATE_TOPIC_CONFIG: Final = update_topic_config(["?"] * 12)
 
 
 class SqliteStep(StoreStep):
@@ -217,6 +221,8 @@ class SqliteStep(StoreStep):
             )
             assert cursor.lastrowid is not None
             self._grow(cursor.lastrowid, 0, count)
+        for name, cfg in changes.topic_configs.items():
+            conn.execute(_UPDATE_TOPIC_CONFIG, (*topic_config_values(cfg), name))
         for name, total in changes.partitions_added:
             topic_id, current = conn.execute(
                 "SELECT topic_id, partition_count FROM topics WHERE name = ?", (name,)

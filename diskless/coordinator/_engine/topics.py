@@ -1,4 +1,4 @@
-"""The engine's topics: creating, growing, describing and deleting them.
+"""The engine's topics: creating, growing, reconfiguring, describing and deleting them.
 
 Topics have no rules of their own beyond a new topic's name and partition count
 (`_rules.checks`); deleting one deletes its partitions' batches, which releases the files they
@@ -46,6 +46,21 @@ class TopicOperations(FileOperations):
             return ErrorCode.NONE
 
         return await self._write(Operation.CREATE_PARTITIONS, grow)
+
+    async def alter_topic_config(
+        self, name: str, config: TopicConfig, expected: TopicConfig | None = None
+    ) -> TopicConfig | None:
+        async def alter(db: StoreStep) -> TopicConfig | None:
+            topic = (await db.load(Needs(topics={name}))).topics.get(name)
+            if topic is None:
+                return None
+            if expected is not None and topic.config != expected:
+                return topic.config  # another change came first: the caller decides again
+            if topic.config != config:
+                await db.apply(Changes(topic_configs={name: config}))
+            return config
+
+        return await self._write(Operation.ALTER_TOPIC_CONFIG, alter)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         rows = await self._read(lambda view: view.topics(names))

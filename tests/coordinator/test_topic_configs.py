@@ -1,0 +1,105 @@
+"""Conformance: a topic's config replaced after its creation (`alter_topic_config`), on every
+backend.
+
+The new config is what every later read and rule sees: `describe_topics`, retention (which
+deletes what the new `retention.ms` no longer keeps), and the timestamps of reads; the change
+feed names the topic, so that brokers drop what they cached of it. With `expected`, a change
+decided on a config that another change has replaced since changes nothing and answers the
+config in force.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from diskless._types import ErrorCode, TimestampType, TopicPartition
+from diskless.clock import ManualClock
+from diskless.coordinator import BatchCoordinator, ListOffsetsRequest, PartitionChanges, TopicConfig
+from testkit.backends import open_coordinator
+from testkit.commits import Committer, batch
+
+TP = TopicPartition("configured", 0)
+KEPT = TopicConfig(retention_ms=-1, inapplicable_configs=(("segment.bytes", "1000"),))
+
+
+async def test_a_replaced_config_is_described_and_kept_whole(
+    coordinator: BatchCoordinator,
+) -> None:
+    await coordinator.create_topic("configured", 2, KEPT)
+    changed = msgspec.structs.replace(
+        KEPT,
+        retention_ms=60_000,
+        retention_bytes=1 << 20,
+        max_message_bytes=1000,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        inapplicable_configs=(("min.insync.replicas", "2"),),
+    )
+    assert await coordinator.alter_topic_config("configured", changed) == changed
+    (described,) = await coordinator.describe_topics(["configured"])
+    assert described.config == changed and described.partitions == 2
+    # Unchanged: answered as in force, no step needed.
+    assert await coordinator.alter_topic_config("configured", changed) == changed
+
+
+async def test_an_unknown_topic_has_no_config_to_replace(coordinator: BatchCoordinator) -> None:
+    assert await coordinator.alter_topic_config("nowhere", KEPT) is None
+    assert await coordinator.describe_topics(["nowhere"]) == []
+
+
+async def test_a_change_decided_on_a_replaced_config_changes_nothing(
+    coordinator: BatchCoordinator,
+) -> None:
+    await coordinator.create_topic("configured", 1, KEPT)
+    first = msgspec.structs.replace(KEPT, retention_ms=1000)
+    second = msgspec.structs.replace(KEPT, retention_bytes=2000)
+    assert await coordinator.alter_topic_config("configured", first, expected=KEPT) == first
+    # Decided on KEPT, which `first` replaced: refused, `first` answered.
+    assert await coordinator.alter_topic_config("configured", second, expected=KEPT) == first
+    (described,) = await coordinator.describe_topics(["configured"])
+    assert described.config == first
+
+
+async def test_retention_follows_the_new_config(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    await coordinator.create_topic("configured", 1, KEPT)
+    committer = Committer(coordinator)
+    now = clock.now_ms()
+    await committer.commit([batch(TP, ts=now - 10_000, count=5), batch(TP, ts=now, count=5)])
+    assert (await coordinator.enforce_retention()).batches_deleted == 0  # kept forever
+    shorter = msgspec.structs.replace(KEPT, retention_ms=5_000)
+    assert await coordinator.alter_topic_config("configured", shorter) == shorter
+    assert (await coordinator.enforce_retention()).batches_deleted == 1
+    (start,) = await coordinator.list_offsets([ListOffsetsRequest(TP, -2)])
+    assert start.error is ErrorCode.NONE and start.offset == 5
+
+
+async def test_the_feed_names_the_reconfigured_topic(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("configured", 1, KEPT)
+    heard: list[PartitionChanges] = []
+    stop = coordinator.watch_changes(heard.append)
+    await coordinator.alter_topic_config(
+        "configured", msgspec.structs.replace(KEPT, retention_ms=1)
+    )
+    stop()
+    assert PartitionChanges(topics=frozenset({"configured"})) in heard
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_another_coordinator_reads_the_new_config(backend: str, tmp_path: Path) -> None:
+    clock = ManualClock()
+    writer = open_coordinator(backend, tmp_path, clock)
+    reader = open_coordinator(backend, tmp_path, clock)
+    try:
+        await writer.create_topic("configured", 1, KEPT)
+        await reader.describe_topics(["configured"])
+        changed = msgspec.structs.replace(KEPT, retention_ms=42)
+        await writer.alter_topic_config("configured", changed)
+        (described,) = await reader.describe_topics(["configured"])
+        assert described.config == changed
+    finally:
+        await reader.close()
+        await writer.close()
