@@ -78,6 +78,21 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
     applied, so that the topic is described as it was asked for."""
 
 
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's `ConfigResource.Type` codes of the resources whose dynamic configs the
+    coordinator keeps as names and values (`alter_resource_configs`); a topic's are its
+    `TopicConfig`."""
+
+    BROKER = 4
+    """Named by a broker id, or "" for the cluster-wide default of every broker."""
+    GROUP = 32
+
+
+CONFIG_VERSION_COUNTER: Final = "config_version"
+"""The coordinator counter every change of a resource's configs increments, in the same step:
+a broker's copy compares it to refresh."""
+
+
 class BrokerRegistration(msgspec.Struct, frozen=True):
     """Where a live broker incarnation listens: what Metadata lists for the whole cluster."""
 

@@ -17,7 +17,13 @@ import pytest
 
 from diskless._types import ErrorCode, TimestampType, TopicPartition
 from diskless.clock import ManualClock
-from diskless.coordinator import BatchCoordinator, ListOffsetsRequest, PartitionChanges, TopicConfig
+from diskless.coordinator import (
+    BatchCoordinator,
+    ConfigResourceType,
+    ListOffsetsRequest,
+    PartitionChanges,
+    TopicConfig,
+)
 from testkit.backends import open_coordinator
 from testkit.commits import Committer, batch
 
@@ -100,6 +106,70 @@ async def test_another_coordinator_reads_the_new_config(backend: str, tmp_path: 
         await writer.alter_topic_config("configured", changed)
         (described,) = await reader.describe_topics(["configured"])
         assert described.config == changed
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+# --- dynamic configs of brokers and groups ------------------------------------------------------
+BROKER = ConfigResourceType.BROKER
+GROUP = ConfigResourceType.GROUP
+
+
+async def test_a_resources_configs_are_replaced_whole_and_versioned(
+    coordinator: BatchCoordinator,
+) -> None:
+    assert await coordinator.config_version() == 0
+    assert await coordinator.describe_resource_configs(GROUP) == {}
+    first = {"consumer.session.timeout.ms": "50000"}
+    assert await coordinator.alter_resource_configs(GROUP, "g", first) == first
+    assert await coordinator.config_version() == 1
+    # The same resource name of another type is another resource.
+    assert await coordinator.alter_resource_configs(BROKER, "", {"log.retention.ms": "1"}) == {
+        "log.retention.ms": "1"
+    }
+    second = {"consumer.heartbeat.interval.ms": "6000"}
+    assert await coordinator.alter_resource_configs(GROUP, "g", second) == second
+    assert await coordinator.describe_resource_configs(GROUP) == {"g": second}
+    assert await coordinator.describe_resource_configs(GROUP, ["g", "h"]) == {"g": second}
+    assert await coordinator.describe_resource_configs(BROKER) == {"": {"log.retention.ms": "1"}}
+    version = await coordinator.config_version()
+    assert version == 3
+    # Unchanged: no step, no new version.
+    assert await coordinator.alter_resource_configs(GROUP, "g", second) == second
+    assert await coordinator.config_version() == version
+    # Empty: the resource has none left.
+    assert await coordinator.alter_resource_configs(GROUP, "g", {}) == {}
+    assert await coordinator.describe_resource_configs(GROUP) == {}
+    assert await coordinator.config_version() == version + 1
+
+
+async def test_a_resource_change_decided_on_replaced_configs_changes_nothing(
+    coordinator: BatchCoordinator,
+) -> None:
+    await coordinator.alter_resource_configs(BROKER, "1", {"a": "1"})
+    assert await coordinator.alter_resource_configs(BROKER, "1", {"a": "2"}, {"a": "1"}) == {
+        "a": "2"
+    }
+    assert await coordinator.alter_resource_configs(BROKER, "1", {"a": "3"}, {"a": "1"}) == {
+        "a": "2"
+    }
+    assert await coordinator.describe_resource_configs(BROKER, ["1"]) == {"1": {"a": "2"}}
+    # Decided on "none yet", when there were some.
+    assert await coordinator.alter_resource_configs(BROKER, "1", {"b": "1"}, {}) == {"a": "2"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_another_coordinator_reads_a_resources_configs(backend: str, tmp_path: Path) -> None:
+    clock = ManualClock()
+    writer = open_coordinator(backend, tmp_path, clock)
+    reader = open_coordinator(backend, tmp_path, clock)
+    try:
+        await writer.alter_resource_configs(GROUP, "g", {"share.auto.offset.reset": "earliest"})
+        assert await reader.config_version() == 1
+        assert await reader.describe_resource_configs(GROUP, ["g"]) == {
+            "g": {"share.auto.offset.reset": "earliest"}
+        }
     finally:
         await reader.close()
         await writer.close()

@@ -64,6 +64,7 @@ class MemoryStore(StoreStep, MemoryReads):
         self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
         self._acls: set[AclBinding] = set()
+        self._resource_configs: dict[tuple[int, str], dict[str, str]] = {}
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
         self._partition_keys = itertools.count(1)
@@ -148,6 +149,12 @@ class MemoryStore(StoreStep, MemoryReads):
             self._load_logs(needs, snapshot)
         if needs.scram_users:
             snapshot.scram = await self.scram_credentials(list(needs.scram_users))
+        if needs.resource_configs:
+            snapshot.resource_configs = {
+                key: dict(self._resource_configs[key])
+                for key in needs.resource_configs
+                if key in self._resource_configs
+            }
         if needs.acls:
             snapshot.acls = sorted(self._acls)
         return snapshot
@@ -217,6 +224,11 @@ class MemoryStore(StoreStep, MemoryReads):
                 self._scram.pop(credential_key, None)
             else:
                 self._scram[credential_key] = credential
+        for resource, configs in changes.resource_configs.items():
+            if configs:
+                self._resource_configs[resource] = dict(configs)
+            else:
+                self._resource_configs.pop(resource, None)
         self._acls.difference_update(changes.acls_deleted)
         self._acls.update(changes.acls_created)
         if changes.has_txn_state:

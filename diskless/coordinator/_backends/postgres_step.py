@@ -68,6 +68,8 @@ from diskless.coordinator._backends.sql_rows import (
     REGISTRATION_ROW,
     SCRAM_COLUMNS,
     TOPIC_COLUMNS,
+    configs_from_text,
+    configs_object_text,
     configs_text,
     entry_from_row,
     first_ongoing,
@@ -189,6 +191,15 @@ class PostgresStep(StoreStep):
             ):
                 key, credential = scram_from_row(row)
                 loaded.scram[key] = credential
+        for kind, name in sorted(needs.resource_configs):
+            row = await conn.fetchrow(
+                "SELECT configs FROM resource_configs WHERE resource_type = $1"
+                " AND resource_name = $2 FOR UPDATE",
+                kind,
+                name,
+            )
+            if row is not None:
+                loaded.resource_configs[(kind, name)] = dict(configs_from_text(row[0]))
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -443,6 +454,22 @@ class PostgresStep(StoreStep):
         await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
         if changes.scram:
             await apply_scram(conn, changes)
+        for (kind, name), configs in sorted(changes.resource_configs.items()):
+            if configs:
+                await conn.execute(
+                    "INSERT INTO resource_configs VALUES ($1, $2, $3)"
+                    " ON CONFLICT (resource_type, resource_name)"
+                    " DO UPDATE SET configs = excluded.configs",
+                    kind,
+                    name,
+                    configs_object_text(configs),
+                )
+            else:
+                await conn.execute(
+                    "DELETE FROM resource_configs WHERE resource_type = $1 AND resource_name = $2",
+                    kind,
+                    name,
+                )
         await sql_acls.postgres_apply(conn, changes)
         return await apply_indexes(conn, changes)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -294,7 +294,12 @@ def topic_config_values(config: TopicConfig) -> tuple[Any, ...]:
 
 def configs_text(config: TopicConfig) -> str:
     """`TopicConfig.inapplicable_configs` as its column holds them: a JSON object."""
-    return _CONFIGS_ENCODER.encode(dict(config.inapplicable_configs)).decode()
+    return configs_object_text(dict(config.inapplicable_configs))
+
+
+def configs_object_text(configs: Mapping[str, str]) -> str:
+    """Config names and values as a column holds them: a JSON object (`configs_from_text`)."""
+    return _CONFIGS_ENCODER.encode(dict(configs)).decode()
 
 
 def configs_from_text(text: str) -> tuple[tuple[str, str], ...]:

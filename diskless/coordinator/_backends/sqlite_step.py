@@ -23,6 +23,7 @@ from diskless.coordinator._backends.sql_rows import (
     TXN_TABLES,
     UPSERT_PRODUCER,
     batch_to_row,
+    configs_object_text,
     configs_text,
     entry_from_row,
     entry_to_row,
@@ -136,6 +137,10 @@ class SqliteStep(StoreStep):
                 snapshot.counters[name] = value
         if needs.scram_users:
             snapshot.scram = await self._reads.scram_credentials(list(needs.scram_users))
+        for kind, name in needs.resource_configs:
+            found = await self._reads.resource_configs(kind, [name])
+            if name in found:
+                snapshot.resource_configs[(kind, name)] = found[name]
         for marks, chunk in in_lists(sorted(needs.txns)):
             for tid, blob in conn.execute(
                 f"SELECT transactional_id, record FROM txn_records"
@@ -252,6 +257,17 @@ class SqliteStep(StoreStep):
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         if changes.scram:
             self._apply_scram(changes)
+        for (kind, name), configs in changes.resource_configs.items():
+            if configs:
+                conn.execute(
+                    "INSERT OR REPLACE INTO resource_configs VALUES (?, ?, ?)",
+                    (kind, name, configs_object_text(configs)),
+                )
+            else:
+                conn.execute(
+                    "DELETE FROM resource_configs WHERE resource_type = ? AND resource_name = ?",
+                    (kind, name),
+                )
         file_ids = self._apply_files(changes)
         for partition_id, offset in changes.trims.items():
             conn.execute(
