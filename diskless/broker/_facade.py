@@ -24,6 +24,7 @@ from diskless.broker._topic_cache import TopicCache
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
+    ConfigResourceType,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     ListOffsetsRequest,
@@ -320,6 +321,25 @@ class DisklessBroker:
         after the step, None for an unknown topic)."""
         self._topics.forget([name])
         return await self._coordinator.alter_topic_config(name, config, expected)
+
+    async def alter_resource_configs(
+        self,
+        resource_type: ConfigResourceType,
+        name: str,
+        configs: Mapping[str, str],
+        expected: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Replace a broker's or group's dynamic configs (`BatchCoordinator.alter_resource_configs`:
+        those in force after the step)."""
+        return await self._coordinator.alter_resource_configs(
+            resource_type, name, configs, expected
+        )
+
+    async def describe_resource_configs(
+        self, resource_type: ConfigResourceType, names: Sequence[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """The dynamic configs of brokers or groups, by name (those that have some)."""
+        return await self._coordinator.describe_resource_configs(resource_type, names)
 
     async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
         """Delete topics: per name NONE, or UNKNOWN_TOPIC_OR_PARTITION."""

@@ -35,7 +35,11 @@ from diskless.kafka_server._handlers._admin import (
     handle_create_topics,
     handle_delete_records,
     handle_delete_topics,
+)
+from diskless.kafka_server._handlers._configs import (
+    handle_alter_configs,
     handle_describe_configs,
+    handle_incremental_alter_configs,
 )
 from diskless.kafka_server._handlers._discovery import (
     api_versions_response,
@@ -106,6 +110,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_delete_topics),
         Route(handle_create_partitions, admin_error, create_partitions_error_response),
         Route(handle_describe_configs),
+        Route(handle_alter_configs),
+        Route(handle_incremental_alter_configs),
         Route(handle_delete_records),
         Route(handle_sasl_handshake),
         Route(handle_sasl_authenticate),

@@ -1,0 +1,313 @@
+"""Integration: configs changed at run time through real admin clients, as operators' tools do.
+
+- confluent-kafka's AdminClient: IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT,
+  `validate_only`) and AlterConfigs on TOPIC, BROKER (one broker, and the cluster-wide default)
+  and GROUP resources, read back with DescribeConfigs: each value's source and synonyms, and
+  Kafka's refusals (an unknown config or a bad value INVALID_CONFIG, a broker config Kafka does
+  not change at run time INVALID_REQUEST, an unknown topic UNKNOWN_TOPIC_OR_PARTITION).
+- kafka-python's KafkaAdminClient: AlterConfigs and DescribeConfigs.
+- A dynamic default of the cluster is the default of topics created after it.
+- The group coordinator's view of a group's configs (`group_configs`) is what was set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import kio.schema.describe_configs.v4.request as describe_v4
+import kio.schema.incremental_alter_configs.v1.request as incremental_v1
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpConfigResourceType
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i8
+
+from diskless.kafka_server import KafkaCluster
+from diskless.kafka_server._coordination.group_configs import GroupConfigs, group_configs
+from testkit.wire import ask
+from tests.kafka_server._helpers import TIMEOUT_S, error_code_of
+
+SET = AlterConfigOpType.SET
+DELETE = AlterConfigOpType.DELETE
+APPEND = AlterConfigOpType.APPEND
+SUBTRACT = AlterConfigOpType.SUBTRACT
+WEEK_MS = str(7 * 24 * 3_600_000)
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+
+
+def _op(name: str, operation: AlterConfigOpType, value: str | None = None) -> ConfigEntry:
+    return ConfigEntry(name, value, incremental_operation=operation)
+
+
+def _alter(admin: AdminClient, kind: str, name: str, *ops: ConfigEntry, dry: bool = False) -> int:
+    (future,) = admin.incremental_alter_configs(
+        [ConfigResource(kind, name, incremental_configs=list(ops))], validate_only=dry
+    ).values()
+    return error_code_of(future)
+
+
+def _described(admin: AdminClient, kind: str, name: str) -> dict[str, Any]:
+    (future,) = admin.describe_configs([ConfigResource(kind, name)]).values()
+    return dict(future.result(TIMEOUT_S))
+
+
+def _entry(entry: Any) -> tuple[Any, ...]:
+    """(value, source, [(synonym, value, source)...]) of a described entry."""
+    synonyms = [(s.name, s.value, int(s.source)) for s in entry.synonyms.values()]
+    return entry.value, int(entry.source), synonyms
+
+
+def _cluster_default(address: str, name: str, operation: int, value: str | None) -> WireError:
+    """IncrementalAlterConfigs of the cluster-wide default broker resource (the empty name,
+    which confluent-kafka's client does not send) on the wire."""
+    config = incremental_v1.AlterableConfig(name=name, config_operation=i8(operation), value=value)
+    resource = incremental_v1.AlterConfigsResource(
+        resource_type=i8(4), resource_name="", configs=(config,)
+    )
+    body = incremental_v1.IncrementalAlterConfigsRequest(resources=(resource,), validate_only=False)
+    (answer,) = ask(address, body, TIMEOUT_S).responses
+    return WireError(answer.error_code)
+
+
+def _cluster_defaults(address: str) -> dict[str, tuple[str | None, int]]:
+    resource = describe_v4.DescribeConfigsResource(
+        resource_type=i8(4), resource_name="", configuration_keys=None
+    )
+    body = describe_v4.DescribeConfigsRequest(
+        resources=(resource,), include_synonyms=True, include_documentation=False
+    )
+    (answer,) = ask(address, body, TIMEOUT_S).results
+    assert answer.error_code is WireError.none
+    return {c.name: (c.value, int(c.config_source)) for c in answer.configs}
+
+
+def _topic_session(bootstrap: str) -> dict[str, Any]:
+    admin = _admin(bootstrap)
+    seen: dict[str, Any] = {}
+    created = admin.create_topics([NewTopic("altered", num_partitions=1)])
+    assert error_code_of(created["altered"]) == 0
+    seen["set"] = _alter(
+        admin,
+        "topic",
+        "altered",
+        _op("retention.ms", SET, "60000"),
+        _op("max.message.bytes", SET, "2048"),
+        _op("segment.bytes", SET, "1000000"),
+    )
+    described = _described(admin, "topic", "altered")
+    seen["retention"] = _entry(described["retention.ms"])
+    seen["max"] = described["max.message.bytes"].value
+    seen["segment"] = _entry(described["segment.bytes"])[:2]
+    # SET again leaves the others as they are; DELETE goes back to the default.
+    seen["delete"] = _alter(admin, "topic", "altered", _op("retention.ms", DELETE))
+    described = _described(admin, "topic", "altered")
+    seen["deleted"] = _entry(described["retention.ms"])[:2]
+    seen["kept"] = described["max.message.bytes"].value
+    # Lists: APPEND and SUBTRACT; not on a config that is no list.
+    seen["append"] = _alter(
+        admin, "topic", "altered", _op("leader.replication.throttled.replicas", APPEND, "0:1,1:2")
+    )
+    seen["subtract"] = _alter(
+        admin, "topic", "altered", _op("leader.replication.throttled.replicas", SUBTRACT, "0:1")
+    )
+    described = _described(admin, "topic", "altered")
+    seen["list"] = described["leader.replication.throttled.replicas"].value
+    seen["append_long"] = _alter(admin, "topic", "altered", _op("retention.ms", APPEND, "1"))
+    seen["unknown"] = _alter(admin, "topic", "altered", _op("no.such.config", SET, "1"))
+    seen["bad"] = _alter(admin, "topic", "altered", _op("retention.ms", SET, "soon"))
+    seen["compact"] = _alter(admin, "topic", "altered", _op("cleanup.policy", SET, "compact"))
+    seen["nowhere"] = _alter(admin, "topic", "nowhere", _op("retention.ms", SET, "1"))
+    seen["dry"] = _alter(admin, "topic", "altered", _op("retention.ms", SET, "1"), dry=True)
+    seen["after_dry"] = _described(admin, "topic", "altered")["retention.ms"].value
+    # AlterConfigs replaces the whole set: max.message.bytes goes back to its default.
+    with warnings.catch_warnings():  # AlterConfigs is deprecated for IncrementalAlterConfigs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        (future,) = admin.alter_configs(
+            [ConfigResource("topic", "altered", set_config={"retention.bytes": "4096"})]
+        ).values()
+    seen["replace"] = error_code_of(future)
+    described = _described(admin, "topic", "altered")
+    seen["replaced"] = (
+        described["retention.bytes"].value,
+        described["max.message.bytes"].value,
+        int(described["max.message.bytes"].source),
+        described["leader.replication.throttled.replicas"].value,
+    )
+    return seen
+
+
+async def test_topic_configs_change_as_kafka_changes_them(cluster: KafkaCluster) -> None:
+    seen = await asyncio.to_thread(_topic_session, cluster.bootstrap("rack-1"))
+    assert seen["set"] == 0
+    value, source, synonyms = seen["retention"]
+    assert (value, source) == ("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert synonyms == [
+        ("retention.ms", "60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value),
+    ]
+    assert seen["max"] == "2048"
+    assert seen["segment"] == ("1000000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert seen["delete"] == 0
+    assert seen["deleted"] == (WEEK_MS, ConfigSource.DEFAULT_CONFIG.value)
+    assert seen["kept"] == "2048"
+    assert (seen["append"], seen["subtract"], seen["list"]) == (0, 0, "1:2")
+    assert seen["append_long"] == KafkaError.INVALID_CONFIG
+    assert seen["unknown"] == KafkaError.INVALID_CONFIG
+    assert seen["bad"] == KafkaError.INVALID_CONFIG
+    assert seen["compact"] == KafkaError.INVALID_CONFIG
+    assert seen["nowhere"] == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert (seen["dry"], seen["after_dry"]) == (0, WEEK_MS)
+    assert seen["replace"] == 0
+    assert seen["replaced"] == ("4096", "1048588", ConfigSource.DEFAULT_CONFIG.value, "")
+    (description,) = await cluster.coordinator.describe_topics(["altered"])
+    assert description.config.retention_bytes == 4096
+    assert description.config.max_message_bytes == 1048588
+
+
+def _broker_session(bootstrap: str, address: str) -> dict[str, Any]:
+    admin = _admin(bootstrap)
+    seen: dict[str, Any] = {}
+    seen["cluster"] = _cluster_default(address, "log.retention.ms", 0, "3600000")
+    seen["cluster_described"] = _cluster_defaults(address)
+    described = _described(admin, "broker", "0")
+    seen["broker_retention"] = _entry(described["log.retention.ms"])
+    seen["rack"] = described["broker.rack"].value
+    created = admin.create_topics([NewTopic("after", num_partitions=1)])
+    assert error_code_of(created["after"]) == 0
+    seen["topic"] = _entry(_described(admin, "topic", "after")["retention.ms"])
+    seen["own"] = _alter(admin, "broker", "0", _op("log.retention.ms", SET, "7200000"))
+    seen["own_described"] = _entry(_described(admin, "broker", "0")["log.retention.ms"])
+    seen["static"] = _alter(admin, "broker", "0", _op("num.partitions", SET, "3"))
+    seen["unknown"] = _cluster_default(address, "no.such.config", 0, "1")
+    seen["bad"] = _cluster_default(address, "log.retention.bytes", 0, "lots")
+    seen["undo"] = _cluster_default(address, "log.retention.ms", 1, None)
+    seen["undone"] = _cluster_defaults(address)
+    return seen
+
+
+async def test_broker_configs_change_for_one_broker_or_the_cluster(cluster: KafkaCluster) -> None:
+    bootstrap = cluster.bootstrap("rack-1")
+    seen = await asyncio.to_thread(_broker_session, bootstrap, bootstrap.split(",")[0])
+    dynamic_default = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    assert seen["cluster"] is WireError.none
+    assert seen["cluster_described"] == {"log.retention.ms": ("3600000", dynamic_default)}
+    value, source, synonyms = seen["broker_retention"]
+    assert (value, source) == ("3600000", dynamic_default)
+    assert synonyms[0] == ("log.retention.ms", "3600000", dynamic_default)
+    assert seen["rack"] == "rack-0"
+    value, source, synonyms = seen["topic"]
+    assert (value, source) == ("3600000", dynamic_default)
+    assert synonyms[:1] == [("log.retention.ms", "3600000", dynamic_default)]
+    assert seen["own"] == 0
+    value, source, synonyms = seen["own_described"]
+    assert (value, source) == ("7200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    # (The client keeps one synonym per name: the broker's own and the cluster's share it.)
+    assert ("log.retention.ms", "3600000", dynamic_default) in synonyms
+    assert seen["static"] == KafkaError.INVALID_REQUEST
+    assert seen["unknown"] is WireError.invalid_config
+    assert seen["bad"] is WireError.invalid_request
+    assert seen["undo"] is WireError.none and seen["undone"] == {}
+
+
+def _group_session(bootstrap: str) -> dict[str, Any]:
+    admin = _admin(bootstrap)
+    seen: dict[str, Any] = {}
+    seen["set"] = _alter(
+        admin,
+        "group",
+        "orders",
+        _op("consumer.session.timeout.ms", SET, "50000"),
+        _op("share.auto.offset.reset", SET, "earliest"),
+    )
+    described = _described(admin, "group", "orders")
+    seen["session"] = _entry(described["consumer.session.timeout.ms"])
+    seen["heartbeat"] = _entry(described["consumer.heartbeat.interval.ms"])
+    seen["names"] = sorted(described)
+    seen["low"] = _alter(admin, "group", "orders", _op("consumer.session.timeout.ms", SET, "1000"))
+    seen["unknown"] = _alter(admin, "group", "orders", _op("session.timeout.ms", SET, "50000"))
+    seen["choice"] = _alter(admin, "group", "orders", _op("share.isolation.level", SET, "dirty"))
+    return seen
+
+
+async def test_group_configs_are_kept_and_read_by_the_group_coordinator(
+    cluster: KafkaCluster,
+) -> None:
+    seen = await asyncio.to_thread(_group_session, cluster.bootstrap("rack-1"))
+    assert seen["set"] == 0
+    assert seen["session"] == (
+        "50000",
+        ConfigSource.GROUP_CONFIG.value,
+        [
+            ("consumer.session.timeout.ms", "50000", ConfigSource.GROUP_CONFIG.value),
+            ("group.consumer.session.timeout.ms", "45000", ConfigSource.DEFAULT_CONFIG.value),
+        ],
+    )
+    assert seen["heartbeat"][:2] == ("5000", ConfigSource.DEFAULT_CONFIG.value)
+    assert "share.record.lock.duration.ms" in seen["names"]
+    assert seen["low"] == KafkaError.INVALID_CONFIG
+    assert seen["unknown"] == KafkaError.INVALID_CONFIG
+    assert seen["choice"] == KafkaError.INVALID_CONFIG
+    effective = await group_configs(cluster.coordinator, "orders")
+    assert effective == GroupConfigs(
+        consumer_session_timeout_ms=50_000, share_auto_offset_reset="earliest"
+    )
+    assert await group_configs(cluster.coordinator, "other") == GroupConfigs()
+
+
+def _kafka_python_session(bootstrap: str) -> dict[str, Any]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        topic = KpConfigResourceType.TOPIC
+        altered = admin.alter_configs([KpConfigResource(topic, "kp", {"retention.ms": "1234"})])
+        described = admin.describe_configs([KpConfigResource(topic, "kp")])
+        replaced = admin.alter_configs(
+            [KpConfigResource(topic, "kp", {"retention.bytes": "4096"})], incremental=False
+        )
+        after = admin.describe_configs([KpConfigResource(topic, "kp")])
+        broker = admin.alter_configs(
+            [KpConfigResource(KpConfigResourceType.BROKER, "0", {"log.retention.bytes": "lots"})]
+        )
+    finally:
+        admin.close()
+    return {
+        "altered": altered,
+        "described": described,
+        "replaced": replaced,
+        "after": after,
+        "broker": broker,
+    }
+
+
+async def test_kafka_python_alters_and_describes_configs(cluster: KafkaCluster) -> None:
+    await cluster.create_topic("kp", 1)
+    seen = await asyncio.to_thread(_kafka_python_session, cluster.bootstrap("rack-1"))
+    assert seen["altered"] == {"topic": {"kp": "OK"}}
+    (described,) = seen["described"]["topic"]["kp"].items()
+    assert described[0] == "retention.ms"
+    assert (described[1]["value"], described[1]["config_source"]) == (
+        "1234",
+        "DYNAMIC_TOPIC_CONFIG",
+    )
+    # AlterConfigs replaces the whole set; the client sends the modified ones it keeps.
+    assert seen["replaced"] == {"topic": {"kp": "OK"}}
+    after = seen["after"]["topic"]["kp"]
+    assert {name: entry["value"] for name, entry in after.items()} == {
+        "retention.ms": "1234",
+        "retention.bytes": "4096",
+    }
+    refusal = seen["broker"]["broker"]["0"]
+    assert str(refusal).startswith("[Error 42]") and "log.retention.bytes" in str(refusal)
