@@ -5,7 +5,10 @@
   and GROUP resources, read back with DescribeConfigs: each value's source and synonyms, and
   Kafka's refusals (an unknown config or a bad value INVALID_CONFIG, a broker config Kafka does
   not change at run time INVALID_REQUEST, an unknown topic UNKNOWN_TOPIC_OR_PARTITION).
-- kafka-python's KafkaAdminClient: AlterConfigs and DescribeConfigs.
+- kafka-python's KafkaAdminClient and aiokafka's AIOKafkaAdminClient: AlterConfigs and
+  DescribeConfigs.
+- ACLs, through SASL logins: ALTER_CONFIGS on the topic, the cluster (a broker) or the group,
+  each refusal with its resource's code; ALTER_CONFIGS implies DESCRIBE_CONFIGS.
 - A dynamic default of the cluster is the default of topics created after it.
 - The group coordinator's view of a group's configs (`group_configs`) is what was set.
 """
@@ -18,14 +21,22 @@ from typing import Any
 
 import kio.schema.describe_configs.v4.request as describe_v4
 import kio.schema.incremental_alter_configs.v1.request as incremental_v1
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewTopic,
+    ResourcePatternType,
+    ResourceType,
 )
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KpConfigResource
@@ -33,8 +44,11 @@ from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i8
 
+from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.group_configs import GroupConfigs, group_configs
+from testkit.cluster import local_cluster
+from testkit.sasl import ADMIN, client_settings, sasl_server_config
 from testkit.wire import ask
 from tests.kafka_server._helpers import TIMEOUT_S, error_code_of
 
@@ -311,3 +325,91 @@ async def test_kafka_python_alters_and_describes_configs(cluster: KafkaCluster) 
     }
     refusal = seen["broker"]["broker"]["0"]
     assert str(refusal).startswith("[Error 42]") and "log.retention.bytes" in str(refusal)
+
+
+# --- authorization -------------------------------------------------------------------------------
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ALICE = client_settings("PLAIN", "alice", "alice-secret")
+
+
+def _grant(resource_type: ResourceType, name: str, operation: AclOperation) -> AclBinding:
+    return AclBinding(
+        resource_type,
+        name,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+def _acl_session(bootstrap: str) -> dict[str, Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **ADMIN})
+    grants = [
+        _grant(ResourceType.TOPIC, "open", AclOperation.ALTER_CONFIGS),
+        _grant(ResourceType.TOPIC, "*", AclOperation.DESCRIBE),
+        _grant(ResourceType.GROUP, "mine", AclOperation.ALTER_CONFIGS),
+    ]
+    for future in admin.create_acls(grants).values():
+        future.result(TIMEOUT_S)
+    alice = AdminClient({"bootstrap.servers": bootstrap, **ALICE})
+    retention = _op("retention.ms", SET, "60000")
+    session = _op("consumer.session.timeout.ms", SET, "50000")
+    seen = {
+        "open": _alter(alice, "topic", "open", retention),
+        "closed": _alter(alice, "topic", "closed", retention),
+        "broker": _alter(alice, "broker", "0", _op("log.retention.ms", SET, "1")),
+        "mine": _alter(alice, "group", "mine", session),
+        "theirs": _alter(alice, "group", "theirs", session),
+    }
+    # ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+    (future,) = alice.describe_configs([ConfigResource("topic", "open")]).values()
+    seen["described"] = future.result(TIMEOUT_S)["retention.ms"].value
+    for kind, name in (("topic", "closed"), ("group", "theirs"), ("broker", "0")):
+        (future,) = alice.describe_configs([ConfigResource(kind, name)]).values()
+        seen[f"describe_{kind}"] = error_code_of(future)
+    # The administrator (a super user) may do all of it.
+    seen["admin_broker"] = _alter(admin, "broker", "0", _op("log.retention.ms", SET, "1"))
+    return seen
+
+
+async def test_each_resource_needs_its_acl() -> None:
+    config = sasl_server_config(authorizer_class_name=AUTHORIZER, super_users="User:admin")
+    coordinator = InMemoryBatchCoordinator()
+    async with local_cluster(coordinator, brokers=1, racks=1, server_config=config) as running:
+        await running.create_topic("open", 1)
+        await running.create_topic("closed", 1)
+        seen = await asyncio.to_thread(_acl_session, running.bootstrap())
+    await coordinator.close()
+    assert seen == {
+        "open": 0,
+        "closed": KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        "broker": KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        "mine": 0,
+        "theirs": KafkaError.GROUP_AUTHORIZATION_FAILED,
+        "described": "60000",
+        "describe_topic": KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        "describe_group": KafkaError.GROUP_AUTHORIZATION_FAILED,
+        "describe_broker": KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        "admin_broker": 0,
+    }
+
+
+# --- aiokafka ------------------------------------------------------------------------------------
+async def test_aiokafka_alters_and_describes_configs(cluster: KafkaCluster) -> None:
+    await cluster.create_topic("aio", 1)
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap("rack-1"))
+    await admin.start()
+    try:
+        await admin.alter_configs(
+            [AioConfigResource(AioConfigResourceType.TOPIC, "aio", {"retention.ms": "4321"})]
+        )
+        (response,) = await admin.describe_configs(
+            [AioConfigResource(AioConfigResourceType.TOPIC, "aio", {"retention.ms": None})]
+        )
+    finally:
+        await admin.close()
+    ((error, _, _, _, entries),) = response.resources
+    assert error == 0
+    assert [(e[0], e[1]) for e in entries] == [("retention.ms", "4321")]
