@@ -3,10 +3,14 @@
 Three kinds, so that what provisioning tools (Terraform's and Strimzi's topic operators) send at
 creation is taken as Kafka takes it:
 - `SETTINGS`, what `TopicConfig` holds: applied. A topic created without one gets the broker's
-  default (`TopicDefaults`: `log.retention.*`, `log.retention.bytes`, `message.max.bytes`), fixed
-  at creation; DescribeConfigs reports the value in force, and as its source the topic
-  (DYNAMIC_TOPIC_CONFIG) when it differs from the broker's default, else where that default
-  came from (STATIC_BROKER_CONFIG: the broker's properties; DEFAULT_CONFIG: Kafka's default).
+  default (`TopicDefaults`: `log.retention.*`, `log.retention.bytes`, `message.max.bytes`, under
+  their dynamic values), stored with the topic; AlterConfigs and IncrementalAlterConfigs change
+  it later through the same rule (`parse_topic_config` over the topic's own configs,
+  `dynamic_topic_configs`). DescribeConfigs reports the value in force, and as its source the
+  topic (DYNAMIC_TOPIC_CONFIG) when it differs from the broker's default, else where that
+  default came from (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG: the broker's or the
+  cluster's dynamic config; STATIC_BROKER_CONFIG: the broker's properties; DEFAULT_CONFIG:
+  Kafka's default), with that chain as its synonyms.
 - `NOT_APPLICABLE`, Kafka's topic configs whose whole meaning is a part a diskless topic does
   not have (replicas, segments, flushes, the local log's index): accepted with any value of
   their type and not applied, but kept (`TopicConfig.inapplicable_configs`): DescribeConfigs
