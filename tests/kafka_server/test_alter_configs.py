@@ -24,7 +24,7 @@ import kio.schema.incremental_alter_configs.v1.request as incremental_v1
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -413,3 +413,35 @@ async def test_aiokafka_alters_and_describes_configs(cluster: KafkaCluster) -> N
     ((error, _, _, _, entries),) = response.resources
     assert error == 0
     assert [(e[0], e[1]) for e in entries] == [("retention.ms", "4321")]
+
+
+# --- the produce path -----------------------------------------------------------------------------
+def _produce_across_an_alteration(bootstrap: str) -> list[int]:
+    """One producer's deliveries of 4 KiB records: before max.message.bytes is altered to 1 KiB,
+    and after (the producer has no reason to ask for metadata in between, so no Metadata
+    request refreshes the brokers' copies of the topic)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "retries": 0, "linger.ms": 0})
+    codes: list[int] = []
+
+    def send() -> None:
+        producer.produce(
+            "limited",
+            value=b"x" * 4096,
+            on_delivery=lambda e, _: codes.append(e.code() if e else 0),
+        )
+        assert producer.flush(TIMEOUT_S) == 0
+
+    send()
+    admin = _admin(bootstrap)
+    assert _alter(admin, "topic", "limited", _op("max.message.bytes", SET, "1024")) == 0
+    send()
+    return codes
+
+
+async def test_the_produce_path_applies_an_altered_config_at_once(cluster: KafkaCluster) -> None:
+    """The broker a producer writes to has the topic cached from its first produce; the change
+    feed names the altered topic, whichever broker altered it, so the next produce is checked
+    against the new limit."""
+    await cluster.create_topic("limited", 1)
+    codes = await asyncio.to_thread(_produce_across_an_alteration, cluster.bootstrap("rack-1"))
+    assert codes == [0, KafkaError.MSG_SIZE_TOO_LARGE]
