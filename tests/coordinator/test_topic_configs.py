@@ -10,6 +10,7 @@ config in force.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import msgspec
@@ -172,4 +173,29 @@ async def test_another_coordinator_reads_a_resources_configs(backend: str, tmp_p
         }
     finally:
         await reader.close()
+        await writer.close()
+
+
+async def test_another_postgresql_coordinator_hears_the_reconfigured_topic(tmp_path: Path) -> None:
+    clock = ManualClock()
+    writer = open_coordinator("postgres", tmp_path, clock)
+    watcher = open_coordinator("postgres", tmp_path, clock)
+    try:
+        await writer.create_topic("configured", 1, KEPT)
+        await watcher.describe_topics(["configured"])
+        heard: list[PartitionChanges] = []
+        arrived = asyncio.Event()
+
+        def hear(changes: PartitionChanges) -> None:
+            heard.append(changes)
+            arrived.set()
+
+        watcher.watch_changes(hear)
+        await asyncio.wait_for(arrived.wait(), 20)  # connecting tells "everything"
+        arrived.clear()
+        await writer.alter_topic_config("configured", msgspec.structs.replace(KEPT, retention_ms=7))
+        await asyncio.wait_for(arrived.wait(), 20)
+        assert PartitionChanges(topics=frozenset({"configured"})) in heard
+    finally:
+        await watcher.close()
         await writer.close()
