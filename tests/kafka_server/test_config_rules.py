@@ -5,7 +5,8 @@
   sets nothing changes nothing, whatever the topic was created with.
 - Group configs are checked as Kafka's `GroupConfig.validate` checks them: names, types, the
   broker's bounds and each session timeout above its heartbeat interval, with the defaults
-  filling in; the effective configs are the group's own over the defaults.
+  filling in; the effective configs are the group's own over the defaults, also as a
+  process's copy of them has them once refreshed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from diskless.coordinator import ConfigResourceType, InMemoryBatchCoordinator
 from diskless.kafka_server._coordination.group_configs import (
+    GroupConfigCopy,
     GroupConfigs,
     effective_group_configs,
     group_config_error,
@@ -75,3 +78,22 @@ def test_group_configs_are_checked_as_kafka_checks_them() -> None:
     assert effective_group_configs(
         {"consumer.heartbeat.interval.ms": "6000", "share.isolation.level": "read_committed"}
     ) == GroupConfigs(consumer_heartbeat_interval_ms=6000, share_isolation_level="read_committed")
+
+
+async def test_a_processs_copy_of_group_configs_follows_the_coordinator() -> None:
+    coordinator = InMemoryBatchCoordinator()
+    copy = GroupConfigCopy(coordinator, refresh_ms=60_000)
+    await copy.start()
+    try:
+        assert copy.configs("orders") == GroupConfigs()
+        await coordinator.alter_resource_configs(
+            ConfigResourceType.GROUP, "orders", {"consumer.session.timeout.ms": "50000"}
+        )
+        assert copy.configs("orders") == GroupConfigs()  # until refreshed
+        await copy.refresh()
+        assert copy.configs("orders") == GroupConfigs(consumer_session_timeout_ms=50_000)
+        assert copy.configs("other") == GroupConfigs()
+        assert copy.version == await coordinator.config_version() == 1
+    finally:
+        await copy.close()
+        await coordinator.close()

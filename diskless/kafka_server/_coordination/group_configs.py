@@ -3,7 +3,9 @@ bounds, the checks IncrementalAlterConfigs applies to a GROUP resource, and the 
 configs of a group, which the group coordinator reads (`group_configs`).
 
 A group's dynamic configs are kept in the batch coordinator (`alter_resource_configs` on
-`ConfigResourceType.GROUP`), so every broker process reads the same ones. A name a group does
+`ConfigResourceType.GROUP`), so every broker process reads the same ones: one read each
+(`group_configs`), or from a process's copy of all of them (`GroupConfigCopy`), refreshed as the
+ACLs are when the coordinator's `config_version` grows. A name a group does
 not set has the broker's default (Kafka's `group.consumer.session.timeout.ms` and its kin, at
 Kafka's defaults here). As in Kafka (`GroupConfig.validate`), a group's whole set is checked with
 the defaults filling in what it does not set: each value within the broker's bounds
@@ -13,10 +15,17 @@ interval; a refusal is INVALID_CONFIG with Kafka's message.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Final, NamedTuple, Protocol
 
-from diskless.coordinator import ConfigResourceType
+from diskless.clock import Clock
+from diskless.coordinator import BatchCoordinator, ConfigResourceType
+from diskless.errors import DisklessError
+from diskless.kafka_server._coordination.refresher import ForwardCopy
+
+_log = logging.getLogger(__name__)
 
 
 class GroupSetting(NamedTuple):
@@ -173,3 +182,45 @@ async def group_configs(coordinator: ResourceConfigs, group_id: str) -> GroupCon
     Raises what the coordinator raises (`CoordinatorError`)."""
     stored = await coordinator.describe_resource_configs(ConfigResourceType.GROUP, [group_id])
     return effective_group_configs(stored.get(group_id, {}))
+
+
+class GroupConfigSnapshot(NamedTuple):
+    version: int
+    """The coordinator's `config_version` read before the configs (they are at least that new)."""
+    configs: Mapping[str, Mapping[str, str]]
+    """Group id -> its dynamic configs, of the groups that have some."""
+
+
+class GroupConfigCopy(ForwardCopy[GroupConfigSnapshot]):
+    """A process's copy of every group's dynamic configs, for a group coordinator that reads
+    them on every member's heartbeat without a coordinator read: `configs` answers from the
+    copy. `start` loads it (or leaves it to the refreshes while the coordinator does not
+    answer: the defaults meanwhile), `refresh` after a change made here, `close`."""
+
+    def __init__(
+        self, coordinator: BatchCoordinator, refresh_ms: int = 1_000, clock: Clock | None = None
+    ) -> None:
+        super().__init__("group configs", coordinator, refresh_ms, clock)
+        self._configs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+
+    async def start(self) -> None:
+        try:
+            await self.refresh()
+        except DisklessError as error:
+            _log.debug("group configs: the first load failed: %r", error)
+        self._refresher.start()
+
+    def configs(self, group_id: str) -> GroupConfigs:
+        """The effective configs of `group_id` as the copy has them."""
+        return effective_group_configs(self._configs.get(group_id, {}))
+
+    async def _coordinator_version(self) -> int:
+        return await self._coordinator.config_version()
+
+    async def _read(self) -> GroupConfigSnapshot:
+        version = await self._coordinator.config_version()
+        stored = await self._coordinator.describe_resource_configs(ConfigResourceType.GROUP)
+        return GroupConfigSnapshot(version, stored)
+
+    def _take(self, snapshot: GroupConfigSnapshot) -> None:
+        self._configs = MappingProxyType(dict(snapshot.configs))
