@@ -179,6 +179,7 @@ class DisklessBroker:
         finally:
             self._purgatory.close()
             self._unwatch_topics()
+            await self._topics.close()
             await self._view.close()
             self._closed.set()
 

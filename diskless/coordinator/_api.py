@@ -123,9 +123,10 @@ class BatchCoordinator(abc.ABC):
         self, name: str, config: TopicConfig, expected: TopicConfig | None = None
     ) -> TopicConfig | None:
         """Replace a topic's config with `config` (Kafka's dynamic topic configs), in one step
-        whose change every process's feed names (`watch_changes`): retention, produce checks
-        and reads follow it. With `expected`, only if the topic's config is still that one (a
-        change read, decided, then written without losing a concurrent one).
+        that increments `config_version` and whose change every process's feed names
+        (`watch_changes`): retention, produce checks and reads follow it. With `expected`, only
+        if the topic's config is still that one (a change read, decided, then written without
+        losing a concurrent one).
 
         Returns the topic's config after the step: `config` when it is in force, another one
         when `expected` no longer held (nothing changed), None when there is no such topic."""
@@ -166,8 +167,8 @@ class BatchCoordinator(abc.ABC):
 
     @abc.abstractmethod
     async def config_version(self) -> int:
-        """Grows with every change of a resource's dynamic configs: one cheap read, which a
-        broker's copy of them compares to refresh."""
+        """Grows with every change of a topic's config (`alter_topic_config`) or a broker's or
+        group's dynamic configs: one cheap read, which a broker's copies compare to refresh."""
 
     # --- brokers ------------------------------------------------------------------------------
     @abc.abstractmethod

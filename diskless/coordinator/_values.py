@@ -89,8 +89,8 @@ class ConfigResourceType(enum.IntEnum):
 
 
 CONFIG_VERSION_COUNTER: Final = "config_version"
-"""The coordinator counter every change of a resource's configs increments, in the same step:
-a broker's copy compares it to refresh."""
+"""The coordinator counter every change of a topic's, broker's or group's configs increments,
+in the same step: a broker's copy compares it to refresh."""
 
 
 class BrokerRegistration(msgspec.Struct, frozen=True):

@@ -3,7 +3,8 @@ backend.
 
 The new config is what every later read and rule sees: `describe_topics`, retention (which
 deletes what the new `retention.ms` no longer keeps), and the timestamps of reads; the change
-feed names the topic, so that brokers drop what they cached of it. With `expected`, a change
+feed names the topic, and the config version grows, so that brokers drop what they cached of
+it. With `expected`, a change
 decided on a config that another change has replaced since changes nothing and answers the
 config in force.
 """
@@ -47,8 +48,10 @@ async def test_a_replaced_config_is_described_and_kept_whole(
     assert await coordinator.alter_topic_config("configured", changed) == changed
     (described,) = await coordinator.describe_topics(["configured"])
     assert described.config == changed and described.partitions == 2
-    # Unchanged: answered as in force, no step needed.
+    assert await coordinator.config_version() == 1
+    # Unchanged: answered as in force, nothing changed, the version kept.
     assert await coordinator.alter_topic_config("configured", changed) == changed
+    assert await coordinator.config_version() == 1
 
 
 async def test_an_unknown_topic_has_no_config_to_replace(coordinator: BatchCoordinator) -> None:
