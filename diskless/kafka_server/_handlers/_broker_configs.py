@@ -64,7 +64,7 @@ class Refusal(NamedTuple):
     message: str
 
 
-def broker_id_error(context: BrokerContext, resource_name: str) -> Refusal | None:
+def broker_id_error(resource_name: str) -> Refusal | None:
     """Why a BROKER resource name is refused: neither empty (the cluster-wide default) nor a
     broker id."""
     if not resource_name:
@@ -137,7 +137,7 @@ async def describe_broker_config(
 ) -> tuple[WireError, str | None, list[ConfigEntry]]:
     """The answer for the BROKER resource `resource_name`: its error, message and entries.
     Raises what the coordinator raises."""
-    refused = broker_id_error(context, resource_name)
+    refused = broker_id_error(resource_name)
     if refused is not None:
         return refused.error, refused.message, []
     if not resource_name:

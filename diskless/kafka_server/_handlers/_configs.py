@@ -375,7 +375,7 @@ async def _alter_named(
     resource_type = ConfigResourceType(kind)
     refusal: Refusal | None = None
     if kind == BROKER:
-        refusal = broker_id_error(context, name)
+        refusal = broker_id_error(name)
     elif not name:
         refusal = Refusal(WireError.invalid_request, "a group is named by a non-empty id")
     if refusal is not None:
