@@ -170,9 +170,15 @@ async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
     assert (await groups.sync(me, "g", first.generation, first.member_id, {}))[0] == (
         WireError.none
     )
-    # The same instance restarts: it joins without its old member id and replaces it.
+    # The same instance restarts: it joins without its old member id and replaces it, in the
+    # same generation (the group is stable), answered as a follower of the leader it was.
     second = await _join(owner, instance_id="consumer-1")
     assert second.error == WireError.none and second.member_id != first.member_id
+    assert (second.generation, second.leader, second.members) == (
+        first.generation,
+        first.member_id,
+        [],
+    )
     for answer in (
         await groups.heartbeat(me, "g", second.generation, first.member_id, "consumer-1"),
         await groups.leave(me, "g", first.member_id, "consumer-1"),
