@@ -285,6 +285,14 @@ def test_a_static_member_leaves_by_its_ids_or_by_its_instance_id_alone() -> None
     assert not state.members and state.phase is GroupPhase.EMPTY
 
 
+def test_a_pending_member_id_joining_as_a_held_instance_id_replaces_its_holder() -> None:
+    state = _static_stable()
+    state.pending.add("p1")  # handed out with MEMBER_ID_REQUIRED
+    rejoined = _join(state, "p1", instance_id="i2")
+    assert rejoined == Step(JoinOutcome(WireError.none, 1, "range", "m1", "p1", []))
+    assert state.instances == {"i1": "m1", "i2": "p1"} and not state.pending
+
+
 def test_a_pending_member_id_may_leave() -> None:
     state = GroupState("g", 0)
     required = state.join(

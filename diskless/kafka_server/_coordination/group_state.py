@@ -328,22 +328,20 @@ class GroupState:
         if not protocols or (self.members and self.protocol_type != protocol_type):
             return Step(JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id))
         decided = _Decisions()
-        leader = self.leader
-        rejoined = False
-        if not member_id:
-            assert fresh_member_id, "a member joining without an id needs a fresh one"
-            member_id = fresh_member_id
-            if instance_id is not None and instance_id in self.instances:
+        leader, rejoined = self.leader, False
+        if not member_id or member_id in self.pending:
+            if member_id:
+                self.pending.discard(member_id)
+            else:
+                assert fresh_member_id, "a member joining without an id needs a fresh one"
+                member_id = fresh_member_id
+                if instance_id is None and require_known_member_id:
+                    self.pending.add(member_id)
+                    return Step(JoinOutcome(WireError.member_id_required, member_id=member_id))
+            if rejoined := instance_id is not None and instance_id in self.instances:
                 self._replace(instance_id, member_id, decided)
-                rejoined = True
-            elif instance_id is None and require_known_member_id:
-                self.pending.add(member_id)
-                return Step(JoinOutcome(WireError.member_id_required, member_id=member_id))
             else:
                 self._admit(member_id, instance_id, decided)
-        elif member_id in self.pending:
-            self.pending.discard(member_id)
-            self._admit(member_id, instance_id, decided)
         else:
             known = self._identify(member_id, instance_id)
             if isinstance(known, WireError):
