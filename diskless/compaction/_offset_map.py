@@ -32,6 +32,7 @@ MAP_BYTES_MIN: Final = 64 * ENTRY_BYTES
 MAP_BYTES_MAX: Final = 2**31 - 1
 """Kafka's dedupe buffer is one Java array; the same limit keeps slot arithmetic in range."""
 
+_CLEAR_BLOCK_BYTES: Final = 64 * 1024
 _OFFSET: Final = struct.Struct(">q")
 _SLOT: Final = struct.Struct(">QQq")
 """Hash halves, then the offset plus one (so that an all-zero slot is empty)."""
@@ -92,7 +93,12 @@ class OffsetMap:
         self._latest_offset = offset
 
     def clear(self) -> None:
-        self._buffer[:] = bytes(len(self._buffer))
+        """Zero the slots in place, a block at a time: no second buffer of the map's size."""
+        view = memoryview(self._buffer)
+        zeros = bytes(min(_CLEAR_BLOCK_BYTES, len(view)))
+        for position in range(0, len(view), len(zeros)):
+            chunk = view[position : position + len(zeros)]
+            chunk[:] = zeros[: len(chunk)]
         self._entries = 0
         self._latest_offset = -1
 

@@ -120,25 +120,51 @@ def records_section(header: BatchHeader) -> bytes | memoryview:
 
 def records_of(header: BatchHeader, section: bytes | memoryview) -> Iterator[RecordView]:
     """Each record of `section` (`records_section(header)`), in order; exactly recordsCount
-    records filling the section, or `UncleanableBatch`."""
+    records filling the section, or `UncleanableBatch`.
+
+    Runs once per record of every batch cleaned: a varint of one byte (most of them) is decoded
+    inline, a longer one by `_varint`."""
     view = memoryview(section)
     end = len(view)
     position = 0
+    varint = _varint
     for _ in range(header.records_count):
         start = position
-        length, position = _varint(view, position, end, _VARINT_BYTES_MAX)
+        if position >= end:
+            raise UncleanableBatch(f"batch at {header.base_offset}: fewer records than counted")
+        byte = view[position]
+        if byte < 0x80:
+            length, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            length, position = varint(view, position, end, _VARINT_BYTES_MAX)
         record_end = position + length
-        if length < 0 or record_end > end:
+        if length < 3 or record_end > end:
             raise UncleanableBatch(f"batch at {header.base_offset}: a record crosses its end")
         timestamp_at = position + 1  # after the attributes byte
-        delta, rest_at = _varint(view, timestamp_at, record_end, _VARLONG_BYTES_MAX)
-        offset_delta, position = _varint(view, rest_at, record_end, _VARINT_BYTES_MAX)
-        key_length, position = _varint(view, position, record_end, _VARINT_BYTES_MAX)
+        byte = view[timestamp_at]
+        if byte < 0x80:
+            delta, rest_at = (byte >> 1) ^ -(byte & 1), timestamp_at + 1
+        else:
+            delta, rest_at = varint(view, timestamp_at, record_end, _VARLONG_BYTES_MAX)
+        byte = view[rest_at] if rest_at < record_end else 0x80
+        if byte < 0x80:
+            offset_delta, position = (byte >> 1) ^ -(byte & 1), rest_at + 1
+        else:
+            offset_delta, position = varint(view, rest_at, record_end, _VARINT_BYTES_MAX)
+        byte = view[position] if position < record_end else 0x80
+        if byte < 0x80:
+            key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            key_length, position = varint(view, position, record_end, _VARINT_BYTES_MAX)
         key = None
         if key_length >= 0:
             key = view[position : position + key_length]
             position += key_length
-        value_length, position = _varint(view, position, record_end, _VARINT_BYTES_MAX)
+        byte = view[position] if position < record_end else 0x80
+        if byte < 0x80:
+            value_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            value_length, position = varint(view, position, record_end, _VARINT_BYTES_MAX)
         if position > record_end or position + max(value_length, 0) > record_end:
             raise UncleanableBatch(f"batch at {header.base_offset}: a record overruns itself")
         yield RecordView(
