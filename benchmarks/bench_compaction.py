@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ("raw copy", copy_s),
         (f"{args.codec} decompress+compress", codec_s),
     ):
-        print(f"{name:<26} {before / value / 1e6:>8.1f} {copy_s / value:>8.1%}")
+        print(f"{name:<26} {before / value / 1e6:>8.1f} {copy_s / value:>8.2%}")
     print()
     print(f"passes              {passes}")
     print(f"bytes               {before:,} -> {after:,} ({after / before:.1%})")

@@ -10,7 +10,9 @@ frame raises `UncleanableBatch` rather than reading past the records.
 original base offset and last offset delta (so that the producer's last sequence survives and
 readers see the gaps), producer id, epoch, base sequence, partition leader epoch, timestamp type,
 transactional and control flags; the kept records in the batch's own codec at its default level;
-a new record count, maxTimestamp and CRC. A batch gaining a delete horizon (KIP-534) carries it
+a new record count, maxTimestamp and CRC. Its baseTimestamp stays (Kafka's builder takes the
+first kept record's; every record reads the same timestamp either way). A batch gaining a delete
+horizon (KIP-534) carries it
 in baseTimestamp with attribute bit 6, and its records' timestamp deltas are rewritten against
 it, so that every record keeps its timestamp. `empty_batch` is Kafka's `writeEmptyHeader`: the
 header alone, kept to preserve a producer's last sequence and epoch.
