@@ -444,6 +444,11 @@ class PostgresStep(StoreStep):
                 " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
                 sorted(changes.group_states.items()),
             )
+        if changes.group_states_deleted:
+            await conn.execute(
+                "DELETE FROM group_states WHERE group_id = ANY($1::text[])",
+                sorted(changes.group_states_deleted),
+            )
         await sql_acls.postgres_apply(conn, changes)
         return await apply_indexes(conn, changes)
 
