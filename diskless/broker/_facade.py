@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from diskless._kafka_errors import list_offsets_error
 from diskless._results import BrokerStats, FetchResult, ListOffsetsResult, ProduceResult
@@ -24,6 +24,7 @@ from diskless.broker._topic_cache import TopicCache
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
+    ConfigResourceType,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     ListOffsetsRequest,
@@ -90,6 +91,7 @@ class DisklessBroker:
         self._topics = TopicCache(
             coordinator, self._clock, self._config.topic_metadata_ttl_ms / 1000
         )
+        self._unwatch_topics: Callable[[], None] = _nothing
         self._produce_path = ProducePath(
             broker_id,
             coordinator,
@@ -150,6 +152,7 @@ class DisklessBroker:
         )
         await writer.start()
         self._view.start()
+        self._unwatch_topics = self._coordinator.watch_changes(self._topics.changed)
         self._broker_epoch = epoch
         self._writer = writer
         _log.info("broker %d (rack %s) started at epoch %d", self._broker_id, self._rack, epoch)
@@ -175,6 +178,8 @@ class DisklessBroker:
             await self._produce_path.close()
         finally:
             self._purgatory.close()
+            self._unwatch_topics()
+            await self._topics.close()
             await self._view.close()
             self._closed.set()
 
@@ -310,6 +315,33 @@ class DisklessBroker:
         self._topics.forget([name])
         return await self._coordinator.create_partitions(name, total_partitions)
 
+    async def alter_topic_config(
+        self, name: str, config: TopicConfig, expected: TopicConfig | None = None
+    ) -> TopicConfig | None:
+        """Replace a topic's config (`BatchCoordinator.alter_topic_config`: the config in force
+        after the step, None for an unknown topic)."""
+        self._topics.forget([name])
+        return await self._coordinator.alter_topic_config(name, config, expected)
+
+    async def alter_resource_configs(
+        self,
+        resource_type: ConfigResourceType,
+        name: str,
+        configs: Mapping[str, str],
+        expected: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Replace a broker's or group's dynamic configs (`BatchCoordinator.alter_resource_configs`:
+        those in force after the step)."""
+        return await self._coordinator.alter_resource_configs(
+            resource_type, name, configs, expected
+        )
+
+    async def describe_resource_configs(
+        self, resource_type: ConfigResourceType, names: Sequence[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """The dynamic configs of brokers or groups, by name (those that have some)."""
+        return await self._coordinator.describe_resource_configs(resource_type, names)
+
     async def delete_topics(self, names: Sequence[str]) -> list[ErrorCode]:
         """Delete topics: per name NONE, or UNKNOWN_TOPIC_OR_PARTITION."""
         self._topics.forget(names)
@@ -355,3 +387,7 @@ class DisklessBroker:
             fetch=self._reader.stats(),
             wal=self._writer.stats() if self._writer is not None else None,
         )
+
+
+def _nothing() -> None:
+    """What stopping a watch that never started does."""

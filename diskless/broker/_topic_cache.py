@@ -1,16 +1,30 @@
 """The broker's cache of topic descriptions: produce validates against it without a
-coordinator call per request, and refreshes in one call what it cannot answer."""
+coordinator call per request, and refreshes in one call what it cannot answer.
+
+An entry goes as soon as the coordinator's change feed names its topic (created, grown,
+reconfigured, deleted: `changed`), so a config altered through any process applies to this
+one's produce checks at its next request where the feed names topics (this process's own steps,
+PostgreSQL's NOTIFY). Where the feed only says "everything may have changed" (another SQLite
+process committed something), the cache reads the coordinator's config version (one cheap read,
+one at a time) and drops every entry when it grew: a topic reconfigured through another process
+applies here once that notice has come, not only once the entry's time to live runs out.
+(Growth and deletion need no such check: a produce to a partition beyond the cached count
+refreshes its topic, and the coordinator refuses what a deleted topic no longer takes.)"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 
 import msgspec
 
 from diskless._types import TopicPartition
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator, TopicDescription
+from diskless.coordinator import BatchCoordinator, PartitionChanges, TopicDescription
 from diskless.errors import CoordinatorError
+
+_log = logging.getLogger(__name__)
 
 
 class _CachedTopic(msgspec.Struct):
@@ -28,11 +42,38 @@ class TopicCache:
         self._clock = clock
         self._ttl_s = ttl_s
         self._topics: dict[str, _CachedTopic] = {}
+        self._config_version: int | None = None
+        """The coordinator's config version when the entries were last checked against it."""
+        self._checking: asyncio.Task[None] | None = None
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop entries this broker knows to be stale (it created, grew or deleted them)."""
         for name in names:
             self._topics.pop(name, None)
+
+    def changed(self, changes: PartitionChanges) -> None:
+        """The change feed's listener (`BatchCoordinator.watch_changes`): the topics it names
+        are read again; "everything" has the config version checked."""
+        self.forget(changes.topics)
+        if changes.everything and (self._checking is None or self._checking.done()):
+            self._checking = asyncio.get_running_loop().create_task(self._check_version())
+
+    async def _check_version(self) -> None:
+        try:
+            version = await self._coordinator.config_version()
+        except CoordinatorError as e:  # the entries' time to live still bounds them
+            _log.debug("topic cache: cannot read the config version: %r", e)
+            return
+        if version != self._config_version:
+            self._topics.clear()  # (the first check too: the entries' version was not known)
+            self._config_version = version
+
+    async def close(self) -> None:
+        """Stop a version check under way."""
+        task, self._checking = self._checking, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def cached(self, partitions: Iterable[TopicPartition]) -> dict[str, TopicDescription] | None:
         """The descriptions of `partitions`' topics if the cache answers for all of them (each

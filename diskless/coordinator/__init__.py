@@ -36,12 +36,14 @@ from diskless.coordinator._rules.fetch import FetchBudget, at_visible_end
 from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
+    CONFIG_VERSION_COUNTER,
     BatchInfo,
     BrokerRegistration,
     CommitBatch,
     CommitBatchResult,
     CommitFileResult,
     CommitRefusal,
+    ConfigResourceType,
     ConsolidationCandidate,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -103,6 +105,9 @@ __all__ = [
     "TopicConfig",
     "TopicDescription",
     "check_topic_name",
+    # dynamic configs of brokers and groups
+    "CONFIG_VERSION_COUNTER",
+    "ConfigResourceType",
     # SCRAM credentials (KIP-554)
     "ScramCredential",
     "ScramDeletion",

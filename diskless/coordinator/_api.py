@@ -35,6 +35,7 @@ from diskless.coordinator._values import (
     BrokerRegistration,
     CommitBatch,
     CommitFileResult,
+    ConfigResourceType,
     ConsolidationCandidate,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
@@ -124,6 +125,19 @@ class BatchCoordinator(abc.ABC):
         for an unknown topic, INVALID_PARTITIONS unless the count grows."""
 
     @abc.abstractmethod
+    async def alter_topic_config(
+        self, name: str, config: TopicConfig, expected: TopicConfig | None = None
+    ) -> TopicConfig | None:
+        """Replace a topic's config with `config` (Kafka's dynamic topic configs), in one step
+        that increments `config_version` and whose change every process's feed names
+        (`watch_changes`): retention, produce checks and reads follow it. With `expected`, only
+        if the topic's config is still that one (a change read, decided, then written without
+        losing a concurrent one).
+
+        Returns the topic's config after the step: `config` when it is in force, another one
+        when `expected` no longer held (nothing changed), None when there is no such topic."""
+
+    @abc.abstractmethod
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         """Describe the named topics (all topics when None); unknown names are omitted."""
 
@@ -132,6 +146,35 @@ class BatchCoordinator(abc.ABC):
         """Delete topics and all their batches, in one step; their files may become
         unreferenced. `result[i]` answers `names[i]`: NONE, or UNKNOWN_TOPIC_OR_PARTITION for a
         topic that does not exist."""
+
+    # --- dynamic configs of brokers and groups -----------------------------------------------
+    @abc.abstractmethod
+    async def alter_resource_configs(
+        self,
+        resource_type: ConfigResourceType,
+        name: str,
+        configs: Mapping[str, str],
+        expected: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Replace the dynamic configs of a BROKER (a broker id, or "" for the cluster-wide
+        default) or GROUP resource with `configs` (empty: none), in one step that increments
+        `config_version`. With `expected`, only if the stored ones are still those (a change
+        read, decided, then written without losing a concurrent one).
+
+        Returns the resource's dynamic configs after the step: `configs` when in force, others
+        when `expected` no longer held (nothing changed)."""
+
+    @abc.abstractmethod
+    async def describe_resource_configs(
+        self, resource_type: ConfigResourceType, names: Sequence[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """The dynamic configs of the named resources of `resource_type` that have some (of
+        every one when None), by resource name."""
+
+    @abc.abstractmethod
+    async def config_version(self) -> int:
+        """Grows with every change of a topic's config (`alter_topic_config`) or a broker's or
+        group's dynamic configs: one cheap read, which a broker's copies compare to refresh."""
 
     # --- brokers ------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -3,9 +3,9 @@
 Brokers keep a local view of partition state (`diskless.read`) and park waiting fetches on it;
 the feed tells them when to look again. A store publishes, after each step that commits, the
 partitions whose high watermark, last stable offset or log start moved, and the topics created,
-grown or deleted (`PartitionChanges`), to this process's listeners at once. Other processes
-learn it their backend's way: PostgreSQL sends the same value with NOTIFY in the step's own
-transaction (delivered on commit, in commit order); SQLite's processes notice a changed file
+grown, reconfigured or deleted (`PartitionChanges`), to this process's listeners at once. Other
+processes learn it their backend's way: PostgreSQL sends the same value with NOTIFY in the step's
+own transaction (delivered on commit, in commit order); SQLite's processes notice a changed file
 with one cheap check per interval and are told "everything may have changed".
 
 The feed is a hint, never the truth: a listener re-reads what changed from the coordinator. A
@@ -40,6 +40,7 @@ def changes_of(applied: Sequence[Changes]) -> PartitionChanges:
         topics.update(changes.topics_deleted)
         topics.update(row.name for row in changes.topics_created)
         topics.update(name for name, _ in changes.partitions_added)
+        topics.update(changes.topic_configs)
     return PartitionChanges(frozenset(partitions), frozenset(topics))
 
 

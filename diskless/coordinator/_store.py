@@ -114,6 +114,8 @@ class Needs(msgspec.Struct):
     """Transactional ids: their records."""
     scram_users: Collection[str] = ()
     """User names: every SCRAM credential they hold."""
+    resource_configs: Collection[tuple[int, str]] = ()
+    """(`ConfigResourceType`, resource name): their stored dynamic configs."""
     acls: bool = False
     """Every ACL binding (a cluster has few: they are loaded whole). A step that changes them
     also loads the `ACL_VERSION_COUNTER` counter, which serializes such steps."""
@@ -138,6 +140,7 @@ class Snapshot(msgspec.Struct):
     retained_partitions: Sequence[PartitionState] = ()
     txns: Mapping[str, TxnRecord] = EMPTY
     scram: Mapping[tuple[str, ScramMechanism], ScramCredential] = EMPTY
+    resource_configs: Mapping[tuple[int, str], Mapping[str, str]] = EMPTY
     acls: Sequence[AclBinding] = ()
 
 
@@ -160,6 +163,7 @@ class LoadingSnapshot(msgspec.Struct):
     retained_partitions: list[PartitionState] = []
     txns: dict[str, TxnRecord] = {}
     scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
+    resource_configs: dict[tuple[int, str], Mapping[str, str]] = {}
     acls: list[AclBinding] = []
 
     def freeze(self) -> Snapshot:
@@ -177,6 +181,8 @@ class Changes(msgspec.Struct):
     """Created with partitions 0 .. partition_count - 1, each empty."""
     partitions_added: Sequence[tuple[str, int]] = ()
     """(topic, new partition count): the topic grows by empty partitions."""
+    topic_configs: Mapping[str, TopicConfig] = EMPTY
+    """Topic name -> its config, replaced (the topic exists); its partitions follow it."""
     broker_epochs: Mapping[int, int] = EMPTY
     broker_registrations: Mapping[int, BrokerRegistration] = EMPTY
     """Replaced by broker id."""
@@ -227,6 +233,9 @@ class Changes(msgspec.Struct):
     """(group, partition) -> its committed offset: committed consumer offsets, replaced."""
     scram: Mapping[tuple[str, ScramMechanism], ScramCredential | None] = EMPTY
     """(user, mechanism) -> the SCRAM credential, inserted or replaced; None deletes it."""
+    resource_configs: Mapping[tuple[int, str], Mapping[str, str]] = EMPTY
+    """(`ConfigResourceType`, resource name) -> its dynamic configs, replaced whole (empty:
+    the resource has none, and its row goes)."""
     acls_deleted: Sequence[AclBinding] = ()
     acls_created: Sequence[AclBinding] = ()
     """New bindings, none of them stored already (deletions are applied first)."""
@@ -264,6 +273,7 @@ class Operation(enum.Enum):
     CREATE_TOPIC = "create_topic"
     CREATE_PARTITIONS = "create_partitions"
     DELETE_TOPICS = "delete_topics"
+    ALTER_TOPIC_CONFIG = "alter_topic_config"
     REGISTER_BROKER = "register_broker"
     ANNOUNCE_BROKER = "announce_broker"
     COMMIT_FILES = "commit_files"
@@ -295,6 +305,7 @@ class Operation(enum.Enum):
     TXN_EXPIRE = "txn_expire"
     TXN_COMPLETE = "txn_complete"
     ALTER_SCRAM_CREDENTIALS = "alter_scram_credentials"
+    ALTER_RESOURCE_CONFIGS = "alter_resource_configs"
     CREATE_ACLS = "create_acls"
     DELETE_ACLS = "delete_acls"
 
@@ -436,6 +447,17 @@ class ReadView(Protocol):
     ) -> list[LeaseHolder]:
         """Who holds leases of (producer, epoch) there that expire later than `after_ms`: one
         entry per broker incarnation, with the earliest expiry of its leases."""
+        ...
+
+    async def resource_configs(
+        self, resource_type: int, names: Sequence[str] | None
+    ) -> dict[str, dict[str, str]]:
+        """The stored dynamic configs of the named resources of `resource_type` that have some
+        (of every such resource when None), by name."""
+        ...
+
+    async def counter(self, name: str) -> int:
+        """A coordinator counter (0 before it is first set): one cheap lookup."""
         ...
 
     async def acl_version(self) -> int:

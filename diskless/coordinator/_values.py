@@ -34,10 +34,12 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 class TopicConfig(msgspec.Struct, frozen=True, gc=False):
     """Per-topic settings the coordinator and the broker enforce. -1 means unlimited.
 
-    Fixed when the topic is created. The defaults are the library's: a topic is kept forever
-    unless its creator says otherwise. The Kafka server creates topics with Kafka's defaults
-    instead (`retention_ms` 7 days, or what its `log.retention.*` properties say:
-    `ServerConfig.topic_defaults`), as does its `KafkaCluster.create_topic` without a config.
+    Given when the topic is created, replaced whole by `alter_topic_config` (Kafka's dynamic
+    topic configs: AlterConfigs, IncrementalAlterConfigs). The defaults are the library's: a
+    topic is kept forever unless its creator says otherwise. The Kafka server creates topics
+    with Kafka's defaults instead (`retention_ms` 7 days, or what its `log.retention.*`
+    properties say: `ServerConfig.topic_defaults`), as does its `KafkaCluster.create_topic`
+    without a config.
     """
 
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
@@ -74,6 +76,21 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
     """Kafka topic configs given at creation that mean nothing to a diskless topic
     (`min.insync.replicas`, `segment.bytes`, ...), as (name, value) sorted by name: kept, never
     applied, so that the topic is described as it was asked for."""
+
+
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's `ConfigResource.Type` codes of the resources whose dynamic configs the
+    coordinator keeps as names and values (`alter_resource_configs`); a topic's are its
+    `TopicConfig`."""
+
+    BROKER = 4
+    """Named by a broker id, or "" for the cluster-wide default of every broker."""
+    GROUP = 32
+
+
+CONFIG_VERSION_COUNTER: Final = "config_version"
+"""The coordinator counter every change of a topic's, broker's or group's configs increments,
+in the same step: a broker's copy compares it to refresh."""
 
 
 class BrokerRegistration(msgspec.Struct, frozen=True):
@@ -451,7 +468,7 @@ class PartitionChanges(msgspec.Struct, frozen=True, array_like=True):
     partitions: frozenset[TopicPartition] = frozenset()
     """Their high watermark, last stable offset or log start offset may have moved."""
     topics: frozenset[str] = frozenset()
-    """Created, grown or deleted: every partition of them may have changed."""
+    """Created, grown, reconfigured or deleted: every partition of them may have changed."""
     everything: bool = False
     """Unknown what changed (another SQLite process wrote, a feed reconnected): all of it."""
 

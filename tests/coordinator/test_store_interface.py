@@ -72,6 +72,8 @@ READ_METHODS = {
     "scram_credentials",
     "acl_version",
     "acls",
+    "resource_configs",
+    "counter",
     # consolidation
     "unconsolidated_heads",
     "unconsolidated_rows",

@@ -100,6 +100,10 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.SYNC_GROUP: [Need(R.GROUP, Op.READ)],
     ApiKey.HEARTBEAT: [Need(R.GROUP, Op.READ)],
     ApiKey.LEAVE_GROUP: [Need(R.GROUP, Op.READ)],
+    ApiKey.DESCRIBE_GROUPS: [Need(R.GROUP, Op.DESCRIBE)],
+    ApiKey.LIST_GROUPS: [],  # no ACL: groups the principal may not describe are left out
+    ApiKey.DELETE_GROUPS: [Need(R.GROUP, Op.DELETE)],
+    ApiKey.OFFSET_DELETE: [Need(R.GROUP, Op.DELETE), Need(R.TOPIC, Op.READ)],
     # subscribed by name to topic `t` (a regular expression matches only described topics)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.DESCRIBE)],
     ApiKey.CONSUMER_GROUP_DESCRIBE: [Need(R.GROUP, Op.DESCRIBE)],
@@ -107,6 +111,8 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.DELETE_TOPICS: [Need(R.TOPIC, Op.DELETE)],
     ApiKey.CREATE_PARTITIONS: [Need(R.TOPIC, Op.ALTER)],
     ApiKey.DESCRIBE_CONFIGS: [Need(R.TOPIC, Op.DESCRIBE_CONFIGS)],
+    ApiKey.ALTER_CONFIGS: [Need(R.TOPIC, Op.ALTER_CONFIGS)],
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: [Need(R.TOPIC, Op.ALTER_CONFIGS)],
     ApiKey.DELETE_RECORDS: [Need(R.TOPIC, Op.DELETE)],
     ApiKey.CREATE_ACLS: [Need(R.CLUSTER, Op.ALTER)],
     ApiKey.DESCRIBE_ACLS: [Need(R.CLUSTER, Op.DESCRIBE)],

@@ -89,6 +89,8 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.DELETE_TOPICS: admin_error,
     ApiKey.CREATE_PARTITIONS: admin_error,
     ApiKey.DESCRIBE_CONFIGS: admin_error,
+    ApiKey.ALTER_CONFIGS: admin_error,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin_error,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin_error,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin_error,
     ApiKey.CREATE_ACLS: admin_error,

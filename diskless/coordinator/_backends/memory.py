@@ -65,6 +65,7 @@ class MemoryStore(StoreStep, MemoryReads):
         self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
         self._acls: set[AclBinding] = set()
+        self._resource_configs: dict[tuple[int, str], dict[str, str]] = {}
         self._leases_by_producer: dict[ProducerKey, set[int]] = {}
         self._lease_ids = itertools.count(1)
         self._partition_keys = itertools.count(1)
@@ -149,6 +150,12 @@ class MemoryStore(StoreStep, MemoryReads):
             self._load_logs(needs, snapshot)
         if needs.scram_users:
             snapshot.scram = await self.scram_credentials(list(needs.scram_users))
+        if needs.resource_configs:
+            snapshot.resource_configs = {
+                key: dict(self._resource_configs[key])
+                for key in needs.resource_configs
+                if key in self._resource_configs
+            }
         if needs.acls:
             snapshot.acls = sorted(self._acls)
         return snapshot
@@ -179,7 +186,12 @@ class MemoryStore(StoreStep, MemoryReads):
 
     # --- StoreStep: apply ----------------------------------------------------------------------
     async def apply(self, changes: Changes) -> list[int]:
-        if changes.topics_deleted or changes.topics_created or changes.partitions_added:
+        if (
+            changes.topics_deleted
+            or changes.topics_created
+            or changes.partitions_added
+            or changes.topic_configs
+        ):
             self._apply_topics(changes)
         if changes.broker_epochs or changes.counters or changes.broker_registrations:
             self._brokers.update(changes.broker_epochs)
@@ -216,6 +228,11 @@ class MemoryStore(StoreStep, MemoryReads):
                 self._scram.pop(credential_key, None)
             else:
                 self._scram[credential_key] = credential
+        for resource, configs in changes.resource_configs.items():
+            if configs:
+                self._resource_configs[resource] = dict(configs)
+            else:
+                self._resource_configs.pop(resource, None)
         self._acls.difference_update(changes.acls_deleted)
         self._acls.update(changes.acls_created)
         if changes.has_txn_state:
@@ -237,6 +254,10 @@ class MemoryStore(StoreStep, MemoryReads):
             self._grow(row.name, row.partition_count)
         for name, total in changes.partitions_added:
             self._grow(name, total)
+        for name, config in changes.topic_configs.items():
+            self._topics[name] = self._topics[name]._replace(config=config)
+            for partition in self._topic_partitions(name):
+                partition.state.config = config
 
     def _apply_txn_state(self, changes: Changes) -> list[int]:
         by_key = self._by_key

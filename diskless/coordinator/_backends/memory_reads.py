@@ -52,6 +52,7 @@ class MemoryReads(ReadView):
     _scram: dict[tuple[str, ScramMechanism], ScramCredential]
     _leases: dict[int, TxnLease]
     _acls: set[AclBinding]
+    _resource_configs: dict[tuple[int, str], dict[str, str]]
     _leases_by_producer: dict[ProducerKey, set[int]]
 
     async def partition(self, tp: TopicPartition) -> PartitionState | None:
@@ -214,6 +215,19 @@ class MemoryReads(ReadView):
                     holder = (lease.broker_id, lease.broker_epoch)
                     earliest[holder] = min(lease.expires_ms, earliest.get(holder, lease.expires_ms))
         return [LeaseHolder(b, e, expires) for (b, e), expires in sorted(earliest.items())]
+
+    async def resource_configs(
+        self, resource_type: int, names: Sequence[str] | None
+    ) -> dict[str, dict[str, str]]:
+        named = None if names is None else set(names)
+        return {
+            name: dict(configs)
+            for (kind, name), configs in sorted(self._resource_configs.items())
+            if kind == resource_type and (named is None or name in named)
+        }
+
+    async def counter(self, name: str) -> int:
+        return self._counters.get(name, 0)
 
     async def acl_version(self) -> int:
         return self._counters.get(ACL_VERSION_COUNTER, 0)

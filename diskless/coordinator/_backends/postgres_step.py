@@ -68,14 +68,18 @@ from diskless.coordinator._backends.sql_rows import (
     REGISTRATION_ROW,
     SCRAM_COLUMNS,
     TOPIC_COLUMNS,
+    configs_from_text,
+    configs_object_text,
     configs_text,
     entry_from_row,
     first_ongoing,
     partition_from_row,
     registration_from_row,
     scram_from_row,
+    topic_config_values,
     topic_from_row,
     txn_from_blob,
+    update_topic_config,
 )
 from diskless.coordinator._rules.files import FileRow
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
@@ -114,6 +118,7 @@ def _load_call(function: str, leading: int) -> str:
 
 LOAD_CALL: Final = _load_call("diskless_load", 0)
 GATED_LOAD_CALL: Final = _load_call("diskless_gated_load", 2)
+_UPDATE_TOPIC_CONFIG: Final = update_topic_config([f"${n}" for n in range(1, 13)])
 
 
 class PostgresStep(StoreStep):
@@ -186,6 +191,15 @@ class PostgresStep(StoreStep):
             ):
                 key, credential = scram_from_row(row)
                 loaded.scram[key] = credential
+        for kind, name in sorted(needs.resource_configs):
+            row = await conn.fetchrow(
+                "SELECT configs FROM resource_configs WHERE resource_type = $1"
+                " AND resource_name = $2 FOR UPDATE",
+                kind,
+                name,
+            )
+            if row is not None:
+                loaded.resource_configs[(kind, name)] = dict(configs_from_text(row[0]))
         if needs.counters:
             for name, value in await conn.fetch(
                 "SELECT name, value FROM meta WHERE name = ANY($1::text[]) ORDER BY name"
@@ -358,6 +372,8 @@ class PostgresStep(StoreStep):
                 configs_text(cfg),
             )
             await self._grow(topic_id, 0, count)
+        for name, cfg in changes.topic_configs.items():
+            await conn.execute(_UPDATE_TOPIC_CONFIG, *topic_config_values(cfg), name)
         for name, total in changes.partitions_added:
             topic_id, current = await conn.fetchrow(
                 "UPDATE topics t SET partition_count = $2 FROM topics old"
@@ -449,6 +465,22 @@ class PostgresStep(StoreStep):
                 "DELETE FROM group_states WHERE group_id = ANY($1::text[])",
                 sorted(changes.group_states_deleted),
             )
+        for (kind, name), configs in sorted(changes.resource_configs.items()):
+            if configs:
+                await conn.execute(
+                    "INSERT INTO resource_configs VALUES ($1, $2, $3)"
+                    " ON CONFLICT (resource_type, resource_name)"
+                    " DO UPDATE SET configs = excluded.configs",
+                    kind,
+                    name,
+                    configs_object_text(configs),
+                )
+            else:
+                await conn.execute(
+                    "DELETE FROM resource_configs WHERE resource_type = $1 AND resource_name = $2",
+                    kind,
+                    name,
+                )
         await sql_acls.postgres_apply(conn, changes)
         return await apply_indexes(conn, changes)
 

@@ -40,6 +40,7 @@ from diskless.coordinator._backends.sql_rows import (
     SCRAM_COLUMNS,
     TOPIC_COLUMNS,
     batch_from_row,
+    configs_from_text,
     entry_from_row,
     file_from_row,
     first_batch_reaching,
@@ -398,6 +399,25 @@ class SqlReads(ReadView):
             self._LEASE_HOLDERS, producer_id, epoch, after_ms, *self._table_args(wanted, 2)
         )
         return [LeaseHolder(*row) for row in rows]
+
+    async def resource_configs(
+        self, resource_type: int, names: Sequence[str] | None
+    ) -> dict[str, dict[str, str]]:
+        rows = await self._rows(
+            "SELECT resource_name, configs FROM resource_configs WHERE resource_type = $1"
+            " ORDER BY resource_name",
+            resource_type,
+        )
+        named = None if names is None else set(names)
+        return {
+            name: dict(configs_from_text(text))
+            for name, text in rows
+            if named is None or name in named
+        }
+
+    async def counter(self, name: str) -> int:
+        row = await self._row("SELECT value FROM meta WHERE name = $1", name)
+        return 0 if row is None else int(row[0])
 
     async def acl_version(self) -> int:
         row = await self._row("SELECT value FROM meta WHERE name = $1", ACL_VERSION_COUNTER)

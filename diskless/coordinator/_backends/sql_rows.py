@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -257,9 +257,49 @@ def topic_from_row(row: Sequence[Any]) -> TopicRow:
     return TopicRow(row[0], row[1], config, uuid.UUID(str(row[12])))
 
 
+TOPIC_CONFIG_FIELDS: Final = (
+    "timestamp_type", "retention_ms", "retention_bytes", "max_message_bytes",
+    "timestamp_before_max_ms", "timestamp_after_max_ms", "compression_type",
+    "compression_gzip_level", "compression_lz4_level", "compression_zstd_level",
+    "inapplicable_configs",
+)  # fmt: skip
+"""The `topics` columns a `TopicConfig` fills, in `topic_config_values`' order."""
+
+
+def update_topic_config(placeholders: Sequence[str]) -> str:
+    """The statement replacing a topic's config: `placeholders` name the values of
+    `topic_config_values` then the topic's name (`?`s for SQLite, `$n` for PostgreSQL)."""
+    assert len(placeholders) == len(TOPIC_CONFIG_FIELDS) + 1
+    values = zip(TOPIC_CONFIG_FIELDS, placeholders[:-1], strict=True)
+    assigned = ", ".join(f"{column} = {placeholder}" for column, placeholder in values)
+    return f"UPDATE topics SET {assigned} WHERE name = {placeholders[-1]}"
+
+
+def topic_config_values(config: TopicConfig) -> tuple[Any, ...]:
+    """A config's column values, in `TOPIC_CONFIG_FIELDS`' order."""
+    return (
+        int(config.timestamp_type),
+        config.retention_ms,
+        config.retention_bytes,
+        config.max_message_bytes,
+        config.message_timestamp_before_max_ms,
+        config.message_timestamp_after_max_ms,
+        int(config.compression_type),
+        config.compression_gzip_level,
+        config.compression_lz4_level,
+        config.compression_zstd_level,
+        configs_text(config),
+    )
+
+
 def configs_text(config: TopicConfig) -> str:
     """`TopicConfig.inapplicable_configs` as its column holds them: a JSON object."""
-    return _CONFIGS_ENCODER.encode(dict(config.inapplicable_configs)).decode()
+    return configs_object_text(dict(config.inapplicable_configs))
+
+
+def configs_object_text(configs: Mapping[str, str]) -> str:
+    """Config names and values as a column holds them: a JSON object (`configs_from_text`)."""
+    return _CONFIGS_ENCODER.encode(dict(configs)).decode()
 
 
 def configs_from_text(text: str) -> tuple[tuple[str, str], ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Final
 
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator._backends import sql_acls, sql_extents
@@ -23,6 +23,7 @@ from diskless.coordinator._backends.sql_rows import (
     TXN_TABLES,
     UPSERT_PRODUCER,
     batch_to_row,
+    configs_object_text,
     configs_text,
     entry_from_row,
     entry_to_row,
@@ -33,9 +34,11 @@ from diskless.coordinator._backends.sql_rows import (
     partition_from_row,
     registration_from_row,
     scram_to_row,
+    topic_config_values,
     topic_from_row,
     txn_from_blob,
     txn_to_row,
+    update_topic_config,
 )
 from diskless.coordinator._backends.sqlite_reads import SqliteReads
 from diskless.coordinator._rules.rows import PartitionState, TxnLease
@@ -48,6 +51,8 @@ from diskless.coordinator._store import (
     StoreStep,
 )
 from diskless.coordinator._values import BrokerRegistration, TopicConfig
+
+_UPDATE_TOPIC_CONFIG: Final = update_topic_config(["?"] * 12)
 
 
 class SqliteStep(StoreStep):
@@ -132,6 +137,10 @@ class SqliteStep(StoreStep):
                 snapshot.counters[name] = value
         if needs.scram_users:
             snapshot.scram = await self._reads.scram_credentials(list(needs.scram_users))
+        for kind, name in needs.resource_configs:
+            found = await self._reads.resource_configs(kind, [name])
+            if name in found:
+                snapshot.resource_configs[(kind, name)] = found[name]
         for marks, chunk in in_lists(sorted(needs.txns)):
             for tid, blob in conn.execute(
                 f"SELECT transactional_id, record FROM txn_records"
@@ -217,6 +226,8 @@ class SqliteStep(StoreStep):
             )
             assert cursor.lastrowid is not None
             self._grow(cursor.lastrowid, 0, count)
+        for name, cfg in changes.topic_configs.items():
+            conn.execute(_UPDATE_TOPIC_CONFIG, (*topic_config_values(cfg), name))
         for name, total in changes.partitions_added:
             topic_id, current = conn.execute(
                 "SELECT topic_id, partition_count FROM topics WHERE name = ?", (name,)
@@ -252,6 +263,17 @@ class SqliteStep(StoreStep):
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         if changes.scram:
             self._apply_scram(changes)
+        for (kind, name), configs in changes.resource_configs.items():
+            if configs:
+                conn.execute(
+                    "INSERT OR REPLACE INTO resource_configs VALUES (?, ?, ?)",
+                    (kind, name, configs_object_text(configs)),
+                )
+            else:
+                conn.execute(
+                    "DELETE FROM resource_configs WHERE resource_type = ? AND resource_name = ?",
+                    (kind, name),
+                )
         file_ids = self._apply_files(changes)
         for partition_id, offset in changes.trims.items():
             conn.execute(

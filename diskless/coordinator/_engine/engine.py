@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from diskless.coordinator._engine.acls import AclOperations
 from diskless.coordinator._engine.commit import CommitOperations
+from diskless.coordinator._engine.configs import ConfigOperations
 from diskless.coordinator._engine.consumer_groups import GroupOperations
 from diskless.coordinator._engine.extents import ConsolidationOperations
 from diskless.coordinator._engine.files import FileOperations
@@ -39,5 +40,6 @@ class CoordinatorEngine(
     GroupOperations,
     ScramOperations,
     AclOperations,
+    ConfigOperations,
 ):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""

@@ -1,8 +1,10 @@
-"""The engine's topics: creating, growing, describing and deleting them.
+"""The engine's topics: creating, growing, reconfiguring, describing and deleting them.
 
 Topics have no rules of their own beyond a new topic's name and partition count
 (`_rules.checks`); deleting one deletes its partitions' batches, which releases the files they
-referred to (`files`).
+referred to (`files`). A change of a topic's config increments `CONFIG_VERSION_COUNTER` in its
+step, as a change of a broker's or group's configs does: a process told only that something
+changed compares it to know whether its copies of topics are stale.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator._engine.files import FileOperations
 from diskless.coordinator._rules.checks import check_new_topic
 from diskless.coordinator._store import OFFSET_END, Changes, Needs, Operation, StoreStep, TopicRow
-from diskless.coordinator._values import TopicConfig, TopicDescription
+from diskless.coordinator._values import CONFIG_VERSION_COUNTER, TopicConfig, TopicDescription
 
 
 class TopicOperations(FileOperations):
@@ -46,6 +48,29 @@ class TopicOperations(FileOperations):
             return ErrorCode.NONE
 
         return await self._write(Operation.CREATE_PARTITIONS, grow)
+
+    async def alter_topic_config(
+        self, name: str, config: TopicConfig, expected: TopicConfig | None = None
+    ) -> TopicConfig | None:
+        needs = Needs(topics={name}, counters=(CONFIG_VERSION_COUNTER,))
+
+        async def alter(db: StoreStep) -> TopicConfig | None:
+            snapshot = await db.load(needs)
+            topic = snapshot.topics.get(name)
+            if topic is None:
+                return None
+            if expected is not None and topic.config != expected:
+                return topic.config  # another change came first: the caller decides again
+            if topic.config != config:
+                version = snapshot.counters.get(CONFIG_VERSION_COUNTER, 0) + 1
+                await db.apply(
+                    Changes(
+                        topic_configs={name: config}, counters={CONFIG_VERSION_COUNTER: version}
+                    )
+                )
+            return config
+
+        return await self._write(Operation.ALTER_TOPIC_CONFIG, alter)
 
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         rows = await self._read(lambda view: view.topics(names))

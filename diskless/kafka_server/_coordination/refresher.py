@@ -146,7 +146,7 @@ class ForwardCopy(Generic[SnapshotT]):
         """Load the snapshot if the coordinator's version is newer than the copy's. Raises the
         coordinator's errors."""
         async with self._lock:
-            if not self._newer(await self._coordinator.acl_version()):
+            if not self._newer(await self._coordinator_version()):
                 return
             snapshot = await self._read()
             if not self._newer(snapshot.version):
@@ -162,6 +162,11 @@ class ForwardCopy(Generic[SnapshotT]):
 
     def _newer(self, version: int) -> bool:
         return self._version is None or version > self._version
+
+    async def _coordinator_version(self) -> int:
+        """The coordinator's version of what the copy holds (the security version unless a
+        subclass says otherwise)."""
+        return await self._coordinator.acl_version()
 
     async def _read(self) -> SnapshotT:
         raise NotImplementedError

@@ -1,4 +1,5 @@
-"""Administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, DeleteRecords.
+"""Administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords (configs:
+`_configs`).
 
 Every answer is per topic (or partition) with Kafka's code and, where the version has one, a
 message saying why; nothing a client asks closes its connection. Topics live in the batch
@@ -9,9 +10,8 @@ A failure of the batch coordinator gets the code of the library's error table:
 `admin_error` for the topic APIs, `delete_records_error` for DeleteRecords.
 
 Authorization, per topic before anything else is asked of it: CreateTopics needs CREATE on the
-cluster or the topic, DeleteTopics and DeleteRecords DELETE, CreatePartitions ALTER,
-DescribeConfigs DESCRIBE_CONFIGS (TOPIC_AUTHORIZATION_FAILED), and of the broker resource
-DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+cluster or the topic, DeleteTopics and DeleteRecords DELETE, CreatePartitions ALTER
+(TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from collections.abc import Mapping, Sequence, Sized
 from typing import Final, NamedTuple, Protocol
 
 import kio.schema.delete_topics.v6 as delete_topics_v6
-import kio.schema.describe_configs.v1 as describe_configs_v1
-import kio.schema.describe_configs.v2 as describe_configs_v2
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
 
@@ -35,14 +33,12 @@ from diskless.kafka_server._handlers._access import (
     ALTER,
     CREATE,
     DELETE,
-    DESCRIBE_CONFIGS,
     Access,
 )
-from diskless.kafka_server._handlers._broker_configs import describe_broker_config
+from diskless.kafka_server._handlers._broker_configs import topic_defaults
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._topic_configs import (
-    ConfigEntry,
     InvalidConfig,
     describe_topic_config,
     parse_topic_config,
@@ -59,26 +55,14 @@ from diskless.kafka_server._protocol.messages_admin import (
     CreateTopicsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
-    DescribeConfigsRequest,
 )
 
 _log = logging.getLogger(__name__)
 
-_RESOURCE_TOPIC: Final = 2
-_RESOURCE_BROKER: Final = 4
 _DEFAULT: Final = -1
 """num_partitions / replication_factor -1: the broker's default (Kafka 2.4+, KIP-464)."""
 _TOO_MANY_PARTITIONS: Final = "Excessively large number of partitions per request."
 _NOT_AUTHORIZED: Final = "Authorization failed."
-_WITHOUT_DOCUMENTATION: Final = (
-    describe_configs_v1.DescribeConfigsRequest,
-    describe_configs_v2.DescribeConfigsRequest,
-)
-"""DescribeConfigs v3 added `include_documentation`."""
-_REFUSED: Final = {
-    _RESOURCE_TOPIC: WireError.topic_authorization_failed,
-    _RESOURCE_BROKER: WireError.cluster_authorization_failed,
-}
 
 
 class _Config(Protocol):
@@ -106,19 +90,6 @@ class _Topic(Protocol):
 
     @property
     def configs(self) -> Sequence[_Config]: ...
-
-
-class _Resource(Protocol):
-    """A DescribeConfigs request's resource entry (`DescribeConfigsResource`)."""
-
-    @property
-    def resource_type(self) -> int: ...
-
-    @property
-    def resource_name(self) -> str: ...
-
-    @property
-    def configuration_keys(self) -> Sequence[str] | None: ...
 
 
 class _Refused(Exception):
@@ -174,21 +145,33 @@ async def handle_create_topics(
     access = Access(context, session)
     creatable = set(names) if access.cluster(CREATE) else access.topics(CREATE, names)
     created = []
+    defaults = context.config.topic_defaults
+    unavailable: WireError | None = None
+    try:
+        defaults = await topic_defaults(context)
+    except DisklessError as e:
+        unavailable = failure(admin_error, e, "reading the dynamic topic defaults")
     for topic in request.topics:
         try:
+            if unavailable is not None:
+                raise _Refused(unavailable, "the batch coordinator is unavailable; try again")
             if too_many:
                 raise _Refused(WireError.policy_violation, _TOO_MANY_PARTITIONS)
             if names.count(topic.name) > 1:
                 raise _Refused(WireError.invalid_request, f"topic {topic.name!r} given twice")
             if topic.name not in creatable:
                 raise _Refused(WireError.topic_authorization_failed, _NOT_AUTHORIZED)
-            created.append(await _create_topic(context, topic, bool(request.validate_only)))
+            created.append(
+                await _create_topic(context, topic, bool(request.validate_only), defaults)
+            )
         except _Refused as refused:
             created.append(_Created(refused.code, refused.message))
-    return _encode_create_topics(response, request, created, context.config.topic_defaults)
+    return _encode_create_topics(response, request, created, defaults)
 
 
-async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bool) -> _Created:
+async def _create_topic(
+    context: BrokerContext, topic: _Topic, validate_only: bool, defaults: TopicDefaults
+) -> _Created:
     """Kafka's checks, in Kafka's order, then the topic created (or, validating only, found
     not to exist yet); raises `_Refused`."""
     try:
@@ -202,9 +185,7 @@ async def _create_topic(context: BrokerContext, topic: _Topic, validate_only: bo
             f"replication factor {topic.replication_factor}: at least 1",
         )
     try:
-        config = parse_topic_config(
-            ((c.name, c.value) for c in topic.configs), context.config.topic_defaults
-        )
+        config = parse_topic_config(((c.name, c.value) for c in topic.configs), defaults)
     except InvalidConfig as e:
         raise _Refused(WireError.invalid_config, str(e)) from None
     try:
@@ -427,109 +408,6 @@ def _grown(error: WireError, name: str, count: int) -> str | None:
         WireError.policy_violation: _TOO_MANY_PARTITIONS,
         WireError.topic_authorization_failed: _NOT_AUTHORIZED,
     }.get(error, error.name)
-
-
-# --- DescribeConfigs ------------------------------------------------------------------------------
-async def handle_describe_configs(
-    context: BrokerContext, session: Session, request: DescribeConfigsRequest, response: Response
-) -> ResponsePayload:
-    access = Access(context, session)
-    refused = {
-        (r.resource_type, r.resource_name)
-        for r in request.resources
-        if (
-            r.resource_type == _RESOURCE_TOPIC
-            and not access.topic(DESCRIBE_CONFIGS, r.resource_name)
-        )
-        or (r.resource_type == _RESOURCE_BROKER and not access.cluster(DESCRIBE_CONFIGS))
-    }
-    topics = [
-        r.resource_name
-        for r in request.resources
-        if r.resource_type == _RESOURCE_TOPIC and (r.resource_type, r.resource_name) not in refused
-    ]
-    failed: WireError | None = None
-    configs: dict[str, TopicConfig] = {}
-    try:
-        if topics:
-            configs = {d.name: d.config for d in await context.broker.describe_topics(topics)}
-    except DisklessError as e:
-        failed = failure(admin_error, e, "describing topic configs")
-    documented = not isinstance(request, _WITHOUT_DOCUMENTATION) and bool(
-        request.include_documentation
-    )
-    result_entry = nested(response, "DescribeConfigsResult")
-    results = []
-    for resource in request.resources:
-        message: str | None
-        entries: tuple[Entity, ...]
-        if (resource.resource_type, resource.resource_name) in refused:
-            error, message, entries = _REFUSED[resource.resource_type], _NOT_AUTHORIZED, ()
-        else:
-            error, message, entries = _describe_resource(
-                context,
-                response,
-                resource,
-                configs,
-                failed,
-                documented,
-                context.config.topic_defaults,
-            )
-        results.append(
-            build(
-                result_entry,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=entries,
-            )
-        )
-    return build(response, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
-def _describe_resource(
-    context: BrokerContext,
-    response: Response,
-    resource: _Resource,
-    configs: Mapping[str, TopicConfig],
-    failed: WireError | None,
-    documented: bool,
-    defaults: TopicDefaults,
-) -> tuple[WireError, str | None, tuple[Entity, ...]]:
-    """A resource's answer: its error, message and config entries."""
-    found: list[ConfigEntry]
-    if resource.resource_type == _RESOURCE_BROKER:
-        error, message, found = describe_broker_config(context, resource.resource_name)
-        if error is not WireError.none:
-            return error, message, ()
-    elif resource.resource_type != _RESOURCE_TOPIC:
-        message = f"resource type {resource.resource_type} is not supported"
-        return WireError.invalid_request, message, ()
-    elif failed is not None:
-        return failed, "the batch coordinator is unavailable; try again", ()
-    elif (name := resource.resource_name) not in configs:
-        return WireError.unknown_topic_or_partition, f"unknown topic {name!r}", ()
-    else:
-        found = describe_topic_config(configs[name], defaults)
-    config_entry = nested(response, "DescribeConfigsResourceResult")
-    keys = resource.configuration_keys
-    entries = tuple(
-        build(
-            config_entry,
-            name=config.name,
-            value=config.value,
-            read_only=config.read_only,
-            config_source=int(config.source),
-            is_sensitive=config.sensitive,
-            synonyms=(),
-            config_type=int(config.type),
-            documentation="" if documented else None,
-        )
-        for config in found
-        if keys is None or config.name in keys
-    )
-    return WireError.none, None, entries
 
 
 # --- DeleteRecords --------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from diskless.kafka_server._handlers._access import (
     OPERATIONS_NOT_ASKED,
     Access,
 )
+from diskless.kafka_server._handlers._broker_configs import topic_defaults
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers._steps import Steps
@@ -225,7 +226,11 @@ def missing_topic(name: str, unknown: WireError) -> WireError:
 async def _create_topics(context: BrokerContext, names: list[str]) -> dict[str, TopicDescription]:
     """Create what can be created; names the coordinator refuses stay unknown."""
     partitions = context.config.num_partitions
-    defaults = context.config.topic_defaults.config
+    try:
+        defaults = (await topic_defaults(context)).config
+    except DisklessError as e:
+        failure(metadata_error, e, "reading the dynamic topic defaults")
+        return {}
     for name in names:
         try:
             check_topic_name(name)

@@ -3,10 +3,14 @@
 Three kinds, so that what provisioning tools (Terraform's and Strimzi's topic operators) send at
 creation is taken as Kafka takes it:
 - `SETTINGS`, what `TopicConfig` holds: applied. A topic created without one gets the broker's
-  default (`TopicDefaults`: `log.retention.*`, `log.retention.bytes`, `message.max.bytes`), fixed
-  at creation; DescribeConfigs reports the value in force, and as its source the topic
-  (DYNAMIC_TOPIC_CONFIG) when it differs from the broker's default, else where that default
-  came from (STATIC_BROKER_CONFIG: the broker's properties; DEFAULT_CONFIG: Kafka's default).
+  default (`TopicDefaults`: `log.retention.*`, `log.retention.bytes`, `message.max.bytes`, under
+  their dynamic values), stored with the topic; AlterConfigs and IncrementalAlterConfigs change
+  it later through the same rule (`parse_topic_config` over the topic's own configs,
+  `dynamic_topic_configs`). DescribeConfigs reports the value in force, and as its source the
+  topic (DYNAMIC_TOPIC_CONFIG) when it differs from the broker's default, else where that
+  default came from (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG: the broker's or the
+  cluster's dynamic config; STATIC_BROKER_CONFIG: the broker's properties; DEFAULT_CONFIG:
+  Kafka's default), with that chain as its synonyms.
 - `NOT_APPLICABLE`, Kafka's topic configs whose whole meaning is a part a diskless topic does
   not have (replicas, segments, flushes, the local log's index): accepted with any value of
   their type and not applied, but kept (`TopicConfig.inapplicable_configs`): DescribeConfigs
@@ -53,8 +57,19 @@ class ConfigSource(enum.IntEnum):
     """Kafka's `DescribeConfigsResponse.ConfigSource`."""
 
     DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
+
+
+class Synonym(NamedTuple):
+    """One of the configs a config's value may come from, in DescribeConfigs' `synonyms`."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
 
 
 KAFKA_DEFAULTS: Final = TopicDefaults(TopicConfig(retention_ms=RETENTION_MS_DEFAULT))
@@ -69,6 +84,8 @@ class ConfigEntry(NamedTuple):
     read_only: bool
     sensitive: bool = False
     """A secret: listed without its value."""
+    synonyms: tuple[Synonym, ...] = ()
+    """Where its value may come from, the one in force first (Kafka's `include_synonyms`)."""
 
 
 class InvalidConfig(ValueError):
@@ -146,6 +163,22 @@ SETTINGS: Final[dict[str, _Setting]] = {
     ),
 }
 """Kafka's name -> the `TopicConfig` field, how to parse a value, and its Kafka type."""
+
+BROKER_SYNONYMS: Final = {
+    "retention.ms": ("log.retention.ms", "log.retention.hours", "168"),
+    "retention.bytes": ("log.retention.bytes", "log.retention.bytes", None),
+    "max.message.bytes": ("message.max.bytes", "message.max.bytes", None),
+    "message.timestamp.type": ("log.message.timestamp.type",) * 2 + (None,),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",) * 2 + (None,),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",) * 2 + (None,),
+    "compression.type": ("compression.type", "compression.type", None),
+    "compression.gzip.level": ("compression.gzip.level",) * 2 + (None,),
+    "compression.lz4.level": ("compression.lz4.level",) * 2 + (None,),
+    "compression.zstd.level": ("compression.zstd.level",) * 2 + (None,),
+}
+"""A topic setting -> the broker config giving its default (Kafka's `TopicConfigSynonyms`), and
+the name and value under which Kafka's own default is reported among DescribeConfigs' synonyms
+(None: the topic setting's Kafka default, `KAFKA_DEFAULTS`)."""
 
 NOT_APPLICABLE: Final = {
     "min.insync.replicas": ("1", ConfigType.INT),
@@ -243,6 +276,30 @@ def _of_type(text: str, kind: ConfigType) -> bool:
     return True
 
 
+def topic_config_type(name: str) -> ConfigType | None:
+    """The Kafka type of a topic config this broker knows; None for a name it does not."""
+    if name in SETTINGS:
+        return SETTINGS[name].type
+    if name in NOT_APPLICABLE:
+        return NOT_APPLICABLE[name][1]
+    fixed = next((f for f in FIXED if f.name == name), None)
+    return None if fixed is None else fixed.type
+
+
+def dynamic_topic_configs(
+    config: TopicConfig, defaults: TopicDefaults = KAFKA_DEFAULTS
+) -> dict[str, str]:
+    """A topic's own configs, name -> value, as `parse_topic_config` takes them back: the
+    settings whose value is not the broker's default, and the kept inapplicable ones (what
+    DescribeConfigs reports as DYNAMIC_TOPIC_CONFIG)."""
+    own = {
+        name: _text(getattr(config, setting.field))
+        for name, setting in SETTINGS.items()
+        if getattr(config, setting.field) != getattr(defaults.config, setting.field)
+    }
+    return own | dict(config.inapplicable_configs)
+
+
 def _text(value: object) -> str:
     if isinstance(value, TimestampType):
         return _TIMESTAMP_NAMES[value]
@@ -259,13 +316,15 @@ def describe_topic_config(
     entries = []
     for name, setting in SETTINGS.items():
         value = getattr(config, setting.field)
-        if value != getattr(defaults.config, setting.field):
-            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
-        elif name in defaults.static:
-            source = ConfigSource.STATIC_BROKER_CONFIG
-        else:
-            source = ConfigSource.DEFAULT_CONFIG
-        entries.append(ConfigEntry(name, _text(value), setting.type, source, False))
+        default = getattr(defaults.config, setting.field)
+        synonyms = _broker_synonyms(name, _text(default), defaults)
+        if value != default:
+            synonyms = (Synonym(name, _text(value), ConfigSource.DYNAMIC_TOPIC_CONFIG), *synonyms)
+        entries.append(
+            ConfigEntry(
+                name, _text(value), setting.type, synonyms[0].source, False, False, synonyms
+            )
+        )
     kept = dict(config.inapplicable_configs)
     not_applied = [
         ConfigEntry(name, kept[name], kind, ConfigSource.DYNAMIC_TOPIC_CONFIG, True)
@@ -274,3 +333,21 @@ def describe_topic_config(
         for name, (default, kind) in NOT_APPLICABLE.items()
     ]
     return entries + not_applied + list(FIXED)
+
+
+def _broker_synonyms(name: str, default: str, defaults: TopicDefaults) -> tuple[Synonym, ...]:
+    """The broker configs a topic setting's default comes from, the one in force first: the
+    dynamic ones (the broker's own, then the cluster's), the broker's properties, Kafka's."""
+    broker_name, kafka_name, kafka_value = BROKER_SYNONYMS[name]
+    if kafka_value is None:
+        kafka_value = _text(getattr(KAFKA_DEFAULTS.config, SETTINGS[name].field))
+    found = [
+        Synonym(dynamic_name, value, ConfigSource(source))
+        for dynamic_name, value, source in defaults.dynamic
+        if dynamic_name == broker_name
+    ]
+    if name in defaults.static:
+        static_value = default if not found else None
+        found.append(Synonym(broker_name, static_value, ConfigSource.STATIC_BROKER_CONFIG))
+    found.append(Synonym(kafka_name, kafka_value, ConfigSource.DEFAULT_CONFIG))
+    return tuple(s for s in found if s.value is not None)

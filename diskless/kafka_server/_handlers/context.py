@@ -93,6 +93,10 @@ class TopicDefaults(NamedTuple):
     config: TopicConfig
     static: frozenset[str] = frozenset()
     """The topic configs whose default the broker's properties gave (STATIC_BROKER_CONFIG)."""
+    dynamic: tuple[tuple[str, str, int], ...] = ()
+    """The dynamic broker configs in force that give topic defaults, as (broker config name,
+    value, Kafka's config source code: DYNAMIC_BROKER_CONFIG or DYNAMIC_DEFAULT_BROKER_CONFIG),
+    the broker's own before the cluster-wide ones (`_broker_configs.topic_defaults`)."""
 
 
 class Settings(Protocol):

@@ -35,13 +35,17 @@ from diskless.kafka_server._handlers._admin import (
     handle_create_topics,
     handle_delete_records,
     handle_delete_topics,
-    handle_describe_configs,
 )
 from diskless.kafka_server._handlers._cluster import (
     elect_leaders_error_response,
     handle_describe_cluster,
     handle_describe_log_dirs,
     handle_elect_leaders,
+)
+from diskless.kafka_server._handlers._configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
 )
 from diskless.kafka_server._handlers._consumer_groups import (
     describe_error_response,
@@ -142,6 +146,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_delete_topics),
         Route(handle_create_partitions, admin_error, create_partitions_error_response),
         Route(handle_describe_configs),
+        Route(handle_alter_configs),
+        Route(handle_incremental_alter_configs),
         Route(handle_delete_records),
         Route(handle_sasl_handshake),
         Route(handle_sasl_authenticate),

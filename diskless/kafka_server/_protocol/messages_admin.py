@@ -7,6 +7,8 @@ declares the others; split off to keep each module small).
   v1, DeleteRecords v1).
 - CreateTopics v2, DeleteTopics v1 and DescribeConfigs v1, kio's oldest, are below what any
   client of the acceptance tests sends.
+- AlterConfigs v0 to v2 and IncrementalAlterConfigs v0 to v1, kio's whole ranges (librdkafka
+  sends IncrementalAlterConfigs v1, kafka-python AlterConfigs v1).
 - CreateAcls, DescribeAcls, DeleteAcls v1 to v3: v1 added pattern types (KIP-290), which
   kio's oldest has; librdkafka sends v1.
 """
@@ -15,6 +17,9 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+import kio.schema.alter_configs.v0 as alter_configs_v0
+import kio.schema.alter_configs.v1 as alter_configs_v1
+import kio.schema.alter_configs.v2 as alter_configs_v2
 import kio.schema.create_acls.v1 as create_acls_v1
 import kio.schema.create_acls.v2 as create_acls_v2
 import kio.schema.create_acls.v3 as create_acls_v3
@@ -47,6 +52,8 @@ import kio.schema.describe_configs.v1 as describe_configs_v1
 import kio.schema.describe_configs.v2 as describe_configs_v2
 import kio.schema.describe_configs.v3 as describe_configs_v3
 import kio.schema.describe_configs.v4 as describe_configs_v4
+import kio.schema.incremental_alter_configs.v0 as incremental_alter_configs_v0
+import kio.schema.incremental_alter_configs.v1 as incremental_alter_configs_v1
 
 CreateTopicsRequest: TypeAlias = (
     create_topics_v2.CreateTopicsRequest
@@ -95,4 +102,13 @@ DeleteAclsRequest: TypeAlias = (
     delete_acls_v1.DeleteAclsRequest
     | delete_acls_v2.DeleteAclsRequest
     | delete_acls_v3.DeleteAclsRequest
+)
+AlterConfigsRequest: TypeAlias = (
+    alter_configs_v0.AlterConfigsRequest
+    | alter_configs_v1.AlterConfigsRequest
+    | alter_configs_v2.AlterConfigsRequest
+)
+IncrementalAlterConfigsRequest: TypeAlias = (
+    incremental_alter_configs_v0.IncrementalAlterConfigsRequest
+    | incremental_alter_configs_v1.IncrementalAlterConfigsRequest
 )

@@ -1,0 +1,8 @@
+-- Dynamic configs of brokers (by id; "" the cluster-wide default) and groups, by Kafka's
+-- ConfigResource type code: a JSON object of names to values.
+CREATE TABLE resource_configs (
+            resource_type INTEGER NOT NULL,
+            resource_name TEXT NOT NULL,
+            configs TEXT NOT NULL,
+            PRIMARY KEY (resource_type, resource_name)
+        ) WITHOUT ROWID;
