@@ -258,7 +258,7 @@ class GroupCoordinator:
 
     async def describe(self, me: GroupOwnership, group_id: str) -> GroupDescription | WireError:
         """DescribeGroups, at the group's owner only (NOT_COORDINATOR elsewhere): a group that
-        does not exist is described as Dead, with no members."""
+        does not exist, or is not a classic group, is described as Dead, with no members."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
