@@ -430,8 +430,9 @@ class BatchCoordinator(abc.ABC):
 
     @abc.abstractmethod
     async def delete_group(self, group_id: str, fence: GroupOwnership) -> ErrorCode:
-        """DeleteGroups at the group's owner: the group's committed offsets go and its
-        generation starts again from 0, in one step fenced by the owner (NOT_COORDINATOR, and
+        """DeleteGroups at the group's owner: the group's committed offsets and its stored
+        consumer-protocol state (`store_group_state`) go and its generation starts again from 0,
+        in one step fenced by the owner (NOT_COORDINATOR, and
         nothing deleted, once `fence`'s incarnation lost the group). The owner keeps the
         group (a client that found the coordinator before is answered there, as in Kafka,
         where a group's coordinator follows from its id). Whether the group may be deleted

@@ -192,6 +192,9 @@ class Changes(msgspec.Struct):
     """Consumer group ownerships, inserted or replaced by group id."""
     group_states: Mapping[str, bytes] = EMPTY
     """A consumer-protocol group's whole state (KIP-848), inserted or replaced by group id."""
+    group_states_deleted: Sequence[str] = ()
+    """Each consumer-protocol group's stored state goes, if it has one (applied after
+    `group_states`)."""
     counters: Mapping[str, int] = EMPTY
     files: Mapping[str, FileRow | None] = EMPTY
     """Inserted or replaced by key; None forgets the file."""

@@ -1,8 +1,9 @@
 """Integration: librdkafka consumers of the consumer group protocol (KIP-848,
 `group.protocol=consumer`) on an in-process cluster: a subscription by regular expression, which
 takes topics created later and only those it matches whole; a static member that leaves and
-comes back within its session without a rebalance; and consume-transform-produce exactly once
-while transformers join and leave the group."""
+comes back within its session without a rebalance; consume-transform-produce exactly once
+while transformers join and leave the group; and confluent-kafka's AdminClient listing,
+describing and deleting a consumer-protocol group."""
 
 from __future__ import annotations
 
@@ -12,15 +13,30 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
+import kio.schema.consumer_group_describe.v1.request as describe_v1
+import kio.schema.find_coordinator.v4.request as find_coordinator_v4
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    Producer,
+)
 from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i8
 
+from diskless._types import CommittedOffset, TopicPartition
+from diskless.coordinator import AclOperation
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.consumer_group_state import Snapshot, decode_snapshot
 from diskless.kafka_server._server.settings.config import ServerConfig
 from testkit.clients import confluent_consume
 from testkit.cluster import FETCH_WAIT_MS_MAX, end_offsets, local_cluster
+from testkit.wire import ask
 
 RECORDS: Final = 200
 EOS_INPUT: Final = "in"
@@ -99,6 +115,129 @@ async def test_a_regular_expression_takes_the_topics_it_matches_as_they_come(
         assert member.regex_topics == ("ev-a", "ev-b", "ev-c")
     finally:
         await asyncio.to_thread(consumer.close)
+
+
+def _deletion_error(admin: AdminClient, group: str) -> KafkaError | None:
+    try:
+        admin.delete_consumer_groups([group])[group].result(30)
+    except KafkaException as e:
+        error: KafkaError = e.args[0]
+        return error
+    return None
+
+
+GROUP_OPERATIONS: Final = sum(
+    1 << int(op)
+    for op in (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    )
+)
+"""KIP-430's bits of Kafka's operations on a group, all allowed without an authorizer."""
+
+
+def _describe_on_the_wire(bootstrap: str) -> None:
+    """ConsumerGroupDescribe's KIP-430 operations only when asked, and Kafka's answer for a
+    group that does not exist and for one that is not a consumer group."""
+    groups = ("admined", "missing", "standalone")
+    find = find_coordinator_v4.FindCoordinatorRequest(key_type=i8(0), coordinator_keys=groups)
+    found = ask(bootstrap, find, 30).coordinators
+    assert {c.error_code for c in found} == {WireError.none}, "each group has its coordinator"
+    asked = describe_v1.ConsumerGroupDescribeRequest(
+        group_ids=groups, include_authorized_operations=True
+    )
+    admined, missing, standalone = ask(bootstrap, asked, 30).groups
+    assert (admined.error_code, admined.group_state) == (WireError.none, "Stable")
+    assert admined.authorized_operations == GROUP_OPERATIONS
+    assert (missing.error_code, missing.error_message, missing.group_state) == (
+        WireError.group_id_not_found,
+        "Group missing not found.",
+        "",
+    )
+    assert (standalone.error_code, standalone.error_message) == (
+        WireError.group_id_not_found,
+        "Group standalone is not a consumer group.",
+    )
+    unasked = describe_v1.ConsumerGroupDescribeRequest(
+        group_ids=groups, include_authorized_operations=False
+    )
+    assert ask(bootstrap, unasked, 30).groups[0].authorized_operations == -(2**31)
+
+
+def _admin_session(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    consumer = _consumer(bootstrap, "admined", **{"client.id": "reader"})
+    try:
+        consumer.subscribe(["admin"])
+        assert len(_read(consumer, RECORDS)) == RECORDS
+        consumer.commit(asynchronous=False)
+        deadline = time.monotonic() + 30
+        while True:  # stable once the member has acknowledged its assignment
+            groups = {g.group_id: g for g in admin.list_consumer_groups().result(30).valid}
+            assert sorted(groups) == ["admined", "standalone"]
+            listed = groups["admined"]
+            if listed.state is ConsumerGroupState.STABLE or time.monotonic() > deadline:
+                break
+            consumer.poll(0.2)
+        assert (listed.group_id, listed.type) == ("admined", ConsumerGroupType.CONSUMER)
+        assert listed.state is ConsumerGroupState.STABLE
+        assert not listed.is_simple_consumer_group
+        consumer_type = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER})
+        assert [g.group_id for g in consumer_type.result(30).valid] == ["admined"]
+        classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC})
+        assert [g.group_id for g in classic.result(30).valid] == ["standalone"]
+        stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE})
+        assert [g.group_id for g in stable.result(30).valid] == ["admined"]
+        empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY})
+        assert [g.group_id for g in empty.result(30).valid] == ["standalone"]
+
+        described = admin.describe_consumer_groups(["admined"], include_authorized_operations=True)
+        group = described["admined"].result(30)
+        assert (group.type, group.state) == (ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE)
+        assert group.partition_assignor == "uniform"
+        assert {"READ", "DESCRIBE", "DELETE"} <= {op.name for op in group.authorized_operations}
+        (member,) = group.members
+        assert member.client_id == "reader"
+        assigned = sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions)
+        assert assigned == [("admin", 0), ("admin", 1)]
+
+        _describe_on_the_wire(bootstrap)
+        error = _deletion_error(admin, "admined")
+        assert error is not None and error.code() == KafkaError.NON_EMPTY_GROUP
+    finally:
+        consumer.close()
+    # Its member left: the group is empty, and goes with its offsets and its stored state.
+    deadline = time.monotonic() + 30
+    while (error := _deletion_error(admin, "admined")) is not None:
+        assert error.code() == KafkaError.NON_EMPTY_GROUP, error
+        assert time.monotonic() < deadline, "the group stayed non-empty"
+        time.sleep(0.2)
+    assert [g.group_id for g in admin.list_consumer_groups().result(30).valid] == ["standalone"]
+    error = _deletion_error(admin, "admined")
+    assert error is not None and error.code() == KafkaError.GROUP_ID_NOT_FOUND
+    # A new member of the same group id starts from `auto.offset.reset`, not where it was.
+    again = _consumer(bootstrap, "admined")
+    try:
+        again.subscribe(["admin"])
+        assert len(_read(again, RECORDS)) == RECORDS
+    finally:
+        again.close()
+
+
+async def test_the_admin_client_lists_describes_and_deletes_a_consumer_protocol_group(
+    cluster: KafkaCluster,
+) -> None:
+    await cluster.create_topic("admin", 2)
+    await asyncio.to_thread(_produce, cluster.bootstrap(), "admin", 2)
+    await cluster.coordinator.commit_offsets(
+        "standalone", {TopicPartition("admin", 0): CommittedOffset(1, None)}
+    )
+    await asyncio.to_thread(_admin_session, cluster.bootstrap())
+    anew = await _state(cluster, "admined")  # afresh: its member joined (epoch 1) and left (2)
+    assert (anew.group_epoch, anew.members) == (2, ())
 
 
 async def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(

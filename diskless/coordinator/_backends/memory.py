@@ -199,6 +199,8 @@ class MemoryStore(StoreStep, MemoryReads):
             self._registrations.update(changes.broker_registrations)
         self._group_owners.update(changes.groups)
         self._group_states.update(changes.group_states)
+        for group_id in changes.group_states_deleted:
+            self._group_states.pop(group_id, None)
         if changes.trims:
             self._apply_trims(changes.trims)
         for file_key, file in changes.files.items():

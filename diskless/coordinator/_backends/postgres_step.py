@@ -460,6 +460,11 @@ class PostgresStep(StoreStep):
                 " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
                 sorted(changes.group_states.items()),
             )
+        if changes.group_states_deleted:
+            await conn.execute(
+                "DELETE FROM group_states WHERE group_id = ANY($1::text[])",
+                sorted(changes.group_states_deleted),
+            )
         for (kind, name), configs in sorted(changes.resource_configs.items()):
             if configs:
                 await conn.execute(

@@ -257,6 +257,8 @@ class SqliteStep(StoreStep):
             conn.executemany(
                 "INSERT OR REPLACE INTO group_states VALUES (?, ?)", changes.group_states.items()
             )
+        for group_id in changes.group_states_deleted:
+            conn.execute("DELETE FROM group_states WHERE group_id = ?", (group_id,))
         if changes.counters:
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         if changes.scram:
