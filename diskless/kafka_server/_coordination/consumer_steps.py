@@ -34,7 +34,7 @@ from diskless.kafka_server._coordination.consumer_group_state import (
 from diskless.kafka_server._coordination.owned_group import OwnedGroup
 from diskless.kafka_server._protocol.fields import wire
 
-GroupConfigs = Callable[[str], ConsumerGroupConfig]
+ConsumerConfigOf = Callable[[str], ConsumerGroupConfig]
 """A group's consumer-protocol settings by group id: Kafka's defaults, overridden by the group's
 own configs where they are set (IncrementalAlterConfigs on the GROUP resource)."""
 
@@ -42,7 +42,9 @@ own configs where they are set (IncrementalAlterConfigs on the GROUP resource)."
 class ConsumerSteps:
     """Carries out the consumer-protocol steps of the groups this process coordinates."""
 
-    def __init__(self, coordinator: BatchCoordinator, clock: Clock, configs: GroupConfigs) -> None:
+    def __init__(
+        self, coordinator: BatchCoordinator, clock: Clock, configs: ConsumerConfigOf
+    ) -> None:
         self._coordinator = coordinator
         self._clock = clock
         self._configs = configs

@@ -71,7 +71,7 @@ from diskless.kafka_server._coordination.consumer_group_state import (
     HeartbeatRequest,
     decode_snapshot,
 )
-from diskless.kafka_server._coordination.consumer_steps import ConsumerSteps, GroupConfigs
+from diskless.kafka_server._coordination.consumer_steps import ConsumerConfigOf, ConsumerSteps
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
     GroupDescription,
@@ -115,7 +115,7 @@ class GroupCoordinator:
         view: ClusterView,
         *,
         clock: Clock | None = None,
-        group_configs: GroupConfigs = default_group_configs,
+        group_configs: ConsumerConfigOf = default_group_configs,
     ) -> None:
         self._coordinator = coordinator
         self._view = view
