@@ -68,6 +68,7 @@ READ_METHODS = {
     "broker_registrations",
     "scram_credentials",
     "acl_version",
+    "membership_version",
     "acls",
     # consolidation
     "unconsolidated_heads",
