@@ -11,8 +11,8 @@ client sends its produce requests. This server names the *produce representative
   its own rack. Every broker lists every live broker, so a client whose rack has no live broker
   left still finds one elsewhere (`routing` then picks among all brokers).
 - Leaders are chosen among the live brokers. When membership changes, the `leader_epoch` of every
-  partition goes up (it is the membership generation), so clients that track leader epochs
-  (KIP-320) accept the new leaders instead of discarding them as stale.
+  partition goes up (`generation`), so clients that track leader epochs (KIP-320) accept the new
+  leaders instead of discarding them as stale, and a client whose epoch is older is fenced.
 - A broker of this process whose registration may have lapsed (not renewed within the session
   timeout: it may be cut off from the coordinator, and the other processes drop it) names the
   other brokers of its last view instead of itself, or no leader when there is none, until a
@@ -20,10 +20,25 @@ client sends its produce requests. This server names the *produce representative
 - Consumers read from the same broker: any broker can serve any partition's reads, and the
   representative of the consumer's rack is in its rack.
 
+The leader epoch is one number for the whole cluster: with a batch coordinator, its membership
+version (`BatchCoordinator.membership`), which the coordinator moves in the step that changes
+the set of live brokers and which every process reads with the live brokers. So every process
+advertises the same epoch for a partition, whenever it joined, and the epoch never goes back:
+librdkafka ignores metadata whose epoch is below one it has seen, so per-process numbers made
+clients ignore every process but the one they heard the highest number from. One number for
+every partition is a valid per-partition epoch (it only grows, and it grows whenever leaders may
+move), and it is what there is to know: leaders follow membership, not partitions. A process
+whose view is ahead of the registry it last read (a broker of its own joined and not yet read
+back, left but still registered, or may have lapsed) advertises one above the version it read,
+since its leaders moved: the coordinator moves the version by one when it records the same
+change, and past it when a lapsed broker renews (`_rules.ownership`). A process learns a newer
+version at its next renewal, or sooner when a client shows it a newer epoch (`catch_up`).
+Without a coordinator the epoch counts this process's membership changes.
+
 Membership (`ClusterView`): this process's brokers join when their listener is up and leave
 when it closes, cleanly or not. With a batch coordinator, the view also announces them in the
 coordinator's broker registry (`announce_broker`, renewed every `ttl/3`, withdrawn at a clean
-close) and lists the brokers other processes announced (`live_brokers`), so several processes
+close) and lists the brokers other processes announced (`membership`), so several processes
 over one coordinator are one cluster. A process that dies stops renewing; its brokers drop out
 of every view when their registration expires (Kafka's `broker.session.timeout.ms`). A broker
 stopped cleanly is gone at once, so that its restart need not wait for that expiry: the view's
@@ -145,6 +160,10 @@ class ClusterView:
         """Brokers that left this process and have not joined again."""
         self._brokers: dict[int, BrokerAddress] = {}
         self._generation = 0
+        """The highest leader epoch advertised (without a coordinator: the membership changes)."""
+        self._version = 0
+        """The coordinator's membership version, as last read."""
+        self._catching_up: asyncio.Task[None] | None = None
         self._lapsed: frozenset[int] = frozenset()
         """The local brokers `leaders` last left out for a registration that may have lapsed."""
         self._task: asyncio.Task[None] | None = None
@@ -158,8 +177,28 @@ class ClusterView:
 
     @property
     def generation(self) -> int:
-        """Bumped whenever a broker joins or leaves; advertised as every leader epoch."""
+        """Every partition's leader epoch, advertised wherever one is (Metadata, Fetch,
+        ListOffsets, OffsetForLeaderEpoch): the coordinator's membership version, one more while
+        this process's view is ahead of the registry it last read; never lower than an epoch
+        advertised before. Without a coordinator, bumped whenever a broker joins or leaves."""
+        if self._coordinator is not None:
+            ahead = bool(self.lapsed()) or self._brokers.keys() != self._remote.keys()
+            epoch = self._version + (1 if ahead else 0)
+            self._generation = max(self._generation, epoch)
         return self._generation
+
+    def catch_up(self) -> None:
+        """Read the membership again soon (one read at a time): a client showed an epoch above
+        `generation`, which another process learned first."""
+        if self._coordinator is None or self._catching_up is not None:
+            return
+        self._catching_up = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        try:
+            await self._read_membership()
+        finally:
+            self._catching_up = None
 
     async def start(self) -> None:
         if self._coordinator is not None and self._task is None:
@@ -172,6 +211,8 @@ class ClusterView:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self._catching_up is not None:
+            await asyncio.gather(self._catching_up, return_exceptions=True)
         await asyncio.gather(*self._announcing, return_exceptions=True)
         if self._coordinator is not None:
             for address, epoch in list(self._local.values()):
@@ -194,6 +235,8 @@ class ClusterView:
             await self._announce(address, epoch)
         except DisklessError as e:  # the next renewal tries again
             _log.debug("announcing broker %d failed: %r", address.broker_id, e)
+            return
+        await self._read_membership()  # the version it moved
 
     def leave(self, broker_id: int) -> None:
         """The broker stopped serving here; other processes see it go when it expires, or
@@ -251,7 +294,8 @@ class ClusterView:
         lapsed = self.lapsed()
         if lapsed != self._lapsed:  # the leaders move: clients tracking epochs must take them
             self._lapsed = lapsed
-            self._generation += 1
+            if self._coordinator is None:
+                self._generation += 1
         nodes = [
             BrokerNode(b.broker_id, b.rack)
             for b in self._brokers.values()
@@ -279,14 +323,24 @@ class ClusterView:
             for address, epoch in list(self._local.values()):
                 if epoch >= 0:
                     await self._announce(address, epoch)
-            live = await self._coordinator.live_brokers()
         except DisklessError as e:
             log_failure(_log, e, "broker registry unavailable")
             return
+        await self._read_membership()
+
+    async def _read_membership(self) -> None:
+        assert self._coordinator is not None
+        try:
+            membership = await self._coordinator.membership()
+        except DisklessError as e:
+            log_failure(_log, e, "broker registry unavailable")
+            return
+        live = membership.brokers
         self._remote = {
             r.broker_id: from_registry(r.broker_id, r.host, r.port, r.rack) for r in live
         }
         self._epochs = {r.broker_id: r.broker_epoch for r in live}
+        self._version = max(self._version, membership.version)
         self._update()
 
     async def _renew_forever(self) -> None:
@@ -346,6 +400,6 @@ class ClusterView:
         brokers = {b: a for b, a in self._remote.items() if b not in self._gone}
         brokers.update((b, address) for b, (address, _) in self._local.items())
         self._epochs.update((b, epoch) for b, (_, epoch) in self._local.items())
-        if brokers.keys() != self._brokers.keys():
+        if brokers.keys() != self._brokers.keys() and self._coordinator is None:
             self._generation += 1
         self._brokers = brokers
