@@ -64,6 +64,7 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.PRODUCE: produce_error,
     ApiKey.FETCH: fetch_error,
     ApiKey.LIST_OFFSETS: list_offsets_error,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: list_offsets_error,
     ApiKey.DELETE_RECORDS: delete_records_error,
     ApiKey.METADATA: metadata_error,
     ApiKey.FIND_COORDINATOR: find_coordinator_error,
@@ -91,7 +92,12 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
 """Each API's family in the library's table (ApiVersions calls nothing that can fail, nor do
 SaslHandshake and SaslAuthenticate once they reach the handlers)."""
 CALLING_NOTHING: Final = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
-DATA_APIS: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS)
+DATA_APIS: Final = (
+    ApiKey.PRODUCE,
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+)
 """The APIs a closed broker refuses (the others go to the coordinator or the front ends)."""
 _METHODS: Final = frozenset(
     name

@@ -5,14 +5,33 @@ membership version, whenever it joined, and the epoch never goes back.
   different times, after a view of brokers that came and went, advertise the same epoch once
   each read the registry; a view whose broker joined, left (unannounced) or lapsed is one
   ahead until the registry records the change, and then equal again.
-- Integration (`test_leader_epochs_processes`): real broker processes.
+- Over the wire: Fetch, ListOffsets and OffsetForLeaderEpoch check a client's
+  `current_leader_epoch` as Kafka does (FENCED_LEADER_EPOCH below, UNKNOWN_LEADER_EPOCH above),
+  and OffsetForLeaderEpoch answers each epoch's end (`_handlers._epochs`).
 """
 
 from __future__ import annotations
 
-from diskless import ManualClock
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kio.schema.list_offsets.v7.request as list_offsets_v7
+import kio.schema.offset_for_leader_epoch.v4.request as ofle_v4
+import pytest
+from kio.schema.errors import ErrorCode as WireError
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
+
+from diskless import ManualClock, TopicPartition
+from diskless._types import ErrorCode
 from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from testkit.batches import build_batch
+from testkit.cluster import local_cluster, server_config
+from testkit.wire import WireClient, fetch_request
 
 TTL_MS = 9_000
 
@@ -88,3 +107,149 @@ async def test_a_view_behind_catches_up_when_asked() -> None:
         await early.close()
         await late.close()
         await coordinator.close()
+
+
+# --- the epoch checks of Fetch, ListOffsets and OffsetForLeaderEpoch, over the wire ---------------
+TOPIC = "epochs"
+RECORDS = 5
+
+
+def _fetch(epoch: int) -> Any:
+    request = fetch_request(TOPIC, 1)
+    (topic,) = request.topics
+    (partition,) = topic.partitions
+    partition = dataclasses.replace(partition, current_leader_epoch=i32(epoch))
+    return dataclasses.replace(
+        request, topics=(dataclasses.replace(topic, partitions=(partition,)),)
+    )
+
+
+def _list_offsets(epoch: int) -> list_offsets_v7.ListOffsetsRequest:
+    return list_offsets_v7.ListOffsetsRequest(
+        replica_id=BrokerId(-1),
+        isolation_level=i8(0),
+        topics=(
+            list_offsets_v7.ListOffsetsTopic(
+                name=TopicName(TOPIC),
+                partitions=(
+                    list_offsets_v7.ListOffsetsPartition(
+                        partition_index=i32(0), current_leader_epoch=i32(epoch), timestamp=i64(-1)
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def _epoch_ends(*asked: tuple[str, int, int]) -> ofle_v4.OffsetForLeaderEpochRequest:
+    """(topic, current leader epoch, leader epoch) of partition 0 of each topic."""
+    return ofle_v4.OffsetForLeaderEpochRequest(
+        replica_id=BrokerId(-1),
+        topics=tuple(
+            ofle_v4.OffsetForLeaderTopic(
+                topic=TopicName(topic),
+                partitions=(
+                    ofle_v4.OffsetForLeaderPartition(
+                        partition=i32(0), current_leader_epoch=i32(current), leader_epoch=i32(epoch)
+                    ),
+                ),
+            )
+            for topic, current, epoch in asked
+        ),
+    )
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[KafkaCluster]:
+    async with local_cluster(brokers=1, racks=1, server_config=server_config()) as running:
+        await running.create_topic(TOPIC, 1)
+        broker = running.live[0].broker
+        (result,) = (
+            await broker.produce({TopicPartition(TOPIC, 0): build_batch([b"r"] * RECORDS)})
+        ).values()
+        assert result.error is ErrorCode.NONE
+        yield running
+
+
+async def _ask(cluster: KafkaCluster, request: Any) -> Any:
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        return await client.request(request)
+    finally:
+        await client.close()
+
+
+async def _metadata_epoch(cluster: KafkaCluster) -> int:
+    response = await _ask(
+        cluster,
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=TopicName(TOPIC)),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    (partition,) = response.topics[0].partitions
+    return int(partition.leader_epoch)
+
+
+async def test_fetch_answers_a_stale_epoch_as_kafka_and_names_the_current_leader(
+    cluster: KafkaCluster,
+) -> None:
+    epoch = await _metadata_epoch(cluster)
+    assert epoch >= 1, "the broker's announcement moved the version"
+    answers = {}
+    for asked in (-1, epoch, epoch - 1, epoch + 1):
+        (partition,) = (await _ask(cluster, _fetch(asked))).responses[0].partitions
+        leader = (
+            int(partition.current_leader.leader_id),
+            int(partition.current_leader.leader_epoch),
+        )
+        answers[asked] = (partition.error_code, len(partition.records or b"") > 0, leader)
+    assert answers == {
+        -1: (WireError.none, True, (-1, -1)),
+        epoch: (WireError.none, True, (-1, -1)),
+        epoch - 1: (WireError.fenced_leader_epoch, False, (0, epoch)),
+        epoch + 1: (WireError.unknown_leader_epoch, False, (0, epoch)),
+    }
+
+
+async def test_list_offsets_answers_a_stale_epoch_as_kafka(cluster: KafkaCluster) -> None:
+    epoch = await _metadata_epoch(cluster)
+    answers = {}
+    for asked in (-1, epoch, epoch - 1, epoch + 1):
+        (partition,) = (await _ask(cluster, _list_offsets(asked))).topics[0].partitions
+        answers[asked] = (partition.error_code, int(partition.offset), int(partition.leader_epoch))
+    assert answers[-1] == answers[epoch] == (WireError.none, RECORDS, epoch)
+    assert answers[epoch - 1][0] == WireError.fenced_leader_epoch
+    assert answers[epoch + 1][0] == WireError.unknown_leader_epoch
+
+
+async def test_offset_for_leader_epoch_answers_the_log_end_for_every_epoch_up_to_the_current(
+    cluster: KafkaCluster,
+) -> None:
+    epoch = await _metadata_epoch(cluster)
+    asked = [
+        (TOPIC, -1, epoch),  # the current epoch: the log end offset
+        (TOPIC, epoch, 0),  # an older epoch: no log ever diverged, so the log end too
+        (TOPIC, -1, epoch + 7),  # above the current one: the largest at or below it
+        (TOPIC, epoch, -1),  # no epoch: undefined, as Kafka
+        (TOPIC, epoch - 1, epoch),  # a client behind the cluster: fenced
+        (TOPIC, epoch + 1, epoch),  # a client ahead of this process: unknown, retried
+        ("missing", -1, epoch),
+    ]
+    answers = []
+    for one in asked:
+        response = await _ask(cluster, _epoch_ends(one))
+        (partition,) = response.topics[0].partitions
+        answers.append(
+            (partition.error_code, int(partition.leader_epoch), int(partition.end_offset))
+        )
+    assert answers == [
+        (WireError.none, epoch, RECORDS),
+        (WireError.none, 0, RECORDS),
+        (WireError.none, epoch, RECORDS),
+        (WireError.none, -1, -1),
+        (WireError.fenced_leader_epoch, -1, -1),
+        (WireError.unknown_leader_epoch, -1, -1),
+        (WireError.unknown_topic_or_partition, -1, -1),
+    ]

@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
 
 from diskless._availability import log_failure
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 from diskless.routing import BrokerNode, produce_assignment
@@ -186,6 +186,21 @@ class ClusterView:
             epoch = self._version + (1 if ahead else 0)
             self._generation = max(self._generation, epoch)
         return self._generation
+
+    def check_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """Kafka's check of the leader epoch a client names (KIP-320; -1 names none):
+        FENCED_LEADER_EPOCH below `generation` (the client refreshes its metadata),
+        UNKNOWN_LEADER_EPOCH above it (the client retries), and then this process reads the
+        membership again (`catch_up`), so that it does not refuse that client for long."""
+        if current_leader_epoch < 0:
+            return ErrorCode.NONE
+        generation = self.generation
+        if current_leader_epoch < generation:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > generation:
+            self.catch_up()
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.NONE
 
     def catch_up(self) -> None:
         """Read the membership again soon (one read at a time): a client showed an epoch above
