@@ -27,9 +27,10 @@ ADMIN_PASSWORD: Final = "admin-secret"
 SESSION_TIMEOUT_MS: Final = 3000
 """`broker.session.timeout.ms`: a broker cut off from the coordinator leaves the others' metadata
 this long after its last renewal."""
-RACK: Final = "dc-1"
-"""Every broker in one rack: a client's partitions spread over all three (a broker alone in its
-rack would be the leader of every partition for the clients its metadata answers)."""
+RACKS: Final = ("dc-1", "dc-2", "dc-3")
+"""One rack (zone) per broker, as a cluster across zones is deployed: each broker is the leader
+of every partition for the rack-less clients its metadata answers, and clients move between
+brokers as they ask one or another (every process advertises the same leader epoch)."""
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 15.0
 
@@ -46,7 +47,7 @@ def server_properties(node_id: int, address: str, keystore: Path) -> str:
             f"listeners=SASL_SSL://0.0.0.0:{PORT}",
             f"advertised.listeners=SASL_SSL://{address}:{PORT}",
             "listener.security.protocol.map=SASL_SSL:SASL_SSL",
-            f"broker.rack={RACK}",
+            f"broker.rack={RACKS[(node_id - 1) % len(RACKS)]}",
             "ssl.keystore.type=PEM",
             f"ssl.keystore.location={keystore}",
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
