@@ -287,6 +287,7 @@ def _partitions(
     partition_entry = nested(response, "MetadataResponsePartition")
     tps = [TopicPartition(name, p) for p in range(count)]
     leaders = context.cluster.leaders(tps, rack) if context.cluster.brokers() else {}
+    epoch = context.cluster.generation  # the same in every process (`cluster_view`)
     entries = []
     for tp in tps:
         leader = leaders.get(tp, -1)
@@ -299,7 +300,7 @@ def _partitions(
                 error_code=error,
                 partition_index=tp.partition,
                 leader_id=leader,
-                leader_epoch=context.cluster.generation,
+                leader_epoch=epoch,
                 replica_nodes=(leader,) if leader >= 0 else (),
                 isr_nodes=(leader,) if leader >= 0 else (),
                 offline_replicas=(),
