@@ -343,6 +343,7 @@ def _phases(
         _all_advanced(workload, since, but=TRANSACTIONAL),
         "producing without one broker",
         workload,
+        lambda: _metadata_of(workload, brokers),
     )
     _wait(
         lambda: sum(workload.consumed.values()) >= consumed + PROGRESS,

@@ -25,10 +25,9 @@ own decides it: the step that reads the registrations does, so every process dec
   registration expired): each step compares the live set with the one the version was last
   moved for (`MEMBERSHIP_SET_COUNTER`, a fingerprint), so no change is missed whichever step
   sees it first, and the version never goes back. A registration renewed after it lapsed moves
-  it by two: other processes may have seen the broker gone meanwhile, and its own process,
-  which could not read the version while cut off, advertised one above the version it last
-  read. Live processes renew every few seconds, so an expiry moves the version within one
-  renewal interval.
+  it too, whether or not a step saw it lapse: a process may have read the broker gone meanwhile.
+  Live processes renew every few seconds, so an expiry moves the version within one renewal
+  interval.
 """
 
 from __future__ import annotations
@@ -90,14 +89,13 @@ def membership_after(
     relapsed: bool,
 ) -> dict[str, int]:
     """The counter changes of a registry step whose registrations afterwards are
-    `registrations` (all of them): the version goes up by one when the live set differs from
-    the one it was last moved for, by two when a registration was renewed after it lapsed
-    (`relapsed`: past the version its process advertised while cut off); nothing changes
-    otherwise."""
+    `registrations` (all of them): the version goes up when the live set differs from the one
+    it was last moved for, or when a registration was renewed after it lapsed (`relapsed`);
+    nothing changes otherwise."""
     fingerprint = membership_fingerprint(registrations, now_ms)
     if fingerprint == counters.get(MEMBERSHIP_SET_COUNTER, 0) and not relapsed:
         return {}
-    version = counters.get(MEMBERSHIP_VERSION_COUNTER, 0) + (2 if relapsed else 1)
+    version = counters.get(MEMBERSHIP_VERSION_COUNTER, 0) + 1
     return {MEMBERSHIP_VERSION_COUNTER: version, MEMBERSHIP_SET_COUNTER: fingerprint}
 
 

@@ -29,9 +29,10 @@ clients ignore every process but the one they heard the highest number from. One
 every partition is a valid per-partition epoch (it only grows, and it grows whenever leaders may
 move), and it is what there is to know: leaders follow membership, not partitions. A process
 whose view is ahead of the registry it last read (a broker of its own joined and not yet read
-back, left but still registered, or may have lapsed) advertises one above the version it read,
-since its leaders moved: the coordinator moves the version by one when it records the same
-change, and past it when a lapsed broker renews (`_rules.ownership`). A process learns a newer
+back, or left but still registered) advertises one above the version it read, since its leaders
+moved: the coordinator moves the version by one when it records the same change. A broker whose
+registration may have lapsed moves its leaders at the cluster's epoch (clients take new leaders
+of an equal epoch): its process cannot know the version meanwhile. A process learns a newer
 version at its next renewal, or sooner when a client shows it a newer epoch (`catch_up`).
 Without a coordinator the epoch counts this process's membership changes.
 
@@ -158,14 +159,16 @@ class ClusterView:
         """Broker id -> the epoch of its live registration, as last read or announced."""
         self._gone: set[int] = set()
         """Brokers that left this process and have not joined again."""
+        self._left: dict[int, int] = {}
+        """Those of them that were announced, with the epoch they left at."""
+        self._registered: dict[int, int] = {}
+        """Broker id -> the epoch of its live registration, as the registry was last read."""
         self._brokers: dict[int, BrokerAddress] = {}
         self._generation = 0
         """The highest leader epoch advertised (without a coordinator: the membership changes)."""
         self._version = 0
         """The coordinator's membership version, as last read."""
         self._catching_up: asyncio.Task[None] | None = None
-        self._lapsed: frozenset[int] = frozenset()
-        """The local brokers `leaders` last left out for a registration that may have lapsed."""
         self._task: asyncio.Task[None] | None = None
         self._announcing: set[asyncio.Task[None]] = set()
         self._registry_writes = asyncio.Lock()
@@ -182,10 +185,20 @@ class ClusterView:
         this process's view is ahead of the registry it last read; never lower than an epoch
         advertised before. Without a coordinator, bumped whenever a broker joins or leaves."""
         if self._coordinator is not None:
-            ahead = bool(self.lapsed()) or self._brokers.keys() != self._remote.keys()
-            epoch = self._version + (1 if ahead else 0)
+            epoch = self._version + (1 if self._ahead() else 0)
             self._generation = max(self._generation, epoch)
         return self._generation
+
+    def _ahead(self) -> bool:
+        """Whether this process knows of a membership change the registry it last read does not
+        show yet, and which the coordinator will record (moving its version by one): a broker of
+        its own announced and not read back, or one that left here still listed. (A broker whose
+        registration may have lapsed is not one: its process cannot tell whether the coordinator
+        saw it lapse, and an epoch the coordinator never reaches would outrank every other
+        process's answers for clients until the next change.)"""
+        registered = self._registered
+        joined = any(e >= 0 and registered.get(b) != e for b, (_, e) in self._local.items())
+        return joined or any(registered.get(b) == e for b, e in self._left.items())
 
     def check_epoch(self, current_leader_epoch: int) -> ErrorCode:
         """Kafka's check of the leader epoch a client names (KIP-320; -1 names none):
@@ -237,6 +250,7 @@ class ClusterView:
         """`broker_epoch`: the incarnation to announce (-1: not announced)."""
         self._local[address.broker_id] = (address, broker_epoch)
         self._gone.discard(address.broker_id)
+        self._left.pop(address.broker_id, None)
         self._update()
         if self._coordinator is not None and broker_epoch >= 0:
             task = asyncio.get_running_loop().create_task(
@@ -256,8 +270,11 @@ class ClusterView:
     def leave(self, broker_id: int) -> None:
         """The broker stopped serving here; other processes see it go when it expires, or
         at once after `withdraw`."""
-        if self._local.pop(broker_id, None) is not None:
+        local = self._local.pop(broker_id, None)
+        if local is not None:
             self._gone.add(broker_id)
+            if local[1] >= 0:
+                self._left[broker_id] = local[1]
         self._live_until.pop(broker_id, None)
         self._update()
 
@@ -306,11 +323,7 @@ class ClusterView:
         """The produce representative of `client_rack` for each partition, among live brokers
         (none: no partition is in the answer). A broker of this process whose registration may
         have lapsed is not among them: see `lapsed`."""
-        lapsed = self.lapsed()
-        if lapsed != self._lapsed:  # the leaders move: clients tracking epochs must take them
-            self._lapsed = lapsed
-            if self._coordinator is None:
-                self._generation += 1
+        lapsed = self.lapsed()  # (its leaders move at the cluster's epoch: see `_ahead`)
         nodes = [
             BrokerNode(b.broker_id, b.rack)
             for b in self._brokers.values()
@@ -355,6 +368,7 @@ class ClusterView:
             r.broker_id: from_registry(r.broker_id, r.host, r.port, r.rack) for r in live
         }
         self._epochs = {r.broker_id: r.broker_epoch for r in live}
+        self._registered = dict(self._epochs)
         self._version = max(self._version, membership.version)
         self._update()
 
