@@ -109,6 +109,26 @@ async def test_a_view_behind_catches_up_when_asked() -> None:
         await coordinator.close()
 
 
+async def test_a_view_whose_broker_was_fenced_is_not_ahead_of_the_cluster() -> None:
+    """A broker fenced by a newer incarnation of its id in another process left this one, but
+    the registry lists that newer incarnation: no change the coordinator has yet to record, so
+    both processes name the same epoch."""
+    coordinator = InMemoryBatchCoordinator()
+    old, new = ClusterView("c", coordinator), ClusterView("c", coordinator)
+    try:
+        await _join(old, coordinator, 0)
+        await _join(old, coordinator, 1)
+        await _join(new, coordinator, 1)  # a newer incarnation of broker 1, elsewhere
+        await old.renew()  # its renewal of broker 1 is refused: it leaves
+        assert [b.broker_id for b in old.brokers()] == [0]
+        await new.renew()
+        assert old.generation == new.generation
+    finally:
+        await old.close()
+        await new.close()
+        await coordinator.close()
+
+
 # --- the epoch checks of Fetch, ListOffsets and OffsetForLeaderEpoch, over the wire ---------------
 TOPIC = "epochs"
 RECORDS = 5
