@@ -30,7 +30,8 @@ lease's 100 s).
 
 Then every record a producer was acknowledged reads back from the log: exactly once for the
 idempotent and transactional producers (and nothing else of theirs: an aborted transaction's
-records never show), at least once for kafka-python's; the group read every one of them.
+records never show), at least once for kafka-python's; the group read every one of them; and
+every broker names the same leader epoch for every partition.
 """
 
 from __future__ import annotations
@@ -186,6 +187,18 @@ def _lagging(
         mark = "LAGGING" if behind and acks.name != TRANSACTIONAL else "ok"
         lines.append(f"\n  {acks.name} ({mark}) on partitions {list(partitions)}: {gained}")
     return "".join(lines)
+
+
+def _one_epoch(workload: Workload, brokers: Sequence[HostBroker]) -> bool:
+    """Whether every broker's Metadata names one leader epoch, the same, for every partition."""
+    epochs = set()
+    for broker in brokers:
+        connection = _connect(workload, broker)
+        try:
+            epochs |= {epoch for _, epoch, _ in connection.leaders().values()}
+        finally:
+            connection.close()
+    return len(epochs) == 1
 
 
 def _metadata_of(workload: Workload, brokers: Sequence[HostBroker]) -> str:
@@ -360,6 +373,12 @@ def _phases(
     _audit(workload)
     expected = {value(a.name, s) for a in workload.producers for _, s in a.acked}
     _wait(lambda: expected <= workload.consumed.keys(), "the group reading all", workload)
+    _wait(
+        lambda: _one_epoch(workload, brokers),
+        "every broker naming one leader epoch",
+        workload,
+        lambda: _metadata_of(workload, brokers),
+    )
     workload.stop_reading()
     assert not workload.errors, workload.errors
     for broker in brokers:
