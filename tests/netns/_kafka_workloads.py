@@ -45,7 +45,14 @@ CLIENT_TIMEOUT_S: Final = 120.0
 
 
 def _producing(bootstrap: str, ca: Path) -> dict[str, Any]:
-    return {**librdkafka(bootstrap, ca), "request.timeout.ms": REQUEST_TIMEOUT_MS}
+    # librdkafka gives up a request in flight after `socket.timeout.ms` (request.timeout.ms is
+    # the broker's own acknowledgement timeout), and an idempotent producer holds every
+    # partition until those to a broker cut from it are given up.
+    return {
+        **librdkafka(bootstrap, ca),
+        "request.timeout.ms": REQUEST_TIMEOUT_MS,
+        "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+    }
 
 
 def librdkafka(
