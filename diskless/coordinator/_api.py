@@ -50,6 +50,7 @@ from diskless.coordinator._values import (
     LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    Membership,
     MetadataStats,
     PartitionChanges,
     PartitionOffsets,
@@ -206,6 +207,13 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     async def live_brokers(self) -> list[BrokerRegistration]:
         """Every broker whose registration has not expired, by id: the cluster's members."""
+
+    @abc.abstractmethod
+    async def membership(self) -> Membership:
+        """The live brokers (as `live_brokers`) and the membership version, from one read. The
+        version goes up in the step that changes the set of live registrations (an
+        announcement, a withdrawal, a new incarnation), or in the next announcement of any
+        broker when a registration expired; it never goes back."""
 
     # --- the write path -----------------------------------------------------------------------
     @abc.abstractmethod

@@ -135,7 +135,9 @@ class MemoryStore(StoreStep, MemoryReads):
             snapshot.leases = pick(needs.leases, self._leases)
         if needs.brokers:
             snapshot.broker_epochs = pick(needs.brokers, self._brokers)
-        if needs.broker_registrations:
+        if needs.all_broker_registrations:
+            snapshot.broker_registrations = dict(self._registrations)
+        elif needs.broker_registrations:
             snapshot.broker_registrations = pick(needs.broker_registrations, self._registrations)
         if needs.groups:
             snapshot.groups = pick(needs.groups, self._group_owners)

@@ -168,7 +168,12 @@ class PostgresStep(StoreStep):
         if wanted or needs.leases or needs.brokers or needs.files:
             partitions = await self._load_locked(needs, sorted(wanted), loaded, gated)
         loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
-        if needs.broker_registrations:
+        if needs.all_broker_registrations:
+            for row in await conn.fetch(
+                f"SELECT {REGISTRATION_ROW} FROM broker_registrations ORDER BY broker_id"
+            ):
+                loaded.broker_registrations[row[0]] = BrokerRegistration(*row)
+        elif needs.broker_registrations:
             for row in await conn.fetch(
                 f"SELECT {REGISTRATION_ROW} FROM broker_registrations"
                 " WHERE broker_id = ANY($1::int[]) ORDER BY broker_id",

@@ -107,6 +107,9 @@ class SqliteStep(StoreStep):
                 f"SELECT broker_id, epoch FROM brokers WHERE broker_id IN ({marks})", chunk
             ):
                 snapshot.broker_epochs[broker_id] = epoch
+        if needs.all_broker_registrations:
+            for row in conn.execute(f"SELECT {REGISTRATION_ROW} FROM broker_registrations"):
+                snapshot.broker_registrations[row[0]] = BrokerRegistration(*row)
         for marks, chunk in in_lists(sorted(needs.broker_registrations)):
             for row in conn.execute(
                 f"SELECT {REGISTRATION_ROW} FROM broker_registrations WHERE broker_id IN ({marks})",
