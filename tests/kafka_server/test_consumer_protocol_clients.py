@@ -8,12 +8,15 @@ describing and deleting a consumer-protocol group."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import kio.schema.consumer_group_describe.v1.request as describe_v1
+import kio.schema.consumer_group_heartbeat.v0.request as heartbeat_v0
 import kio.schema.find_coordinator.v4.request as find_coordinator_v4
 import pytest
 from confluent_kafka import (
@@ -25,9 +28,15 @@ from confluent_kafka import (
     Producer,
 )
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
 from kio.schema.errors import ErrorCode as WireError
-from kio.static.primitive import i8
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from diskless._types import CommittedOffset, TopicPartition
 from diskless.coordinator import AclOperation
@@ -430,3 +439,58 @@ async def test_consume_transform_produce_is_exactly_once_while_members_come_and_
     )
     audit.check({"out": range(RECORDS)})
     assert audit.count == RECORDS, "each input record transformed exactly once"
+
+
+def _heartbeat_interval_ms(bootstrap: str, group: str) -> int:
+    """The heartbeat interval a new member of `group` is told, over the wire (it leaves again;
+    the cluster has one broker: it coordinates every group, once FindCoordinator names it)."""
+    find = find_coordinator_v4.FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,))
+    assert ask(bootstrap, find, 30).coordinators[0].error_code is WireError.none
+    join = heartbeat_v0.ConsumerGroupHeartbeatRequest(
+        group_id=group,
+        member_id="",
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=("tuned",),
+        server_assignor=None,
+        topic_partitions=(),
+    )
+    joined = ask(bootstrap, join, 30)
+    assert joined.error_code is WireError.none, joined
+    leave = dataclasses.replace(join, member_id=joined.member_id, member_epoch=i32(-1))
+    assert ask(bootstrap, leave, 30).error_code is WireError.none
+    return int(joined.heartbeat_interval.total_seconds() * 1000)
+
+
+def _tune_a_group(bootstrap: str) -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    seen: dict[str, object] = {"before": _heartbeat_interval_ms(bootstrap, "tuned")}
+    (described,) = admin.describe_configs([ConfigResource("group", "tuned")]).values()
+    entry = described.result(30)["consumer.heartbeat.interval.ms"]
+    seen["default"] = (entry.value, entry.source)
+    change = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "6000", incremental_operation=AlterConfigOpType.SET
+    )
+    (altered,) = admin.incremental_alter_configs(
+        [ConfigResource("group", "tuned", incremental_configs=[change])]
+    ).values()
+    altered.result(30)
+    deadline = time.monotonic() + 30
+    while (after := _heartbeat_interval_ms(bootstrap, "tuned")) != 6000:
+        assert time.monotonic() < deadline, f"still {after} ms"
+        time.sleep(0.2)
+    seen["other"] = _heartbeat_interval_ms(bootstrap, "untuned")
+    return seen
+
+
+async def test_a_groups_own_configs_override_the_brokers_group_consumer_properties(
+    cluster: KafkaCluster,
+) -> None:
+    """The broker's `group.consumer.heartbeat.interval.ms` (200 ms here) is every group's
+    default, described as the broker's; a group's own `consumer.heartbeat.interval.ms`, set
+    through IncrementalAlterConfigs, is what its members are told from then on, and only its."""
+    await cluster.create_topic("tuned", 1)
+    seen = await asyncio.to_thread(_tune_a_group, cluster.bootstrap())
+    assert seen["before"] == 200
+    assert seen["default"] == ("200", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert seen["other"] == 200
