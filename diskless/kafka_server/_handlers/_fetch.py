@@ -54,7 +54,7 @@ from diskless.kafka_server._handlers._access import DESCRIBE, READ, Access
 from diskless.kafka_server._handlers._errors import failure_code
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session
-from diskless.kafka_server._protocol.fields import build, nested, wire
+from diskless.kafka_server._protocol.fields import build, fields_of, nested, wire
 from diskless.kafka_server._protocol.messages import (
     FetchRequest,
     ListOffsetsRequest,
@@ -276,7 +276,9 @@ def _build_fetch(
     topic_entry = nested(response, "FetchableTopicResponse")
     partition_entry = nested(response, "PartitionData")
     aborted_entry = nested(response, "AbortedTransaction")
-    leader_entry = nested(response, "LeaderIdAndEpoch") if current is not None else None
+    leader_entry = None  # Fetch v12 names the current leader; v9 to v11 have no field for it
+    if current is not None and "current_leader" in fields_of(partition_entry):
+        leader_entry = nested(response, "LeaderIdAndEpoch")
     responses = []
     for topic in request.topics:
         partitions: list[Entity] = []
