@@ -1,5 +1,5 @@
-"""What several Kafka server test modules share: admin answers read, and produced batches read
-back over the wire."""
+"""What several Kafka server test modules share: admin answers read, ACLs granted, and produced
+batches read back over the wire."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ import warnings
 from typing import Any
 
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 from kio.schema.errors import ErrorCode as WireError
 
 from testkit.wire import WireClient, fetch_request
@@ -25,6 +32,19 @@ def error_code_of(future: object) -> int:
     except KafkaException as e:
         return int(e.args[0].code())
     return 0
+
+
+def allow_alice(resource_type: ResourceType, name: str, operation: AclOperation) -> AclBinding:
+    """An ACL that allows User:alice `operation` on the resource literally named `name`."""
+    return AclBinding(
+        resource_type,
+        name,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
 
 
 async def fetch_partitions(
