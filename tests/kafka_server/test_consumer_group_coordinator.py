@@ -15,7 +15,7 @@ from diskless import ManualClock, TopicPartition
 from diskless._types import CommittedOffset, ErrorCode, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
-from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.kafka_server._coordination.consumer_group_state import (
     ConsumerGroupConfig,
     HeartbeatAnswer,
@@ -25,6 +25,7 @@ from diskless.kafka_server._coordination.consumer_group_state import (
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_description import DEAD, GroupDescription, GroupType
 from diskless.kafka_server._coordination.group_state import JoinOutcome
+from tests.kafka_server._helpers import group_process
 
 TOPICS = {"t": 4}
 A = frozenset(TopicPartition("t", i) for i in range(4))
@@ -71,13 +72,8 @@ class Owner:
 async def _owner(
     coordinator: InMemoryBatchCoordinator, broker_id: int = 0, topics: dict[str, int] = TOPICS
 ) -> Owner:
-    epoch = await coordinator.register_broker(broker_id)
-    view = ClusterView("test", coordinator)
-    view.join(BrokerAddress(broker_id, "127.0.0.1", 9092 + broker_id, None), epoch)
-    await view.renew()
-    groups = GroupCoordinator(coordinator, view)
-    await groups.start()
-    return Owner(groups, GroupOwnership(broker_id, epoch, -1), view, topics)
+    groups, me, view = await group_process(coordinator, broker_id)
+    return Owner(groups, me, view, topics)
 
 
 @pytest.fixture
@@ -247,14 +243,9 @@ async def test_a_silent_member_is_removed_by_the_owner_and_its_removal_stored() 
     clock = ManualClock()
     coordinator = InMemoryBatchCoordinator(clock=clock)
     await coordinator.create_topic("t", 4)
-    epoch = await coordinator.register_broker(0)
-    view = ClusterView("test", coordinator)
-    view.join(BrokerAddress(0, "127.0.0.1", 9092, None), epoch)
-    await view.renew()
     config = ConsumerGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=500)
-    groups = GroupCoordinator(coordinator, view, clock=clock, group_configs=lambda _: config)
-    await groups.start()
-    owner = Owner(groups, GroupOwnership(0, epoch, -1), view)
+    groups, me, view = await group_process(coordinator, clock=clock, group_configs=lambda _: config)
+    owner = Owner(groups, me, view)
     try:
         assert view.ttl_ms > 3_000 and await groups.locate("g") is not None
         assert (await owner.join("m1")).heartbeat_interval_ms == 500
