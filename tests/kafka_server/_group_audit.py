@@ -87,6 +87,11 @@ class Commits:
     retrying. The group may have stored them or not, so a member may resume at their offsets,
     and only at those past its last answered commit."""
 
+    def summary(self) -> str:
+        """How many commits were answered as stored, how many failed, and some of the reasons."""
+        reasons = sorted({f.split(": ", 1)[1] for f in self.failed})[:4]
+        return f"{len(self.done)} commits, {len(self.failed)} failed (e.g. {reasons})"
+
     def add(self, commit: Commit) -> None:
         with self.lock:
             self.done.append(commit)

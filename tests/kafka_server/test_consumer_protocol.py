@@ -137,8 +137,7 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
     print(
         f"{len(observer.states)} group states stored; {producer.sent} records;"
         f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
-        f" {len(commits.done)} commits, {len(commits.failed)} failed"
-        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+        f" {commits.summary()}"
     )
     assert final[:2] == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER), final
     assert sorted(p for held in final[2].values() for p in held) == list(range(PARTITIONS))
@@ -208,8 +207,7 @@ def test_members_come_and_go_under_load_while_a_broker_process_dies(tmp_path: Pa
     print(
         f"{len(observer.states)} group states stored; {producer.sent} records;"
         f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
-        f" {len(commits.done)} commits, {len(commits.failed)} failed"
-        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+        f" {commits.summary()}"
     )
     check_owned_once(observer.states)
     check_forward(observer.offsets)
