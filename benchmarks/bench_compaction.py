@@ -35,7 +35,7 @@ from diskless.compaction import (
     last_records_of,
 )
 from diskless.records import COMPRESSORS, DECOMPRESSED_BYTES_MAX, DECOMPRESSORS, parse_batch
-from testkit.batches import batch_builder
+from testkit.batches import batch_builder, json_text
 from testkit.compaction import headers_of
 
 CODECS: Final = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -47,14 +47,6 @@ NOW_MS: Final = 1_700_000_000_000
 RETENTION_MS: Final = 86_400_000
 REPEATS_DEFAULT: Final = 3
 SEED_DEFAULT: Final = 20261128
-_WORDS: Final = (b"order", b"user", b"amount", b"EUR", b"status", b"shipped", b"pending", b"item")
-
-
-def _text(rng: random.Random, size: int) -> bytes:
-    out = bytearray(b'{"event": ')
-    while len(out) < size:
-        out += b'"%s": %d, ' % (rng.choice(_WORDS), rng.randrange(100_000))
-    return bytes(out[:size])
 
 
 def partition(megabytes: float, codec: int, rng: random.Random) -> list[bytes]:
@@ -71,7 +63,7 @@ def partition(megabytes: float, codec: int, rng: random.Random) -> list[bytes]:
         delta = 0
         while builder.size() < BATCH_BYTES - VALUE_BYTES - 64 and offset + delta < records_total:
             key = b"key-%d" % rng.randrange(keys)
-            value = None if rng.random() < 0.01 else _text(rng, VALUE_BYTES)
+            value = None if rng.random() < 0.01 else json_text(rng, VALUE_BYTES)
             assert builder.append(delta, NOW_MS - 60_000 + offset + delta, key, value, [])
             delta += 1
         data = bytearray(builder.build())

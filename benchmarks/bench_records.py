@@ -29,7 +29,7 @@ from typing import Final
 import crc32c
 
 from diskless.records import BatchHeader, RecordRules, parse_batch, parse_produce_payload
-from testkit.batches import batch_builder
+from testkit.batches import batch_builder, json_text
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -117,21 +117,13 @@ def run_frame(pool: Sequence[bytes]) -> None:
 COMPRESSED_POOL_BYTES: Final = 4 * 1024 * 1024
 """Uncompressed bytes per compressed pool."""
 NOW_MS: Final = 1_700_000_000_000
-_WORDS: Final = (b"order", b"user", b"amount", b"EUR", b"status", b"shipped", b"pending", b"item")
-
-
-def _text(rng: random.Random, size: int) -> bytes:
-    out = bytearray(b'{"event": ')
-    while len(out) < size:
-        out += b'"%s": %d, ' % (rng.choice(_WORDS), rng.randrange(100_000))
-    return bytes(out[:size])
 
 
 def build_compressed(codec: int, value_bytes: int, rng: random.Random) -> bytes:
     builder = batch_builder(compression=codec)
     offset = 0
     while builder.size() < 64 * 1024 - value_bytes - 64:
-        value = _text(rng, value_bytes)
+        value = json_text(rng, value_bytes)
         assert builder.append(offset, NOW_MS - 1000 + offset, b"key-%d" % offset, value, [])
         offset += 1
     return bytes(builder.build())

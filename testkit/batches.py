@@ -7,6 +7,7 @@ tests and the benchmarks build every batch with kafka-python's builder, made her
 
 from __future__ import annotations
 
+import random
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,15 @@ with warnings.catch_warnings():
 CREATE_TIME_MS: Final = 1_700_000_000_000
 BATCH_BYTES_MAX: Final = 1 << 30
 """The builder's size limit unless told otherwise: far above any batch a test builds."""
+_WORDS: Final = (b"order", b"user", b"amount", b"EUR", b"status", b"shipped", b"pending", b"item")
+
+
+def json_text(rng: random.Random, size: int) -> bytes:
+    """`size` bytes of text-like JSON (compressible as real events are), drawn from `rng`."""
+    out = bytearray(b'{"event": ')
+    while len(out) < size:
+        out += b'"%s": %d, ' % (rng.choice(_WORDS), rng.randrange(100_000))
+    return bytes(out[:size])
 
 
 def batch_builder(

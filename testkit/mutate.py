@@ -150,6 +150,18 @@ def records_of(batch: bytes) -> bytes:
     return body if codec == 0 else decompress(codec, body)
 
 
+def zigzag_varint(value: int) -> bytes:
+    """Kafka's signed varint of `value`, written here apart from the library's, for the bytes
+    the tests hand its walks."""
+    encoded = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while encoded > 0x7F:
+        out.append(encoded & 0x7F | 0x80)
+        encoded >>= 7
+    out.append(encoded)
+    return bytes(out)
+
+
 def _flip_byte(rng: random.Random, data: bytearray) -> None:
     if data:
         data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)

@@ -12,7 +12,9 @@ import struct
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode as WireError
 from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
@@ -106,6 +108,24 @@ def ask(address: str, body: Any, timeout_s: float = 10.0) -> Any:
         (size,) = _SIZE.unpack(stream.read(4))
         frame = stream.read(size)
     return decode_response(frame, type(body).__api_key__, type(body).__version__, 1)
+
+
+def produce_to(address: str, topic: str, records: bytes, timeout_s: float = 30.0) -> WireError:
+    """One Produce v9 (acks=-1) of `records` to partition 0 of `topic`, straight to the broker
+    at `address` (no metadata, no retries): the partition's error code."""
+    body = produce_v9.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            produce_v9.TopicProduceData(
+                name=topic,
+                partition_data=(produce_v9.PartitionProduceData(index=i32(0), records=records),),
+            ),
+        ),
+    )
+    ((partition,),) = [t.partition_responses for t in ask(address, body, timeout_s).responses]
+    return WireError(partition.error_code)
 
 
 def fetch_request(topic: str, partitions: int, *, isolation_level: int = 0, rack: str = "") -> Any:

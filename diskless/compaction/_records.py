@@ -40,13 +40,16 @@ from diskless.records import (
     MAGIC,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    VARINT_BYTES_MAX,
+    VARLONG_BYTES_MAX,
     ZSTD_LEVEL_DEFAULT,
     BatchHeader,
     InvalidBatch,
+    MalformedVarint,
+    read_varint,
+    zigzag,
 )
 
-_VARINT_BYTES_MAX: Final = 5
-_VARLONG_BYTES_MAX: Final = 10
 _LEVELS: Final = {1: GZIP_LEVEL_DEFAULT, 2: 0, 3: LZ4_LEVEL_DEFAULT, 4: ZSTD_LEVEL_DEFAULT}
 """Each codec's default level: Kafka's cleaner rebuilds with `Compression.of(type).build()`."""
 _PREFIX: Final = struct.Struct(">qiib")
@@ -78,30 +81,6 @@ class RecordView(NamedTuple):
     has_value: bool
 
 
-def _varint(buffer: bytes | memoryview, position: int, end: int, bytes_max: int) -> tuple[int, int]:
-    raw = 0
-    for shift in range(0, 7 * bytes_max, 7):
-        if position >= end:
-            raise UncleanableBatch(f"a varint runs past {end}")
-        byte = buffer[position]
-        position += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), position
-    raise UncleanableBatch(f"a varint longer than {bytes_max} bytes before {position}")
-
-
-def zigzag(value: int) -> bytes:
-    """Kafka's signed varint (varlong) encoding of `value`."""
-    encoded = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while encoded & ~0x7F:
-        out.append((encoded & 0x7F) | 0x80)
-        encoded >>= 7
-    out.append(encoded)
-    return bytes(out)
-
-
 def records_section(header: BatchHeader) -> bytes | memoryview:
     """The batch's records, decompressed (within the absolute bound: it was within its topic's,
     smaller one, when produced)."""
@@ -125,54 +104,64 @@ def records_of(header: BatchHeader, section: bytes | memoryview) -> Iterator[Rec
     records filling the section, or `UncleanableBatch`.
 
     Runs once per record of every batch cleaned: a varint of one byte (most of them) is decoded
-    inline, a longer one by `_varint`."""
+    inline, a longer one by `read_varint` (its `MalformedVarint` becomes `UncleanableBatch`)."""
     view = memoryview(section)
     end = len(view)
     position = 0
-    varint = _varint
-    for _ in range(header.records_count):
-        start = position
-        if position >= end:
-            raise UncleanableBatch(f"batch at {header.base_offset}: fewer records than counted")
-        byte = view[position]
-        if byte < 0x80:
-            length, position = (byte >> 1) ^ -(byte & 1), position + 1
-        else:
-            length, position = varint(view, position, end, _VARINT_BYTES_MAX)
-        record_end = position + length
-        if length < 3 or record_end > end:
-            raise UncleanableBatch(f"batch at {header.base_offset}: a record crosses its end")
-        timestamp_at = position + 1  # after the attributes byte
-        byte = view[timestamp_at]
-        if byte < 0x80:
-            delta, rest_at = (byte >> 1) ^ -(byte & 1), timestamp_at + 1
-        else:
-            delta, rest_at = varint(view, timestamp_at, record_end, _VARLONG_BYTES_MAX)
-        byte = view[rest_at] if rest_at < record_end else 0x80
-        if byte < 0x80:
-            offset_delta, position = (byte >> 1) ^ -(byte & 1), rest_at + 1
-        else:
-            offset_delta, position = varint(view, rest_at, record_end, _VARINT_BYTES_MAX)
-        byte = view[position] if position < record_end else 0x80
-        if byte < 0x80:
-            key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
-        else:
-            key_length, position = varint(view, position, record_end, _VARINT_BYTES_MAX)
-        key = None
-        if key_length >= 0:
-            key = view[position : position + key_length]
-            position += key_length
-        byte = view[position] if position < record_end else 0x80
-        if byte < 0x80:
-            value_length, position = (byte >> 1) ^ -(byte & 1), position + 1
-        else:
-            value_length, position = varint(view, position, record_end, _VARINT_BYTES_MAX)
-        if position > record_end or position + max(value_length, 0) > record_end:
-            raise UncleanableBatch(f"batch at {header.base_offset}: a record overruns itself")
-        yield RecordView(
-            start, record_end, delta, timestamp_at, rest_at, offset_delta, key, value_length >= 0
-        )
-        position = record_end
+    varint = read_varint
+    try:
+        for _ in range(header.records_count):
+            start = position
+            if position >= end:
+                raise UncleanableBatch(f"batch at {header.base_offset}: fewer records than counted")
+            byte = view[position]
+            if byte < 0x80:
+                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                length, position = varint(view, position, end, VARINT_BYTES_MAX)
+            record_end = position + length
+            if length < 3 or record_end > end:
+                raise UncleanableBatch(f"batch at {header.base_offset}: a record crosses its end")
+            timestamp_at = position + 1  # after the attributes byte
+            byte = view[timestamp_at]
+            if byte < 0x80:
+                delta, rest_at = (byte >> 1) ^ -(byte & 1), timestamp_at + 1
+            else:
+                delta, rest_at = varint(view, timestamp_at, record_end, VARLONG_BYTES_MAX)
+            byte = view[rest_at] if rest_at < record_end else 0x80
+            if byte < 0x80:
+                offset_delta, position = (byte >> 1) ^ -(byte & 1), rest_at + 1
+            else:
+                offset_delta, position = varint(view, rest_at, record_end, VARINT_BYTES_MAX)
+            byte = view[position] if position < record_end else 0x80
+            if byte < 0x80:
+                key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                key_length, position = varint(view, position, record_end, VARINT_BYTES_MAX)
+            key = None
+            if key_length >= 0:
+                key = view[position : position + key_length]
+                position += key_length
+            byte = view[position] if position < record_end else 0x80
+            if byte < 0x80:
+                value_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                value_length, position = varint(view, position, record_end, VARINT_BYTES_MAX)
+            if position > record_end or position + max(value_length, 0) > record_end:
+                raise UncleanableBatch(f"batch at {header.base_offset}: a record overruns itself")
+            yield RecordView(
+                start,
+                record_end,
+                delta,
+                timestamp_at,
+                rest_at,
+                offset_delta,
+                key,
+                value_length >= 0,
+            )
+            position = record_end
+    except MalformedVarint as e:
+        raise UncleanableBatch(str(e)) from None
     if position != end:
         raise UncleanableBatch(f"batch at {header.base_offset}: bytes after its records")
 

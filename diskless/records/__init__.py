@@ -67,9 +67,21 @@ from diskless.records._produce import (
 )
 from diskless.records._rewrite import rewrite_producer_state
 from diskless.records._timestamps import first_record_reaching
+from diskless.records._varint import (
+    VARINT_BYTES_MAX,
+    VARLONG_BYTES_MAX,
+    MalformedVarint,
+    read_varint,
+    zigzag,
+)
 from diskless.records._walk import validate_records
 
 __all__ = [
+    "VARINT_BYTES_MAX",
+    "VARLONG_BYTES_MAX",
+    "MalformedVarint",
+    "read_varint",
+    "zigzag",
     "COMPRESSORS",
     "DECOMPRESSORS",
     "DECOMPRESSED_BYTES_MAX",

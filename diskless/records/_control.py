@@ -15,18 +15,7 @@ from diskless.records._header import (
     MAGIC,
     TRANSACTIONAL_BIT,
 )
-
-
-def _zigzag_varint(value: int) -> bytes:
-    """Kafka's signed varint (zigzag + base-128), as used inside records."""
-    encoded = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while encoded & ~0x7F:
-        out.append((encoded & 0x7F) | 0x80)
-        encoded >>= 7
-    out.append(encoded)
-    return bytes(out)
-
+from diskless.records._varint import zigzag
 
 CONTROL_RECORD_VERSION: Final = 0
 END_TXN_MARKER_VERSION: Final = 0
@@ -51,15 +40,15 @@ def build_control_batch(
     value = struct.pack(">hi", END_TXN_MARKER_VERSION, coordinator_epoch)
     body = (
         b"\x00"  # record attributes
-        + _zigzag_varint(0)  # timestamp delta
-        + _zigzag_varint(0)  # offset delta
-        + _zigzag_varint(len(key))
+        + zigzag(0)  # timestamp delta
+        + zigzag(0)  # offset delta
+        + zigzag(len(key))
         + key
-        + _zigzag_varint(len(value))
+        + zigzag(len(value))
         + value
-        + _zigzag_varint(0)  # header count
+        + zigzag(0)  # header count
     )
-    record = _zigzag_varint(len(body)) + body
+    record = zigzag(len(body)) + body
     attributes = TRANSACTIONAL_BIT | CONTROL_BIT
     after_crc = (
         struct.pack(

@@ -9,8 +9,6 @@ skips the rest. It still never trusts the bytes: a record that does not frame is
 
 from __future__ import annotations
 
-from typing import Final
-
 from diskless._types import ErrorCode
 from diskless.records._compression import DECOMPRESSED_BYTES_MAX, DECOMPRESSORS
 from diskless.records._header import (
@@ -21,9 +19,12 @@ from diskless.records._header import (
     BatchHeader,
     InvalidBatch,
 )
-
-_VARINT_BYTES_MAX: Final = 5
-_VARLONG_BYTES_MAX: Final = 10
+from diskless.records._varint import (
+    VARINT_BYTES_MAX,
+    VARLONG_BYTES_MAX,
+    MalformedVarint,
+    read_varint,
+)
 
 
 class _Malformed(Exception):
@@ -59,7 +60,7 @@ def first_record_reaching(
         buffer, start, end = records, 0, len(records)
     try:
         return _walk(header, buffer, start, end, offset, timestamp)
-    except _Malformed as e:
+    except (_Malformed, MalformedVarint) as e:
         return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch at {header.base_offset}: {e}")
 
 
@@ -73,29 +74,15 @@ def _walk(
 ) -> tuple[int, int] | None:
     base_offset, base_timestamp = header.base_offset, header.base_timestamp
     for _ in range(header.records_count):
-        length, position = _varint(buffer, position, end, _VARINT_BYTES_MAX)
+        length, position = read_varint(buffer, position, end, VARINT_BYTES_MAX)
         record_end = position + length
         if length < 0 or record_end > end:
             raise _Malformed(f"a record of {length} bytes at {position} crosses the records' end")
         position += 1  # attributes
-        delta, position = _varint(buffer, position, record_end, _VARLONG_BYTES_MAX)
-        offset_delta, position = _varint(buffer, position, record_end, _VARINT_BYTES_MAX)
+        delta, position = read_varint(buffer, position, record_end, VARLONG_BYTES_MAX)
+        offset_delta, position = read_varint(buffer, position, record_end, VARINT_BYTES_MAX)
         record_timestamp = base_timestamp + delta
         if base_offset + offset_delta >= offset and record_timestamp >= timestamp:
             return base_offset + offset_delta, record_timestamp
         position = record_end
     return None
-
-
-def _varint(buffer: bytes | memoryview, position: int, end: int, bytes_max: int) -> tuple[int, int]:
-    """Kafka's zigzag varint (varlong) at `position`: its value and the position after it."""
-    raw = 0
-    for shift in range(0, 7 * bytes_max, 7):
-        if position >= end:
-            raise _Malformed(f"a varint runs past {end}")
-        byte = buffer[position]
-        position += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), position
-    raise _Malformed(f"a varint longer than {bytes_max} bytes before {position}")

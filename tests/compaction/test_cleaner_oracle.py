@@ -40,6 +40,7 @@ from testkit.compaction import (
     T0,
     Aborted,
     Log,
+    Outcome,
     Read,
     Written,
     clean_log,
@@ -60,6 +61,19 @@ NOW = T0 + 3_600_000
 MAP_BYTES = 1 << 20
 CODEC_IDS = {name: code for name, (code, available) in CODECS.items() if available()}
 assert len(CODEC_IDS) == 5, "every codec must be available to kafka-python here"
+
+
+def _first_clean(log: Log, end: int, map_bytes: int) -> Outcome:
+    """`log` as cleaned first, at NOW: its whole range below `end` is dirty."""
+    return clean_log(
+        log.batches,
+        log.aborted,
+        dirty_start=0,
+        end=end,
+        map_bytes=map_bytes,
+        now_ms=NOW,
+        delete_retention_ms=RETENTION_MS,
+    )
 
 
 def _as_read(written: Written) -> Read:
@@ -175,15 +189,7 @@ def _check_transactions(
 
 def _rounds(log: Log, end: int, map_bytes: int = MAP_BYTES) -> None:
     last = last_records_of(headers_of(log.batches))
-    first = clean_log(
-        log.batches,
-        log.aborted,
-        dirty_start=0,
-        end=end,
-        map_bytes=map_bytes,
-        now_ms=NOW,
-        delete_retention_ms=RETENTION_MS,
-    )
+    first = _first_clean(log, end, map_bytes)
     assert read_data(first.batches) == _expected(log, end, tombstones=True)
     assert not [
         w
@@ -247,15 +253,7 @@ def test_every_codec_is_kept_and_read_back(codec: str, seed: int) -> None:
     print(f"seed={seed}")
     log = workload(seed, operations=40, keys=8, codec=CODEC_IDS[codec])
     _rounds(log, log.next_offset)
-    cleaned = clean_log(
-        log.batches,
-        log.aborted,
-        dirty_start=0,
-        end=log.next_offset,
-        map_bytes=MAP_BYTES,
-        now_ms=NOW,
-        delete_retention_ms=RETENTION_MS,
-    )
+    cleaned = _first_clean(log, log.next_offset, MAP_BYTES)
     written = set(log.batches)
     rebuilt = [h for h in headers_of([b for b in cleaned.batches if b not in written])]
     assert any(h.compression == CODEC_IDS[codec] and h.records_count for h in rebuilt)
@@ -267,24 +265,8 @@ def test_a_small_map_cleans_in_several_passes_to_the_same_records(seed: int, key
     print(f"seed={seed} keys={keys}")
     log = workload(seed, operations=120, keys=keys)
     end = log.next_offset
-    whole = clean_log(
-        log.batches,
-        log.aborted,
-        dirty_start=0,
-        end=end,
-        map_bytes=MAP_BYTES,
-        now_ms=NOW,
-        delete_retention_ms=RETENTION_MS,
-    )
-    small = clean_log(
-        log.batches,
-        log.aborted,
-        dirty_start=0,
-        end=end,
-        map_bytes=MAP_BYTES_MIN,
-        now_ms=NOW,
-        delete_retention_ms=RETENTION_MS,
-    )
+    whole = _first_clean(log, end, MAP_BYTES)
+    small = _first_clean(log, end, MAP_BYTES_MIN)
     distinct = {w.key for w in log.written if not w.aborted}
     entries_max = OffsetMap(MAP_BYTES_MIN).entries_max
     assert whole.passes == 1

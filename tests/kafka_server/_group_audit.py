@@ -32,6 +32,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from diskless._types import GroupOwnership, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._coordination.consumer_group_state import Snapshot, decode_snapshot
+from testkit.processes import BrokerProcess
 
 OBSERVE_INTERVAL_S: Final = 0.05
 
@@ -85,6 +86,11 @@ class Commits:
     whose first answer was lost was refused), or answered those partitions with an error after
     retrying. The group may have stored them or not, so a member may resume at their offsets,
     and only at those past its last answered commit."""
+
+    def summary(self) -> str:
+        """How many commits were answered as stored, how many failed, and some of the reasons."""
+        reasons = sorted({f.split(": ", 1)[1] for f in self.failed})[:4]
+        return f"{len(self.done)} commits, {len(self.failed)} failed (e.g. {reasons})"
 
     def add(self, commit: Commit) -> None:
         with self.lock:
@@ -516,3 +522,83 @@ def check_owned_once(states: Sequence[tuple[float, Snapshot]]) -> None:
         for member_id, epoch in present.items():
             assert epoch >= epochs.get(member_id, 0), f"{member_id}'s epoch went back at {at:.3f}"
         epochs = present
+
+
+# --- a run against broker processes: waiting for it, ending it, what every run checks -----------
+WAIT_TIMEOUT_S: Final = 60.0
+
+
+def wait_until(
+    what: str,
+    done: Callable[[], bool],
+    members: Sequence[Member],
+    timeout_s: float = WAIT_TIMEOUT_S,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        holdings = {m.name: sorted(m.holding()) for m in members}
+        assert time.monotonic() < deadline, f"timed out waiting until {what}: held {holdings}"
+        time.sleep(0.1)
+
+
+def progressing(
+    members: Sequence[Member], observer: Observer, partitions: int
+) -> Callable[[], bool]:
+    """Every partition held by exactly one of `members`, each holding some; every member consumed
+    and the group committed on every partition since."""
+    consumed = [m.consumed() for m in members]
+    committed = observer.committed()
+
+    def done() -> bool:
+        held = [m.holding() for m in members]
+        now = observer.committed()
+        return (
+            sorted(p for h in held for p in h) == list(range(partitions))
+            and all(held)
+            and all(m.consumed() > c for m, c in zip(members, consumed, strict=True))
+            and all(now.get(p, 0) > committed.get(p, 0) for p in range(partitions))
+        )
+
+    return done
+
+
+def end_offsets(produced: int, partitions: int) -> dict[int, int]:
+    """Each partition's end: `KeepProducing` wrote sequence s to partition s % partitions."""
+    return {p: len(range(p, produced, partitions)) for p in range(partitions)}
+
+
+def stop_all(
+    members: Iterable[Member],
+    producer: KeepProducing | None,
+    observer: Observer | None,
+    brokers: Iterable[BrokerProcess],
+) -> None:
+    for member in members:
+        member.stop()
+    if producer is not None:
+        producer.halt()
+    if observer is not None:
+        observer.stop()
+    for broker in brokers:
+        broker.kill()
+
+
+def print_group_logs(brokers: Iterable[BrokerProcess], group: str) -> None:
+    for broker in brokers:
+        lines = broker.log_tail(10_000).splitlines()
+        print(f"broker {broker.broker_id}:", *[line for line in lines if group in line], sep="\n  ")
+
+
+def raise_member_failure(members: Iterable[Member]) -> None:
+    for member in members:
+        if member.failure is not None:
+            raise member.failure
+
+
+def check_all_consumed(members: Iterable[Member], sent: int) -> None:
+    consumed = by_value(members)
+    produced = {f"producer:{s}".encode() for s in range(sent)}
+    assert consumed.keys() == produced, (
+        f"{len(produced - consumed.keys())} records never consumed,"
+        f" {len(consumed.keys() - produced)} never produced"
+    )

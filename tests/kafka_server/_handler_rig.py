@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode as WireError
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
 from diskless import DisklessBroker
+from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server import (
     ClusterView,
     ServerConfig,
@@ -20,6 +21,7 @@ from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.storage import MemoryObjectStore
 from testkit.wal import build_batch
 
 
@@ -49,6 +51,34 @@ class Context:
 
 
 TOPIC: Final = "t"
+
+
+async def started_broker(coordinator: BatchCoordinator, partitions: int) -> DisklessBroker:
+    """Broker 0 on `coordinator` (objects in memory), started, with `TOPIC` of `partitions`."""
+    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
+    await broker.start()
+    await broker.create_topic(TOPIC, partitions)
+    return broker
+
+
+def context_of(
+    broker: DisklessBroker,
+    coordinator: BatchCoordinator,
+    config: ServerConfig | None = None,
+    acls: AclCache | None = None,
+) -> Context:
+    """`broker`'s context in a cluster of it alone, on `coordinator`."""
+    view = ClusterView("test")
+    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
+    return Context(
+        broker,
+        view,
+        TransactionFront(coordinator),
+        GroupCoordinator(coordinator, view),
+        ServerConfig() if config is None else config,
+        Credentials(coordinator),
+        acls,
+    )
 
 
 _VALUES: Final[dict[str, object]] = {

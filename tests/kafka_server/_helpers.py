@@ -1,5 +1,5 @@
-"""What several Kafka server test modules share: admin answers read, and produced batches read
-back over the wire."""
+"""What several Kafka server test modules share: admin answers read, ACLs granted, a process's
+group coordinator, and produced batches read back over the wire."""
 
 from __future__ import annotations
 
@@ -7,8 +7,24 @@ import warnings
 from typing import Any
 
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 from kio.schema.errors import ErrorCode as WireError
 
+from diskless import Clock
+from diskless._types import GroupOwnership
+from diskless.coordinator import BatchCoordinator
+from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.consumer_steps import ConsumerConfigOf
+from diskless.kafka_server._coordination.group_coordinator import (
+    GroupCoordinator,
+    default_group_configs,
+)
 from testkit.wire import WireClient, fetch_request
 
 with warnings.catch_warnings():
@@ -25,6 +41,37 @@ def error_code_of(future: object) -> int:
     except KafkaException as e:
         return int(e.args[0].code())
     return 0
+
+
+def allow_alice(resource_type: ResourceType, name: str, operation: AclOperation) -> AclBinding:
+    """An ACL that allows User:alice `operation` on the resource literally named `name`."""
+    return AclBinding(
+        resource_type,
+        name,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+async def group_process(
+    coordinator: BatchCoordinator,
+    broker_id: int = 0,
+    *,
+    clock: Clock | None = None,
+    group_configs: ConsumerConfigOf = default_group_configs,
+) -> tuple[GroupCoordinator, GroupOwnership, ClusterView]:
+    """A process of broker `broker_id` over `coordinator`, registered and live in its cluster
+    view: its started group coordinator, its incarnation, and the view."""
+    epoch = await coordinator.register_broker(broker_id)
+    view = ClusterView("test", coordinator)
+    view.join(BrokerAddress(broker_id, "127.0.0.1", 9092 + broker_id, None), epoch)
+    await view.renew()
+    groups = GroupCoordinator(coordinator, view, clock=clock, group_configs=group_configs)
+    await groups.start()
+    return groups, GroupOwnership(broker_id, epoch, -1), view
 
 
 async def fetch_partitions(

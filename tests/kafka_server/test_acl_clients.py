@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,7 +32,6 @@ from confluent_kafka.admin import (
 from kio.schema.create_acls.v3 import request as create_acls_v3
 from kio.schema.describe_acls.v3 import request as describe_acls_v3
 from kio.schema.errors import ErrorCode as WireError
-from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i8
 
 from diskless.coordinator import InMemoryBatchCoordinator
@@ -41,7 +39,7 @@ from diskless.kafka_server import KafkaCluster, ServerConfig
 from testkit.batches import build_batch
 from testkit.cluster import local_cluster
 from testkit.processes import broker_processes
-from testkit.wire import ask
+from testkit.wire import ask, produce_to
 
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS: Final = "User:ANONYMOUS"
@@ -248,21 +246,7 @@ async def test_real_clients_meet_the_authorizer_as_themselves(open_cluster: Kafk
 
 def _produce_raw(address: str, topic: str) -> WireError:
     """One Produce straight to the broker at `address` (no metadata, no retries)."""
-    body = produce_v9.ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            produce_v9.TopicProduceData(
-                name=topic,
-                partition_data=(
-                    produce_v9.PartitionProduceData(index=0, records=build_batch([b"v"])),
-                ),
-            ),
-        ),
-    )
-    ((partition,),) = [t.partition_responses for t in ask(address, body, 30).responses]
-    return partition.error_code  # type: ignore[no-any-return]
+    return produce_to(address, topic, build_batch([b"v"]))
 
 
 def test_an_acl_created_through_one_process_applies_on_another(tmp_path: Path) -> None:

@@ -46,7 +46,14 @@ from diskless.kafka_server._coordination.group_coordinator import GroupCoordinat
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.storage import MemoryObjectStore
-from tests.kafka_server._handler_rig import TOPIC, Context, error_codes, request_of
+from tests.kafka_server._handler_rig import (
+    TOPIC,
+    Context,
+    context_of,
+    error_codes,
+    request_of,
+    started_broker,
+)
 
 Op = AclOperation
 R = ResourceType
@@ -140,22 +147,11 @@ class Setup:
 @pytest.fixture
 async def setup() -> AsyncIterator[Setup]:
     coordinator = InMemoryBatchCoordinator()
-    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
-    await broker.start()
-    await broker.create_topic(TOPIC, 1)
-    view = ClusterView("test")
-    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
+    broker = await started_broker(coordinator, 1)
     acls = AclCache(coordinator, AuthorizerSettings(), 1000)
     await acls.refresh()
-    context = Context(
-        broker,
-        view,
-        TransactionFront(coordinator),
-        GroupCoordinator(coordinator, view),
-        ServerConfig(authorizer_class_name="kafka.security.authorizer.AclAuthorizer"),
-        Credentials(coordinator),
-        acls,
-    )
+    config = ServerConfig(authorizer_class_name="kafka.security.authorizer.AclAuthorizer")
+    context = context_of(broker, coordinator, config, acls)
     yield Setup(context, acls)
     await broker.close(flush=False)
     await coordinator.close()

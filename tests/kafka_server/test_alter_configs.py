@@ -26,16 +26,13 @@ from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
 )
 from kafka import KafkaAdminClient
@@ -50,7 +47,7 @@ from diskless.kafka_server._coordination.group_configs import GroupConfigs, grou
 from testkit.cluster import local_cluster
 from testkit.sasl import ADMIN, client_settings, sasl_server_config
 from testkit.wire import ask
-from tests.kafka_server._helpers import TIMEOUT_S, error_code_of
+from tests.kafka_server._helpers import TIMEOUT_S, allow_alice, error_code_of
 
 SET = AlterConfigOpType.SET
 DELETE = AlterConfigOpType.DELETE
@@ -332,24 +329,12 @@ AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ALICE = client_settings("PLAIN", "alice", "alice-secret")
 
 
-def _grant(resource_type: ResourceType, name: str, operation: AclOperation) -> AclBinding:
-    return AclBinding(
-        resource_type,
-        name,
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        operation,
-        AclPermissionType.ALLOW,
-    )
-
-
 def _acl_session(bootstrap: str) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap, **ADMIN})
     grants = [
-        _grant(ResourceType.TOPIC, "open", AclOperation.ALTER_CONFIGS),
-        _grant(ResourceType.TOPIC, "*", AclOperation.DESCRIBE),
-        _grant(ResourceType.GROUP, "mine", AclOperation.ALTER_CONFIGS),
+        allow_alice(ResourceType.TOPIC, "open", AclOperation.ALTER_CONFIGS),
+        allow_alice(ResourceType.TOPIC, "*", AclOperation.DESCRIBE),
+        allow_alice(ResourceType.GROUP, "mine", AclOperation.ALTER_CONFIGS),
     ]
     for future in admin.create_acls(grants).values():
         future.result(TIMEOUT_S)

@@ -12,14 +12,12 @@ copy's time to live.
 
 from __future__ import annotations
 
-import datetime
 import time
 from pathlib import Path
 
 import kio.schema.describe_configs.v4.request as describe_v4
 import kio.schema.incremental_alter_configs.v1.request as incremental_v1
 import kio.schema.list_offsets.v7.request as list_offsets_v7
-import kio.schema.produce.v9.request as produce_v9
 import pytest
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i8, i32, i64
@@ -27,7 +25,7 @@ from kio.static.primitive import i8, i32, i64
 from testkit.batches import build_batch
 from testkit.postgres import database_dsn
 from testkit.processes import broker_processes
-from testkit.wire import ask
+from testkit.wire import ask, produce_to
 
 TIMEOUT_S = 30
 FEED_WITHIN_S = 10
@@ -36,19 +34,7 @@ FEED_WITHIN_S = 10
 def _produce(address: str, topic: str, count: int, size: int = 1) -> WireError:
     """`count` records of `size` bytes, stamped now."""
     records = build_batch([b"v" * size] * count, timestamp_ms=int(time.time() * 1000))
-    body = produce_v9.ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            produce_v9.TopicProduceData(
-                name=topic,
-                partition_data=(produce_v9.PartitionProduceData(index=0, records=records),),
-            ),
-        ),
-    )
-    ((partition,),) = [t.partition_responses for t in ask(address, body, TIMEOUT_S).responses]
-    return WireError(partition.error_code)
+    return produce_to(address, topic, records, TIMEOUT_S)
 
 
 def _set(address: str, topic: str, name: str, value: str) -> WireError:

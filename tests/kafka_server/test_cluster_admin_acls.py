@@ -15,11 +15,8 @@ import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
-    ResourcePatternType,
     ResourceType,
 )
 from kafka import KafkaAdminClient
@@ -37,7 +34,7 @@ from diskless.kafka_server._protocol.fields import build
 from testkit.cluster import local_cluster
 from testkit.sasl import ADMIN, authenticate, client_settings, handshake, sasl_server_config
 from testkit.wire import WireClient
-from tests.kafka_server._helpers import TIMEOUT_S
+from tests.kafka_server._helpers import TIMEOUT_S, allow_alice
 
 AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ALICE: Final = client_settings("PLAIN", "alice", "alice-secret")
@@ -54,16 +51,7 @@ async def cluster() -> AsyncIterator[KafkaCluster]:
 
 
 def _grant(admin: AdminClient, kind: ResourceType, name: str, operation: AclOperation) -> None:
-    binding = AclBinding(
-        kind,
-        name,
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        operation,
-        AclPermissionType.ALLOW,
-    )
-    (created,) = admin.create_acls([binding]).values()
+    (created,) = admin.create_acls([allow_alice(kind, name, operation)]).values()
     assert created.result(TIMEOUT_S) is None
 
 

@@ -11,34 +11,24 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless import DisklessBroker
 from diskless.coordinator import InMemoryBatchCoordinator
-from diskless.kafka_server import ApiKey, ClusterView, ServerConfig, TransactionFront
-from diskless.kafka_server._coordination.cluster_view import BrokerAddress
-from diskless.kafka_server._coordination.credentials import Credentials
-from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server import ApiKey
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._handler_rig import TOPIC, Context, request_of
+from tests.kafka_server._handler_rig import (
+    TOPIC,
+    Context,
+    context_of,
+    request_of,
+    started_broker,
+)
 
 
 @pytest.fixture
 async def context() -> AsyncIterator[Context]:
     coordinator = InMemoryBatchCoordinator()
-    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
-    await broker.start()
-    await broker.create_topic(TOPIC, 2)
-    view = ClusterView("test")
-    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
-    yield Context(
-        broker,
-        view,
-        TransactionFront(coordinator),
-        GroupCoordinator(coordinator, view),
-        ServerConfig(),
-        Credentials(coordinator),
-    )
+    broker = await started_broker(coordinator, 2)
+    yield context_of(broker, coordinator)
     await broker.close(flush=False)
     await coordinator.close()
 

@@ -15,7 +15,7 @@ from diskless import ManualClock, TopicPartition
 from diskless._types import CommittedOffset, ErrorCode, GroupOwnership
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.errors import CoordinatorUnavailableError
-from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.kafka_server._coordination.consumer_group_state import (
     ConsumerGroupConfig,
     HeartbeatAnswer,
@@ -24,18 +24,26 @@ from diskless.kafka_server._coordination.consumer_group_state import (
 )
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_description import DEAD, GroupDescription, GroupType
+from diskless.kafka_server._coordination.group_state import JoinOutcome
+from tests.kafka_server._helpers import group_process
 
 TOPICS = {"t": 4}
 A = frozenset(TopicPartition("t", i) for i in range(4))
 
 
 class Owner:
-    def __init__(self, groups: GroupCoordinator, me: GroupOwnership, view: ClusterView) -> None:
-        self.groups, self.me, self.view = groups, me, view
+    def __init__(
+        self,
+        groups: GroupCoordinator,
+        me: GroupOwnership,
+        view: ClusterView,
+        topics: dict[str, int] = TOPICS,
+    ) -> None:
+        self.groups, self.me, self.view, self.topics = groups, me, view, topics
 
     async def beat(self, request: HeartbeatRequest) -> HeartbeatAnswer:
         return await self.groups.consumer_heartbeat(
-            self.me, "g", request, topics=TOPICS, describable=set(TOPICS)
+            self.me, "g", request, topics=self.topics, describable=set(self.topics)
         )
 
     async def join(self, member: str, instance_id: str | None = None) -> HeartbeatAnswer:
@@ -44,19 +52,28 @@ class Owner:
         )
         return await self.beat(request)
 
+    async def join_classic(self) -> JoinOutcome:
+        """A new member of the classic protocol joins "g"."""
+        return await self.groups.join(
+            self.me,
+            group_id="g",
+            member_id="",
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+        )
+
     async def close(self) -> None:
         await self.groups.close()
         await self.view.close()
 
 
-async def _owner(coordinator: InMemoryBatchCoordinator, broker_id: int = 0) -> Owner:
-    epoch = await coordinator.register_broker(broker_id)
-    view = ClusterView("test", coordinator)
-    view.join(BrokerAddress(broker_id, "127.0.0.1", 9092 + broker_id, None), epoch)
-    await view.renew()
-    groups = GroupCoordinator(coordinator, view)
-    await groups.start()
-    return Owner(groups, GroupOwnership(broker_id, epoch, -1), view)
+async def _owner(
+    coordinator: InMemoryBatchCoordinator, broker_id: int = 0, topics: dict[str, int] = TOPICS
+) -> Owner:
+    groups, me, view = await group_process(coordinator, broker_id)
+    return Owner(groups, me, view, topics)
 
 
 @pytest.fixture
@@ -173,15 +190,7 @@ async def test_a_group_is_of_one_protocol_while_it_has_members(
     owner = await _owner(coordinator)
     try:
         assert await owner.groups.locate("g") is not None
-        classic = await owner.groups.join(
-            owner.me,
-            group_id="g",
-            member_id="",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
+        classic = await owner.join_classic()
         assert classic.error is WireError.none
         refused = await owner.join("m1")
         assert refused.error is WireError.group_id_not_found
@@ -191,15 +200,7 @@ async def test_a_group_is_of_one_protocol_while_it_has_members(
         assert await owner.groups.leave(owner.me, "g", classic.member_id) is WireError.none
         taken = await owner.join("m1")  # an empty classic group may be taken over
         assert (taken.error, taken.member_epoch) == (WireError.none, 1)
-        again = await owner.groups.join(
-            owner.me,
-            group_id="g",
-            member_id="",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
+        again = await owner.join_classic()
         assert again.error is WireError.inconsistent_group_protocol
     finally:
         await owner.close()
@@ -242,14 +243,9 @@ async def test_a_silent_member_is_removed_by_the_owner_and_its_removal_stored() 
     clock = ManualClock()
     coordinator = InMemoryBatchCoordinator(clock=clock)
     await coordinator.create_topic("t", 4)
-    epoch = await coordinator.register_broker(0)
-    view = ClusterView("test", coordinator)
-    view.join(BrokerAddress(0, "127.0.0.1", 9092, None), epoch)
-    await view.renew()
     config = ConsumerGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=500)
-    groups = GroupCoordinator(coordinator, view, clock=clock, group_configs=lambda _: config)
-    await groups.start()
-    owner = Owner(groups, GroupOwnership(0, epoch, -1), view)
+    groups, me, view = await group_process(coordinator, clock=clock, group_configs=lambda _: config)
+    owner = Owner(groups, me, view)
     try:
         assert view.ttl_ms > 3_000 and await groups.locate("g") is not None
         assert (await owner.join("m1")).heartbeat_interval_ms == 500
@@ -276,14 +272,8 @@ async def test_a_consumer_group_answers_the_admin_apis_through_its_description(
     await coordinator.create_topic("u", 1)
     await coordinator.create_topic("v", 1)
     t0, u0, v0 = TopicPartition("t", 0), TopicPartition("u", 0), TopicPartition("v", 0)
-    topics = {"t": 4, "u": 1, "v": 1}
-    owner = await _owner(coordinator)
-
-    async def beat(request: HeartbeatRequest) -> HeartbeatAnswer:
-        return await owner.groups.consumer_heartbeat(
-            owner.me, "g", request, topics=topics, describable=set(topics)
-        )
-
+    owner = await _owner(coordinator, topics={"t": 4, "u": 1, "v": 1})
+    beat = owner.beat
     try:
         assert await owner.groups.locate("g") is not None
         by_name = HeartbeatRequest(

@@ -15,7 +15,6 @@ confluent-kafka's AdminClient along the way.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -30,12 +29,18 @@ from tests.kafka_server._group_audit import (
     KeepProducing,
     Member,
     Observer,
-    by_value,
+    check_all_consumed,
     check_forward,
     check_owned_once,
     check_resumes,
+    end_offsets,
     episodes,
     longest_double_ownership,
+    print_group_logs,
+    progressing,
+    raise_member_failure,
+    stop_all,
+    wait_until,
 )
 
 TOPIC: Final = "events"
@@ -46,39 +51,18 @@ MEMBER_CONFIG: Final = {"group.id": GROUP, "group.protocol": "consumer"}
 """No `partition.assignment.strategy` nor session settings: the consumer protocol refuses them
 (the broker assigns, and its group configs set the session)."""
 PRODUCE_INTERVAL_S: Final = 0.005
-STABLE_TIMEOUT_S: Final = 60.0
 
 
-def _wait(
-    what: str,
-    done: Callable[[], bool],
-    members: Sequence[Member],
-    timeout_s: float = STABLE_TIMEOUT_S,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        holdings = {m.name: sorted(m.holding()) for m in members}
-        assert time.monotonic() < deadline, f"timed out waiting until {what}: held {holdings}"
-        time.sleep(0.1)
-
-
-def _progressing(members: Sequence[Member], observer: Observer) -> Callable[[], bool]:
-    """Every partition held by exactly one of `members`, each holding some; every member consumed
-    and the group committed on every partition since."""
-    consumed = [m.consumed() for m in members]
-    committed = observer.committed()
-
-    def done() -> bool:
-        held = [m.holding() for m in members]
-        now = observer.committed()
-        return (
-            sorted(p for h in held for p in h) == list(range(PARTITIONS))
-            and all(held)
-            and all(m.consumed() > c for m, c in zip(members, consumed, strict=True))
-            and all(now.get(p, 0) > committed.get(p, 0) for p in range(PARTITIONS))
-        )
-
-    return done
+def _cluster(tmp_path: Path) -> tuple[str, list[BrokerProcess]]:
+    """The PostgreSQL database's DSN, and broker processes 0 and 1 on it (not started yet)."""
+    dsn = database_dsn(tmp_path, "cluster")
+    options = [
+        "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
+        "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
+        "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
+        "--override", "group.consumer.session.timeout.ms=10000",
+    ]  # fmt: skip
+    return dsn, [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
 
 
 def _describe(address: str) -> tuple[ConsumerGroupState, ConsumerGroupType, dict[str, list[int]]]:
@@ -93,14 +77,7 @@ def _describe(address: str) -> tuple[ConsumerGroupState, ConsumerGroupType, dict
 
 
 def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path: Path) -> None:
-    dsn = database_dsn(tmp_path, "cluster")
-    options = [
-        "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
-        "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
-        "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
-        "--override", "group.consumer.session.timeout.ms=10000",
-    ]  # fmt: skip
-    brokers = [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
+    dsn, brokers = _cluster(tmp_path)
     commits = Commits()
     members: list[Member] = []
     observer: Observer | None = None
@@ -114,14 +91,20 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
         members = [Member(f"m{i}", servers, MEMBER_CONFIG, commits) for i in range(3)]
 
         members[0].start(TOPIC)  # one consumer reads everything
-        _wait("one member reads every partition", _progressing(members[:1], observer), members)
+        wait_until(
+            "one member reads every partition",
+            progressing(members[:1], observer, PARTITIONS),
+            members,
+        )
         alone = _describe(servers)
         assert alone[:2] == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER), alone
         assert alone[2] == {"m0": list(range(PARTITIONS))}
 
         for member in members[1:]:  # two more join: the three split the partitions
             member.start(TOPIC)
-        _wait("three members share the topic", _progressing(members, observer), members)
+        wait_until(
+            "three members share the topic", progressing(members, observer, PARTITIONS), members
+        )
         assert sorted(len(m.holding()) for m in members) == [2, 2, 2]
 
         owner = observer.owner()  # the coordinator's process dies, and comes back
@@ -130,41 +113,31 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
         victim.kill()
         time.sleep(1.0)
         victim.start()
-        _wait("the group recovered", _progressing(members, observer), members)
+        wait_until("the group recovered", progressing(members, observer, PARTITIONS), members)
         moved = observer.owner()
         assert moved is not None and moved[:2] != owner[:2], "the group has a new owner"
 
         members[2].stop()  # a member leaves: the two others take its partitions
-        _wait("two members share the topic", _progressing(members[:2], observer), members)
+        wait_until(
+            "two members share the topic", progressing(members[:2], observer, PARTITIONS), members
+        )
 
         producer.stop()
-        ends = {p: len(range(p, producer.sent, PARTITIONS)) for p in range(PARTITIONS)}
-        _wait("the group committed everything", lambda: observer.committed() == ends, members)
+        ends = end_offsets(producer.sent, PARTITIONS)
+        wait_until("the group committed everything", lambda: observer.committed() == ends, members)
         final = _describe(servers)
     finally:
-        for member in members:
-            member.stop()
-        if producer is not None:
-            producer.halt()
-        if observer is not None:
-            observer.stop()
-        for broker in brokers:
-            broker.kill()
+        stop_all(members, producer, observer, brokers)
     run_end = time.monotonic()
-    for broker in brokers:  # shown when the test fails: what each process did with the group
-        lines = broker.log_tail(10_000).splitlines()
-        print(f"broker {broker.broker_id}:", *[line for line in lines if GROUP in line], sep="\n  ")
-    for member in members:
-        if member.failure is not None:
-            raise member.failure
+    print_group_logs(brokers, GROUP)  # shown when the test fails
+    raise_member_failure(members)
 
     found = episodes(members, run_end)
     overlap, who = longest_double_ownership(found)
     print(
         f"{len(observer.states)} group states stored; {producer.sent} records;"
         f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
-        f" {len(commits.done)} commits, {len(commits.failed)} failed"
-        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+        f" {commits.summary()}"
     )
     assert final[:2] == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER), final
     assert sorted(p for held in final[2].values() for p in held) == list(range(PARTITIONS))
@@ -173,12 +146,7 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
     assert observer.states[-1][1].group_epoch >= 5, "joins, a leave: each bumped the epoch"
     check_forward(observer.offsets)
     check_resumes(found, commits.done, commits.uncertain)
-    consumed = by_value(members)
-    produced = {f"producer:{s}".encode() for s in range(producer.sent)}
-    assert consumed.keys() == produced, (
-        f"{len(produced - consumed.keys())} records never consumed,"
-        f" {len(consumed.keys() - produced)} never produced"
-    )
+    check_all_consumed(members, producer.sent)
 
 
 CHURN_ROUNDS: Final = 4
@@ -189,14 +157,7 @@ def test_members_come_and_go_under_load_while_a_broker_process_dies(tmp_path: Pa
     every second, while the producer writes; in the middle of it the coordinator's process is
     SIGKILLed (it comes back later). Every record is consumed, committed offsets never go back,
     and no stored state of the group has a partition owned twice."""
-    dsn = database_dsn(tmp_path, "cluster")
-    options = [
-        "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
-        "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
-        "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
-        "--override", "group.consumer.session.timeout.ms=10000",
-    ]  # fmt: skip
-    brokers = [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
+    dsn, brokers = _cluster(tmp_path)
     commits = Commits()
     members: list[Member] = []
     observer: Observer | None = None
@@ -210,7 +171,9 @@ def test_members_come_and_go_under_load_while_a_broker_process_dies(tmp_path: Pa
         members = [Member(f"m{i}", servers, MEMBER_CONFIG, commits) for i in range(3)]
         for member in members:
             member.start(TOPIC)
-        _wait("three members share the topic", _progressing(members, observer), members)
+        wait_until(
+            "three members share the topic", progressing(members, observer, PARTITIONS), members
+        )
         live = list(members)
         victim: BrokerProcess | None = None
         for round_ in range(CHURN_ROUNDS):
@@ -228,38 +191,25 @@ def test_members_come_and_go_under_load_while_a_broker_process_dies(tmp_path: Pa
             time.sleep(1.0)
         assert victim is not None
         victim.start()
-        _wait("the last three share the topic", _progressing(live, observer), members)
+        wait_until(
+            "the last three share the topic", progressing(live, observer, PARTITIONS), members
+        )
 
         producer.stop()
-        ends = {p: len(range(p, producer.sent, PARTITIONS)) for p in range(PARTITIONS)}
-        _wait("the group committed everything", lambda: observer.committed() == ends, members)
+        ends = end_offsets(producer.sent, PARTITIONS)
+        wait_until("the group committed everything", lambda: observer.committed() == ends, members)
     finally:
-        for member in members:
-            member.stop()
-        if producer is not None:
-            producer.halt()
-        if observer is not None:
-            observer.stop()
-        for broker in brokers:
-            broker.kill()
+        stop_all(members, producer, observer, brokers)
     run_end = time.monotonic()
-    for member in members:
-        if member.failure is not None:
-            raise member.failure
+    raise_member_failure(members)
     found = episodes(members, run_end)
     overlap, who = longest_double_ownership(found)
     print(
         f"{len(observer.states)} group states stored; {producer.sent} records;"
         f" longest double ownership seen by the clients {overlap:.3f} s ({who});"
-        f" {len(commits.done)} commits, {len(commits.failed)} failed"
-        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+        f" {commits.summary()}"
     )
     check_owned_once(observer.states)
     check_forward(observer.offsets)
     check_resumes(found, commits.done, commits.uncertain)
-    consumed = by_value(members)
-    produced = {f"producer:{s}".encode() for s in range(producer.sent)}
-    assert consumed.keys() == produced, (
-        f"{len(produced - consumed.keys())} records never consumed,"
-        f" {len(consumed.keys() - produced)} never produced"
-    )
+    check_all_consumed(members, producer.sent)

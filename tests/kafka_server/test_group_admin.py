@@ -40,11 +40,8 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import (
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
-    ResourcePatternType,
     ResourceType,
 )
 from confluent_kafka.error import KafkaError
@@ -58,6 +55,7 @@ from testkit.cluster import local_cluster, server_config
 from testkit.processes import BrokerProcess, bootstrap, broker_processes
 from testkit.sasl import ADMIN, LISTENER, client_settings, sasl_server_config
 from testkit.wire import ask
+from tests.kafka_server._helpers import allow_alice
 
 TIMEOUT_S: Final = 30
 SESSION_TIMEOUT_MS: Final = 6_000
@@ -255,18 +253,6 @@ async def test_aiokafka_admin_client_lists_and_describes_groups() -> None:
             await admin.close()
 
 
-def _acl(resource: ResourceType, name: str, operation: AclOperation) -> AclBinding:
-    return AclBinding(
-        resource,
-        name,
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        operation,
-        AclPermissionType.ALLOW,
-    )
-
-
 def _acl_session(servers: str) -> None:
     admin = _admin(servers, **ADMIN)
     for group_id in ("seen", "doomed", "hidden"):
@@ -277,9 +263,9 @@ def _acl_session(servers: str) -> None:
         for future in admin.alter_consumer_group_offsets([request]).values():
             future.result(TIMEOUT_S)
     bindings = [
-        _acl(ResourceType.GROUP, "seen", AclOperation.DESCRIBE),
-        _acl(ResourceType.GROUP, "doomed", AclOperation.DELETE),
-        _acl(ResourceType.TOPIC, "orders", AclOperation.READ),
+        allow_alice(ResourceType.GROUP, "seen", AclOperation.DESCRIBE),
+        allow_alice(ResourceType.GROUP, "doomed", AclOperation.DELETE),
+        allow_alice(ResourceType.TOPIC, "orders", AclOperation.READ),
     ]
     for future in admin.create_acls(bindings).values():
         assert future.result(TIMEOUT_S) is None

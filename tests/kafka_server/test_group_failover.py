@@ -24,7 +24,7 @@ members never came to share the partitions, and the test timed out waiting for t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -44,14 +44,20 @@ from tests.kafka_server._group_audit import (
     Member,
     Observer,
     by_offset,
-    by_value,
+    check_all_consumed,
     check_forward,
     check_generations,
     check_resumes,
+    end_offsets,
     episodes,
     generation_at,
     longest_double_ownership,
     owners_in_order,
+    print_group_logs,
+    progressing,
+    raise_member_failure,
+    stop_all,
+    wait_until,
 )
 
 TOPIC: Final = "events"
@@ -66,48 +72,6 @@ MEMBER_CONFIG: Final = {
     "topic.metadata.refresh.interval.ms": 2_000,
 }
 PRODUCE_INTERVAL_S: Final = 0.005
-STABLE_TIMEOUT_S: Final = 60.0
-
-
-def _wait(
-    what: str,
-    done: Callable[[], bool],
-    members: Sequence[Member],
-    timeout_s: float = STABLE_TIMEOUT_S,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        holdings = {m.name: sorted(m.holding()) for m in members}
-        assert time.monotonic() < deadline, f"timed out waiting until {what}: held {holdings}"
-        time.sleep(0.1)
-
-
-def _stable(members: Sequence[Member]) -> bool:
-    """Every partition held by exactly one member, and every member holds one."""
-    held = [m.holding() for m in members]
-    flat = sorted(p for h in held for p in h)
-    return flat == list(range(PARTITIONS)) and all(held)
-
-
-def _progressing(members: Sequence[Member], observer: Observer) -> Callable[[], bool]:
-    """Stable, and every member consumed and the group committed on every partition since."""
-    consumed = [m.consumed() for m in members]
-    committed = observer.committed()
-
-    def done() -> bool:
-        now = observer.committed()
-        return (
-            _stable(members)
-            and all(m.consumed() > c for m, c in zip(members, consumed, strict=True))
-            and all(now.get(p, 0) > committed.get(p, 0) for p in range(PARTITIONS))
-        )
-
-    return done
-
-
-def _end_offsets(produced: int) -> dict[int, int]:
-    """Each partition's end: the producer wrote sequence s to partition s % PARTITIONS."""
-    return {p: len(range(p, produced, PARTITIONS)) for p in range(PARTITIONS)}
 
 
 def _coordinator_answers(brokers: Sequence[BrokerProcess]) -> dict[int, tuple[int, WireError]]:
@@ -160,7 +124,9 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
         members = [Member(f"m{i}", first_two, MEMBER_CONFIG, commits) for i in range(3)]
         for member in members:
             member.start(TOPIC)
-        _wait("three members share the topic", _progressing(members, observer), members)
+        wait_until(
+            "three members share the topic", progressing(members, observer, PARTITIONS), members
+        )
         first_owner = observer.owner()
         assert first_owner is not None and first_owner.broker_id in (0, 1)
 
@@ -169,7 +135,9 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
         joined_at = time.monotonic()
         members.append(Member("m3", brokers[2].address, MEMBER_CONFIG, commits))
         members[-1].start(TOPIC)
-        _wait("four members share the topic", _progressing(members, observer), members)
+        wait_until(
+            "four members share the topic", progressing(members, observer, PARTITIONS), members
+        )
         owner = observer.owner()
         assert owner is not None and owner[:2] == first_owner[:2], "the group moved"
 
@@ -183,32 +151,21 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
             time.sleep(1.0)
             victim.start()
             restarted_at = time.monotonic()
-            _wait("the group recovered", _progressing(members, observer), members)
+            wait_until("the group recovered", progressing(members, observer, PARTITIONS), members)
             faults.append((victim.broker_id, killed_at, restarted_at, time.monotonic()))
 
         # the end: every record produced is consumed and committed
         producer.stop()
-        ends = _end_offsets(producer.sent)
-        _wait("the group committed everything", lambda: observer.committed() == ends, members)
+        ends = end_offsets(producer.sent, PARTITIONS)
+        wait_until("the group committed everything", lambda: observer.committed() == ends, members)
         answers = _coordinator_answers(brokers)
         final_owner = observer.owner()
         final_holdings = [m.holding() for m in members]
     finally:
-        for member in members:
-            member.stop()
-        if producer is not None:
-            producer.halt()
-        if observer is not None:
-            observer.stop()
-        for broker in brokers:
-            broker.kill()
+        stop_all(members, producer, observer, brokers)
     run_end = time.monotonic()
-    for broker in brokers:  # shown when the test fails: what each process did with the group
-        lines = broker.log_tail(10_000).splitlines()
-        print(f"broker {broker.broker_id}:", *[line for line in lines if GROUP in line], sep="\n  ")
-    for member in members:
-        if member.failure is not None:
-            raise member.failure
+    print_group_logs(brokers, GROUP)  # shown when the test fails
+    raise_member_failure(members)
 
     found = episodes(members, run_end)
     overlap, who = longest_double_ownership(found)
@@ -223,8 +180,7 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
         f" longest double ownership {overlap:.2f} s ({who});"
         f" {producer.sent} records, {duplicates} consumed twice,"
         f" {sum(1 for e in found if e.records)} partition stretches resumed;"
-        f" {len(commits.done)} commits, {len(commits.failed)} failed"
-        f" (e.g. {sorted(set(f.split(': ', 1)[1] for f in commits.failed))[:4]})"
+        f" {commits.summary()}"
     )
 
     # one coordinator: it moved only when its process died, and only it answers the group
@@ -260,9 +216,4 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
         f"{len(commits.uncertain)} commits whose answer was lost; resumed at one of them:",
         [(r.member, r.partition, r.offset, r.answered, r.commit.error) for r in resumed_at_lost],
     )
-    consumed = by_value(members)
-    produced = {f"producer:{s}".encode() for s in range(producer.sent)}
-    assert consumed.keys() == produced, (
-        f"{len(produced - consumed.keys())} records never consumed,"
-        f" {len(consumed.keys() - produced)} never produced"
-    )
+    check_all_consumed(members, producer.sent)

@@ -32,6 +32,7 @@ from diskless.kafka_server._coordination.group_coordinator import GroupCoordinat
 from diskless.kafka_server._coordination.group_state import JoinOutcome
 from testkit.cluster import local_cluster, server_config
 from testkit.wire import WireClient
+from tests.kafka_server._helpers import group_process
 
 PARTITIONS = 6
 RECORDS = 3000
@@ -52,13 +53,7 @@ async def _owner(
     coordinator: InMemoryBatchCoordinator, broker_id: int = 0, group: str = "g"
 ) -> Owner:
     """A process serving broker `broker_id` over `coordinator`, which owns `group`."""
-    epoch = await coordinator.register_broker(broker_id)
-    view = ClusterView("test", coordinator)
-    view.join(BrokerAddress(broker_id, "127.0.0.1", 9092 + broker_id, None), epoch)
-    await view.renew()
-    groups = GroupCoordinator(coordinator, view)
-    await groups.start()
-    me = GroupOwnership(broker_id, epoch, -1)
+    groups, me, view = await group_process(coordinator, broker_id)
     located = await groups.locate(group)
     assert located is not None and located.broker_id == broker_id
     return Owner(groups, me, coordinator, view)

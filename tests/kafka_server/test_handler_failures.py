@@ -19,7 +19,6 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless import DisklessBroker
 from diskless._kafka_errors import (
     admin_error,
     delete_records_error,
@@ -46,19 +45,20 @@ from diskless.errors import BrokerClosedError, CoordinatorUnavailableError
 from diskless.kafka_server import (
     SUPPORTED_VERSIONS,
     ApiKey,
-    ClusterView,
     ServerConfig,
-    TransactionFront,
 )
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
-from diskless.kafka_server._coordination.cluster_view import BrokerAddress
-from diskless.kafka_server._coordination.credentials import Credentials
-from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._handlers.context import ANONYMOUS, Session
 from diskless.kafka_server._handlers.table import HANDLERS
-from diskless.storage import MemoryObjectStore
-from tests.kafka_server._handler_rig import TOPIC, Context, error_codes, request_of
+from tests.kafka_server._handler_rig import (
+    TOPIC,
+    Context,
+    context_of,
+    error_codes,
+    request_of,
+    started_broker,
+)
 
 ALLOW: Final = AclPermissionType.ALLOW
 FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
@@ -145,25 +145,11 @@ class _Down(InMemoryBatchCoordinator):
 @pytest.fixture
 async def context() -> AsyncIterator[tuple[Context, _Down]]:
     coordinator = _Down()
-    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
-    await broker.start()
-    await broker.create_topic(TOPIC, 1)
-    view = ClusterView("test")
-    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
-    yield (
-        Context(
-            broker,
-            view,
-            TransactionFront(coordinator),
-            GroupCoordinator(coordinator, view),
-            ServerConfig(),
-            Credentials(coordinator),
-            # An authorizer that allows the test's anonymous requests everything, so that the
-            # ACL APIs reach the coordinator.
-            AclCache(coordinator, AuthorizerSettings(frozenset({ANONYMOUS})), 1000),
-        ),
-        coordinator,
-    )
+    broker = await started_broker(coordinator, 1)
+    # An authorizer that allows the test's anonymous requests everything, so that the ACL APIs
+    # reach the coordinator.
+    acls = AclCache(coordinator, AuthorizerSettings(frozenset({ANONYMOUS})), 1000)
+    yield context_of(broker, coordinator, acls=acls), coordinator
     coordinator.down = False
     await broker.close(flush=False)
     await coordinator.close()
@@ -232,11 +218,7 @@ async def test_a_producers_metadata_in_an_outage_is_retriable_not_an_authorizati
     is answered the outage's retriable code; TOPIC_AUTHORIZATION_FAILED would make the client
     give the topic up for good."""
     coordinator = _Down()
-    broker = DisklessBroker(0, MemoryObjectStore(), coordinator)
-    await broker.start()
-    await broker.create_topic(TOPIC, 1)
-    view = ClusterView("test")
-    view.join(BrokerAddress(0, "127.0.0.1", 9092, None))
+    broker = await started_broker(coordinator, 1)
     acls = AclCache(coordinator, AuthorizerSettings(), 1000)
     principal = "User:alice"
     await acls.create(
@@ -251,15 +233,7 @@ async def test_a_producers_metadata_in_an_outage_is_retriable_not_an_authorizati
         authorizer_class_name="kafka.security.authorizer.AclAuthorizer",
         auto_create_topics_enable=True,
     )
-    ctx = Context(
-        broker,
-        view,
-        TransactionFront(coordinator),
-        GroupCoordinator(coordinator, view),
-        config,
-        Credentials(coordinator),
-        acls,
-    )
+    ctx = context_of(broker, coordinator, config, acls)
     api = ApiKey.METADATA
     schema = load_request_schema(int(api), SUPPORTED_VERSIONS[api][1])
     request = dataclasses.replace(request_of(schema), allow_auto_topic_creation=True)

@@ -24,6 +24,7 @@ from testkit.mutate import (
     with_crc,
     with_length,
     with_records,
+    zigzag_varint,
 )
 
 NOW = 1_700_000_000_000
@@ -79,8 +80,8 @@ def test_a_decompression_bomb_is_refused(codec: int) -> None:
 
     limit = decompressed_bytes_max(100 * 1024)
     value = bytes(limit + 1)
-    record = b"\x00\x00\x00\x01" + _varint(len(value)) + value + b"\x00"
-    record = _varint(len(record)) + record
+    record = b"\x00\x00\x00\x01" + zigzag_varint(len(value)) + value + b"\x00"
+    record = zigzag_varint(len(record)) + record
     batch = build(NOW, codec, 1)
     body = compress(codec, record)
     assert len(body) < 100 * 1024 // 2  # a small batch...
@@ -105,16 +106,6 @@ def test_gzip_stops_at_the_bound_without_inflating_the_rest() -> None:
     bomb = zlib.compress(bytes(50_000_000), 9, wbits=31)
     result = decompress_gzip(bomb, 1_000_000)
     assert isinstance(result, InvalidBatch) and result.error == ErrorCode.MESSAGE_TOO_LARGE
-
-
-def _varint(value: int) -> bytes:
-    encoded = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while encoded > 0x7F:
-        out.append(encoded & 0x7F | 0x80)
-        encoded >>= 7
-    out.append(encoded)
-    return bytes(out)
 
 
 @pytest.mark.parametrize(
@@ -146,7 +137,7 @@ def test_before_max_bounds_old_timestamps_and_log_append_time_skips_bounds() -> 
 def test_a_null_header_key_is_invalid() -> None:
     # attributes, ts delta 0, offset delta 0, null key, value "v", 1 header with key length -1
     body = b"\x00\x00\x00\x01\x02v\x02\x01\x00"
-    record = _varint(len(body)) + body
+    record = zigzag_varint(len(body)) + body
     batch = build(NOW, 0, 1)
     result = _check(with_records(batch, record))
     assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD, result
@@ -156,7 +147,7 @@ def test_a_null_header_key_is_invalid() -> None:
 def test_offset_deltas_must_run_from_zero() -> None:
     body = b"\x00\x00\x02\x01\x02v\x00"  # offset delta 1 in a one-record batch
     batch = build(NOW, 0, 1)
-    result = _check(with_records(batch, _varint(len(body)) + body))
+    result = _check(with_records(batch, zigzag_varint(len(body)) + body))
     assert isinstance(result, InvalidBatch) and result.error == ErrorCode.INVALID_RECORD
     assert "offset delta" in result.message
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from diskless._types import ErrorCode
 from diskless.records._cwalk import walk
 from testkit.batches import batch_builder
+from testkit.mutate import zigzag_varint
 from testkit.reference_walk import reference_walk
 
 with warnings.catch_warnings():
@@ -50,16 +51,6 @@ records_strategy = st.lists(
     min_size=1,
     max_size=30,
 )
-
-
-def _varint(value: int) -> bytes:
-    encoded = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while encoded > 0x7F:
-        out.append(encoded & 0x7F | 0x80)
-        encoded >>= 7
-    out.append(encoded)
-    return bytes(out)
 
 
 def _build(
@@ -109,7 +100,7 @@ def mutated(draw: st.DrawFn) -> bytes:
                 )
             )
         elif kind == "size":
-            data[at:at] = _varint(draw(st.sampled_from([-3, -2, -1, 0, 1, 2**31 - 1])))
+            data[at:at] = zigzag_varint(draw(st.sampled_from([-3, -2, -1, 0, 1, 2**31 - 1])))
     return bytes(data)
 
 
@@ -216,15 +207,24 @@ def test_varint_length_and_range_rules(encoding: bytes, accepted: bool) -> None:
     _, section = _build([(0, None, b"v", [])], 0)
     body = section[1:-1]  # attributes .. value, without the size and the header count
     if encoding == b"\xff\xff\xff\xff\x0f":
-        body_with = body + _varint(0)  # a negative count is refused for its own reason
+        body_with = body + zigzag_varint(0)  # a negative count is refused for its own reason
         encoding_ok = walk(
-            _varint(len(body_with)) + body_with, 0, len(body_with) + 1, 1, 0, 0, False, NOW, 0, 0
+            zigzag_varint(len(body_with)) + body_with,
+            0,
+            len(body_with) + 1,
+            1,
+            0,
+            0,
+            False,
+            NOW,
+            0,
+            0,
         )
         assert encoding_ok is None
         body_with = body + encoding
     else:
         body_with = body + encoding
-    record = _varint(len(body_with)) + body_with
+    record = zigzag_varint(len(body_with)) + body_with
     args = (record, 0, len(record), 1, 0, 0, False, NOW, 0, 0)
     answer = walk(*args)
     assert answer == reference_walk(*args)
@@ -239,8 +239,8 @@ def test_varint_length_and_range_rules(encoding: bytes, accepted: bool) -> None:
 def test_timestamps_out_of_int64_are_compared_exactly() -> None:
     """base + delta past 2**63 - 1 is no int64: out of any bound, not wrapped into one."""
     delta = 2**62
-    body = b"\x00" + _varint(delta) + b"\x00\x01\x02v\x00"
-    record = _varint(len(body)) + body
+    body = b"\x00" + zigzag_varint(delta) + b"\x00\x01\x02v\x00"
+    record = zigzag_varint(len(body)) + body
     base = 2**63 - 2**61
     answer = walk(record, 0, len(record), 1, base, 0, True, NOW, 2**63 - 1, 2**63 - 1)
     assert answer == reference_walk(
@@ -316,5 +316,5 @@ def test_a_largest_timestamp_past_int64_cannot_be_written() -> None:
 
 
 def _record(index: int, delta: int) -> bytes:
-    body = b"\x00" + _varint(delta) + _varint(index) + b"\x01" + b"\x02v" + b"\x00"
-    return _varint(len(body)) + body
+    body = b"\x00" + zigzag_varint(delta) + zigzag_varint(index) + b"\x01" + b"\x02v" + b"\x00"
+    return zigzag_varint(len(body)) + body
