@@ -73,9 +73,30 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
         return 0
 
     inapplicable_configs: tuple[tuple[str, str], ...] = ()
-    """Kafka topic configs given at creation that mean nothing to a diskless topic
-    (`min.insync.replicas`, `segment.bytes`, ...), as (name, value) sorted by name: kept, never
-    applied, so that the topic is described as it was asked for."""
+    """Kafka topic configs kept by name, as (name, value) sorted by name: those that mean
+    nothing to a diskless topic (`min.insync.replicas`, `segment.bytes`, ...), never applied,
+    so that the topic is described as it was asked for; and the log cleaner's
+    (`cleanup.policy`, `min.cleanable.dirty.ratio`, ...), checked when given and read through
+    `kept_config` by the cleaner and `compacted` by the produce path."""
+
+    def kept_config(self, name: str) -> str | None:
+        """The value of a config kept by name, None when the topic has none."""
+        for kept, value in self.inapplicable_configs:
+            if kept == name:
+                return value
+        return None
+
+    @property
+    def compacted(self) -> bool:
+        """Whether `cleanup.policy` holds compact (compact, or compact,delete)."""
+        policy = self.kept_config("cleanup.policy")
+        return policy is not None and "compact" in policy.split(",")
+
+    @property
+    def deletes(self) -> bool:
+        """Whether `cleanup.policy` holds delete (the default): retention applies."""
+        policy = self.kept_config("cleanup.policy")
+        return policy is None or "delete" in policy.split(",")
 
 
 class ConfigResourceType(enum.IntEnum):
