@@ -9,6 +9,7 @@ against a real object store (a local directory, or moto's S3 server), read back 
   past `delete.retention.ms`, drops the tombstones.
 - A changelog restore, as Kafka Streams does it: the table read from offset 0 is the table the
   producer built.
+- More keys than the map holds are cleaned over several passes to the same end.
 - A swap refused because DeleteRecords moved the log start meanwhile leaves every record as it
   was and the uploaded object an orphan (the coordinator never heard of it).
 """
@@ -29,7 +30,8 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from diskless import SystemClock
-from diskless._types import TopicPartition
+from diskless._types import OffsetSpec, TopicPartition
+from diskless.compaction import MAP_BYTES_MIN
 from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest
 from diskless.kafka_server import KafkaCluster
 from diskless.lifecycle import Cleaner, CleanerConfig
@@ -240,6 +242,11 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         offsets = [row[0] for row in latest]
         assert offsets != list(range(offsets[0], offsets[0] + len(offsets)))  # gaps
         assert not {row[0] for row in aborted} & set(offsets)
+        broker = cluster.live[0].broker
+        found = await broker.list_offsets({TP: 0})  # by time: the first record left
+        assert found[TP].offset == latest[0][0]
+        found = await broker.list_offsets({TP: OffsetSpec.EARLIEST})
+        assert found[TP].offset == 0
         assert (await cleaner.run_once()).cleaned == 0  # nothing dirty: not due
 
         # More updates; past delete.retention.ms (0) the tombstones of the first pass go.
@@ -286,3 +293,42 @@ async def test_a_swap_refused_after_delete_records_leaves_the_data_and_an_orphan
         expected = sorted(row for row in committed if row[0] >= 3)
         for read in (_kafka_python_read, _confluent_read):
             assert await asyncio.to_thread(read, bootstrap, end) == expected, read.__name__
+
+
+async def test_more_keys_than_the_map_holds_are_cleaned_over_several_passes(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A map of Kafka's smallest size (64 entries) and 300 keys: each pass ends where the map
+    filled, the next goes on from there, and the log ends up as its latest values."""
+    async with _running(("memory", "local"), tmp_path, request) as (cluster, store, coordinator):
+        bootstrap = cluster.bootstrap()
+        await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
+        committed = await asyncio.to_thread(_keyed, bootstrap, 300)
+        end = (await _offsets(coordinator))[0]
+        cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0, map_bytes=MAP_BYTES_MIN))
+        passes = 0
+        while (await cleaner.run_once()).cleaned:
+            passes += 1
+            assert passes < 50
+        assert passes >= 5, passes
+        assert await _offsets(coordinator) == (end, end, 0)
+        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
+        assert rows == sorted(_latest(committed).values())
+
+
+def _keyed(bootstrap: str, keys: int) -> list[Row]:
+    committed: list[Row] = []
+
+    def report(error: Any, message: Any) -> None:
+        assert error is None, error
+        committed.append((message.offset(), message.key(), message.value()))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10})
+    for update in range(2):
+        for k in range(keys):
+            key = b"k%d" % k
+            producer.produce(TOPIC, key=key, value=b"u%d" % update, partition=0, on_delivery=report)
+            if k % 20 == 0:
+                producer.poll(0)
+        assert producer.flush(TIMEOUT_S) == 0
+    return committed
