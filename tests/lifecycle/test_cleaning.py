@@ -30,9 +30,9 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from diskless import SystemClock
-from diskless._types import OffsetSpec, TopicPartition
+from diskless._types import IsolationLevel, OffsetSpec, TopicPartition
 from diskless.compaction import MAP_BYTES_MIN
-from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest
+from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest, FindBatchesRequest
 from diskless.kafka_server import KafkaCluster
 from diskless.lifecycle import Cleaner, CleanerConfig
 from diskless.storage import LocalObjectStore, ObjectStore
@@ -217,6 +217,13 @@ async def _offsets(coordinator: BatchCoordinator) -> tuple[int, int, int]:
     return offsets.high_watermark, offsets.last_stable_offset, offsets.log_start_offset
 
 
+async def _aborted_first_offsets(coordinator: BatchCoordinator) -> list[int]:
+    """The first offsets of the aborted transactions a read_committed fetch from 0 is told of."""
+    request = FindBatchesRequest(TP, 0, 1 << 24, IsolationLevel.READ_COMMITTED)
+    (found,) = await coordinator.find_batches([request], 1 << 24)
+    return [first for _, first in found.aborted_transactions]
+
+
 @pytest.mark.parametrize("kind", KINDS, ids=["-".join(k) for k in KINDS])
 async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offsets(
     kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
@@ -248,14 +255,17 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         found = await broker.list_offsets({TP: OffsetSpec.EARLIEST})
         assert found[TP].offset == 0
         assert (await cleaner.run_once()).cleaned == 0  # nothing dirty: not due
+        # Its records are gone; its marker and index entry stay until a pass finds it alone.
+        assert await _aborted_first_offsets(coordinator) == [min(row[0] for row in aborted)]
 
         # More updates; past delete.retention.ms (0) the tombstones of the first pass go.
-        more, _ = await asyncio.to_thread(_produce, bootstrap, 1)
+        more, aborted = await asyncio.to_thread(_produce, bootstrap, 1)
         committed += more
         end = (await _offsets(coordinator))[0]
         run = await cleaner.run_once()
         assert (run.cleaned, run.failures) == (1, 0), run
         table = _table(committed)
+        assert await _aborted_first_offsets(coordinator) == [min(row[0] for row in aborted)]
         for read in (_kafka_python_read, _confluent_read):
             rows = await asyncio.to_thread(read, bootstrap, end)
             assert _restored(rows) == table, read.__name__
