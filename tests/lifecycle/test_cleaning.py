@@ -9,6 +9,7 @@ against a real object store (a local directory, or moto's S3 server), read back 
   past `delete.retention.ms`, drops the tombstones.
 - A changelog restore, as Kafka Streams does it: the table read from offset 0 is the table the
   producer built.
+- A pass stops at the LSO: an open transaction's records wait until it commits.
 - More keys than the map holds are cleaned over several passes to the same end.
 - A swap refused because DeleteRecords moved the log start meanwhile leaves every record as it
   was and the uploaded object an orphan (the coordinator never heard of it).
@@ -342,3 +343,46 @@ def _keyed(bootstrap: str, keys: int) -> list[Row]:
                 producer.poll(0)
         assert producer.flush(TIMEOUT_S) == 0
     return committed
+
+
+async def test_a_pass_stops_at_the_first_open_transaction(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The cleanable range ends at the LSO: an open transaction's records, and everything
+    after its first, wait until it ends."""
+    async with _running(("sqlite", "local"), tmp_path, request) as (cluster, store, coordinator):
+        bootstrap = cluster.bootstrap()
+        await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
+        committed, _ = await asyncio.to_thread(_produce, bootstrap, 0)
+        writer, pending = await asyncio.to_thread(_open_transaction, bootstrap)
+        hwm, lso, start = await _offsets(coordinator)
+        assert lso == min(row[0] for row in pending) < hwm
+        cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
+        assert (await cleaner.run_once()).cleaned == 1
+        assert await _offsets(coordinator) == (hwm, lso, start)
+        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, lso)
+        assert rows == sorted(_latest(committed).values())
+        await asyncio.to_thread(writer.commit_transaction, TIMEOUT_S)
+        end = (await _offsets(coordinator))[0]
+        assert (await cleaner.run_once()).cleaned == 1
+        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
+        assert rows == sorted(_latest(committed + pending).values())
+
+
+def _open_transaction(bootstrap: str) -> tuple[Any, list[Row]]:
+    """A transactional producer whose transaction, over keys already written, stays open."""
+    pending: list[Row] = []
+
+    def report(error: Any, message: Any) -> None:
+        assert error is None, error
+        pending.append((message.offset(), message.key(), message.value()))
+
+    writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "open"})
+    writer.init_transactions(TIMEOUT_S)
+    writer.begin_transaction()
+    for k in (0, 5, 6):
+        writer.produce(
+            TOPIC, key=b"k%d" % k, value=b"open-k%d" % k, partition=0, on_delivery=report
+        )
+    assert writer.flush(TIMEOUT_S) == 0
+    return writer, pending
