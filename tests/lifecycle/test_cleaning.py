@@ -11,6 +11,8 @@ against a real object store (a local directory, or moto's S3 server), read back 
   producer built.
 - A pass stops at the LSO: an open transaction's records wait until it commits.
 - More keys than the map holds are cleaned over several passes to the same end.
+- A swap refused because a consolidation moved the rows meanwhile changes nothing; the next
+  pass cleans the consolidated extent.
 - A swap refused because DeleteRecords moved the log start meanwhile leaves every record as it
   was and the uploaded object an orphan (the coordinator never heard of it).
 """
@@ -35,7 +37,7 @@ from diskless._types import IsolationLevel, OffsetSpec, TopicPartition
 from diskless.compaction import MAP_BYTES_MIN
 from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest, FindBatchesRequest
 from diskless.kafka_server import KafkaCluster
-from diskless.lifecycle import Cleaner, CleanerConfig
+from diskless.lifecycle import Cleaner, CleanerConfig, Consolidator, ConsolidatorConfig
 from diskless.storage import LocalObjectStore, ObjectStore
 from testkit.backends import open_coordinator
 from testkit.cluster import local_cluster, server_config
@@ -386,3 +388,35 @@ def _open_transaction(bootstrap: str) -> tuple[Any, list[Row]]:
         )
     assert writer.flush(TIMEOUT_S) == 0
     return writer, pending
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=["-".join(k) for k in KINDS])
+async def test_a_consolidation_in_between_refuses_the_swap_and_the_next_pass_cleans_its_extent(
+    kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    async with _running(kind, tmp_path, request) as (cluster, store, coordinator):
+        bootstrap = cluster.bootstrap()
+        await asyncio.to_thread(_create, bootstrap)
+        committed, _ = await asyncio.to_thread(_produce, bootstrap, 0)
+        before = await _offsets(coordinator)
+        cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
+        consolidator = Consolidator(store, coordinator, ConsolidatorConfig(age_ms=0))
+        real = coordinator.cleaning_range
+
+        async def read_then_consolidated(*args: Any) -> Any:
+            found = await real(*args)
+            assert (await consolidator.run_once()).extents_committed == 1
+            return found
+
+        coordinator.cleaning_range = read_then_consolidated  # type: ignore[method-assign]
+        run = await cleaner.run_once()
+        assert (run.cleaned, run.swaps_refused) == (0, 1), run
+        coordinator.cleaning_range = real  # type: ignore[method-assign]
+        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, before[0])
+        assert rows == sorted(committed)  # consolidated, not cleaned
+        run = await cleaner.run_once()  # over the consolidated extent
+        assert (run.cleaned, run.swaps_refused, run.failures) == (1, 0, 0), run
+        assert await _offsets(coordinator) == before
+        for read in (_kafka_python_read, _confluent_read):
+            rows = await asyncio.to_thread(read, bootstrap, before[0])
+            assert rows == sorted(_latest(committed).values()), read.__name__
