@@ -263,10 +263,10 @@ class Cleaner(PeriodicService):
         count = sum(1 for info in rows if info.last_offset < outcome.mapped_end)
         if count == 0 or rows[count - 1].last_offset < first_dirty:
             logger.warning(
-                "cleaning: the map of %s fills before offset %d, where a row ends: a larger"
-                " map_bytes is needed",
+                "cleaning: the map of %s fills at offset %d, before the first dirty row ends:"
+                " a larger map_bytes is needed",
                 cleaning.topic_partition,
-                rows[0].last_offset,
+                outcome.mapped_end,
             )
             return None
         upper = rows[count - 1].last_offset + 1
