@@ -10,6 +10,7 @@ from typing import Final, TypeAlias, cast
 from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
+from diskless.compaction import UncleanableBatch, first_unkeyed
 from diskless.coordinator import TopicDescription
 from diskless.records import (
     TRANSACTIONAL_BIT,
@@ -33,8 +34,9 @@ def check_produce(
     allow_zstd: bool = True,
 ) -> Checked:
     """Validate every partition on its own (framing, CRC, every record, size, timestamps at
-    `now_ms`, zstd only if `allow_zstd`), recompressing a batch whose topic stores another codec,
-    then Kafka's one-transactional-producer-per-request rule.
+    `now_ms`, zstd only if `allow_zstd`, a key on every record of a compacted topic),
+    recompressing a batch whose topic stores another codec, then Kafka's
+    one-transactional-producer-per-request rule.
 
     A topic missing from `topics` is unknown, or fails with produce's error for the failure in
     `unavailable` that kept its description from being read.
@@ -70,12 +72,28 @@ def check_produce(
         parsed = parse_produce_payload(data, config.max_message_bytes, rules, allow_zstd=allow_zstd)
         if isinstance(parsed, InvalidBatch):
             results[tp] = ProduceResult(parsed.error, error_message=parsed.message)
+        elif config.compacted and _unkeyed(parsed):
+            results[tp] = ProduceResult(
+                ErrorCode.INVALID_RECORD,
+                error_message=(
+                    f"Compacted topic cannot accept message without key in topic partition {tp}."
+                ),
+            )
         else:
             valid[tp] = parsed
             transactional = transactional or parsed.is_transactional
     if transactional:
         _one_transactional_producer(results, valid)
     return results, valid
+
+
+def _unkeyed(header: BatchHeader) -> bool:
+    """Whether a valid batch holds a record without a key (Kafka's LogValidator refuses the
+    batch on a compacted topic)."""
+    try:
+        return first_unkeyed(header) is not None
+    except UncleanableBatch:
+        return True  # validated already: cannot happen, and would not be cleanable
 
 
 def _one_transactional_producer(

@@ -21,7 +21,7 @@ from diskless.compaction._offset_map import (
     OffsetMap,
     key_hash,
 )
-from diskless.compaction._records import UncleanableBatch
+from diskless.compaction._records import UncleanableBatch, first_unkeyed
 from diskless.compaction._transactions import AbortedRange, LastRecord, last_records_of
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "UncleanableBatch",
     "build_offset_map",
     "clean",
+    "first_unkeyed",
     "key_hash",
     "last_records_of",
 ]

@@ -166,6 +166,16 @@ def records_of(header: BatchHeader, section: bytes | memoryview) -> Iterator[Rec
         raise UncleanableBatch(f"batch at {header.base_offset}: bytes after its records")
 
 
+def first_unkeyed(header: BatchHeader) -> int | None:
+    """The index of the batch's first record without a key, None when every record has one
+    (what a compacted topic requires of a produced batch, as Kafka's LogValidator does); a
+    batch whose records do not decode raises `UncleanableBatch`."""
+    for index, record in enumerate(records_of(header, records_section(header))):
+        if record.key is None:
+            return index
+    return None
+
+
 def control_type(header: BatchHeader) -> int | None:
     """The marker type (0 abort, 1 commit) of a control batch; None when it has no record."""
     for record in records_of(header, records_section(header)):

@@ -37,8 +37,11 @@ from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
     CONFIG_VERSION_COUNTER,
+    AbortedEntry,
     BatchInfo,
     BrokerRegistration,
+    CleanedSwap,
+    CleaningRange,
     CommitBatch,
     CommitBatchResult,
     CommitFileResult,
@@ -129,6 +132,10 @@ __all__ = [
     "ExtentSwap",
     "ExtentSwapResult",
     "MetadataStats",
+    # compaction
+    "AbortedEntry",
+    "CleanedSwap",
+    "CleaningRange",
     "FetchBudget",
     # ACLs (Kafka's authorizer bindings)
     "AclBinding",

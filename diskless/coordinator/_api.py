@@ -33,6 +33,8 @@ from diskless.coordinator._rules.acls import (
 from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._values import (
     BrokerRegistration,
+    CleanedSwap,
+    CleaningRange,
     CommitBatch,
     CommitFileResult,
     ConfigResourceType,
@@ -557,6 +559,17 @@ class BatchCoordinator(abc.ABC):
         candidate's, or when the key could not be committed by `commit_file` (stale, condemned,
         already known): the object is then an orphan for the file manager to reclaim.
         """
+
+    # --- compaction -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def cleaning_range(self, tp: TopicPartition, bytes_max: int) -> CleaningRange | None:
+        """A compacted partition's rows from its first up to the HWM, cut at `bytes_max`."""
+
+    @abc.abstractmethod
+    async def commit_cleaned(self, swap: CleanedSwap) -> ExtentSwapResult:
+        """Replace the leading `swap.rows` rows by one extent over their offsets, and their
+        aborted-index entries by `swap.aborted_kept`, atomically; offsets, HWM, LSO and log
+        start stay. Refused, with no change, as `commit_extent` is, and when the log start moved."""
 
     @abc.abstractmethod
     async def metadata_stats(self) -> MetadataStats: ...

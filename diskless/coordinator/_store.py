@@ -286,6 +286,7 @@ class Operation(enum.Enum):
     CONDEMN_OBJECTS = "condemn_objects"
     FORGET_FILES = "forget_files"
     COMMIT_EXTENT = "commit_extent"
+    COMMIT_CLEANED = "commit_cleaned"
     CLAIM_GROUP = "claim_group"
     STORE_GROUP_GENERATION = "store_group_generation"
     STORE_GROUP_STATE = "store_group_state"

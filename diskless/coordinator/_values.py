@@ -73,9 +73,30 @@ class TopicConfig(msgspec.Struct, frozen=True, gc=False):
         return 0
 
     inapplicable_configs: tuple[tuple[str, str], ...] = ()
-    """Kafka topic configs given at creation that mean nothing to a diskless topic
-    (`min.insync.replicas`, `segment.bytes`, ...), as (name, value) sorted by name: kept, never
-    applied, so that the topic is described as it was asked for."""
+    """Kafka topic configs kept by name, as (name, value) sorted by name: those that mean
+    nothing to a diskless topic (`min.insync.replicas`, `segment.bytes`, ...), never applied,
+    so that the topic is described as it was asked for; and the log cleaner's
+    (`cleanup.policy`, `min.cleanable.dirty.ratio`, ...), checked when given and read through
+    `kept_config` by the cleaner and `compacted` by the produce path."""
+
+    def kept_config(self, name: str) -> str | None:
+        """The value of a config kept by name, None when the topic has none."""
+        for kept, value in self.inapplicable_configs:
+            if kept == name:
+                return value
+        return None
+
+    @property
+    def compacted(self) -> bool:
+        """Whether `cleanup.policy` holds compact (compact, or compact,delete)."""
+        policy = self.kept_config("cleanup.policy")
+        return policy is not None and "compact" in policy.split(",")
+
+    @property
+    def deletes(self) -> bool:
+        """Whether `cleanup.policy` holds delete (the default): retention applies."""
+        policy = self.kept_config("cleanup.policy")
+        return policy is None or "delete" in policy.split(",")
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -374,6 +395,56 @@ class ExtentSwapResult(msgspec.Struct, frozen=True):
     reason: str = ""
     """Why not: the range changed (retention, DeleteRecords, topic deletion, another
     consolidator), or the object key may not be committed (as for `commit_file`)."""
+
+
+class AbortedEntry(msgspec.Struct, frozen=True, gc=False):
+    """An entry of a partition's aborted-transaction index, as the cleaner reads and rewrites
+    it (Kafka's AbortedTxn): the transaction's first offset and its ABORT marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class CleaningRange(msgspec.Struct, frozen=True):
+    """A compacted partition's log as the cleaner reads it (`BatchCoordinator.cleaning_range`).
+
+    `batches` are the partition's rows from the first (the log start's) up to the high
+    watermark, extents included, as stored; the cleaner replaces a leading run of them with
+    `commit_cleaned`."""
+
+    topic_partition: TopicPartition
+    partition_key: int
+    config: TopicConfig
+    """The topic's config, its kept configs included (the cleaner's settings)."""
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    batches: list[BatchInfo]
+    aborted: list[AbortedEntry]
+    """The aborted index over the rows, by marker offset."""
+    last_records: dict[int, tuple[int | None, int]]
+    """Each active producer's last entry: (its last data offset, None when it has none at its
+    epoch; its epoch), from the producer state (Kafka's `LastRecord`)."""
+
+
+class CleanedSwap(msgspec.Struct, frozen=True):
+    """A cleaned object, uploaded, that is to replace a leading run of a `CleaningRange`'s rows."""
+
+    cleaning: CleaningRange
+    rows: int
+    """How many of `cleaning.batches` it replaces (from the first)."""
+    object_key: str
+    object_size: int
+    size: int
+    """The bytes of its batches (from byte 0), as served."""
+    index: ExtentIndex
+    max_timestamp: int
+    """The largest timestamp of the batches it keeps (-1 for none)."""
+    aborted_kept: list[AbortedEntry]
+    """The aborted index's entries within the replaced rows that stay (the cleaner's
+    `CleanStats.aborted_kept`); the others whose marker lies within them go."""
 
 
 class MetadataStats(msgspec.Struct, frozen=True):

@@ -1,8 +1,10 @@
-"""Object lifecycle: orphan reconciliation, safe deletion, retention scheduling and
-consolidation."""
+"""Object lifecycle: orphan reconciliation, safe deletion, retention scheduling, consolidation
+and the cleaning of compacted topics."""
 
 from diskless.coordinator import FileState
+from diskless.lifecycle._cleaner import Cleaner, CleanerSettings, cleaner_settings
 from diskless.lifecycle._config import (
+    CleanerConfig,
     ConsolidatorConfig,
     FileManagerConfig,
     RetentionSchedulerConfig,
@@ -12,6 +14,7 @@ from diskless.lifecycle._consolidator import Consolidator
 from diskless.lifecycle._file_manager import FileManager
 from diskless.lifecycle._retention import RetentionScheduler
 from diskless.lifecycle._stats import (
+    CleaningRun,
     ConsolidationRun,
     ConsolidatorStats,
     CycleReport,
@@ -38,4 +41,10 @@ __all__ = [
     "Consolidator",
     "ConsolidatorConfig",
     "ConsolidatorStats",
+    # compaction
+    "Cleaner",
+    "CleanerConfig",
+    "CleanerSettings",
+    "CleaningRun",
+    "cleaner_settings",
 ]

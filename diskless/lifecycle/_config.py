@@ -54,6 +54,7 @@ from __future__ import annotations
 import msgspec
 
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX
+from diskless.compaction import MAP_BYTES_MAX, MAP_BYTES_MIN
 from diskless.storage import DELETE_KEYS_MAX, LIST_PAGE_LIMIT_MAX
 
 ORPHAN_GRACE_MS_MIN = 1_000  # below this no upload + commit could ever be safe
@@ -255,6 +256,42 @@ class ConsolidatorConfig(msgspec.Struct, frozen=True, kw_only=True):
         _check_between(
             "candidates_per_run_max", self.candidates_per_run_max, 1, CANDIDATES_PER_RUN_MAX
         )
+        _check_between("index_interval_bytes", self.index_interval_bytes, 1, 1 << 30)
+        _check_between("cache_block_bytes", self.cache_block_bytes, 1, 1 << 30)
+        if self.cache_bytes_max < self.cache_block_bytes:
+            raise ValueError("cache_bytes_max must hold one cache_block_bytes")
+
+
+class CleanerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What a cleaner reads and keeps per pass, and where its objects go (as consolidation's)."""
+
+    prefix: str = DEFAULT_OBJECT_PREFIX
+    """Cleaned objects are named like WAL objects, so that one whose swap never happened is
+    reclaimed as an orphan."""
+    node_id: int = 0
+    period_ms: int = 60_000
+    age_ms: int = 600_000
+    """The consolidation age: a record younger than this (or than its topic's
+    `min.compaction.lag.ms`, whichever is longer) is not cleaned, as Kafka's active segment is
+    not; it plays the part of `segment.ms`."""
+    range_bytes_max: int = 256 * 1024 * 1024
+    """The rows one pass reads (from the log's start) and rewrites into one object."""
+    map_bytes: int = 16 * 1024 * 1024
+    """The key-to-offset map of a pass (Kafka's `log.cleaner.dedupe.buffer.size`): a dirty
+    range with more distinct keys than fit is cleaned over several passes."""
+    index_interval_bytes: int = 32 * 1024
+    cache_bytes_max: int = 64 * 1024 * 1024
+    cache_block_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not self.prefix.endswith("/"):
+            raise ValueError(f"prefix must end with '/', got {self.prefix!r}")
+        if self.period_ms < PERIOD_MS_MIN:
+            raise ValueError(f"period_ms must be >= {PERIOD_MS_MIN}, got {self.period_ms}")
+        if self.age_ms < 0 or self.node_id < 0:
+            raise ValueError("age_ms and node_id must be >= 0")
+        _check_between("range_bytes_max", self.range_bytes_max, 1, CONSOLIDATED_OBJECT_BYTES_MAX)
+        _check_between("map_bytes", self.map_bytes, MAP_BYTES_MIN, MAP_BYTES_MAX)
         _check_between("index_interval_bytes", self.index_interval_bytes, 1, 1 << 30)
         _check_between("cache_block_bytes", self.cache_block_bytes, 1, 1 << 30)
         if self.cache_bytes_max < self.cache_block_bytes:

@@ -100,3 +100,19 @@ class ConsolidatorStats(msgspec.Struct, frozen=True, kw_only=True):
     bytes_moved: int = 0
     objects_uploaded: int = 0
     bytes_uploaded: int = 0
+
+
+class CleaningRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What one `Cleaner.run_once` did."""
+
+    partitions: int
+    """Partitions of compacted topics looked at."""
+    cleaned: int
+    """Passes whose swap committed."""
+    swaps_refused: int
+    """Objects uploaded whose swap the coordinator refused: orphans for the file manager."""
+    failures: int
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_kept: int

@@ -4,7 +4,9 @@ its index footer and a walk over batch headers.
 A fetch expands the extents of its answer into their batches (with the bytes, already as served)
 so that the fetch budgets can be applied exactly; ListOffsets finds the record that answers inside
 an extent. Every batch walked is checked as a stored batch is: it frames, its CRC holds, and its
-offsets follow the previous batch's within the extent.
+offsets lie past the previous batch's within the extent (right after it, but for a cleaned
+extent's gaps: the offsets of the records the cleaner removed), its last batch ending at the
+extent's last offset.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ class _Walk:
         header = _frame(head, where)
         if self.position + header.size > self._end:
             raise CorruptBatch(f"{where}: a batch of {header.size} bytes crosses the extent's end")
-        if header.base_offset != self._next_offset or header.last_offset > info.last_offset:
+        if header.base_offset < self._next_offset or header.last_offset > info.last_offset:
             raise CorruptBatch(
                 f"{where}: batch [{header.base_offset}, {header.last_offset}] where offset "
                 f"{self._next_offset} was due (extent ends at {info.last_offset})"

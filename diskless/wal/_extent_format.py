@@ -92,10 +92,13 @@ def encode_extent(
     topic_partition: TopicPartition,
     batches: Iterable[bytes | bytearray | memoryview],
     index_interval_bytes: int = INDEX_INTERVAL_BYTES_DEFAULT,
+    *,
+    gaps: bool = False,
 ) -> tuple[bytes, int]:
-    """The object holding `batches` (as served, consecutive offsets), and where its footer
-    starts. Raises ExtentFormatError when a batch does not frame or offsets are not
-    consecutive: an object the read path would refuse must never be uploaded."""
+    """The object holding `batches` (as served, consecutive offsets; with `gaps`, a cleaned
+    partition's, increasing offsets), and where its footer starts. Raises ExtentFormatError
+    when a batch does not frame or offsets are not as said: an object the read path would
+    refuse must never be uploaded."""
     assert index_interval_bytes > 0, index_interval_bytes
     body = bytearray()
     entries: list[ExtentIndexEntry] = []
@@ -108,7 +111,9 @@ def encode_extent(
             raise ExtentFormatError(f"batch at {len(body)}: {header.message}")
         if header.size != len(batch):
             raise ExtentFormatError(f"batch at {len(body)} holds {header.size} of {len(batch)}")
-        if next_offset is not None and header.base_offset != next_offset:
+        if next_offset is not None and (
+            header.base_offset < next_offset if gaps else header.base_offset != next_offset
+        ):
             raise ExtentFormatError(f"batch at offset {header.base_offset}, {next_offset} next")
         if len(body) - last_indexed >= index_interval_bytes:
             entries.append(ExtentIndexEntry(header.base_offset, len(body), max_timestamp))

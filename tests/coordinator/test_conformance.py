@@ -487,6 +487,25 @@ async def test_retention_by_size(coordinator: BatchCoordinator) -> None:
     assert (await coordinator.enforce_retention()).batches_deleted == 0
 
 
+async def test_retention_leaves_a_compact_only_topic_to_the_cleaner(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """Kafka: retention.ms and retention.bytes apply when cleanup.policy holds delete."""
+    for name, policy in (("compact", "compact"), ("both", "compact,delete")):
+        config = TopicConfig(
+            retention_ms=1000,
+            retention_bytes=10,
+            inapplicable_configs=(("cleanup.policy", policy),),
+        )
+        await coordinator.create_topic(name, 1, config)
+        await Committer(coordinator).commit(
+            [batch(TopicPartition(name, 0), ts=clock.now_ms() - 5000, size=10) for _ in range(3)]
+        )
+    assert (await coordinator.enforce_retention()).batches_deleted == 3
+    assert (await fetch(coordinator, 0, tp=TopicPartition("compact", 0))).log_start_offset == 0
+    assert (await fetch(coordinator, 3, tp=TopicPartition("both", 0))).log_start_offset == 3
+
+
 async def test_retention_ignores_unlimited_topics(c: Committer, clock: ManualClock) -> None:
     await c.commit([batch(TP, ts=0) for _ in range(3)])
     await clock.advance(10**6)

@@ -34,7 +34,7 @@ def _confluent_admin_session(bootstrap: str) -> dict[str, object]:
     created = admin.create_topics(
         [
             NewTopic("configured", num_partitions=2, replication_factor=1, config=CONFIGS),
-            NewTopic("odd", num_partitions=1, config={"cleanup.policy": "compact"}),
+            NewTopic("odd", num_partitions=1, config={"cleanup.policy": "shrink"}),
             NewTopic("bad name!", num_partitions=1),
             NewTopic("dry", num_partitions=1),
         ],

@@ -141,6 +141,18 @@ def _topic_session(bootstrap: str) -> dict[str, Any]:
     seen["unknown"] = _alter(admin, "topic", "altered", _op("no.such.config", SET, "1"))
     seen["bad"] = _alter(admin, "topic", "altered", _op("retention.ms", SET, "soon"))
     seen["compact"] = _alter(admin, "topic", "altered", _op("cleanup.policy", SET, "compact"))
+    seen["both"] = _alter(admin, "topic", "altered", _op("cleanup.policy", APPEND, "delete"))
+    seen["policy"] = _described(admin, "topic", "altered")["cleanup.policy"].value
+    seen["no_policy"] = _alter(admin, "topic", "altered", _op("cleanup.policy", SET, "shrink"))
+    seen["lag"] = _alter(admin, "topic", "altered", _op("max.compaction.lag.ms", SET, "0"))
+    seen["lags"] = _alter(
+        admin,
+        "topic",
+        "altered",
+        _op("min.compaction.lag.ms", SET, "5000"),
+        _op("max.compaction.lag.ms", SET, "4000"),
+    )
+    seen["ratio"] = _alter(admin, "topic", "altered", _op("min.cleanable.dirty.ratio", SET, "1.5"))
     seen["nowhere"] = _alter(admin, "topic", "nowhere", _op("retention.ms", SET, "1"))
     seen["dry"] = _alter(admin, "topic", "altered", _op("retention.ms", SET, "1"), dry=True)
     seen["after_dry"] = _described(admin, "topic", "altered")["retention.ms"].value
@@ -179,7 +191,14 @@ async def test_topic_configs_change_as_kafka_changes_them(cluster: KafkaCluster)
     assert seen["append_long"] == KafkaError.INVALID_CONFIG
     assert seen["unknown"] == KafkaError.INVALID_CONFIG
     assert seen["bad"] == KafkaError.INVALID_CONFIG
-    assert seen["compact"] == KafkaError.INVALID_CONFIG
+    assert (seen["compact"], seen["both"], seen["policy"]) == (0, 0, "compact,delete")
+    assert (
+        seen["no_policy"]
+        == seen["lag"]
+        == seen["lags"]
+        == seen["ratio"]
+        == (KafkaError.INVALID_CONFIG)
+    )
     assert seen["nowhere"] == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert (seen["dry"], seen["after_dry"]) == (0, WEEK_MS)
     assert seen["replace"] == 0

@@ -3,6 +3,7 @@
 - A topic's own configs (`dynamic_topic_configs`), read back through the rule that parses them
   at creation (`parse_topic_config`), give the topic's config again: an incremental change that
   sets nothing changes nothing, whatever the topic was created with.
+- The cleaner's topic configs are checked within Kafka's bounds.
 - Group configs are checked as Kafka's `GroupConfig.validate` checks them: names, types, the
   broker's bounds and each session timeout above its heartbeat interval, with the defaults
   filling in; the effective configs are the group's own over the defaults, also as a
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +25,7 @@ from diskless.kafka_server._coordination.group_configs import (
 )
 from diskless.kafka_server._handlers._topic_configs import (
     KAFKA_DEFAULTS,
+    InvalidConfig,
     dynamic_topic_configs,
     parse_topic_config,
 )
@@ -36,6 +39,11 @@ _VALUES = {
     "compression.gzip.level": st.integers(1, 9).map(str),
     "segment.bytes": st.integers(1, 10**9).map(str),
     "min.insync.replicas": st.integers(1, 3).map(str),
+    "cleanup.policy": st.sampled_from(["delete", "compact", "compact,delete", "delete,compact"]),
+    "min.cleanable.dirty.ratio": st.sampled_from(["0", "0.25", "1"]),
+    "delete.retention.ms": st.integers(0, 10**12).map(str),
+    "max.compaction.lag.ms": st.integers(10**9, 10**12).map(str),
+    "min.compaction.lag.ms": st.integers(0, 10**9).map(str),
 }
 
 
@@ -45,6 +53,35 @@ def test_a_topics_own_configs_parse_back_to_its_config(configs: dict[str, str]) 
     own = dynamic_topic_configs(config, KAFKA_DEFAULTS)
     assert parse_topic_config(own.items(), KAFKA_DEFAULTS) == config
     assert set(own) <= set(configs)
+
+
+def test_the_cleaners_configs_are_checked_within_kafkas_bounds() -> None:
+    """Kafka's `LogConfig`: the policies, a ratio in [0, 1], lags of at least 0 (the maximum
+    at least 1) and the minimum lag not above the maximum."""
+    config = parse_topic_config([("cleanup.policy", "delete, compact")], KAFKA_DEFAULTS)
+    assert config.kept_config("cleanup.policy") == "compact,delete"
+    assert config.compacted and config.deletes
+    assert not parse_topic_config([], KAFKA_DEFAULTS).compacted
+    compact = parse_topic_config([("cleanup.policy", "compact")], KAFKA_DEFAULTS)
+    assert compact.compacted and not compact.deletes
+    for name, value in [
+        ("cleanup.policy", "shrink"),
+        ("cleanup.policy", "compact,compact"),
+        ("cleanup.policy", ""),
+        ("min.cleanable.dirty.ratio", "1.01"),
+        ("min.cleanable.dirty.ratio", "-0.1"),
+        ("min.cleanable.dirty.ratio", "half"),
+        ("min.compaction.lag.ms", "-1"),
+        ("max.compaction.lag.ms", "0"),
+        ("delete.retention.ms", "-1"),
+        ("delete.retention.ms", str(1 << 63)),
+    ]:
+        with pytest.raises(InvalidConfig, match=f"invalid value .* for config '{name}'"):
+            parse_topic_config([(name, value)], KAFKA_DEFAULTS)
+    lags = [("min.compaction.lag.ms", "10"), ("max.compaction.lag.ms", "9")]
+    conflict = r"min\.compaction\.lag\.ms .* > max\.compaction\.lag\.ms"
+    with pytest.raises(InvalidConfig, match=conflict):
+        parse_topic_config(lags, KAFKA_DEFAULTS)
 
 
 def test_group_configs_are_checked_as_kafka_checks_them() -> None:

@@ -3,6 +3,8 @@
 - zstd needs Produce v7 or later: below, Kafka answers UNSUPPORTED_COMPRESSION_TYPE (76) for the
   zstd partition alone, and the request's other partitions are stored. Real clients that
   compress with zstd negotiate v7 or later, and their batches are stored.
+- A compacted topic refuses a batch holding a record without a key (INVALID_RECORD) for its
+  partition alone, as Kafka's LogValidator does, through the wire and confluent-kafka.
 - A batch whose maxTimestamp is -1 (Sarama before 2025) or larger than its records' is stored
   with its largest record timestamp, as Kafka's LogValidator stores it: Fetch reads it back with
   a valid CRC, and ListOffsets finds its records by MAX_TIMESTAMP (-3) and by time.
@@ -19,11 +21,13 @@ import warnings
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode as WireError
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.static.primitive import i8, i32, i64
 
 from diskless.clock import SystemClock
+from diskless.coordinator import TopicConfig
 from diskless.kafka_server import KafkaCluster
 from testkit.clients import confluent_consume, confluent_produce, value
 from testkit.oracle import MAX_TIMESTAMP_AT, build_batch, patch
@@ -180,3 +184,46 @@ async def test_a_wrong_max_timestamp_is_stored_fixed(
         assert await _offset_for(client, "m", now - 9_000) == (-1, -1)
     finally:
         await client.close()
+
+
+COMPACTED = TopicConfig(inapplicable_configs=(("cleanup.policy", "compact"),))
+
+
+async def test_a_record_without_a_key_fails_its_partition_of_a_compacted_topic(
+    cluster: KafkaCluster,
+) -> None:
+    """Kafka's LogValidator: a compacted topic refuses a batch holding a record without a key
+    (INVALID_RECORD); the request's other partitions, keyed, are stored."""
+    await cluster.create_topic("table", 2, COMPACTED)
+    client = await WireClient.connect(cluster.servers[0])
+    try:
+        keyed = build_batch([(NOW, b"k", b"v", []), (NOW, b"j", None, [])], compression=GZIP)
+        unkeyed = build_batch([(NOW, b"k", b"v", []), (NOW, None, b"v", [])])
+        response = await client.request(_produce(11, "table", {0: keyed, 1: unkeyed}))
+        [topic] = response.responses
+        answers = {p.index: (p.error_code, p.error_message) for p in topic.partition_responses}
+        assert answers[0] == (WireError.none, None)
+        assert answers[1][0] == WireError.invalid_record
+        assert answers[1][1] == (
+            "Compacted topic cannot accept message without key in topic partition table-1."
+        )
+        fetched = await fetch_partitions(client, "table", 2)
+        assert fetched[0][0] == 2 and fetched[1] == (0, b"")
+    finally:
+        await client.close()
+    delivered = await asyncio.to_thread(_confluent_keys, cluster.bootstrap(), "table")
+    assert delivered == {b"key": None, None: KafkaError.INVALID_RECORD}
+
+
+def _confluent_keys(bootstrap: str, topic: str) -> dict[bytes | None, int | None]:
+    """confluent-kafka's delivery reports of a keyed and an unkeyed record."""
+    producer = Producer({"bootstrap.servers": bootstrap, "retries": 0})
+    reports: dict[bytes | None, int | None] = {}
+
+    def report(error: Any, message: Any) -> None:
+        reports[message.key()] = None if error is None else error.code()
+
+    producer.produce(topic, key=b"key", value=b"v", partition=0, on_delivery=report)
+    producer.produce(topic, value=b"v", partition=1, on_delivery=report)
+    assert producer.flush(60) == 0
+    return reports

@@ -79,6 +79,22 @@ def test_offsets_must_be_consecutive_and_batches_whole() -> None:
         encode_extent(TP, [])
 
 
+def test_a_cleaned_extent_may_have_gaps_but_offsets_only_increase() -> None:
+    batches = _batches(4, seed=3)
+    data, footer_at = encode_extent(TP, [batches[1], batches[3]], gaps=True)
+    assert data[:footer_at] == batches[1] + batches[3]
+    footer = decode_extent_footer(data[footer_at:])
+    headers = split_batches(data[:footer_at])
+    assert not isinstance(headers, tuple)
+    assert (footer.base_offset, footer.last_offset) == (
+        headers[0].base_offset,
+        headers[-1].last_offset,
+    )
+    for wrong in ([batches[3], batches[1]], [batches[1], batches[1]]):
+        with pytest.raises(ExtentFormatError, match="offset"):
+            encode_extent(TP, wrong, gaps=True)
+
+
 @pytest.mark.parametrize(
     ("where", "match"),
     [(-1, "magic"), (-7, "version"), (-11, "CRC"), (-16, "footer length"), (0, "CRC")],

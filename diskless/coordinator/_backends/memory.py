@@ -295,8 +295,8 @@ class MemoryStore(StoreStep, MemoryReads):
             partition = by_key[key]
             del partition.ongoing[first]
             partition.refresh_lso()
-        for key, entry_aborted in changes.aborted:
-            by_key[key].aborted.append(entry_aborted)
+        for key, entry_aborted in changes.aborted:  # in marker order (a cleaning's go back)
+            bisect.insort(by_key[key].aborted, entry_aborted, key=marker_offset)
         self._txns.update(changes.txns)
         for (group_id, tp), committed in changes.group_offsets.items():
             self._group_offsets.setdefault(group_id, {})[tp] = committed

@@ -86,13 +86,22 @@ class Log:
         return bisect.bisect_left(self.rows, True, lo=self.head, key=_is_row)
 
     def swap(self, extent: StoredBatch) -> None:
-        """Replace the rows within the extent's offsets (right after the extents) by it."""
+        """Replace the rows within the extent's offsets (right after the extents) by it; an
+        extent whose rows are gone goes first."""
+        rows = self.rows
+        if self.head == len(rows) or rows[self.head].base_offset > extent.last_offset:
+            rows.insert(self.head, extent)  # a cleaned extent: its rows were trimmed just now
+            self._requeue()
+            return
         start = self.consolidated()
         end = bisect.bisect_right(self.rows, extent.last_offset, lo=start, key=_base_offset)
-        rows = self.rows
         assert rows[start].base_offset == extent.base_offset, (rows[start], extent)
         assert rows[end - 1].last_offset == extent.last_offset, (rows[end - 1], extent)
         rows[start:end] = [extent]
+        self._requeue()
+
+    def _requeue(self) -> None:
+        rows = self.rows
         self.max_queue.clear()
         for i in range(self.head, len(rows)):
             self._enqueue(rows[i])

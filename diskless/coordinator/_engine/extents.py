@@ -1,4 +1,5 @@
-"""The engine's consolidation: offering runs of batch rows, and swapping them for an extent.
+"""The engine's consolidation and compaction: offering runs of batch rows, and swapping them
+for an extent (consolidation's copy, or the cleaner's cleaned object over the same offsets).
 
 The swap is one atomic step that re-reads the rows it replaces, so that retention,
 DeleteRecords, topic deletion or another consolidator acting in between makes it a refusal
@@ -12,13 +13,18 @@ from collections import Counter
 from msgspec.structs import replace
 
 from diskless._object_keys import commit_too_late
+from diskless._types import TopicPartition
 from diskless.coordinator._engine.files import FileOperations
+from diskless.coordinator._rules import cleaning as cleaning_rules
 from diskless.coordinator._rules import extents
 from diskless.coordinator._rules.checks import object_key_taken
 from diskless.coordinator._rules.files import committed_file
-from diskless.coordinator._rules.rows import PartitionState, StoredBatch
+from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
 from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreStep
 from diskless.coordinator._values import (
+    AbortedEntry,
+    CleanedSwap,
+    CleaningRange,
     ConsolidationCandidate,
     ExtentSwap,
     ExtentSwapResult,
@@ -94,6 +100,103 @@ class ConsolidationOperations(FileOperations):
             return ExtentSwapResult(True)
 
         return await self._write(Operation.COMMIT_EXTENT, commit)
+
+    async def cleaning_range(self, tp: TopicPartition, bytes_max: int) -> CleaningRange | None:
+        async def read(view: ReadView) -> CleaningRange | None:
+            state = await view.partition(tp)
+            topics = await view.topics([tp.topic])
+            if state is None or not topics:
+                return None
+            rows: list[StoredBatch] = []
+            size = 0
+            async for row in view.batches_from(state, state.log_start_offset):
+                if row.base_offset >= state.high_watermark or (
+                    rows and size + row.size > bytes_max
+                ):
+                    break
+                rows.append(row)
+                size += row.size
+            aborted: list[AbortedEntry] = []
+            if rows:
+                async for entry in view.aborted_from(state, rows[0].base_offset):
+                    if entry.first_offset <= rows[-1].last_offset:
+                        aborted.append(AbortedEntry(*entry))
+            now = self._clock.now_ms()
+            last_records: dict[int, tuple[int | None, int]] = {}
+            for producer in await view.producers_of(state.key):
+                if self._live(producer, now) is not None:
+                    last = producer.batches[-1].last_offset if producer.batches else None
+                    last_records[producer.producer_id] = (last, producer.producer_epoch)
+            timestamp_type = state.config.timestamp_type
+            return CleaningRange(
+                tp,
+                state.key,
+                topics[0].config,
+                state.log_start_offset,
+                state.high_watermark,
+                state.last_stable_offset,
+                [row.to_info(timestamp_type) for row in rows],
+                aborted,
+                last_records,
+            )
+
+        return await self._read(read)
+
+    async def commit_cleaned(self, swap: CleanedSwap) -> ExtentSwapResult:
+        cleaning = swap.cleaning
+        if not 0 < swap.rows <= len(cleaning.batches):
+            raise ValueError(f"a cleaned swap replaces 1..{len(cleaning.batches)} rows")
+        tp = cleaning.topic_partition
+        replaced = cleaning.batches[: swap.rows]
+        end = replaced[-1].last_offset + 1
+
+        async def commit(db: StoreStep) -> ExtentSwapResult:
+            now = self._clock.now_ms()
+            snapshot = await db.load(Needs(partitions=(tp,), files=(swap.object_key,)))
+            existing = snapshot.files.get(swap.object_key)
+            conflict = object_key_taken(
+                swap.object_key, None if existing is None else existing.state
+            ) or commit_too_late(
+                swap.object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
+            )
+            if conflict is not None:
+                return ExtentSwapResult(False, conflict)
+            state = snapshot.partitions.get(tp)
+            rows: list[StoredBatch] = []
+            if state is not None:
+                wanted = {state.key: (replaced[0].base_offset, len(replaced))}
+                rows = list((await db.load(Needs(batches=wanted))).batches.get(state.key, []))
+            refusal = cleaning_rules.cleaned_refusal(state, cleaning, replaced, rows)
+            if refusal is not None:
+                return ExtentSwapResult(False, refusal)
+            assert state is not None
+            rows = rows[: len(replaced)]
+            extent = cleaning_rules.cleaned_extent(rows, swap)
+            released = Counter(row.object_key for row in rows if row.object_key)
+            files = await self._released_files(db, released, now)
+            files[swap.object_key] = committed_file(swap.object_size, 1, now)
+            moved = sum(row.size for row in rows)
+            new_state = replace(state, size_bytes=state.size_bytes - moved + extent.size)
+            kept = [
+                (
+                    state.key,
+                    AbortedTxn(e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset),
+                )
+                for e in swap.aborted_kept
+                if e.last_offset < end
+            ]
+            await db.apply(
+                Changes(
+                    files=files,
+                    trims={state.key: end},
+                    extents=[extent],
+                    partitions=[new_state],
+                    aborted=kept,
+                )
+            )
+            return ExtentSwapResult(True)
+
+        return await self._write(Operation.COMMIT_CLEANED, commit)
 
     async def metadata_stats(self) -> MetadataStats:
         return await self._read(lambda view: view.metadata_stats())

@@ -81,7 +81,13 @@ class RetentionOperations(FileOperations):
             more = False
             trimmed: dict[int, PartitionState] = {}
             refs: dict[int, BatchRefs] = {}
-            for state in (await db.load(Needs(retained_partitions=True))).retained_partitions:
+            retained = (await db.load(Needs(retained_partitions=True))).retained_partitions
+            names = {state.topic_partition.topic for state in retained}
+            topics = (await db.load(Needs(topics=names))).topics if names else {}
+            for state in retained:
+                topic = topics.get(state.topic_partition.topic)
+                if topic is not None and not topic.config.deletes:
+                    continue  # cleanup.policy=compact: cleaned, never deleted by time or size
                 scan = RetentionScan(state, now, budget)
                 offset = state.log_start_offset
                 while not scan.done:

@@ -18,6 +18,11 @@ creation is taken as Kafka takes it:
   provisioning tool reading a topic back finds what it asked for.
   KIP-1150's `diskless.enable` is accepted when true (every topic here is diskless) and
   refused when false.
+- `COMPACTION`, the log cleaner's (`cleanup.policy`, `min.cleanable.dirty.ratio`,
+  `min.compaction.lag.ms`, `max.compaction.lag.ms`, `delete.retention.ms`): checked against
+  Kafka's bounds and kept by name with the inapplicable ones, where the lifecycle's cleaner and
+  the produce path read them (`TopicConfig.compacted`, `TopicConfig.kept_config`); alterable,
+  listed at Kafka's defaults when unset.
 - `FIXED`, settings a diskless topic cannot change: asking for their one value is accepted.
 Any other name is refused with INVALID_CONFIG and a message naming it, as Kafka refuses an
 unknown config.
@@ -196,19 +201,54 @@ NOT_APPLICABLE: Final = {
     "preallocate": ("false", ConfigType.BOOLEAN),
     "local.retention.ms": ("-2", ConfigType.LONG),
     "local.retention.bytes": ("-2", ConfigType.LONG),
-    "delete.retention.ms": ("86400000", ConfigType.LONG),
-    "min.compaction.lag.ms": ("0", ConfigType.LONG),
-    "max.compaction.lag.ms": ("9223372036854775807", ConfigType.LONG),
-    "min.cleanable.dirty.ratio": ("0.5", ConfigType.DOUBLE),
     DISKLESS_ENABLE: ("true", ConfigType.BOOLEAN),
 }
 """Kafka's topic configs that mean nothing to a diskless topic (replication, the local log's
-segments, flushes and index, the compaction tunables of a topic that is never compacted) ->
-Kafka's default and type; values are checked against the type."""
+segments, flushes and index) -> Kafka's default and type; values are checked against the type.
+`segment.ms` and `segment.bytes` among them: a diskless partition has no active segment, and
+the part they play for the cleaner (how long records stay uncleanable) is the lifecycle's
+consolidation age."""
 
-FIXED: Final = (
-    ConfigEntry("cleanup.policy", "delete", ConfigType.STRING, ConfigSource.DEFAULT_CONFIG, True),
-)
+_LONG_MAX: Final = (1 << 63) - 1
+_POLICIES: Final = frozenset({"delete", "compact"})
+
+
+def _cleanup_policy(text: str) -> str:
+    policies = [part.strip() for part in text.split(",")]
+    if not policies or not set(policies) <= _POLICIES or len(set(policies)) != len(policies):
+        raise ValueError("must be delete, compact or compact,delete")
+    return ",".join(sorted(policies))
+
+
+def _ratio(text: str) -> str:
+    ratio = float(text)
+    if not 0 <= ratio <= 1:
+        raise ValueError("must be between 0 and 1")
+    return text.strip()
+
+
+def _long_text(minimum: int) -> Callable[[str], str]:
+    parse = _long(minimum)
+
+    def check(text: str) -> str:
+        if parse(text) > _LONG_MAX:
+            raise ValueError(f"must be at most {_LONG_MAX}")
+        return text.strip()
+
+    return check
+
+
+COMPACTION: Final[dict[str, tuple[str, ConfigType, Callable[[str], str]]]] = {
+    "cleanup.policy": ("delete", ConfigType.LIST, _cleanup_policy),
+    "min.cleanable.dirty.ratio": ("0.5", ConfigType.DOUBLE, _ratio),
+    "min.compaction.lag.ms": ("0", ConfigType.LONG, _long_text(0)),
+    "max.compaction.lag.ms": (str(_LONG_MAX), ConfigType.LONG, _long_text(1)),
+    "delete.retention.ms": ("86400000", ConfigType.LONG, _long_text(0)),
+}
+"""The log cleaner's topic configs (Kafka's `LogConfig`) -> Kafka's default, type, and the
+check of a value within Kafka's bounds (its normal form: kept by name, as given)."""
+
+FIXED: Final[tuple[ConfigEntry, ...]] = ()
 """Settings a diskless topic cannot change, listed so that clients reading them find them."""
 
 
@@ -221,6 +261,15 @@ def parse_topic_config(
     kept: dict[str, str] = {}
     for name, text in configs:
         setting = SETTINGS.get(name)
+        if name in COMPACTION:
+            if text is not None:
+                try:
+                    kept[name] = COMPACTION[name][2](text)
+                except ValueError as e:
+                    raise InvalidConfig(
+                        f"invalid value {text!r} for config {name!r}: {e}"
+                    ) from None
+            continue
         if setting is None:
             _check_accepted(name, text)
             if name in NOT_APPLICABLE and text is not None:
@@ -232,9 +281,17 @@ def parse_topic_config(
             values[setting.field] = setting.parse(text)
         except ValueError as e:
             raise InvalidConfig(f"invalid value {text!r} for config {name!r}: {e}") from None
+    lags = [int(kept.get(name, COMPACTION[name][0])) for name in _LAGS]
+    if lags[0] > lags[1]:
+        raise InvalidConfig(
+            f"conflict topic config setting {_LAGS[0]} ({lags[0]}) > {_LAGS[1]} ({lags[1]})"
+        )
     return msgspec.structs.replace(
         defaults.config, **values, inapplicable_configs=tuple(sorted(kept.items()))
     )
+
+
+_LAGS: Final = ("min.compaction.lag.ms", "max.compaction.lag.ms")
 
 
 def _check_accepted(name: str, text: str | None) -> None:
@@ -282,6 +339,8 @@ def topic_config_type(name: str) -> ConfigType | None:
         return SETTINGS[name].type
     if name in NOT_APPLICABLE:
         return NOT_APPLICABLE[name][1]
+    if name in COMPACTION:
+        return COMPACTION[name][1]
     fixed = next((f for f in FIXED if f.name == name), None)
     return None if fixed is None else fixed.type
 
@@ -332,7 +391,13 @@ def describe_topic_config(
         else ConfigEntry(name, default, kind, ConfigSource.DEFAULT_CONFIG, True)
         for name, (default, kind) in NOT_APPLICABLE.items()
     ]
-    return entries + not_applied + list(FIXED)
+    compaction = [
+        ConfigEntry(name, kept[name], kind, ConfigSource.DYNAMIC_TOPIC_CONFIG, False)
+        if name in kept
+        else ConfigEntry(name, default, kind, ConfigSource.DEFAULT_CONFIG, False)
+        for name, (default, kind, _) in COMPACTION.items()
+    ]
+    return entries + compaction + not_applied + list(FIXED)
 
 
 def _broker_synonyms(name: str, default: str, defaults: TopicDefaults) -> tuple[Synonym, ...]:

@@ -1,5 +1,5 @@
-"""The background services a server process runs beside its brokers: retention, consolidation
-and the file manager.
+"""The background services a server process runs beside its brokers: retention, consolidation,
+the cleaner of compacted topics (at the consolidation's age and period) and the file manager.
 
 Each of them is safe in several processes over the same coordinator and store, but in several
 they would repeat each other's work (consolidators racing for the same ranges upload objects that
@@ -21,6 +21,8 @@ import msgspec
 from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.lifecycle import (
+    Cleaner,
+    CleanerConfig,
     Consolidator,
     ConsolidatorConfig,
     FileManager,
@@ -48,6 +50,18 @@ class LifecycleConfig(msgspec.Struct, frozen=True, kw_only=True):
     def retention(self) -> RetentionSchedulerConfig:
         return RetentionSchedulerConfig(period_ms=self.retention_check_interval_ms)
 
+    def cleaning(self) -> CleanerConfig:
+        """The cleaner's: the consolidation's age (records younger are not cleaned, the part
+        of Kafka's active segment), period, object names and index density."""
+        consolidation = self.consolidation
+        return CleanerConfig(
+            prefix=consolidation.prefix,
+            node_id=consolidation.node_id,
+            period_ms=consolidation.period_ms,
+            age_ms=consolidation.age_ms,
+            index_interval_bytes=consolidation.index_interval_bytes,
+        )
+
 
 def lowest_live_broker(view: ClusterView, own: Collection[int]) -> Callable[[], bool]:
     """Whether this process (brokers `own`) holds the cluster's lowest live broker id now."""
@@ -74,6 +88,7 @@ async def running_lifecycle(
     services = [
         RetentionScheduler(coordinator, config.retention()),
         Consolidator(store, coordinator, config.consolidation),
+        Cleaner(store, coordinator, config.cleaning()),
         FileManager(store, coordinator, config.file_manager),
     ]
     async with contextlib.AsyncExitStack() as stack:

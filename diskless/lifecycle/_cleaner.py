@@ -1,0 +1,355 @@
+"""The cleaner: Kafka's log cleaner for compacted topics, in the lifecycle process beside
+consolidation (`diskless.compaction` holds its core as pure code).
+
+Each run looks at every partition of the topics whose `cleanup.policy` holds compact and, for
+one that is due, makes one pass:
+- it asks the coordinator for the partition's rows from the first (`cleaning_range`), its
+  aborted index over them and its producers' last entries;
+- the cleanable range ends at the lowest of the last stable offset, the first record younger
+  than `min.compaction.lag.ms` (or the consolidation age: the part of Kafka's active segment),
+  and the high watermark, on a row boundary;
+- it is due when its dirty part (past what the last pass cleaned) holds at least
+  `min.cleanable.dirty.ratio` of its bytes, or its first dirty record is older than
+  `max.compaction.lag.ms`;
+- it reads the rows' batches as served, maps the dirty part's keys into the bounded map (a
+  full map ends the pass early, at a row boundary; the next pass goes on from there), cleans,
+  writes the kept batches into one object with an offset and time index (the consolidated
+  object's format, with gaps), uploads it, and asks the coordinator to swap the rows for it
+  (`commit_cleaned`), replacing their aborted-index entries by those the cleaner kept.
+Upload first, swap second, as consolidation does: a cleaner that dies in between, or whose swap
+is refused because retention, DeleteRecords, deletion or consolidation touched the range, leaves
+an object the coordinator never committed, which the file manager reclaims as an orphan.
+
+Where the last pass ended is kept in memory: after a restart the first pass treats the whole
+log as dirty, which costs work, never correctness (cleaning a clean range again keeps it).
+A pass holds the range's batches (at most `range_bytes_max`) and the map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from diskless._availability import log_failure
+from diskless._object_keys import new_object_key
+from diskless._types import TopicPartition
+from diskless.clock import Clock, SystemClock
+from diskless.compaction import (
+    CleanStats,
+    LastRecord,
+    OffsetMap,
+    UncleanableBatch,
+    build_offset_map,
+    clean,
+)
+from diskless.coordinator import (
+    BatchCoordinator,
+    BatchInfo,
+    CleanedSwap,
+    CleaningRange,
+    ExtentIndex,
+    TopicConfig,
+)
+from diskless.errors import CoordinatorError, StorageError
+from diskless.lifecycle._config import CleanerConfig
+from diskless.lifecycle._periodic import Periodic, PeriodicService
+from diskless.lifecycle._stats import CleaningRun
+from diskless.read import CorruptBatch, ObjectCache, read_as_served
+from diskless.records import InvalidBatch, parse_batch
+from diskless.storage import ObjectStore
+from diskless.wal import ExtentFormatError, encode_extent
+
+logger = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I")
+_LOG_OVERHEAD = 12
+
+
+class CleanerSettings(NamedTuple):
+    """A compacted topic's cleaner configs, at Kafka's defaults when not set."""
+
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = (1 << 63) - 1
+    delete_retention_ms: int = 86_400_000
+
+
+def cleaner_settings(config: TopicConfig) -> CleanerSettings:
+    """The cleaner's settings of a topic (checked when they were set)."""
+    default = CleanerSettings()
+    ratio = config.kept_config("min.cleanable.dirty.ratio")
+    lags = [
+        config.kept_config(name)
+        for name in ("min.compaction.lag.ms", "max.compaction.lag.ms", "delete.retention.ms")
+    ]
+    return CleanerSettings(
+        default.min_cleanable_dirty_ratio if ratio is None else float(ratio),
+        default.min_compaction_lag_ms if lags[0] is None else int(lags[0]),
+        default.max_compaction_lag_ms if lags[1] is None else int(lags[1]),
+        default.delete_retention_ms if lags[2] is None else int(lags[2]),
+    )
+
+
+class _Outcome(NamedTuple):
+    swapped: bool | None
+    """True when swapped, False when refused, None when a step failed."""
+    stats: CleanStats
+
+
+class Cleaner(PeriodicService):
+    """Cleans compacted topics every `period_ms`; safe on several processes (the coordinator's
+    swap decides). The store and coordinator stay the caller's."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        config: CleanerConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._store = store
+        self._coordinator = coordinator
+        self._config = config if config is not None else CleanerConfig()
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._cache = ObjectCache(
+            store,
+            block_bytes=self._config.cache_block_bytes,
+            bytes_max=self._config.cache_bytes_max,
+        )
+        self._map: OffsetMap | None = None
+        self._cleaned_to: dict[tuple[TopicPartition, int], int] = {}
+        """(partition, its coordinator key) -> where the last pass ended."""
+        self._run_lock = asyncio.Lock()
+        self._periodic = Periodic(
+            "diskless-cleaner", self.run_once, self._config.period_ms / 1000, self._clock
+        )
+
+    @property
+    def config(self) -> CleanerConfig:
+        return self._config
+
+    async def run_once(self) -> CleaningRun:
+        """One pass over every due partition of the compacted topics. A failure of one
+        partition is logged and counted, and the run goes on."""
+        async with self._run_lock:
+            topics = [t for t in await self._coordinator.describe_topics() if t.config.compacted]
+            looked = cleaned = refused = failures = 0
+            totals = CleanStats()
+            for topic in topics:
+                for partition in range(topic.partitions):
+                    looked += 1
+                    outcome = await self._pass(TopicPartition(topic.name, partition))
+                    if outcome is None:
+                        continue
+                    if outcome.swapped is None:
+                        failures += 1
+                    elif outcome.swapped:
+                        cleaned += 1
+                    else:
+                        refused += 1
+                    totals.bytes_read += outcome.stats.bytes_read
+                    totals.bytes_written += outcome.stats.bytes_written
+                    totals.records_read += outcome.stats.records_read
+                    totals.records_kept += outcome.stats.records_kept
+            if cleaned or refused or failures:
+                logger.info(
+                    "cleaning: %d partitions cleaned (%d bytes to %d), %d refused, %d failed",
+                    cleaned,
+                    totals.bytes_read,
+                    totals.bytes_written,
+                    refused,
+                    failures,
+                )
+            return CleaningRun(
+                partitions=looked,
+                cleaned=cleaned,
+                swaps_refused=refused,
+                failures=failures,
+                bytes_read=totals.bytes_read,
+                bytes_written=totals.bytes_written,
+                records_read=totals.records_read,
+                records_kept=totals.records_kept,
+            )
+
+    async def _pass(self, tp: TopicPartition) -> _Outcome | None:
+        """One pass over a partition; None when it is not due."""
+        config = self._config
+        try:
+            cleaning = await self._coordinator.cleaning_range(tp, config.range_bytes_max)
+        except CoordinatorError as e:
+            log_failure(logger, e, "cleaning: reading the rows of %s failed", tp)
+            return _Outcome(None, CleanStats())
+        if cleaning is None or not cleaning.batches:
+            return None
+        settings = cleaner_settings(cleaning.config)
+        now = self._clock.now_ms()
+        rows = _cleanable(cleaning, now - max(settings.min_compaction_lag_ms, config.age_ms))
+        checkpoint = (tp, cleaning.partition_key)
+        first_dirty = max(self._cleaned_to.get(checkpoint, 0), rows[0].base_offset if rows else 0)
+        dirty = [info for info in rows if info.last_offset >= first_dirty]
+        if not dirty:
+            return None
+        ratio = sum(info.size for info in dirty) / max(1, sum(info.size for info in rows))
+        overdue = dirty[0].max_timestamp <= now - settings.max_compaction_lag_ms
+        if ratio < settings.min_cleanable_dirty_ratio and not overdue:
+            return None
+        try:
+            batches = await self._read(rows)
+        except (StorageError, CorruptBatch) as e:
+            log_failure(logger, e, "cleaning: reading %s failed", tp)
+            return _Outcome(None, CleanStats())
+        try:
+            cleaned = await asyncio.to_thread(
+                self._clean, cleaning, rows, batches, first_dirty, now, settings
+            )
+        except (UncleanableBatch, ExtentFormatError) as e:
+            logger.error("cleaning: %s cannot be cleaned: %s", tp, e)
+            return _Outcome(None, CleanStats())
+        if cleaned is None:
+            return None
+        count, data, footer_at, max_timestamp, stats = cleaned
+        end = rows[count - 1].last_offset + 1
+        key = new_object_key(config.prefix, self._clock.now_ms(), config.node_id)
+        try:
+            await self._store.put(key, data)
+        except StorageError as e:
+            log_failure(logger, e, "cleaning: uploading %s for %s failed", key, tp)
+            return _Outcome(None, stats)
+        kept = {(e.producer_id, e.last_offset) for e in stats.aborted_kept}
+        swap = CleanedSwap(
+            cleaning=cleaning,
+            rows=count,
+            object_key=key,
+            object_size=len(data),
+            size=footer_at,
+            index=ExtentIndex(footer_at, len(data) - footer_at),
+            max_timestamp=max_timestamp,
+            aborted_kept=[e for e in cleaning.aborted if (e.producer_id, e.last_offset) in kept],
+        )
+        try:
+            result = await self._coordinator.commit_cleaned(swap)
+        except CoordinatorError as e:
+            log_failure(logger, e, "cleaning: swap of %s into %s failed", tp, key)
+            return _Outcome(None, stats)
+        if not result.swapped:
+            logger.info(
+                "cleaning: swap of %s refused (%s); %s is an orphan", tp, result.reason, key
+            )
+            return _Outcome(False, stats)
+        self._cleaned_to[checkpoint] = end
+        return _Outcome(True, stats)
+
+    def _clean(
+        self,
+        cleaning: CleaningRange,
+        rows: Sequence[BatchInfo],
+        batches: list[bytes | bytearray | memoryview],
+        first_dirty: int,
+        now: int,
+        settings: CleanerSettings,
+    ) -> tuple[int, bytes, int, int, CleanStats] | None:
+        """The map and the filter, in a worker thread: (rows replaced, the object, where its
+        footer starts, its largest timestamp, what was read and kept); None when the map could
+        not reach past the first dirty row."""
+        if self._map is None:
+            self._map = OffsetMap(self._config.map_bytes)
+        end = rows[-1].last_offset + 1
+        outcome = build_offset_map(
+            batches, start=first_dirty, end=end, offset_map=self._map, aborted=cleaning.aborted
+        )
+        count = sum(1 for info in rows if info.last_offset < outcome.mapped_end)
+        if count == 0 or rows[count - 1].last_offset < first_dirty:
+            logger.warning(
+                "cleaning: the map of %s fills at offset %d, before the first dirty row ends:"
+                " a larger map_bytes is needed",
+                cleaning.topic_partition,
+                outcome.mapped_end,
+            )
+            return None
+        upper = rows[count - 1].last_offset + 1
+        last_records = {
+            pid: LastRecord(last, epoch) for pid, (last, epoch) in cleaning.last_records.items()
+        }
+        stats = CleanStats()
+        kept = list(
+            clean(
+                (b for b in batches if _last_offset(b) < upper),
+                offset_map=self._map,
+                now_ms=now,
+                delete_retention_ms=settings.delete_retention_ms,
+                aborted=cleaning.aborted,
+                last_records=last_records,
+                upper_bound=upper,
+                stats=stats,
+            )
+        )
+        if not kept:
+            return None
+        max_timestamp = max(_max_timestamp(b) for b in kept)
+        data, footer_at = encode_extent(
+            cleaning.topic_partition, kept, self._config.index_interval_bytes, gaps=True
+        )
+        return count, data, footer_at, max_timestamp, stats
+
+    async def _read(self, rows: Sequence[BatchInfo]) -> list[bytes | bytearray | memoryview]:
+        """The rows' batches as served, in offset order: an extent's bytes split into its
+        batches, the other rows through the read path's copy."""
+        batches: list[bytes | bytearray | memoryview] = []
+        plain = [info for info in rows if info.extent is None]
+        for info in rows:
+            if info.extent is None:
+                continue
+            size = info.extent.byte_offset + info.extent.size
+            data = await self._cache.read(
+                info.object_key, info.byte_offset, info.byte_offset + info.size, size
+            )
+            batches.extend(_split(bytes(data), info.object_key))
+        if plain:
+            batches.extend(await read_as_served(self._cache, plain))
+        return batches
+
+
+def _cleanable(cleaning: CleaningRange, younger_from: int) -> list[BatchInfo]:
+    """The leading rows below the LSO (and the high watermark) none of whose records is
+    younger than `younger_from`."""
+    rows = []
+    for info in cleaning.batches:
+        if info.last_offset >= min(cleaning.last_stable_offset, cleaning.high_watermark):
+            break
+        if info.max_timestamp > younger_from:
+            break
+        rows.append(info)
+    return rows
+
+
+def _split(data: bytes, where: str) -> list[bytes | bytearray | memoryview]:
+    """An extent's bytes, batch by batch."""
+    view = memoryview(data)
+    batches: list[bytes | bytearray | memoryview] = []
+    position = 0
+    while position < len(view):
+        if position + _LOG_OVERHEAD > len(view):
+            raise CorruptBatch(f"{where} at {position}: a batch header crosses the extent's end")
+        size = _LOG_OVERHEAD + _LENGTH.unpack_from(view, position + 8)[0]
+        if position + size > len(view):
+            raise CorruptBatch(f"{where} at {position}: a batch crosses the extent's end")
+        batches.append(view[position : position + size])
+        position += size
+    return batches
+
+
+def _last_offset(batch: bytes | bytearray | memoryview) -> int:
+    header = parse_batch(batch)
+    if isinstance(header, InvalidBatch):
+        raise UncleanableBatch(header.message)
+    return header.last_offset
+
+
+def _max_timestamp(batch: bytes | bytearray | memoryview) -> int:
+    header = parse_batch(batch)
+    if isinstance(header, InvalidBatch):
+        raise UncleanableBatch(header.message)
+    return header.max_timestamp
