@@ -33,7 +33,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from diskless._types import ErrorCode
+from diskless._types import ErrorCode, TopicPartition
 
 NO_MEMBER: Final = ""
 UNINITIALIZED: Final = -1
@@ -492,3 +492,39 @@ def counts(state: SharePartitionState, now_ms: int, limits: ShareLimits) -> Shar
         tally[RecordState.ACKNOWLEDGED],
         tally[RecordState.ARCHIVED],
     )
+
+
+# --- the coordinator's operations: what a caller asks and is answered --------------------------
+
+
+class ShareFetchPartition(NamedTuple):
+    """One partition of a share acquisition, as the caller read it (a committed read: its high
+    watermark, last stable offset and log start may lag the coordinator's, never lead them)."""
+
+    topic_partition: TopicPartition
+    max_records: int
+    fetchable_end: int
+    """The high watermark, or the last stable offset under read_committed."""
+    log_start: int
+    initial_start: int
+    """Where the share-partition starts if it has no state (`initial_start`)."""
+    aborted: Sequence[tuple[int, int]] = ()
+    """read_committed: the [first, last] offsets of aborted transactions from the partition's
+    end of state up to `fetchable_end`."""
+
+
+class ShareAcquired(NamedTuple):
+    """What a member acquired in one share-partition, under which state epoch."""
+
+    acquired: tuple[AcquiredRange, ...]
+    state_epoch: int
+    start: int
+    """The share-partition start offset after the step."""
+
+
+class ShareOffset(NamedTuple):
+    """DescribeShareGroupOffsets' answer for a partition: its start offset (`UNINITIALIZED`:
+    none) and state epoch."""
+
+    start: int
+    state_epoch: int

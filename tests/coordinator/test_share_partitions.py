@@ -1,0 +1,147 @@
+"""Conformance: share-partition states (KIP-932) kept by the batch coordinator, on every backend:
+any process acquires and acknowledges any share-partition, locks run out by the coordinator's
+clock, and the state survives a restart and is shared between processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diskless import ErrorCode, ManualClock, TopicPartition
+from diskless.coordinator import (
+    AcknowledgeBatch,
+    AcknowledgeType,
+    AcquiredRange,
+    BatchCoordinator,
+    ShareFetchPartition,
+    ShareLimits,
+    ShareOffset,
+)
+from testkit.backends import BACKENDS, open_coordinator
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+LIMITS = ShareLimits(delivery_count_limit=2, lock_duration_ms=1_000, max_record_locks=50)
+ACCEPT, RELEASE = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE
+
+
+def fetch(tp: TopicPartition, n: int = 10, end: int = 100, start: int = 0) -> ShareFetchPartition:
+    return ShareFetchPartition(tp, n, end, log_start=0, initial_start=start)
+
+
+def batch(first: int, last: int, kind: int = ACCEPT) -> list[AcknowledgeBatch]:
+    return [AcknowledgeBatch(first, last, (kind,))]
+
+
+async def test_acquire_several_partitions_in_one_step_and_acknowledge(
+    coordinator: BatchCoordinator,
+) -> None:
+    await coordinator.create_topic("t", 2)
+    got = await coordinator.acquire_share_records(
+        "g", "a", [fetch(TP0, 5), fetch(TP1, 3, start=7)], LIMITS
+    )
+    assert got[TP0].acquired == (AcquiredRange(0, 4, 1),)
+    assert got[TP1].acquired == (AcquiredRange(7, 9, 1),)
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 5)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(5, 9, 1),)
+    other = await coordinator.acquire_share_records("h", "b", [fetch(TP0, 2)], LIMITS)
+    assert other[TP0].acquired == (AcquiredRange(0, 1, 1),)  # another group: its own state
+    answers = await coordinator.acknowledge_share_records(
+        "g", "a", {TP0: batch(0, 5), TP1: batch(7, 9)}, LIMITS
+    )
+    assert answers == {TP0: ErrorCode.INVALID_RECORD_STATE, TP1: ErrorCode.NONE}
+    answers = await coordinator.acknowledge_share_records("g", "a", {TP0: batch(0, 4)}, LIMITS)
+    assert answers == {TP0: ErrorCode.NONE}
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(5, 0), TP1: ShareOffset(10, 0)}
+    assert await coordinator.share_offsets("g", [TP1, TopicPartition("t", 9)]) == {
+        TP1: ShareOffset(10, 0)
+    }
+    no_state = await coordinator.acknowledge_share_records("z", "a", {TP0: batch(0, 0)}, LIMITS)
+    assert no_state == {TP0: ErrorCode.INVALID_RECORD_STATE}
+
+
+async def test_a_lock_runs_out_by_the_coordinators_clock(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 3, end=3)], LIMITS)
+    await clock.advance(1_000)
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 3, end=3)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(0, 2, 2),)
+    late = await coordinator.acknowledge_share_records("g", "a", {TP0: batch(0, 2)}, LIMITS)
+    assert late == {TP0: ErrorCode.INVALID_RECORD_STATE}
+    await coordinator.acknowledge_share_records("g", "b", {TP0: batch(0, 0, RELEASE)}, LIMITS)
+    await clock.advance(1_000)  # delivered twice, the limit: archived, never delivered again
+    got = await coordinator.acquire_share_records("g", "c", [fetch(TP0, 3, end=3)], LIMITS)
+    assert got[TP0] == ((), 0, 3)
+
+
+async def test_release_member_and_the_state_epoch_fence(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 4, end=4)], LIMITS)
+    await coordinator.release_share_member("g", "a", [TP0, TP1], LIMITS)
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 4, end=4)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(0, 3, 1),)  # a's delivery given back
+    assert await coordinator.alter_share_offsets("g", {TP0: 2, TopicPartition("x", 0): 1}) == {
+        TP0: ErrorCode.NONE,
+        TopicPartition("x", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    fenced = await coordinator.acknowledge_share_records(
+        "g", "b", {TP0: batch(2, 3)}, LIMITS, state_epochs={TP0: 0}
+    )
+    assert fenced == {TP0: ErrorCode.FENCED_STATE_EPOCH}
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(2, 1)}
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=4)], LIMITS)
+    assert got[TP0] == ((AcquiredRange(2, 3, 1),), 1, 2)
+    assert await coordinator.delete_share_offsets("g", [TP0]) == {TP0: ErrorCode.NONE}
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(-1, 2)}
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=6, start=5)], LIMITS)
+    assert got[TP0] == ((AcquiredRange(5, 5, 1),), 2, 5)
+    await coordinator.delete_share_group("g")
+    assert await coordinator.share_offsets("g") == {}
+
+
+async def test_share_states_of_a_deleted_topic_go_with_it(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.create_topic("u", 1)
+    keep = TopicPartition("u", 0)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0), fetch(keep)], LIMITS)
+    await coordinator.delete_topics(["t"])
+    assert set(await coordinator.share_offsets("g")) == {keep}
+
+
+async def test_records_below_the_log_start_leave(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 5, end=5)], LIMITS)
+    trimmed = ShareFetchPartition(TP0, 10, 10, log_start=3, initial_start=0)
+    got = await coordinator.acquire_share_records("g", "b", [trimmed], LIMITS)
+    assert got[TP0] == ((AcquiredRange(5, 9, 1),), 0, 3)
+    (state,) = (await coordinator.share_partition_states("g")).values()
+    assert (state.start, state.end, state.ranges[0].first) == (3, 10, 3)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+async def test_share_states_survive_a_restart_and_are_shared(backend: str, tmp_path: Path) -> None:
+    clock = ManualClock()
+    first = open_coordinator(backend, tmp_path, clock)
+    second = open_coordinator(backend, tmp_path, clock)  # another broker process
+    try:
+        await first.create_topic("t", 1)
+        got = await first.acquire_share_records("g", "a", [fetch(TP0, 4)], LIMITS)
+        assert got[TP0].acquired == (AcquiredRange(0, 3, 1),)
+        got = await second.acquire_share_records("g", "b", [fetch(TP0, 4)], LIMITS)
+        assert got[TP0].acquired == (AcquiredRange(4, 7, 1),)  # never what the first handed out
+        acked = await second.acknowledge_share_records("g", "a", {TP0: batch(0, 3)}, LIMITS)
+        assert acked == {TP0: ErrorCode.NONE}  # any process acknowledges
+    finally:
+        await first.close()
+        await second.close()
+    reopened = open_coordinator(backend, tmp_path, clock)
+    try:
+        assert await reopened.share_offsets("g") == {TP0: ShareOffset(4, 0)}
+        await clock.advance(1_000)
+        got = await reopened.acquire_share_records("g", "c", [fetch(TP0, 9, end=8)], LIMITS)
+        assert got[TP0].acquired == (AcquiredRange(4, 7, 2),)
+    finally:
+        await reopened.close()
