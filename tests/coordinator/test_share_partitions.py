@@ -66,13 +66,13 @@ async def test_a_lock_runs_out_by_the_coordinators_clock(
 ) -> None:
     await coordinator.create_topic("t", 1)
     await coordinator.acquire_share_records("g", "a", [fetch(TP0, 3, end=3)], LIMITS)
-    await clock.advance(1_000)
+    await clock.advance(1.0)
     got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 3, end=3)], LIMITS)
     assert got[TP0].acquired == (AcquiredRange(0, 2, 2),)
     late = await coordinator.acknowledge_share_records("g", "a", {TP0: batch(0, 2)}, LIMITS)
     assert late == {TP0: ErrorCode.INVALID_RECORD_STATE}
     await coordinator.acknowledge_share_records("g", "b", {TP0: batch(0, 0, RELEASE)}, LIMITS)
-    await clock.advance(1_000)  # delivered twice, the limit: archived, never delivered again
+    await clock.advance(1.0)  # delivered twice, the limit: archived, never delivered again
     got = await coordinator.acquire_share_records("g", "c", [fetch(TP0, 3, end=3)], LIMITS)
     assert got[TP0] == ((), 0, 3)
 
@@ -140,7 +140,7 @@ async def test_share_states_survive_a_restart_and_are_shared(backend: str, tmp_p
     reopened = open_coordinator(backend, tmp_path, clock)
     try:
         assert await reopened.share_offsets("g") == {TP0: ShareOffset(4, 0)}
-        await clock.advance(1_000)
+        await clock.advance(1.0)
         got = await reopened.acquire_share_records("g", "c", [fetch(TP0, 9, end=8)], LIMITS)
         assert got[TP0].acquired == (AcquiredRange(4, 7, 2),)
     finally:
