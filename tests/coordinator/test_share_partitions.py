@@ -4,6 +4,7 @@ clock, and the state survives a restart and is shared between processes."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,45 @@ async def test_share_states_survive_a_restart_and_are_shared(backend: str, tmp_p
         assert got[TP0].acquired == (AcquiredRange(4, 7, 2),)
     finally:
         await reopened.close()
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+async def test_processes_racing_for_one_share_partition_never_share_a_record(
+    backend: str, tmp_path: Path
+) -> None:
+    """Two coordinators over one store (two broker processes) acquire concurrently from a
+    share-partition that has no state yet (both may find it absent: one insert loses and its
+    step runs again) and then from the state they share: every record goes to one member."""
+    clock = ManualClock()
+    processes = [open_coordinator(backend, tmp_path, clock) for _ in range(2)]
+    try:
+        await processes[0].create_topic("t", 1)
+
+        async def member(index: int) -> list[int]:
+            coordinator = processes[index % 2]
+            taken = []
+            for _ in range(5):
+                got = await coordinator.acquire_share_records(
+                    "g", f"m{index}", [fetch(TP0, 3, end=200)], LIMITS
+                )
+                taken += [o for r in got[TP0].acquired for o in range(r.first, r.last + 1)]
+            return taken
+
+        results = await asyncio.gather(*(member(i) for i in range(6)))
+        everything = sorted(o for taken in results for o in taken)
+        assert everything == list(range(len(everything)))  # none twice, none skipped
+        assert len(everything) == min(6 * 5 * 3, LIMITS.max_record_locks)
+        for group in range(20):  # each a fresh share-partition, both processes at once
+            answers = await asyncio.gather(
+                *(
+                    c.acquire_share_records(f"fresh{group}", f"m{i}", [fetch(TP0, 3)], LIMITS)
+                    for i, c in enumerate(processes)
+                )
+            )
+            taken = sorted(
+                o for a in answers for r in a[TP0].acquired for o in range(r.first, r.last + 1)
+            )
+            assert taken == list(range(6))
+    finally:
+        for coordinator in processes:
+            await coordinator.close()
