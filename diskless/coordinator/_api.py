@@ -34,10 +34,12 @@ from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._rules.share import (
     AcknowledgeBatch,
     ShareAcquired,
+    ShareAnswer,
     ShareFetchPartition,
     ShareLimits,
     ShareOffset,
     SharePartitionState,
+    ShareRequest,
 )
 from diskless.coordinator._values import (
     BrokerRegistration,
@@ -404,6 +406,14 @@ class BatchCoordinator(abc.ABC):
         """A consumer-protocol group's state as stored last (None: never stored). A read."""
 
     # --- share groups (KIP-932): each share-partition's state, for any broker -------------
+
+    @abc.abstractmethod
+    async def share_steps(self, requests: Sequence[ShareRequest]) -> list[ShareAnswer]:
+        """Acquisitions, acknowledgements and member releases of any share groups, in order, in
+        one atomic step: one load, one apply, one durable write for all. `answers[i]` answers
+        `requests[i]` exactly as the operation of its own would have, had they been run one
+        after another (the three below are this with one request): a broker whose share
+        requests queue behind the coordinator sends all that wait at once."""
 
     @abc.abstractmethod
     async def acquire_share_records(

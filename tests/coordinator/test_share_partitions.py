@@ -15,9 +15,12 @@ from diskless.coordinator import (
     AcknowledgeType,
     AcquiredRange,
     BatchCoordinator,
+    ShareAcknowledge,
+    ShareAcquire,
     ShareFetchPartition,
     ShareLimits,
     ShareOffset,
+    ShareRelease,
 )
 from testkit.backends import BACKENDS, open_coordinator
 
@@ -188,3 +191,32 @@ async def test_processes_racing_for_one_share_partition_never_share_a_record(
     finally:
         for coordinator in processes:
             await coordinator.close()
+
+
+async def test_share_steps_answer_as_the_operations_one_by_one(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """Several members' requests, of two groups, in one step: each answered as if alone, on
+    the state the earlier ones left."""
+    await coordinator.create_topic("t", 2)
+    answers = await coordinator.share_steps(
+        [
+            ShareAcquire("g", "a", [fetch(TP0, 4), fetch(TP1, 2)], LIMITS),
+            ShareAcquire("g", "b", [fetch(TP0, 4)], LIMITS),
+            ShareAcknowledge("g", "a", {TP0: batch(0, 3), TP1: batch(0, 5)}, LIMITS),
+            ShareAcquire("h", "a", [fetch(TP0, 1)], LIMITS),
+            ShareRelease("g", "b", [TP0], LIMITS),
+            ShareAcquire("g", "c", [fetch(TP0, 5)], LIMITS),
+            ShareAcknowledge("g", "c", {TP1: batch(0, 0)}, LIMITS),
+        ]
+    )
+    assert answers == [
+        {TP0: ((AcquiredRange(0, 3, 1),), 0, 0), TP1: ((AcquiredRange(0, 1, 1),), 0, 0)},
+        {TP0: ((AcquiredRange(4, 7, 1),), 0, 0)},
+        {TP0: ErrorCode.NONE, TP1: ErrorCode.INVALID_RECORD_STATE},
+        {TP0: ((AcquiredRange(0, 0, 1),), 0, 0)},
+        None,
+        {TP0: ((AcquiredRange(4, 8, 1),), 0, 4)},  # b gave its delivery back
+        {TP1: ErrorCode.INVALID_RECORD_STATE},
+    ]
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(4, 0), TP1: ShareOffset(0, 0)}

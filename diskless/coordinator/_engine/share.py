@@ -24,17 +24,23 @@ expires even when the broker that granted it died.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.share import (
     NEW_STATE,
     AcknowledgeBatch,
+    ShareAcknowledge,
+    ShareAcquire,
     ShareAcquired,
+    ShareAnswer,
     ShareFetchPartition,
     ShareLimits,
     ShareOffset,
     SharePartitionState,
+    ShareRelease,
+    ShareRequest,
     acknowledge,
     acquire,
     decode_state,
@@ -67,7 +73,106 @@ def _changed(
     return out
 
 
+class _States:
+    """The share-partition states a step works on: decoded once when first needed, changed in
+    place by each request in turn, and those changed encoded at the end."""
+
+    def __init__(self, stored: Mapping[ShareKey, bytes]) -> None:
+        self.stored = stored
+        self.states: dict[ShareKey, SharePartitionState] = {}
+
+    def get(self, key: ShareKey) -> SharePartitionState:
+        state = self.states.get(key)
+        if state is None:
+            state = self.states[key] = _loaded(self.stored, key)
+        return state
+
+    def changes(self) -> dict[ShareKey, bytes]:
+        kept = {key: s for key, s in self.states.items() if s.initialized or key in self.stored}
+        return _changed(self.stored, kept)
+
+
+def _keys(request: ShareRequest) -> list[ShareKey]:
+    if isinstance(request, ShareAcquire):
+        return [(request.group_id, p.topic_partition) for p in request.partitions]
+    if isinstance(request, ShareAcknowledge):
+        return [(request.group_id, tp) for tp in request.acknowledgements]
+    return [(request.group_id, tp) for tp in request.partitions]
+
+
+def _acquired(
+    request: ShareAcquire, states: _States, now: int
+) -> dict[TopicPartition, ShareAcquired]:
+    answers = {}
+    for p in request.partitions:
+        key = (request.group_id, p.topic_partition)
+        state = initialized(states.get(key), p.initial_start)
+        got = acquire(
+            trimmed(state, p.log_start),
+            request.member_id,
+            max_records=p.max_records,
+            fetchable_end=p.fetchable_end,
+            aborted=p.aborted,
+            now_ms=now,
+            limits=request.limits,
+        )
+        states.states[key] = got.state
+        answers[p.topic_partition] = ShareAcquired(
+            got.acquired, got.state.state_epoch, got.state.start
+        )
+    return answers
+
+
+def _acknowledged(
+    request: ShareAcknowledge, states: _States, now: int
+) -> dict[TopicPartition, ErrorCode]:
+    answers = {}
+    epochs = request.state_epochs or {}
+    for tp, batches in request.acknowledgements.items():
+        key = (request.group_id, tp)
+        state = states.get(key)
+        epoch = epochs.get(tp)
+        if epoch is not None and epoch != state.state_epoch:
+            answers[tp] = ErrorCode.FENCED_STATE_EPOCH
+            continue
+        done = acknowledge(state, request.member_id, batches, now_ms=now, limits=request.limits)
+        states.states[key] = done.state
+        answers[tp] = done.error
+    return answers
+
+
+def _released(request: ShareRelease, states: _States, now: int) -> None:
+    for tp in request.partitions:
+        key = (request.group_id, tp)
+        state = states.get(key)
+        if state.initialized:
+            states.states[key] = release_member(
+                state, request.member_id, now_ms=now, limits=request.limits
+            )
+
+
 class ShareOperations(EngineBase):
+    async def share_steps(self, requests: Sequence[ShareRequest]) -> list[ShareAnswer]:
+        needs = Needs(share_partitions=list(dict.fromkeys(k for r in requests for k in _keys(r))))
+
+        async def step(db: StoreStep) -> list[ShareAnswer]:
+            now = self._clock.now_ms()
+            states = _States((await db.load(needs)).share_states)
+            answers: list[ShareAnswer] = []
+            for request in requests:
+                if isinstance(request, ShareAcquire):
+                    answers.append(_acquired(request, states, now))
+                elif isinstance(request, ShareAcknowledge):
+                    answers.append(_acknowledged(request, states, now))
+                else:
+                    _released(request, states, now)
+                    answers.append(None)
+            if changed := states.changes():
+                await db.apply(Changes(share_states=changed))
+            return answers
+
+        return await self._write(Operation.SHARE_STEPS, step)
+
     async def acquire_share_records(
         self,
         group_id: str,
@@ -75,34 +180,8 @@ class ShareOperations(EngineBase):
         partitions: Sequence[ShareFetchPartition],
         limits: ShareLimits,
     ) -> dict[TopicPartition, ShareAcquired]:
-        wanted = {p.topic_partition: p for p in partitions}
-        needs = Needs(share_partitions=[(group_id, tp) for tp in wanted])
-
-        async def step(db: StoreStep) -> dict[TopicPartition, ShareAcquired]:
-            now = self._clock.now_ms()
-            stored = (await db.load(needs)).share_states
-            after: dict[ShareKey, SharePartitionState] = {}
-            answers = {}
-            for tp, p in wanted.items():
-                key = (group_id, tp)
-                state = initialized(_loaded(stored, key), p.initial_start)
-                state = trimmed(state, p.log_start)
-                got = acquire(
-                    state,
-                    member_id,
-                    max_records=p.max_records,
-                    fetchable_end=p.fetchable_end,
-                    aborted=p.aborted,
-                    now_ms=now,
-                    limits=limits,
-                )
-                after[key] = got.state
-                answers[tp] = ShareAcquired(got.acquired, got.state.state_epoch, got.state.start)
-            if changed := _changed(stored, after):
-                await db.apply(Changes(share_states=changed))
-            return answers
-
-        return await self._write(Operation.SHARE_ACQUIRE, step)
+        (answer,) = await self.share_steps([ShareAcquire(group_id, member_id, partitions, limits)])
+        return cast("dict[TopicPartition, ShareAcquired]", answer)
 
     async def acknowledge_share_records(
         self,
@@ -112,30 +191,9 @@ class ShareOperations(EngineBase):
         limits: ShareLimits,
         state_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        needs = Needs(share_partitions=[(group_id, tp) for tp in acknowledgements])
-        epochs = state_epochs or {}
-
-        async def step(db: StoreStep) -> dict[TopicPartition, ErrorCode]:
-            now = self._clock.now_ms()
-            stored = (await db.load(needs)).share_states
-            after: dict[ShareKey, SharePartitionState] = {}
-            answers = {}
-            for tp, batches in acknowledgements.items():
-                key = (group_id, tp)
-                state = _loaded(stored, key)
-                epoch = epochs.get(tp)
-                if epoch is not None and epoch != state.state_epoch:
-                    answers[tp] = ErrorCode.FENCED_STATE_EPOCH
-                    continue
-                done = acknowledge(state, member_id, batches, now_ms=now, limits=limits)
-                if state.initialized:
-                    after[key] = done.state
-                answers[tp] = done.error
-            if changed := _changed(stored, after):
-                await db.apply(Changes(share_states=changed))
-            return answers
-
-        return await self._write(Operation.SHARE_ACKNOWLEDGE, step)
+        request = ShareAcknowledge(group_id, member_id, acknowledgements, limits, state_epochs)
+        (answer,) = await self.share_steps([request])
+        return cast("dict[TopicPartition, ErrorCode]", answer)
 
     async def release_share_member(
         self,
@@ -144,19 +202,7 @@ class ShareOperations(EngineBase):
         partitions: Sequence[TopicPartition],
         limits: ShareLimits,
     ) -> None:
-        needs = Needs(share_partitions=[(group_id, tp) for tp in dict.fromkeys(partitions)])
-
-        async def step(db: StoreStep) -> None:
-            now = self._clock.now_ms()
-            stored = (await db.load(needs)).share_states
-            after = {
-                key: release_member(decode_state(blob), member_id, now_ms=now, limits=limits)
-                for key, blob in stored.items()
-            }
-            if changed := _changed(stored, after):
-                await db.apply(Changes(share_states=changed))
-
-        await self._write(Operation.SHARE_RELEASE, step)
+        await self.share_steps([ShareRelease(group_id, member_id, partitions, limits)])
 
     async def share_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None = None

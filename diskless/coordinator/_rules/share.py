@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, NamedTuple, TypeAlias
 
 import msgspec
 
@@ -528,3 +528,39 @@ class ShareOffset(NamedTuple):
 
     start: int
     state_epoch: int
+
+
+class ShareAcquire(NamedTuple):
+    """A share step's acquisition (`BatchCoordinator.acquire_share_records`)."""
+
+    group_id: str
+    member_id: str
+    partitions: Sequence[ShareFetchPartition]
+    limits: ShareLimits
+
+
+class ShareAcknowledge(NamedTuple):
+    """A share step's acknowledgement (`BatchCoordinator.acknowledge_share_records`)."""
+
+    group_id: str
+    member_id: str
+    acknowledgements: Mapping[TopicPartition, Sequence[AcknowledgeBatch]]
+    limits: ShareLimits
+    state_epochs: Mapping[TopicPartition, int] | None = None
+
+
+class ShareRelease(NamedTuple):
+    """A share step's release of a member (`BatchCoordinator.release_share_member`)."""
+
+    group_id: str
+    member_id: str
+    partitions: Sequence[TopicPartition]
+    limits: ShareLimits
+
+
+ShareRequest: TypeAlias = ShareAcquire | ShareAcknowledge | ShareRelease
+ShareAnswer: TypeAlias = (
+    "dict[TopicPartition, ShareAcquired] | dict[TopicPartition, ErrorCode] | None"
+)
+"""What a `ShareRequest` is answered: the acquired ranges, the acknowledgement's codes, or
+nothing (a release)."""
