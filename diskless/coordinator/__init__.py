@@ -56,6 +56,7 @@ from diskless.coordinator._rules.share import (
     initial_start,
     parse_offset_reset,
 )
+from diskless.coordinator._share_queue import SHARE_STEP_REQUESTS_MAX, ShareStepQueue
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
     CONFIG_VERSION_COUNTER,
@@ -169,6 +170,8 @@ __all__ = [
     "matches",
     "valid_principal",
     # share groups (KIP-932): share-partition states
+    "SHARE_STEP_REQUESTS_MAX",
+    "ShareStepQueue",
     "ShareAcknowledge",
     "ShareAcquire",
     "ShareAnswer",

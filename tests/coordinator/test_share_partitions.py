@@ -21,6 +21,7 @@ from diskless.coordinator import (
     ShareLimits,
     ShareOffset,
     ShareRelease,
+    ShareStepQueue,
 )
 from testkit.backends import BACKENDS, open_coordinator
 
@@ -220,3 +221,26 @@ async def test_share_steps_answer_as_the_operations_one_by_one(
         {TP1: ErrorCode.INVALID_RECORD_STATE},
     ]
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(4, 0), TP1: ShareOffset(0, 0)}
+
+
+async def test_the_queue_sends_what_waits_in_one_step(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    queue = ShareStepQueue(coordinator)
+    requests = [ShareAcquire("g", f"m{i}", [fetch(TP0, 2)], LIMITS) for i in range(10)]
+    answers = await asyncio.gather(*(queue.run(r) for r in requests))
+    assert queue.steps == 1  # all queued before the first step went: one step for the ten
+    taken = [a[TP0].acquired for a in answers if isinstance(a, dict)]  # type: ignore[union-attr]
+    assert taken == [(AcquiredRange(2 * i, 2 * i + 1, 1),) for i in range(10)]
+    first = asyncio.ensure_future(queue.run(requests[0]))
+    await asyncio.sleep(0)  # its step is in flight: the next ones wait and go together
+    rest = await asyncio.gather(*(queue.run(r) for r in requests[1:4]))
+    await first
+    assert queue.steps == 3
+    assert [a[TP0].acquired for a in rest] == [  # type: ignore[index]
+        (AcquiredRange(22, 23, 1),),
+        (AcquiredRange(24, 25, 1),),
+        (AcquiredRange(26, 27, 1),),
+    ]
+    bad = ShareAcknowledge("g", "m0", {TP0: [AcknowledgeBatch(1, 0, (ACCEPT,))]}, LIMITS)
+    assert await queue.run(bad) == {TP0: ErrorCode.INVALID_REQUEST}
+    await queue.close()
