@@ -14,7 +14,9 @@ step is one transaction: load the state (locked, on PostgreSQL), decide with the
 - **rows**: one row per range beside a row for the start, end and epoch; a step deletes the
   ranges it changed and inserts their successors.
 
-Also the coordinator itself (value), end to end. Printed: ms per step, ms and bytes written per
+Also the coordinator itself (value), end to end; and 16 members acquiring and acknowledging at
+once through one process, each request a step of its own or batched by a `ShareStepQueue`
+(steps per acquired MB is what batching saves). Printed: ms per step, ms and bytes written per
 acquired MB. Ratios, not absolute times, carry over between machines.
 """
 
@@ -31,16 +33,21 @@ from typing import Any, Final, Protocol
 
 from benchmarks._fresh_coordinator import fresh_coordinator
 from diskless import TopicPartition
+from diskless.coordinator import ShareStepQueue
 from diskless.coordinator._rules.share import (
     NEW_STATE,
     AcknowledgeBatch,
     AcknowledgeType,
     AcquiredRange,
     RecordState,
+    ShareAcknowledge,
+    ShareAcquire,
+    ShareAnswer,
     ShareFetchPartition,
     ShareLimits,
     SharePartitionState,
     ShareRange,
+    ShareRequest,
     acknowledge,
     acquire,
     decode_state,
@@ -54,6 +61,7 @@ MEMBERS: Final = ("m0", "m1", "m2")
 RELEASE_EVERY: Final = 50
 LIMITS: Final = ShareLimits(max_record_locks=2000)
 TP: Final = TopicPartition("bench", 0)
+CONCURRENT_MEMBERS: Final = 16
 
 Step = Callable[[str, int, list[AcknowledgeBatch] | None], Awaitable[tuple[AcquiredRange, ...]]]
 """(member, fetchable end, acknowledgements of the member's last acquisition) -> acquired."""
@@ -280,6 +288,44 @@ async def _coordinator_form(backend: str, dsn: str | None, steps: int) -> None:
         _report(f"{backend} coordinator", seconds, records, 2 * steps, None)
 
 
+async def _concurrent(backend: str, dsn: str | None, steps: int, queued: bool) -> None:
+    """`CONCURRENT_MEMBERS` members of one group, each on a partition of its own, acquiring and
+    acknowledging at once through one process: a step each, or through its `ShareStepQueue`."""
+    async with fresh_coordinator(backend, dsn) as coordinator:
+        await coordinator.create_topic(TP.topic, CONCURRENT_MEMBERS)
+        queue = ShareStepQueue(coordinator)
+        sent = 0
+
+        async def run(request: ShareRequest) -> ShareAnswer:
+            nonlocal sent
+            if queued:
+                return await queue.run(request)
+            sent += 1
+            (answer,) = await coordinator.share_steps([request])
+            return answer
+
+        async def member(index: int) -> int:
+            tp = TopicPartition(TP.topic, index)
+            name = f"m{index}"
+            records = 0
+            for n in range(steps // CONCURRENT_MEMBERS):
+                fetch = ShareFetchPartition(tp, ACQUIRE_MAX, (n + 1) * ACQUIRE_MAX, 0, 0)
+                got = await run(ShareAcquire("g", name, [fetch], LIMITS))
+                assert isinstance(got, dict)
+                acquired = tuple(got[tp].acquired)  # type: ignore[union-attr]
+                records += sum(r.last - r.first + 1 for r in acquired)
+                acks = {tp: _acks(acquired, n)}
+                await run(ShareAcknowledge("g", name, acks, LIMITS))
+            return records
+
+        started = time.perf_counter()
+        records = sum(await asyncio.gather(*(member(i) for i in range(CONCURRENT_MEMBERS))))
+        seconds = time.perf_counter() - started
+        count = queue.steps if queued else sent
+        how = "queued" if queued else "a step each"
+        _report(f"{backend} {CONCURRENT_MEMBERS} members, {how}", seconds, records, count, None)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=600)
@@ -295,6 +341,8 @@ async def main() -> None:
             seconds, records = await _drive(form.step, steps)
             _report(name, seconds, records, 2 * steps, form.written)
     await _coordinator_form("sqlite", None, steps)
+    for queued in (False, True):
+        await _concurrent("sqlite", None, steps, queued)
     if args.no_postgres:
         return
     import asyncpg
@@ -313,6 +361,8 @@ async def main() -> None:
                 finally:
                     await conn.close()
         await _coordinator_form("postgres", admin_dsn, steps)
+        for queued in (False, True):
+            await _concurrent("postgres", admin_dsn, steps, queued)
 
 
 if __name__ == "__main__":
