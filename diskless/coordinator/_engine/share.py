@@ -13,8 +13,9 @@ Why one value and not one row per range: `benchmarks/bench_share_state` (three m
 turns, half a MB acquired per step, one record in fifty released) measured both on the same rules.
 On PostgreSQL the value took a quarter to a third of the time per acquired MB (2 statements a
 step against 4 or 5: load the head, load the ranges, delete, insert, update); on SQLite, where
-the commit's fsync dominates, they were within 20% of each other, either way from run to run. The value is rewritten whole by each step,
-so its cost grows with the ranges in flight, which `max_record_locks` bounds.
+the commit's fsync dominates, they were within 20% of each other, either way from run to run.
+The value is rewritten whole by each step, so its cost grows with the ranges in flight, which
+`max_record_locks` bounds.
 
 A lock's deadline is on the coordinator's clock, read inside the step: whichever broker runs the
 next step of a share-partition finds the locks that ran out and returns their records, so a lock
