@@ -23,6 +23,7 @@ from diskless._types import (
     GroupRecord,
     TopicPartition,
 )
+from diskless.coordinator._api_share import ShareStateContract
 from diskless.coordinator._rules.acls import (
     AclBinding,
     AclBindingFilter,
@@ -31,16 +32,6 @@ from diskless.coordinator._rules.acls import (
     AclSnapshot,
 )
 from diskless.coordinator._rules.scram import ScramSnapshot
-from diskless.coordinator._rules.share import (
-    AcknowledgeBatch,
-    ShareAcquired,
-    ShareAnswer,
-    ShareFetchPartition,
-    ShareLimits,
-    ShareOffset,
-    SharePartitionState,
-    ShareRequest,
-)
 from diskless.coordinator._values import (
     BrokerRegistration,
     CommitBatch,
@@ -80,7 +71,7 @@ ChangeListener = Callable[[PartitionChanges], None]
 """Called on the event loop with what committed steps changed; it must not block or raise."""
 
 
-class BatchCoordinator(abc.ABC):
+class BatchCoordinator(ShareStateContract, abc.ABC):
     """Sequences batches from all brokers: assigns offsets and enforces producer rules.
 
     Every backend guarantees:
@@ -116,7 +107,7 @@ class BatchCoordinator(abc.ABC):
     def step_retries(self) -> int:
         """Write steps run again after losing a race for the backing store, since it opened."""
 
-    async def connect(self) -> None:  # noqa: B027 - optional: most backends open at once
+    async def connect(self) -> None:
         """Reach the backing store now (opening it, a schema migrated), without reporting to
         the availability: a start-up check that waits for it says what it waits for itself.
         Raises what the first operation would (`CoordinatorError`, its kinds)."""
@@ -405,89 +396,6 @@ class BatchCoordinator(abc.ABC):
     async def group_state(self, group_id: str) -> bytes | None:
         """A consumer-protocol group's state as stored last (None: never stored). A read."""
 
-    # --- share groups (KIP-932): each share-partition's state, for any broker -------------
-
-    @abc.abstractmethod
-    async def share_steps(self, requests: Sequence[ShareRequest]) -> list[ShareAnswer]:
-        """Acquisitions, acknowledgements and member releases of any share groups, in order, in
-        one atomic step: one load, one apply, one durable write for all. `answers[i]` answers
-        `requests[i]` exactly as the operation of its own would have, had they been run one
-        after another (the three below are this with one request): a broker whose share
-        requests queue behind the coordinator sends all that wait at once."""
-
-    @abc.abstractmethod
-    async def acquire_share_records(
-        self,
-        group_id: str,
-        member_id: str,
-        partitions: Sequence[ShareFetchPartition],
-        limits: ShareLimits,
-    ) -> dict[TopicPartition, ShareAcquired]:
-        """ShareFetch's acquisition: in one step, for every partition named, the member acquires
-        the records available again and then new ones (`_rules.share.acquire`), the state
-        initialized first if it has none and trimmed to the log's start. Locks that ran out by
-        the coordinator's clock are released first. Each partition's answer holds the acquired
-        ranges (empty: none) and the state epoch they were acquired under."""
-
-    @abc.abstractmethod
-    async def acknowledge_share_records(
-        self,
-        group_id: str,
-        member_id: str,
-        acknowledgements: Mapping[TopicPartition, Sequence[AcknowledgeBatch]],
-        limits: ShareLimits,
-        state_epochs: Mapping[TopicPartition, int] | None = None,
-    ) -> dict[TopicPartition, ErrorCode]:
-        """ShareFetch's and ShareAcknowledge's acknowledgements, in one step: per partition,
-        all applied or none (INVALID_RECORD_STATE: a record named is not held by the member;
-        INVALID_REQUEST: malformed batches). A partition whose `state_epochs` entry is not its
-        current state epoch answers FENCED_STATE_EPOCH (its offsets were altered or deleted
-        since the records were acquired)."""
-
-    @abc.abstractmethod
-    async def release_share_member(
-        self,
-        group_id: str,
-        member_id: str,
-        partitions: Sequence[TopicPartition],
-        limits: ShareLimits,
-    ) -> None:
-        """The member's share session closed (or it left): what it holds in those partitions
-        is available again, with one delivery fewer."""
-
-    @abc.abstractmethod
-    async def share_offsets(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None = None
-    ) -> dict[TopicPartition, ShareOffset]:
-        """DescribeShareGroupOffsets: each named partition's start offset and state epoch, of
-        those with a state (all of the group's when None). A read."""
-
-    @abc.abstractmethod
-    async def share_partition_states(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None = None
-    ) -> dict[TopicPartition, SharePartitionState]:
-        """Each share-partition's whole stored state (its locks as stored: see
-        `_rules.share.expire` and `counts`), for metrics and describing. A read."""
-
-    @abc.abstractmethod
-    async def alter_share_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, ErrorCode]:
-        """AlterShareGroupOffsets: each share-partition starts over at its offset, in a new
-        state epoch (whether the group may, having no members, is the caller's to decide).
-        UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist."""
-
-    @abc.abstractmethod
-    async def delete_share_offsets(
-        self, group_id: str, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, ErrorCode]:
-        """DeleteShareGroupOffsets: each share-partition forgets its state, in a new state
-        epoch; the next acquisition initializes it from `share.auto.offset.reset`."""
-
-    @abc.abstractmethod
-    async def delete_share_group(self, group_id: str) -> None:
-        """DeleteGroups of a share group: every share-partition state of the group goes."""
-
     @abc.abstractmethod
     async def commit_offsets(
         self,
@@ -674,5 +582,5 @@ class BatchCoordinator(abc.ABC):
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
         """The retained producer state on a partition, ordered by producer id."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:
         """Release resources; the coordinator is unusable afterwards."""

@@ -57,7 +57,9 @@ from diskless.coordinator._backends.postgres_rows import (
 from diskless.coordinator._backends.postgres_step_state import (
     apply_indexes,
     apply_scram,
+    apply_share_states,
     apply_txn_state,
+    load_share_states,
 )
 from diskless.coordinator._backends.sql_rows import (
     FILE_STATE_CODES,
@@ -210,19 +212,7 @@ class PostgresStep(StoreStep):
                 loaded.counters[name] = value
                 self._counters_seen.add(name)
         if needs.share_partitions:
-            wanted_shares = sorted(needs.share_partitions)
-            for group_id, topic, index, blob in await conn.fetch(
-                "SELECT s.group_id, s.topic, s.partition, s.state FROM share_states s"
-                " JOIN unnest($1::text[], $2::text[], $3::int[]) k(g, t, p)"
-                " ON s.group_id = k.g AND s.topic = k.t AND s.partition = k.p"
-                " ORDER BY s.group_id, s.topic, s.partition FOR UPDATE OF s",
-                [g for g, _ in wanted_shares],
-                [tp.topic for _, tp in wanted_shares],
-                [tp.partition for _, tp in wanted_shares],
-            ):
-                share_key = (group_id, TopicPartition(topic, index))
-                loaded.share_states[share_key] = bytes(blob)
-                self._shares_seen.add(share_key)
+            await load_share_states(conn, needs, loaded, self._shares_seen)
         if needs.acls:
             # After the counter's lock (every change of ACLs loads both): see the module doc.
             loaded.acls = await sql_acls.postgres_acls(conn)
@@ -475,7 +465,7 @@ class PostgresStep(StoreStep):
                 " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
                 sorted(changes.group_states.items()),
             )
-        await self._apply_shares(changes)
+        await apply_share_states(conn, changes, self._shares_seen)
         for (kind, name), configs in sorted(changes.resource_configs.items()):
             if configs:
                 await conn.execute(
@@ -494,25 +484,6 @@ class PostgresStep(StoreStep):
                 )
         await sql_acls.postgres_apply(conn, changes)
         return await apply_indexes(conn, changes)
-
-    async def _apply_shares(self, changes: Changes) -> None:
-        """Share-partition states: those loaded (hence locked) are UPDATEd, others INSERTed, so
-        that two steps that both found one absent do not both write it (see the module doc)."""
-        conn = self._conn
-        for group_id in changes.share_groups_deleted:
-            await conn.execute("DELETE FROM share_states WHERE group_id = $1", group_id)
-        seen = self._shares_seen
-        updated = [(g, tp.topic, tp.partition, b) for (g, tp), b in changes.share_states.items()]
-        updated.sort()
-        if changed := [row for row in updated if (row[0], TopicPartition(*row[1:3])) in seen]:
-            await conn.executemany(
-                "UPDATE share_states SET state = $4"
-                " WHERE group_id = $1 AND topic = $2 AND partition = $3",
-                changed,
-            )
-        if added := [row for row in updated if (row[0], TopicPartition(*row[1:3])) not in seen]:
-            await conn.executemany("INSERT INTO share_states VALUES ($1, $2, $3, $4)", added)
-            seen.update((row[0], TopicPartition(*row[1:3])) for row in added)
 
     async def _put(
         self,

@@ -320,6 +320,7 @@ def acquire(
     `max_record_locks`; at most `max_records` in all. New records of `aborted` transactions
     ([first, last] ranges, read_committed) are archived, never delivered."""
     assert state.initialized, "acquire from an initialized share-partition"
+    assert member != NO_MEMBER, "a member acquires"
     state = expire(state, now_ms, limits)
     budget = max(0, max_records)
     deadline = now_ms + limits.lock_duration_ms
