@@ -188,6 +188,32 @@ def test_aborted_records_are_archived_never_delivered() -> None:
     assert state.start == 4  # 2 and 3 archived
 
 
+def test_no_new_record_beyond_what_the_aborted_list_covers() -> None:
+    state, _ = take(fresh(), "a", n=3, end=10)
+    got = acquire(
+        state,
+        "b",
+        max_records=10,
+        fetchable_end=10,
+        aborted=((5, 5),),
+        aborted_from=4,  # offset 3 is not covered: it may belong to an aborted transaction
+        now_ms=0,
+        limits=LIMITS,
+    )
+    assert (got.acquired, got.state) == ((), state)
+    got = acquire(
+        state,
+        "b",
+        max_records=10,
+        fetchable_end=10,
+        aborted=((5, 5),),
+        aborted_from=3,
+        now_ms=0,
+        limits=LIMITS,
+    )
+    assert got.acquired == (AcquiredRange(3, 4, 1), AcquiredRange(6, 9, 1))
+
+
 def test_records_below_the_log_start_leave() -> None:
     state, _ = take(fresh(), "a", n=6, end=10)
     state, _ = ack(state, "a", (0, 1, (RELEASE,)))

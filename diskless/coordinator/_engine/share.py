@@ -114,12 +114,13 @@ def _acquired(
             max_records=p.max_records,
             fetchable_end=p.fetchable_end,
             aborted=p.aborted,
+            aborted_from=p.aborted_from,
             now_ms=now,
             limits=request.limits,
         )
         states.states[key] = got.state
         answers[p.topic_partition] = ShareAcquired(
-            got.acquired, got.state.state_epoch, got.state.start
+            got.acquired, got.state.state_epoch, got.state.start, got.state.end
         )
     return answers
 

@@ -311,6 +311,7 @@ def acquire(
     max_records: int,
     fetchable_end: int,
     aborted: Sequence[tuple[int, int]] = (),
+    aborted_from: int = 0,
     now_ms: int,
     limits: ShareLimits,
 ) -> Acquisition:
@@ -318,7 +319,9 @@ def acquire(
     offset order), then new ones up to `fetchable_end` (the high watermark, or the last stable
     offset under read_committed) while the records in flight stay within
     `max_record_locks`; at most `max_records` in all. New records of `aborted` transactions
-    ([first, last] ranges, read_committed) are archived, never delivered."""
+    ([first, last] ranges, read_committed: every one that overlaps [`aborted_from`,
+    `fetchable_end`)) are archived, never delivered; no new record is acquired when the
+    share-partition's end is below `aborted_from`, as aborted records there may be unlisted."""
     assert state.initialized, "acquire from an initialized share-partition"
     assert member != NO_MEMBER, "a member acquires"
     state = expire(state, now_ms, limits)
@@ -341,6 +344,8 @@ def acquire(
         if last < r.last:
             ranges.append(msgspec.structs.replace(r, first=last + 1))
     end = state.end
+    if end < aborted_from:
+        fetchable_end = end  # the aborted transactions listed may not cover what comes next
     room = min(budget, limits.max_record_locks - (state.end - state.start))
     new_end = max(end, min(fetchable_end, end + max(0, room)))
     offset = end
@@ -510,8 +515,11 @@ class ShareFetchPartition(NamedTuple):
     initial_start: int
     """Where the share-partition starts if it has no state (`initial_start`)."""
     aborted: Sequence[tuple[int, int]] = ()
-    """read_committed: the [first, last] offsets of aborted transactions from the partition's
-    end of state up to `fetchable_end`."""
+    """read_committed: the [first, last] offsets of every aborted transaction that overlaps
+    [`aborted_from`, `fetchable_end`)."""
+    aborted_from: int = 0
+    """Where `aborted` begins to be complete: no new record is acquired while the
+    share-partition's end (`ShareAcquired.end`, as last answered) is below it."""
 
 
 class ShareAcquired(NamedTuple):
@@ -521,6 +529,9 @@ class ShareAcquired(NamedTuple):
     state_epoch: int
     start: int
     """The share-partition start offset after the step."""
+    end: int
+    """The first offset never acquired after the step (one past Kafka's SPEO): where the next
+    new records come from, and so where a read_committed caller's `aborted_from` goes."""
 
 
 class ShareOffset(NamedTuple):
