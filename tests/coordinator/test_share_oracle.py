@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import hypothesis
 import hypothesis.strategies as st
+import pytest
 
 from diskless import ErrorCode, ManualClock, TopicPartition
 from diskless.coordinator import (
@@ -281,6 +282,16 @@ async def _run(ops: list[tuple[Any, ...]], directory: Path) -> None:
 @hypothesis.settings(max_examples=80, deadline=None, print_blob=True)
 @hypothesis.given(st.lists(op_st, min_size=10, max_size=60))
 def test_share_partitions_follow_the_model(ops: list[tuple[Any, ...]]) -> None:
+    print(f"SHARE_ORACLE_SEED={SEED}")
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(_run(ops, Path(directory)))
+
+
+@pytest.mark.slow
+@hypothesis.seed(SEED)
+@hypothesis.settings(max_examples=600, deadline=None, print_blob=True)
+@hypothesis.given(st.lists(op_st, min_size=20, max_size=150))
+def test_share_partitions_follow_the_model_long(ops: list[tuple[Any, ...]]) -> None:
     print(f"SHARE_ORACLE_SEED={SEED}")
     with tempfile.TemporaryDirectory() as directory:
         asyncio.run(_run(ops, Path(directory)))
