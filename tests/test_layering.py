@@ -26,7 +26,7 @@ LAYERS: Final = (
         "diskless._scram",
         "diskless.metrics",
     ),
-    ("diskless.storage", "diskless.txn"),
+    ("diskless.storage", "diskless.txn", "diskless.compaction"),
     ("diskless.coordinator",),
     ("diskless.wal",),
     ("diskless._results", "diskless.read"),

@@ -69,6 +69,7 @@ def test_all_is_exactly_the_public_surface() -> None:
     [
         "diskless",
         "diskless.broker",
+        "diskless.compaction",
         "diskless.coordinator",
         "diskless.lifecycle",
         "diskless.read",

@@ -51,6 +51,7 @@ from diskless.coordinator._values import (
     LeaseResult,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    Membership,
     MetadataStats,
     PartitionChanges,
     PartitionOffsets,
@@ -207,6 +208,13 @@ class BatchCoordinator(ShareStateContract, abc.ABC):
     @abc.abstractmethod
     async def live_brokers(self) -> list[BrokerRegistration]:
         """Every broker whose registration has not expired, by id: the cluster's members."""
+
+    @abc.abstractmethod
+    async def membership(self) -> Membership:
+        """The live brokers (as `live_brokers`) and the membership version, from one read. The
+        version goes up in the step that changes the set of live registrations (an
+        announcement, a withdrawal, a new incarnation), or in the next announcement of any
+        broker when a registration expired; it never goes back."""
 
     # --- the write path -----------------------------------------------------------------------
     @abc.abstractmethod
@@ -431,8 +439,9 @@ class BatchCoordinator(ShareStateContract, abc.ABC):
 
     @abc.abstractmethod
     async def delete_group(self, group_id: str, fence: GroupOwnership) -> ErrorCode:
-        """DeleteGroups at the group's owner: the group's committed offsets go and its
-        generation starts again from 0, in one step fenced by the owner (NOT_COORDINATOR, and
+        """DeleteGroups at the group's owner: the group's committed offsets and its stored
+        consumer-protocol state (`store_group_state`) go and its generation starts again from 0,
+        in one step fenced by the owner (NOT_COORDINATOR, and
         nothing deleted, once `fence`'s incarnation lost the group). The owner keeps the
         group (a client that found the coordinator before is answered there, as in Kafka,
         where a group's coordinator follows from its id). Whether the group may be deleted

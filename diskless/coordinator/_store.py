@@ -96,6 +96,8 @@ class Needs(msgspec.Struct):
     """Broker ids: their current epochs."""
     broker_registrations: Collection[int] = ()
     """Broker ids: their registrations (where they listen, until when), expired or not."""
+    all_broker_registrations: bool = False
+    """Every broker's registration, expired or not (a cluster has few: loaded whole)."""
     groups: Collection[str] = ()
     """Consumer group ids: their ownership."""
     files: Collection[str] = ()
@@ -196,6 +198,9 @@ class Changes(msgspec.Struct):
     """Consumer group ownerships, inserted or replaced by group id."""
     group_states: Mapping[str, bytes] = EMPTY
     """A consumer-protocol group's whole state (KIP-848), inserted or replaced by group id."""
+    group_states_deleted: Sequence[str] = ()
+    """Each consumer-protocol group's stored state goes, if it has one (applied after
+    `group_states`)."""
     counters: Mapping[str, int] = EMPTY
     files: Mapping[str, FileRow | None] = EMPTY
     """Inserted or replaced by key; None forgets the file."""
@@ -480,6 +485,10 @@ class ReadView(Protocol):
 
     async def acl_version(self) -> int:
         """The `ACL_VERSION_COUNTER` counter (0 before any ACL change): one cheap lookup."""
+        ...
+
+    async def membership_version(self) -> int:
+        """The `MEMBERSHIP_VERSION_COUNTER` counter (0 before any broker announced itself)."""
         ...
 
     async def acls(self) -> list[AclBinding]:

@@ -105,6 +105,16 @@ class BrokerRegistration(msgspec.Struct, frozen=True):
     """The coordinator's clock: the broker counts as gone from then on unless it renews."""
 
 
+class Membership(msgspec.Struct, frozen=True):
+    """The live brokers and the version of that set, read together (`membership`)."""
+
+    version: int
+    """Goes up whenever the set of live registrations changes; never goes back. Every broker
+    process advertises it as every partition's leader epoch."""
+    brokers: list[BrokerRegistration]
+    """Every broker whose registration has not expired, by id."""
+
+
 class TopicDescription(msgspec.Struct, frozen=True):
     name: str
     partitions: int

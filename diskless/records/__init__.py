@@ -20,8 +20,10 @@ problem is an `InvalidBatch` carrying the Kafka error the producer must see.
 """
 
 from diskless.records._compression import (
+    COMPRESSORS,
     DECOMPRESSED_BYTES_MAX,
     DECOMPRESSION_RATIO_MAX,
+    DECOMPRESSORS,
     GZIP_LEVEL_DEFAULT,
     LZ4_LEVEL_DEFAULT,
     ZSTD_LEVEL_DEFAULT,
@@ -68,6 +70,8 @@ from diskless.records._timestamps import first_record_reaching
 from diskless.records._walk import validate_records
 
 __all__ = [
+    "COMPRESSORS",
+    "DECOMPRESSORS",
     "DECOMPRESSED_BYTES_MAX",
     "DECOMPRESSION_RATIO_MAX",
     "GZIP_LEVEL_DEFAULT",

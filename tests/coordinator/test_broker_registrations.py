@@ -54,3 +54,64 @@ async def test_an_exclusive_registration_is_refused_while_another_incarnation_li
     assert await coordinator.announce_broker(1, second, "h1", 9002, None, 10_000)
     assert await coordinator.announce_broker(1, second, "h1", 9002, None, 0)
     assert await coordinator.register_broker(1, exclusive=True) == second + 1
+
+
+async def test_the_membership_version_moves_with_the_live_set_and_never_back(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """Announcing, withdrawing and replacing an incarnation move the version in their own step;
+    an expiry moves it in the next announcement of any broker; a renewal of a live registration
+    does not; a renewal after a lapse does."""
+
+    async def version() -> int:
+        membership = await coordinator.membership()
+        assert membership.brokers == await coordinator.live_brokers()
+        return membership.version
+
+    seen = [await version()]
+    one = await coordinator.register_broker(1)
+    two = await coordinator.register_broker(2)
+    assert await version() == seen[-1]  # registering an epoch is not a membership change
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 9_000)
+    seen.append(await version())
+    assert await coordinator.announce_broker(2, two, "h2", 9002, None, 3_000)
+    seen.append(await version())
+    assert [b.broker_id for b in (await coordinator.membership()).brokers] == [1, 2]
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 9_000)  # a renewal
+    seen.append(await version())
+    await clock.advance(5.0)  # 2 expired; the next announcement of anyone moves the version
+    assert [b.broker_id for b in (await coordinator.membership()).brokers] == [1]
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 9_000)
+    seen.append(await version())
+    assert await coordinator.announce_broker(2, two, "h2", 9002, None, 3_000)  # back after a lapse
+    seen.append(await version())
+    two_again = await coordinator.register_broker(2)
+    assert await coordinator.announce_broker(2, two_again, "h2", 9003, None, 3_000)
+    seen.append(await version())
+    assert await coordinator.announce_broker(2, two_again, "h2", 9003, None, 0)  # withdrawn
+    seen.append(await version())
+    assert not await coordinator.announce_broker(2, two, "h2", 9002, None, 3_000)  # fenced
+    seen.append(await version())
+    assert seen[1] > seen[0]
+    assert seen[2] > seen[1]
+    assert seen[3] == seen[2]
+    assert seen[4] > seen[3]
+    assert seen[5] > seen[4]
+    assert seen[6] > seen[5]
+    assert seen[7] > seen[6]
+    assert seen[8] == seen[7]
+
+
+async def test_a_registration_that_lapsed_and_came_back_unseen_still_moves_the_version(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """No step saw broker 1 gone, but a process may have read it gone meanwhile (a read drops
+    an expired registration): its renewal moves the version."""
+    one = await coordinator.register_broker(1)
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 3_000)
+    before = (await coordinator.membership()).version
+    await clock.advance(5.0)
+    assert (await coordinator.membership()).brokers == []
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 3_000)
+    after = await coordinator.membership()
+    assert after.version > before and [b.broker_id for b in after.brokers] == [1]

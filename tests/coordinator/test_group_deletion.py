@@ -1,6 +1,7 @@
 """Conformance: what the coordinator holds of each consumer group (ListGroups and DescribeGroups
-read it), and the deletions of DeleteGroups (a group's offsets and generation; it keeps its
-coordinator) and OffsetDelete, each one step fenced by the group's owner (every backend)."""
+read it), and the deletions of DeleteGroups (a group's offsets, generation and stored state; it
+keeps its coordinator) and OffsetDelete, each one step fenced by the group's owner (every
+backend)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,27 @@ async def test_deleting_a_group_takes_its_offsets_and_generation_in_one_fenced_s
     }
 
 
+async def test_deleting_a_consumer_protocol_group_takes_its_stored_state_with_its_offsets(
+    coordinator: BatchCoordinator,
+) -> None:
+    await coordinator.create_topic("t", 1)
+    owner = await _owned(coordinator, "g", 1)
+    other = await _owned(coordinator, "other", 1)
+    assert await coordinator.store_group_state("g", owner, b"state of g") == OK
+    assert await coordinator.store_group_state("other", other, b"state of other") == OK
+    await coordinator.commit_offsets("g", {TP0: CommittedOffset(3, None)}, owner)
+    stale = GroupOwnership(1, owner.broker_epoch - 1, -1)
+    assert await coordinator.delete_group("g", stale) == ErrorCode.NOT_COORDINATOR
+    assert await coordinator.group_state("g") == b"state of g"
+    assert await coordinator.delete_group("g", owner) == OK
+    assert await coordinator.group_state("g") is None
+    assert await coordinator.fetch_offsets("g") == {}
+    assert await coordinator.group_state("other") == b"state of other"
+    # A group stored anew after its deletion starts from what it stores then.
+    assert await coordinator.store_group_state("g", owner, b"anew") == OK
+    assert await coordinator.group_state("g") == b"anew"
+
+
 async def test_deleting_offsets_takes_only_the_named_partitions(
     coordinator: BatchCoordinator,
 ) -> None:
@@ -135,6 +157,10 @@ async def test_a_deletion_is_seen_by_every_process(backend: str, tmp_path: Path)
         assert await second.delete_group("g", owner) == OK
         assert await first.group_records() == {"g": GroupRecord(owner, has_offsets=False)}
         assert await first.fetch_offsets("g") == {}
+        assert await second.store_group_state("g", owner, b"state") == OK
+        assert await first.group_state("g") == b"state"
+        assert await first.delete_group("g", owner) == OK
+        assert await second.group_state("g") is None
     finally:
         await first.close()
         await second.close()

@@ -72,6 +72,7 @@ READ_METHODS = {
     "broker_registrations",
     "scram_credentials",
     "acl_version",
+    "membership_version",
     "acls",
     "resource_configs",
     "counter",

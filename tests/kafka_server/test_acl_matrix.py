@@ -83,6 +83,7 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.PRODUCE: [Need(R.TRANSACTIONAL_ID, Op.WRITE), Need(R.TOPIC, Op.WRITE)],
     ApiKey.FETCH: [Need(R.TOPIC, Op.READ)],
     ApiKey.LIST_OFFSETS: [Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: [Need(R.TOPIC, Op.DESCRIBE)],
     ApiKey.METADATA: [Need(R.TOPIC, Op.DESCRIBE)],
     ApiKey.FIND_COORDINATOR: [Need(R.GROUP, Op.DESCRIBE)],
     ApiKey.INIT_PRODUCER_ID: [Need(R.TRANSACTIONAL_ID, Op.WRITE)],
@@ -242,6 +243,14 @@ async def test_create_topics_by_a_cluster_grant(setup: Setup) -> None:
     await setup.acls.create([Need(R.CLUSTER, Op.CREATE).grant()])
     codes = await _codes(setup, ApiKey.CREATE_TOPICS, request)
     assert WireError.topic_authorization_failed not in codes
+
+
+async def test_offset_for_leader_epoch_by_a_cluster_action_grant(setup: Setup) -> None:
+    """Kafka lets a follower's CLUSTER_ACTION on the cluster stand for DESCRIBE on every topic."""
+    refused = WireError.topic_authorization_failed
+    assert refused in await _codes(setup, ApiKey.OFFSET_FOR_LEADER_EPOCH)
+    await setup.acls.create([Need(R.CLUSTER, Op.CLUSTER_ACTION).grant()])
+    assert refused not in await _codes(setup, ApiKey.OFFSET_FOR_LEADER_EPOCH)
 
 
 async def _respond(setup: Setup, api: ApiKey, request: object) -> Any:

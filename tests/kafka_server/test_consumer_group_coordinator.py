@@ -1,7 +1,8 @@
 """The consumer group protocol (KIP-848) at the group's owner (`GroupCoordinator`): its state
 stored before each answer and taken over by the next owner, a step undone when it cannot be
-stored, the classic and consumer protocols sharing a group id as Kafka allows, and offset
-commits by member epoch."""
+stored, the classic and consumer protocols sharing a group id as Kafka allows, offset
+commits by member epoch, and the admin APIs reading a consumer group through its description
+(ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from diskless.kafka_server._coordination.consumer_group_state import (
     decode_snapshot,
 )
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.group_description import DEAD, GroupDescription, GroupType
 
 TOPICS = {"t": 4}
 A = frozenset(TopicPartition("t", i) for i in range(4))
@@ -183,7 +185,9 @@ async def test_a_group_is_of_one_protocol_while_it_has_members(
         assert classic.error is WireError.none
         refused = await owner.join("m1")
         assert refused.error is WireError.group_id_not_found
-        assert await owner.groups.consumer_describe(owner.me, "g") is WireError.group_id_not_found
+        described = await owner.groups.consumer_describe(owner.me, "g")
+        assert isinstance(described, GroupDescription)
+        assert described.group_type is GroupType.CLASSIC, "answered GROUP_ID_NOT_FOUND"
         assert await owner.groups.leave(owner.me, "g", classic.member_id) is WireError.none
         taken = await owner.join("m1")  # an empty classic group may be taken over
         assert (taken.error, taken.member_epoch) == (WireError.none, 1)
@@ -264,3 +268,87 @@ async def test_a_silent_member_is_removed_by_the_owner_and_its_removal_stored() 
     finally:
         await owner.close()
         await coordinator.close()
+
+
+async def test_a_consumer_group_answers_the_admin_apis_through_its_description(
+    coordinator: InMemoryBatchCoordinator,
+) -> None:
+    await coordinator.create_topic("u", 1)
+    await coordinator.create_topic("v", 1)
+    t0, u0, v0 = TopicPartition("t", 0), TopicPartition("u", 0), TopicPartition("v", 0)
+    topics = {"t": 4, "u": 1, "v": 1}
+    owner = await _owner(coordinator)
+
+    async def beat(request: HeartbeatRequest) -> HeartbeatAnswer:
+        return await owner.groups.consumer_heartbeat(
+            owner.me, "g", request, topics=topics, describable=set(topics)
+        )
+
+    try:
+        assert await owner.groups.locate("g") is not None
+        by_name = HeartbeatRequest(
+            "m1", 0, rebalance_timeout_ms=5_000, subscribed_topic_names=("t",)
+        )
+        assert (await beat(by_name)).error is WireError.none
+        regex = HeartbeatRequest("m2", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="u")
+        assert (await beat(regex)).error is WireError.none
+        (listed,) = await owner.groups.listed(owner.me)
+        assert (listed.group_type, listed.protocol_type) == (GroupType.CONSUMER, "consumer")
+        assert listed.state in {"Assigning", "Reconciling", "Stable"}
+        assert [m.member_id for m in listed.members] == ["m1", "m2"]
+        assert listed.subscribed_topics == {"t", "u"}
+        # DescribeGroups describes classic groups only, as Kafka's.
+        described = await owner.groups.describe(owner.me, "g")
+        assert isinstance(described, GroupDescription) and described.state == DEAD
+        assert await owner.groups.delete(owner.me, "g") is WireError.non_empty_group
+        offsets = {tp: CommittedOffset(1, None) for tp in (t0, u0, v0)}
+        epoch = (await beat(HeartbeatRequest("m1", 1, owned=A))).member_epoch
+        assert epoch == 2
+        committed = await owner.groups.commit_offsets(owner.me, "g", epoch, "m1", offsets)
+        assert set(committed.values()) == {WireError.none}
+        error, answers = await owner.groups.delete_offsets(owner.me, "g", [t0, u0, v0])
+        assert error is WireError.none
+        assert answers == {
+            t0: WireError.group_subscribed_to_topic,  # by name
+            u0: WireError.group_subscribed_to_topic,  # by its resolved regular expression
+            v0: WireError.none,
+        }
+        for member in ("m1", "m2"):
+            assert (await beat(HeartbeatRequest(member, -1))).error is WireError.none
+        (empty,) = await owner.groups.listed(owner.me)
+        assert (empty.group_type, empty.state, empty.members) == (GroupType.CONSUMER, "Empty", ())
+        assert await coordinator.group_state("g") is not None
+        # Empty: deleted with its offsets and its stored state, in one step.
+        assert await owner.groups.delete(owner.me, "g") is WireError.none
+        assert await coordinator.group_state("g") is None
+        assert await coordinator.fetch_offsets("g") == {}
+        assert await owner.groups.listed(owner.me) == []
+        gone = await owner.groups.consumer_describe(owner.me, "g")
+        assert isinstance(gone, GroupDescription) and gone.state == DEAD
+        assert await owner.groups.delete(owner.me, "g") is WireError.group_id_not_found
+        # A new member starts a new group, from the first epoch.
+        again = await owner.join("m3")
+        assert (again.error, again.member_epoch, again.assignment) == (WireError.none, 1, A)
+    finally:
+        await owner.close()
+
+
+async def test_a_consumer_group_at_rest_is_listed_from_its_stored_state(
+    coordinator: InMemoryBatchCoordinator,
+) -> None:
+    """A broker that lists a group it has not served since it took it over reads its stored
+    state: a consumer group is listed as one, with its members."""
+    first = await _owner(coordinator)
+    try:
+        assert await first.groups.locate("g") is not None
+        assert (await first.join("m1")).error is WireError.none
+    finally:
+        await first.close()
+    second = await _owner(coordinator)  # the same broker, a new incarnation: nothing in memory
+    try:
+        await coordinator.claim_group("g", 0, second.me.broker_epoch)
+        (listed,) = await second.groups.listed(second.me)
+        assert (listed.group_type, listed.state) == (GroupType.CONSUMER, "Stable")
+        assert [m.member_id for m in listed.members] == ["m1"]
+    finally:
+        await second.close()

@@ -1,26 +1,51 @@
 """Integration: librdkafka consumers of the consumer group protocol (KIP-848,
 `group.protocol=consumer`) on an in-process cluster: a subscription by regular expression, which
 takes topics created later and only those it matches whole; a static member that leaves and
-comes back within its session without a rebalance; and consume-transform-produce exactly once
-while transformers join and leave the group."""
+comes back within its session without a rebalance; consume-transform-produce exactly once
+while transformers join and leave the group; and confluent-kafka's AdminClient listing,
+describing and deleting a consumer-protocol group."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
+import kio.schema.consumer_group_describe.v1.request as describe_v1
+import kio.schema.consumer_group_heartbeat.v0.request as heartbeat_v0
+import kio.schema.find_coordinator.v4.request as find_coordinator_v4
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    Producer,
+)
 from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from kio.schema.errors import ErrorCode as WireError
+from kio.static.primitive import i8, i32, i32Timedelta
 
+from diskless._types import CommittedOffset, TopicPartition
+from diskless.coordinator import AclOperation
 from diskless.kafka_server import KafkaCluster
 from diskless.kafka_server._coordination.consumer_group_state import Snapshot, decode_snapshot
 from diskless.kafka_server._server.settings.config import ServerConfig
 from testkit.clients import confluent_consume
 from testkit.cluster import FETCH_WAIT_MS_MAX, end_offsets, local_cluster
+from testkit.wire import ask
 
 RECORDS: Final = 200
 EOS_INPUT: Final = "in"
@@ -99,6 +124,129 @@ async def test_a_regular_expression_takes_the_topics_it_matches_as_they_come(
         assert member.regex_topics == ("ev-a", "ev-b", "ev-c")
     finally:
         await asyncio.to_thread(consumer.close)
+
+
+def _deletion_error(admin: AdminClient, group: str) -> KafkaError | None:
+    try:
+        admin.delete_consumer_groups([group])[group].result(30)
+    except KafkaException as e:
+        error: KafkaError = e.args[0]
+        return error
+    return None
+
+
+GROUP_OPERATIONS: Final = sum(
+    1 << int(op)
+    for op in (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    )
+)
+"""KIP-430's bits of Kafka's operations on a group, all allowed without an authorizer."""
+
+
+def _describe_on_the_wire(bootstrap: str) -> None:
+    """ConsumerGroupDescribe's KIP-430 operations only when asked, and Kafka's answer for a
+    group that does not exist and for one that is not a consumer group."""
+    groups = ("admined", "missing", "standalone")
+    find = find_coordinator_v4.FindCoordinatorRequest(key_type=i8(0), coordinator_keys=groups)
+    found = ask(bootstrap, find, 30).coordinators
+    assert {c.error_code for c in found} == {WireError.none}, "each group has its coordinator"
+    asked = describe_v1.ConsumerGroupDescribeRequest(
+        group_ids=groups, include_authorized_operations=True
+    )
+    admined, missing, standalone = ask(bootstrap, asked, 30).groups
+    assert (admined.error_code, admined.group_state) == (WireError.none, "Stable")
+    assert admined.authorized_operations == GROUP_OPERATIONS
+    assert (missing.error_code, missing.error_message, missing.group_state) == (
+        WireError.group_id_not_found,
+        "Group missing not found.",
+        "",
+    )
+    assert (standalone.error_code, standalone.error_message) == (
+        WireError.group_id_not_found,
+        "Group standalone is not a consumer group.",
+    )
+    unasked = describe_v1.ConsumerGroupDescribeRequest(
+        group_ids=groups, include_authorized_operations=False
+    )
+    assert ask(bootstrap, unasked, 30).groups[0].authorized_operations == -(2**31)
+
+
+def _admin_session(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    consumer = _consumer(bootstrap, "admined", **{"client.id": "reader"})
+    try:
+        consumer.subscribe(["admin"])
+        assert len(_read(consumer, RECORDS)) == RECORDS
+        consumer.commit(asynchronous=False)
+        deadline = time.monotonic() + 30
+        while True:  # stable once the member has acknowledged its assignment
+            groups = {g.group_id: g for g in admin.list_consumer_groups().result(30).valid}
+            assert sorted(groups) == ["admined", "standalone"]
+            listed = groups["admined"]
+            if listed.state is ConsumerGroupState.STABLE or time.monotonic() > deadline:
+                break
+            consumer.poll(0.2)
+        assert (listed.group_id, listed.type) == ("admined", ConsumerGroupType.CONSUMER)
+        assert listed.state is ConsumerGroupState.STABLE
+        assert not listed.is_simple_consumer_group
+        consumer_type = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER})
+        assert [g.group_id for g in consumer_type.result(30).valid] == ["admined"]
+        classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC})
+        assert [g.group_id for g in classic.result(30).valid] == ["standalone"]
+        stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE})
+        assert [g.group_id for g in stable.result(30).valid] == ["admined"]
+        empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY})
+        assert [g.group_id for g in empty.result(30).valid] == ["standalone"]
+
+        described = admin.describe_consumer_groups(["admined"], include_authorized_operations=True)
+        group = described["admined"].result(30)
+        assert (group.type, group.state) == (ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE)
+        assert group.partition_assignor == "uniform"
+        assert {"READ", "DESCRIBE", "DELETE"} <= {op.name for op in group.authorized_operations}
+        (member,) = group.members
+        assert member.client_id == "reader"
+        assigned = sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions)
+        assert assigned == [("admin", 0), ("admin", 1)]
+
+        _describe_on_the_wire(bootstrap)
+        error = _deletion_error(admin, "admined")
+        assert error is not None and error.code() == KafkaError.NON_EMPTY_GROUP
+    finally:
+        consumer.close()
+    # Its member left: the group is empty, and goes with its offsets and its stored state.
+    deadline = time.monotonic() + 30
+    while (error := _deletion_error(admin, "admined")) is not None:
+        assert error.code() == KafkaError.NON_EMPTY_GROUP, error
+        assert time.monotonic() < deadline, "the group stayed non-empty"
+        time.sleep(0.2)
+    assert [g.group_id for g in admin.list_consumer_groups().result(30).valid] == ["standalone"]
+    error = _deletion_error(admin, "admined")
+    assert error is not None and error.code() == KafkaError.GROUP_ID_NOT_FOUND
+    # A new member of the same group id starts from `auto.offset.reset`, not where it was.
+    again = _consumer(bootstrap, "admined")
+    try:
+        again.subscribe(["admin"])
+        assert len(_read(again, RECORDS)) == RECORDS
+    finally:
+        again.close()
+
+
+async def test_the_admin_client_lists_describes_and_deletes_a_consumer_protocol_group(
+    cluster: KafkaCluster,
+) -> None:
+    await cluster.create_topic("admin", 2)
+    await asyncio.to_thread(_produce, cluster.bootstrap(), "admin", 2)
+    await cluster.coordinator.commit_offsets(
+        "standalone", {TopicPartition("admin", 0): CommittedOffset(1, None)}
+    )
+    await asyncio.to_thread(_admin_session, cluster.bootstrap())
+    anew = await _state(cluster, "admined")  # afresh: its member joined (epoch 1) and left (2)
+    assert (anew.group_epoch, anew.members) == (2, ())
 
 
 async def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(
@@ -291,3 +439,58 @@ async def test_consume_transform_produce_is_exactly_once_while_members_come_and_
     )
     audit.check({"out": range(RECORDS)})
     assert audit.count == RECORDS, "each input record transformed exactly once"
+
+
+def _heartbeat_interval_ms(bootstrap: str, group: str) -> int:
+    """The heartbeat interval a new member of `group` is told, over the wire (it leaves again;
+    the cluster has one broker: it coordinates every group, once FindCoordinator names it)."""
+    find = find_coordinator_v4.FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,))
+    assert ask(bootstrap, find, 30).coordinators[0].error_code is WireError.none
+    join = heartbeat_v0.ConsumerGroupHeartbeatRequest(
+        group_id=group,
+        member_id="",
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=("tuned",),
+        server_assignor=None,
+        topic_partitions=(),
+    )
+    joined = ask(bootstrap, join, 30)
+    assert joined.error_code is WireError.none, joined
+    leave = dataclasses.replace(join, member_id=joined.member_id, member_epoch=i32(-1))
+    assert ask(bootstrap, leave, 30).error_code is WireError.none
+    return int(joined.heartbeat_interval.total_seconds() * 1000)
+
+
+def _tune_a_group(bootstrap: str) -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    seen: dict[str, object] = {"before": _heartbeat_interval_ms(bootstrap, "tuned")}
+    (described,) = admin.describe_configs([ConfigResource("group", "tuned")]).values()
+    entry = described.result(30)["consumer.heartbeat.interval.ms"]
+    seen["default"] = (entry.value, entry.source)
+    change = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "6000", incremental_operation=AlterConfigOpType.SET
+    )
+    (altered,) = admin.incremental_alter_configs(
+        [ConfigResource("group", "tuned", incremental_configs=[change])]
+    ).values()
+    altered.result(30)
+    deadline = time.monotonic() + 30
+    while (after := _heartbeat_interval_ms(bootstrap, "tuned")) != 6000:
+        assert time.monotonic() < deadline, f"still {after} ms"
+        time.sleep(0.2)
+    seen["other"] = _heartbeat_interval_ms(bootstrap, "untuned")
+    return seen
+
+
+async def test_a_groups_own_configs_override_the_brokers_group_consumer_properties(
+    cluster: KafkaCluster,
+) -> None:
+    """The broker's `group.consumer.heartbeat.interval.ms` (200 ms here) is every group's
+    default, described as the broker's; a group's own `consumer.heartbeat.interval.ms`, set
+    through IncrementalAlterConfigs, is what its members are told from then on, and only its."""
+    await cluster.create_topic("tuned", 1)
+    seen = await asyncio.to_thread(_tune_a_group, cluster.bootstrap())
+    assert seen["before"] == 200
+    assert seen["default"] == ("200", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert seen["other"] == 200

@@ -146,8 +146,10 @@ def _confluent_session(servers: str) -> None:
         assert live.partition_assignor == "range"
         assert not live.is_simple_consumer_group
         assert sorted(op.name for op in live.authorized_operations) == [
+            "ALTER_CONFIGS",
             "DELETE",
             "DESCRIBE",
+            "DESCRIBE_CONFIGS",
             "READ",
         ]
         (member,) = live.members

@@ -8,6 +8,10 @@ protocol's state machine describes itself.
 - A broker not certainly live answers ListGroups with a retriable error, not an empty list.
 - A classic group shows its protocol and its members' metadata and assignments only once
   stable; its subscriptions come from its members' metadata for its protocol.
+- A consumer-protocol group (KIP-848) is described as Kafka's `ConsumerGroup`: type and protocol
+  type `consumer`, its state by Kafka's name, its members, the topics they subscribe to by name
+  or by regular expression; it exists once it has had a group epoch; DescribeGroups shows only
+  classic groups (any other is Dead to it).
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless._types import GroupOwnership
+from diskless._types import GroupOwnership, GroupRecord
 from diskless.coordinator import InMemoryBatchCoordinator
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
+from diskless.kafka_server._coordination.consumer_group_state import (
+    DEFAULT_CONFIG,
+    HeartbeatRequest,
+    encode_snapshot,
+)
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
@@ -30,11 +39,13 @@ from diskless.kafka_server._coordination.group_description import (
     consumer_subscription,
     dead,
     delete_group_refusal,
+    describe_groups_answer,
     exists,
     offset_delete_refusal,
     subscribed,
 )
 from diskless.kafka_server._coordination.group_state import GroupState
+from diskless.kafka_server._coordination.owned_group import OwnedGroup, at_rest_description
 
 
 def _subscription(version: int, topics: tuple[str, ...]) -> bytes:
@@ -96,6 +107,55 @@ def test_deletion_rules() -> None:
     assert subscribed(_group(members=1, topics=frozenset({"t"})), "t")
     assert not subscribed(_group(members=1, topics=frozenset({"t"})), "u")
     assert not subscribed(_group("connect", 1, None), "t")  # unknown: not subscribed
+
+
+def test_describe_groups_shows_classic_groups_only() -> None:
+    assert describe_groups_answer(_group(members=1)) == _group(members=1)
+    assert describe_groups_answer(_group(members=1, group_type=GroupType.CONSUMER)) == dead("g")
+
+
+def test_a_consumer_protocol_group_is_described_as_kafkas_consumer_group() -> None:
+    owner = GroupOwnership(0, 1, 0)
+    group = OwnedGroup(GroupState("g", 0), owner, 1, None, 0.0)
+    assert group.describe(None) == dead("g")  # never had an epoch: not a consumer group
+    topics = {"t": 2, "u": 1, "v": 1}
+    for request in (
+        HeartbeatRequest(
+            "m1", 0, rebalance_timeout_ms=5_000, subscribed_topic_names=("t",), client_id="c1"
+        ),
+        HeartbeatRequest("m2", 0, "i2", rebalance_timeout_ms=5_000, subscribed_topic_regex="u"),
+    ):
+        step = group.consumer.heartbeat(
+            request, topics=topics, describable=set(topics), config=DEFAULT_CONFIG, now=0.0
+        )
+        assert step.answer is not None and step.answer.error is WireError.none
+    described = group.describe(None)
+    assert (described.group_type, described.protocol_type) == (GroupType.CONSUMER, "consumer")
+    assert described.state in {"Assigning", "Reconciling", "Stable"}
+    assert [(m.member_id, m.instance_id, m.client_id) for m in described.members] == [
+        ("m1", None, "c1"),
+        ("m2", "i2", ""),
+    ]
+    assert described.subscribed_topics == {"t", "u"}
+    assert subscribed(described, "u") and not subscribed(described, "v")
+    assert delete_group_refusal(described) is WireError.non_empty_group
+    assert offset_delete_refusal(described) is WireError.none
+    # The same group, read from its stored state by a broker that holds none of it.
+    stored = encode_snapshot(group.consumer.snapshot())
+    assert at_rest_description("g", GroupRecord(owner, False), stored) == described
+    for member in ("m1", "m2"):
+        group.consumer.heartbeat(
+            HeartbeatRequest(member, -1),
+            topics=topics,
+            describable=set(),
+            config=DEFAULT_CONFIG,
+            now=0.0,
+        )
+    empty = group.describe(None)
+    assert (empty.group_type, empty.state, empty.members) == (GroupType.CONSUMER, "Empty", ())
+    assert delete_group_refusal(empty) is WireError.none
+    assert at_rest_description("g", GroupRecord(owner, False), None) == dead("g")
+    assert at_rest_description("g", GroupRecord(owner, True), None) == at_rest("g")
 
 
 def test_a_group_exists_with_members_a_generation_or_offsets() -> None:

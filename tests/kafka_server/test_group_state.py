@@ -170,6 +170,148 @@ def test_a_replaced_static_member_is_answered_fenced() -> None:
     assert state.leave("m1", "i") == Step(WireError.fenced_instance_id)
 
 
+def _static_stable() -> GroupState:
+    """Static members m1 (instance i1, the leader, assigned b"a") and m2 (i2, b"b") in a
+    stable generation 1; m2 offers two protocols."""
+    state = GroupState("g", 0)
+    _join(state, "m1", fresh=True, instance_id="i1", protocols=[("range", b"m1")])
+    _join(state, "m2", fresh=True, instance_id="i2", protocols=[*RANGE, ("roundrobin", b"")])
+    _complete(state)
+    assert state.sync(1, "m2", "i2", {}, now=0.0).response == Wait("m2")
+    state.sync(1, "m1", "i1", {"m1": b"a", "m2": b"b"}, now=0.0)
+    assert state.phase is GroupPhase.STABLE
+    return state
+
+
+def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance() -> None:
+    state = _static_stable()
+    # m2 restarts: it joins without its member id, under a new one, with new metadata.
+    rejoined = _join(state, "m3", fresh=True, instance_id="i2", protocols=[("range", b"new")])
+    assert rejoined == Step(JoinOutcome(WireError.none, 1, "range", "m1", "m3", []))
+    assert state.phase is GroupPhase.STABLE and state.generation == 1
+    assert state.instances == {"i1": "m1", "i2": "m3"} and set(state.members) == {"m1", "m3"}
+    assert state.sync(1, "m3", "i2", {}, now=1.0) == Step(SyncOutcome(WireError.none, b"b"))
+    # The other member sees no rebalance; the old id is fenced.
+    assert state.heartbeat(1, "m1", "i1", now=1.0) == WireError.none
+    assert state.heartbeat(1, "m3", "i2", now=1.0) == WireError.none
+    assert state.heartbeat(1, "m2", "i2", now=1.0) == WireError.fenced_instance_id
+    assert state.sync(1, "m2", "i2", {}, now=1.0) == Step(SyncOutcome(WireError.fenced_instance_id))
+    assert state.check_member(1, "m2", "i2", now=1.0) == WireError.fenced_instance_id
+    assert state.check_member(1, "m3", "i2", now=1.0) == WireError.none
+    assert state.leave("m2", "i2") == Step(WireError.fenced_instance_id)
+    # Its metadata is the new one, as the next rebalance's leader reads it.
+    assert state.members["m3"].protocols == [("range", b"new")]
+
+
+def test_a_restarted_static_leader_is_answered_as_a_follower_and_leads_the_next_rebalance() -> None:
+    state = _static_stable()
+    rejoined = _join(state, "m3", fresh=True, instance_id="i1", protocols=[("range", b"m1")])
+    # The answer names the leader as it was: the rejoined member does not assign anew.
+    assert rejoined == Step(JoinOutcome(WireError.none, 1, "range", "m1", "m3", []))
+    assert state.leader == "m3" and state.phase is GroupPhase.STABLE
+    assert state.sync(1, "m3", "i1", {"m3": b"x"}, now=0.0) == Step(
+        SyncOutcome(WireError.none, b"a")
+    )
+    assert state.members["m2"].assignment == b"b", "a stable group keeps its assignment"
+    # The next rebalance hands the member list to it.
+    _join(state, "m3", instance_id="i1", protocols=[("range", b"m1")])
+    _join(state, "m2", instance_id="i2")
+    stored = _complete(state)
+    assert [(o.member_id, o.leader, len(o.members)) for o in stored.joins] == [
+        ("m2", "m3", 0),
+        ("m3", "m3", 2),
+    ]
+
+
+def test_a_static_member_whose_rejoin_changes_the_chosen_protocol_rebalances_the_group() -> None:
+    state = _static_stable()
+    # m1 leads and offers only range: m2 offering roundrobin alone leaves no protocol common.
+    rejoined = _join(state, "m3", fresh=True, instance_id="i2", protocols=[("roundrobin", b"")])
+    assert rejoined == Step(Wait("m3"), arm_ms=10_000)
+    assert state.phase is GroupPhase.PREPARING
+    assert state.heartbeat(1, "m1", "i1", now=0.0) == WireError.rebalance_in_progress
+
+
+def test_a_static_member_rejoining_while_its_generation_is_handed_out_rebalances() -> None:
+    state = _follower_waits_to_sync()
+    _join(state, "s1", fresh=True, instance_id="i")  # joins the next rebalance
+    _join(state, "m1")
+    _join(state, "m2")
+    _complete(state)
+    assert state.phase is GroupPhase.COMPLETING and state.generation == 2
+    assert state.sync(2, "m2", None, {}, now=0.0).response == Wait("m2")
+    # The leader may be assigning to s1 now: its replacement rebalances the group.
+    rejoined = _join(state, "s2", fresh=True, instance_id="i")
+    assert rejoined == Step(
+        Wait("s2"), syncs=(("m2", SyncOutcome(WireError.rebalance_in_progress)),), arm_ms=10_000
+    )
+    assert state.phase is GroupPhase.PREPARING and state.instances == {"i": "s2"}
+
+
+def test_a_static_member_replaced_while_it_waits_to_join_is_answered_fenced() -> None:
+    state = _static_stable()
+    _join(state, "m1", instance_id="i1")  # the leader rejoins: a rebalance
+    assert _join(state, "m2", instance_id="i2").response == Wait("m2")
+    replaced = _join(state, "m3", fresh=True, instance_id="i2")
+    assert replaced == Step(
+        Wait("m3"),
+        joins=(JoinOutcome(WireError.fenced_instance_id, member_id="m2"),),
+        arm_ms=0,
+    )
+    stored = _complete(state)
+    assert {o.member_id for o in stored.joins} == {"m1", "m3"}
+
+
+def test_a_static_member_stays_until_its_session_times_out_then_the_group_rebalances() -> None:
+    state = _static_stable()
+    assert state.heartbeat(1, "m1", "i1", now=9.0) == WireError.none
+    assert state.expire(now=9.5) == Step(None)
+    assert set(state.members) == {"m1", "m2"}, "m2 is silent, within its session of 10 s"
+    assert state.expire(now=10.5) == Step(None, arm_ms=10_000)
+    assert state.instances == {"i1": "m1"} and state.phase is GroupPhase.PREPARING
+    # Its instance id now joins as a new member.
+    assert _join(state, "m3", fresh=True, instance_id="i2").response == Wait("m3")
+    assert state.instances == {"i1": "m1", "i2": "m3"}
+
+
+def test_a_static_member_leaves_by_its_ids_or_by_its_instance_id_alone() -> None:
+    state = _static_stable()
+    assert state.leave("m2", "i1") == Step(WireError.fenced_instance_id)
+    assert state.leave("m2", "unknown") == Step(WireError.unknown_member_id)
+    assert state.leave("", "unknown") == Step(WireError.unknown_member_id)
+    assert state.leave("m2", "i2") == Step(WireError.none, arm_ms=10_000)
+    assert state.instances == {"i1": "m1"} and state.phase is GroupPhase.PREPARING
+    assert state.leave("", "i1") == Step(WireError.none, disarm=True)
+    assert not state.members and state.phase is GroupPhase.EMPTY
+
+
+def test_a_pending_member_id_joining_as_a_held_instance_id_replaces_its_holder() -> None:
+    state = _static_stable()
+    state.pending.add("p1")  # handed out with MEMBER_ID_REQUIRED
+    rejoined = _join(state, "p1", instance_id="i2")
+    assert rejoined == Step(JoinOutcome(WireError.none, 1, "range", "m1", "p1", []))
+    assert state.instances == {"i1": "m1", "i2": "p1"} and not state.pending
+
+
+def test_a_pending_member_id_may_leave() -> None:
+    state = GroupState("g", 0)
+    required = state.join(
+        member_id="",
+        instance_id=None,
+        protocol_type="consumer",
+        protocols=RANGE,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        fresh_member_id="p1",
+        require_known_member_id=True,
+        now=0.0,
+    )
+    assert required.response == JoinOutcome(WireError.member_id_required, member_id="p1")
+    assert state.leave("p1", None) == Step(WireError.none)
+    assert not state.pending and state.phase is GroupPhase.EMPTY
+    assert state.leave("p1", None) == Step(WireError.unknown_member_id)
+
+
 def test_the_last_member_leaving_cancels_the_timer() -> None:
     state = GroupState("g", 0)
     _join(state, "m1", fresh=True)

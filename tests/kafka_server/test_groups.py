@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
+import kio.schema.leave_group.v4.request as leave_group_v4
 import kio.schema.offset_commit.v8.request as offset_commit_v8
 import kio.schema.offset_fetch.v7.request as offset_fetch_v7
 import pytest
@@ -170,9 +171,15 @@ async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
     assert (await groups.sync(me, "g", first.generation, first.member_id, {}))[0] == (
         WireError.none
     )
-    # The same instance restarts: it joins without its old member id and replaces it.
+    # The same instance restarts: it joins without its old member id and replaces it, in the
+    # same generation (the group is stable), answered as a follower of the leader it was.
     second = await _join(owner, instance_id="consumer-1")
     assert second.error == WireError.none and second.member_id != first.member_id
+    assert (second.generation, second.leader, second.members) == (
+        first.generation,
+        first.member_id,
+        [],
+    )
     for answer in (
         await groups.heartbeat(me, "g", second.generation, first.member_id, "consumer-1"),
         await groups.leave(me, "g", first.member_id, "consumer-1"),
@@ -186,6 +193,47 @@ async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
     assert commit == {TopicPartition("t", 0): WireError.fenced_instance_id}
     fence = await groups.txn_fence(me, "g", second.generation, second.member_id, "consumer-1")
     assert fence == GroupOwnership(0, me.broker_epoch, second.generation)
+
+
+async def test_leave_group_names_static_members_by_instance_id_on_the_wire() -> None:
+    """LeaveGroup v4 (KIP-345) through a broker: a member named by its instance id alone
+    leaves; one named under an id its instance no longer holds is fenced; an instance id no
+    member holds is unknown. Each member gets its own answer."""
+    coordinator = InMemoryBatchCoordinator()
+    async with local_cluster(coordinator, brokers=1, server_config=server_config()) as cluster:
+        await cluster.view.renew()  # the broker's registration is live: it may own groups
+        assert await cluster.groups.locate("g") == cluster.servers[0].address
+        epoch = cluster.view.epoch_of(0)
+        assert epoch is not None
+        owner = Owner(cluster.groups, GroupOwnership(0, epoch, -1), coordinator, cluster.view)
+        first = await _join(owner, instance_id="consumer-1")
+        await cluster.groups.sync(owner.me, "g", first.generation, first.member_id, {})
+        second = await _join(owner, instance_id="consumer-1")  # restarted
+        identity = leave_group_v4.MemberIdentity
+        leave = leave_group_v4.LeaveGroupRequest(
+            group_id="g",
+            members=(
+                identity(member_id=first.member_id, group_instance_id="consumer-1"),
+                identity(member_id="", group_instance_id="consumer-1"),
+                identity(member_id="", group_instance_id="nobody"),
+            ),
+        )
+        client = await WireClient.connect(cluster.servers[0])
+        try:
+            left = await client.request(leave)
+        finally:
+            await client.close()
+        heartbeat = await cluster.groups.heartbeat(
+            owner.me, "g", second.generation, second.member_id, "consumer-1"
+        )
+    assert left.error_code == WireError.none
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in left.members] == [
+        (first.member_id, "consumer-1", WireError.fenced_instance_id),
+        ("", "consumer-1", WireError.none),
+        ("", "nobody", WireError.unknown_member_id),
+    ]
+    assert heartbeat == WireError.unknown_member_id
+    await coordinator.close()
 
 
 async def test_an_anonymous_join_from_v4_on_gets_member_id_required(owner: Owner) -> None:

@@ -65,6 +65,7 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.PRODUCE: produce_error,
     ApiKey.FETCH: fetch_error,
     ApiKey.LIST_OFFSETS: list_offsets_error,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: list_offsets_error,
     ApiKey.DELETE_RECORDS: delete_records_error,
     ApiKey.METADATA: metadata_error,
     ApiKey.FIND_COORDINATOR: find_coordinator_error,
@@ -111,7 +112,12 @@ CALLING_NOTHING: Final = {
     ApiKey.DESCRIBE_CLUSTER,  # the cluster view and the ACLs are this process's copies
     ApiKey.DESCRIBE_LOG_DIRS,  # no log directory to read
 }
-DATA_APIS: Final = (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS)
+DATA_APIS: Final = (
+    ApiKey.PRODUCE,
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+)
 """The APIs a closed broker refuses (the others go to the coordinator or the front ends)."""
 _METHODS: Final = frozenset(
     name

@@ -89,15 +89,6 @@ def set_up(bootstrap: str, ca: Path) -> None:
         future.result(ADMIN_TIMEOUT_S)
 
 
-def leaders(address: str, ca: Path) -> dict[int, int]:
-    """The topic's partition leaders in the user's metadata, asked of the broker at `address`."""
-    admin = AdminClient(librdkafka(address, ca))
-    metadata = admin.list_topics(TOPIC, timeout=ADMIN_TIMEOUT_S)
-    topic = metadata.topics[TOPIC]
-    assert topic.error is None, topic.error
-    return {p.id: p.leader for p in topic.partitions.values()}
-
-
 def wait_authorized(host: Host, addresses: Sequence[str], ca: Path) -> None:
     """Until every broker itself lets the user see the topic (ACLs reach the other processes
     within their refresh interval). Each broker is asked over a connection of its own: a client

@@ -27,9 +27,12 @@ ADMIN_PASSWORD: Final = "admin-secret"
 SESSION_TIMEOUT_MS: Final = 3000
 """`broker.session.timeout.ms`: a broker cut off from the coordinator leaves the others' metadata
 this long after its last renewal."""
-RACK: Final = "dc-1"
-"""Every broker in one rack: a client's partitions spread over all three (a broker alone in its
-rack would be the leader of every partition for the clients its metadata answers)."""
+RACKS: Final = ("dc-1", "dc-2", "dc-1")
+"""Brokers 1 and 3 in one rack (zone), broker 2 in another: a rack-less client asking broker 1
+or 3 has its partitions spread over both, one asking broker 2 has them all there. (librdkafka
+takes leaders only of a higher leader epoch than it holds, as in Kafka, so a client cut from a
+live leader stays on it until the epoch moves: with a rack per broker, a client whose answer
+came from the broker cut from it would have every partition there.)"""
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 15.0
 
@@ -46,7 +49,7 @@ def server_properties(node_id: int, address: str, keystore: Path) -> str:
             f"listeners=SASL_SSL://0.0.0.0:{PORT}",
             f"advertised.listeners=SASL_SSL://{address}:{PORT}",
             "listener.security.protocol.map=SASL_SSL:SASL_SSL",
-            f"broker.rack={RACK}",
+            f"broker.rack={RACKS[node_id - 1]}",
             "ssl.keystore.type=PEM",
             f"ssl.keystore.location={keystore}",
             "sasl.enabled.mechanisms=SCRAM-SHA-512",

@@ -41,12 +41,18 @@ DELIVERY_TIMEOUT_MS: Final = 120_000
 """Longer than any cut: an idempotent producer never gives a record up."""
 REQUEST_TIMEOUT_MS: Final = 10_000
 """A request on a connection gone silent is given up (and retried elsewhere or later) after this."""
-METADATA_REFRESH_MS: Final = 1_000
 CLIENT_TIMEOUT_S: Final = 120.0
 
 
 def _producing(bootstrap: str, ca: Path) -> dict[str, Any]:
-    return {**librdkafka(bootstrap, ca), "request.timeout.ms": REQUEST_TIMEOUT_MS}
+    # librdkafka gives up a request in flight after `socket.timeout.ms` (request.timeout.ms is
+    # the broker's own acknowledgement timeout), and an idempotent producer holds every
+    # partition until those to a broker cut from it are given up.
+    return {
+        **librdkafka(bootstrap, ca),
+        "request.timeout.ms": REQUEST_TIMEOUT_MS,
+        "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+    }
 
 
 def librdkafka(
@@ -60,12 +66,6 @@ def librdkafka(
         "sasl.username": user,
         "sasl.password": password,
         "ssl.ca.location": str(ca),
-        # A broker cut off from the coordinator names itself the leader of its partitions until
-        # its registration lapses, and a produce sent to it before that times out, which does
-        # not make librdkafka ask again; leader epochs are each broker process's own, so it may
-        # also keep an answer of a higher epoch over another broker's newer leaders: it asks
-        # again at this interval.
-        "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
     }
 
 

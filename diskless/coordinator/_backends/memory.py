@@ -136,7 +136,9 @@ class MemoryStore(StoreStep, MemoryReads):
             snapshot.leases = pick(needs.leases, self._leases)
         if needs.brokers:
             snapshot.broker_epochs = pick(needs.brokers, self._brokers)
-        if needs.broker_registrations:
+        if needs.all_broker_registrations:
+            snapshot.broker_registrations = dict(self._registrations)
+        elif needs.broker_registrations:
             snapshot.broker_registrations = pick(needs.broker_registrations, self._registrations)
         if needs.groups:
             snapshot.groups = pick(needs.groups, self._group_owners)
@@ -206,6 +208,8 @@ class MemoryStore(StoreStep, MemoryReads):
             self._registrations.update(changes.broker_registrations)
         self._group_owners.update(changes.groups)
         self._group_states.update(changes.group_states)
+        for group_id in changes.group_states_deleted:
+            self._group_states.pop(group_id, None)
         for group_id in changes.share_groups_deleted:
             self._share_states.pop(group_id, None)
         for (group_id, tp), blob in changes.share_states.items():

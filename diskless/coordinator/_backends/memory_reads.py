@@ -17,6 +17,7 @@ from diskless.coordinator._backends.memory_state import Partition
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.commit import ProducerKey
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.ownership import MEMBERSHIP_VERSION_COUNTER
 from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
@@ -240,6 +241,9 @@ class MemoryReads(ReadView):
 
     async def acl_version(self) -> int:
         return self._counters.get(ACL_VERSION_COUNTER, 0)
+
+    async def membership_version(self) -> int:
+        return self._counters.get(MEMBERSHIP_VERSION_COUNTER, 0)
 
     async def acls(self) -> list[AclBinding]:
         return sorted(self._acls)

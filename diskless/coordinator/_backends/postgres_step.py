@@ -55,9 +55,9 @@ from diskless.coordinator._backends.postgres_rows import (
     two_columns,
 )
 from diskless.coordinator._backends.postgres_step_state import (
+    apply_group_states,
     apply_indexes,
     apply_scram,
-    apply_share_states,
     apply_txn_state,
     load_share_states,
 )
@@ -171,7 +171,12 @@ class PostgresStep(StoreStep):
         if wanted or needs.leases or needs.brokers or needs.files:
             partitions = await self._load_locked(needs, sorted(wanted), loaded, gated)
         loaded.partitions = {tp: s for tp, s in partitions.items() if tp in needs.partitions}
-        if needs.broker_registrations:
+        if needs.all_broker_registrations:
+            for row in await conn.fetch(
+                f"SELECT {REGISTRATION_ROW} FROM broker_registrations ORDER BY broker_id"
+            ):
+                loaded.broker_registrations[row[0]] = BrokerRegistration(*row)
+        elif needs.broker_registrations:
             for row in await conn.fetch(
                 f"SELECT {REGISTRATION_ROW} FROM broker_registrations"
                 " WHERE broker_id = ANY($1::int[]) ORDER BY broker_id",
@@ -459,13 +464,7 @@ class PostgresStep(StoreStep):
         await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
         if changes.scram:
             await apply_scram(conn, changes)
-        if changes.group_states:
-            await conn.executemany(
-                "INSERT INTO group_states VALUES ($1, $2)"
-                " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
-                sorted(changes.group_states.items()),
-            )
-        await apply_share_states(conn, changes, self._shares_seen)
+        await apply_group_states(conn, changes, self._shares_seen)
         for (kind, name), configs in sorted(changes.resource_configs.items()):
             if configs:
                 await conn.execute(

@@ -237,12 +237,24 @@ async def load_share_states(
         seen.add(key)
 
 
-async def apply_share_states(
+async def apply_group_states(
     conn: asyncpg.Connection, changes: Changes, seen: set[tuple[str, TopicPartition]]
 ) -> None:
-    """Share-partition states: those loaded (hence locked, in `seen`) are UPDATEd, others
-    INSERTed, so that of two steps that both found one absent the second fails on the unique
-    key and runs again (see `postgres_step`)."""
+    """Consumer-protocol groups' states, replaced or deleted; and share-partition states: those
+    loaded (hence locked, in `seen`) are UPDATEd, others INSERTed, so that of two steps that
+    both found one absent the second fails on the unique key and runs again (see
+    `postgres_step`)."""
+    if changes.group_states:
+        await conn.executemany(
+            "INSERT INTO group_states VALUES ($1, $2)"
+            " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
+            sorted(changes.group_states.items()),
+        )
+    if changes.group_states_deleted:
+        await conn.execute(
+            "DELETE FROM group_states WHERE group_id = ANY($1::text[])",
+            sorted(changes.group_states_deleted),
+        )
     for group_id in changes.share_groups_deleted:
         await conn.execute("DELETE FROM share_states WHERE group_id = $1", group_id)
     rows = sorted((g, tp.topic, tp.partition, b) for (g, tp), b in changes.share_states.items())

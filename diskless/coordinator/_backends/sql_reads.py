@@ -54,6 +54,7 @@ from diskless.coordinator._backends.sql_rows import (
 )
 from diskless.coordinator._rules.acls import ACL_VERSION_COUNTER, AclBinding
 from diskless.coordinator._rules.files import FileRow
+from diskless.coordinator._rules.ownership import MEMBERSHIP_VERSION_COUNTER
 from diskless.coordinator._rules.reads import FETCH_HEAD_ROWS, FetchHead
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
@@ -434,6 +435,10 @@ class SqlReads(ReadView):
 
     async def acl_version(self) -> int:
         row = await self._row("SELECT value FROM meta WHERE name = $1", ACL_VERSION_COUNTER)
+        return 0 if row is None else int(row[0])
+
+    async def membership_version(self) -> int:
+        row = await self._row("SELECT value FROM meta WHERE name = $1", MEMBERSHIP_VERSION_COUNTER)
         return 0 if row is None else int(row[0])
 
     async def acls(self) -> list[AclBinding]:

@@ -107,6 +107,9 @@ class SqliteStep(StoreStep):
                 f"SELECT broker_id, epoch FROM brokers WHERE broker_id IN ({marks})", chunk
             ):
                 snapshot.broker_epochs[broker_id] = epoch
+        if needs.all_broker_registrations:
+            for row in conn.execute(f"SELECT {REGISTRATION_ROW} FROM broker_registrations"):
+                snapshot.broker_registrations[row[0]] = BrokerRegistration(*row)
         for marks, chunk in in_lists(sorted(needs.broker_registrations)):
             for row in conn.execute(
                 f"SELECT {REGISTRATION_ROW} FROM broker_registrations WHERE broker_id IN ({marks})",
@@ -264,6 +267,8 @@ class SqliteStep(StoreStep):
             conn.executemany(
                 "INSERT OR REPLACE INTO group_states VALUES (?, ?)", changes.group_states.items()
             )
+        for group_id in changes.group_states_deleted:
+            conn.execute("DELETE FROM group_states WHERE group_id = ?", (group_id,))
         for group_id in changes.share_groups_deleted:
             conn.execute("DELETE FROM share_states WHERE group_id = ?", (group_id,))
         if changes.share_states:

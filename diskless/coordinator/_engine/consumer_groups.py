@@ -138,7 +138,14 @@ class GroupOperations(EngineBase):
             if error is ErrorCode.NONE:
                 assert stored is not None
                 restarted = {group_id: stored._replace(generation=0)}
-                await db.apply(Changes(groups=restarted, group_offsets_cleared=(group_id,)))
+                cleared = (group_id,)
+                await db.apply(
+                    Changes(
+                        groups=restarted,
+                        group_states_deleted=cleared,
+                        group_offsets_cleared=cleared,
+                    )
+                )
             return error
 
         return await self._write(Operation.DELETE_GROUP, delete)

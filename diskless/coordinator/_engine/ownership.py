@@ -5,23 +5,38 @@ A broker registers for a new epoch (refused, when exclusive, while another incar
 is live) and announces where it listens, renewing the registration before it lapses. The leases
 an older incarnation holds die with it, and so do those of a registration that lapsed. The same
 rules decide who owns a consumer group: `consumer_groups`.
+
+Every announcement (and withdrawal) also keeps the membership version (`membership`), the
+cluster-wide number every process advertises as its partitions' leader epoch. Those steps are
+durable: the version must not go back after the coordinator restarts, and a step of each broker
+every few seconds costs little.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from diskless.coordinator._engine.base import EngineBase
-from diskless.coordinator._rules.ownership import id_in_use, renewal_drops_leases
+from diskless.coordinator._rules.ownership import (
+    MEMBERSHIP_SET_COUNTER,
+    MEMBERSHIP_VERSION_COUNTER,
+    id_in_use,
+    membership_after,
+    renewal_drops_leases,
+)
 from diskless.coordinator._store import (
     EMPTY,
     Changes,
-    Durability,
     Needs,
     Operation,
     ReadView,
     StoreStep,
 )
-from diskless.coordinator._values import BrokerRegistration
+from diskless.coordinator._values import BrokerRegistration, Membership
 from diskless.errors import BrokerIdInUseError
+
+_MEMBERSHIP_COUNTERS: Final = (MEMBERSHIP_SET_COUNTER, MEMBERSHIP_VERSION_COUNTER)
+_ALL_REGISTRATIONS: Final = Needs(all_broker_registrations=True)
 
 
 class BrokerOperations(EngineBase):
@@ -55,31 +70,35 @@ class BrokerOperations(EngineBase):
         if ttl_ms < 0:
             raise ValueError(f"ttl_ms must be >= 0, got {ttl_ms}")
 
-        needs = Needs(brokers=(broker_id,), broker_registrations=(broker_id,))
+        # The membership counters are locked first, so that every registration is read as the
+        # last step that moved the version left it (`_rules.ownership`).
+        locks = Needs(brokers=(broker_id,), counters=_MEMBERSHIP_COUNTERS)
 
         async def announce(db: StoreStep) -> bool:
             now = self._clock.now_ms()
-            snapshot = await db.load(needs)
-            if snapshot.broker_epochs.get(broker_id) != broker_epoch:
+            locked = await db.load(locks)
+            if locked.broker_epochs.get(broker_id) != broker_epoch:
                 return False
+            registrations = dict((await db.load(_ALL_REGISTRATIONS)).broker_registrations)
             registration = BrokerRegistration(
                 broker_id, broker_epoch, host, port, rack, now + ttl_ms
             )
-            previous = snapshot.broker_registrations.get(broker_id)
+            previous = registrations.get(broker_id)
+            registrations[broker_id] = registration
             # Leases that died with a lapsed registration stay dead (`_rules.ownership`).
-            dropped = (
-                {broker_id: broker_epoch + 1}
-                if renewal_drops_leases(previous, broker_epoch, now)
-                else EMPTY
-            )
+            relapsed = renewal_drops_leases(previous, broker_epoch, now)
+            dropped = {broker_id: broker_epoch + 1} if relapsed else EMPTY
+            counters = membership_after(locked.counters, registrations.values(), now, relapsed)
             await db.apply(
                 Changes(
-                    broker_registrations={broker_id: registration}, broker_leases_dropped=dropped
+                    broker_registrations={broker_id: registration},
+                    broker_leases_dropped=dropped,
+                    counters=counters,
                 )
             )
             return True
 
-        return await self._write(Operation.ANNOUNCE_BROKER, announce, Durability.VOLATILE)
+        return await self._write(Operation.ANNOUNCE_BROKER, announce)
 
     async def live_brokers(self) -> list[BrokerRegistration]:
         async def live(view: ReadView) -> list[BrokerRegistration]:
@@ -88,3 +107,12 @@ class BrokerOperations(EngineBase):
             return [r for r in registrations if r.expires_ms > now]
 
         return await self._read(live)
+
+    async def membership(self) -> Membership:
+        async def read(view: ReadView) -> Membership:
+            version = await view.membership_version()
+            registrations = await view.broker_registrations()
+            now = self._clock.now_ms()
+            return Membership(version, [r for r in registrations if r.expires_ms > now])
+
+        return await self._read(read)

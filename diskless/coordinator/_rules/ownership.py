@@ -18,11 +18,23 @@ own decides it: the step that reads the registrations does, so every process dec
 - **Consumer groups.** A group has one coordinator at a time. Ownership moves only when the
   owner's registration is no longer live, in the step that claims the group for another
   broker; offsets are committed only by the current owner, for the current generation.
+- **The membership version** (`MEMBERSHIP_VERSION_COUNTER`) numbers the sets of live
+  registrations, and every process advertises it as every partition's leader epoch. It goes up
+  in the step that changes the set (a registration announced or withdrawn, an incarnation
+  replaced) and in the first registry step that finds the set changed by time alone (a
+  registration expired): each step compares the live set with the one the version was last
+  moved for (`MEMBERSHIP_SET_COUNTER`, a fingerprint), so no change is missed whichever step
+  sees it first, and the version never goes back. A registration renewed after it lapsed moves
+  it too, whether or not a step saw it lapse: a process may have read the broker gone meanwhile.
+  Live processes renew every few seconds, so an expiry moves the version within one renewal
+  interval.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from diskless._types import ErrorCode, GroupOwnership
 from diskless.coordinator._rules.rows import LeaseHolder
@@ -55,6 +67,36 @@ def renewal_drops_leases(
         and previous.broker_epoch == broker_epoch
         and previous.expires_ms <= now_ms
     )
+
+
+MEMBERSHIP_VERSION_COUNTER: Final = "membership_version"
+"""The version of the set of live broker registrations (0 before any)."""
+MEMBERSHIP_SET_COUNTER: Final = "membership_set"
+"""A fingerprint of the live set the version was last moved for."""
+
+
+def membership_fingerprint(registrations: Iterable[BrokerRegistration], now_ms: int) -> int:
+    """A fingerprint of the live incarnations (broker id and epoch) among `registrations`."""
+    live = sorted((r.broker_id, r.broker_epoch) for r in registrations if r.expires_ms > now_ms)
+    digest = hashlib.blake2b(repr(live).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # fits a signed 64-bit column
+
+
+def membership_after(
+    counters: Mapping[str, int],
+    registrations: Iterable[BrokerRegistration],
+    now_ms: int,
+    relapsed: bool,
+) -> dict[str, int]:
+    """The counter changes of a registry step whose registrations afterwards are
+    `registrations` (all of them): the version goes up when the live set differs from the one
+    it was last moved for, or when a registration was renewed after it lapsed (`relapsed`);
+    nothing changes otherwise."""
+    fingerprint = membership_fingerprint(registrations, now_ms)
+    if fingerprint == counters.get(MEMBERSHIP_SET_COUNTER, 0) and not relapsed:
+        return {}
+    version = counters.get(MEMBERSHIP_VERSION_COUNTER, 0) + 1
+    return {MEMBERSHIP_VERSION_COUNTER: version, MEMBERSHIP_SET_COUNTER: fingerprint}
 
 
 def lease_alive(holder: LeaseHolder, registration: BrokerRegistration | None, now_ms: int) -> bool:

@@ -11,8 +11,8 @@ client sends its produce requests. This server names the *produce representative
   its own rack. Every broker lists every live broker, so a client whose rack has no live broker
   left still finds one elsewhere (`routing` then picks among all brokers).
 - Leaders are chosen among the live brokers. When membership changes, the `leader_epoch` of every
-  partition goes up (it is the membership generation), so clients that track leader epochs
-  (KIP-320) accept the new leaders instead of discarding them as stale.
+  partition goes up (`generation`), so clients that track leader epochs (KIP-320) accept the new
+  leaders instead of discarding them as stale, and a client whose epoch is older is fenced.
 - A broker of this process whose registration may have lapsed (not renewed within the session
   timeout: it may be cut off from the coordinator, and the other processes drop it) names the
   other brokers of its last view instead of itself, or no leader when there is none, until a
@@ -20,10 +20,26 @@ client sends its produce requests. This server names the *produce representative
 - Consumers read from the same broker: any broker can serve any partition's reads, and the
   representative of the consumer's rack is in its rack.
 
+The leader epoch is one number for the whole cluster: with a batch coordinator, its membership
+version (`BatchCoordinator.membership`), which the coordinator moves in the step that changes
+the set of live brokers and which every process reads with the live brokers. So every process
+advertises the same epoch for a partition, whenever it joined, and the epoch never goes back:
+librdkafka ignores metadata whose epoch is below one it has seen, so per-process numbers made
+clients ignore every process but the one they heard the highest number from. One number for
+every partition is a valid per-partition epoch (it only grows, and it grows whenever leaders may
+move), and it is what there is to know: leaders follow membership, not partitions. A process
+whose view is ahead of the registry it last read (a broker of its own joined and not yet read
+back, or left but still registered) advertises one above the version it read, since its leaders
+moved: the coordinator moves the version by one when it records the same change. A broker whose
+registration may have lapsed moves its leaders at the cluster's epoch (clients take new leaders
+of an equal epoch): its process cannot know the version meanwhile. A process learns a newer
+version at its next renewal, or sooner when a client shows it a newer epoch (`catch_up`).
+Without a coordinator the epoch counts this process's membership changes.
+
 Membership (`ClusterView`): this process's brokers join when their listener is up and leave
 when it closes, cleanly or not. With a batch coordinator, the view also announces them in the
 coordinator's broker registry (`announce_broker`, renewed every `ttl/3`, withdrawn at a clean
-close) and lists the brokers other processes announced (`live_brokers`), so several processes
+close) and lists the brokers other processes announced (`membership`), so several processes
 over one coordinator are one cluster. A process that dies stops renewing; its brokers drop out
 of every view when their registration expires (Kafka's `broker.session.timeout.ms`). A broker
 stopped cleanly is gone at once, so that its restart need not wait for that expiry: the view's
@@ -47,7 +63,7 @@ from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
 
 from diskless._availability import log_failure
-from diskless._types import TopicPartition
+from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
 from diskless.routing import BrokerNode, produce_assignment
@@ -143,10 +159,16 @@ class ClusterView:
         """Broker id -> the epoch of its live registration, as last read or announced."""
         self._gone: set[int] = set()
         """Brokers that left this process and have not joined again."""
+        self._left: dict[int, int] = {}
+        """Those of them that were announced, with the epoch they left at."""
+        self._registered: dict[int, int] = {}
+        """Broker id -> the epoch of its live registration, as the registry was last read."""
         self._brokers: dict[int, BrokerAddress] = {}
         self._generation = 0
-        self._lapsed: frozenset[int] = frozenset()
-        """The local brokers `leaders` last left out for a registration that may have lapsed."""
+        """The highest leader epoch advertised (without a coordinator: the membership changes)."""
+        self._version = 0
+        """The coordinator's membership version, as last read."""
+        self._catching_up: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._announcing: set[asyncio.Task[None]] = set()
         self._registry_writes = asyncio.Lock()
@@ -158,8 +180,53 @@ class ClusterView:
 
     @property
     def generation(self) -> int:
-        """Bumped whenever a broker joins or leaves; advertised as every leader epoch."""
+        """Every partition's leader epoch, advertised wherever one is (Metadata, Fetch,
+        ListOffsets, OffsetForLeaderEpoch): the coordinator's membership version, one more while
+        this process's view is ahead of the registry it last read; never lower than an epoch
+        advertised before. Without a coordinator, bumped whenever a broker joins or leaves."""
+        if self._coordinator is not None:
+            epoch = self._version + (1 if self._ahead() else 0)
+            self._generation = max(self._generation, epoch)
         return self._generation
+
+    def _ahead(self) -> bool:
+        """Whether this process knows of a membership change the registry it last read does not
+        show yet, and which the coordinator will record (moving its version by one): a broker of
+        its own announced and not read back, or one that left here still listed. (A broker whose
+        registration may have lapsed is not one: its process cannot tell whether the coordinator
+        saw it lapse, and an epoch the coordinator never reaches would outrank every other
+        process's answers for clients until the next change.)"""
+        registered = self._registered
+        joined = any(e >= 0 and registered.get(b) != e for b, (_, e) in self._local.items())
+        return joined or any(registered.get(b) == e for b, e in self._left.items())
+
+    def check_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """Kafka's check of the leader epoch a client names (KIP-320; -1 names none):
+        FENCED_LEADER_EPOCH below `generation` (the client refreshes its metadata),
+        UNKNOWN_LEADER_EPOCH above it (the client retries), and then this process reads the
+        membership again (`catch_up`), so that it does not refuse that client for long."""
+        if current_leader_epoch < 0:
+            return ErrorCode.NONE
+        generation = self.generation
+        if current_leader_epoch < generation:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > generation:
+            self.catch_up()
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.NONE
+
+    def catch_up(self) -> None:
+        """Read the membership again soon (one read at a time): a client showed an epoch above
+        `generation`, which another process learned first."""
+        if self._coordinator is None or self._catching_up is not None:
+            return
+        self._catching_up = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        try:
+            await self._read_membership()
+        finally:
+            self._catching_up = None
 
     async def start(self) -> None:
         if self._coordinator is not None and self._task is None:
@@ -172,6 +239,8 @@ class ClusterView:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self._catching_up is not None:
+            await asyncio.gather(self._catching_up, return_exceptions=True)
         await asyncio.gather(*self._announcing, return_exceptions=True)
         if self._coordinator is not None:
             for address, epoch in list(self._local.values()):
@@ -181,6 +250,7 @@ class ClusterView:
         """`broker_epoch`: the incarnation to announce (-1: not announced)."""
         self._local[address.broker_id] = (address, broker_epoch)
         self._gone.discard(address.broker_id)
+        self._left.pop(address.broker_id, None)
         self._update()
         if self._coordinator is not None and broker_epoch >= 0:
             task = asyncio.get_running_loop().create_task(
@@ -194,12 +264,17 @@ class ClusterView:
             await self._announce(address, epoch)
         except DisklessError as e:  # the next renewal tries again
             _log.debug("announcing broker %d failed: %r", address.broker_id, e)
+            return
+        await self._read_membership()  # the version it moved
 
     def leave(self, broker_id: int) -> None:
         """The broker stopped serving here; other processes see it go when it expires, or
         at once after `withdraw`."""
-        if self._local.pop(broker_id, None) is not None:
+        local = self._local.pop(broker_id, None)
+        if local is not None:
             self._gone.add(broker_id)
+            if local[1] >= 0:
+                self._left[broker_id] = local[1]
         self._live_until.pop(broker_id, None)
         self._update()
 
@@ -248,10 +323,7 @@ class ClusterView:
         """The produce representative of `client_rack` for each partition, among live brokers
         (none: no partition is in the answer). A broker of this process whose registration may
         have lapsed is not among them: see `lapsed`."""
-        lapsed = self.lapsed()
-        if lapsed != self._lapsed:  # the leaders move: clients tracking epochs must take them
-            self._lapsed = lapsed
-            self._generation += 1
+        lapsed = self.lapsed()  # (its leaders move at the cluster's epoch: see `_ahead`)
         nodes = [
             BrokerNode(b.broker_id, b.rack)
             for b in self._brokers.values()
@@ -279,14 +351,25 @@ class ClusterView:
             for address, epoch in list(self._local.values()):
                 if epoch >= 0:
                     await self._announce(address, epoch)
-            live = await self._coordinator.live_brokers()
         except DisklessError as e:
             log_failure(_log, e, "broker registry unavailable")
             return
+        await self._read_membership()
+
+    async def _read_membership(self) -> None:
+        assert self._coordinator is not None
+        try:
+            membership = await self._coordinator.membership()
+        except DisklessError as e:
+            log_failure(_log, e, "broker registry unavailable")
+            return
+        live = membership.brokers
         self._remote = {
             r.broker_id: from_registry(r.broker_id, r.host, r.port, r.rack) for r in live
         }
         self._epochs = {r.broker_id: r.broker_epoch for r in live}
+        self._registered = dict(self._epochs)
+        self._version = max(self._version, membership.version)
         self._update()
 
     async def _renew_forever(self) -> None:
@@ -346,6 +429,6 @@ class ClusterView:
         brokers = {b: a for b, a in self._remote.items() if b not in self._gone}
         brokers.update((b, address) for b, (address, _) in self._local.items())
         self._epochs.update((b, epoch) for b, (_, epoch) in self._local.items())
-        if brokers.keys() != self._brokers.keys():
+        if brokers.keys() != self._brokers.keys() and self._coordinator is None:
             self._generation += 1
         self._brokers = brokers

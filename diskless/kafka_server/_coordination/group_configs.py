@@ -110,6 +110,10 @@ class GroupConfigs(NamedTuple):
     share_isolation_level: str = "read_uncommitted"
 
 
+KAFKA_GROUP_DEFAULTS: Final = GroupConfigs()
+"""Kafka's defaults of the group configs, where the broker's properties set none."""
+
+
 def group_config_error(configs: Mapping[str, str | None]) -> str | None:
     """Why a group's dynamic configs (name -> value) are refused (INVALID_CONFIG), or None (a
     value None: only the name is checked)."""
@@ -151,21 +155,18 @@ def group_config_error(configs: Mapping[str, str | None]) -> str | None:
     return None
 
 
-def effective_group_configs(configs: Mapping[str, str]) -> GroupConfigs:
+def effective_group_configs(
+    configs: Mapping[str, str], defaults: GroupConfigs = KAFKA_GROUP_DEFAULTS
+) -> GroupConfigs:
     """A group's effective configs from its dynamic ones (as checked by `group_config_error`;
-    anything else falls back to the default)."""
+    anything else falls back to `defaults`: Kafka's, or the broker's `group.*` properties)."""
     if group_config_error(configs) is not None:
         configs = {}
-    values = {name: configs.get(name, s.default).strip() for name, s in GROUP_CONFIGS.items()}
-    return GroupConfigs(
-        consumer_session_timeout_ms=int(values["consumer.session.timeout.ms"]),
-        consumer_heartbeat_interval_ms=int(values["consumer.heartbeat.interval.ms"]),
-        share_session_timeout_ms=int(values["share.session.timeout.ms"]),
-        share_heartbeat_interval_ms=int(values["share.heartbeat.interval.ms"]),
-        share_record_lock_duration_ms=int(values["share.record.lock.duration.ms"]),
-        share_auto_offset_reset=values["share.auto.offset.reset"],
-        share_isolation_level=values["share.isolation.level"],
-    )
+    own = {
+        name.replace(".", "_"): configs[name].strip() for name in GROUP_CONFIGS if name in configs
+    }
+    typed = {field: type(getattr(defaults, field))(text) for field, text in own.items()}
+    return defaults._replace(**typed)
 
 
 class ResourceConfigs(Protocol):
@@ -198,9 +199,14 @@ class GroupConfigCopy(ForwardCopy[GroupConfigSnapshot]):
     answer: the defaults meanwhile), `refresh` after a change made here, `close`."""
 
     def __init__(
-        self, coordinator: BatchCoordinator, refresh_ms: int = 1_000, clock: Clock | None = None
+        self,
+        coordinator: BatchCoordinator,
+        refresh_ms: int = 1_000,
+        clock: Clock | None = None,
+        defaults: GroupConfigs = KAFKA_GROUP_DEFAULTS,
     ) -> None:
         super().__init__("group configs", coordinator, refresh_ms, clock)
+        self._defaults = defaults
         self._configs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
     async def start(self) -> None:
@@ -212,7 +218,7 @@ class GroupConfigCopy(ForwardCopy[GroupConfigSnapshot]):
 
     def configs(self, group_id: str) -> GroupConfigs:
         """The effective configs of `group_id` as the copy has them."""
-        return effective_group_configs(self._configs.get(group_id, {}))
+        return effective_group_configs(self._configs.get(group_id, {}), self._defaults)
 
     async def _coordinator_version(self) -> int:
         return await self._coordinator.config_version()

@@ -19,26 +19,26 @@ agrees on it; the group's membership lives in the owner's memory (`group_state.G
 - **Offsets** are committed by the owner only, fenced in the very step that stores them by the
   owner's epoch and the member's generation (`commit_offsets`, `txn_commit_offsets`): a process
   that lost the group cannot move a committed offset backwards.
-- **The admin APIs** read a group through its description (`group_description`): DescribeGroups,
-  DeleteGroups and OffsetDelete at the group's owner only, as the other group requests;
-  ListGroups at every broker, each listing the groups it coordinates (`lists`), so that an admin
-  client that asks every broker and merges their answers sees each group once. A deletion is
-  decided on the membership here, then done in one step fenced by the owner, so that a process
-  that lost the group deletes nothing.
+- **The admin APIs** read a group, of either protocol, through its description
+  (`owned_group.OwnedGroup.describe`, `group_description`): DescribeGroups, DeleteGroups and
+  OffsetDelete at the group's owner only, as the other group requests; ListGroups at every
+  broker, each listing the groups it coordinates (`lists`; a group it holds no state of is read
+  from what is stored of it), so that an admin client that asks every broker and merges their
+  answers sees each group once. A deletion is decided on the membership here, then done in one
+  step fenced by the owner (its offsets and its stored consumer-protocol state together), so
+  that a process that lost the group deletes nothing.
 - **The membership decides; this carries it out.** Each step of a group's state machine returns
   its decisions (`group_state.Step`), and `_carry_out` does them in one straight line: it
   answers the requests waiting for them, arms or cancels the group's rebalance timer, and
   stores a generation that is due, then tells the state machine it is stored. The state
   machine never calls back up.
 - **Consumer-protocol groups (KIP-848)** are served by the same owner: ConsumerGroupHeartbeat
-  and ConsumerGroupDescribe (`consumer_group_state.ConsumerGroupState`). A group's heartbeats
-  take turns (one lock per group): each step's new state is stored (`store_group_state`,
-  fenced by the owner's epoch) before its answer is sent, and the owner that takes a group over
-  loads it, so members keep their epochs and partitions across an ownership move. A step that
-  could not be stored is undone (the state stored last is taken back). A group is of one
-  protocol at a time: an empty one may change; a heartbeat to a classic group with members gets
-  GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members INCONSISTENT_GROUP_PROTOCOL
-  (Kafka's answers without online migration, `group.consumer.migration.policy=disabled`).
+  and ConsumerGroupDescribe (`consumer_group_state.ConsumerGroupState`), their steps taking
+  turns and each stored before it is answered (`consumer_steps`); the owner that takes a group
+  over loads its stored state, so members keep their epochs and partitions across an ownership
+  move. A group is of one protocol at a time: an empty one may change; a heartbeat to a classic
+  group with members gets GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members
+  INCONSISTENT_GROUP_PROTOCOL (Kafka's answers without online migration).
 A failure of the batch coordinator propagates as `DisklessError`; the handlers answer it with
 the library's `group_error` code.
 """
@@ -48,8 +48,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Set
-from typing import Final, TypeVar
+from collections.abc import Mapping, Set
+from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 
@@ -57,7 +57,6 @@ from diskless._types import (
     CommittedOffset,
     ErrorCode,
     GroupOwnership,
-    GroupRecord,
     TopicPartition,
 )
 from diskless.clock import Clock, SystemClock
@@ -67,22 +66,17 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.consumer_group_state import (
     DEFAULT_CONFIG,
     ConsumerGroupConfig,
-    ConsumerGroupState,
     Description,
     HeartbeatAnswer,
     HeartbeatRequest,
-    Snapshot,
     decode_snapshot,
-    encode_snapshot,
 )
+from diskless.kafka_server._coordination.consumer_steps import ConsumerConfigOf, ConsumerSteps
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
-    Describable,
     GroupDescription,
-    at_rest,
-    dead,
     delete_group_refusal,
-    exists,
+    describe_groups_answer,
     offset_delete_refusal,
     subscribed,
 )
@@ -90,8 +84,14 @@ from diskless.kafka_server._coordination.group_state import (
     GroupState,
     JoinOutcome,
     Step,
-    SyncOutcome,
     Wait,
+)
+from diskless.kafka_server._coordination.owned_group import (
+    OwnedGroup,
+    answer_later,
+    answer_waiter,
+    at_rest_description,
+    same_broker,
 )
 from diskless.kafka_server._protocol.fields import wire
 
@@ -100,56 +100,9 @@ _log = logging.getLogger(__name__)
 SESSION_CHECK_INTERVAL_S: Final = 0.5
 """How often members' sessions, and this process's own ownerships, are checked."""
 
-_Outcome = TypeVar("_Outcome", JoinOutcome, SyncOutcome)
-
-GroupConfigs = Callable[[str], ConsumerGroupConfig]
-"""A group's consumer-protocol settings by group id: Kafka's defaults, overridden by the group's
-own configs where they are set (IncrementalAlterConfigs on the GROUP resource)."""
-
 
 def default_group_configs(group_id: str) -> ConsumerGroupConfig:
     return DEFAULT_CONFIG
-
-
-class _OwnedGroup:
-    """A group this process coordinates: its state machine, the broker incarnation that took it
-    in which term of its registration, and what carries out the state machine's decisions: the
-    requests waiting for their answer, by member id, and the rebalance timer."""
-
-    __slots__ = (
-        "consumer",
-        "joins",
-        "lock",
-        "owner",
-        "state",
-        "stored",
-        "syncs",
-        "term",
-        "timer",
-    )
-
-    def __init__(
-        self,
-        state: GroupState,
-        owner: GroupOwnership,
-        term: int,
-        stored: Snapshot | None,
-        now: float,
-    ) -> None:
-        self.state = state
-        self.consumer = ConsumerGroupState(state.group_id, stored, now=now)
-        """The group's consumer-protocol state (KIP-848), as stored last by its owners."""
-        self.stored = stored
-        """The consumer-protocol state stored last: what a step that failed to store undoes to."""
-        self.lock = asyncio.Lock()
-        """Consumer-protocol steps take turns, each stored before the next begins."""
-        self.owner = owner
-        """The broker incarnation coordinating the group here, with the generation it found."""
-        self.term = term
-        """The term of the owner's registration in which it took the group over."""
-        self.joins: dict[str, asyncio.Future[JoinOutcome]] = {}
-        self.syncs: dict[str, asyncio.Future[SyncOutcome]] = {}
-        self.timer: asyncio.TimerHandle | None = None
 
 
 class GroupCoordinator:
@@ -162,13 +115,13 @@ class GroupCoordinator:
         view: ClusterView,
         *,
         clock: Clock | None = None,
-        group_configs: GroupConfigs = default_group_configs,
+        group_configs: ConsumerConfigOf = default_group_configs,
     ) -> None:
         self._coordinator = coordinator
         self._view = view
         self._clock = clock or SystemClock()
-        self._configs = group_configs
-        self._groups: dict[str, _OwnedGroup] = {}
+        self._consumers = ConsumerSteps(coordinator, self._clock, group_configs)
+        self._groups: dict[str, OwnedGroup] = {}
         self._member_ids = itertools.count(1)
         self._expiry_task: asyncio.Task[None] | None = None
         self._completions: set[asyncio.Task[None]] = set()
@@ -183,6 +136,7 @@ class GroupCoordinator:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         for group in self._groups.values():
+            group.gone = True
             self._carry_out(group, group.state.fail_all(WireError.coordinator_not_available))
         self._groups.clear()
         await asyncio.gather(*self._completions, return_exceptions=True)
@@ -215,21 +169,21 @@ class GroupCoordinator:
             )
         return self._view.get(owner.broker_id)
 
-    async def _owned(self, me: GroupOwnership, group_id: str) -> _OwnedGroup | WireError:
+    async def _owned(self, me: GroupOwnership, group_id: str) -> OwnedGroup | WireError:
         """The group's state if broker `me` (id, epoch) coordinates it now, else
         NOT_COORDINATOR. It is taken, and kept, within one term of the broker's registration
         (`ClusterView.registration_term`): once that lapsed, the group may have moved."""
         term = self._view.registration_term(me.broker_id)
         group = self._groups.get(group_id)
-        if group is not None and _same_broker(group.owner, me) and group.term != term:
+        if group is not None and same_broker(group.owner, me) and group.term != term:
             self._lose(group, "its registration lapsed")
             group = None
         if term is None:
             return WireError.not_coordinator
         if group is not None:
-            return group if _same_broker(group.owner, me) else WireError.not_coordinator
+            return group if same_broker(group.owner, me) else WireError.not_coordinator
         stored = await self._coordinator.group_ownership(group_id)
-        if stored is None or not _same_broker(stored, me):
+        if stored is None or not same_broker(stored, me):
             return WireError.not_coordinator
         encoded = await self._coordinator.group_state(group_id)
         if self._view.registration_term(me.broker_id) != term:  # re-validate after the awaits
@@ -239,12 +193,12 @@ class GroupCoordinator:
             state = GroupState(group_id, stored.generation)
             snapshot = None if encoded is None else decode_snapshot(encoded)
             now = self._clock.monotonic()
-            group = self._groups[group_id] = _OwnedGroup(state, stored, term, snapshot, now)
-        if not _same_broker(group.owner, me) or group.term != term:
+            group = self._groups[group_id] = OwnedGroup(state, stored, term, snapshot, now)
+        if not same_broker(group.owner, me) or group.term != term:
             return WireError.not_coordinator
         return group
 
-    def _lose(self, group: _OwnedGroup, why: str) -> None:
+    def _lose(self, group: OwnedGroup, why: str) -> None:
         """This process no longer coordinates the group: its members look the coordinator up
         again (NOT_COORDINATOR) and join wherever it is now."""
         group_id = group.state.group_id
@@ -257,12 +211,13 @@ class GroupCoordinator:
             why,
         )
         del self._groups[group_id]
+        group.gone = True
         self._carry_out(group, group.state.fail_all(WireError.not_coordinator))
 
     def refused(self, me: GroupOwnership, group_id: str) -> None:
         """The batch coordinator answered NOT_COORDINATOR to a step of this group's owner."""
         group = self._groups.get(group_id)
-        if group is not None and _same_broker(group.owner, me):
+        if group is not None and same_broker(group.owner, me):
             self._lose(group, "the batch coordinator refused a step of its owner")
 
     def forget_broker(self, broker_id: int) -> None:
@@ -276,7 +231,7 @@ class GroupCoordinator:
         registration is live, else the broker FindCoordinator would give it to (the same rule,
         so that a group is listed once across brokers whose views agree)."""
         if owner is not None and self._view.epoch_of(owner.broker_id) == owner.broker_epoch:
-            return _same_broker(owner, me)
+            return same_broker(owner, me)
         preferred = self._view.coordinator_for(group_id)
         return preferred is not None and preferred.broker_id == me.broker_id
 
@@ -292,50 +247,55 @@ class GroupCoordinator:
             if not self.lists(me, group_id, record.owner):
                 continue
             group = self._groups.get(group_id)
-            if group is not None and _same_broker(group.owner, me) and group.term == term:
-                described = _described(group.state, record)
+            if group is not None and same_broker(group.owner, me) and group.term == term:
+                described = group.describe(record)
             else:
-                described = at_rest(group_id)
-                generation = 0 if record.owner is None else record.owner.generation
-                if not exists(described, generation, record.has_offsets):
-                    continue
+                stored = None if record.owner is None else await self._stored_state(group_id)
+                described = at_rest_description(group_id, record, stored)
             if described.state != DEAD:
                 listed.append(described)
         return listed
 
     async def describe(self, me: GroupOwnership, group_id: str) -> GroupDescription | WireError:
         """DescribeGroups, at the group's owner only (NOT_COORDINATOR elsewhere): a group that
-        does not exist is described as Dead, with no members."""
+        does not exist, or is not a classic group, is described as Dead, with no members."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
         records = await self._coordinator.group_records([group_id])
-        return _described(group.state, records.get(group_id))
+        return describe_groups_answer(group.describe(records.get(group_id)))
+
+    async def _stored_state(self, group_id: str) -> bytes | None:
+        """A group's stored consumer-protocol state, where its owner stores one (KIP-848)."""
+        return await self._coordinator.group_state(group_id)
 
     async def delete(self, me: GroupOwnership, group_id: str) -> WireError:
-        """DeleteGroups, at the group's owner only: an empty group's committed offsets go and
-        its generation starts again from 0; it stays coordinated here, and a new group of the
-        same id starts afresh."""
+        """DeleteGroups, at the group's owner only: an empty group's committed offsets and its
+        stored consumer-protocol state go and its generation starts again from 0; it stays
+        coordinated here, and a new group of the same id starts afresh. It takes its turn with
+        the group's consumer-protocol steps, so that none stores the group again after it."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        records = await self._coordinator.group_records([group_id])
-        if self._groups.get(group_id) is not group:  # re-validate after the await
-            return WireError.not_coordinator
-        refusal = delete_group_refusal(_described(group.state, records.get(group_id)))
-        if refusal is not WireError.none:
-            return refusal
-        error = await self._coordinator.delete_group(group_id, _fence(group))
-        if error is ErrorCode.NOT_COORDINATOR:
-            self.refused(me, group_id)
-            return WireError.not_coordinator
-        assert error is ErrorCode.NONE, error
-        if self._groups.get(group_id) is group:
-            if group.state.members:  # joined meanwhile: they join the group anew, wherever
-                self._lose(group, "it was deleted")
-            else:
-                del self._groups[group_id]
-                self._carry_out(group, group.state.fail_all(WireError.not_coordinator))
+        async with group.lock:
+            records = await self._coordinator.group_records([group_id])
+            if self._groups.get(group_id) is not group:  # re-validate after the await
+                return WireError.not_coordinator
+            refusal = delete_group_refusal(group.describe(records.get(group_id)))
+            if refusal is not WireError.none:
+                return refusal
+            error = await self._coordinator.delete_group(group_id, group.fence())
+            if error is ErrorCode.NOT_COORDINATOR:
+                self.refused(me, group_id)
+                return WireError.not_coordinator
+            assert error is ErrorCode.NONE, error
+            if self._groups.get(group_id) is group:
+                if group.state.members:  # joined meanwhile: they join the group anew, wherever
+                    self._lose(group, "it was deleted")
+                else:
+                    del self._groups[group_id]
+                    group.gone = True
+                    self._carry_out(group, group.state.fail_all(WireError.not_coordinator))
         _log.info("group %s: deleted", group_id)
         return WireError.none
 
@@ -351,7 +311,7 @@ class GroupCoordinator:
         records = await self._coordinator.group_records([group_id])
         if self._groups.get(group_id) is not group:  # re-validate after the await
             return WireError.not_coordinator, {}
-        described = _described(group.state, records.get(group_id))
+        described = group.describe(records.get(group_id))
         refusal = offset_delete_refusal(described)
         if refusal is not WireError.none:
             return refusal, {}
@@ -363,7 +323,7 @@ class GroupCoordinator:
         }
         deleted = [tp for tp, answer in answers.items() if answer is WireError.none]
         if deleted:
-            error = await self._coordinator.delete_offsets(group_id, deleted, _fence(group))
+            error = await self._coordinator.delete_offsets(group_id, deleted, group.fence())
             if error is ErrorCode.NOT_COORDINATOR:
                 self.refused(me, group_id)
                 return WireError.not_coordinator, {}
@@ -408,7 +368,7 @@ class GroupCoordinator:
         )
         self._carry_out(group, step)
         if isinstance(step.response, Wait):
-            return await _answer_later(group, group.joins, step.response)
+            return await answer_later(group, group.joins, step.response)
         return step.response
 
     async def sync(
@@ -428,7 +388,7 @@ class GroupCoordinator:
         )
         self._carry_out(group, step)
         if isinstance(step.response, Wait):
-            return await _answer_later(group, group.syncs, step.response)
+            return await answer_later(group, group.syncs, step.response)
         return step.response
 
     async def heartbeat(
@@ -464,23 +424,23 @@ class GroupCoordinator:
                     self._lose(group, "its registration lapsed")
                     continue
                 self._carry_out(group, group.state.expire(self._clock.monotonic()))
-                if not group.consumer.is_empty() and not group.lock.locked():
-                    try:
-                        await self._expire_consumers(group)
-                    except DisklessError as e:
-                        _log.debug(
-                            "group %s: storing its expiry failed: %r", group.state.group_id, e
-                        )
+                try:
+                    error = await self._consumers.expire(group)
+                except DisklessError as e:
+                    _log.debug("group %s: storing its expiry failed: %r", group.group_id, e)
+                    continue
+                if error is WireError.not_coordinator:
+                    self._lose(group, "storing its state answered NOT_COORDINATOR")
 
     # --- carrying out the decisions -----------------------------------------------------------
-    def _carry_out(self, group: _OwnedGroup, step: Step[object]) -> None:
+    def _carry_out(self, group: OwnedGroup, step: Step[object]) -> None:
         """Do what a step of the group's state machine decided, in one straight line: answer
         the requests it answers, arm or cancel the rebalance timer, and start storing the
         generation that is due (the request's own answer is the caller's)."""
         for outcome in step.joins:
-            _answer(group.joins.pop(outcome.member_id, None), outcome)
+            answer_waiter(group.joins.pop(outcome.member_id, None), outcome)
         for member_id, answer in step.syncs:
-            _answer(group.syncs.pop(member_id, None), answer)
+            answer_waiter(group.syncs.pop(member_id, None), answer)
         if step.disarm or step.arm_ms is not None:
             if group.timer is not None:
                 group.timer.cancel()
@@ -494,11 +454,11 @@ class GroupCoordinator:
             self._completions.add(task)
             task.add_done_callback(self._completions.discard)
 
-    def _rebalance_due(self, group: _OwnedGroup) -> None:
+    def _rebalance_due(self, group: OwnedGroup) -> None:
         group.timer = None
         self._carry_out(group, group.state.rebalance_due())
 
-    async def _store_generation(self, group: _OwnedGroup, generation: int) -> None:
+    async def _store_generation(self, group: OwnedGroup, generation: int) -> None:
         """A generation is due: it is stored first, so that it survives this process and no
         later owner hands out the same one; then the state machine hands it out."""
         group_id, owner = group.state.group_id, group.owner
@@ -597,115 +557,34 @@ class GroupCoordinator:
         topics: Mapping[str, int],
         describable: Set[str],
     ) -> HeartbeatAnswer:
-        """ConsumerGroupHeartbeat, answered once what it changed is stored. `topics`: every
-        topic's partition count; `describable`: the topics a regular expression may match."""
+        """ConsumerGroupHeartbeat (`consumer_steps`). `topics`: every topic's partition count;
+        `describable`: the topics a regular expression may match."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return HeartbeatAnswer(group)
-        async with group.lock:
-            if self._groups.get(group_id) is not group:
-                return HeartbeatAnswer(WireError.not_coordinator)
-            if group.state.members:
-                message = f"Group {group_id} is not a consumer group."
-                return HeartbeatAnswer(WireError.group_id_not_found, message=message)
-            step = group.consumer.heartbeat(
-                request,
-                topics=topics,
-                describable=describable,
-                config=self._configs(group_id),
-                now=self._clock.monotonic(),
-            )
-            assert step.answer is not None
-            error = await self._store_consumers(group, step.store)
-            return step.answer if error is WireError.none else HeartbeatAnswer(error)
-
-    async def _expire_consumers(self, group: _OwnedGroup) -> None:
-        async with group.lock:
-            if self._groups.get(group.state.group_id) is group:
-                config = self._configs(group.state.group_id)
-                step = group.consumer.expire(self._clock.monotonic(), config)
-                await self._store_consumers(group, step.store)
-
-    async def _store_consumers(self, group: _OwnedGroup, snapshot: Snapshot | None) -> WireError:
-        """Store the group's new consumer-protocol state (called with its lock held); undo the
-        step when it cannot be stored."""
-        if snapshot is None:
-            return WireError.none
-        group_id, owner = group.state.group_id, group.owner
-        try:
-            error = await self._coordinator.store_group_state(
-                group_id, owner, encode_snapshot(snapshot)
-            )
-        except DisklessError:
-            self._undo(group)
-            raise
-        if error is ErrorCode.NOT_COORDINATOR:
+        answered = await self._consumers.heartbeat(
+            group, request, topics=topics, describable=describable
+        )
+        if answered.error is WireError.not_coordinator:
             self._lose(group, "storing its state answered NOT_COORDINATOR")
-            return WireError.not_coordinator
-        if error is not ErrorCode.NONE:
-            self._undo(group)
-            return wire(error)
-        group.stored = snapshot
-        return WireError.none
+        return answered
 
-    def _undo(self, group: _OwnedGroup) -> None:
-        now = self._clock.monotonic()
-        group.consumer = ConsumerGroupState(group.state.group_id, group.stored, now=now)
-
-    async def consumer_describe(self, me: GroupOwnership, group_id: str) -> Description | WireError:
-        """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND for a classic group or none at all."""
+    async def consumer_describe(
+        self, me: GroupOwnership, group_id: str
+    ) -> Description | GroupDescription | WireError:
+        """ConsumerGroupDescribe: the consumer-protocol group, else the group as the admin APIs
+        see it (Dead, or classic): its answer is GROUP_ID_NOT_FOUND."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
-        described = self.consumer_group(group_id)
-        return WireError.group_id_not_found if described is None else described
+        described = group.consumer_group()
+        if described is not None:
+            return described
+        records = await self._coordinator.group_records([group_id])
+        return group.describe(records.get(group_id))
 
     def consumer_group(self, group_id: str) -> Description | None:
         """The consumer-protocol group as this process coordinates it (None: not a consumer
-        group here): for ListGroups and DescribeGroups."""
+        group here)."""
         group = self._groups.get(group_id)
-        if group is None or group.state.members or group.consumer.group_epoch == 0:
-            return None
-        return group.consumer.describe()
-
-
-def _described(state: Describable, record: GroupRecord | None) -> GroupDescription:
-    """The group as its state machine describes it, Dead if it does not exist. (A generation
-    is stored before it is handed out: the stored one is the group's.)"""
-    described = state.describe()
-    generation = 0 if record is None or record.owner is None else record.owner.generation
-    has_offsets = record is not None and record.has_offsets
-    return described if exists(described, generation, has_offsets) else dead(described.group_id)
-
-
-def _fence(group: _OwnedGroup) -> GroupOwnership:
-    """The fence of a step of the group's owner that claims no generation."""
-    return GroupOwnership(group.owner.broker_id, group.owner.broker_epoch, -1)
-
-
-def _same_broker(owner: GroupOwnership, me: GroupOwnership) -> bool:
-    return owner.broker_id == me.broker_id and owner.broker_epoch == me.broker_epoch
-
-
-def _answer(waiter: asyncio.Future[_Outcome] | None, outcome: _Outcome) -> None:
-    """Answer a waiting request. One that is gone (cancelled, or never registered) waits for
-    nothing: the answer is dropped, and the rest of the step is still carried out, so that no
-    other member's request is left unanswered."""
-    if waiter is not None and not waiter.done():
-        waiter.set_result(outcome)
-
-
-async def _answer_later(
-    group: _OwnedGroup, waiters: dict[str, asyncio.Future[_Outcome]], wait: Wait
-) -> _Outcome:
-    """The answer a later step of the group's state machine gives the member's request. A
-    request cancelled before (its connection closed) no longer waits."""
-    waiter: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
-    waiters[wait.member_id] = waiter
-    try:
-        return await waiter
-    except asyncio.CancelledError:
-        if waiters.get(wait.member_id) is waiter:
-            del waiters[wait.member_id]
-            group.state.withdraw(wait.member_id)
-        raise
+        return None if group is None else group.consumer_group()

@@ -7,6 +7,7 @@ kind the coordinator keeps) answers `describe()` with a `GroupDescription` (its 
 under Kafka's name, its protocol type and protocol, its members, the topics they are subscribed
 to), and these rules decide on that, as Kafka's `Group` interface lets its coordinator decide
 for classic and consumer groups alike:
+- DescribeGroups describes classic groups only, any other as Dead (`describe_groups_answer`);
 - a group that does not exist is Dead: it has no members, no generation and no committed
   offsets (`exists`); DescribeGroups answers it as Dead with no members, DeleteGroups and
   OffsetDelete with GROUP_ID_NOT_FOUND, and ListGroups leaves it out. (Kafka forgets an empty
@@ -115,6 +116,15 @@ def exists(description: GroupDescription, generation: int, has_offsets: bool) ->
     """Whether the group exists as Kafka's coordinator would know it: it has members, or has
     completed a rebalance, or has committed offsets (a standalone consumer's group)."""
     return bool(description.members) or generation > 0 or has_offsets
+
+
+def describe_groups_answer(description: GroupDescription) -> GroupDescription:
+    """What DescribeGroups shows of the group: it describes classic groups only, and any other
+    as one that does not exist (Kafka's `GroupMetadataManager.describeGroups`: a consumer group
+    is ConsumerGroupDescribe's)."""
+    if description.group_type is GroupType.CLASSIC:
+        return description
+    return dead(description.group_id)
 
 
 def delete_group_refusal(description: GroupDescription) -> WireError:

@@ -17,12 +17,18 @@ Kafka's rules, and the simplifications (visible to a client only as extra rebala
 - a join without a member id gets MEMBER_ID_REQUIRED and a fresh id (KIP-394) from JoinGroup v4
   on, unless it is a static member (KIP-345: `group.instance.id`), which gets its id at once;
   older versions get the id with their first answer;
-- a static member that joins again under a new member id replaces the old one, which from then
-  on gets FENCED_INSTANCE_ID; the replacement rebalances the group (Kafka may hand the old
-  assignment back without one);
+- a static member that joins again without its member id (restarted) goes on under a fresh
+  one, and the old id gets FENCED_INSTANCE_ID from then on. In a stable group it is answered at
+  once with the current generation and gets its assignment back from SyncGroup, unseen by the
+  others, unless the protocol the group would choose changes (then the group rebalances). As
+  Kafka's JoinGroup before v9, the answer names the leader as it was, so that a rejoining
+  leader does not assign anew (it leads the next rebalance). While the next generation is
+  handed out, the leader may be assigning to the old id: the group rebalances;
+- a request naming an instance id must come from its holder: else UNKNOWN_MEMBER_ID (none
+  holds it) or FENCED_INSTANCE_ID. LeaveGroup may name a static member by instance id alone;
 - a rebalance completes as soon as every known member has rejoined, or when the longest
   rebalance timeout of the members runs out (the others are dropped);
-- a member whose session times out is dropped, and the group rebalances.
+- a member whose session times out, static or not, is dropped, and the group rebalances.
 Pending member ids are kept, unbounded, for the life of the group's ownership here.
 """
 
@@ -243,10 +249,16 @@ class GroupState:
 
     # --- checks -------------------------------------------------------------------------------
     def _identify(self, member_id: str, instance_id: str | None) -> Member | WireError:
-        """The member a request speaks for: a static member replaced since is fenced
-        (FENCED_INSTANCE_ID), an unknown one is UNKNOWN_MEMBER_ID."""
-        if instance_id is not None and self.instances.get(instance_id, member_id) != member_id:
-            return WireError.fenced_instance_id
+        """The member a request speaks for (Kafka's `validateMember`): one that names an
+        instance id no member holds is UNKNOWN_MEMBER_ID, one held by another member id
+        FENCED_INSTANCE_ID (a static member replaced since); an unknown member id is
+        UNKNOWN_MEMBER_ID."""
+        if instance_id is not None:
+            holder = self.instances.get(instance_id)
+            if holder is None:
+                return WireError.unknown_member_id
+            if holder != member_id:
+                return WireError.fenced_instance_id
         member = self.members.get(member_id)
         return WireError.unknown_member_id if member is None else member
 
@@ -316,16 +328,20 @@ class GroupState:
         if not protocols or (self.members and self.protocol_type != protocol_type):
             return Step(JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id))
         decided = _Decisions()
-        if not member_id:
-            assert fresh_member_id, "a member joining without an id needs a fresh one"
-            member_id = fresh_member_id
-            if instance_id is None and require_known_member_id:
-                self.pending.add(member_id)
-                return Step(JoinOutcome(WireError.member_id_required, member_id=member_id))
-            self._admit(member_id, instance_id, decided)
-        elif member_id in self.pending:
-            self.pending.discard(member_id)
-            self._admit(member_id, instance_id, decided)
+        leader, rejoined = self.leader, False
+        if not member_id or member_id in self.pending:
+            if member_id:
+                self.pending.discard(member_id)
+            else:
+                assert fresh_member_id, "a member joining without an id needs a fresh one"
+                member_id = fresh_member_id
+                if instance_id is None and require_known_member_id:
+                    self.pending.add(member_id)
+                    return Step(JoinOutcome(WireError.member_id_required, member_id=member_id))
+            if rejoined := instance_id is not None and instance_id in self.instances:
+                self._replace(instance_id, member_id, decided)
+            else:
+                self._admit(member_id, instance_id, decided)
         else:
             known = self._identify(member_id, instance_id)
             if isinstance(known, WireError):
@@ -337,6 +353,22 @@ class GroupState:
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms)
         member.last_seen = now
+        if rejoined and self.phase is GroupPhase.STABLE and self._chosen() == self.protocol:
+            _log.info(
+                "group %s: static member %s rejoined as %s in generation %d without a rebalance",
+                self.group_id,
+                instance_id,
+                member_id,
+                self.generation,
+            )
+            outcome = JoinOutcome(
+                WireError.none,
+                generation=self.generation,
+                protocol=self.protocol,
+                leader=leader,
+                member_id=member_id,
+            )
+            return decided.step(outcome)
         if member.awaiting_join:  # this join takes the place of the one still waiting
             outcome = JoinOutcome(WireError.rebalance_in_progress, member_id=member_id)
             decided.answer_join(member, outcome)
@@ -347,19 +379,29 @@ class GroupState:
         return decided.step(Wait(member_id))
 
     def _admit(self, member_id: str, instance_id: str | None, decided: _Decisions) -> None:
-        """A new member; a static one replaces the member its instance id held (fenced)."""
+        """A new member (a static one whose instance id no member holds)."""
         if instance_id is not None:
-            replaced = self.members.pop(self.instances.get(instance_id, ""), None)
-            if replaced is not None:
-                _log.info(
-                    "group %s: static member %s replaced %s",
-                    self.group_id,
-                    instance_id,
-                    replaced.member_id,
-                )
-                decided.fail(replaced, WireError.fenced_instance_id)
+            assert instance_id not in self.instances, "a held instance id is replaced"
             self.instances[instance_id] = member_id
         self.members[member_id] = Member(member_id, instance_id)
+
+    def _replace(self, instance_id: str, member_id: str, decided: _Decisions) -> None:
+        """The static member holding `instance_id` goes on under `member_id`, with its
+        assignment and its place as leader; its old id is fenced (FENCED_INSTANCE_ID)."""
+        member = self.members.pop(self.instances[instance_id])
+        _log.info(
+            "group %s: static member %s replaced %s with %s",
+            self.group_id,
+            instance_id,
+            member.member_id,
+            member_id,
+        )
+        decided.fail(member, WireError.fenced_instance_id)
+        if self.leader == member.member_id:
+            self.leader = member_id
+        member.member_id = member_id
+        self.members[member_id] = member
+        self.instances[instance_id] = member_id
 
     def _prepare(self, decided: _Decisions) -> None:
         """Start a rebalance: members that are not rejoining learn it from their next call."""
@@ -406,10 +448,7 @@ class GroupState:
             return decided.step(None)
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
-        leader = self.members[self.leader]
-        offered = [{name for name, _ in m.protocols} for m in self.members.values()]
-        common = set.intersection(*offered)
-        self.protocol = next((name for name, _ in leader.protocols if name in common), None)
+        self.protocol = self._chosen()
         if self.protocol is None:
             return self.fail_all(WireError.inconsistent_group_protocol)
         self.phase = GroupPhase.COMPLETING
@@ -431,6 +470,16 @@ class GroupState:
             )
             decided.answer_join(member, outcome)
         return decided.step(None)
+
+    def _chosen(self) -> str | None:
+        """The protocol the group would choose now: the leader's most preferred of those every
+        member offers (None if none is)."""
+        leader = self.members.get(self.leader)
+        if leader is None:
+            return None
+        offered = [{name for name, _ in m.protocols} for m in self.members.values()]
+        common = set.intersection(*offered)
+        return next((name for name, _ in leader.protocols if name in common), None)
 
     def generation_not_stored(self, error: WireError) -> Step[None]:
         """The next generation could not be stored: the members waiting to join learn it and
@@ -487,8 +536,13 @@ class GroupState:
         return WireError.none
 
     def leave(self, member_id: str, instance_id: str | None) -> Step[WireError]:
+        """LeaveGroup of one member, by its ids (`_identify`) or its instance id alone: the
+        group rebalances. A pending member id (MEMBER_ID_REQUIRED's) is forgotten."""
         if not member_id and instance_id is not None:
             member_id = self.instances.get(instance_id, "")
+        elif member_id in self.pending:
+            self.pending.discard(member_id)
+            return Step(WireError.none)
         member = self._identify(member_id, instance_id)
         if isinstance(member, WireError):
             return Step(member)

@@ -39,6 +39,8 @@ from diskless.coordinator import AclOperation, ConfigResourceType, TopicConfig
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_configs import (
     GROUP_CONFIGS,
+    KAFKA_GROUP_DEFAULTS,
+    GroupConfigs,
     group_config_error,
 )
 from diskless.kafka_server._handlers._access import DESCRIBE_CONFIGS, Access
@@ -174,7 +176,11 @@ async def _describe(
         return await describe_broker_config(context, name)
     if kind == GROUP:
         stored = await context.broker.describe_resource_configs(ConfigResourceType.GROUP, [name])
-        return WireError.none, None, describe_group_config(stored.get(name, {}))
+        return (
+            WireError.none,
+            None,
+            describe_group_config(stored.get(name, {}), context.config.group_defaults),
+        )
     if kind != TOPIC:
         return WireError.invalid_request, f"resource type {kind} is not supported", []
     described = await context.broker.describe_topics([name])
@@ -184,12 +190,18 @@ async def _describe(
     return WireError.none, None, describe_topic_config(described[0].config, defaults)
 
 
-def describe_group_config(configs: Mapping[str, str]) -> list[ConfigEntry]:
-    """Every group config: the group's own (GROUP_CONFIG), else the broker's default."""
+def describe_group_config(
+    configs: Mapping[str, str], defaults: GroupConfigs = KAFKA_GROUP_DEFAULTS
+) -> list[ConfigEntry]:
+    """Every group config: the group's own (GROUP_CONFIG), else the broker's default (its
+    property, STATIC_BROKER_CONFIG, where it sets one)."""
     entries = []
     for name, setting in GROUP_CONFIGS.items():
         kind = ConfigType.STRING if setting.choices else ConfigType.INT
-        default = Synonym(setting.broker_default, setting.default, ConfigSource.DEFAULT_CONFIG)
+        value = str(getattr(defaults, name.replace(".", "_")))
+        given = value != setting.default
+        source = ConfigSource.STATIC_BROKER_CONFIG if given else ConfigSource.DEFAULT_CONFIG
+        default = Synonym(setting.broker_default, value, source)
         chain: tuple[Synonym, ...] = (default,)
         if name in configs:
             chain = (Synonym(name, configs[name], ConfigSource.GROUP_CONFIG), default)

@@ -9,7 +9,10 @@ out: the member owns nothing of a deleted topic).
 Authorization, as Kafka's `KafkaApis`: the heartbeat needs READ on the group, else
 GROUP_AUTHORIZATION_FAILED, and DESCRIBE on every topic it subscribes to by name, else
 TOPIC_AUTHORIZATION_FAILED; a regular expression matches only the topics the member may
-describe. Describe needs DESCRIBE on each group, else that group's GROUP_AUTHORIZATION_FAILED.
+describe. Describe needs DESCRIBE on each group, else that group's GROUP_AUTHORIZATION_FAILED,
+and answers KIP-430's authorized operations on each group it describes when asked (`Access`,
+as DescribeGroups). A group that does not exist, or is not a consumer group, is answered
+GROUP_ID_NOT_FOUND with Kafka's message, and no state.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import group_error
 from diskless._types import TopicPartition
+from diskless.coordinator import ResourceType
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.consumer_group_state import (
     Description,
     HeartbeatAnswer,
     HeartbeatRequest,
 )
-from diskless.kafka_server._handlers._access import DESCRIBE, READ, Access
+from diskless.kafka_server._coordination.group_description import DEAD, GroupDescription
+from diskless.kafka_server._handlers._access import DESCRIBE, OPERATIONS_NOT_ASKED, READ, Access
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
@@ -163,17 +168,21 @@ async def handle_consumer_group_describe(
     response: Response,
 ) -> ResponsePayload:
     access = Access(context, session)
+    asked = bool(request.include_authorized_operations)
     answers: list[tuple[str, Description | WireError]] = []
+    messages: dict[str, str] = {}
     for group_id in request.group_ids:
         if not access.group(DESCRIBE, group_id):
             answers.append((group_id, WireError.group_authorization_failed))
             continue
         try:
-            answers.append(
-                (group_id, await context.groups.consumer_describe(serving(context), group_id))
-            )
+            described = await context.groups.consumer_describe(serving(context), group_id)
         except DisklessError as e:
-            answers.append((group_id, failure(group_error, e, "describing a consumer group")))
+            described = failure(group_error, e, "describing a consumer group")
+        if isinstance(described, GroupDescription):
+            messages[group_id] = _not_found(described)
+            described = WireError.group_id_not_found
+        answers.append((group_id, described))
     ids: dict[str, uuid.UUID] = {}
     if any(isinstance(answer, Description) for _, answer in answers):
         try:
@@ -183,10 +192,27 @@ async def handle_consumer_group_describe(
             answers = [(g, error if isinstance(a, Description) else a) for g, a in answers]
     group_entry = nested(response, "DescribedGroup")
     groups = tuple(
-        _describe_group(response, group_entry, group_id, answer, ids)
+        _describe_group(
+            response,
+            group_entry,
+            group_id,
+            answer,
+            ids,
+            message=messages.get(group_id),
+            operations=access.operations(ResourceType.GROUP, group_id)
+            if asked
+            else OPERATIONS_NOT_ASKED,
+        )
         for group_id, answer in answers
     )
     return build(response, throttle_time=NO_THROTTLE, groups=groups)
+
+
+def _not_found(described: GroupDescription) -> str:
+    """Kafka's message for a group ConsumerGroupDescribe does not describe."""
+    if described.state == DEAD:
+        return f"Group {described.group_id} not found."
+    return f"Group {described.group_id} is not a consumer group."
 
 
 def _describe_group(
@@ -195,13 +221,11 @@ def _describe_group(
     group_id: str,
     answer: Description | WireError,
     ids: Mapping[str, uuid.UUID],
+    *,
+    message: str | None = None,
+    operations: int = OPERATIONS_NOT_ASKED,
 ) -> Entity:
     if isinstance(answer, WireError):
-        message = (
-            f"Group {group_id} not found or is not a consumer group."
-            if answer is WireError.group_id_not_found
-            else None
-        )
         return build(
             entry,
             error_code=answer,
@@ -248,6 +272,7 @@ def _describe_group(
         assignment_epoch=answer.assignment_epoch,
         assignor_name=answer.assignor,
         members=members,
+        authorized_operations=operations,
     )
 
 

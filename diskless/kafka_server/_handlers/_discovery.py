@@ -336,6 +336,7 @@ def partitions_of(
     partition_entry = nested(response, entry)
     tps = [TopicPartition(name, p) for p in range(first, count)]
     leaders = context.cluster.leaders(tps, rack) if context.cluster.brokers() else {}
+    epoch = context.cluster.generation  # the same in every process (`cluster_view`)
     entries = []
     for tp in tps:
         leader = leaders.get(tp, -1)
@@ -348,7 +349,7 @@ def partitions_of(
                 error_code=error,
                 partition_index=tp.partition,
                 leader_id=leader,
-                leader_epoch=context.cluster.generation,
+                leader_epoch=epoch,
                 replica_nodes=(leader,) if leader >= 0 else (),
                 isr_nodes=(leader,) if leader >= 0 else (),
                 offline_replicas=(),

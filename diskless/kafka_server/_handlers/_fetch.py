@@ -18,6 +18,16 @@ rack meet at one broker. As in Kafka (`ReplicaManager.findPreferredReadReplica`)
 consumer's fetch (a follower's `replica_id` is >= 0), only for a partition read without an
 error, never the broker asked (-1 then), and such a partition comes back without records, the
 fetch answered at once.
+
+Leader epochs (KIP-320): every partition's leader epoch is the cluster's membership version
+(`ClusterView.generation`). A Fetch (v9+) or ListOffsets (v4+) naming a `current_leader_epoch`
+below it is answered FENCED_LEADER_EPOCH for that partition (the client refreshes its metadata),
+one above it UNKNOWN_LEADER_EPOCH (another process learned a newer version first: the client
+retries, and this process reads the membership again, `ClusterView.check_epoch`), as Kafka
+answers; such a partition is not read, and the fetch is answered at once. Fetch v12 then names
+the partition's current leader and epoch (`current_leader`, the broker Metadata names for the
+consumer's rack). Its `diverging_epoch` stays unset: the log of a partition never diverges
+between epochs (no replica is ever truncated), so no fetch position is past its epoch's end.
 """
 
 from __future__ import annotations
@@ -25,9 +35,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
+import kio.schema.fetch.v9 as fetch_v9
+import kio.schema.fetch.v10 as fetch_v10
 import kio.schema.fetch.v11 as fetch_v11
 import kio.schema.fetch.v12 as fetch_v12
 import kio.schema.list_offsets.v1 as list_offsets_v1
+import kio.schema.list_offsets.v2 as list_offsets_v2
+import kio.schema.list_offsets.v3 as list_offsets_v3
 import msgspec
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.protocol import Entity, ResponsePayload
@@ -40,7 +54,7 @@ from diskless.kafka_server._handlers._access import DESCRIBE, READ, Access
 from diskless.kafka_server._handlers._errors import failure_code
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response, millis
 from diskless.kafka_server._handlers.context import BrokerContext, Session
-from diskless.kafka_server._protocol.fields import build, nested, wire
+from diskless.kafka_server._protocol.fields import build, fields_of, nested, wire
 from diskless.kafka_server._protocol.messages import (
     FetchRequest,
     ListOffsetsRequest,
@@ -49,10 +63,24 @@ from diskless.kafka_server._protocol.recurring import RECURRING
 
 _WITH_RACK: Final = (fetch_v11.FetchRequest, fetch_v12.FetchRequest)
 """Fetch v11 added `rack_id` (KIP-392): the consumer's `client.rack`."""
+_FETCH_WITH_EPOCH: Final = (
+    fetch_v9.FetchRequest,
+    fetch_v10.FetchRequest,
+    fetch_v11.FetchRequest,
+    fetch_v12.FetchRequest,
+)
+"""Fetch v9 added `current_leader_epoch` (KIP-320)."""
+_LIST_OFFSETS_WITHOUT_EPOCH: Final = (
+    list_offsets_v1.ListOffsetsRequest,
+    list_offsets_v2.ListOffsetsRequest,
+    list_offsets_v3.ListOffsetsRequest,
+)
+"""ListOffsets v4 added `current_leader_epoch` (KIP-320)."""
 
 
 _REFUSED: Final = FetchResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 _NO_REPLICA: Final = -1
+_EPOCH_ERRORS: Final = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
 """`preferred_read_replica` when the consumer should keep fetching from the broker it asked."""
 
 
@@ -85,9 +113,12 @@ async def handle_fetch(
     refused = Access(context, session).refused(READ, fetch.offsets)
     for tp in refused:
         del fetch.offsets[tp]
+    stale = _stale_epochs(context, request, fetch.offsets)
+    for tp in stale:
+        del fetch.offsets[tp]
     replicas = _read_replicas(context, session, request, fetch.offsets)
-    if replicas:  # Kafka answers at once a fetch that names a preferred read replica
-        fetch = fetch._replace(wait_ms=0)
+    if replicas or stale:  # Kafka answers at once a fetch that names a preferred read replica
+        fetch = fetch._replace(wait_ms=0)  # (or an error)
     results = await _call_fetch(context, fetch)
     preferred = {
         tp: replica for tp, replica in replicas.items() if results[tp].error is ErrorCode.NONE
@@ -95,7 +126,38 @@ async def handle_fetch(
     for tp in preferred:  # read there, so nothing crosses zones from here
         results[tp] = msgspec.structs.replace(results[tp], records=b"", aborted_transactions=[])
     results.update(dict.fromkeys(refused, _REFUSED))
+    results.update((tp, FetchResult(code)) for tp, code in stale.items())
+    if stale:
+        rack = session.client_rack if session.client_rack is not None else context.rack
+        leaders = context.cluster.leaders(stale, rack)
+        current = _CurrentLeaders(leaders, context.cluster.generation)
+        return _build_fetch(response, request, fetch.isolation, results, preferred, current)
     return _encode_fetch(response, request, fetch.isolation, results, preferred)
+
+
+class _CurrentLeaders(NamedTuple):
+    """What Fetch v12 names as the current leader of a partition refused for its epoch."""
+
+    leaders: Mapping[TopicPartition, int]
+    epoch: int
+
+
+def _stale_epochs(
+    context: BrokerContext, request: FetchRequest, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, ErrorCode]:
+    """The partitions whose `current_leader_epoch` is not the cluster's, with Kafka's code."""
+    if not isinstance(request, _FETCH_WITH_EPOCH):
+        return {}
+    wanted = set(partitions)
+    stale: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.topic, p.partition)
+            if tp in wanted:
+                code = context.cluster.check_epoch(int(p.current_leader_epoch))
+                if code is not ErrorCode.NONE:
+                    stale[tp] = code
+    return stale
 
 
 def _read_replicas(
@@ -209,10 +271,14 @@ def _build_fetch(
     isolation: IsolationLevel | None,
     results: Mapping[TopicPartition, FetchResult],
     preferred: Mapping[TopicPartition, int],
+    current: _CurrentLeaders | None = None,
 ) -> ResponsePayload:
     topic_entry = nested(response, "FetchableTopicResponse")
     partition_entry = nested(response, "PartitionData")
     aborted_entry = nested(response, "AbortedTransaction")
+    leader_entry = None  # Fetch v12 names the current leader; v9 to v11 have no field for it
+    if current is not None and "current_leader" in fields_of(partition_entry):
+        leader_entry = nested(response, "LeaderIdAndEpoch")
     responses = []
     for topic in request.topics:
         partitions: list[Entity] = []
@@ -223,9 +289,16 @@ def _build_fetch(
                 build(aborted_entry, producer_id=pid, first_offset=first)
                 for pid, first in result.aborted_transactions
             )
+            leader = {}
+            if current is not None and leader_entry is not None and result.error in _EPOCH_ERRORS:
+                leader_id = current.leaders.get(tp, -1)
+                leader["current_leader"] = build(
+                    leader_entry, leader_id=leader_id, leader_epoch=current.epoch
+                )
             partitions.append(
                 build(
                     partition_entry,
+                    **leader,
                     partition_index=partition.partition,
                     error_code=wire(result.error),
                     high_watermark=result.high_watermark,
@@ -265,8 +338,19 @@ async def handle_list_offsets(
     refused = Access(context, session).refused(DESCRIBE, timestamps)
     for tp in refused:
         del timestamps[tp]
+    stale: dict[TopicPartition, ErrorCode] = {}
+    if not isinstance(request, _LIST_OFFSETS_WITHOUT_EPOCH):
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if tp in timestamps:
+                    code = context.cluster.check_epoch(int(p.current_leader_epoch))
+                    if code is not ErrorCode.NONE:
+                        stale[tp] = code
+                        del timestamps[tp]
     results = await _call_list_offsets(context, timestamps, isolation)
     results.update(dict.fromkeys(refused, ListOffsetsResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+    results.update((tp, ListOffsetsResult(code)) for tp, code in stale.items())
     return _encode_list_offsets(response, request, results, context.cluster.generation)
 
 

@@ -14,14 +14,14 @@ Authorization, as Kafka's: DescribeGroups needs DESCRIBE on each group, DeleteGr
 with DESCRIBE on the cluster, else only those it may DESCRIBE; OffsetDelete needs DELETE on the
 group (else GROUP_AUTHORIZATION_FAILED for the request) and READ on each topic (else
 TOPIC_AUTHORIZATION_FAILED for its partitions). DescribeGroups answers KIP-430's authorized
-operations on each group when asked (of READ, DESCRIBE and DELETE, Kafka's operations on a
-group).
+operations on each group when asked (`Access.operations`: Kafka's operations on a group, READ,
+DESCRIBE, DELETE, DESCRIBE_CONFIGS and ALTER_CONFIGS). DescribeGroups describes classic groups
+only, as Kafka's: a consumer-protocol group is Dead to it (ConsumerGroupDescribe describes it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i32
@@ -29,10 +29,16 @@ from kio.static.protocol import Entity, ResponsePayload
 
 from diskless._kafka_errors import group_error
 from diskless._types import TopicPartition
-from diskless.coordinator import AclOperation, ResourceType
+from diskless.coordinator import ResourceType
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_description import GroupDescription, GroupType
-from diskless.kafka_server._handlers._access import DELETE, DESCRIBE, READ, Access
+from diskless.kafka_server._handlers._access import (
+    DELETE,
+    DESCRIBE,
+    OPERATIONS_NOT_ASKED,
+    READ,
+    Access,
+)
 from diskless.kafka_server._handlers._errors import failure
 from diskless.kafka_server._handlers._route import NO_THROTTLE, Response
 from diskless.kafka_server._handlers.context import BrokerContext, Session, serving
@@ -43,22 +49,6 @@ from diskless.kafka_server._protocol.messages_groups import (
     ListGroupsRequest,
     OffsetDeleteRequest,
 )
-
-GROUP_OPERATIONS: Final = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE)
-"""What may be done to a group (Kafka's `AclEntry.supportedOperations(GROUP)`)."""
-OPERATIONS_NOT_ASKED: Final = i32(-(2**31))
-"""KIP-430's `authorized_operations` when the request did not ask for them."""
-
-
-def authorized_operations(
-    access: Access, resource_type: ResourceType, name: str, operations: tuple[AclOperation, ...]
-) -> i32:
-    """KIP-430's bit field: bit `op` set for each of `operations` allowed on the resource."""
-    bits = 0
-    for operation in operations:
-        if access.allows(operation, resource_type, name):
-            bits |= 1 << int(operation)
-    return i32(bits)
 
 
 # --- DescribeGroups ---------------------------------------------------------------------------
@@ -84,9 +74,7 @@ async def handle_describe_groups(
             continue
         operations = OPERATIONS_NOT_ASKED
         if asked:
-            operations = authorized_operations(
-                access, ResourceType.GROUP, group_id, GROUP_OPERATIONS
-            )
+            operations = access.operations(ResourceType.GROUP, group_id)
         members = tuple(
             build(
                 member_entry,
@@ -108,7 +96,7 @@ async def handle_describe_groups(
                 protocol_type=described.protocol_type,
                 protocol_data=described.protocol,
                 members=members,
-                authorized_operations=operations,
+                authorized_operations=i32(operations),
             )
         )
     return build(response, throttle_time=NO_THROTTLE, groups=tuple(groups))
@@ -123,7 +111,7 @@ def _describe_error(group_entry: type[Entity], group_id: str, error: WireError) 
         protocol_type="",
         protocol_data="",
         members=(),
-        authorized_operations=OPERATIONS_NOT_ASKED,
+        authorized_operations=i32(OPERATIONS_NOT_ASKED),
     )
 
 

@@ -264,7 +264,7 @@ def _transaction_error(response: Response, transactional_id: str, error: WireErr
         transactional_id=transactional_id,
         transaction_state="",
         transaction_timeout=datetime.timedelta(0),
-        transaction_start_time=_time(-1),
+        transaction_start_time=_time(0),  # Kafka's default for the field: an error sets no other
         producer_id=-1,
         producer_epoch=-1,
         topics=(),

@@ -13,6 +13,7 @@ from diskless.coordinator import TopicConfig
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView
 from diskless.kafka_server._coordination.credentials import Credentials
+from diskless.kafka_server._coordination.group_configs import GroupConfigs
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
@@ -113,6 +114,9 @@ class Settings(Protocol):
 
     @property
     def topic_defaults(self) -> TopicDefaults: ...
+
+    @property
+    def group_defaults(self) -> GroupConfigs: ...
 
 
 class BrokerContext(Protocol):

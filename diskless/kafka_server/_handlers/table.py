@@ -58,6 +58,7 @@ from diskless.kafka_server._handlers._discovery import (
     handle_find_coordinator,
     handle_metadata,
 )
+from diskless.kafka_server._handlers._epochs import handle_offset_for_leader_epoch
 from diskless.kafka_server._handlers._fetch import handle_fetch, handle_list_offsets
 from diskless.kafka_server._handlers._group_admin import (
     handle_delete_groups,
@@ -125,6 +126,7 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_produce),
         Route(handle_fetch),
         Route(handle_list_offsets),
+        Route(handle_offset_for_leader_epoch),
         Route(handle_init_producer_id, txn_error, init_producer_id_error_response),
         Route(handle_add_partitions_to_txn, txn_error, add_partitions_to_txn_error_response),
         Route(handle_add_offsets_to_txn, txn_error, error_response),

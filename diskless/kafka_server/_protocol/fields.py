@@ -27,15 +27,16 @@ def build(schema: type[Built], **values: object) -> Built:
     values are typed `object`: which fields a version has is known only at run time, and kio's
     dataclass constructor checks nothing either, so the response tests are what check them.
     """
-    names = _field_names(schema)
+    names = fields_of(schema)
     return schema(**{name: value for name, value in values.items() if name in names})
 
 
 _FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
 
 
-def _field_names(schema: type[Entity]) -> frozenset[str]:
-    """Per schema, once: `build` runs for every entry of a response (100,000 in a large one)."""
+def fields_of(schema: type[Entity]) -> frozenset[str]:
+    """The field names of `schema`, per schema once: `build` runs for every entry of a response
+    (100,000 in a large one)."""
     names = _FIELD_NAMES.get(schema)
     if names is None:
         names = _FIELD_NAMES[schema] = frozenset(f.name for f in dataclasses.fields(schema))

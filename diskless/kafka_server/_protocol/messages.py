@@ -21,6 +21,8 @@ the highest version both sides support): librdkafka 2.x, kafka-python 3.x and ai
 - FindCoordinator v4: batched keys; v5/v6 only add error codes and share groups.
 - ListOffsets v7 (MAX_TIMESTAMP); v8+ add tiered-storage and remote offsets specs.
 - OffsetFetch v7: v8 batches several groups in one request.
+- OffsetForLeaderEpoch v2..v4: kio's models start at v2 (v2 added `current_leader_epoch`, which
+  librdkafka sends); v4 is the last.
 Lower bounds are kio's oldest models (Produce v3 is also the first with transactional ids and
 record batch v2, which is all the library stores).
 """
@@ -120,6 +122,9 @@ import kio.schema.offset_fetch.v4 as offset_fetch_v4
 import kio.schema.offset_fetch.v5 as offset_fetch_v5
 import kio.schema.offset_fetch.v6 as offset_fetch_v6
 import kio.schema.offset_fetch.v7 as offset_fetch_v7
+import kio.schema.offset_for_leader_epoch.v2 as offset_for_leader_epoch_v2
+import kio.schema.offset_for_leader_epoch.v3 as offset_for_leader_epoch_v3
+import kio.schema.offset_for_leader_epoch.v4 as offset_for_leader_epoch_v4
 import kio.schema.produce.v3 as produce_v3
 import kio.schema.produce.v4 as produce_v4
 import kio.schema.produce.v5 as produce_v5
@@ -170,6 +175,11 @@ ListOffsetsRequest: TypeAlias = (
     | list_offsets_v5.ListOffsetsRequest
     | list_offsets_v6.ListOffsetsRequest
     | list_offsets_v7.ListOffsetsRequest
+)
+OffsetForLeaderEpochRequest: TypeAlias = (
+    offset_for_leader_epoch_v2.OffsetForLeaderEpochRequest
+    | offset_for_leader_epoch_v3.OffsetForLeaderEpochRequest
+    | offset_for_leader_epoch_v4.OffsetForLeaderEpochRequest
 )
 MetadataRequest: TypeAlias = (
     metadata_v0.MetadataRequest

@@ -34,6 +34,7 @@ from diskless.kafka_server._coordination.authorizer import AuthorizerSettings, p
 from diskless.kafka_server._coordination.cluster_view import ClusterView
 from diskless.kafka_server._coordination.consumer_group_state import ConsumerGroupConfig
 from diskless.kafka_server._coordination.credentials import Credentials
+from diskless.kafka_server._coordination.group_configs import GroupConfigCopy
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server.network._request_budget import RequestBudget
@@ -129,12 +130,10 @@ class KafkaCluster:
         self.transactions = TransactionFront(
             coordinator, transaction_timeout_ms_max=config.transaction_max_timeout_ms
         )
-        group_defaults = ConsumerGroupConfig(
-            session_timeout_ms=config.group_consumer_session_timeout_ms,
-            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
-        )
+        self.group_configs = GroupConfigCopy(coordinator, defaults=config.group_defaults)
+        """This process's copy of every group's configs (IncrementalAlterConfigs on GROUP)."""
         self.groups = GroupCoordinator(
-            coordinator, self.view, group_configs=lambda group_id: group_defaults
+            coordinator, self.view, group_configs=self._consumer_group_config
         )
         self.credentials = Credentials(coordinator, config.acl_refresh_ms)
         """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""
@@ -162,11 +161,20 @@ class KafkaCluster:
     def coordinator(self) -> BatchCoordinator:
         return self._coordinator
 
+    def _consumer_group_config(self, group_id: str) -> ConsumerGroupConfig:
+        """A consumer group's settings: its own configs, else the broker's `group.consumer.*`."""
+        configs = self.group_configs.configs(group_id)
+        return ConsumerGroupConfig(
+            session_timeout_ms=configs.consumer_session_timeout_ms,
+            heartbeat_interval_ms=configs.consumer_heartbeat_interval_ms,
+        )
+
     async def start(self) -> None:
         if self.acls is not None:
             await self.acls.start()
         await self.credentials.start()
         await self.transactions.start()
+        await self.group_configs.start()
         await self.groups.start()
         await self.view.start()
         for index, broker_id in enumerate(self._broker_ids):
@@ -237,6 +245,7 @@ class KafkaCluster:
         await asyncio.gather(*(s.broker.close() for s in self.servers.values()))
         await self.view.close()
         await self.groups.close()
+        await self.group_configs.close()
         await self.transactions.close()
         await self.credentials.close()
         if self.acls is not None:

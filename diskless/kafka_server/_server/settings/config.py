@@ -7,6 +7,7 @@ from typing import Final
 import msgspec
 
 from diskless.coordinator import TopicConfig
+from diskless.kafka_server._coordination.group_configs import KAFKA_GROUP_DEFAULTS, GroupConfigs
 from diskless.kafka_server._handlers.context import (
     MAX_PARTITIONS_PER_REQUEST,
     RETENTION_MS_DEFAULT,
@@ -311,6 +312,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def authorizer_enabled(self) -> bool:
         return bool(self.authorizer_class_name)
+
+    @property
+    def group_defaults(self) -> GroupConfigs:
+        """What a group without its own `consumer.session.timeout.ms` or
+        `consumer.heartbeat.interval.ms` gets: these properties' values (Kafka's defaults)."""
+        return KAFKA_GROUP_DEFAULTS._replace(
+            consumer_session_timeout_ms=self.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
+        )
 
     @property
     def topic_defaults(self) -> TopicDefaults:
