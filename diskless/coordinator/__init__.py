@@ -54,6 +54,7 @@ from diskless.coordinator._rules.share import (
     ShareRequest,
     counts,
     initial_start,
+    next_deadline,
     parse_offset_reset,
 )
 from diskless.coordinator._share_queue import SHARE_STEP_REQUESTS_MAX, ShareStepQueue
@@ -193,6 +194,7 @@ __all__ = [
     "ShareRange",
     "counts",
     "initial_start",
+    "next_deadline",
     "parse_offset_reset",
     # backends
     "InMemoryBatchCoordinator",
