@@ -34,6 +34,30 @@ from diskless.coordinator._rules.acls import (
 from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._rules.fetch import FetchBudget, at_visible_end
 from diskless.coordinator._rules.scram import ScramSnapshot
+from diskless.coordinator._rules.share import (
+    AcknowledgeBatch,
+    AcknowledgeType,
+    AcquiredRange,
+    OffsetReset,
+    RecordState,
+    ShareAcknowledge,
+    ShareAcquire,
+    ShareAcquired,
+    ShareAnswer,
+    ShareCounts,
+    ShareFetchPartition,
+    ShareLimits,
+    ShareOffset,
+    SharePartitionState,
+    ShareRange,
+    ShareRelease,
+    ShareRequest,
+    counts,
+    initial_start,
+    next_deadline,
+    parse_offset_reset,
+)
+from diskless.coordinator._share_queue import SHARE_STEP_REQUESTS_MAX, ShareStepQueue
 from diskless.coordinator._sqlite import SqliteBatchCoordinator
 from diskless.coordinator._values import (
     CONFIG_VERSION_COUNTER,
@@ -155,6 +179,30 @@ __all__ = [
     "filter_from_codes",
     "matches",
     "valid_principal",
+    # share groups (KIP-932): share-partition states
+    "SHARE_STEP_REQUESTS_MAX",
+    "ShareStepQueue",
+    "ShareAcknowledge",
+    "ShareAcquire",
+    "ShareAnswer",
+    "ShareRelease",
+    "ShareRequest",
+    "AcknowledgeBatch",
+    "AcknowledgeType",
+    "AcquiredRange",
+    "OffsetReset",
+    "RecordState",
+    "ShareAcquired",
+    "ShareCounts",
+    "ShareFetchPartition",
+    "ShareLimits",
+    "ShareOffset",
+    "SharePartitionState",
+    "ShareRange",
+    "counts",
+    "initial_start",
+    "next_deadline",
+    "parse_offset_reset",
     # backends
     "InMemoryBatchCoordinator",
     "SqliteBatchCoordinator",

@@ -23,6 +23,7 @@ from diskless._types import (
     GroupRecord,
     TopicPartition,
 )
+from diskless.coordinator._api_share import ShareStateContract
 from diskless.coordinator._rules.acls import (
     AclBinding,
     AclBindingFilter,
@@ -73,7 +74,7 @@ ChangeListener = Callable[[PartitionChanges], None]
 """Called on the event loop with what committed steps changed; it must not block or raise."""
 
 
-class BatchCoordinator(abc.ABC):
+class BatchCoordinator(ShareStateContract, abc.ABC):
     """Sequences batches from all brokers: assigns offsets and enforces producer rules.
 
     Every backend guarantees:
@@ -109,7 +110,7 @@ class BatchCoordinator(abc.ABC):
     def step_retries(self) -> int:
         """Write steps run again after losing a race for the backing store, since it opened."""
 
-    async def connect(self) -> None:  # noqa: B027 - optional: most backends open at once
+    async def connect(self) -> None:
         """Reach the backing store now (opening it, a schema migrated), without reporting to
         the availability: a start-up check that waits for it says what it waits for itself.
         Raises what the first operation would (`CoordinatorError`, its kinds)."""
@@ -603,5 +604,5 @@ class BatchCoordinator(abc.ABC):
     async def describe_producers(self, topic_partition: TopicPartition) -> list[ProducerSnapshot]:
         """The retained producer state on a partition, ordered by producer id."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:
         """Release resources; the coordinator is unusable afterwards."""

@@ -118,6 +118,8 @@ class Needs(msgspec.Struct):
     """User names: every SCRAM credential they hold."""
     resource_configs: Collection[tuple[int, str]] = ()
     """(`ConfigResourceType`, resource name): their stored dynamic configs."""
+    share_partitions: Collection[tuple[str, TopicPartition]] = ()
+    """(share group, partition): the share-partition's stored state (`_rules.share`)."""
     acls: bool = False
     """Every ACL binding (a cluster has few: they are loaded whole). A step that changes them
     also loads the `ACL_VERSION_COUNTER` counter, which serializes such steps."""
@@ -144,6 +146,7 @@ class Snapshot(msgspec.Struct):
     scram: Mapping[tuple[str, ScramMechanism], ScramCredential] = EMPTY
     resource_configs: Mapping[tuple[int, str], Mapping[str, str]] = EMPTY
     acls: Sequence[AclBinding] = ()
+    share_states: Mapping[tuple[str, TopicPartition], bytes] = EMPTY
 
 
 class LoadingSnapshot(msgspec.Struct):
@@ -167,6 +170,7 @@ class LoadingSnapshot(msgspec.Struct):
     scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
     resource_configs: dict[tuple[int, str], Mapping[str, str]] = {}
     acls: list[AclBinding] = []
+    share_states: dict[tuple[str, TopicPartition], bytes] = {}
 
     def freeze(self) -> Snapshot:
         return Snapshot(**msgspec.structs.asdict(self))
@@ -245,6 +249,11 @@ class Changes(msgspec.Struct):
     """(group, partition): the committed offset goes, if there is one."""
     group_offsets_cleared: Sequence[str] = ()
     """Each consumer group's committed offsets all go."""
+    share_states: Mapping[tuple[str, TopicPartition], bytes] = EMPTY
+    """(share group, partition) -> its share-partition's whole state (`_rules.share`), inserted
+    or replaced. A deleted topic's go with it."""
+    share_groups_deleted: Sequence[str] = ()
+    """Each share group's share-partition states all go (applied before `share_states`)."""
 
     @property
     def has_txn_state(self) -> bool:
@@ -311,6 +320,11 @@ class Operation(enum.Enum):
     ALTER_RESOURCE_CONFIGS = "alter_resource_configs"
     CREATE_ACLS = "create_acls"
     DELETE_ACLS = "delete_acls"
+    SHARE_STEPS = "share_steps"
+    """Acquisitions, acknowledgements and releases of share-partitions, in order."""
+    SHARE_ALTER_OFFSETS = "share_alter_offsets"
+    SHARE_DELETE_OFFSETS = "share_delete_offsets"
+    SHARE_DELETE_GROUP = "share_delete_group"
 
 
 class Durability(enum.Enum):
@@ -429,6 +443,13 @@ class ReadView(Protocol):
 
     async def group_state(self, group_id: str) -> bytes | None:
         """A consumer-protocol group's stored state (None: none stored)."""
+        ...
+
+    async def share_states(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, bytes]:
+        """The stored share-partition states of a share group, of the named partitions that
+        have one (of all when None)."""
         ...
 
     async def txns_due(self, now_ms: int, limit: int) -> list[TxnRecord]:

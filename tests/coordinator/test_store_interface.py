@@ -63,6 +63,7 @@ READ_METHODS = {
     "group_ownership",
     "group_records",
     "group_state",
+    "share_states",
     "txns",
     "txns_due",
     "txns_after",

@@ -62,6 +62,7 @@ class MemoryStore(StoreStep, MemoryReads):
         self._group_offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._group_owners: dict[str, GroupOwnership] = {}
         self._group_states: dict[str, bytes] = {}
+        self._share_states: dict[str, dict[TopicPartition, bytes]] = {}
         self._scram: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self._leases: dict[int, TxnLease] = {}
         self._acls: set[AclBinding] = set()
@@ -160,6 +161,12 @@ class MemoryStore(StoreStep, MemoryReads):
             }
         if needs.acls:
             snapshot.acls = sorted(self._acls)
+        if needs.share_partitions:
+            snapshot.share_states = {
+                (group_id, tp): blob
+                for group_id, tp in needs.share_partitions
+                if (blob := self._share_states.get(group_id, {}).get(tp)) is not None
+            }
         return snapshot
 
     def _load_logs(self, needs: Needs, snapshot: Snapshot) -> None:
@@ -203,6 +210,10 @@ class MemoryStore(StoreStep, MemoryReads):
         self._group_states.update(changes.group_states)
         for group_id in changes.group_states_deleted:
             self._group_states.pop(group_id, None)
+        for group_id in changes.share_groups_deleted:
+            self._share_states.pop(group_id, None)
+        for (group_id, tp), blob in changes.share_states.items():
+            self._share_states.setdefault(group_id, {})[tp] = blob
         if changes.trims:
             self._apply_trims(changes.trims)
         for file_key, file in changes.files.items():
@@ -327,6 +338,9 @@ class MemoryStore(StoreStep, MemoryReads):
         for offsets in self._group_offsets.values():
             for tp in [tp for tp in offsets if tp.topic == name]:
                 del offsets[tp]
+        for shares in self._share_states.values():
+            for tp in [tp for tp in shares if tp.topic == name]:
+                del shares[tp]
 
     def _drop_idle_producers(self, idle_before_ms: int) -> None:
         for partition in self._by_key.values():

@@ -50,6 +50,7 @@ class MemoryReads(ReadView):
     _group_offsets: dict[str, dict[TopicPartition, CommittedOffset]]
     _group_owners: dict[str, GroupOwnership]
     _group_states: dict[str, bytes]
+    _share_states: dict[str, dict[TopicPartition, bytes]]
     _scram: dict[tuple[str, ScramMechanism], ScramCredential]
     _leases: dict[int, TxnLease]
     _acls: set[AclBinding]
@@ -184,6 +185,14 @@ class MemoryReads(ReadView):
 
     async def group_state(self, group_id: str) -> bytes | None:
         return self._group_states.get(group_id)
+
+    async def share_states(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, bytes]:
+        stored = self._share_states.get(group_id, {})
+        if partitions is None:
+            return dict(sorted(stored.items()))
+        return {tp: stored[tp] for tp in partitions if tp in stored}
 
     async def scram_credentials(
         self, users: Sequence[str] | None

@@ -55,9 +55,11 @@ from diskless.coordinator._backends.postgres_rows import (
     two_columns,
 )
 from diskless.coordinator._backends.postgres_step_state import (
+    apply_group_states,
     apply_indexes,
     apply_scram,
     apply_txn_state,
+    load_share_states,
 )
 from diskless.coordinator._backends.sql_rows import (
     FILE_STATE_CODES,
@@ -133,6 +135,7 @@ class PostgresStep(StoreStep):
         self._counters_seen: set[str] = set()
         self._txns_seen: set[str] = set()
         self._groups_seen: set[str] = set()
+        self._shares_seen: set[tuple[str, TopicPartition]] = set()
         self.xid: int | None = None
         """The transaction's id, when an apply has already asked for it."""
         self._gate_considered = False
@@ -213,6 +216,8 @@ class PostgresStep(StoreStep):
             ):
                 loaded.counters[name] = value
                 self._counters_seen.add(name)
+        if needs.share_partitions:
+            await load_share_states(conn, needs, loaded, self._shares_seen)
         if needs.acls:
             # After the counter's lock (every change of ACLs loads both): see the module doc.
             loaded.acls = await sql_acls.postgres_acls(conn)
@@ -459,17 +464,7 @@ class PostgresStep(StoreStep):
         await apply_txn_state(conn, changes, self._txns_seen, self._groups_seen)
         if changes.scram:
             await apply_scram(conn, changes)
-        if changes.group_states:
-            await conn.executemany(
-                "INSERT INTO group_states VALUES ($1, $2)"
-                " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
-                sorted(changes.group_states.items()),
-            )
-        if changes.group_states_deleted:
-            await conn.execute(
-                "DELETE FROM group_states WHERE group_id = ANY($1::text[])",
-                sorted(changes.group_states_deleted),
-            )
+        await apply_group_states(conn, changes, self._shares_seen)
         for (kind, name), configs in sorted(changes.resource_configs.items()):
             if configs:
                 await conn.execute(
@@ -583,6 +578,7 @@ class PostgresStep(StoreStep):
                 f"DELETE FROM {table} WHERE partition_id = ANY($1::bigint[])", partition_ids
             )
         await conn.execute("DELETE FROM group_offsets WHERE topic = $1", name)
+        await conn.execute("DELETE FROM share_states WHERE topic = $1", name)
         await conn.execute("DELETE FROM partitions WHERE topic_id = $1", topic_id)
         await conn.execute("DELETE FROM topics WHERE topic_id = $1", topic_id)
 

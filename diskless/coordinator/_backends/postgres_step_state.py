@@ -1,13 +1,15 @@
 """The PostgreSQL store's apply of transaction and group state, beside `postgres_step`'s: the
-rows of Kafka's transaction coordinator, consumer group coordinator and the commit barrier."""
+rows of Kafka's transaction coordinator, consumer group coordinator and the commit barrier, and
+the share-partition states of share groups (KIP-932)."""
 
 from __future__ import annotations
 
 import asyncpg
 
+from diskless._types import TopicPartition
 from diskless.coordinator._backends.postgres_rows import EPOCH_ANY, columns, two_columns
 from diskless.coordinator._backends.sql_rows import scram_to_row, txn_to_row
-from diskless.coordinator._store import Changes
+from diskless.coordinator._store import Changes, LoadingSnapshot, Needs
 
 
 async def apply_txn_state(
@@ -210,3 +212,58 @@ async def apply_scram(conn: asyncpg.Connection, changes: Changes) -> None:
             " iterations = excluded.iterations",
             stored,
         )
+
+
+async def load_share_states(
+    conn: asyncpg.Connection,
+    needs: Needs,
+    loaded: LoadingSnapshot,
+    seen: set[tuple[str, TopicPartition]],
+) -> None:
+    """The share-partition states `needs` names, locked (`FOR UPDATE`), into `loaded`; the
+    keys found are added to `seen`."""
+    wanted = sorted(needs.share_partitions)
+    for group_id, topic, index, blob in await conn.fetch(
+        "SELECT s.group_id, s.topic, s.partition, s.state FROM share_states s"
+        " JOIN unnest($1::text[], $2::text[], $3::int[]) k(g, t, p)"
+        " ON s.group_id = k.g AND s.topic = k.t AND s.partition = k.p"
+        " ORDER BY s.group_id, s.topic, s.partition FOR UPDATE OF s",
+        [g for g, _ in wanted],
+        [tp.topic for _, tp in wanted],
+        [tp.partition for _, tp in wanted],
+    ):
+        key = (group_id, TopicPartition(topic, index))
+        loaded.share_states[key] = bytes(blob)
+        seen.add(key)
+
+
+async def apply_group_states(
+    conn: asyncpg.Connection, changes: Changes, seen: set[tuple[str, TopicPartition]]
+) -> None:
+    """Consumer-protocol groups' states, replaced or deleted; and share-partition states: those
+    loaded (hence locked, in `seen`) are UPDATEd, others INSERTed, so that of two steps that
+    both found one absent the second fails on the unique key and runs again (see
+    `postgres_step`)."""
+    if changes.group_states:
+        await conn.executemany(
+            "INSERT INTO group_states VALUES ($1, $2)"
+            " ON CONFLICT (group_id) DO UPDATE SET state = excluded.state",
+            sorted(changes.group_states.items()),
+        )
+    if changes.group_states_deleted:
+        await conn.execute(
+            "DELETE FROM group_states WHERE group_id = ANY($1::text[])",
+            sorted(changes.group_states_deleted),
+        )
+    for group_id in changes.share_groups_deleted:
+        await conn.execute("DELETE FROM share_states WHERE group_id = $1", group_id)
+    rows = sorted((g, tp.topic, tp.partition, b) for (g, tp), b in changes.share_states.items())
+    if changed := [row for row in rows if (row[0], TopicPartition(row[1], row[2])) in seen]:
+        await conn.executemany(
+            "UPDATE share_states SET state = $4"
+            " WHERE group_id = $1 AND topic = $2 AND partition = $3",
+            changed,
+        )
+    if added := [row for row in rows if (row[0], TopicPartition(row[1], row[2])) not in seen]:
+        await conn.executemany("INSERT INTO share_states VALUES ($1, $2, $3, $4)", added)
+        seen.update((row[0], TopicPartition(row[1], row[2])) for row in added)

@@ -367,6 +367,19 @@ class SqlReads(ReadView):
         row = await self._row("SELECT state FROM group_states WHERE group_id = $1", group_id)
         return None if row is None else bytes(row[0])
 
+    async def share_states(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, bytes]:
+        rows = await self._rows(
+            "SELECT topic, partition, state FROM share_states WHERE group_id = $1"
+            " ORDER BY topic, partition",
+            group_id,
+        )
+        stored = {TopicPartition(topic, index): bytes(blob) for topic, index, blob in rows}
+        if partitions is None:
+            return stored
+        return {tp: stored[tp] for tp in partitions if tp in stored}
+
     async def scram_credentials(
         self, users: Sequence[str] | None
     ) -> dict[tuple[str, ScramMechanism], ScramCredential]:

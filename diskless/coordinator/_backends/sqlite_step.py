@@ -122,6 +122,13 @@ class SqliteStep(StoreStep):
                 chunk,
             ):
                 snapshot.groups[group_id] = GroupOwnership(*owner)
+        for group_id, tp in sorted(needs.share_partitions):
+            row = conn.execute(
+                "SELECT state FROM share_states WHERE group_id = ? AND topic = ? AND partition = ?",
+                (group_id, tp.topic, tp.partition),
+            ).fetchone()
+            if row is not None:
+                snapshot.share_states[(group_id, tp)] = bytes(row[0])
         for marks, chunk in in_lists(sorted(needs.files)):
             for row in conn.execute(
                 f"SELECT {FILE_COLUMNS} FROM files WHERE key IN ({marks})", chunk
@@ -262,6 +269,16 @@ class SqliteStep(StoreStep):
             )
         for group_id in changes.group_states_deleted:
             conn.execute("DELETE FROM group_states WHERE group_id = ?", (group_id,))
+        for group_id in changes.share_groups_deleted:
+            conn.execute("DELETE FROM share_states WHERE group_id = ?", (group_id,))
+        if changes.share_states:
+            conn.executemany(
+                "INSERT OR REPLACE INTO share_states VALUES (?, ?, ?, ?)",
+                [
+                    (g, tp.topic, tp.partition, blob)
+                    for (g, tp), blob in changes.share_states.items()
+                ],
+            )
         if changes.counters:
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changes.counters.items())
         if changes.scram:
@@ -475,6 +492,7 @@ class SqliteStep(StoreStep):
         for table in ("batches", "extents", "producers", *TXN_TABLES):
             conn.executemany(f"DELETE FROM {table} WHERE partition_id = ?", partition_ids)
         conn.execute("DELETE FROM group_offsets WHERE topic = ?", (name,))
+        conn.execute("DELETE FROM share_states WHERE topic = ?", (name,))
         conn.execute("DELETE FROM partitions WHERE topic_id = ?", (topic_id,))
         conn.execute("DELETE FROM topics WHERE topic_id = ?", (topic_id,))
 

@@ -22,6 +22,7 @@ from diskless.coordinator._engine.ownership import BrokerOperations
 from diskless.coordinator._engine.reads import ReadOperations
 from diskless.coordinator._engine.retention import RetentionOperations
 from diskless.coordinator._engine.scram import ScramOperations
+from diskless.coordinator._engine.share import ShareOperations
 from diskless.coordinator._engine.topics import TopicOperations
 from diskless.coordinator._engine.txn import TransactionOperations
 from diskless.coordinator._engine.txn_records import TxnRecordOperations
@@ -38,6 +39,7 @@ class CoordinatorEngine(
     ConsolidationOperations,
     FileOperations,
     GroupOperations,
+    ShareOperations,
     ScramOperations,
     AclOperations,
     ConfigOperations,

@@ -1,0 +1,246 @@
+"""Conformance: share-partition states (KIP-932) kept by the batch coordinator, on every backend:
+any process acquires and acknowledges any share-partition, locks run out by the coordinator's
+clock, and the state survives a restart and is shared between processes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from diskless import ErrorCode, ManualClock, TopicPartition
+from diskless.coordinator import (
+    AcknowledgeBatch,
+    AcknowledgeType,
+    AcquiredRange,
+    BatchCoordinator,
+    ShareAcknowledge,
+    ShareAcquire,
+    ShareFetchPartition,
+    ShareLimits,
+    ShareOffset,
+    ShareRelease,
+    ShareStepQueue,
+)
+from testkit.backends import BACKENDS, open_coordinator
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+LIMITS = ShareLimits(delivery_count_limit=2, lock_duration_ms=1_000, max_record_locks=50)
+ACCEPT, RELEASE = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE
+
+
+def fetch(tp: TopicPartition, n: int = 10, end: int = 100, start: int = 0) -> ShareFetchPartition:
+    return ShareFetchPartition(tp, n, end, log_start=0, initial_start=start)
+
+
+def batch(first: int, last: int, kind: int = ACCEPT) -> list[AcknowledgeBatch]:
+    return [AcknowledgeBatch(first, last, (kind,))]
+
+
+async def test_acquire_several_partitions_in_one_step_and_acknowledge(
+    coordinator: BatchCoordinator,
+) -> None:
+    await coordinator.create_topic("t", 2)
+    got = await coordinator.acquire_share_records(
+        "g", "a", [fetch(TP0, 5), fetch(TP1, 3, start=7)], LIMITS
+    )
+    assert got[TP0].acquired == (AcquiredRange(0, 4, 1),)
+    assert got[TP1].acquired == (AcquiredRange(7, 9, 1),)
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 5)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(5, 9, 1),)
+    other = await coordinator.acquire_share_records("h", "b", [fetch(TP0, 2)], LIMITS)
+    assert other[TP0].acquired == (AcquiredRange(0, 1, 1),)  # another group: its own state
+    answers = await coordinator.acknowledge_share_records(
+        "g", "a", {TP0: batch(0, 5), TP1: batch(7, 9)}, LIMITS
+    )
+    assert answers == {TP0: ErrorCode.INVALID_RECORD_STATE, TP1: ErrorCode.NONE}
+    answers = await coordinator.acknowledge_share_records("g", "a", {TP0: batch(0, 4)}, LIMITS)
+    assert answers == {TP0: ErrorCode.NONE}
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(5, 0), TP1: ShareOffset(10, 0)}
+    assert await coordinator.share_offsets("g", [TP1, TopicPartition("t", 9)]) == {
+        TP1: ShareOffset(10, 0)
+    }
+    no_state = await coordinator.acknowledge_share_records("z", "a", {TP0: batch(0, 0)}, LIMITS)
+    assert no_state == {TP0: ErrorCode.INVALID_RECORD_STATE}
+
+
+async def test_a_lock_runs_out_by_the_coordinators_clock(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 3, end=3)], LIMITS)
+    await clock.advance(1.0)
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 3, end=3)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(0, 2, 2),)
+    late = await coordinator.acknowledge_share_records("g", "a", {TP0: batch(0, 2)}, LIMITS)
+    assert late == {TP0: ErrorCode.INVALID_RECORD_STATE}
+    await coordinator.acknowledge_share_records("g", "b", {TP0: batch(0, 0, RELEASE)}, LIMITS)
+    await clock.advance(1.0)  # delivered twice, the limit: archived, never delivered again
+    got = await coordinator.acquire_share_records("g", "c", [fetch(TP0, 3, end=3)], LIMITS)
+    assert got[TP0] == ((), 0, 3, 3)
+
+
+async def test_release_member_and_the_state_epoch_fence(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 4, end=4)], LIMITS)
+    await coordinator.release_share_member("g", "a", [TP0, TP1], LIMITS)
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 4, end=4)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(0, 3, 1),)  # a's delivery given back
+    assert await coordinator.alter_share_offsets("g", {TP0: 2, TopicPartition("x", 0): 1}) == {
+        TP0: ErrorCode.NONE,
+        TopicPartition("x", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    fenced = await coordinator.acknowledge_share_records(
+        "g", "b", {TP0: batch(2, 3)}, LIMITS, state_epochs={TP0: 0}
+    )
+    assert fenced == {TP0: ErrorCode.FENCED_STATE_EPOCH}
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(2, 1)}
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=4)], LIMITS)
+    assert got[TP0] == ((AcquiredRange(2, 3, 1),), 1, 2, 4)
+    assert await coordinator.delete_share_offsets("g", [TP0]) == {TP0: ErrorCode.NONE}
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(-1, 2)}
+    got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=6, start=5)], LIMITS)
+    assert got[TP0] == ((AcquiredRange(5, 5, 1),), 2, 5, 6)
+    await coordinator.delete_share_group("g")
+    assert await coordinator.share_offsets("g") == {}
+
+
+async def test_share_states_of_a_deleted_topic_go_with_it(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.create_topic("u", 1)
+    keep = TopicPartition("u", 0)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0), fetch(keep)], LIMITS)
+    await coordinator.delete_topics(["t"])
+    assert set(await coordinator.share_offsets("g")) == {keep}
+
+
+async def test_records_below_the_log_start_leave(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 5, end=5)], LIMITS)
+    trimmed = ShareFetchPartition(TP0, 10, 10, log_start=3, initial_start=0)
+    got = await coordinator.acquire_share_records("g", "b", [trimmed], LIMITS)
+    assert got[TP0] == ((AcquiredRange(5, 9, 1),), 0, 3, 10)
+    (state,) = (await coordinator.share_partition_states("g")).values()
+    assert (state.start, state.end, state.ranges[0].first) == (3, 10, 3)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+async def test_share_states_survive_a_restart_and_are_shared(backend: str, tmp_path: Path) -> None:
+    clock = ManualClock()
+    first = open_coordinator(backend, tmp_path, clock)
+    second = open_coordinator(backend, tmp_path, clock)  # another broker process
+    try:
+        await first.create_topic("t", 1)
+        got = await first.acquire_share_records("g", "a", [fetch(TP0, 4)], LIMITS)
+        assert got[TP0].acquired == (AcquiredRange(0, 3, 1),)
+        got = await second.acquire_share_records("g", "b", [fetch(TP0, 4)], LIMITS)
+        assert got[TP0].acquired == (AcquiredRange(4, 7, 1),)  # never what the first handed out
+        acked = await second.acknowledge_share_records("g", "a", {TP0: batch(0, 3)}, LIMITS)
+        assert acked == {TP0: ErrorCode.NONE}  # any process acknowledges
+    finally:
+        await first.close()
+        await second.close()
+    reopened = open_coordinator(backend, tmp_path, clock)
+    try:
+        assert await reopened.share_offsets("g") == {TP0: ShareOffset(4, 0)}
+        await clock.advance(1.0)
+        got = await reopened.acquire_share_records("g", "c", [fetch(TP0, 9, end=8)], LIMITS)
+        assert got[TP0].acquired == (AcquiredRange(4, 7, 2),)
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+async def test_processes_racing_for_one_share_partition_never_share_a_record(
+    backend: str, tmp_path: Path
+) -> None:
+    """Two coordinators over one store (two broker processes) acquire concurrently from a
+    share-partition that has no state yet (both may find it absent: one insert loses and its
+    step runs again) and then from the state they share: every record goes to one member."""
+    clock = ManualClock()
+    processes = [open_coordinator(backend, tmp_path, clock) for _ in range(2)]
+    try:
+        await processes[0].create_topic("t", 1)
+
+        async def member(index: int) -> list[int]:
+            coordinator = processes[index % 2]
+            taken = []
+            for _ in range(5):
+                got = await coordinator.acquire_share_records(
+                    "g", f"m{index}", [fetch(TP0, 3, end=200)], LIMITS
+                )
+                taken += [o for r in got[TP0].acquired for o in range(r.first, r.last + 1)]
+            return taken
+
+        results = await asyncio.gather(*(member(i) for i in range(6)))
+        everything = sorted(o for taken in results for o in taken)
+        assert everything == list(range(len(everything)))  # none twice, none skipped
+        assert len(everything) == min(6 * 5 * 3, LIMITS.max_record_locks)
+        for group in range(20):  # each a fresh share-partition, both processes at once
+            answers = await asyncio.gather(
+                *(
+                    c.acquire_share_records(f"fresh{group}", f"m{i}", [fetch(TP0, 3)], LIMITS)
+                    for i, c in enumerate(processes)
+                )
+            )
+            taken = sorted(
+                o for a in answers for r in a[TP0].acquired for o in range(r.first, r.last + 1)
+            )
+            assert taken == list(range(6))
+    finally:
+        for coordinator in processes:
+            await coordinator.close()
+
+
+async def test_share_steps_answer_as_the_operations_one_by_one(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    """Several members' requests, of two groups, in one step: each answered as if alone, on
+    the state the earlier ones left."""
+    await coordinator.create_topic("t", 2)
+    answers = await coordinator.share_steps(
+        [
+            ShareAcquire("g", "a", [fetch(TP0, 4), fetch(TP1, 2)], LIMITS),
+            ShareAcquire("g", "b", [fetch(TP0, 4)], LIMITS),
+            ShareAcknowledge("g", "a", {TP0: batch(0, 3), TP1: batch(0, 5)}, LIMITS),
+            ShareAcquire("h", "a", [fetch(TP0, 1)], LIMITS),
+            ShareRelease("g", "b", [TP0], LIMITS),
+            ShareAcquire("g", "c", [fetch(TP0, 5)], LIMITS),
+            ShareAcknowledge("g", "c", {TP1: batch(0, 0)}, LIMITS),
+        ]
+    )
+    assert answers == [
+        {TP0: ((AcquiredRange(0, 3, 1),), 0, 0, 4), TP1: ((AcquiredRange(0, 1, 1),), 0, 0, 2)},
+        {TP0: ((AcquiredRange(4, 7, 1),), 0, 0, 8)},
+        {TP0: ErrorCode.NONE, TP1: ErrorCode.INVALID_RECORD_STATE},
+        {TP0: ((AcquiredRange(0, 0, 1),), 0, 0, 1)},
+        None,
+        {TP0: ((AcquiredRange(4, 8, 1),), 0, 4, 9)},  # b gave its delivery back
+        {TP1: ErrorCode.INVALID_RECORD_STATE},
+    ]
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(4, 0), TP1: ShareOffset(0, 0)}
+
+
+async def test_the_queue_sends_what_waits_in_one_step(coordinator: BatchCoordinator) -> None:
+    await coordinator.create_topic("t", 1)
+    queue = ShareStepQueue(coordinator)
+    requests = [ShareAcquire("g", f"m{i}", [fetch(TP0, 2)], LIMITS) for i in range(10)]
+    answers = await asyncio.gather(*(queue.run(r) for r in requests))
+    assert queue.steps == 1  # all queued before the first step went: one step for the ten
+    taken = [a[TP0].acquired for a in answers if isinstance(a, dict)]  # type: ignore[union-attr]
+    assert taken == [(AcquiredRange(2 * i, 2 * i + 1, 1),) for i in range(10)]
+    first = asyncio.ensure_future(queue.run(requests[0]))
+    await asyncio.sleep(0)  # its step is in flight: the next ones wait and go together
+    rest = await asyncio.gather(*(queue.run(r) for r in requests[1:4]))
+    await first
+    assert queue.steps == 3
+    assert [a[TP0].acquired for a in rest] == [  # type: ignore[index]
+        (AcquiredRange(22, 23, 1),),
+        (AcquiredRange(24, 25, 1),),
+        (AcquiredRange(26, 27, 1),),
+    ]
+    bad = ShareAcknowledge("g", "m0", {TP0: [AcknowledgeBatch(1, 0, (ACCEPT,))]}, LIMITS)
+    assert await queue.run(bad) == {TP0: ErrorCode.INVALID_REQUEST}
+    await queue.close()
