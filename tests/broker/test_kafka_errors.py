@@ -22,6 +22,7 @@ import diskless.wal
 from diskless import _kafka_errors, errors
 from diskless._kafka_errors import (
     admin_error,
+    describe_producers_error,
     delete_records_error,
     fetch_error,
     find_coordinator_error,
@@ -73,6 +74,8 @@ METADATA = {3, LEADER_NOT_AVAILABLE}
 """A topic's entry; its partitions' entries take 5 and REPLICA_NOT_AVAILABLE (9)."""
 ADMIN = {7, NOT_CONTROLLER}
 """CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs."""
+DESCRIBE_PRODUCERS = {3, 6}
+"""Per partition, served at its leader: admin clients look the leader up again on 6."""
 
 FAMILIES: dict[str, tuple[Callable[[BaseException], ErrorCode], set[int]]] = {
     "produce": (produce_error, PRODUCE),
@@ -85,6 +88,7 @@ FAMILIES: dict[str, tuple[Callable[[BaseException], ErrorCode], set[int]]] = {
     "find_coordinator": (find_coordinator_error, FIND_COORDINATOR),
     "metadata": (metadata_error, METADATA),
     "admin": (admin_error, ADMIN),
+    "describe_producers": (describe_producers_error, DESCRIBE_PRODUCERS),
 }
 
 
