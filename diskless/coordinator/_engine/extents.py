@@ -20,7 +20,7 @@ from diskless.coordinator._rules import extents
 from diskless.coordinator._rules.checks import object_key_taken
 from diskless.coordinator._rules.files import committed_file
 from diskless.coordinator._rules.rows import AbortedTxn, PartitionState, StoredBatch
-from diskless.coordinator._store import Changes, Needs, Operation, ReadView, StoreStep
+from diskless.coordinator._store import Changes, Needs, Operation, ReadView, Snapshot, StoreStep
 from diskless.coordinator._values import (
     AbortedEntry,
     CleanedSwap,
@@ -60,6 +60,15 @@ class ConsolidationOperations(FileOperations):
 
         return await self._read(pick)
 
+    def _object_conflict(self, snapshot: Snapshot, object_key: str, now: int) -> str | None:
+        """Why the object a swap brings may not be committed (its key is taken, or it was
+        uploaded too long ago: `commit_too_late`), or None."""
+        existing = snapshot.files.get(object_key)
+        taken = object_key_taken(object_key, None if existing is None else existing.state)
+        return taken or commit_too_late(
+            object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
+        )
+
     async def commit_extent(self, swap: ExtentSwap) -> ExtentSwapResult:
         candidate = swap.candidate
         if not candidate.batches:
@@ -70,12 +79,7 @@ class ConsolidationOperations(FileOperations):
         async def commit(db: StoreStep) -> ExtentSwapResult:
             now = self._clock.now_ms()
             snapshot = await db.load(Needs(partitions=(tp,), files=(swap.object_key,)))
-            existing = snapshot.files.get(swap.object_key)
-            conflict = object_key_taken(
-                swap.object_key, None if existing is None else existing.state
-            ) or commit_too_late(
-                swap.object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
-            )
+            conflict = self._object_conflict(snapshot, swap.object_key, now)
             if conflict is not None:
                 return ExtentSwapResult(False, conflict)
             state = snapshot.partitions.get(tp)
@@ -153,12 +157,7 @@ class ConsolidationOperations(FileOperations):
         async def commit(db: StoreStep) -> ExtentSwapResult:
             now = self._clock.now_ms()
             snapshot = await db.load(Needs(partitions=(tp,), files=(swap.object_key,)))
-            existing = snapshot.files.get(swap.object_key)
-            conflict = object_key_taken(
-                swap.object_key, None if existing is None else existing.state
-            ) or commit_too_late(
-                swap.object_key, self._bounds.object_prefix, now, self._bounds.commit_age_max_ms
-            )
+            conflict = self._object_conflict(snapshot, swap.object_key, now)
             if conflict is not None:
                 return ExtentSwapResult(False, conflict)
             state = snapshot.partitions.get(tp)
