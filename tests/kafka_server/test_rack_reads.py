@@ -145,7 +145,9 @@ def _broker_configs(cluster: KafkaCluster, broker_id: int) -> dict[str, Any]:
     return dict(future.result(TIMEOUT_S))
 
 
-async def test_each_broker_describes_its_rack_and_settings_read_only_but_the_dynamic_ones(six: KafkaCluster) -> None:
+async def test_each_broker_describes_its_rack_and_settings_read_only_but_the_dynamic_ones(
+    six: KafkaCluster,
+) -> None:
     for broker_id, server in six.servers.items():
         configs = await asyncio.to_thread(_broker_configs, six, broker_id)
         rack = configs["broker.rack"]
