@@ -255,8 +255,10 @@ def test_alter_and_delete_begin_a_new_state_epoch() -> None:
 def test_counts_and_the_encoded_state() -> None:
     state, _ = take(fresh(), "a", n=6, end=10)
     state, _ = ack(state, "a", (2, 3, (ACCEPT,)), (4, 4, (RELEASE,)))
-    assert tuple(counts(state, 0, LIMITS)) == (1, 3, 2, 0)
-    assert tuple(counts(state, 5_000, LIMITS)) == (4, 0, 2, 0)
+    assert tuple(counts(state, 0, LIMITS)) == (1, 3, 2, 0, 0)
+    assert tuple(counts(state, 5_000, LIMITS)) == (4, 0, 2, 0, 0)
+    state, _ = take(state, "b", n=2, end=10, now=5_000)  # 0 and 1, delivered again
+    assert counts(state, 5_000, LIMITS) == (2, 2, 2, 0, 2)
     again = decode_state(encode_state(state))
     assert again == state
     assert isinstance(again.ranges[0].state, RecordState)

@@ -486,17 +486,25 @@ class ShareCounts(NamedTuple):
     acquired: int
     acknowledged: int
     archived: int
+    redelivered: int = 0
+    """Records delivered more than once and not finished (available again, or acquired)."""
 
 
 def counts(state: SharePartitionState, now_ms: int, limits: ShareLimits) -> ShareCounts:
+    """The records of `state` by state at `now_ms`, a lock that ran out counted as released."""
     tally = dict.fromkeys(RecordState, 0)
+    redelivered = 0
     for r in expire(state, now_ms, limits).ranges:
-        tally[r.state] += r.last - r.first + 1
+        size = r.last - r.first + 1
+        tally[r.state] += size
+        if r.delivery_count > 1 and not r.state.terminal:
+            redelivered += size
     return ShareCounts(
         tally[RecordState.AVAILABLE],
         tally[RecordState.ACQUIRED],
         tally[RecordState.ACKNOWLEDGED],
         tally[RecordState.ARCHIVED],
+        redelivered,
     )
 
 
