@@ -294,7 +294,9 @@ def initialized(state: SharePartitionState, start: int) -> SharePartitionState:
 def trimmed(state: SharePartitionState, log_start: int) -> SharePartitionState:
     """`state` once the log lost the records below `log_start` (retention, DeleteRecords): they
     leave the share-partition, whatever their state, as they can be neither delivered nor
-    acknowledged any more; the start moves up to the log's."""
+    acknowledged any more; the start moves up to the log's. Kafka's `updateCacheAndOffsets`
+    archives the available ones and leaves acquired ones in flight below its start until their
+    lock runs out, where an acknowledgement of them is skipped: answered NONE, as here."""
     if not state.initialized or log_start <= state.start:
         return state
     _, _, after = _cut(state.ranges, state.start, log_start - 1)
