@@ -229,12 +229,22 @@ def test_records_below_the_log_start_leave() -> None:
 
 def test_reset_and_start_offsets() -> None:
     assert parse_offset_reset("latest") == OffsetReset("latest")
-    assert parse_offset_reset("EARLIEST") == OffsetReset("earliest")
+    assert parse_offset_reset(" earliest ") == OffsetReset("earliest")
     assert parse_offset_reset("by_duration:PT1H") == OffsetReset("by_duration", 3_600_000)
+    assert parse_offset_reset("by_duration:pt1h") == OffsetReset("by_duration", 3_600_000)
     assert parse_offset_reset("by_duration:P1DT2M3.5S") == OffsetReset(
         "by_duration", 86_400_000 + 120_000 + 3_500
     )
-    for bad in ("newest", "by_duration:", "by_duration:P", "by_duration:PT", "by_duration:-PT1S"):
+    for bad in (
+        "newest",
+        "EARLIEST",  # Kafka compares the strategy's name as it is
+        "BY_DURATION:PT1H",
+        "by_duration",
+        "by_duration:",
+        "by_duration:P",
+        "by_duration:PT",
+        "by_duration:-PT1S",
+    ):
         assert parse_offset_reset(bad) is None
     assert initial_start(OffsetReset("latest"), 5, 50, None) == 50
     assert initial_start(OffsetReset("earliest"), 5, 50, None) == 5

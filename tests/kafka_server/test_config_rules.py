@@ -104,8 +104,9 @@ def test_group_configs_are_checked_as_kafka_checks_them() -> None:
     )
     assert group_config_error({"share.auto.offset.reset": "none"}) is not None
     # Kafka 4's share.auto.offset.reset: latest, earliest or by_duration:<ISO-8601 duration>.
-    for accepted in ("latest", "EARLIEST", "by_duration:PT1H", "by_duration:P1DT2M3.5S"):
+    for accepted in ("latest", "earliest", "by_duration:PT1H", "by_duration:P1DT2M3.5S"):
         assert group_config_error({"share.auto.offset.reset": accepted}) is None, accepted
+    assert group_config_error({"share.auto.offset.reset": "EARLIEST"}) is not None
     assert group_config_error({"share.auto.offset.reset": "by_duration:-PT1H"}) == (
         "Invalid value by_duration:-PT1H for configuration share.auto.offset.reset: Invalid value"
         " `by_duration:-PT1H` for configuration share.auto.offset.reset. The value must be either"

@@ -255,14 +255,16 @@ _DURATION: Final = re.compile(
 
 def parse_offset_reset(value: str) -> OffsetReset | None:
     """`share.auto.offset.reset`'s value (latest, earliest, by_duration:PnDTnHnMn.nS, as Kafka's
-    `Duration.parse` with no negative parts); None when it is not one."""
-    text = value.strip().lower()
+    `Duration.parse` with no negative parts); None when it is not one. As Kafka's
+    `ShareGroupAutoOffsetResetStrategy`, the strategy's name is lower case (EARLIEST is refused)
+    and only the duration's letters may be either."""
+    text = value.strip()
     if text in ("latest", "earliest"):
         return OffsetReset(text)
     prefix = "by_duration:"
     if not text.startswith(prefix):
         return None
-    spec = value.strip()[len(prefix) :].upper()
+    spec = text[len(prefix) :].upper()
     match = _DURATION.fullmatch(spec)
     if match is None or spec in ("P", "PT") or spec.endswith("T"):
         return None
