@@ -69,6 +69,8 @@ TERMINAL: Final = {
     int(AcknowledgeType.GAP),
 }
 HANG_GUARD_S: Final = 120
+KILLS_MIN: Final = 3
+MID_REQUEST_WAIT_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -314,6 +316,18 @@ class Brokers:
         ready = await asyncio.to_thread(process.stdout.readline)
         assert ready == b"ready\n", "a broker did not start"
 
+    async def kill_mid_request(self, broker: int) -> None:
+        """SIGKILL the broker while a request of its is sent and not answered (as its journal
+        says; within `MID_REQUEST_WAIT_S`, else at once)."""
+        _, journal = self.running[broker]
+        deadline = asyncio.get_running_loop().time() + MID_REQUEST_WAIT_S
+        while asyncio.get_running_loop().time() < deadline:
+            lines = journal.read_bytes().splitlines()[-1:] if journal.exists() else []
+            if lines and b'"t1"' not in lines[0] and lines[0].endswith(b"}"):
+                break
+            await asyncio.sleep(0.002)
+        self.kill(broker)
+
     def kill(self, broker: int, *, mid_run: bool = True) -> None:
         """SIGKILL the broker (`mid_run`: its members' records are to be delivered again)."""
         process, journal = self.running.pop(broker)
@@ -456,14 +470,17 @@ async def run(
             restarts_at = sorted(rng.uniform(0.2, 0.8) * seconds for _ in range(server_restarts))
             started = loop.time()
             kills = 0
-            while loop.time() < end:
+            while loop.time() < end or kills < KILLS_MIN:
                 await asyncio.sleep(rng.uniform(0.3, 1.0))
                 if pg is not None and restarts_at and loop.time() - started >= restarts_at[0]:
                     restarts_at.pop(0)
                     await restart_server(pg)
                     continue
                 broker = rng.randrange(BROKERS)
-                running.kill(broker)
+                if rng.random() < 0.5:
+                    await running.kill_mid_request(broker)
+                else:
+                    running.kill(broker)
                 kills += 1
                 await asyncio.sleep(rng.uniform(0.0, 0.3))
                 await running.start(broker)
