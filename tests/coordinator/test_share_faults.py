@@ -188,6 +188,23 @@ def _explained(history: History, key: tuple[int, int], a: Acquisition, b: Acquis
     return expired or _released_between(history, a.step.member, key, a.step, b.step)
 
 
+def _held_at(history: History, key: tuple[int, int], b: Acquisition, k: Ack) -> bool:
+    """Whether b's holder surely held the record at k's step: b was answered before k was
+    sent, and neither its lock nor anything its holder sent may have ended it by then."""
+    assert b.step.t1 is not None and k.step.t1 is not None
+    if b.step.t1 > k.step.t0 or k.step.t1 - b.step.t0 >= LOCK_MS:
+        return False
+    if _released_between(history, b.step.member, key, b.step, k.step):
+        return False
+    return not any(
+        ack.step.member == b.step.member
+        and ack.kind in TERMINAL
+        and ack.maybe_applied
+        and b.step.t1 <= ack.step.t0 <= k.step.t1
+        for ack in history.acks[key]
+    )
+
+
 def _finished_by(
     history: History, key: tuple[int, int], t: int, other_than: Ack | None = None
 ) -> bool:
@@ -234,6 +251,9 @@ def check(
             )
             if not held and not _finished_by(history, key, k.step.t1, other_than=k):
                 violations.append(f"{key}: acknowledged NONE without holding it: {k}")
+            for b in history.acquired[key]:
+                if b.step.member != k.step.member and _held_at(history, key, b, k):
+                    violations.append(f"{key}: acknowledged NONE while another held it: {k}, {b}")
             if k.kind in TERMINAL:
                 for b in history.acquired[key]:
                     if b.step.t0 >= k.step.t1:
