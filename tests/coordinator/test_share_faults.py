@@ -6,17 +6,18 @@ acknowledging with every type and leaving) work one share group over one coordin
 PostgreSQL server of this test's own, which is also SIGKILLed and started again (a coordinator
 restart), or one SQLite file on disk. Each process journals every request before it goes and
 every answer it received, with the coordinator's clock around them; the test SIGKILLs brokers
-at random and starts new ones. Then every broker is killed, the locks run out, the test drains
-what is left, and the journals are checked against the model, which knows a step only by the
-interval [sent, answered] it ran in:
+at random (half of them while a request of theirs is in flight) and starts new ones. Then every
+broker is killed, the locks run out, the test drains what is left, and the journals are checked
+against the model, which knows a step only by the interval [sent, answered] it ran in:
 
 - no record is ever acquired by two members at once: of any two acquisitions of a record, one
   came first (their delivery counts and intervals allow it) and its holder lost the record
   before the other's step (its lock had run out by then, or it released it, or left);
 - delivery counts never go back and never pass the limit;
-- an acknowledgement answered NONE was for records the member held (their lock not yet out),
-  or records already finished; no record it finished is ever acquired again, and it is in the
-  state before the drain (so no answered acknowledgement is lost, across the restarts too);
+- an acknowledgement answered NONE was for records the member held (their lock not yet out,
+  and no other member surely holding them), or records already finished; no record it finished
+  is ever acquired again, and it is in the state before the drain (so no answered
+  acknowledgement is lost, across the restarts too);
 - every record ends finished, each by an acknowledgement or the delivery limit;
 - records held by killed brokers are delivered again once their locks run out.
 
