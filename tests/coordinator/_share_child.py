@@ -3,14 +3,14 @@
     python -m tests.coordinator._share_child BACKEND TARGET JOURNAL BROKER_ID SEED RECORDS
 
 BACKEND is sqlite (TARGET: the database file) or postgres (TARGET: a DSN); RECORDS were produced
-to each partition before. Until it is killed,
-`MEMBERS` members of one share group, each an asyncio task, take turns at what a share consumer
-does, through one `ShareStepQueue` (so concurrent requests share a step): acquire from both
-partitions, hold the records a while (now and then past their lock), acknowledge them with
-random types (some left to run out, now and then with a record the member does not hold, which
-fails the partition's whole acknowledgement), and now and then leave (its session closes: what
-it holds is released) and come back as a new member. Coordinator failures (the server killed
-and restarted) are journalled and the member goes on.
+to each partition before. Until it is killed, `MEMBERS` members of one share group, each an
+asyncio task, take turns at what a share consumer does, through one `ShareStepQueue` (so
+concurrent requests share a step): acquire from both partitions (at the log start it reads
+first, which the test moves with DeleteRecords), hold the records a while (now and then past
+their lock), acknowledge them with random types (some left to run out, now and then with a
+record the member does not hold, which fails the partition's whole acknowledgement), and now and
+then leave (its session closes: what it holds is released) and come back as a new member.
+Coordinator failures (the server killed and restarted) are journalled and the member goes on.
 
 The journal: before each request one line `{"i": n, "k": kind, "m": member, "t0": ms, ...}`,
 after its answer `{"i": n, "t1": ms, "a": answer}` (or `"e": error` when it failed, so its
@@ -131,6 +131,7 @@ async def member(
     broker: int,
     records: int,
     rng: random.Random,
+    coordinator: BatchCoordinator,
     queue: ShareStepQueue,
     journal: Journal,
 ) -> None:
@@ -140,13 +141,20 @@ async def member(
     while True:
         name = f"b{broker}.{os.getpid()}.{index}.{generation}"
         wants = [rng.randint(1, 6) for _ in tps]
+        read_at = now_ms()
+        try:  # as a broker reads them: a committed read, which may lag
+            offsets = await coordinator.partition_offsets(tps)
+        except CoordinatorError:
+            await asyncio.sleep(0.1)
+            continue
         asked = [
-            ShareFetchPartition(tp, n, records, log_start=0, initial_start=0)
-            for tp, n in zip(tps, wants, strict=True)
+            ShareFetchPartition(tp, n, records, log_start=o.log_start_offset, initial_start=0)
+            for tp, n, o in zip(tps, wants, offsets, strict=True)
+            if o is not None
         ]
         answer = await journal.run(
             queue,
-            {"k": "acq", "m": name},
+            {"k": "acq", "m": name, "r": read_at},
             ShareAcquire(GROUP, name, asked, LIMITS),
             _acquired,
         )
@@ -221,7 +229,15 @@ async def main(
     print("ready", flush=True)
     await asyncio.gather(
         *(
-            member(i, broker, records, random.Random(rng.randrange(1 << 32)), queue, journal)
+            member(
+                i,
+                broker,
+                records,
+                random.Random(rng.randrange(1 << 32)),
+                coordinator,
+                queue,
+                journal,
+            )
             for i in range(MEMBERS)
         )
     )
