@@ -4,8 +4,8 @@ say happened to each record, and KIP-932's rules checked against it.
 The model knows a step only by the interval [sent, answered] it ran in, on the coordinator's
 clock, and an unanswered step (its process killed, or the coordinator failing) as one that may
 or may not have run. So each check asks whether some order of the steps within their intervals
-obeys the rules: it never finds a violation that is not one, and finds every one the timing
-leaves no doubt about.
+obeys the rules: it never reports a violation that is not one, and the shorter the steps'
+intervals against the lock duration, the fewer it can miss.
 """
 
 from __future__ import annotations
