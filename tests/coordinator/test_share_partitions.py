@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from diskless import ErrorCode, ManualClock, TopicPartition
+from diskless import ErrorCode, ManualClock, TopicConfig, TopicPartition
 from diskless.coordinator import (
     AcknowledgeBatch,
     AcknowledgeType,
     AcquiredRange,
     BatchCoordinator,
+    DeleteRecordsRequest,
     ShareAcknowledge,
     ShareAcquire,
     ShareFetchPartition,
@@ -24,11 +25,13 @@ from diskless.coordinator import (
     ShareStepQueue,
 )
 from testkit.backends import BACKENDS, open_coordinator
+from testkit.commits import Committer
+from testkit.commits import batch as commit_batch
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 LIMITS = ShareLimits(delivery_count_limit=2, lock_duration_ms=1_000, max_record_locks=50)
-ACCEPT, RELEASE = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE
+ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
 
 
 def fetch(tp: TopicPartition, n: int = 10, end: int = 100, start: int = 0) -> ShareFetchPartition:
@@ -244,3 +247,111 @@ async def test_the_queue_sends_what_waits_in_one_step(coordinator: BatchCoordina
     bad = ShareAcknowledge("g", "m0", {TP0: [AcknowledgeBatch(1, 0, (ACCEPT,))]}, LIMITS)
     assert await queue.run(bad) == {TP0: ErrorCode.INVALID_REQUEST}
     await queue.close()
+
+
+async def _log_start(coordinator: BatchCoordinator, tp: TopicPartition) -> int:
+    (offsets,) = await coordinator.partition_offsets([tp])
+    assert offsets is not None
+    return offsets.log_start_offset
+
+
+async def test_delete_records_leaves_the_share_partition_as_kafka_says(
+    coordinator: BatchCoordinator,
+) -> None:
+    """Kafka's `SharePartition.updateCacheAndOffsets`: once the log start passes the
+    share-partition's start, the records below it leave and the start moves up to it; an
+    acknowledgement of a record deleted meanwhile is answered NONE and changes nothing (Kafka
+    skips in-flight batches below its start before checking who holds them)."""
+    await coordinator.create_topic("t", 1)
+    await Committer(coordinator).commit([commit_batch(TP0, count=10)])
+
+    def fetch_at(log_start: int) -> ShareFetchPartition:
+        return ShareFetchPartition(TP0, 6, 10, log_start, initial_start=0)
+
+    got = await coordinator.acquire_share_records("g", "a", [fetch_at(0)], LIMITS)
+    assert got[TP0].acquired == (AcquiredRange(0, 5, 1),)
+    assert await coordinator.acknowledge_share_records("g", "a", {TP0: batch(0, 1)}, LIMITS) == {
+        TP0: ErrorCode.NONE
+    }
+    (deleted,) = await coordinator.delete_records([DeleteRecordsRequest(TP0, 4)])
+    assert (deleted.error, deleted.low_watermark) == (ErrorCode.NONE, 4)
+    log_start = await _log_start(coordinator, TP0)
+    got = await coordinator.acquire_share_records("g", "b", [fetch_at(log_start)], LIMITS)
+    assert got[TP0] == ((AcquiredRange(6, 9, 1),), 0, 4, 10)  # a still holds 4 and 5
+    (state,) = (await coordinator.share_partition_states("g")).values()
+    assert (state.start, state.ranges[0].first, state.ranges[0].member) == (4, 4, "a")
+    late = {TP0: batch(2, 3)}  # deleted since a acquired them
+    assert await coordinator.acknowledge_share_records("g", "a", late, LIMITS) == {
+        TP0: ErrorCode.NONE
+    }
+    assert await coordinator.acknowledge_share_records("g", "c", late, LIMITS) == {
+        TP0: ErrorCode.NONE
+    }
+    assert await coordinator.share_partition_states("g") == {TP0: state}
+    across = {TP0: batch(2, 5, REJECT)}  # 2-3 deleted, 4-5 held: rejected
+    assert await coordinator.acknowledge_share_records("g", "a", across, LIMITS) == {
+        TP0: ErrorCode.NONE
+    }
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(6, 0)}
+    # Every record of the log deleted, b's included: the share-partition starts at the log's
+    # start again, with nothing in flight.
+    await coordinator.delete_records([DeleteRecordsRequest(TP0, 10)])
+    log_start = await _log_start(coordinator, TP0)
+    got = await coordinator.acquire_share_records("g", "c", [fetch_at(log_start)], LIMITS)
+    assert got[TP0] == ((), 0, 10, 10)
+    assert await coordinator.acknowledge_share_records("g", "b", {TP0: batch(6, 9)}, LIMITS) == {
+        TP0: ErrorCode.NONE
+    }
+    (state,) = (await coordinator.share_partition_states("g")).values()
+    assert (state.start, state.end, state.ranges) == (10, 10, ())
+
+
+async def test_retention_leaves_the_share_partition_and_a_new_one_starts_at_the_log_start(
+    coordinator: BatchCoordinator, clock: ManualClock
+) -> None:
+    await coordinator.create_topic("r", 1, TopicConfig(retention_ms=1000))
+    tp = TopicPartition("r", 0)
+    committer = Committer(coordinator)
+    now = clock.now_ms()
+    await committer.commit([commit_batch(tp, ts=now - 5000, count=5)])
+    await committer.commit([commit_batch(tp, ts=now, count=5)])
+
+    def fetch_at(log_start: int, initial_start: int) -> ShareFetchPartition:
+        return ShareFetchPartition(tp, 3, 10, log_start, initial_start)
+
+    got = await coordinator.acquire_share_records("g", "a", [fetch_at(0, 0)], LIMITS)
+    assert got[tp].acquired == (AcquiredRange(0, 2, 1),)
+    result = await coordinator.enforce_retention()
+    assert result.batches_deleted == 1
+    log_start = await _log_start(coordinator, tp)
+    assert log_start == 5
+    got = await coordinator.acquire_share_records("g", "b", [fetch_at(log_start, 0)], LIMITS)
+    assert got[tp] == ((AcquiredRange(5, 7, 1),), 0, 5, 8)  # 0-4 gone, a's 0-2 with them
+    assert await coordinator.acknowledge_share_records("g", "a", {tp: batch(0, 2)}, LIMITS) == {
+        tp: ErrorCode.NONE
+    }
+    # A group with no state yet, initialized from a stale read (earliest: 0), starts at the log's.
+    got = await coordinator.acquire_share_records("h", "a", [fetch_at(log_start, 0)], LIMITS)
+    assert got[tp] == ((AcquiredRange(5, 7, 1),), 0, 5, 8)
+
+
+async def test_gap_acknowledgements_archive_offsets_only_their_holder_names(
+    coordinator: BatchCoordinator,
+) -> None:
+    """GAP (an offset that holds no record: a transaction marker, a record compacted away) is
+    acknowledged as any type: by the member holding the offset, which it archives."""
+    await coordinator.create_topic("t", 1)
+    await coordinator.acquire_share_records("g", "a", [fetch(TP0, 5, end=5)], LIMITS)
+    gap = AcknowledgeType.GAP
+    mixed = {TP0: [AcknowledgeBatch(0, 4, (ACCEPT, gap, gap, REJECT, ACCEPT))]}
+    assert await coordinator.acknowledge_share_records("g", "b", mixed, LIMITS) == {
+        TP0: ErrorCode.INVALID_RECORD_STATE
+    }
+    (state,) = (await coordinator.share_partition_states("g")).values()
+    assert [(r.first, r.last, r.member) for r in state.ranges] == [(0, 4, "a")]
+    assert await coordinator.acknowledge_share_records("g", "a", mixed, LIMITS) == {
+        TP0: ErrorCode.NONE
+    }
+    assert await coordinator.share_offsets("g") == {TP0: ShareOffset(5, 0)}
+    got = await coordinator.acquire_share_records("g", "c", [fetch(TP0, 5, end=5)], LIMITS)
+    assert got[TP0].acquired == ()  # archived, never delivered

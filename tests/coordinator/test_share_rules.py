@@ -229,12 +229,22 @@ def test_records_below_the_log_start_leave() -> None:
 
 def test_reset_and_start_offsets() -> None:
     assert parse_offset_reset("latest") == OffsetReset("latest")
-    assert parse_offset_reset("EARLIEST") == OffsetReset("earliest")
+    assert parse_offset_reset(" earliest ") == OffsetReset("earliest")
     assert parse_offset_reset("by_duration:PT1H") == OffsetReset("by_duration", 3_600_000)
+    assert parse_offset_reset("by_duration:pt1h") == OffsetReset("by_duration", 3_600_000)
     assert parse_offset_reset("by_duration:P1DT2M3.5S") == OffsetReset(
         "by_duration", 86_400_000 + 120_000 + 3_500
     )
-    for bad in ("newest", "by_duration:", "by_duration:P", "by_duration:PT", "by_duration:-PT1S"):
+    for bad in (
+        "newest",
+        "EARLIEST",  # Kafka compares the strategy's name as it is
+        "BY_DURATION:PT1H",
+        "by_duration",
+        "by_duration:",
+        "by_duration:P",
+        "by_duration:PT",
+        "by_duration:-PT1S",
+    ):
         assert parse_offset_reset(bad) is None
     assert initial_start(OffsetReset("latest"), 5, 50, None) == 50
     assert initial_start(OffsetReset("earliest"), 5, 50, None) == 5
@@ -255,8 +265,10 @@ def test_alter_and_delete_begin_a_new_state_epoch() -> None:
 def test_counts_and_the_encoded_state() -> None:
     state, _ = take(fresh(), "a", n=6, end=10)
     state, _ = ack(state, "a", (2, 3, (ACCEPT,)), (4, 4, (RELEASE,)))
-    assert tuple(counts(state, 0, LIMITS)) == (1, 3, 2, 0)
-    assert tuple(counts(state, 5_000, LIMITS)) == (4, 0, 2, 0)
+    assert tuple(counts(state, 0, LIMITS)) == (1, 3, 2, 0, 0)
+    assert tuple(counts(state, 5_000, LIMITS)) == (4, 0, 2, 0, 0)
+    state, _ = take(state, "b", n=2, end=10, now=5_000)  # 0 and 1, delivered again
+    assert counts(state, 5_000, LIMITS) == (2, 2, 2, 0, 2)
     again = decode_state(encode_state(state))
     assert again == state
     assert isinstance(again.ranges[0].state, RecordState)

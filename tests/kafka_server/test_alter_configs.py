@@ -270,6 +270,9 @@ def _group_session(bootstrap: str) -> dict[str, Any]:
     seen["low"] = _alter(admin, "group", "orders", _op("consumer.session.timeout.ms", SET, "1000"))
     seen["unknown"] = _alter(admin, "group", "orders", _op("session.timeout.ms", SET, "50000"))
     seen["choice"] = _alter(admin, "group", "orders", _op("share.isolation.level", SET, "dirty"))
+    reset = "share.auto.offset.reset"
+    seen["duration"] = _alter(admin, "group", "queue", _op(reset, SET, "by_duration:PT1H"))
+    seen["bad_duration"] = _alter(admin, "group", "queue", _op(reset, SET, "by_duration:1h"))
     return seen
 
 
@@ -291,6 +294,9 @@ async def test_group_configs_are_kept_and_read_by_the_group_coordinator(
     assert seen["low"] == KafkaError.INVALID_CONFIG
     assert seen["unknown"] == KafkaError.INVALID_CONFIG
     assert seen["choice"] == KafkaError.INVALID_CONFIG
+    assert (seen["duration"], seen["bad_duration"]) == (0, KafkaError.INVALID_CONFIG)
+    queue = await group_configs(cluster.coordinator, "queue")
+    assert queue.share_auto_offset_reset == "by_duration:PT1H"
     effective = await group_configs(cluster.coordinator, "orders")
     assert effective == GroupConfigs(
         consumer_session_timeout_ms=50_000, share_auto_offset_reset="earliest"

@@ -103,6 +103,18 @@ def test_group_configs_are_checked_as_kafka_checks_them() -> None:
         " Not a number of type INT"
     )
     assert group_config_error({"share.auto.offset.reset": "none"}) is not None
+    # Kafka 4's share.auto.offset.reset: latest, earliest or by_duration:<ISO-8601 duration>.
+    for accepted in ("latest", "earliest", "by_duration:PT1H", "by_duration:P1DT2M3.5S"):
+        assert group_config_error({"share.auto.offset.reset": accepted}) is None, accepted
+    assert group_config_error({"share.auto.offset.reset": "EARLIEST"}) is not None
+    assert group_config_error({"share.auto.offset.reset": "by_duration:-PT1H"}) == (
+        "Invalid value by_duration:-PT1H for configuration share.auto.offset.reset: Invalid value"
+        " `by_duration:-PT1H` for configuration share.auto.offset.reset. The value must be either"
+        " 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."
+    )
+    assert effective_group_configs(
+        {"share.auto.offset.reset": "by_duration:PT10M"}
+    ).share_auto_offset_reset == ("by_duration:PT10M")
     # (With Kafka's bounds, every session timeout within them is above every heartbeat
     # interval within theirs.)
     assert (

@@ -5,7 +5,8 @@ confluent-kafka produces to a topic and commits a group's offsets; the server sc
 broker's `/metrics` every 0.5 s. The test then asks Prometheus, not the broker: the topic's
 bytes-in counter must equal the bytes of the record batches the producer sent (measured apart:
 read back and sized by kafka-python's decoder), and the group's lag on each partition the high
-watermark the client sees minus the offset it committed.
+watermark the client sees minus the offset it committed; a share group's records by state are
+those its coordinator steps left.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from diskless import OffsetSpec, TopicPartition
 from diskless.clock import SystemClock
+from diskless.coordinator import (
+    AcknowledgeBatch,
+    AcknowledgeType,
+    ListOffsetsRequest,
+    ShareFetchPartition,
+    ShareLimits,
+)
 from diskless.kafka_server import ServerConfig
 from diskless.storage import LocalObjectStore
 from testkit.backends import open_coordinator
@@ -37,6 +46,7 @@ from testkit.metrics import (
 )
 from testkit.ports import free_port
 
+SHARE_GROUP = "queue"
 SCRAPE_INTERVAL_MS = 500
 QUERY_DEADLINE_S = 60.0
 
@@ -143,3 +153,57 @@ async def test_prometheus_reads_exact_bytes_in_and_lag(tmp_path: Path) -> None:
     assert bytes_in == sent
     assert high[0] > COMMITTED[0]
     assert lags == {p: high[p] - c for p, c in COMMITTED.items()}
+
+
+async def test_prometheus_reads_a_share_groups_records_by_state(tmp_path: Path) -> None:
+    """Records really produced; a share group's steps taken on the coordinator; Prometheus's
+    figures of the share-partition are the state those steps left."""
+    coordinator = open_coordinator("sqlite", tmp_path, SystemClock())
+    store = LocalObjectStore(tmp_path / "objects")
+    tp = TopicPartition(TOPIC, 0)
+    limits = ShareLimits(lock_duration_ms=600_000)  # no lock runs out during the test
+    try:
+        async with observed_cluster(store, coordinator, ServerConfig()) as (cluster, observed):
+            await cluster.create_topic(TOPIC, 2)
+            await asyncio.to_thread(produce, cluster.bootstrap(), TOPIC, 300, 2)
+            (latest,) = await coordinator.list_offsets([ListOffsetsRequest(tp, OffsetSpec.LATEST)])
+            high = latest.offset
+
+            def fetch(n: int) -> list[ShareFetchPartition]:
+                return [ShareFetchPartition(tp, n, high, log_start=0, initial_start=0)]
+
+            await coordinator.acquire_share_records(SHARE_GROUP, "a", fetch(10), limits)
+            acks = [
+                AcknowledgeBatch(0, 3, (AcknowledgeType.ACCEPT,)),
+                AcknowledgeBatch(4, 5, (AcknowledgeType.RELEASE, AcknowledgeType.REJECT)),
+            ]
+            await coordinator.acknowledge_share_records(SHARE_GROUP, "a", {tp: acks}, limits)
+            await coordinator.acquire_share_records(SHARE_GROUP, "b", fetch(5), limits)
+            # The share group's coordinator reports it; its membership is not part of this test.
+            assert observed.shares is not None
+            observed.shares.groups = lambda: [SHARE_GROUP]
+            labels = f'group="{SHARE_GROUP}",topic="{TOPIC}",partition="0"'
+            with prometheus_server(tmp_path, observed.endpoint.address) as prometheus:
+                figures = {
+                    state: await asyncio.to_thread(
+                        wait_for,
+                        prometheus,
+                        f'diskless_share_records{{{labels},state="{state}"}}',
+                        expected,
+                    )
+                    for state, expected in {
+                        "available": high - 14,  # 14 onwards, never delivered
+                        "acquired": 9,  # 4 (again) and 10-13 by b, 6-9 by a
+                        "acknowledged": 0,  # 0-3, passed by the start
+                        "archived": 1,  # 5
+                    }.items()
+                }
+                redelivered = await asyncio.to_thread(
+                    wait_for, prometheus, f"diskless_share_records_redelivered{{{labels}}}", 1
+                )
+    finally:
+        await coordinator.close()
+        await store.close()
+    assert high > 14
+    assert figures == {"available": high - 14, "acquired": 9, "acknowledged": 0, "archived": 1}
+    assert redelivered == 1

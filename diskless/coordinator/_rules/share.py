@@ -255,14 +255,16 @@ _DURATION: Final = re.compile(
 
 def parse_offset_reset(value: str) -> OffsetReset | None:
     """`share.auto.offset.reset`'s value (latest, earliest, by_duration:PnDTnHnMn.nS, as Kafka's
-    `Duration.parse` with no negative parts); None when it is not one."""
-    text = value.strip().lower()
+    `Duration.parse` with no negative parts); None when it is not one. As Kafka's
+    `ShareGroupAutoOffsetResetStrategy`, the strategy's name is lower case (EARLIEST is refused)
+    and only the duration's letters may be either."""
+    text = value.strip()
     if text in ("latest", "earliest"):
         return OffsetReset(text)
     prefix = "by_duration:"
     if not text.startswith(prefix):
         return None
-    spec = value.strip()[len(prefix) :].upper()
+    spec = text[len(prefix) :].upper()
     match = _DURATION.fullmatch(spec)
     if match is None or spec in ("P", "PT") or spec.endswith("T"):
         return None
@@ -294,7 +296,9 @@ def initialized(state: SharePartitionState, start: int) -> SharePartitionState:
 def trimmed(state: SharePartitionState, log_start: int) -> SharePartitionState:
     """`state` once the log lost the records below `log_start` (retention, DeleteRecords): they
     leave the share-partition, whatever their state, as they can be neither delivered nor
-    acknowledged any more; the start moves up to the log's."""
+    acknowledged any more; the start moves up to the log's. Kafka's `updateCacheAndOffsets`
+    archives the available ones and leaves acquired ones in flight below its start until their
+    lock runs out, where an acknowledgement of them is skipped: answered NONE, as here."""
     if not state.initialized or log_start <= state.start:
         return state
     _, _, after = _cut(state.ranges, state.start, log_start - 1)
@@ -486,17 +490,25 @@ class ShareCounts(NamedTuple):
     acquired: int
     acknowledged: int
     archived: int
+    redelivered: int = 0
+    """Records delivered more than once and not finished (available again, or acquired)."""
 
 
 def counts(state: SharePartitionState, now_ms: int, limits: ShareLimits) -> ShareCounts:
+    """The records of `state` by state at `now_ms`, a lock that ran out counted as released."""
     tally = dict.fromkeys(RecordState, 0)
+    redelivered = 0
     for r in expire(state, now_ms, limits).ranges:
-        tally[r.state] += r.last - r.first + 1
+        size = r.last - r.first + 1
+        tally[r.state] += size
+        if r.delivery_count > 1 and not r.state.terminal:
+            redelivered += size
     return ShareCounts(
         tally[RecordState.AVAILABLE],
         tally[RecordState.ACQUIRED],
         tally[RecordState.ACKNOWLEDGED],
         tally[RecordState.ARCHIVED],
+        redelivered,
     )
 
 

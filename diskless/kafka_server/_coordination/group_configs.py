@@ -16,12 +16,12 @@ interval; a refusal is INVALID_CONFIG with Kafka's message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, NamedTuple, Protocol
 
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator, ConfigResourceType
+from diskless.coordinator import BatchCoordinator, ConfigResourceType, parse_offset_reset
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.refresher import ForwardCopy
 
@@ -37,7 +37,11 @@ class GroupSetting(NamedTuple):
     bounds: tuple[str, int, str, int] | None = None
     """(name of the lower bound, its value, name of the upper bound, its value)."""
     choices: tuple[str, ...] = ()
-    """A text config's allowed values."""
+    """A text config's allowed values (with `parse`, its fixed ones)."""
+    parse: Callable[[str], object] | None = None
+    """A text config whose values are not a list only: what reads one (None: refused)."""
+    refusal: str = ""
+    """Why a value `parse` refuses is refused (Kafka's validator's message)."""
 
 
 GROUP_CONFIGS: Final[dict[str, GroupSetting]] = {
@@ -82,7 +86,14 @@ GROUP_CONFIGS: Final[dict[str, GroupSetting]] = {
         ),
     ),
     "share.auto.offset.reset": GroupSetting(
-        "latest", "share.auto.offset.reset", choices=("latest", "earliest")
+        "latest",
+        "share.auto.offset.reset",
+        choices=("latest", "earliest"),
+        parse=parse_offset_reset,
+        refusal=(
+            "Invalid value `{value}` for configuration {name}. The value must be either"
+            " 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."
+        ),
     ),
     "share.isolation.level": GroupSetting(
         "read_uncommitted",
@@ -127,6 +138,11 @@ def group_config_error(configs: Mapping[str, str | None]) -> str | None:
     numbers: dict[str, int] = {}
     for name, setting in GROUP_CONFIGS.items():
         text = values[name].strip()
+        if setting.parse is not None:
+            if setting.parse(text) is None:
+                refusal = setting.refusal.format(value=text, name=name)
+                return f"Invalid value {text} for configuration {name}: {refusal}"
+            continue
         if setting.choices:
             if text not in setting.choices:
                 return (

@@ -2,8 +2,9 @@
 
 `Observability` owns a `PrometheusMetrics` (the library's events: the cluster's brokers and
 servers, and the coordinator's steps, report there), the scrape-time readers of the library's
-counters (`metrics_snapshots`), the consumer lag (`metrics_lag`), the standard process and
-Python collectors (CPU, memory, open files, GC), and the HTTP endpoint (`metrics_http`). The
+counters (`metrics_snapshots`), the consumer lag (`metrics_lag`), the share groups' queues
+(`metrics_share`), the standard process and Python collectors (CPU, memory, open files, GC),
+and the HTTP endpoint (`metrics_http`). The
 registry is its own, not `prometheus_client`'s global one, so two processes' worth of brokers
 in one interpreter (tests, an embedding application) keep separate figures.
 
@@ -43,6 +44,7 @@ from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._server.metrics.metrics_events import PREFIX, PrometheusMetrics
 from diskless.kafka_server._server.metrics.metrics_http import MetricsEndpoint
 from diskless.kafka_server._server.metrics.metrics_lag import LagTracker
+from diskless.kafka_server._server.metrics.metrics_share import ShareTracker
 from diskless.kafka_server._server.metrics.metrics_snapshots import Sources
 from diskless.kafka_server._server.metrics.readiness import BOUND_S, Check, Readiness
 from diskless.kafka_server._server.process.cluster import KafkaCluster
@@ -78,6 +80,7 @@ class Observability(Collector):
         coordinator.metrics = self.metrics
         self.cluster: KafkaCluster | None = None
         self.lag: LagTracker | None = None
+        self.shares: ShareTracker | None = None
         self.readiness: Readiness | None = None
         self.starting = NOT_STARTED
         """Why not ready before the brokers serve (the process sets it while it waits)."""
@@ -90,8 +93,8 @@ class Observability(Collector):
         self.endpoint = MetricsEndpoint(self.registry, ready=self.ready, before_scrape=self.refresh)
 
     def attach(self, cluster: KafkaCluster) -> None:
-        """Report the cluster's brokers and the lag of the groups it coordinates, and start
-        checking that they can take writes."""
+        """Report the cluster's brokers and the lag and share-partitions of the groups it
+        coordinates, and start checking that they can take writes."""
         self.cluster = cluster
         store = self.store
         self.readiness = Readiness(
@@ -118,6 +121,12 @@ class Observability(Collector):
             groups_max=self.config.metrics_lag_groups_max,
             partitions_max=self.config.metrics_lag_partitions_max,
         )
+        self.shares = ShareTracker(
+            self.coordinator,
+            cluster.groups.group_ids,
+            groups_max=self.config.metrics_lag_groups_max,
+            partitions_max=self.config.metrics_lag_partitions_max,
+        )
 
     def attach_services(self, services: Sequence[object]) -> None:
         """Report the lifecycle services this process runs."""
@@ -138,9 +147,11 @@ class Observability(Collector):
 
     # --- the scrape ---------------------------------------------------------------------------
     async def refresh(self) -> None:
-        """What a scrape computes on demand: the consumer lag."""
+        """What a scrape computes on demand: the consumer lag and the share figures."""
         if self.lag is not None:
             await self.lag.refresh()
+        if self.shares is not None:
+            await self.shares.refresh()
 
     def collect(self) -> Iterator[Metric]:
         yield from self.metrics.families()
@@ -155,6 +166,8 @@ class Observability(Collector):
             yield throttled
         if self.lag is not None:
             yield from self.lag.families()
+        if self.shares is not None:
+            yield from self.shares.families()
 
     async def scrape(self) -> bytes:
         """The text a scrape of `/metrics` returns."""
