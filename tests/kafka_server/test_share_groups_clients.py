@@ -23,8 +23,10 @@ import kio.schema.alter_share_group_offsets.v0.request as alter_v0
 import kio.schema.consumer_group_heartbeat.v0.request as consumer_heartbeat_v0
 import kio.schema.delete_groups.v2.request as delete_groups_v2
 import kio.schema.delete_share_group_offsets.v0.request as delete_offsets_v0
+import kio.schema.describe_groups.v5.request as describe_groups_v5
 import kio.schema.describe_share_group_offsets.v1.request as describe_offsets_v1
 import kio.schema.find_coordinator.v4.request as find_coordinator_v4
+import kio.schema.join_group.v5.request as join_group_v5
 import kio.schema.list_groups.v5.request as list_groups_v5
 import kio.schema.share_group_describe.v1.request as describe_v1
 import kio.schema.share_group_heartbeat.v1.request as heartbeat_v1
@@ -244,6 +246,28 @@ def _timedelta_ms(ms: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=ms)
 
 
+def _classic_join(bootstrap: str, group: str) -> WireError:
+    body = join_group_v5.JoinGroupRequest(
+        group_id=group,
+        session_timeout=_timedelta_ms(30_000),
+        rebalance_timeout=_timedelta_ms(30_000),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(join_group_v5.JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
+    error: WireError = ask(bootstrap, body, 30).error_code
+    return error
+
+
+def _describe_groups(bootstrap: str, group: str) -> tuple[WireError, str]:
+    body = describe_groups_v5.DescribeGroupsRequest(
+        groups=(group,), include_authorized_operations=False
+    )
+    (described,) = ask(bootstrap, body, 30).groups
+    return described.error_code, described.group_state
+
+
 def _describe_offsets(bootstrap: str, group: str) -> Any:
     body = describe_offsets_v1.DescribeShareGroupOffsetsRequest(
         groups=(
@@ -303,6 +327,8 @@ def _admin_run(bootstrap: str) -> dict[str, Any]:
     seen["listed"] = _list_groups(bootstrap, "share")
     seen["listed_consumer"] = _list_groups(bootstrap, "consumer")
     seen["consumer_heartbeat"] = _consumer_heartbeat(bootstrap, "admin").error_code
+    seen["classic_join"] = _classic_join(bootstrap, "admin")
+    seen["describe_groups"] = _describe_groups(bootstrap, "admin")
     seen["delete_while_member"] = _delete_group(bootstrap, "admin")
     seen["alter_while_member"] = _alter_offsets(bootstrap, "admin", 0).error_code
     seen["delete_offsets_while_member"] = _delete_offsets(bootstrap, "admin", TOPIC).error_code
@@ -319,12 +345,15 @@ def _admin_run(bootstrap: str) -> dict[str, Any]:
     seen["deleted"] = (deleted.error_code, {t.topic_name: t.error_code for t in deleted.responses})
     after = _describe_offsets(bootstrap, "admin")
     seen["after"] = {p.partition_index: p.start_offset for p in after.topics[0].partitions}
+    _alter_offsets(bootstrap, "admin", 0)  # the group's deletion takes its offsets with it
     admin = AdminClient({"bootstrap.servers": bootstrap})
     listed = admin.list_consumer_groups(request_timeout=30).result(30)
     seen["admin_listed"] = {g.group_id: g.is_simple_consumer_group for g in listed.valid}
     admin.delete_consumer_groups(["admin"], request_timeout=30)["admin"].result(30)
     seen["listed_after"] = _list_groups(bootstrap)
     seen["described_after"] = describe(bootstrap, "admin").error_code
+    gone = _describe_offsets(bootstrap, "admin")
+    seen["offsets_after"] = {p.partition_index: p.start_offset for p in gone.topics[0].partitions}
     return seen
 
 
@@ -336,6 +365,8 @@ async def test_the_admin_apis_list_describe_and_delete_a_share_group_and_its_off
     assert seen["listed"] == {"admin": ("share", "Stable", "share")}
     assert seen["listed_consumer"] == {}
     assert seen["consumer_heartbeat"] is WireError.group_id_not_found, "one kind of group"
+    assert seen["classic_join"] is WireError.inconsistent_group_protocol
+    assert seen["describe_groups"] == (WireError.none, "Dead"), "DescribeGroups: classic only"
     assert seen["delete_while_member"] is WireError.non_empty_group
     assert seen["alter_while_member"] is WireError.non_empty_group
     assert seen["delete_offsets_while_member"] is WireError.non_empty_group
@@ -351,6 +382,7 @@ async def test_the_admin_apis_list_describe_and_delete_a_share_group_and_its_off
     assert seen["admin_listed"] == {}, "listing consumer groups asks for their types only"
     assert "admin" not in seen["listed_after"]
     assert seen["described_after"] is WireError.group_id_not_found
+    assert seen["offsets_after"] == {0: -1, 1: -1}
 
 
 def _classic_then_share(bootstrap: str) -> tuple[WireError, WireError]:
