@@ -324,6 +324,7 @@ def _admin_run(bootstrap: str) -> dict[str, Any]:
     _find(bootstrap, "admin")
     joined = _share_heartbeat(bootstrap, "admin", "m1", 0)
     seen["joined"] = joined.error_code
+    seen["no_group"] = _share_heartbeat(bootstrap, " ", "m1", 0).error_code
     seen["listed"] = _list_groups(bootstrap, "share")
     seen["listed_consumer"] = _list_groups(bootstrap, "consumer")
     seen["consumer_heartbeat"] = _consumer_heartbeat(bootstrap, "admin").error_code
@@ -362,6 +363,7 @@ async def test_the_admin_apis_list_describe_and_delete_a_share_group_and_its_off
 ) -> None:
     seen = await asyncio.to_thread(_admin_run, cluster.bootstrap())
     assert seen["joined"] is WireError.none
+    assert seen["no_group"] is WireError.invalid_request
     assert seen["listed"] == {"admin": ("share", "Stable", "share")}
     assert seen["listed_consumer"] == {}
     assert seen["consumer_heartbeat"] is WireError.group_id_not_found, "one kind of group"
