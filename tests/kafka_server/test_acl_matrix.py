@@ -134,6 +134,12 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.DESCRIBE_PRODUCERS: [Need(R.TOPIC, Op.READ)],
     ApiKey.LIST_TRANSACTIONS: [],  # no ACL: ids the principal may not describe are left out
     ApiKey.DESCRIBE_TRANSACTIONS: [Need(R.TRANSACTIONAL_ID, Op.DESCRIBE)],
+    # subscribed by name to topic `t`
+    ApiKey.SHARE_GROUP_HEARTBEAT: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.SHARE_GROUP_DESCRIBE: [Need(R.GROUP, Op.DESCRIBE)],
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.DESCRIBE), Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.DELETE), Need(R.TOPIC, Op.READ)],
 }
 CASES: Final = [(api, need) for api, needs in NEEDS.items() for need in needs]
 

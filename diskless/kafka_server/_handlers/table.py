@@ -86,6 +86,20 @@ from diskless.kafka_server._handlers._security import (
     handle_sasl_authenticate,
     handle_sasl_handshake,
 )
+from diskless.kafka_server._handlers._share_admin import (
+    alter_offsets_error_response,
+    delete_offsets_error_response,
+    describe_offsets_error_response,
+    handle_alter_share_group_offsets,
+    handle_delete_share_group_offsets,
+    handle_describe_share_group_offsets,
+)
+from diskless.kafka_server._handlers._share_groups import (
+    handle_share_group_describe,
+    handle_share_group_heartbeat,
+    share_describe_error_response,
+    share_heartbeat_error_response,
+)
 from diskless.kafka_server._handlers._topic_partitions import (
     describe_topic_partitions_error_response,
     handle_describe_topic_partitions,
@@ -169,6 +183,11 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_describe_producers),
         Route(handle_list_transactions, txn_error, list_transactions_error_response),
         Route(handle_describe_transactions, txn_error, describe_transactions_error_response),
+        Route(handle_share_group_heartbeat, group_error, share_heartbeat_error_response),
+        Route(handle_share_group_describe, group_error, share_describe_error_response),
+        Route(handle_describe_share_group_offsets, group_error, describe_offsets_error_response),
+        Route(handle_alter_share_group_offsets, group_error, alter_offsets_error_response),
+        Route(handle_delete_share_group_offsets, group_error, delete_offsets_error_response),
     )
 }
 
