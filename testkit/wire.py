@@ -19,6 +19,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import OutOfBoundValue
 from kio.static.primitive import i16, i32
 
 from diskless.kafka_server import BrokerServer
@@ -86,14 +87,27 @@ class WireClient:
         )
 
 
+_UNKNOWN_TIME = struct.pack(">q", -1)
+
+
 def decode_response(frame: bytes, api_key: int, version: int, correlation_id: int) -> Any:
+    """The response body, decoded by kio. Kafka writes -1 for a time it does not know (e.g.
+    DescribeTransactions' start time of an Empty transaction), which kio's datetime reader
+    refuses: such a frame is decoded again with those int64 -1s read as 0, so its structure is
+    still checked whole."""
     schema = load_response_schema(api_key, version)
     (got,) = struct.unpack_from(">i", frame)
     assert got == correlation_id, (got, correlation_id)
     offset = 4
     if schema.__header_schema__ is ResponseHeaderV1:
         _, offset = entity_reader(ResponseHeaderV1)(frame, 0)
-    body, size = entity_reader(schema)(frame, offset)
+    try:
+        body, size = entity_reader(schema)(frame, offset)
+    except OutOfBoundValue as refused:
+        if "negative timestamp" not in str(refused):
+            raise
+        known_times = frame[:offset] + frame[offset:].replace(_UNKNOWN_TIME, bytes(8))
+        body, size = entity_reader(schema)(known_times, offset)
     assert offset + size == len(frame), "trailing bytes after the response body"
     return body
 
