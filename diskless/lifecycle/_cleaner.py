@@ -20,8 +20,13 @@ Upload first, swap second, as consolidation does: a cleaner that dies in between
 is refused because retention, DeleteRecords, deletion or consolidation touched the range, leaves
 an object the coordinator never committed, which the file manager reclaims as an orphan.
 
-Where the last pass ended is kept in memory: after a restart the first pass treats the whole
-log as dirty, which costs work, never correctness (cleaning a clean range again keeps it).
+Where cleaning reached (Kafka's cleaner checkpoint) is read from the coordinator's rows, so that
+it survives a restart: a cleaned object's name ends in `CLEANED_KEY_TAG` (`cleaned_key`), and
+a partition whose first row is an extent in such an object was cleaned up to that row's end;
+anything else is dirty from the log start. Every pass swaps in one extent from the log start,
+so the first row is the last pass's (or retention, DeleteRecords or consolidation replaced it,
+and the log from its start is dirty again: more work, never a wrong result, since cleaning a
+clean range again keeps it).
 A pass holds the range's batches (at most `range_bytes_max`) and the map.
 """
 
@@ -29,9 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from diskless._availability import log_failure
 from diskless._object_keys import new_object_key
@@ -66,6 +72,31 @@ logger = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 _LOG_OVERHEAD = 12
+CLEANED_KEY_TAG: Final = "c1ea"
+"""How a cleaned object's name ends: its random part is this longer than a WAL object's or a
+consolidated object's (`new_object_key`'s 16 hex digits), so that no other name ends so."""
+_RANDOM_HEX: Final = 16
+
+
+def cleaned_key(prefix: str, created_ms: int, node_id: int) -> str:
+    """A fresh name for a cleaned object, named like a WAL object (so that one whose swap never
+    happened is an orphan for the file manager) and told apart by `is_cleaned_key`."""
+    suffix = secrets.token_hex(_RANDOM_HEX // 2) + CLEANED_KEY_TAG
+    return new_object_key(prefix, created_ms, node_id, suffix)
+
+
+def is_cleaned_key(key: str) -> bool:
+    """Whether `key` names an object the cleaner wrote (`cleaned_key`)."""
+    suffix = key.rpartition("-")[2].removesuffix(".wal")
+    return len(suffix) == _RANDOM_HEX + len(CLEANED_KEY_TAG) and suffix.endswith(CLEANED_KEY_TAG)
+
+
+def cleaned_to(rows: Sequence[BatchInfo]) -> int:
+    """Where cleaning reached in a partition whose rows from the log start are `rows`: the end
+    of the first row when it is a cleaned extent, else 0 (dirty from the start)."""
+    if rows and rows[0].extent is not None and is_cleaned_key(rows[0].object_key):
+        return rows[0].last_offset + 1
+    return 0
 
 
 class CleanerSettings(NamedTuple):
@@ -120,8 +151,6 @@ class Cleaner(PeriodicService):
             bytes_max=self._config.cache_bytes_max,
         )
         self._map: OffsetMap | None = None
-        self._cleaned_to: dict[tuple[TopicPartition, int], int] = {}
-        """(partition, its coordinator key) -> where the last pass ended."""
         self._run_lock = asyncio.Lock()
         self._periodic = Periodic(
             "diskless-cleaner", self.run_once, self._config.period_ms / 1000, self._clock
@@ -187,8 +216,7 @@ class Cleaner(PeriodicService):
         settings = cleaner_settings(cleaning.config)
         now = self._clock.now_ms()
         rows = _cleanable(cleaning, now - max(settings.min_compaction_lag_ms, config.age_ms))
-        checkpoint = (tp, cleaning.partition_key)
-        first_dirty = max(self._cleaned_to.get(checkpoint, 0), rows[0].base_offset if rows else 0)
+        first_dirty = max(cleaned_to(cleaning.batches), rows[0].base_offset if rows else 0)
         dirty = [info for info in rows if info.last_offset >= first_dirty]
         if not dirty:
             return None
@@ -211,8 +239,7 @@ class Cleaner(PeriodicService):
         if cleaned is None:
             return None
         count, data, footer_at, max_timestamp, stats = cleaned
-        end = rows[count - 1].last_offset + 1
-        key = new_object_key(config.prefix, self._clock.now_ms(), config.node_id)
+        key = cleaned_key(config.prefix, self._clock.now_ms(), config.node_id)
         try:
             await self._store.put(key, data)
         except StorageError as e:
@@ -239,7 +266,6 @@ class Cleaner(PeriodicService):
                 "cleaning: swap of %s refused (%s); %s is an orphan", tp, result.reason, key
             )
             return _Outcome(False, stats)
-        self._cleaned_to[checkpoint] = end
         return _Outcome(True, stats)
 
     def _clean(

@@ -33,11 +33,13 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from diskless import SystemClock
+from diskless._object_keys import new_object_key, object_key_time_ms
 from diskless._types import IsolationLevel, OffsetSpec, TopicPartition
 from diskless.compaction import MAP_BYTES_MIN
 from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest, FindBatchesRequest
 from diskless.kafka_server import KafkaCluster
 from diskless.lifecycle import Cleaner, CleanerConfig, Consolidator, ConsolidatorConfig
+from diskless.lifecycle._cleaner import cleaned_key, is_cleaned_key
 from diskless.storage import LocalObjectStore, ObjectStore
 from testkit.backends import open_coordinator
 from testkit.cluster import local_cluster, server_config
@@ -420,3 +422,50 @@ async def test_a_consolidation_in_between_refuses_the_swap_and_the_next_pass_cle
         for read in (_kafka_python_read, _confluent_read):
             rows = await asyncio.to_thread(read, bootstrap, before[0])
             assert rows == sorted(_latest(committed).values()), read.__name__
+
+
+async def test_a_restarted_cleaner_finds_where_cleaning_reached_in_the_coordinator(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Kafka's cleaner checkpoint: a new cleaner (a restarted process) computes the dirty
+    ratio over what was produced since the last swap, not over the whole log, so a small
+    dirty part is not due; once it holds the ratio, the pass cleans."""
+    async with _running(("sqlite", "local"), tmp_path, request) as (cluster, store, coordinator):
+        bootstrap = cluster.bootstrap()
+        await asyncio.to_thread(_create, bootstrap)  # min.cleanable.dirty.ratio 0.5
+        committed = await asyncio.to_thread(_keyed, bootstrap, 200)
+        assert (await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()).cleaned
+        committed += await asyncio.to_thread(_updates, bootstrap, 3)
+        restarted = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
+        run = await restarted.run_once()
+        assert (run.cleaned, run.failures, run.bytes_read) == (0, 0, 0), run  # not due
+        committed += await asyncio.to_thread(_updates, bootstrap, 400)
+        run = await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()
+        assert (run.cleaned, run.failures) == (1, 0), run
+        end = (await _offsets(coordinator))[0]
+        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
+        assert rows == sorted(_latest(committed).values())
+
+
+def _updates(bootstrap: str, count: int) -> list[Row]:
+    """`count` updates of key k0, one batch each."""
+    committed: list[Row] = []
+
+    def report(error: Any, message: Any) -> None:
+        assert error is None, error
+        committed.append((message.offset(), message.key(), message.value()))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for n in range(count):
+        producer.produce(TOPIC, key=b"k0", value=b"x%d" % n, partition=0, on_delivery=report)
+        if n % 50 == 0:
+            producer.poll(0)
+    assert producer.flush(TIMEOUT_S) == 0
+    return committed
+
+
+def test_only_a_cleaned_object_is_named_as_one() -> None:
+    now = SystemClock().now_ms()
+    assert is_cleaned_key(cleaned_key("wal/", now, 3))
+    assert object_key_time_ms(cleaned_key("wal/", now, 3), "wal/") == now  # a WAL-like name
+    assert not any(is_cleaned_key(new_object_key("wal/", now, 3)) for _ in range(1000))
