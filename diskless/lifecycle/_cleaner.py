@@ -27,7 +27,10 @@ anything else is dirty from the log start. Every pass swaps in one extent from t
 so the first row is the last pass's (or retention, DeleteRecords or consolidation replaced it,
 and the log from its start is dirty again: more work, never a wrong result, since cleaning a
 clean range again keeps it).
-A pass holds the range's batches (at most `range_bytes_max`) and the map.
+A pass reads its rows twice (the map, then the filter), a window of `cache_block_bytes` at a
+time through the cleaner's object cache (at most `cache_bytes_max`), and streams what it keeps
+into the object it uploads: its memory is the map, the cache, one window and that object (at
+most the bytes it read, as nothing is added; `range_bytes_max` bounds it).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ import asyncio
 import logging
 import secrets
 import struct
-from collections.abc import Sequence
-from typing import Final, NamedTuple
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from typing import Any, Final, NamedTuple, TypeVar
 
 from diskless._availability import log_failure
 from diskless._object_keys import new_object_key
@@ -72,6 +75,10 @@ logger = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 _LOG_OVERHEAD = 12
+_BATCH_LENGTH_MIN = 49
+"""A v2 batch's length field covers at least its header after the length (61 - 12 bytes)."""
+_T = TypeVar("_T")
+Buffer = bytes | bytearray | memoryview
 CLEANED_KEY_TAG: Final = "c1ea"
 """How a cleaned object's name ends: its random part is this longer than a WAL object's or a
 consolidated object's (`new_object_key`'s 16 hex digits), so that no other name ends so."""
@@ -224,15 +231,14 @@ class Cleaner(PeriodicService):
         overdue = dirty[0].max_timestamp <= now - settings.max_compaction_lag_ms
         if ratio < settings.min_cleanable_dirty_ratio and not overdue:
             return None
+        reader = _Reader(self._cache, asyncio.get_running_loop(), config.cache_block_bytes)
         try:
-            batches = await self._read(rows)
+            cleaned = await asyncio.to_thread(
+                self._clean, cleaning, rows, reader, first_dirty, now, settings
+            )
         except (StorageError, CorruptBatch) as e:
             log_failure(logger, e, "cleaning: reading %s failed", tp)
             return _Outcome(None, CleanStats())
-        try:
-            cleaned = await asyncio.to_thread(
-                self._clean, cleaning, rows, batches, first_dirty, now, settings
-            )
         except (UncleanableBatch, ExtentFormatError) as e:
             logger.error("cleaning: %s cannot be cleaned: %s", tp, e)
             return _Outcome(None, CleanStats())
@@ -272,19 +278,23 @@ class Cleaner(PeriodicService):
         self,
         cleaning: CleaningRange,
         rows: Sequence[BatchInfo],
-        batches: list[bytes | bytearray | memoryview],
+        reader: _Reader,
         first_dirty: int,
         now: int,
         settings: CleanerSettings,
     ) -> tuple[int, bytes, int, int, CleanStats] | None:
-        """The map and the filter, in a worker thread: (rows replaced, the object, where its
-        footer starts, its largest timestamp, what was read and kept); None when the map could
-        not reach past the first dirty row."""
+        """The map and the filter, in a worker thread, each reading the rows as it goes: (rows
+        replaced, the object, where its footer starts, its largest timestamp, what was read and
+        kept); None when the map could not reach past the first dirty row."""
         if self._map is None:
             self._map = OffsetMap(self._config.map_bytes)
         end = rows[-1].last_offset + 1
         outcome = build_offset_map(
-            batches, start=first_dirty, end=end, offset_map=self._map, aborted=cleaning.aborted
+            reader.batches(rows),
+            start=first_dirty,
+            end=end,
+            offset_map=self._map,
+            aborted=cleaning.aborted,
         )
         count = sum(1 for info in rows if info.last_offset < outcome.mapped_end)
         if count == 0 or rows[count - 1].last_offset < first_dirty:
@@ -300,42 +310,99 @@ class Cleaner(PeriodicService):
             pid: LastRecord(last, epoch) for pid, (last, epoch) in cleaning.last_records.items()
         }
         stats = CleanStats()
-        kept = list(
-            clean(
-                (b for b in batches if _last_offset(b) < upper),
-                offset_map=self._map,
-                now_ms=now,
-                delete_retention_ms=settings.delete_retention_ms,
-                aborted=cleaning.aborted,
-                last_records=last_records,
-                upper_bound=upper,
-                stats=stats,
+        kept = clean(
+            reader.batches(rows[:count]),
+            offset_map=self._map,
+            now_ms=now,
+            delete_retention_ms=settings.delete_retention_ms,
+            aborted=cleaning.aborted,
+            last_records=last_records,
+            upper_bound=upper,
+            stats=stats,
+        )
+        written = _Written()
+        try:
+            data, footer_at = encode_extent(
+                cleaning.topic_partition,
+                written.track(kept),
+                self._config.index_interval_bytes,
+                gaps=True,
             )
-        )
-        if not kept:
-            return None
-        max_timestamp = max(_max_timestamp(b) for b in kept)
-        data, footer_at = encode_extent(
-            cleaning.topic_partition, kept, self._config.index_interval_bytes, gaps=True
-        )
-        return count, data, footer_at, max_timestamp, stats
+        except ExtentFormatError:
+            if not written.batches:
+                return None
+            raise
+        return count, data, footer_at, written.max_timestamp, stats
 
-    async def _read(self, rows: Sequence[BatchInfo]) -> list[bytes | bytearray | memoryview]:
+
+class _Written:
+    """The batches a clean yields, counted on their way into the object."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.max_timestamp = -1
+
+    def track(self, batches: Iterable[bytes]) -> Iterator[bytes]:
+        for batch in batches:
+            header = parse_batch(batch)
+            if isinstance(header, InvalidBatch):
+                raise UncleanableBatch(header.message)
+            self.batches += 1
+            self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            yield batch
+
+
+class _Reader:
+    """A pass's rows, read a window at a time from a worker thread through the event loop:
+    the batches of at most `window_bytes` of rows (or of one extent) at once, never the range.
+    """
+
+    def __init__(
+        self, cache: ObjectCache, loop: asyncio.AbstractEventLoop, window_bytes: int
+    ) -> None:
+        self._cache = cache
+        self._loop = loop
+        self._window = window_bytes
+
+    def _wait(self, call: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+
+    def batches(self, rows: Sequence[BatchInfo]) -> Iterator[Buffer]:
         """The rows' batches as served, in offset order: an extent's bytes split into its
         batches, the other rows through the read path's copy."""
-        batches: list[bytes | bytearray | memoryview] = []
-        plain = [info for info in rows if info.extent is None]
+        plain: list[BatchInfo] = []
+        size = 0
         for info in rows:
             if info.extent is None:
+                plain.append(info)
+                size += info.size
+                if size >= self._window:
+                    yield from self._wait(read_as_served(self._cache, plain))
+                    plain, size = [], 0
                 continue
-            size = info.extent.byte_offset + info.extent.size
-            data = await self._cache.read(
-                info.object_key, info.byte_offset, info.byte_offset + info.size, size
-            )
-            batches.extend(_split(bytes(data), info.object_key))
+            if plain:
+                yield from self._wait(read_as_served(self._cache, plain))
+                plain, size = [], 0
+            yield from self._extent(info)
         if plain:
-            batches.extend(await read_as_served(self._cache, plain))
-        return batches
+            yield from self._wait(read_as_served(self._cache, plain))
+
+    def _extent(self, info: BatchInfo) -> Iterator[Buffer]:
+        assert info.extent is not None
+        object_size = info.extent.byte_offset + info.extent.size
+        end = info.byte_offset + info.size
+        position = info.byte_offset
+        carried = b""
+        while position < end:
+            upto = min(end, position + self._window)
+            read = self._wait(self._cache.read(info.object_key, position, upto, object_size))
+            data = carried + bytes(read)
+            batches, used = _split(data, info.object_key, position - len(carried))
+            yield from batches
+            carried = data[used:]
+            position = upto
+        if carried:
+            raise CorruptBatch(f"{info.object_key}: a batch crosses the extent's end")
 
 
 def _cleanable(cleaning: CleaningRange, younger_from: int) -> list[BatchInfo]:
@@ -351,31 +418,18 @@ def _cleanable(cleaning: CleaningRange, younger_from: int) -> list[BatchInfo]:
     return rows
 
 
-def _split(data: bytes, where: str) -> list[bytes | bytearray | memoryview]:
-    """An extent's bytes, batch by batch."""
+def _split(data: bytes, where: str, at: int) -> tuple[list[Buffer], int]:
+    """The whole batches at the start of `data` (read from byte `at` of object `where`), and
+    the bytes they take."""
     view = memoryview(data)
-    batches: list[bytes | bytearray | memoryview] = []
+    batches: list[Buffer] = []
     position = 0
-    while position < len(view):
-        if position + _LOG_OVERHEAD > len(view):
-            raise CorruptBatch(f"{where} at {position}: a batch header crosses the extent's end")
+    while position + _LOG_OVERHEAD <= len(view):
         size = _LOG_OVERHEAD + _LENGTH.unpack_from(view, position + 8)[0]
+        if size < _LOG_OVERHEAD + _BATCH_LENGTH_MIN:
+            raise CorruptBatch(f"{where} at {at + position}: a batch of {size} bytes")
         if position + size > len(view):
-            raise CorruptBatch(f"{where} at {position}: a batch crosses the extent's end")
+            break
         batches.append(view[position : position + size])
         position += size
-    return batches
-
-
-def _last_offset(batch: bytes | bytearray | memoryview) -> int:
-    header = parse_batch(batch)
-    if isinstance(header, InvalidBatch):
-        raise UncleanableBatch(header.message)
-    return header.last_offset
-
-
-def _max_timestamp(batch: bytes | bytearray | memoryview) -> int:
-    header = parse_batch(batch)
-    if isinstance(header, InvalidBatch):
-        raise UncleanableBatch(header.message)
-    return header.max_timestamp
+    return batches, position

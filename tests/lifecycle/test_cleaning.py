@@ -314,13 +314,17 @@ async def test_more_keys_than_the_map_holds_are_cleaned_over_several_passes(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A map of Kafka's smallest size (64 entries) and 300 keys: each pass ends where the map
-    filled, the next goes on from there, and the log ends up as its latest values."""
+    filled, the next goes on from there, and the log ends up as its latest values. The passes
+    read 512 bytes at a time: batches cross the windows of the extents they read."""
     async with _running(("memory", "local"), tmp_path, request) as (cluster, store, coordinator):
         bootstrap = cluster.bootstrap()
         await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
         committed = await asyncio.to_thread(_keyed, bootstrap, 300)
         end = (await _offsets(coordinator))[0]
-        cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0, map_bytes=MAP_BYTES_MIN))
+        config = CleanerConfig(
+            age_ms=0, map_bytes=MAP_BYTES_MIN, cache_block_bytes=512, cache_bytes_max=1024
+        )
+        cleaner = Cleaner(store, coordinator, config)
         passes = 0
         while (await cleaner.run_once()).cleaned:
             passes += 1
