@@ -42,6 +42,8 @@ import struct
 from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
+import msgspec
+
 from diskless._availability import log_failure
 from diskless._object_keys import new_object_key
 from diskless._types import TopicPartition
@@ -65,7 +67,7 @@ from diskless.coordinator import (
 from diskless.errors import CoordinatorError, StorageError
 from diskless.lifecycle._config import CleanerConfig
 from diskless.lifecycle._periodic import Periodic, PeriodicService
-from diskless.lifecycle._stats import CleaningRun
+from diskless.lifecycle._stats import CleanerStats, CleaningRun
 from diskless.read import CorruptBatch, ObjectCache, read_as_served
 from diskless.records import InvalidBatch, parse_batch
 from diskless.storage import ObjectStore
@@ -158,6 +160,10 @@ class Cleaner(PeriodicService):
             bytes_max=self._config.cache_bytes_max,
         )
         self._map: OffsetMap | None = None
+        self._stats = CleanerStats()
+        self._dirtiest = 0.0
+        self._fullest = 0.0
+        """The largest dirty ratio and map utilization of the run under way."""
         self._run_lock = asyncio.Lock()
         self._periodic = Periodic(
             "diskless-cleaner", self.run_once, self._config.period_ms / 1000, self._clock
@@ -167,19 +173,35 @@ class Cleaner(PeriodicService):
     def config(self) -> CleanerConfig:
         return self._config
 
+    def stats(self) -> CleanerStats:
+        return self._stats
+
     async def run_once(self) -> CleaningRun:
         """One pass over every due partition of the compacted topics. A failure of one
-        partition is logged and counted, and the run goes on."""
+        partition is logged and counted, and the run goes on; listing the topics failing
+        propagates."""
         async with self._run_lock:
-            topics = [t for t in await self._coordinator.describe_topics() if t.config.compacted]
+            try:
+                described = await self._coordinator.describe_topics()
+            except BaseException:
+                old = self._stats
+                self._stats = msgspec.structs.replace(
+                    old, runs=old.runs + 1, run_errors=old.run_errors + 1
+                )
+                raise
+            topics = [t for t in described if t.config.compacted]
             looked = cleaned = refused = failures = 0
             totals = CleanStats()
+            self._dirtiest = self._fullest = 0.0
+            longest = 0.0
             for topic in topics:
                 for partition in range(topic.partitions):
                     looked += 1
+                    started = self._clock.monotonic()
                     outcome = await self._pass(TopicPartition(topic.name, partition))
                     if outcome is None:
                         continue
+                    longest = max(longest, self._clock.monotonic() - started)
                     if outcome.swapped is None:
                         failures += 1
                     elif outcome.swapped:
@@ -199,7 +221,7 @@ class Cleaner(PeriodicService):
                     refused,
                     failures,
                 )
-            return CleaningRun(
+            run = CleaningRun(
                 partitions=looked,
                 cleaned=cleaned,
                 swaps_refused=refused,
@@ -209,6 +231,26 @@ class Cleaner(PeriodicService):
                 records_read=totals.records_read,
                 records_kept=totals.records_kept,
             )
+            self._count(run, longest)
+            return run
+
+    def _count(self, run: CleaningRun, longest_s: float) -> None:
+        old = self._stats
+        self._stats = CleanerStats(
+            runs=old.runs + 1,
+            run_errors=old.run_errors,
+            cleaned=old.cleaned + run.cleaned,
+            swaps_refused=old.swaps_refused + run.swaps_refused,
+            failures=old.failures + run.failures,
+            bytes_read=old.bytes_read + run.bytes_read,
+            bytes_written=old.bytes_written + run.bytes_written,
+            records_read=old.records_read + run.records_read,
+            records_kept=old.records_kept + run.records_kept,
+            max_dirty_percent=100 * self._dirtiest,
+            recopy_percent=100 * run.bytes_written / run.bytes_read if run.bytes_read else 0.0,
+            max_clean_time_s=longest_s,
+            max_buffer_utilization_percent=100 * self._fullest,
+        )
 
     async def _pass(self, tp: TopicPartition) -> _Outcome | None:
         """One pass over a partition; None when it is not due."""
@@ -228,6 +270,7 @@ class Cleaner(PeriodicService):
         if not dirty:
             return None
         ratio = sum(info.size for info in dirty) / max(1, sum(info.size for info in rows))
+        self._dirtiest = max(self._dirtiest, ratio)
         overdue = dirty[0].max_timestamp <= now - settings.max_compaction_lag_ms
         if ratio < settings.min_cleanable_dirty_ratio and not overdue:
             return None
@@ -296,6 +339,7 @@ class Cleaner(PeriodicService):
             offset_map=self._map,
             aborted=cleaning.aborted,
         )
+        self._fullest = max(self._fullest, self._map.utilization())
         count = sum(1 for info in rows if info.last_offset < outcome.mapped_end)
         if count == 0 or rows[count - 1].last_offset < first_dirty:
             logger.warning(

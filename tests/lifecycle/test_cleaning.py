@@ -245,6 +245,13 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         run = await cleaner.run_once()
         assert (run.cleaned, run.swaps_refused, run.failures) == (1, 0, 0), run
         assert run.records_kept < run.records_read
+        stats = cleaner.stats()  # Kafka's LogCleaner gauges of the run, and the totals
+        assert (stats.runs, stats.cleaned, stats.bytes_read) == (1, 1, run.bytes_read), stats
+        assert stats.max_dirty_percent == 100  # a first pass: all of it dirty
+        assert stats.recopy_percent == pytest.approx(100 * run.bytes_written / run.bytes_read)
+        assert 0 < stats.recopy_percent < 100
+        assert 0 < stats.max_buffer_utilization_percent < 100
+        assert stats.max_clean_time_s > 0
         assert await _offsets(coordinator) == before  # offsets, HWM, LSO, log start stay
         latest = sorted(_latest(committed).values())
         for read in (_kafka_python_read, _confluent_read):
@@ -260,6 +267,9 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         found = await broker.list_offsets({TP: OffsetSpec.EARLIEST})
         assert found[TP].offset == 0
         assert (await cleaner.run_once()).cleaned == 0  # nothing dirty: not due
+        stats = cleaner.stats()
+        assert (stats.runs, stats.cleaned, stats.max_dirty_percent) == (2, 1, 0), stats
+        assert stats.max_clean_time_s == stats.recopy_percent == 0, stats
         # Its records are gone; its marker and index entry stay until a pass finds it alone.
         assert await _aborted_first_offsets(coordinator) == [min(row[0] for row in aborted)]
 
