@@ -31,6 +31,9 @@ A pass reads its rows twice (the map, then the filter), a window of `cache_block
 time through the cleaner's object cache (at most `cache_bytes_max`), and streams what it keeps
 into the object it uploads: its memory is the map, the cache, one window and that object (at
 most the bytes it read, as nothing is added; `range_bytes_max` bounds it).
+`stats()` counts the work done and holds Kafka's LogCleaner gauges of the last run (the
+dirtiest partition, the recopy ratio, the longest pass, the fullest map), which the server
+exports as metrics.
 """
 
 from __future__ import annotations
