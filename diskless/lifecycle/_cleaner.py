@@ -39,6 +39,7 @@ exports as metrics.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import secrets
 import struct
@@ -399,9 +400,19 @@ class _Written:
             yield batch
 
 
+class _Window(NamedTuple):
+    """One read of a pass: a run of batch rows (`rows`), or bytes [start, end) of an extent."""
+
+    rows: Sequence[BatchInfo]
+    extent: BatchInfo | None = None
+    start: int = 0
+    end: int = 0
+
+
 class _Reader:
     """A pass's rows, read a window at a time from a worker thread through the event loop:
-    the batches of at most `window_bytes` of rows (or of one extent) at once, never the range.
+    the batches of at most `window_bytes` of rows (or of one extent) at once, never the range;
+    the next window is read while the batches of this one are cleaned.
     """
 
     def __init__(
@@ -411,12 +422,7 @@ class _Reader:
         self._loop = loop
         self._window = window_bytes
 
-    def _wait(self, call: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
-
-    def batches(self, rows: Sequence[BatchInfo]) -> Iterator[Buffer]:
-        """The rows' batches as served, in offset order: an extent's bytes split into its
-        batches, the other rows through the read path's copy."""
+    def _windows(self, rows: Sequence[BatchInfo]) -> Iterator[_Window]:
         plain: list[BatchInfo] = []
         size = 0
         for info in rows:
@@ -424,32 +430,56 @@ class _Reader:
                 plain.append(info)
                 size += info.size
                 if size >= self._window:
-                    yield from self._wait(read_as_served(self._cache, plain))
+                    yield _Window(plain)
                     plain, size = [], 0
                 continue
             if plain:
-                yield from self._wait(read_as_served(self._cache, plain))
+                yield _Window(plain)
                 plain, size = [], 0
-            yield from self._extent(info)
+            end = info.byte_offset + info.size
+            for start in range(info.byte_offset, end, self._window):
+                yield _Window((), info, start, min(end, start + self._window))
         if plain:
-            yield from self._wait(read_as_served(self._cache, plain))
+            yield _Window(plain)
 
-    def _extent(self, info: BatchInfo) -> Iterator[Buffer]:
-        assert info.extent is not None
-        object_size = info.extent.byte_offset + info.extent.size
-        end = info.byte_offset + info.size
-        position = info.byte_offset
+    def _start(self, window: _Window) -> concurrent.futures.Future[Any]:
+        read: Coroutine[Any, Any, Any]
+        if window.extent is None:
+            read = read_as_served(self._cache, window.rows)
+        else:
+            assert window.extent.extent is not None
+            index = window.extent.extent
+            object_size = index.byte_offset + index.size
+            key = window.extent.object_key
+            read = self._cache.read(key, window.start, window.end, object_size)
+        return asyncio.run_coroutine_threadsafe(read, self._loop)
+
+    def batches(self, rows: Sequence[BatchInfo]) -> Iterator[Buffer]:
+        """The rows' batches as served, in offset order: an extent's bytes split into its
+        batches, the other rows through the read path's copy."""
+        ahead: tuple[_Window, concurrent.futures.Future[Any]] | None = None
         carried = b""
-        while position < end:
-            upto = min(end, position + self._window)
-            read = self._wait(self._cache.read(info.object_key, position, upto, object_size))
-            data = carried + bytes(read)
-            batches, used = _split(data, info.object_key, position - len(carried))
-            yield from batches
-            carried = data[used:]
-            position = upto
-        if carried:
-            raise CorruptBatch(f"{info.object_key}: a batch crosses the extent's end")
+        try:
+            for window in [*self._windows(rows), None]:
+                started = None if window is None else (window, self._start(window))
+                if ahead is not None:
+                    current, read = ahead
+                    info = current.extent
+                    if info is None:
+                        yield from read.result()
+                    else:
+                        data = carried + bytes(read.result())
+                        batches, used = _split(data, info.object_key, current.start - len(carried))
+                        yield from batches
+                        carried = data[used:]
+                        if current.end == info.byte_offset + info.size and carried:
+                            raise CorruptBatch(
+                                f"{info.object_key}: a batch crosses the extent's end"
+                            )
+                ahead = started
+        finally:
+            if ahead is not None:
+                ahead[1].cancel()
 
 
 def _cleanable(cleaning: CleaningRange, younger_from: int) -> list[BatchInfo]:
