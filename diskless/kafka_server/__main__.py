@@ -33,8 +33,9 @@ sample KRaft file starts unchanged. Applied: `listeners`, `advertised.listeners`
 `log.cleaner.dedupe.buffer.size`, `log.dirs`; `--override NAME=VALUE` sets one over the file,
 and the other flags override both. Kafka's properties that mean nothing here (`process.roles`,
 the KRaft quorum, replication, `log.segment.*`, `log.flush.*`, the other `log.cleaner.*`, thread
-pools, ...) are accepted and named in one log line. A Kafka property a diskless broker does not support (ZooKeeper, Kerberos, ...), an
-unknown name or a bad value stops the start with one line naming it and why.
+pools, ...) are accepted and named in one log line. A Kafka property a diskless broker does not
+support (ZooKeeper, Kerberos, ...), an unknown name or a bad value stops the start with one line
+naming it and why.
 
 Listeners: with `--base-port BASE` instead of `listeners`, broker i listens on 127.0.0.1:BASE+i
 (0: ephemeral ports). With `listeners=SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092` and
