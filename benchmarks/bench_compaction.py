@@ -1,32 +1,44 @@
-"""The cleaner's filter against a raw copy of the same bytes, and what cleaning leaves.
+"""The cleaner against a raw copy of the same bytes, and what cleaning leaves.
 
-    .venv/bin/python -m benchmarks.bench_compaction [--mb 16] [--codec lz4]
+    .venv/bin/python -m benchmarks.bench_compaction [--mb 16] [--codec lz4] [--store s3|local|none]
 
 A partition of keyed updates, 10% of them distinct keys (values of ~100 bytes of text-like
-JSON, batches of ~16 KiB from an idempotent producer, built by kafka-python in one codec), is
-cleaned in memory: `build_offset_map` over the whole dirty range, then `clean` over the log, in
-as many passes as the map needs. Against it, on the same batches: a raw copy (each batch copied
-once, as reading it and writing it elsewhere would, without looking inside), and the codec's own
-decompress + compress of each batch (the floor of any rewrite of compressed batches). Each
-figure is the best of several repeats, the runs timed alternately; MB/s counts input bytes.
+JSON, batches of ~16 KiB, built by kafka-python in one codec).
 
-It then prints bytes, batches and records before and after, and the peak of memory the pass
-allocated (tracemalloc) next to the map's configured size: the pass holds the map and one
-batch at a time.
+First in memory: `build_offset_map` over the whole dirty range, then `clean` over the log, in
+as many passes as the map needs, against a raw copy of each batch (reading it and writing it
+elsewhere without looking inside) and the codec's own decompress + compress of each batch (the
+floor of any rewrite of compressed batches); with the peak of memory the passes allocated
+(tracemalloc) next to the map's configured size. Each figure is the best of several repeats,
+the runs timed alternately; MB/s counts input bytes.
 
-This measures the pure filter only; the cleaner's GET + PUT and its coordinator swap are timed
-when the cleaner runs against object storage.
+Then against object storage (`--store`: moto's S3 server in a process of its own, or local
+files), the batches produced through a broker into a SQLite coordinator: the lifecycle's
+`Cleaner` over every pass until nothing is due (reading the rows, cleaning, uploading the
+object, swapping it in), against a raw GET of the same rows' byte ranges and a PUT of those
+bytes as one object, each the best of `--repeats` fresh copies of the partition; the object
+bytes and the coordinator's metadata (rows, SQLite pages in use) before and after; and the
+peak of what the cleaner allocated (a fresh copy of the partition, cleaned under tracemalloc)
+next to its bound: the map, its object cache and the object it uploads.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import random
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Final, NamedTuple
 
+from diskless import BrokerConfig, DisklessBroker, ErrorCode, TopicPartition
 from diskless.compaction import (
     CleanStats,
     OffsetMap,
@@ -34,9 +46,21 @@ from diskless.compaction import (
     clean,
     last_records_of,
 )
+from diskless.coordinator import (
+    BatchCoordinator,
+    BatchInfo,
+    MetadataStats,
+    SqliteBatchCoordinator,
+    TopicConfig,
+)
+from diskless.lifecycle import Cleaner, CleanerConfig
+from diskless.read import Span, coalesce
 from diskless.records import COMPRESSORS, DECOMPRESSED_BYTES_MAX, DECOMPRESSORS, parse_batch
+from diskless.storage import LocalObjectStore, ObjectStore
 from testkit.batches import batch_builder, json_text
 from testkit.compaction import headers_of
+from testkit.ports import free_port
+from testkit.s3server import create_bucket, s3_store
 
 CODECS: Final = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 BATCH_BYTES: Final = 16 * 1024
@@ -47,18 +71,27 @@ NOW_MS: Final = 1_700_000_000_000
 RETENTION_MS: Final = 86_400_000
 REPEATS_DEFAULT: Final = 3
 SEED_DEFAULT: Final = 20261128
+TP: Final = TopicPartition("table", 0)
+INFLIGHT: Final = 32
 
 
-def partition(megabytes: float, codec: int, rng: random.Random) -> list[bytes]:
-    """Batches of about `megabytes` of uncompressed records, offsets assigned in order."""
+def partition(
+    megabytes: float, codec: int, rng: random.Random, producer_id: int = 1000
+) -> list[bytes]:
+    """Batches of about `megabytes` of uncompressed records, offsets assigned in order, from an
+    idempotent producer (`producer_id` -1: none)."""
     records_total = int(megabytes * 1e6 / (VALUE_BYTES + 30))
     keys = max(1, int(records_total * DISTINCT_SHARE))
     batches = []
     offset = 0
     sequence = 0
     while offset < records_total:
+        idempotent = producer_id >= 0
         builder = batch_builder(
-            compression=codec, producer_id=1000, producer_epoch=0, base_sequence=sequence
+            compression=codec,
+            producer_id=producer_id,
+            producer_epoch=0 if idempotent else -1,
+            base_sequence=sequence if idempotent else -1,
         )
         delta = 0
         while builder.size() < BATCH_BYTES - VALUE_BYTES - 64 and offset + delta < records_total:
@@ -134,6 +167,155 @@ def best_of(runs: Sequence[Callable[[], object]], repeats: int) -> list[float]:
     return best
 
 
+# --- against object storage ----------------------------------------------------------------------
+class StoreRun(NamedTuple):
+    raw_s: float
+    clean_s: float
+    input_bytes: int
+    object_bytes: int
+    passes: int
+    before: MetadataStats
+    after: MetadataStats
+    peak: int
+    """Bytes the traced pass allocated at its peak (tracemalloc)."""
+    output_bytes: int
+
+
+@contextlib.contextmanager
+def moto_process() -> Iterator[str]:
+    """moto's S3 server in a process of its own (not a thread of this one: its CPU would be
+    the cleaner's), its endpoint."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+async def load(store: ObjectStore, coordinator: BatchCoordinator, batches: Sequence[bytes]) -> None:
+    """The batches produced to a compacted topic's partition through a broker."""
+    config = TopicConfig(inapplicable_configs=(("cleanup.policy", "compact"),))
+    async with DisklessBroker(1, store, coordinator, BrokerConfig()) as broker:
+        assert await broker.create_topic(TP.topic, 1, config) == ErrorCode.NONE
+        for start in range(0, len(batches), INFLIGHT):
+            produced = await asyncio.gather(
+                *(broker.produce({TP: batch}) for batch in batches[start : start + INFLIGHT])
+            )
+            assert all(result[TP].error == ErrorCode.NONE for result in produced), produced
+
+
+async def raw_get_put(store: ObjectStore, rows: Sequence[BatchInfo]) -> tuple[float, int]:
+    """(seconds, bytes) of GETting the rows' byte ranges (coalesced per object, as the read path
+    does) and PUTting one object of those bytes."""
+    started = time.perf_counter()
+    spans = coalesce(Span(b.object_key, b.byte_offset, b.byte_offset + b.size) for b in rows)
+    chunks = await asyncio.gather(*(store.get_range(*span) for span in spans))
+    data = b"".join(chunks)
+    await store.put("baseline/copy", data)
+    elapsed = time.perf_counter() - started
+    await store.delete_many(["baseline/copy"])
+    return elapsed, len(data)
+
+
+async def clean_all(cleaner: Cleaner) -> tuple[float, int]:
+    """(seconds, passes) of cleaning until nothing is due."""
+    started = time.perf_counter()
+    passes = 0
+    while (run := await cleaner.run_once()).cleaned:
+        assert run.failures == 0, run
+        passes += 1
+    return time.perf_counter() - started, passes
+
+
+async def against_store(
+    batches: Sequence[bytes], map_bytes: int, directory: Path, endpoint: str | None, repeats: int
+) -> StoreRun:
+    """The cleaner over the batches, produced and stored, against a raw GET + PUT of the same
+    rows, each the best of `repeats` fresh copies; then one more copy cleaned with the
+    cleaner's allocations traced."""
+    store: ObjectStore = (
+        LocalObjectStore(directory / "objects")
+        if endpoint is None
+        else s3_store(endpoint, await create_bucket(endpoint))
+    )
+    config = CleanerConfig(age_ms=0, map_bytes=map_bytes)
+    raw_s = clean_s = float("inf")
+    try:
+        for repeat in range(repeats):
+            timed = SqliteBatchCoordinator(directory / f"timed-{repeat}.db")
+            await load(store, timed, batches)
+            before = await timed.metadata_stats()
+            cleaning = await timed.cleaning_range(TP, 1 << 40)
+            assert cleaning is not None
+            seconds, input_bytes = await raw_get_put(store, cleaning.batches)
+            raw_s = min(raw_s, seconds)
+            seconds, passes = await clean_all(Cleaner(store, timed, config))
+            clean_s = min(clean_s, seconds)
+            after = await timed.metadata_stats()
+            cleaned = await timed.cleaning_range(TP, 1 << 40)
+            assert cleaned is not None and cleaned.batches[0].object_size is not None
+            object_bytes = cleaned.batches[0].object_size
+            await timed.close()
+
+        traced = SqliteBatchCoordinator(directory / "traced.db")
+        await load(store, traced, batches)
+        cleaner = Cleaner(store, traced, config)
+        tracemalloc.start()
+        baseline = tracemalloc.get_traced_memory()[0]
+        await clean_all(cleaner)
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+        tracemalloc.stop()
+        await traced.close()
+    finally:
+        await store.close()
+    return StoreRun(
+        raw_s, clean_s, input_bytes, object_bytes, passes, before, after, peak, object_bytes
+    )
+
+
+def report_store(run: StoreRun, map_bytes: int, where: str) -> None:
+    mb = run.input_bytes / 1e6
+    print(f"against {where}: {run.input_bytes:,} B of rows, {run.passes} pass(es), best of each")
+    header = f"{'run':<26} {'MB/s':>8} {'vs raw':>8}"
+    print(header)
+    print("-" * len(header))
+    for name, seconds in (
+        ("cleaner (all its passes)", run.clean_s),
+        ("raw GET + PUT", run.raw_s),
+    ):
+        print(f"{name:<26} {mb / seconds:>8.1f} {run.raw_s / seconds:>8.1%}")
+    print()
+    b, a = run.before, run.after
+    print(f"object bytes        {run.input_bytes:,} -> {run.object_bytes:,}")
+    print(
+        f"metadata rows       {b.batch_rows:,} batch + {b.extent_rows:,} extent -> "
+        f"{a.batch_rows:,} batch + {a.extent_rows:,} extent"
+    )
+    print(f"metadata bytes      {b.stored_bytes} -> {a.stored_bytes} (SQLite pages in use)")
+    config = CleanerConfig()
+    bound = map_bytes + config.cache_bytes_max + run.output_bytes
+    print(
+        f"memory peak         {run.peak:,} B allocated by the cleaner; bound: map {map_bytes:,}"
+        f" + cache {config.cache_bytes_max:,} + its object {run.output_bytes:,} = {bound:,} B"
+        f" ({'within' if run.peak <= bound else 'OVER'})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=16.0, help="uncompressed MB of records")
@@ -141,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--map-bytes", type=int, default=MAP_BYTES_DEFAULT)
     parser.add_argument("--repeats", type=int, default=REPEATS_DEFAULT)
     parser.add_argument("--seed", type=int, default=SEED_DEFAULT)
+    parser.add_argument(
+        "--store", choices=["s3", "local", "none"], default="s3", help="moto's S3 server, files"
+    )
     args = parser.parse_args(argv)
     codec = CODECS[args.codec]
     print(f"seed {args.seed}, best of {args.repeats}, codec {args.codec}, map {args.map_bytes} B")
@@ -188,6 +373,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"cleaned log they return; map configured at {args.map_bytes:,} B"
     )
     print(f"beyond map + output {peak - kept - args.map_bytes:,} B")
+    if args.store == "none":
+        return
+    print()
+    produced = partition(args.mb, codec, random.Random(args.seed), producer_id=-1)
+    stored = [bytes(8) + batch[8:] for batch in produced]  # as a client sends them: base offset 0
+    with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(moto_process()) if args.store == "s3" else None
+        run = asyncio.run(
+            against_store(stored, args.map_bytes, Path(directory), endpoint, args.repeats)
+        )
+    report_store(run, args.map_bytes, "moto's S3 server" if endpoint else "local files")
 
 
 if __name__ == "__main__":

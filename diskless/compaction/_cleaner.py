@@ -28,10 +28,11 @@ batch written for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from diskless.compaction import _native
 from diskless.compaction._offset_map import OffsetMap, key_hash
 from diskless.compaction._records import (
     NO_TIMESTAMP,
@@ -39,6 +40,7 @@ from diskless.compaction._records import (
     control_type,
     empty_batch,
     rebuilt,
+    rebuilt_native,
     records_of,
     records_section,
 )
@@ -115,20 +117,107 @@ def build_offset_map(
         if header.is_control:
             transactions.on_marker(header, control_type(header))
         elif not transactions.on_data_batch(header):
-            base = header.base_offset
-            for record in records_of(header, records_section(header)):
-                offset = base + record.offset_delta
-                if record.key is None or offset < start:
-                    continue
-                if offset >= end:
-                    break
-                if not offset_map.put(key_hash(record.key), offset):
-                    return MapOutcome(max(offset_map.latest_offset + 1, start), True, records)
-                records += 1
+            mapped, stopped = _map_batch(header, offset_map, start, end)
+            records += mapped
+            if stopped >= 0:
+                return MapOutcome(max(offset_map.latest_offset + 1, start), True, records)
         if header.last_offset >= start:
             offset_map.set_latest_offset(min(header.last_offset, end - 1))
     offset_map.set_latest_offset(end - 1)
     return MapOutcome(end, False, records)
+
+
+def _map_batch(header: BatchHeader, offset_map: OffsetMap, start: int, end: int) -> tuple[int, int]:
+    """Map the keyed records of [start, end) of a data batch: (records mapped, the offset of
+    the first key that did not fit, -1 when all did); by the C walk when it is built."""
+    section = records_section(header)
+    base = header.base_offset
+    if _native.NATIVE is not None:
+        try:
+            return offset_map.put_section(section, header.records_count, base, start, end)
+        except ValueError as e:
+            raise UncleanableBatch(str(e)) from None
+    mapped = 0
+    for record in records_of(header, section):
+        offset = base + record.offset_delta
+        if record.key is None or offset < start:
+            continue
+        if offset >= end:
+            break
+        if not offset_map.put(key_hash(record.key), offset):
+            return mapped, offset
+        mapped += 1
+    return mapped, -1
+
+
+class _Kept(NamedTuple):
+    """What a batch keeps of its records."""
+
+    records: int
+    everything: bool
+    tombstones: bool
+    rebuild: Callable[[int], bytes]
+    """The batch of the kept records (some), given its delete horizon (NO_TIMESTAMP: none)."""
+
+
+def _kept(
+    header: BatchHeader,
+    section: bytes | memoryview,
+    offset_map: OffsetMap,
+    tombstones_stay: bool,
+    discard_records: bool,
+) -> _Kept:
+    """Each record judged in Python: the rule for every batch when the C walk is not built,
+    and for markers and discarded batches always."""
+    kept = []
+    tombstones = False
+    everything = True
+    base = header.base_offset
+    latest = offset_map.latest_offset
+    for record in records_of(header, section):
+        if discard_records:
+            keep = False
+        elif header.is_control or base + record.offset_delta > latest:
+            keep = True
+        elif record.key is None:
+            keep = False
+        else:
+            keep = base + record.offset_delta >= offset_map.get(key_hash(record.key)) and (
+                record.has_value or tombstones_stay
+            )
+        if keep:
+            kept.append(record)
+            tombstones = tombstones or not record.has_value
+        else:
+            everything = False
+    return _Kept(
+        len(kept), everything, tombstones, lambda horizon: rebuilt(header, section, kept, horizon)
+    )
+
+
+def _kept_native(
+    header: BatchHeader, section: bytes | memoryview, offset_map: OffsetMap, tombstones_stay: bool
+) -> _Kept:
+    """A data batch's records judged by the C walk (`_native`), as `_kept` judges them."""
+    assert _native.NATIVE is not None
+    try:
+        spans, everything, tombstones, max_delta = _native.NATIVE.filter_records(
+            section,
+            header.records_count,
+            header.base_offset,
+            offset_map.latest_offset,
+            offset_map.table,
+            offset_map.slots,
+            tombstones_stay,
+        )
+    except ValueError as e:
+        raise UncleanableBatch(str(e)) from None
+    return _Kept(
+        len(spans) // _native.SPAN_BYTES,
+        everything,
+        tombstones,
+        lambda horizon: rebuilt_native(header, section, spans, max_delta, horizon),
+    )
 
 
 def clean(
@@ -149,7 +238,6 @@ def clean(
     decode: nothing yielded before must then be stored."""
     counts = stats if stats is not None else CleanStats()
     transactions = TransactionTracker(aborted)
-    latest = offset_map.latest_offset
     for data in batches:
         header = _header(data)
         counts.batches_read += 1
@@ -167,43 +255,26 @@ def clean(
         if discard_records and not retain_empty:
             continue
         section = records_section(header)
-        kept = []
-        tombstones = False
-        everything = True
-        base = header.base_offset
-        for record in records_of(header, section):
-            counts.records_read += 1
-            if discard_records:
-                keep = False
-            elif header.is_control or base + record.offset_delta > latest:
-                keep = True
-            elif record.key is None:
-                keep = False
-            else:
-                keep = base + record.offset_delta >= offset_map.get(key_hash(record.key)) and (
-                    record.has_value or horizon == NO_TIMESTAMP or now_ms < horizon
-                )
-            if keep:
-                kept.append(record)
-                tombstones = tombstones or not record.has_value
-            else:
-                everything = False
-        if kept:
-            set_horizon = (tombstones or (can_discard and header.is_control)) and (
+        stay = horizon == NO_TIMESTAMP or now_ms < horizon
+        if _native.NATIVE is not None and not header.is_control and not discard_records:
+            kept = _kept_native(header, section, offset_map, stay)
+        else:
+            kept = _kept(header, section, offset_map, stay, discard_records)
+        counts.records_read += header.records_count
+        if kept.records:
+            set_horizon = (kept.tombstones or (can_discard and header.is_control)) and (
                 horizon == NO_TIMESTAMP
             )
-            if everything and not set_horizon:
+            if kept.everything and not set_horizon:
                 out = bytes(header.bytes_view())
             else:
                 counts.batches_rebuilt += 1
-                out = rebuilt(
-                    header, section, kept, now_ms + delete_retention_ms if set_horizon else horizon
-                )
+                out = kept.rebuild(now_ms + delete_retention_ms if set_horizon else horizon)
         elif retain_empty:
             out = empty_batch(header)
         else:
             continue
-        counts.records_kept += len(kept)
+        counts.records_kept += kept.records
         counts.batches_written += 1
         counts.bytes_written += len(out)
         yield out

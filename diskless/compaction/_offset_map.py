@@ -21,6 +21,8 @@ import hashlib
 import struct
 from typing import Final
 
+from diskless.compaction import _native
+
 HASH_BYTES: Final = 16
 """MD5, Kafka's default `log.cleaner` hash."""
 ENTRY_BYTES: Final = HASH_BYTES + 8
@@ -140,6 +142,32 @@ class OffsetMap:
             return -1
         offset: int = _OFFSET.unpack_from(self._buffer, position + HASH_BYTES)[0]
         return offset - 1
+
+    def put_section(
+        self, section: bytes | memoryview, count: int, base_offset: int, start: int, end: int
+    ) -> tuple[int, int]:
+        """Map the keyed records of [start, end) in a batch's records section (`count`
+        records from `base_offset`) with the C walk (`_native`): (records mapped, the offset of
+        the first key that did not fit, -1 when all did). Raises ValueError when a record does
+        not decode."""
+        assert _native.NATIVE is not None
+        self._entries, mapped, stopped = _native.NATIVE.map_keys(
+            section,
+            count,
+            base_offset,
+            start,
+            end,
+            self._buffer,
+            self._slots,
+            self._entries,
+            self._entries_max,
+        )
+        return mapped, stopped
+
+    @property
+    def table(self) -> bytearray:
+        """The slots, for the C filter (`_native`)."""
+        return self._buffer
 
     def utilization(self) -> float:
         return self._entries / self._slots

@@ -26,6 +26,7 @@ from typing import Final, NamedTuple
 
 import crc32c
 
+from diskless.compaction import _native
 from diskless.records import (
     COMPRESSION_MASK,
     COMPRESSORS,
@@ -249,6 +250,34 @@ def rebuilt(
     codec = attributes & COMPRESSION_MASK
     body = COMPRESSORS[codec](records, _LEVELS[codec]) if codec else records
     return _assemble(header, attributes, (base, max_timestamp, len(kept)), body)
+
+
+def rebuilt_native(
+    header: BatchHeader,
+    section: bytes | memoryview,
+    spans: bytes,
+    max_delta: int,
+    delete_horizon_ms: int,
+) -> bytes:
+    """`rebuilt` from the C filter's answer (`_native`): `spans` of the kept records (at least
+    one), the largest timestamp delta among them."""
+    assert spans and _native.NATIVE is not None
+    old_base = header.base_timestamp
+    if delete_horizon_ms != NO_TIMESTAMP:
+        base = delete_horizon_ms
+        attributes = header.attributes | DELETE_HORIZON_BIT
+    else:
+        base = old_base
+        attributes = header.attributes & ~DELETE_HORIZON_BIT
+    records = _native.NATIVE.assemble(section, spans, old_base - base)
+    if header.attributes & TIMESTAMP_TYPE_BIT:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = old_base + max_delta
+    codec = attributes & COMPRESSION_MASK
+    body = COMPRESSORS[codec](records, _LEVELS[codec]) if codec else records
+    count = len(spans) // _native.SPAN_BYTES
+    return _assemble(header, attributes, (base, max_timestamp, count), body)
 
 
 def empty_batch(header: BatchHeader) -> bytes:

@@ -30,11 +30,12 @@ sample KRaft file starts unchanged. Applied: `listeners`, `advertised.listeners`
 `socket.send.buffer.bytes`, `socket.receive.buffer.bytes`, `num.partitions`,
 `auto.create.topics.enable`, `log.retention.{ms,minutes,hours,bytes}` and `message.max.bytes`
 (the defaults of topics created without their own), `log.retention.check.interval.ms`,
-`log.dirs`; `--override NAME=VALUE` sets one over the file, and the other flags override both.
-Kafka's properties that mean nothing here (`process.roles`, the KRaft quorum, replication,
-`log.segment.*`, `log.flush.*`, `log.cleaner.*`, thread pools, ...) are accepted and named in one
-log line. A Kafka property a diskless broker does not support (ZooKeeper, Kerberos, ...), an
-unknown name or a bad value stops the start with one line naming it and why.
+`log.cleaner.dedupe.buffer.size`, `log.dirs`; `--override NAME=VALUE` sets one over the file,
+and the other flags override both. Kafka's properties that mean nothing here (`process.roles`,
+the KRaft quorum, replication, `log.segment.*`, `log.flush.*`, the other `log.cleaner.*`, thread
+pools, ...) are accepted and named in one log line. A Kafka property a diskless broker does not
+support (ZooKeeper, Kerberos, ...), an unknown name or a bad value stops the start with one line
+naming it and why.
 
 Listeners: with `--base-port BASE` instead of `listeners`, broker i listens on 127.0.0.1:BASE+i
 (0: ephemeral ports). With `listeners=SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092` and
@@ -258,6 +259,14 @@ def _parser() -> argparse.ArgumentParser:
         default=lifecycle.consolidation.period_ms,
         metavar="MS",
         help="time between two consolidation runs",
+    )
+    parser.add_argument(
+        "--cleaner-dedupe-buffer-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="the cleaner's key-to-offset map of compacted topics (Kafka's"
+        f" log.cleaner.dedupe.buffer.size; default {lifecycle.cleaner_map_bytes})",
     )
     parser.add_argument(
         "--authorizer-class-name",

@@ -14,6 +14,7 @@ from diskless.lifecycle._consolidator import Consolidator
 from diskless.lifecycle._file_manager import FileManager
 from diskless.lifecycle._retention import RetentionScheduler
 from diskless.lifecycle._stats import (
+    CleanerStats,
     CleaningRun,
     ConsolidationRun,
     ConsolidatorStats,
@@ -45,6 +46,7 @@ __all__ = [
     "Cleaner",
     "CleanerConfig",
     "CleanerSettings",
+    "CleanerStats",
     "CleaningRun",
     "cleaner_settings",
 ]

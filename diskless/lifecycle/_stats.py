@@ -116,3 +116,27 @@ class CleaningRun(msgspec.Struct, frozen=True, kw_only=True):
     bytes_written: int
     records_read: int
     records_kept: int
+
+
+class CleanerStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Cumulative work of a cleaner, and Kafka's LogCleaner gauges of its last run."""
+
+    runs: int = 0
+    run_errors: int = 0
+    cleaned: int = 0
+    swaps_refused: int = 0
+    failures: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    # the last run's, as Kafka's LogCleaner reports them
+    max_dirty_percent: float = 0.0
+    """The largest dirty part (bytes past where cleaning reached, of the cleanable bytes) of a
+    partition looked at (`max-dirty-percent`)."""
+    recopy_percent: float = 0.0
+    """Bytes written of the bytes read by its passes (`cleaner-recopy-percent`)."""
+    max_clean_time_s: float = 0.0
+    """Its longest pass (`max-clean-time-secs`)."""
+    max_buffer_utilization_percent: float = 0.0
+    """The fullest its map got (`max-buffer-utilization-percent`)."""

@@ -21,6 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from diskless import BrokerConfig
+from diskless.lifecycle import CleanerConfig
 from diskless.wal import WalConfig
 from testkit.wire import decode_response, encode_request
 
@@ -227,6 +228,27 @@ def test_the_wal_settings_are_also_kafka_style_properties(tmp_path: Path) -> Non
         configured("--override", "diskless.produce.linger.ms=-1")
     with pytest.raises(cli.UsageError, match=r"^--override: diskless\.produce\.linger\.ms=x"):
         configured("--override", "diskless.produce.linger.ms=x")
+
+
+def test_the_cleaners_map_is_kafkas_dedupe_buffer_property_or_a_flag(tmp_path: Path) -> None:
+    from diskless.kafka_server.__main__ import COMMIT_BOUNDS, _parser
+    from diskless.kafka_server._server.process import cli, cli_properties
+
+    def map_bytes(*argv: str) -> int:
+        args = _parser().parse_args(["--data-dir", str(tmp_path), *argv])
+        properties = cli_properties.Properties(args)
+        named = properties.flag_values(args)
+        base = properties.server_config(args)
+        lifecycle = cli.configs(args, [0], COMMIT_BOUNDS, base, named).lifecycle
+        return lifecycle.cleaning().map_bytes
+
+    assert map_bytes() == CleanerConfig().map_bytes
+    prop = "log.cleaner.dedupe.buffer.size"
+    assert map_bytes("--override", f"{prop}=1048576") == 1 << 20
+    flag = ("--cleaner-dedupe-buffer-bytes", "4096")
+    assert map_bytes("--override", f"{prop}=1048576", *flag) == 4096  # the flag wins
+    with pytest.raises(cli.UsageError, match=r"^log\.cleaner\.dedupe\.buffer\.size: 10"):
+        map_bytes("--override", f"{prop}=10")
 
 
 def _metadata(path: Path) -> tuple[int, int]:

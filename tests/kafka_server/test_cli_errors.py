@@ -37,6 +37,7 @@ BAD_VALUES = [
     ("--retention-check-interval-ms", ["--retention-check-interval-ms", "0"]),
     ("--consolidation-age-ms", ["--consolidation-age-ms", "-1"]),
     ("--consolidation-period-ms", ["--consolidation-period-ms", "0"]),
+    ("--cleaner-dedupe-buffer-bytes", ["--cleaner-dedupe-buffer-bytes", "10"]),
     ("--brokers", ["--brokers", "0"]),
     ("--brokers", ["--brokers", "three"]),
     ("--brokers", ["--brokers"]),

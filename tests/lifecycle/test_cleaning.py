@@ -33,11 +33,13 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from diskless import SystemClock
+from diskless._object_keys import new_object_key, object_key_time_ms
 from diskless._types import IsolationLevel, OffsetSpec, TopicPartition
 from diskless.compaction import MAP_BYTES_MIN
 from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest, FindBatchesRequest
 from diskless.kafka_server import KafkaCluster
 from diskless.lifecycle import Cleaner, CleanerConfig, Consolidator, ConsolidatorConfig
+from diskless.lifecycle._cleaner import cleaned_key, is_cleaned_key
 from diskless.storage import LocalObjectStore, ObjectStore
 from testkit.backends import open_coordinator
 from testkit.cluster import local_cluster, server_config
@@ -243,6 +245,13 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         run = await cleaner.run_once()
         assert (run.cleaned, run.swaps_refused, run.failures) == (1, 0, 0), run
         assert run.records_kept < run.records_read
+        stats = cleaner.stats()  # Kafka's LogCleaner gauges of the run, and the totals
+        assert (stats.runs, stats.cleaned, stats.bytes_read) == (1, 1, run.bytes_read), stats
+        assert stats.max_dirty_percent == 100  # a first pass: all of it dirty
+        assert stats.recopy_percent == pytest.approx(100 * run.bytes_written / run.bytes_read)
+        assert 0 < stats.recopy_percent < 100
+        assert 0 < stats.max_buffer_utilization_percent < 100
+        assert stats.max_clean_time_s > 0
         assert await _offsets(coordinator) == before  # offsets, HWM, LSO, log start stay
         latest = sorted(_latest(committed).values())
         for read in (_kafka_python_read, _confluent_read):
@@ -258,6 +267,9 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         found = await broker.list_offsets({TP: OffsetSpec.EARLIEST})
         assert found[TP].offset == 0
         assert (await cleaner.run_once()).cleaned == 0  # nothing dirty: not due
+        stats = cleaner.stats()
+        assert (stats.runs, stats.cleaned, stats.max_dirty_percent) == (2, 1, 0), stats
+        assert stats.max_clean_time_s == stats.recopy_percent == 0, stats
         # Its records are gone; its marker and index entry stay until a pass finds it alone.
         assert await _aborted_first_offsets(coordinator) == [min(row[0] for row in aborted)]
 
@@ -312,13 +324,17 @@ async def test_more_keys_than_the_map_holds_are_cleaned_over_several_passes(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A map of Kafka's smallest size (64 entries) and 300 keys: each pass ends where the map
-    filled, the next goes on from there, and the log ends up as its latest values."""
+    filled, the next goes on from there, and the log ends up as its latest values. The passes
+    read 512 bytes at a time: batches cross the windows of the extents they read."""
     async with _running(("memory", "local"), tmp_path, request) as (cluster, store, coordinator):
         bootstrap = cluster.bootstrap()
         await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
         committed = await asyncio.to_thread(_keyed, bootstrap, 300)
         end = (await _offsets(coordinator))[0]
-        cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0, map_bytes=MAP_BYTES_MIN))
+        config = CleanerConfig(
+            age_ms=0, map_bytes=MAP_BYTES_MIN, cache_block_bytes=512, cache_bytes_max=1024
+        )
+        cleaner = Cleaner(store, coordinator, config)
         passes = 0
         while (await cleaner.run_once()).cleaned:
             passes += 1
@@ -420,3 +436,50 @@ async def test_a_consolidation_in_between_refuses_the_swap_and_the_next_pass_cle
         for read in (_kafka_python_read, _confluent_read):
             rows = await asyncio.to_thread(read, bootstrap, before[0])
             assert rows == sorted(_latest(committed).values()), read.__name__
+
+
+async def test_a_restarted_cleaner_finds_where_cleaning_reached_in_the_coordinator(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Kafka's cleaner checkpoint: a new cleaner (a restarted process) computes the dirty
+    ratio over what was produced since the last swap, not over the whole log, so a small
+    dirty part is not due; once it holds the ratio, the pass cleans."""
+    async with _running(("sqlite", "local"), tmp_path, request) as (cluster, store, coordinator):
+        bootstrap = cluster.bootstrap()
+        await asyncio.to_thread(_create, bootstrap)  # min.cleanable.dirty.ratio 0.5
+        committed = await asyncio.to_thread(_keyed, bootstrap, 200)
+        assert (await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()).cleaned
+        committed += await asyncio.to_thread(_updates, bootstrap, 3)
+        restarted = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
+        run = await restarted.run_once()
+        assert (run.cleaned, run.failures, run.bytes_read) == (0, 0, 0), run  # not due
+        committed += await asyncio.to_thread(_updates, bootstrap, 400)
+        run = await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()
+        assert (run.cleaned, run.failures) == (1, 0), run
+        end = (await _offsets(coordinator))[0]
+        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
+        assert rows == sorted(_latest(committed).values())
+
+
+def _updates(bootstrap: str, count: int) -> list[Row]:
+    """`count` updates of key k0, one batch each."""
+    committed: list[Row] = []
+
+    def report(error: Any, message: Any) -> None:
+        assert error is None, error
+        committed.append((message.offset(), message.key(), message.value()))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for n in range(count):
+        producer.produce(TOPIC, key=b"k0", value=b"x%d" % n, partition=0, on_delivery=report)
+        if n % 50 == 0:
+            producer.poll(0)
+    assert producer.flush(TIMEOUT_S) == 0
+    return committed
+
+
+def test_only_a_cleaned_object_is_named_as_one() -> None:
+    now = SystemClock().now_ms()
+    assert is_cleaned_key(cleaned_key("wal/", now, 3))
+    assert object_key_time_ms(cleaned_key("wal/", now, 3), "wal/") == now  # a WAL-like name
+    assert not any(is_cleaned_key(new_object_key("wal/", now, 3)) for _ in range(1000))

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from diskless import DisklessBroker
 from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._server.metrics.metrics_events import PREFIX
-from diskless.lifecycle import Consolidator, FileManager, RetentionScheduler
+from diskless.lifecycle import Cleaner, Consolidator, FileManager, RetentionScheduler
 from diskless.metrics import StorageRates
 from diskless.storage import ObjectStore, StoreStats
 
@@ -264,6 +264,44 @@ def _lifecycle_families(services: Iterable[object]) -> Iterator[Metric]:
                     "consolidation_bytes_moved_total",
                     "Bytes moved into consolidated objects",
                     c.bytes_moved,
+                ),
+            ]
+        elif isinstance(service, Cleaner):
+            k = service.stats()
+            counters += [
+                ("cleaner_runs_total", "Cleaner runs", k.runs),
+                ("cleaner_run_errors_total", "Cleaner runs that failed", k.run_errors),
+                ("cleaner_passes_total", "Cleaning passes swapped in", k.cleaned),
+                (
+                    "cleaner_swaps_refused_total",
+                    "Cleaned objects whose swap was refused (orphans)",
+                    k.swaps_refused,
+                ),
+                ("cleaner_failures_total", "Cleaning passes that failed", k.failures),
+                ("cleaner_bytes_read_total", "Bytes the cleaner read", k.bytes_read),
+                ("cleaner_bytes_written_total", "Bytes the cleaner kept", k.bytes_written),
+            ]
+            gauges += [
+                (
+                    "cleaner_max_dirty_percent",
+                    "The dirtiest compacted partition's dirty part at the last run (Kafka's"
+                    " max-dirty-percent)",
+                    k.max_dirty_percent,
+                ),
+                (
+                    "cleaner_recopy_percent",
+                    "Bytes kept of bytes read by the last run (cleaner-recopy-percent)",
+                    k.recopy_percent,
+                ),
+                (
+                    "cleaner_max_clean_time_seconds",
+                    "The last run's longest pass (max-clean-time-secs)",
+                    k.max_clean_time_s,
+                ),
+                (
+                    "cleaner_max_buffer_utilization_percent",
+                    "The fullest the key map got in the last run (max-buffer-utilization-percent)",
+                    k.max_buffer_utilization_percent,
                 ),
             ]
     for name, help_text, value in counters:

@@ -429,6 +429,7 @@ def _lifecycle_config(
             enabled=args.lifecycle,
             retention_check_interval_ms=values["retention_check_interval_ms"],
             consolidation=consolidation,
+            cleaner_map_bytes=values["cleaner_map_bytes"],
         )
 
     defaults = LifecycleConfig()
@@ -454,6 +455,12 @@ def _lifecycle_config(
                 "--consolidation-period-ms",
                 "consolidation_period_ms",
                 defaults.consolidation.period_ms,
+            ),
+            (
+                "cleaner_map_bytes",
+                "--cleaner-dedupe-buffer-bytes",
+                "cleaner_dedupe_buffer_bytes",
+                defaults.cleaner_map_bytes,
             ),
         )
     }

@@ -14,7 +14,8 @@ Besides the `ServerConfig` properties, the command applies three itself, each un
 it runs N...); `log.dirs` (or `log.dir`), the first directory, is the embedded cluster's data
 directory when `--data-dir` is not given (named as not applied when the coordinator and the
 objects are both elsewhere); and each of `FLAG_PROPERTIES` (`log.retention.check.interval.ms`,
-and the WAL's `diskless.produce.*` settings) sets its flag's value when the flag is not given.
+`log.cleaner.dedupe.buffer.size`, and the WAL's `diskless.produce.*` settings) sets its flag's
+value when the flag is not given.
 
 `COMMAND_DEFAULTS` are Kafka's defaults where a `ServerConfig` embedded in a program has its
 own: the command starts as a Kafka broker would, topics created on first use. Without
@@ -47,6 +48,7 @@ FLAG_PROPERTIES: Final = {
     "diskless.produce.linger.ms": "--linger-ms",
     "diskless.produce.rotate.interval.min.ms": "--rotate-interval-min-ms",
     "diskless.produce.upload.timeout.ms": "--upload-timeout-ms",
+    "log.cleaner.dedupe.buffer.size": "--cleaner-dedupe-buffer-bytes",
 }
 """Properties that stand for a flag of this command: an integer each, the flag winning."""
 DEFAULT_BROKERS: Final = 1

@@ -43,16 +43,19 @@ class LifecycleConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's log.retention.check.interval.ms."""
     consolidation: ConsolidatorConfig = ConsolidatorConfig()
     file_manager: FileManagerConfig = FileManagerConfig()
+    cleaner_map_bytes: int = CleanerConfig().map_bytes
+    """The cleaner's key-to-offset map (Kafka's log.cleaner.dedupe.buffer.size)."""
 
     def __post_init__(self) -> None:
-        self.retention()  # its checks run now, not when the services start
+        self.retention()  # their checks run now, not when the services start
+        self.cleaning()
 
     def retention(self) -> RetentionSchedulerConfig:
         return RetentionSchedulerConfig(period_ms=self.retention_check_interval_ms)
 
     def cleaning(self) -> CleanerConfig:
         """The cleaner's: the consolidation's age (records younger are not cleaned, the part
-        of Kafka's active segment), period, object names and index density."""
+        of Kafka's active segment), period, object names and index density, and its map."""
         consolidation = self.consolidation
         return CleanerConfig(
             prefix=consolidation.prefix,
@@ -60,6 +63,7 @@ class LifecycleConfig(msgspec.Struct, frozen=True, kw_only=True):
             period_ms=consolidation.period_ms,
             age_ms=consolidation.age_ms,
             index_interval_bytes=consolidation.index_interval_bytes,
+            map_bytes=self.cleaner_map_bytes,
         )
 
 
