@@ -28,6 +28,8 @@ from testkit.backends import BACKENDS, open_coordinator
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 LIMITS = ShareLimits(delivery_count_limit=2, lock_duration_ms=1_000, max_record_locks=50)
+LOCK = LIMITS.lock_duration_ms
+"""When the earliest lock runs out, after a step that acquired on a clock that stood still."""
 ACCEPT, RELEASE = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE
 
 
@@ -79,7 +81,7 @@ async def test_a_lock_runs_out_by_the_coordinators_clock(
     await coordinator.acknowledge_share_records("g", "b", {TP0: batch(0, 0, RELEASE)}, LIMITS)
     await clock.advance(1.0)  # delivered twice, the limit: archived, never delivered again
     got = await coordinator.acquire_share_records("g", "c", [fetch(TP0, 3, end=3)], LIMITS)
-    assert got[TP0] == ((), 0, 3, 3)
+    assert got[TP0] == ((), 0, 3, 3, None)  # nothing held: no lock to run out
 
 
 async def test_release_member_and_the_state_epoch_fence(coordinator: BatchCoordinator) -> None:
@@ -98,11 +100,11 @@ async def test_release_member_and_the_state_epoch_fence(coordinator: BatchCoordi
     assert fenced == {TP0: ErrorCode.FENCED_STATE_EPOCH}
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(2, 1)}
     got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=4)], LIMITS)
-    assert got[TP0] == ((AcquiredRange(2, 3, 1),), 1, 2, 4)
+    assert got[TP0] == ((AcquiredRange(2, 3, 1),), 1, 2, 4, LOCK)
     assert await coordinator.delete_share_offsets("g", [TP0]) == {TP0: ErrorCode.NONE}
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(-1, 2)}
     got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=6, start=5)], LIMITS)
-    assert got[TP0] == ((AcquiredRange(5, 5, 1),), 2, 5, 6)
+    assert got[TP0] == ((AcquiredRange(5, 5, 1),), 2, 5, 6, LOCK)
     await coordinator.delete_share_group("g")
     assert await coordinator.share_offsets("g") == {}
 
@@ -121,7 +123,7 @@ async def test_records_below_the_log_start_leave(coordinator: BatchCoordinator) 
     await coordinator.acquire_share_records("g", "a", [fetch(TP0, 5, end=5)], LIMITS)
     trimmed = ShareFetchPartition(TP0, 10, 10, log_start=3, initial_start=0)
     got = await coordinator.acquire_share_records("g", "b", [trimmed], LIMITS)
-    assert got[TP0] == ((AcquiredRange(5, 9, 1),), 0, 3, 10)
+    assert got[TP0] == ((AcquiredRange(5, 9, 1),), 0, 3, 10, LOCK)
     (state,) = (await coordinator.share_partition_states("g")).values()
     assert (state.start, state.end, state.ranges[0].first) == (3, 10, 3)
 
@@ -212,12 +214,15 @@ async def test_share_steps_answer_as_the_operations_one_by_one(
         ]
     )
     assert answers == [
-        {TP0: ((AcquiredRange(0, 3, 1),), 0, 0, 4), TP1: ((AcquiredRange(0, 1, 1),), 0, 0, 2)},
-        {TP0: ((AcquiredRange(4, 7, 1),), 0, 0, 8)},
+        {
+            TP0: ((AcquiredRange(0, 3, 1),), 0, 0, 4, LOCK),
+            TP1: ((AcquiredRange(0, 1, 1),), 0, 0, 2, LOCK),
+        },
+        {TP0: ((AcquiredRange(4, 7, 1),), 0, 0, 8, LOCK)},
         {TP0: ErrorCode.NONE, TP1: ErrorCode.INVALID_RECORD_STATE},
-        {TP0: ((AcquiredRange(0, 0, 1),), 0, 0, 1)},
+        {TP0: ((AcquiredRange(0, 0, 1),), 0, 0, 1, LOCK)},
         None,
-        {TP0: ((AcquiredRange(4, 8, 1),), 0, 4, 9)},  # b gave its delivery back
+        {TP0: ((AcquiredRange(4, 8, 1),), 0, 4, 9, LOCK)},  # b gave its delivery back
         {TP1: ErrorCode.INVALID_RECORD_STATE},
     ]
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(4, 0), TP1: ShareOffset(0, 0)}
