@@ -15,6 +15,7 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_configs import GroupConfigs
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_front import ShareFront
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
 from diskless.metrics import Metrics
@@ -133,6 +134,11 @@ class BrokerContext(Protocol):
 
     @property
     def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def shares(self) -> ShareFront:
+        """The share fetches, acknowledgements and share sessions (KIP-932)."""
+        ...
 
     @property
     def credentials(self) -> Credentials: ...

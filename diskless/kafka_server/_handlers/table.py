@@ -86,6 +86,10 @@ from diskless.kafka_server._handlers._security import (
     handle_sasl_authenticate,
     handle_sasl_handshake,
 )
+from diskless.kafka_server._handlers._share_fetch import (
+    handle_share_acknowledge,
+    handle_share_fetch,
+)
 from diskless.kafka_server._handlers._topic_partitions import (
     describe_topic_partitions_error_response,
     handle_describe_topic_partitions,
@@ -169,6 +173,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_describe_producers),
         Route(handle_list_transactions, txn_error, list_transactions_error_response),
         Route(handle_describe_transactions, txn_error, describe_transactions_error_response),
+        Route(handle_share_fetch),
+        Route(handle_share_acknowledge),
     )
 }
 

@@ -36,6 +36,7 @@ from diskless.kafka_server._coordination.consumer_group_state import ConsumerGro
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_configs import GroupConfigCopy
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_front import ShareFront
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server.network._request_budget import RequestBudget
 from diskless.kafka_server._server.network.broker_server import BrokerServer
@@ -135,6 +136,14 @@ class KafkaCluster:
         self.groups = GroupCoordinator(
             coordinator, self.view, group_configs=self._consumer_group_config
         )
+        self.shares = ShareFront(
+            coordinator,
+            self.group_configs.configs,
+            delivery_count_limit=config.group_share_delivery_count_limit,
+            max_record_locks=config.group_share_partition_max_record_locks,
+            sessions_max=config.group_share_max_share_sessions,
+        )
+        """This process's share fetches and share sessions (KIP-932)."""
         self.credentials = Credentials(coordinator, config.acl_refresh_ms)
         """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""
         self.acls = (
@@ -193,6 +202,7 @@ class KafkaCluster:
                 self.transactions,
                 self.groups,
                 self.credentials,
+                self.shares,
                 config=self._server_config,
                 request_budget=self.request_budget,
                 listeners=self._listeners.for_broker(index, default_port=self._ports[index]),
@@ -242,6 +252,7 @@ class KafkaCluster:
         await asyncio.gather(*self._stopping, return_exceptions=True)
         for server in self.servers.values():
             await server.close()
+        await self.shares.close()  # the releases of the sessions that ended with their connections
         await asyncio.gather(*(s.broker.close() for s in self.servers.values()))
         await self.view.close()
         await self.groups.close()

@@ -101,6 +101,18 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's `group.consumer.heartbeat.interval.ms`: how often a consumer-protocol member is
     told to heartbeat (it learns of a rebalance from its next one), unless its group sets its
     own `consumer.heartbeat.interval.ms`."""
+    group_share_record_lock_duration_ms: int = 30_000
+    """Kafka's `group.share.record.lock.duration.ms`: how long a share consumer holds the records
+    it acquired, unless its group sets its own `share.record.lock.duration.ms`."""
+    group_share_delivery_count_limit: int = 5
+    """Kafka's `group.share.delivery.count.limit`: a record delivered this often and released
+    again is archived, never delivered more."""
+    group_share_partition_max_record_locks: int = 2_000
+    """Kafka's `group.share.partition.max.record.locks`: the most records of a share-partition
+    in flight (acquired, or released and waiting between acquired ones)."""
+    group_share_max_share_sessions: int = 2_000
+    """Kafka's `group.share.max.share.sessions`: the share sessions one process holds; a new one
+    beyond is refused (SHARE_SESSION_LIMIT_REACHED)."""
     transaction_max_timeout_ms: int = TRANSACTION_TIMEOUT_MS_MAX
     """Kafka's `transaction.max.timeout.ms` (15 min): InitProducerId asking for a longer
     `transaction.timeout.ms` is refused with INVALID_TRANSACTION_TIMEOUT, so that a producer
@@ -252,6 +264,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 "group_consumer_heartbeat_interval_ms must be >= 1 and below"
                 " group_consumer_session_timeout_ms"
             )
+        share = (
+            self.group_share_record_lock_duration_ms,
+            self.group_share_delivery_count_limit,
+            self.group_share_partition_max_record_locks,
+            self.group_share_max_share_sessions,
+        )
+        if min(share) < 1:
+            raise ValueError("the group.share.* settings must be >= 1")
         if self.inline_frame_bytes_max < 0:
             raise ValueError("inline_frame_bytes_max must be >= 0")
         if self.requests_inflight_max < 1:
@@ -320,6 +340,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
         return KAFKA_GROUP_DEFAULTS._replace(
             consumer_session_timeout_ms=self.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
+            share_record_lock_duration_ms=self.group_share_record_lock_duration_ms,
         )
 
     @property
