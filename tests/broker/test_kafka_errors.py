@@ -22,8 +22,8 @@ import diskless.wal
 from diskless import _kafka_errors, errors
 from diskless._kafka_errors import (
     admin_error,
-    describe_producers_error,
     delete_records_error,
+    describe_producers_error,
     fetch_error,
     find_coordinator_error,
     group_error,

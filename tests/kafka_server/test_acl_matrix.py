@@ -135,6 +135,9 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.DESCRIBE_PRODUCERS: [Need(R.TOPIC, Op.READ)],
     ApiKey.LIST_TRANSACTIONS: [],  # no ACL: ids the principal may not describe are left out
     ApiKey.DESCRIBE_TRANSACTIONS: [Need(R.TRANSACTIONAL_ID, Op.DESCRIBE)],
+    # subscribed by name to topic `t`
+    ApiKey.SHARE_GROUP_HEARTBEAT: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.SHARE_GROUP_DESCRIBE: [Need(R.GROUP, Op.DESCRIBE)],
     # in the session of member `t` of group `t`, naming topic `t` by its id
     ApiKey.SHARE_FETCH: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
     ApiKey.SHARE_ACKNOWLEDGE: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],

@@ -87,6 +87,8 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.OFFSET_DELETE: group_error,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: group_error,
     ApiKey.CONSUMER_GROUP_DESCRIBE: group_error,
+    ApiKey.SHARE_GROUP_HEARTBEAT: group_error,
+    ApiKey.SHARE_GROUP_DESCRIBE: group_error,
     ApiKey.CREATE_TOPICS: admin_error,
     ApiKey.DELETE_TOPICS: admin_error,
     ApiKey.CREATE_PARTITIONS: admin_error,

@@ -10,8 +10,8 @@ over continues from it; a step that could not be stored is undone (the state sto
 taken back). A step of a group this process no longer coordinates (`OwnedGroup.gone`), or
 whose state the batch coordinator refused to store, answers NOT_COORDINATOR: the coordinator
 then lets the group go. A group is of one protocol at a time: a heartbeat to a classic group
-with members gets GROUP_ID_NOT_FOUND (Kafka's answer without online migration,
-`group.consumer.migration.policy=disabled`).
+with members, or to a share group, gets GROUP_ID_NOT_FOUND (Kafka's answer without online
+migration, `group.consumer.migration.policy=disabled`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class ConsumerSteps:
         async with group.lock:
             if group.gone:
                 return HeartbeatAnswer(WireError.not_coordinator)
-            if group.state.members:
+            if group.state.members or group.share.exists():
                 message = f"Group {group.group_id} is not a consumer group."
                 return HeartbeatAnswer(WireError.group_id_not_found, message=message)
             step = group.consumer.heartbeat(

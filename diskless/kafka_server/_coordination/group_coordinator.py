@@ -39,6 +39,8 @@ agrees on it; the group's membership lives in the owner's memory (`group_state.G
   move. A group is of one protocol at a time: an empty one may change; a heartbeat to a classic
   group with members gets GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members
   INCONSISTENT_GROUP_PROTOCOL (Kafka's answers without online migration).
+- **Share groups (KIP-932)** are served by the same owner, the same way (`share_groups`); a
+  JoinGroup or a consumer heartbeat to a share group is refused as Kafka refuses it.
 A failure of the batch coordinator propagates as `DisklessError`; the handlers answer it with
 the library's `group_error` code.
 """
@@ -53,12 +55,7 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode as WireError
 
-from diskless._types import (
-    CommittedOffset,
-    ErrorCode,
-    GroupOwnership,
-    TopicPartition,
-)
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import BatchCoordinator
 from diskless.errors import DisklessError
@@ -69,29 +66,30 @@ from diskless.kafka_server._coordination.consumer_group_state import (
     Description,
     HeartbeatAnswer,
     HeartbeatRequest,
-    decode_snapshot,
 )
 from diskless.kafka_server._coordination.consumer_steps import ConsumerConfigOf, ConsumerSteps
 from diskless.kafka_server._coordination.group_description import (
     DEAD,
     GroupDescription,
+    GroupType,
     delete_group_refusal,
     describe_groups_answer,
     offset_delete_refusal,
     subscribed,
 )
-from diskless.kafka_server._coordination.group_state import (
-    GroupState,
-    JoinOutcome,
-    Step,
-    Wait,
-)
+from diskless.kafka_server._coordination.group_state import GroupState, JoinOutcome, Step, Wait
 from diskless.kafka_server._coordination.owned_group import (
     OwnedGroup,
     answer_later,
     answer_waiter,
     at_rest_description,
     same_broker,
+)
+from diskless.kafka_server._coordination.share_group_state import decode_group_state
+from diskless.kafka_server._coordination.share_groups import (
+    ShareConfigOf,
+    ShareGroups,
+    default_share_configs,
 )
 from diskless.kafka_server._protocol.fields import wire
 
@@ -116,12 +114,15 @@ class GroupCoordinator:
         *,
         clock: Clock | None = None,
         group_configs: ConsumerConfigOf = default_group_configs,
+        share_configs: ShareConfigOf = default_share_configs,
     ) -> None:
         self._coordinator = coordinator
         self._view = view
         self._clock = clock or SystemClock()
         self._consumers = ConsumerSteps(coordinator, self._clock, group_configs)
         self._groups: dict[str, OwnedGroup] = {}
+        self.shares = ShareGroups(coordinator, self._clock, share_configs, self._owned, self._lose)
+        """The share groups (KIP-932) among them."""
         self._member_ids = itertools.count(1)
         self._expiry_task: asyncio.Task[None] | None = None
         self._completions: set[asyncio.Task[None]] = set()
@@ -191,7 +192,7 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None:
             state = GroupState(group_id, stored.generation)
-            snapshot = None if encoded is None else decode_snapshot(encoded)
+            snapshot = None if encoded is None else decode_group_state(encoded)
             now = self._clock.monotonic()
             group = self._groups[group_id] = OwnedGroup(state, stored, term, snapshot, now)
         if not same_broker(group.owner, me) or group.term != term:
@@ -250,7 +251,9 @@ class GroupCoordinator:
             if group is not None and same_broker(group.owner, me) and group.term == term:
                 described = group.describe(record)
             else:
-                stored = None if record.owner is None else await self._stored_state(group_id)
+                stored = (
+                    None if record.owner is None else await self._coordinator.group_state(group_id)
+                )
                 described = at_rest_description(group_id, record, stored)
             if described.state != DEAD:
                 listed.append(described)
@@ -265,10 +268,6 @@ class GroupCoordinator:
         records = await self._coordinator.group_records([group_id])
         return describe_groups_answer(group.describe(records.get(group_id)))
 
-    async def _stored_state(self, group_id: str) -> bytes | None:
-        """A group's stored consumer-protocol state, where its owner stores one (KIP-848)."""
-        return await self._coordinator.group_state(group_id)
-
     async def delete(self, me: GroupOwnership, group_id: str) -> WireError:
         """DeleteGroups, at the group's owner only: an empty group's committed offsets and its
         stored consumer-protocol state go and its generation starts again from 0; it stays
@@ -281,7 +280,8 @@ class GroupCoordinator:
             records = await self._coordinator.group_records([group_id])
             if self._groups.get(group_id) is not group:  # re-validate after the await
                 return WireError.not_coordinator
-            refusal = delete_group_refusal(group.describe(records.get(group_id)))
+            described = group.describe(records.get(group_id))
+            refusal = delete_group_refusal(described)
             if refusal is not WireError.none:
                 return refusal
             error = await self._coordinator.delete_group(group_id, group.fence())
@@ -289,6 +289,8 @@ class GroupCoordinator:
                 self.refused(me, group_id)
                 return WireError.not_coordinator
             assert error is ErrorCode.NONE, error
+            if described.group_type is GroupType.SHARE:
+                await self._coordinator.delete_share_group(group_id)
             if self._groups.get(group_id) is group:
                 if group.state.members:  # joined meanwhile: they join the group anew, wherever
                     self._lose(group, "it was deleted")
@@ -351,7 +353,7 @@ class GroupCoordinator:
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return JoinOutcome(group, member_id=member_id)
-        if not group.consumer.is_empty():
+        if not group.consumer.is_empty() or group.share.exists():
             return JoinOutcome(WireError.inconsistent_group_protocol, member_id=member_id)
         step = group.state.join(
             member_id=member_id,
@@ -431,6 +433,8 @@ class GroupCoordinator:
                     continue
                 if error is WireError.not_coordinator:
                     self._lose(group, "storing its state answered NOT_COORDINATOR")
+                    continue
+                await self.shares.expire(group)
 
     # --- carrying out the decisions -----------------------------------------------------------
     def _carry_out(self, group: OwnedGroup, step: Step[object]) -> None:

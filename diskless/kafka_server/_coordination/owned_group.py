@@ -2,11 +2,14 @@
 APIs.
 
 `group_coordinator.GroupCoordinator` keeps one `OwnedGroup` per group its brokers own: the
-classic protocol's state machine (`group_state.GroupState`) and the consumer protocol's
-(`consumer_group_state.ConsumerGroupState`, KIP-848) side by side, since a group's id names one
-group whichever protocol its members speak, and an empty group may change protocol. A group is
-of one protocol at a time: a consumer-protocol group is one that has had a group epoch and has
-no classic members; any other is classic.
+classic protocol's state machine (`group_state.GroupState`), the consumer protocol's
+(`consumer_group_state.ConsumerGroupState`, KIP-848) and the share group's
+(`share_group_state.ShareGroupState`, KIP-932) side by side, since a group's id names one group
+whichever protocol its members speak, and an empty group may change protocol. A group is of one
+protocol at a time: a share group is one that has had a share group epoch (until it is
+deleted), with no classic or consumer-protocol members; a consumer-protocol group one that has
+had a group epoch and has no classic members; any other is classic. One state is stored per
+group (`store_group_state`), a consumer group's or a share group's, and says which it is.
 
 The admin APIs read either through one description (`group_description`), decided here
 (`OwnedGroup.describe`): a consumer-protocol group is described as Kafka's `ConsumerGroup`
@@ -28,7 +31,6 @@ from diskless.kafka_server._coordination.consumer_group_state import (
     ConsumerGroupState,
     Description,
     Snapshot,
-    decode_snapshot,
 )
 from diskless.kafka_server._coordination.group_description import (
     CONSUMER_PROTOCOL_TYPE,
@@ -45,6 +47,13 @@ from diskless.kafka_server._coordination.group_state import (
     SyncOutcome,
     Wait,
 )
+from diskless.kafka_server._coordination.share_group_state import (
+    SHARE_PROTOCOL_TYPE,
+    ShareDescription,
+    ShareGroupState,
+    ShareSnapshot,
+    decode_group_state,
+)
 
 _Outcome = TypeVar("_Outcome", JoinOutcome, SyncOutcome)
 
@@ -60,6 +69,7 @@ class OwnedGroup:
         "joins",
         "lock",
         "owner",
+        "share",
         "state",
         "stored",
         "syncs",
@@ -72,14 +82,18 @@ class OwnedGroup:
         state: GroupState,
         owner: GroupOwnership,
         term: int,
-        stored: Snapshot | None,
+        stored: Snapshot | ShareSnapshot | None,
         now: float,
     ) -> None:
         self.state = state
-        self.consumer = ConsumerGroupState(state.group_id, stored, now=now)
-        """The group's consumer-protocol state (KIP-848), as stored last by its owners."""
         self.stored = stored
-        """The consumer-protocol state stored last: what a step that failed to store undoes to."""
+        """The consumer-protocol or share group state stored last: what a step that failed to
+        store undoes to."""
+        self.consumer = ConsumerGroupState(state.group_id)
+        """The group's consumer-protocol state (KIP-848), as stored last by its owners."""
+        self.share = ShareGroupState(state.group_id)
+        """The group's share group state (KIP-932), as stored last by its owners."""
+        self.undo(now)
         self.lock = asyncio.Lock()
         """Consumer-protocol steps, and deletions, take turns, each stored before the next."""
         self.owner = owner
@@ -109,7 +123,10 @@ class OwnedGroup:
         generation = 0 if record is None or record.owner is None else record.owner.generation
         has_offsets = record is not None and record.has_offsets
         consumer = self.consumer_group()
-        if consumer is None:
+        if self.share.exists() and not self.state.members and self.consumer.is_empty():
+            described = share_description(self.share.describe())
+            generation = max(generation, self.share.group_epoch)
+        elif consumer is None:
             described = self.state.describe()
         else:
             described = consumer_description(consumer)
@@ -117,8 +134,12 @@ class OwnedGroup:
         return described if exists(described, generation, has_offsets) else dead(self.group_id)
 
     def undo(self, now: float) -> None:
-        """Take back the consumer-protocol steps since the state stored last."""
-        self.consumer = ConsumerGroupState(self.group_id, self.stored, now=now)
+        """Take back the consumer-protocol and share group steps since the state stored last."""
+        stored = self.stored
+        consumer = stored if isinstance(stored, Snapshot) else None
+        share = stored if isinstance(stored, ShareSnapshot) else None
+        self.consumer = ConsumerGroupState(self.group_id, consumer, now=now)
+        self.share = ShareGroupState(self.group_id, share, now=now)
 
     def fence(self) -> GroupOwnership:
         """The fence of a step of the group's owner that claims no generation."""
@@ -150,6 +171,18 @@ def consumer_description(consumer: Description) -> GroupDescription:
     )
 
 
+def share_description(share: ShareDescription) -> GroupDescription:
+    """A share group, as the admin APIs read it (Kafka's `ShareGroup`)."""
+    members = tuple(
+        DescribedMember(m.member_id, None, m.client_id, m.client_host, b"", b"")
+        for m in share.members
+    )
+    topics = frozenset(topic for m in share.members for topic in m.subscribed_topic_names)
+    return GroupDescription(
+        share.group_id, GroupType.SHARE, share.state, SHARE_PROTOCOL_TYPE, "", members, topics
+    )
+
+
 def at_rest_description(
     group_id: str, record: GroupRecord, stored: bytes | None
 ) -> GroupDescription:
@@ -158,8 +191,12 @@ def at_rest_description(
     state describes it, any other empty and classic; Dead if it does not exist."""
     generation = 0 if record.owner is None else record.owner.generation
     described = at_rest(group_id)
-    if stored is not None:
-        consumer = ConsumerGroupState(group_id, decode_snapshot(stored)).describe()
+    decoded = None if stored is None else decode_group_state(stored)
+    if isinstance(decoded, ShareSnapshot) and decoded.group_epoch > 0:
+        described = share_description(ShareGroupState(group_id, decoded).describe())
+        generation = max(generation, decoded.group_epoch)
+    elif isinstance(decoded, Snapshot):
+        consumer = ConsumerGroupState(group_id, decoded).describe()
         if consumer.group_epoch > 0:
             described = consumer_description(consumer)
             generation = max(generation, consumer.group_epoch)

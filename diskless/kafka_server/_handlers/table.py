@@ -90,6 +90,12 @@ from diskless.kafka_server._handlers._share_fetch import (
     handle_share_acknowledge,
     handle_share_fetch,
 )
+from diskless.kafka_server._handlers._share_groups import (
+    handle_share_group_describe,
+    handle_share_group_heartbeat,
+    share_describe_error_response,
+    share_heartbeat_error_response,
+)
 from diskless.kafka_server._handlers._topic_partitions import (
     describe_topic_partitions_error_response,
     handle_describe_topic_partitions,
@@ -173,6 +179,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_describe_producers),
         Route(handle_list_transactions, txn_error, list_transactions_error_response),
         Route(handle_describe_transactions, txn_error, describe_transactions_error_response),
+        Route(handle_share_group_heartbeat, group_error, share_heartbeat_error_response),
+        Route(handle_share_group_describe, group_error, share_describe_error_response),
         Route(handle_share_fetch),
         Route(handle_share_acknowledge),
     )

@@ -37,6 +37,7 @@ from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_configs import GroupConfigCopy
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
 from diskless.kafka_server._coordination.share_front import ShareFront
+from diskless.kafka_server._coordination.share_group_state import ShareGroupConfig
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server.network._request_budget import RequestBudget
 from diskless.kafka_server._server.network.broker_server import BrokerServer
@@ -132,9 +133,13 @@ class KafkaCluster:
             coordinator, transaction_timeout_ms_max=config.transaction_max_timeout_ms
         )
         self.group_configs = GroupConfigCopy(coordinator, defaults=config.group_defaults)
+        self._share_max_size = config.group_share_max_size
         """This process's copy of every group's configs (IncrementalAlterConfigs on GROUP)."""
         self.groups = GroupCoordinator(
-            coordinator, self.view, group_configs=self._consumer_group_config
+            coordinator,
+            self.view,
+            group_configs=self._consumer_group_config,
+            share_configs=self._share_group_config,
         )
         self.shares = ShareFront(
             coordinator,
@@ -176,6 +181,15 @@ class KafkaCluster:
         return ConsumerGroupConfig(
             session_timeout_ms=configs.consumer_session_timeout_ms,
             heartbeat_interval_ms=configs.consumer_heartbeat_interval_ms,
+        )
+
+    def _share_group_config(self, group_id: str) -> ShareGroupConfig:
+        """A share group's settings: its own configs, else the broker's `group.share.*`."""
+        configs = self.group_configs.configs(group_id)
+        return ShareGroupConfig(
+            session_timeout_ms=configs.share_session_timeout_ms,
+            heartbeat_interval_ms=configs.share_heartbeat_interval_ms,
+            max_size=self._share_max_size,
         )
 
     async def start(self) -> None:

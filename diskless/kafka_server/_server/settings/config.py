@@ -101,6 +101,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Kafka's `group.consumer.heartbeat.interval.ms`: how often a consumer-protocol member is
     told to heartbeat (it learns of a rebalance from its next one), unless its group sets its
     own `consumer.heartbeat.interval.ms`."""
+    group_share_session_timeout_ms: int = 45_000
+    """Kafka's `group.share.session.timeout.ms`: a share group member not heard from for this
+    long is removed from its group, unless its group sets its own `share.session.timeout.ms`."""
+    group_share_heartbeat_interval_ms: int = 5_000
+    """Kafka's `group.share.heartbeat.interval.ms`: how often a share group member is told to
+    heartbeat, unless its group sets its own `share.heartbeat.interval.ms`."""
+    group_share_max_size: int = 200
+    """Kafka's `group.share.max.size`: a share group's members beyond it are refused
+    (GROUP_MAX_SIZE_REACHED)."""
     group_share_record_lock_duration_ms: int = 30_000
     """Kafka's `group.share.record.lock.duration.ms`: how long a share consumer holds the records
     it acquired, unless its group sets its own `share.record.lock.duration.ms`."""
@@ -264,6 +273,13 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 "group_consumer_heartbeat_interval_ms must be >= 1 and below"
                 " group_consumer_session_timeout_ms"
             )
+        if not 1 <= self.group_share_heartbeat_interval_ms < self.group_share_session_timeout_ms:
+            raise ValueError(
+                "group_share_heartbeat_interval_ms must be >= 1 and below"
+                " group_share_session_timeout_ms"
+            )
+        if self.group_share_max_size < 1:
+            raise ValueError("group_share_max_size must be >= 1")
         share = (
             self.group_share_record_lock_duration_ms,
             self.group_share_delivery_count_limit,
@@ -335,11 +351,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def group_defaults(self) -> GroupConfigs:
-        """What a group without its own `consumer.session.timeout.ms` or
-        `consumer.heartbeat.interval.ms` gets: these properties' values (Kafka's defaults)."""
+        """What a group without its own `consumer.session.timeout.ms`,
+        `consumer.heartbeat.interval.ms`, `share.session.timeout.ms` or
+        `share.heartbeat.interval.ms` gets: these properties' values (Kafka's defaults)."""
         return KAFKA_GROUP_DEFAULTS._replace(
             consumer_session_timeout_ms=self.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
+            share_session_timeout_ms=self.group_share_session_timeout_ms,
+            share_heartbeat_interval_ms=self.group_share_heartbeat_interval_ms,
             share_record_lock_duration_ms=self.group_share_record_lock_duration_ms,
         )
 
