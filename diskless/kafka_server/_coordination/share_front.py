@@ -52,7 +52,7 @@ from diskless.coordinator import (
     initial_start,
     parse_offset_reset,
 )
-from diskless.kafka_server._coordination.group_configs import GroupConfigs
+from diskless.kafka_server._coordination.group_configs import GroupConfigs, group_configs
 from diskless.kafka_server._coordination.share_reads import (
     Batch,
     ShareRead,
@@ -116,6 +116,7 @@ class ShareFront:
     ) -> None:
         """`configs_of`: a group's effective configs (its lock duration, isolation level and
         offset reset); the delivery count limit and in-flight limit are the broker's."""
+        self._coordinator = coordinator
         self.queue = ShareStepQueue(coordinator)
         self.sessions = ShareSessions(sessions_max)
         self._configs_of = configs_of
@@ -361,8 +362,11 @@ class ShareFront:
         isolation: IsolationLevel,
     ) -> dict[TopicPartition, int | ErrorCode]:
         """Where each share-partition would start if it has no state yet
-        (`share.auto.offset.reset`); the step keeps the state it has."""
-        reset = parse_offset_reset(self._configs_of(group_id).share_auto_offset_reset)
+        (`share.auto.offset.reset`, read from the coordinator, not this process's copy of the
+        group configs: a group configured just before its first member fetches starts where it
+        was told); the step keeps the state it has."""
+        stored = await group_configs(self._coordinator, group_id)
+        reset = parse_offset_reset(stored.share_auto_offset_reset)
         reset = reset if reset is not None else OffsetReset("latest")
         earliest = await broker.list_offsets(
             dict.fromkeys(partitions, int(OffsetSpec.EARLIEST)), isolation_level=isolation
