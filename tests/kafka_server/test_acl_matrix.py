@@ -138,6 +138,9 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     # subscribed by name to topic `t`
     ApiKey.SHARE_GROUP_HEARTBEAT: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.DESCRIBE)],
     ApiKey.SHARE_GROUP_DESCRIBE: [Need(R.GROUP, Op.DESCRIBE)],
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.DESCRIBE), Need(R.TOPIC, Op.DESCRIBE)],
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.DELETE), Need(R.TOPIC, Op.READ)],
     # in the session of member `t` of group `t`, naming topic `t` by its id
     ApiKey.SHARE_FETCH: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
     ApiKey.SHARE_ACKNOWLEDGE: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],

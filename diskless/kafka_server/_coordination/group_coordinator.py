@@ -269,10 +269,10 @@ class GroupCoordinator:
         return describe_groups_answer(group.describe(records.get(group_id)))
 
     async def delete(self, me: GroupOwnership, group_id: str) -> WireError:
-        """DeleteGroups, at the group's owner only: an empty group's committed offsets and its
-        stored consumer-protocol state go and its generation starts again from 0; it stays
-        coordinated here, and a new group of the same id starts afresh. It takes its turn with
-        the group's consumer-protocol steps, so that none stores the group again after it."""
+        """DeleteGroups, at the group's owner only: an empty group's committed offsets, its
+        stored state and a share group's share-partition states go and its generation starts
+        again from 0; it stays coordinated here, and a new group of the same id starts afresh.
+        It takes its turn with the group's steps, so that none stores the group after it."""
         group = await self._owned(me, group_id)
         if isinstance(group, WireError):
             return group
@@ -284,13 +284,13 @@ class GroupCoordinator:
             refusal = delete_group_refusal(described)
             if refusal is not WireError.none:
                 return refusal
+            if described.group_type is GroupType.SHARE:  # its records' states first, as Kafka
+                await self._coordinator.delete_share_group(group_id)
             error = await self._coordinator.delete_group(group_id, group.fence())
             if error is ErrorCode.NOT_COORDINATOR:
                 self.refused(me, group_id)
                 return WireError.not_coordinator
             assert error is ErrorCode.NONE, error
-            if described.group_type is GroupType.SHARE:
-                await self._coordinator.delete_share_group(group_id)
             if self._groups.get(group_id) is group:
                 if group.state.members:  # joined meanwhile: they join the group anew, wherever
                     self._lose(group, "it was deleted")

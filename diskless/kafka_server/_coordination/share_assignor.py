@@ -16,9 +16,9 @@ So every subscribed partition has at least one member as long as one member subs
 topic. Members and partitions are taken in sorted order, so every process computes the same
 target from the same inputs.
 
-When the members subscribe to different topics, Kafka's heterogeneous builder balances across
-all topics at once; here each topic is balanced alone among its subscribers (the same rules,
-per topic): simpler, and a member subscribed to more topics gets more partitions.
+When the members subscribe to different topics, each topic is balanced alone among its
+subscribers, by the same rules, and the results combined (Kafka's
+`SimpleHeterogeneousAssignmentBuilder`): a member subscribed to more topics gets more partitions.
 """
 
 from __future__ import annotations

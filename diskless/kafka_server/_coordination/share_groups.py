@@ -21,18 +21,27 @@ answered, so the stored state is the truth, cluster-wide). `on_departure` regist
 called, in the owner's process, with (group id, member id) once a member that left or was
 removed (its session timed out) is stored without it, so that its share session can release
 the records it holds.
+
+**Offsets** (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) are
+served at the group's owner, as Kafka's group coordinator serves them, and kept in the batch
+coordinator with the share-partitions' states (`share_offsets`, `alter_share_offsets`,
+`delete_share_offsets`). A group of another kind is GROUP_ID_NOT_FOUND; altering and deleting
+take their turn with the group's heartbeats and are refused while it has members
+(NON_EMPTY_GROUP), as Kafka's `ShareGroup.validateOffsetsAlterable`. Altering the offsets of a
+group that does not exist yet sets its share-partitions' start offsets before any member joins.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
 
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.clock import Clock
-from diskless.coordinator import BatchCoordinator
+from diskless.coordinator import BatchCoordinator, ShareOffset
 from diskless.errors import DisklessError
 from diskless.kafka_server._coordination.group_description import GroupDescription
 from diskless.kafka_server._coordination.owned_group import OwnedGroup
@@ -57,6 +66,7 @@ ShareConfigOf = Callable[[str], ShareGroupConfig]
 the group's own `share.*` configs where they are set."""
 Owned = Callable[[GroupOwnership, str], Awaitable[OwnedGroup | WireError]]
 Lose = Callable[[OwnedGroup, str], None]
+_Answer = TypeVar("_Answer")
 Departure = Callable[[str, str], None]
 """(group id, member id) of a share member that left or was removed."""
 
@@ -106,7 +116,7 @@ class ShareGroups:
         async with group.lock:
             if group.gone:
                 return ShareHeartbeatAnswer(WireError.not_coordinator)
-            if group.state.members or not group.consumer.is_empty():
+            if _other_kind(group):
                 message = f"Group {group_id} is not a share group."
                 return ShareHeartbeatAnswer(WireError.group_id_not_found, message=message)
             if not group.share.exists() and group.consumer.group_epoch > 0:
@@ -191,3 +201,67 @@ class ShareGroups:
         if not isinstance(decoded, ShareSnapshot):
             return None
         return ShareGroupState(group_id, decoded).assignment(member_id)
+
+    # --- offsets ------------------------------------------------------------------------------
+    async def offsets(
+        self, me: GroupOwnership, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, ShareOffset] | WireError:
+        """DescribeShareGroupOffsets: the start offset and state epoch of each named partition
+        that has a state (every one of the group's when None)."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        if _other_kind(group):
+            return WireError.group_id_not_found
+        return await self._coordinator.share_offsets(group_id, partitions)
+
+    async def alter_offsets(
+        self, me: GroupOwnership, group_id: str, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, ErrorCode] | WireError:
+        """AlterShareGroupOffsets of an empty share group: each share-partition starts over."""
+        return await self._while_empty(
+            me, group_id, lambda: self._coordinator.alter_share_offsets(group_id, offsets)
+        )
+
+    async def delete_offsets(
+        self, me: GroupOwnership, group_id: str, topics: Sequence[str]
+    ) -> dict[str, ErrorCode] | WireError:
+        """DeleteShareGroupOffsets of an empty share group: each named topic's share-partitions
+        forget their state (UNKNOWN_TOPIC_OR_PARTITION for a topic without one)."""
+
+        async def delete() -> dict[str, ErrorCode]:
+            held = await self._coordinator.share_offsets(group_id)
+            wanted = [tp for tp in held if tp.topic in topics]
+            codes = await self._coordinator.delete_share_offsets(group_id, wanted) if wanted else {}
+            answers = dict.fromkeys(topics, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            for tp, code in codes.items():
+                if (
+                    answers[tp.topic] is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    or code is not ErrorCode.NONE
+                ):
+                    answers[tp.topic] = code
+            return answers
+
+        return await self._while_empty(me, group_id, delete)
+
+    async def _while_empty(
+        self, me: GroupOwnership, group_id: str, change: Callable[[], Awaitable[_Answer]]
+    ) -> _Answer | WireError:
+        """`change`, once the group is found to be a share group (or none) without members, in
+        its turn with the group's steps."""
+        group = await self._owned(me, group_id)
+        if isinstance(group, WireError):
+            return group
+        async with group.lock:
+            if group.gone:
+                return WireError.not_coordinator
+            if _other_kind(group):
+                return WireError.group_id_not_found
+            if not group.share.is_empty():
+                return WireError.non_empty_group
+            return await change()
+
+
+def _other_kind(group: OwnedGroup) -> bool:
+    """Whether the group is of another kind than a share group (Kafka: GROUP_ID_NOT_FOUND)."""
+    return bool(group.state.members) or not group.consumer.is_empty()

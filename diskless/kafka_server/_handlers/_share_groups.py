@@ -60,6 +60,9 @@ async def handle_share_group_heartbeat(
         message = "The member is not authorized to describe some of its subscribed topics."
         answer = ShareHeartbeatAnswer(WireError.topic_authorization_failed, message=message)
         return _encode_heartbeat(response, answer, {})
+    if not request.group_id.strip():
+        answer = ShareHeartbeatAnswer(WireError.invalid_request, message="GroupId can't be empty.")
+        return _encode_heartbeat(response, answer, {})
     try:
         described = await context.broker.describe_topics()
     except DisklessError as e:

@@ -86,6 +86,14 @@ from diskless.kafka_server._handlers._security import (
     handle_sasl_authenticate,
     handle_sasl_handshake,
 )
+from diskless.kafka_server._handlers._share_admin import (
+    alter_offsets_error_response,
+    delete_offsets_error_response,
+    describe_offsets_error_response,
+    handle_alter_share_group_offsets,
+    handle_delete_share_group_offsets,
+    handle_describe_share_group_offsets,
+)
 from diskless.kafka_server._handlers._share_fetch import (
     handle_share_acknowledge,
     handle_share_fetch,
@@ -181,6 +189,9 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_describe_transactions, txn_error, describe_transactions_error_response),
         Route(handle_share_group_heartbeat, group_error, share_heartbeat_error_response),
         Route(handle_share_group_describe, group_error, share_describe_error_response),
+        Route(handle_describe_share_group_offsets, group_error, describe_offsets_error_response),
+        Route(handle_alter_share_group_offsets, group_error, alter_offsets_error_response),
+        Route(handle_delete_share_group_offsets, group_error, delete_offsets_error_response),
         Route(handle_share_fetch),
         Route(handle_share_acknowledge),
     )
