@@ -310,6 +310,20 @@ async def test_a_closed_connection_releases_what_its_sessions_held(cluster: Kafk
     await two.close()
 
 
+async def test_a_member_that_left_its_group_releases_what_it_held(cluster: KafkaCluster) -> None:
+    await produce(cluster, [b"a", b"b"])
+    tid = await topic_id(cluster)
+    one, two = await connected(cluster), await connected(cluster)
+    assert acquired(await share_fetch(one, tid, 0, partitions=(0, 1))) == [(0, 1, 1)]
+    cluster.shares.member_left(GROUP, "m1")  # as the group's owner tells it
+    later = await share_fetch(two, tid, 0, member="m2", max_wait_ms=LOCK_MS * 20)
+    assert acquired(later) == [(0, 1, 1)]
+    gone = await share_fetch(one, tid, 1)
+    assert gone.error_code == WireError.share_session_not_found
+    await one.close()
+    await two.close()
+
+
 async def test_a_fetch_with_nothing_to_acquire_waits_for_new_records(
     cluster: KafkaCluster,
 ) -> None:

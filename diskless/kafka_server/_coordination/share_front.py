@@ -219,6 +219,21 @@ class ShareFront:
         """A connection closed: the share sessions opened on it end, as in Kafka."""
         self.release_later(broker, self.sessions.disconnected(connection))
 
+    def member_left(self, group_id: str, member_id: str) -> None:
+        """A member left its group or was removed from it (called in the group owner's
+        process): its sessions here end, and what it holds in any of the group's
+        share-partitions is released, in the background (as Kafka's share group listener
+        releases a departed member's records)."""
+        self.sessions.member_left(group_id, member_id)
+        task = asyncio.get_running_loop().create_task(self._release_member(group_id, member_id))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release_member(self, group_id: str, member_id: str) -> None:
+        with contextlib.suppress(Exception):  # the locks run out by themselves
+            partitions = list(await self._coordinator.share_offsets(group_id))
+            await self.release(group_id, member_id, partitions)
+
     async def close(self) -> None:
         """Wait for the releases under way, then for the steps queued."""
         if self._releases:

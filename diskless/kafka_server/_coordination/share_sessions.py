@@ -138,6 +138,17 @@ class ShareSessions:
         session.update(added, forgotten)
         return SessionStep(ErrorCode.NONE, session)
 
+    def member_left(self, group_id: str, member_id: str) -> list[ShareSession]:
+        """The sessions of a member that left its group, removed."""
+        ended = [
+            s
+            for s in self._sessions.values()
+            if s.key.group_id == group_id and s.key.member_id == member_id
+        ]
+        for session in ended:
+            del self._sessions[session.key]
+        return ended
+
     def disconnected(self, connection: object) -> list[ShareSession]:
         """The sessions opened on a connection that closed, removed."""
         ended = [s for s in self._sessions.values() if s.connection is connection]

@@ -149,6 +149,7 @@ class KafkaCluster:
             sessions_max=config.group_share_max_share_sessions,
         )
         """This process's share fetches and share sessions (KIP-932)."""
+        self.groups.shares.on_departure(self.shares.member_left)
         self.credentials = Credentials(coordinator, config.acl_refresh_ms)
         """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""
         self.acls = (
