@@ -354,6 +354,23 @@ async def test_a_waiting_fetch_gets_the_records_whose_lock_ran_out(cluster: Kafk
     await two.close()
 
 
+@pytest.mark.parametrize("cluster", [{"group_share_partition_max_record_locks": 2}], indirect=True)
+async def test_at_its_in_flight_limit_a_fetch_waits_for_a_lock_not_for_records(
+    cluster: KafkaCluster,
+) -> None:
+    await produce(cluster, [b"a", b"b", b"c", b"d"])
+    tid = await topic_id(cluster)
+    one, two = await connected(cluster), await connected(cluster)
+    assert acquired(await share_fetch(one, tid, 0)) == [(0, 1, 1)]
+    steps = cluster.shares.queue.steps
+    # records wait past the end, but none may be taken until a lock ends: no pass per record
+    later = await share_fetch(two, tid, 0, member="m2", max_wait_ms=LOCK_MS * 20)
+    assert acquired(later) == [(0, 1, 2)]
+    assert cluster.shares.queue.steps - steps <= 4
+    await one.close()
+    await two.close()
+
+
 @pytest.mark.parametrize("cluster", [{"group_share_delivery_count_limit": 2}], indirect=True)
 async def test_a_record_released_as_often_as_the_limit_is_archived(cluster: KafkaCluster) -> None:
     await produce(cluster, [b"a"])

@@ -29,7 +29,7 @@ import collections
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from diskless import DisklessBroker
@@ -298,6 +298,9 @@ class ShareFront:
                 answers.update((tp, ShareFetched(code)) for tp, code in errors.items())
                 return ShareFetchAnswer(answers, acknowledged)
             stale = any(a.end != readable[tp].offset for tp, a in acquired.items())
+            full = {  # records past the end it may not take (at its in-flight limit)
+                tp for tp, a in acquired.items() if a.end == readable[tp].offset < readable[tp].end
+            }
             now = time.monotonic()
             if now >= deadline or min_bytes <= 0 or not readable:
                 break
@@ -306,7 +309,7 @@ class ShareFront:
                 continue
             quick = 0
             parked = await self._park(
-                broker, group_id, readable, isolation, max_bytes, min_bytes, deadline
+                broker, group_id, readable, full, isolation, max_bytes, min_bytes, deadline
             )
             if parked is None:  # the broker is closing
                 break
@@ -365,7 +368,7 @@ class ShareFront:
                 result = results[tp]
                 if result.error is ErrorCode.OFFSET_OUT_OF_RANGE:  # below the log's start now
                     self._hints.pop((group_id, tp), None)
-                    result = FetchResult(ErrorCode.NONE, log_start_offset=offset)
+                    result = FetchResult(ErrorCode.NONE)  # (nothing read, nothing trimmed)
                 reads[tp] = share_read(offset, result, isolation)
         return reads
 
@@ -485,14 +488,17 @@ class ShareFront:
         broker: DisklessBroker,
         group_id: str,
         reads: Mapping[TopicPartition, ShareRead],
+        full: Collection[TopicPartition],
         isolation: IsolationLevel,
         max_bytes: int,
         min_bytes: int,
         deadline: float,
     ) -> dict[TopicPartition, ShareRead] | None:
-        """Wait, as a Fetch waits, for records past the share-partitions' ends, a release in this
-        process, the earliest lock's expiry, or the deadline. The reads the wait made when it
-        ended with new records; None when it ended early for nothing (the broker closes)."""
+        """Wait, as a Fetch waits, for records past the ends of the share-partitions of `reads`
+        (but those of `full`, at their in-flight limit: records there wait for a lock to end), a
+        release in this process, the earliest lock's expiry, or the deadline. The reads the wait
+        made when it ended with new records; None when it ended early for nothing (the broker
+        closes)."""
         now = time.monotonic()
         until = deadline
         for tp in reads:
@@ -503,6 +509,7 @@ class ShareFront:
         offsets = {
             tp: (hint.end if (hint := self._hints.get((group_id, tp))) is not None else r.offset)
             for tp, r in reads.items()
+            if tp not in full
         }
         released = self._released_signal(group_id)
         waiting = asyncio.ensure_future(
@@ -514,6 +521,8 @@ class ShareFront:
                 min_bytes=max(1, min_bytes),
                 max_wait_ms=wait_ms,
             )
+            if offsets
+            else asyncio.sleep(wait_ms / 1000, {})
         )
         try:
             await asyncio.wait((waiting, released), return_when=asyncio.FIRST_COMPLETED)
