@@ -2,12 +2,13 @@
 three members in processes of their own, against broker processes 0 and 1 over a PostgreSQL
 batch coordinator.
 
-The group starts at the earliest offset (`share.auto.offset.reset`, set through
-IncrementalAlterConfigs on the GROUP resource). Locks last 2 s and a record is delivered at most
-3 times (the brokers' `group.share.record.lock.duration.ms` and
-`group.share.delivery.count.limit`). Two members work (`_share_member`); the third takes records,
-holds them, is frozen (SIGSTOP: its connection stays open, so only the locks' expiry frees what
-it holds) and is then SIGKILLed. Explicit mode, each record decided by its value:
+The group starts at the earliest offset and its locks last 2 s (`share.auto.offset.reset` and
+`share.record.lock.duration.ms`, set through IncrementalAlterConfigs on the GROUP resource; the
+brokers' `group.share.min.record.lock.duration.ms` allows it); a record is delivered at most 3
+times (the brokers' `group.share.delivery.count.limit`). Two members work (`_share_member`);
+the third takes records, holds them, is frozen (SIGSTOP: its connection stays open, so only
+the locks' expiry frees what it holds) and is then SIGKILLed. Explicit mode, each record
+decided by its value:
 - every record neither rejected nor released to the limit is accepted exactly once;
 - a record released at its first delivery comes back with a higher delivery count;
 - a rejected record never comes back;
@@ -47,6 +48,8 @@ RECORDS: Final = 300
 LOCK_MS: Final = 2_000
 DELIVERY_LIMIT: Final = 3
 DEADLINE_S: Final = 120.0
+CONFIGS_SPREAD_S: Final = 1.5
+"""Every broker process reads the group configs again within a second."""
 ROOT: Final = Path(__file__).resolve().parents[2]
 
 
@@ -54,27 +57,27 @@ def _brokers(tmp_path: Path) -> list[BrokerProcess]:
     options = [
         "--coordinator", database_dsn(tmp_path, "cluster"), "--data-dir", str(tmp_path / "data"),
         "--topic", f"{TOPIC}:1", "--log-level", "INFO",
-        "--override", f"group.share.record.lock.duration.ms={LOCK_MS}",
+        "--override", f"group.share.min.record.lock.duration.ms={LOCK_MS // 2}",
         "--override", f"group.share.delivery.count.limit={DELIVERY_LIMIT}",
     ]  # fmt: skip
     return [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
 
 
-def _start_at_the_earliest(address: str) -> None:
+def _configure_the_group(address: str) -> None:
+    """The group starts at the earliest offset and holds its locks for `LOCK_MS`."""
     admin = AdminClient({"bootstrap.servers": address})
+    configs = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": LOCK_MS}
     resource = ConfigResource(
         ResourceType.GROUP,
         GROUP,
         incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset",
-                "earliest",
-                incremental_operation=AlterConfigOpType.SET,
-            )
+            ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
+            for name, value in configs.items()
         ],
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+    time.sleep(CONFIGS_SPREAD_S)
 
 
 def _produce(address: str) -> None:
@@ -158,7 +161,7 @@ def test_share_consumers_deliver_each_record_to_one_member(tmp_path: Path, mode:
     try:
         for broker in brokers:
             broker.start()
-        _start_at_the_earliest(brokers[0].address)
+        _configure_the_group(brokers[0].address)
         _produce(brokers[0].address)
         holder = _Member(tmp_path, brokers[0].address, mode, "hold", "holder")
         members.append(holder)

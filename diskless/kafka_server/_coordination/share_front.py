@@ -41,6 +41,7 @@ from diskless.coordinator import (
     AcknowledgeType,
     AcquiredRange,
     BatchCoordinator,
+    ConfigResourceType,
     OffsetReset,
     ShareAcknowledge,
     ShareAcquire,
@@ -52,7 +53,7 @@ from diskless.coordinator import (
     initial_start,
     parse_offset_reset,
 )
-from diskless.kafka_server._coordination.group_configs import GroupConfigs, group_configs
+from diskless.kafka_server._coordination.group_configs import GroupConfigs
 from diskless.kafka_server._coordination.share_reads import (
     Batch,
     ShareRead,
@@ -72,6 +73,7 @@ TOPIC_IDS_REFRESH_S: Final = 0.1
 """An unknown topic id re-reads the topics at most this often."""
 COVER_READS_MAX: Final = 64
 """The most reads a fetch makes to find the batches of what one partition acquired."""
+_OFFSET_RESET: Final = "share.auto.offset.reset"
 QUICK_PASSES_MAX: Final = 3
 """Passes a fetch makes without parking when its hints were stale."""
 
@@ -383,8 +385,10 @@ class ShareFront:
         (`share.auto.offset.reset`, read from the coordinator, not this process's copy of the
         group configs: a group configured just before its first member fetches starts where it
         was told); the step keeps the state it has."""
-        stored = await group_configs(self._coordinator, group_id)
-        reset = parse_offset_reset(stored.share_auto_offset_reset)
+        stored = await self._coordinator.describe_resource_configs(
+            ConfigResourceType.GROUP, [group_id]
+        )
+        reset = parse_offset_reset(stored.get(group_id, {}).get(_OFFSET_RESET, "latest"))
         reset = reset if reset is not None else OffsetReset("latest")
         earliest = await broker.list_offsets(
             dict.fromkeys(partitions, int(OffsetSpec.EARLIEST)), isolation_level=isolation

@@ -4,7 +4,7 @@ the other way round."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple, Protocol
 
 from diskless import DisklessBroker
@@ -118,6 +118,9 @@ class Settings(Protocol):
 
     @property
     def group_defaults(self) -> GroupConfigs: ...
+
+    @property
+    def group_bounds(self) -> Mapping[str, int]: ...
 
 
 class BrokerContext(Protocol):

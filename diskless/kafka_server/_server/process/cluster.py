@@ -132,7 +132,9 @@ class KafkaCluster:
         self.transactions = TransactionFront(
             coordinator, transaction_timeout_ms_max=config.transaction_max_timeout_ms
         )
-        self.group_configs = GroupConfigCopy(coordinator, defaults=config.group_defaults)
+        self.group_configs = GroupConfigCopy(
+            coordinator, defaults=config.group_defaults, bounds=config.group_bounds
+        )
         self._share_max_size = config.group_share_max_size
         """This process's copy of every group's configs (IncrementalAlterConfigs on GROUP)."""
         self.groups = GroupCoordinator(

@@ -113,6 +113,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     group_share_record_lock_duration_ms: int = 30_000
     """Kafka's `group.share.record.lock.duration.ms`: how long a share consumer holds the records
     it acquired, unless its group sets its own `share.record.lock.duration.ms`."""
+    group_share_min_record_lock_duration_ms: int = 15_000
+    """Kafka's `group.share.min.record.lock.duration.ms`: the least `share.record.lock.duration.ms`
+    a group may set."""
     group_share_delivery_count_limit: int = 5
     """Kafka's `group.share.delivery.count.limit`: a record delivered this often and released
     again is archived, never delivered more."""
@@ -282,6 +285,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("group_share_max_size must be >= 1")
         share = (
             self.group_share_record_lock_duration_ms,
+            self.group_share_min_record_lock_duration_ms,
             self.group_share_delivery_count_limit,
             self.group_share_partition_max_record_locks,
             self.group_share_max_share_sessions,
@@ -361,6 +365,13 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             share_heartbeat_interval_ms=self.group_share_heartbeat_interval_ms,
             share_record_lock_duration_ms=self.group_share_record_lock_duration_ms,
         )
+
+    @property
+    def group_bounds(self) -> dict[str, int]:
+        """The bounds on the group configs that these properties set (`group_config_error`)."""
+        return {
+            "group.share.min.record.lock.duration.ms": self.group_share_min_record_lock_duration_ms
+        }
 
     @property
     def topic_defaults(self) -> TopicDefaults:

@@ -45,6 +45,7 @@ PROPERTIES: Final[dict[str, str]] = {
     "group.share.heartbeat.interval.ms": "group_share_heartbeat_interval_ms",
     "group.share.max.size": "group_share_max_size",
     "group.share.record.lock.duration.ms": "group_share_record_lock_duration_ms",
+    "group.share.min.record.lock.duration.ms": "group_share_min_record_lock_duration_ms",
     "group.share.delivery.count.limit": "group_share_delivery_count_limit",
     "group.share.partition.max.record.locks": "group_share_partition_max_record_locks",
     "group.share.max.share.sessions": "group_share_max_share_sessions",
