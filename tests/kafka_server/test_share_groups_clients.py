@@ -15,8 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import kio.schema.alter_share_group_offsets.v0.request as alter_v0
@@ -109,13 +109,15 @@ class Members:
             process.wait(30)
 
 
-@contextmanager
-def members(bootstrap: str, group: str) -> Iterator[Members]:
+@asynccontextmanager
+async def members(bootstrap: str, group: str) -> AsyncIterator[Members]:
+    """Members stopped at the end from a thread: closing, they still talk to the cluster, which
+    runs on this event loop."""
     running = Members(bootstrap, group)
     try:
         yield running
     finally:
-        running.stop()
+        await asyncio.to_thread(running.stop)
 
 
 def describe(bootstrap: str, group: str) -> Any:
@@ -173,7 +175,7 @@ async def test_three_members_split_the_topic_and_a_killed_ones_partitions_move(
     bootstrap = cluster.bootstrap()
     departed: list[tuple[str, str]] = []
     cluster.groups.shares.on_departure(lambda group, member: departed.append((group, member)))
-    with members(bootstrap, "workers") as running:
+    async with members(bootstrap, "workers") as running:
         running.start_thread()
         running.start_thread()
         victim = running.start_process()
