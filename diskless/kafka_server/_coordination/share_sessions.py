@@ -3,13 +3,16 @@ member, the partitions a share consumer fetches and the epoch its next request m
 
 A ShareFetch names only what changed since its previous request (partitions added, forgotten
 topics removed); the session holds the rest, so every fetch reads all of the session's
-partitions. Epoch 0 opens a session (replacing the member's previous one on this broker, whose
-records are then released), -1 closes it (its records released), anything else must be the
+partitions. Epoch 0 opens a session (replacing the member's previous one on this broker; what
+the member holds stays its own, as in Kafka: a client that starts its session over, after a
+reassignment or an error, still acknowledges the records it delivered), -1 closes it (its
+member's records in its partitions released), anything else must be the
 session's current epoch, which each request moves on: a lost or replayed request is refused
 (INVALID_SHARE_SESSION_EPOCH), an unknown session answered SHARE_SESSION_NOT_FOUND. As in Kafka
 4.1, sessions are not evicted by age: a full cache refuses a new one
 (SHARE_SESSION_LIMIT_REACHED), and a session ends when its member closes it, when its member
-opens another, or when the connection it was opened on closes.
+opens another, when its member leaves its group, or when the connection it was opened on
+closes.
 
 Only this broker's view: the records a session's member holds are the coordinator's
 (`BatchCoordinator.share_steps`), so a session lost with its process loses no record; its locks
@@ -70,8 +73,8 @@ class SessionStep(NamedTuple):
     session: ShareSession | None = None
     """The session the request runs in (None on an error)."""
     ended: ShareSession | None = None
-    """A session that ended (closed by epoch -1, or replaced by epoch 0): its member's records in
-    its partitions are to be released."""
+    """A session that ended: closed by epoch -1 (its member's records in its partitions are to
+    be released), or replaced by epoch 0 (they are not)."""
 
 
 class ShareSessions:

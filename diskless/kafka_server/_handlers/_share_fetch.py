@@ -9,9 +9,9 @@ reads, waits and acknowledges (`_coordination.share_front`); the share session, 
 - a group id or member id missing is INVALID_REQUEST, and so are acknowledgements in a ShareFetch
   that opens its session (epoch 0);
 - the session's epoch: SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH,
-  SHARE_SESSION_LIMIT_REACHED answer the whole request; a session that ends (epoch -1, or
-  replaced by a new one of the same member) releases what its member held in its partitions,
-  after the request's acknowledgements;
+  SHARE_SESSION_LIMIT_REACHED answer the whole request; a session closed (epoch -1) releases
+  what its member held in its partitions, after the request's acknowledgements (one replaced by
+  a new one of the same member, epoch 0, does not: the member still holds its records);
 - partitions are named by topic id: an id no topic has is UNKNOWN_TOPIC_ID, an index beyond the
   topic's UNKNOWN_TOPIC_OR_PARTITION;
 - each partition's acknowledgements are applied all or none (INVALID_RECORD_STATE for a record
@@ -156,8 +156,6 @@ async def handle_share_fetch(
     if step.error is not ErrorCode.NONE or step.session is None:
         return _fetch_failed(response, wire(step.error))
     final = epoch == FINAL_EPOCH
-    if step.ended is not None and not final:  # replaced by the member's new session
-        shares.release_later(context.broker, [step.ended])
     fetching = [] if final else list(step.session.partitions)
     try:
         resolved = await _resolve(context, session, [*fetching, *acks, *step.session.partitions])
