@@ -1,7 +1,8 @@
 """Queues against consumer groups: what a share group (KIP-932) costs one broker process.
 
     .venv/bin/python -m benchmarks.bench_share [--mb 32] [--partitions 4] [--record-bytes 1024]
-        [--idle 10] [--seconds 10] [--backend sqlite|postgres|all] [--postgres DSN] [--quick]
+        [--members 3] [--idle 10] [--seconds 10] [--backend sqlite|postgres|all]
+        [--postgres DSN] [--quick]
 
 One broker process (`python -m diskless.kafka_server --brokers 1 --no-lifecycle`, through
 `bench_fetch_idle`'s `serve` mode, which counts SQLite statements) serves one topic. This process
@@ -9,12 +10,12 @@ fills it with `--mb` MB of records, then, in one run:
 
 - a classic consumer group (confluent-kafka `Consumer`) reads it all once unmeasured (the
   broker's caches warm), then again, measured: MB/s from the first record to the last;
-- a share group (confluent-kafka `ShareConsumer`, implicit acknowledgement, one member) reads it
-  all: MB/s the same way, and the coordinator's work per MB read: transactions (PostgreSQL:
-  `pg_stat_database.xact_commit` of the broker's database; SQLite: BEGINs) and, for SQLite,
-  statements. Every share-partition step (acquire, acknowledge) is a coordinator transaction,
-  batched by the broker's `ShareStepQueue`; the figure is what deciding every record's state in
-  the coordinator, with no leader per share-partition, costs;
+- a share group (confluent-kafka `ShareConsumer`s, implicit acknowledgement, `--members` of
+  them, in threads) reads it all: MB/s the same way, and the coordinator's work per MB read:
+  transactions (PostgreSQL: `pg_stat_database.xact_commit` of the broker's database; SQLite:
+  BEGINs) and, for SQLite, statements. Every share-partition step (acquire, acknowledge) is a
+  coordinator transaction, batched by the broker's `ShareStepQueue`; the figure is what
+  deciding every record's state in the coordinator, with no leader per share-partition, costs;
 - `--idle` share consumers with nothing to read, polling: broker CPU (user + system of its
   process, as a share of one core) and coordinator transactions per second, beside the same
   window with none. An idle share consumer parks its fetch in the purgatory, as a Fetch does,
@@ -118,16 +119,26 @@ def start_at_the_earliest(bootstrap: str) -> None:
 
 
 class Read:
-    """How long a consumer took from its first record to its last, and what it read."""
+    """How long consumers took from their first record to their last, and what they read (each
+    record once: a share consumer may get a record another one got, if that one closed before
+    acknowledging it: records it holds are released, as Kafka releases them)."""
 
     def __init__(self) -> None:
         self.records = 0
         self.bytes = 0
         self.first = 0.0
         self.last = 0.0
+        self.again = 0
+        """Records delivered more than once."""
+        self._seen: set[tuple[int, int]] = set()
 
-    def add(self, size: int) -> None:
+    def add(self, size: int, where: tuple[int, int] = (-1, -1)) -> None:
         now = time.monotonic()
+        if where in self._seen:
+            self.again += 1
+            return
+        if where != (-1, -1):
+            self._seen.add(where)
         if not self.records:
             self.first = now
         self.records += 1
@@ -164,22 +175,34 @@ def read_classic(bootstrap: str, group: str, records: int) -> Read:
     return read
 
 
-def read_share(bootstrap: str, records: int) -> Read:
+def read_share(bootstrap: str, records: int, members: int) -> Read:
+    """`members` share consumers of one group, each in a thread, until they read `records`."""
     from confluent_kafka import ShareConsumer
 
-    consumer = ShareConsumer(
-        {"bootstrap.servers": bootstrap, "group.id": GROUP_SHARE, "max.poll.records": 2000}
-    )
-    consumer.subscribe([TOPIC])
     read = Read()
+    lock = threading.Lock()
     deadline = time.monotonic() + READ_TIMEOUT_S
-    try:
-        while read.records < records and time.monotonic() < deadline:
-            for m in consumer.poll(1.0):
-                if m.error() is None:
-                    read.add(len(m.value()))
-    finally:
-        consumer.close()
+
+    def member() -> None:
+        consumer = ShareConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": GROUP_SHARE, "max.poll.records": 2000}
+        )
+        consumer.subscribe([TOPIC])
+        try:
+            while read.records < records and time.monotonic() < deadline:
+                for m in consumer.poll(0.5):
+                    if m.error() is None:
+                        with lock:
+                            read.add(len(m.value()), (m.partition(), m.offset()))
+            consumer.commit_sync(30)  # the last poll's records accepted (else closing releases)
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=member) for _ in range(members)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return read
 
 
@@ -227,10 +250,12 @@ async def counters(broker: ShareBroker, postgres: tuple[str, str] | None) -> tup
 @dataclass
 class Result:
     backend: str
+    members: int
     mb: float
     classic_mb_s: float
     share_mb_s: float
     share_records: int
+    share_again: int
     statements_per_mb: float
     transactions_per_mb: float
     idle: int
@@ -267,7 +292,7 @@ async def run_backend(backend: str, args: argparse.Namespace) -> Result:
         await asyncio.to_thread(read_classic, broker.bootstrap, GROUP_CLASSIC + "-warm", records)
         classic = await asyncio.to_thread(read_classic, broker.bootstrap, GROUP_CLASSIC, records)
         before = await counters(broker, postgres)
-        share = await asyncio.to_thread(read_share, broker.bootstrap, records)
+        share = await asyncio.to_thread(read_share, broker.bootstrap, records, args.members)
         after = await counters(broker, postgres)
         if share.records < records:
             raise SystemExit(f"the share consumer read {share.records} of {records} records")
@@ -283,10 +308,12 @@ async def run_backend(backend: str, args: argparse.Namespace) -> Result:
             await asyncio.to_thread(idle.close)
         return Result(
             backend,
+            args.members,
             mb,
             classic.mb_per_s,
             share.mb_per_s,
             share.records,
+            share.again,
             (after[0] - before[0]) / mb,
             (after[1] - before[1]) / mb,
             args.idle,
@@ -303,7 +330,11 @@ def report(r: Result) -> None:
     ratio = r.share_mb_s / r.classic_mb_s if r.classic_mb_s else 0.0
     print(f"\n{r.backend}: {r.mb:.1f} MB, one broker process")
     print(f"  classic consumer group   {r.classic_mb_s:8.1f} MB/s")
-    print(f"  share group (1 member)   {r.share_mb_s:8.1f} MB/s  ({ratio:.0%} of classic)")
+    members = f"share group ({r.members} members)"
+    print(
+        f"  {members:<24} {r.share_mb_s:8.1f} MB/s  ({ratio:.0%} of classic;"
+        f" {r.share_again} records delivered twice)"
+    )
     print(
         f"  coordinator per MB read  {r.transactions_per_mb:8.2f} transactions"
         + (f", {r.statements_per_mb:.1f} statements" if r.backend == "sqlite" else "")
@@ -329,6 +360,7 @@ if __name__ == "__main__":
     parser.add_argument("--mb", type=float, default=32.0)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--members", type=int, default=3, help="the share group's consumers")
     parser.add_argument("--idle", type=int, default=10, help="idle share consumers")
     parser.add_argument("--seconds", type=float, default=10.0, help="the idle windows")
     parser.add_argument("--warmup", type=float, default=3.0)

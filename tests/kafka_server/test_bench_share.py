@@ -24,6 +24,6 @@ def test_bench_share_reads_every_record_and_prints_every_figure() -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    for label in ("classic consumer group", "share group (1 member)", "coordinator per MB read"):
+    for label in ("classic consumer group", "share group (3 members)", "coordinator per MB read"):
         assert sum(label in line for line in lines) == 1, run.stdout
     assert any("idle share consumers: broker CPU" in line for line in lines), run.stdout
