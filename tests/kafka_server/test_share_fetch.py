@@ -28,7 +28,7 @@ from tests.kafka_server._helpers import batches_of
 
 TOPIC = "queue"
 GROUP = "g"
-ACCEPT, RELEASE, REJECT = 1, 2, 3
+GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 LOCK_MS = 1_000
 
 
@@ -234,6 +234,18 @@ async def test_acknowledgements_accept_release_and_reject_as_kafka_does(
     assert acquired(await share_fetch(two, tid, 2, member="m2")) == []
     await one.close()
     await two.close()
+
+
+async def test_a_gap_acknowledgement_archives_the_offsets_it_names(cluster: KafkaCluster) -> None:
+    await produce(cluster, [b"a", b"b"])
+    tid = await topic_id(cluster)
+    client = await connected(cluster)
+    assert acquired(await share_fetch(client, tid, 0)) == [(0, 1, 1)]
+    done = await share_acknowledge(client, tid, 1, {0: [(0, 0, GAP), (1, 1, RELEASE)]})
+    (answer,) = [p for t in done.responses for p in t.partitions]
+    assert answer.error_code == WireError.none
+    assert acquired(await share_fetch(client, tid, 2)) == [(1, 1, 2)]
+    await client.close()
 
 
 async def test_share_session_epochs_are_checked_as_kafka_checks_them(
