@@ -31,6 +31,8 @@ from testkit.commits import batch as commit_batch
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 LIMITS = ShareLimits(delivery_count_limit=2, lock_duration_ms=1_000, max_record_locks=50)
+LOCK = LIMITS.lock_duration_ms
+"""When the earliest lock runs out, after a step that acquired on a clock that stood still."""
 ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
 
 
@@ -82,7 +84,7 @@ async def test_a_lock_runs_out_by_the_coordinators_clock(
     await coordinator.acknowledge_share_records("g", "b", {TP0: batch(0, 0, RELEASE)}, LIMITS)
     await clock.advance(1.0)  # delivered twice, the limit: archived, never delivered again
     got = await coordinator.acquire_share_records("g", "c", [fetch(TP0, 3, end=3)], LIMITS)
-    assert got[TP0] == ((), 0, 3, 3)
+    assert got[TP0] == ((), 0, 3, 3, None)  # nothing held: no lock to run out
 
 
 async def test_release_member_and_the_state_epoch_fence(coordinator: BatchCoordinator) -> None:
@@ -101,11 +103,11 @@ async def test_release_member_and_the_state_epoch_fence(coordinator: BatchCoordi
     assert fenced == {TP0: ErrorCode.FENCED_STATE_EPOCH}
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(2, 1)}
     got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=4)], LIMITS)
-    assert got[TP0] == ((AcquiredRange(2, 3, 1),), 1, 2, 4)
+    assert got[TP0] == ((AcquiredRange(2, 3, 1),), 1, 2, 4, LOCK)
     assert await coordinator.delete_share_offsets("g", [TP0]) == {TP0: ErrorCode.NONE}
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(-1, 2)}
     got = await coordinator.acquire_share_records("g", "b", [fetch(TP0, 9, end=6, start=5)], LIMITS)
-    assert got[TP0] == ((AcquiredRange(5, 5, 1),), 2, 5, 6)
+    assert got[TP0] == ((AcquiredRange(5, 5, 1),), 2, 5, 6, LOCK)
     await coordinator.delete_share_group("g")
     assert await coordinator.share_offsets("g") == {}
 
@@ -124,7 +126,7 @@ async def test_records_below_the_log_start_leave(coordinator: BatchCoordinator) 
     await coordinator.acquire_share_records("g", "a", [fetch(TP0, 5, end=5)], LIMITS)
     trimmed = ShareFetchPartition(TP0, 10, 10, log_start=3, initial_start=0)
     got = await coordinator.acquire_share_records("g", "b", [trimmed], LIMITS)
-    assert got[TP0] == ((AcquiredRange(5, 9, 1),), 0, 3, 10)
+    assert got[TP0] == ((AcquiredRange(5, 9, 1),), 0, 3, 10, LOCK)
     (state,) = (await coordinator.share_partition_states("g")).values()
     assert (state.start, state.end, state.ranges[0].first) == (3, 10, 3)
 
@@ -215,12 +217,15 @@ async def test_share_steps_answer_as_the_operations_one_by_one(
         ]
     )
     assert answers == [
-        {TP0: ((AcquiredRange(0, 3, 1),), 0, 0, 4), TP1: ((AcquiredRange(0, 1, 1),), 0, 0, 2)},
-        {TP0: ((AcquiredRange(4, 7, 1),), 0, 0, 8)},
+        {
+            TP0: ((AcquiredRange(0, 3, 1),), 0, 0, 4, LOCK),
+            TP1: ((AcquiredRange(0, 1, 1),), 0, 0, 2, LOCK),
+        },
+        {TP0: ((AcquiredRange(4, 7, 1),), 0, 0, 8, LOCK)},
         {TP0: ErrorCode.NONE, TP1: ErrorCode.INVALID_RECORD_STATE},
-        {TP0: ((AcquiredRange(0, 0, 1),), 0, 0, 1)},
+        {TP0: ((AcquiredRange(0, 0, 1),), 0, 0, 1, LOCK)},
         None,
-        {TP0: ((AcquiredRange(4, 8, 1),), 0, 4, 9)},  # b gave its delivery back
+        {TP0: ((AcquiredRange(4, 8, 1),), 0, 4, 9, LOCK)},  # b gave its delivery back
         {TP1: ErrorCode.INVALID_RECORD_STATE},
     ]
     assert await coordinator.share_offsets("g") == {TP0: ShareOffset(4, 0), TP1: ShareOffset(0, 0)}
@@ -277,7 +282,7 @@ async def test_delete_records_leaves_the_share_partition_as_kafka_says(
     assert (deleted.error, deleted.low_watermark) == (ErrorCode.NONE, 4)
     log_start = await _log_start(coordinator, TP0)
     got = await coordinator.acquire_share_records("g", "b", [fetch_at(log_start)], LIMITS)
-    assert got[TP0] == ((AcquiredRange(6, 9, 1),), 0, 4, 10)  # a still holds 4 and 5
+    assert got[TP0] == ((AcquiredRange(6, 9, 1),), 0, 4, 10, LOCK)  # a still holds 4 and 5
     (state,) = (await coordinator.share_partition_states("g")).values()
     assert (state.start, state.ranges[0].first, state.ranges[0].member) == (4, 4, "a")
     late = {TP0: batch(2, 3)}  # deleted since a acquired them
@@ -298,7 +303,7 @@ async def test_delete_records_leaves_the_share_partition_as_kafka_says(
     await coordinator.delete_records([DeleteRecordsRequest(TP0, 10)])
     log_start = await _log_start(coordinator, TP0)
     got = await coordinator.acquire_share_records("g", "c", [fetch_at(log_start)], LIMITS)
-    assert got[TP0] == ((), 0, 10, 10)
+    assert got[TP0] == ((), 0, 10, 10, None)
     assert await coordinator.acknowledge_share_records("g", "b", {TP0: batch(6, 9)}, LIMITS) == {
         TP0: ErrorCode.NONE
     }
@@ -326,13 +331,13 @@ async def test_retention_leaves_the_share_partition_and_a_new_one_starts_at_the_
     log_start = await _log_start(coordinator, tp)
     assert log_start == 5
     got = await coordinator.acquire_share_records("g", "b", [fetch_at(log_start, 0)], LIMITS)
-    assert got[tp] == ((AcquiredRange(5, 7, 1),), 0, 5, 8)  # 0-4 gone, a's 0-2 with them
+    assert got[tp] == ((AcquiredRange(5, 7, 1),), 0, 5, 8, LOCK)  # 0-4 gone, a's 0-2 with them
     assert await coordinator.acknowledge_share_records("g", "a", {tp: batch(0, 2)}, LIMITS) == {
         tp: ErrorCode.NONE
     }
     # A group with no state yet, initialized from a stale read (earliest: 0), starts at the log's.
     got = await coordinator.acquire_share_records("h", "a", [fetch_at(log_start, 0)], LIMITS)
-    assert got[tp] == ((AcquiredRange(5, 7, 1),), 0, 5, 8)
+    assert got[tp] == ((AcquiredRange(5, 7, 1),), 0, 5, 8, LOCK)
 
 
 async def test_gap_acknowledgements_archive_offsets_only_their_holder_names(

@@ -20,7 +20,9 @@ from diskless.kafka_server import (
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.credentials import Credentials
+from diskless.kafka_server._coordination.group_configs import KAFKA_GROUP_DEFAULTS
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_front import ShareFront
 from diskless.storage import MemoryObjectStore
 from testkit.wal import build_batch
 
@@ -36,6 +38,12 @@ class Context:
     config: ServerConfig
     credentials: Credentials
     acls: AclCache | None = None
+    share_front: ShareFront | None = None
+
+    @property
+    def shares(self) -> ShareFront:
+        assert self.share_front is not None, "a context made by context_of fronts share groups"
+        return self.share_front
 
     @property
     def broker_id(self) -> int:
@@ -78,6 +86,7 @@ def context_of(
         ServerConfig() if config is None else config,
         Credentials(coordinator),
         acls,
+        ShareFront(coordinator, lambda _: KAFKA_GROUP_DEFAULTS),
     )
 
 

@@ -43,6 +43,7 @@ from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_sessions import ShareSessionKey
 from diskless.kafka_server._handlers.context import Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from diskless.storage import MemoryObjectStore
@@ -140,6 +141,9 @@ NEEDS: Final[dict[ApiKey, list[Need]]] = {
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.DESCRIBE), Need(R.TOPIC, Op.DESCRIBE)],
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: [Need(R.GROUP, Op.DELETE), Need(R.TOPIC, Op.READ)],
+    # in the session of member `t` of group `t`, naming topic `t` by its id
+    ApiKey.SHARE_FETCH: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
+    ApiKey.SHARE_ACKNOWLEDGE: [Need(R.GROUP, Op.READ), Need(R.TOPIC, Op.READ)],
 }
 CASES: Final = [(api, need) for api, needs in NEEDS.items() for need in needs]
 
@@ -170,10 +174,21 @@ def _request(api: ApiKey) -> Any:
 async def _codes(setup: Setup, api: ApiKey, request: object = None) -> set[WireError]:
     if request is None:
         request = _request(api)
+    if api in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE):
+        request = await _share_request(setup.context, request)
     session = Session("test", client_host=HOST, principal=PRINCIPAL)
     response = await HANDLERS[api](setup.context, session, request)  # type: ignore[arg-type]
     assert response is not None
     return error_codes(response)
+
+
+async def _share_request(context: Context, request: Any) -> Any:
+    """A share request (epoch -1: it closes its session) in an open session, naming topic `t`
+    by its id."""
+    context.shares.sessions.fetch(ShareSessionKey(0, TOPIC, TOPIC), 0, None, (), ())
+    (described,) = await context.broker.describe_topics([TOPIC])
+    topics = tuple(dataclasses.replace(t, topic_id=described.topic_id) for t in request.topics)
+    return dataclasses.replace(request, topics=topics)
 
 
 def test_every_api_but_those_before_authentication_is_in_the_matrix() -> None:

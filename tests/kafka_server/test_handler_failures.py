@@ -49,6 +49,7 @@ from diskless.kafka_server import (
 )
 from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.authorizer import AuthorizerSettings
+from diskless.kafka_server._coordination.share_sessions import ShareSessionKey
 from diskless.kafka_server._handlers.context import ANONYMOUS, Session
 from diskless.kafka_server._handlers.table import HANDLERS
 from tests.kafka_server._handler_rig import (
@@ -107,6 +108,8 @@ FAMILIES: Final[dict[ApiKey, Callable[[BaseException], ErrorCode]]] = {
     ApiKey.DESCRIBE_PRODUCERS: describe_producers_error,
     ApiKey.LIST_TRANSACTIONS: txn_error,
     ApiKey.DESCRIBE_TRANSACTIONS: txn_error,
+    ApiKey.SHARE_FETCH: fetch_error,
+    ApiKey.SHARE_ACKNOWLEDGE: fetch_error,
 }
 """Each API's family in the library's table (ApiVersions calls nothing that can fail, nor do
 SaslHandshake and SaslAuthenticate once they reach the handlers)."""
@@ -154,7 +157,10 @@ async def context() -> AsyncIterator[tuple[Context, _Down]]:
     # An authorizer that allows the test's anonymous requests everything, so that the ACL APIs
     # reach the coordinator.
     acls = AclCache(coordinator, AuthorizerSettings(frozenset({ANONYMOUS})), 1000)
-    yield context_of(broker, coordinator, acls=acls), coordinator
+    ctx = context_of(broker, coordinator, acls=acls)
+    # the share session the requests (member `t` of group `t`, epoch -1) close
+    ctx.shares.sessions.fetch(ShareSessionKey(0, TOPIC, TOPIC), 0, None, (), ())
+    yield ctx, coordinator
     coordinator.down = False
     await broker.close(flush=False)
     await coordinator.close()

@@ -48,6 +48,7 @@ from diskless.coordinator._rules.share import (
     deleted,
     encode_state,
     initialized,
+    next_deadline,
     release_member,
     restarted,
     trimmed,
@@ -119,8 +120,13 @@ def _acquired(
             limits=request.limits,
         )
         states.states[key] = got.state
+        deadline = next_deadline(got.state)
         answers[p.topic_partition] = ShareAcquired(
-            got.acquired, got.state.state_epoch, got.state.start, got.state.end
+            got.acquired,
+            got.state.state_epoch,
+            got.state.start,
+            got.state.end,
+            None if deadline is None else max(0, deadline - now),
         )
     return answers
 

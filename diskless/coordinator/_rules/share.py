@@ -544,6 +544,10 @@ class ShareAcquired(NamedTuple):
     end: int
     """The first offset never acquired after the step (one past Kafka's SPEO): where the next
     new records come from, and so where a read_committed caller's `aborted_from` goes."""
+    lock_expiry_ms: int | None = None
+    """How long after the step the share-partition's earliest lock runs out (None: nothing is
+    acquired): when records may come back, for a share fetch that waits. Relative, so that it
+    needs no agreement between the coordinator's clock and the caller's."""
 
 
 class ShareOffset(NamedTuple):

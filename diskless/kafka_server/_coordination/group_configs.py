@@ -125,9 +125,15 @@ KAFKA_GROUP_DEFAULTS: Final = GroupConfigs()
 """Kafka's defaults of the group configs, where the broker's properties set none."""
 
 
-def group_config_error(configs: Mapping[str, str | None]) -> str | None:
+NO_BOUNDS: Final[Mapping[str, int]] = MappingProxyType({})
+
+
+def group_config_error(
+    configs: Mapping[str, str | None], bounds: Mapping[str, int] = NO_BOUNDS
+) -> str | None:
     """Why a group's dynamic configs (name -> value) are refused (INVALID_CONFIG), or None (a
-    value None: only the name is checked)."""
+    value None: only the name is checked). `bounds`: the broker's own values of the bounds'
+    configs (`group.share.min.record.lock.duration.ms`...), where it sets them."""
     for name in configs:
         if name not in GROUP_CONFIGS:
             return f"Unknown group config name: {name}"
@@ -158,9 +164,10 @@ def group_config_error(configs: Mapping[str, str | None]) -> str | None:
             return f"Invalid value {text} for configuration {name}: Value must be at least 1"
         numbers[name] = number
     for name, number in numbers.items():
-        bounds = GROUP_CONFIGS[name].bounds
-        assert bounds is not None
-        low_name, low, high_name, high = bounds
+        limits = GROUP_CONFIGS[name].bounds
+        assert limits is not None
+        low_name, low, high_name, high = limits
+        low, high = bounds.get(low_name, low), bounds.get(high_name, high)
         if number < low:
             return f"{name} must be greater than or equal to {low_name}"
         if number > high:
@@ -172,11 +179,13 @@ def group_config_error(configs: Mapping[str, str | None]) -> str | None:
 
 
 def effective_group_configs(
-    configs: Mapping[str, str], defaults: GroupConfigs = KAFKA_GROUP_DEFAULTS
+    configs: Mapping[str, str],
+    defaults: GroupConfigs = KAFKA_GROUP_DEFAULTS,
+    bounds: Mapping[str, int] = NO_BOUNDS,
 ) -> GroupConfigs:
     """A group's effective configs from its dynamic ones (as checked by `group_config_error`;
     anything else falls back to `defaults`: Kafka's, or the broker's `group.*` properties)."""
-    if group_config_error(configs) is not None:
+    if group_config_error(configs, bounds) is not None:
         configs = {}
     own = {
         name.replace(".", "_"): configs[name].strip() for name in GROUP_CONFIGS if name in configs
@@ -220,9 +229,11 @@ class GroupConfigCopy(ForwardCopy[GroupConfigSnapshot]):
         refresh_ms: int = 1_000,
         clock: Clock | None = None,
         defaults: GroupConfigs = KAFKA_GROUP_DEFAULTS,
+        bounds: Mapping[str, int] = NO_BOUNDS,
     ) -> None:
         super().__init__("group configs", coordinator, refresh_ms, clock)
         self._defaults = defaults
+        self._bounds = bounds
         self._configs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
     async def start(self) -> None:
@@ -234,7 +245,9 @@ class GroupConfigCopy(ForwardCopy[GroupConfigSnapshot]):
 
     def configs(self, group_id: str) -> GroupConfigs:
         """The effective configs of `group_id` as the copy has them."""
-        return effective_group_configs(self._configs.get(group_id, {}), self._defaults)
+        return effective_group_configs(
+            self._configs.get(group_id, {}), self._defaults, self._bounds
+        )
 
     async def _coordinator_version(self) -> int:
         return await self._coordinator.config_version()

@@ -398,7 +398,8 @@ async def _alter_named(
     if kind == BROKER:
         refusal = broker_config_error(context, named) or broker_config_error(context, changed)
     else:
-        message = group_config_error(named) or group_config_error(changed)
+        bounds = context.config.group_bounds
+        message = group_config_error(named, bounds) or group_config_error(changed, bounds)
         refusal = None if message is None else Refusal(WireError.invalid_config, message)
     if refusal is not None:
         raise _Refused(refusal.error, refusal.message)

@@ -4,7 +4,7 @@ the other way round."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple, Protocol
 
 from diskless import DisklessBroker
@@ -15,6 +15,7 @@ from diskless.kafka_server._coordination.cluster_view import BrokerAddress, Clus
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_configs import GroupConfigs
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_front import ShareFront
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._protocol.security_protocol import SecurityProtocol
 from diskless.metrics import Metrics
@@ -118,6 +119,9 @@ class Settings(Protocol):
     @property
     def group_defaults(self) -> GroupConfigs: ...
 
+    @property
+    def group_bounds(self) -> Mapping[str, int]: ...
+
 
 class BrokerContext(Protocol):
     """The serving broker, its cluster view, and the coordinators it fronts."""
@@ -133,6 +137,11 @@ class BrokerContext(Protocol):
 
     @property
     def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def shares(self) -> ShareFront:
+        """The share fetches, acknowledgements and share sessions (KIP-932)."""
+        ...
 
     @property
     def credentials(self) -> Credentials: ...

@@ -94,6 +94,10 @@ from diskless.kafka_server._handlers._share_admin import (
     handle_delete_share_group_offsets,
     handle_describe_share_group_offsets,
 )
+from diskless.kafka_server._handlers._share_fetch import (
+    handle_share_acknowledge,
+    handle_share_fetch,
+)
 from diskless.kafka_server._handlers._share_groups import (
     handle_share_group_describe,
     handle_share_group_heartbeat,
@@ -188,6 +192,8 @@ HANDLERS: Final[dict[ApiKey, Handler]] = {
         Route(handle_describe_share_group_offsets, group_error, describe_offsets_error_response),
         Route(handle_alter_share_group_offsets, group_error, alter_offsets_error_response),
         Route(handle_delete_share_group_offsets, group_error, delete_offsets_error_response),
+        Route(handle_share_fetch),
+        Route(handle_share_acknowledge),
     )
 }
 

@@ -29,6 +29,7 @@ from diskless.kafka_server._coordination.acl_cache import AclCache
 from diskless.kafka_server._coordination.cluster_view import BrokerAddress, ClusterView, Endpoint
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_front import ShareFront
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._handlers.context import BrokerSetting, Session
 from diskless.kafka_server._protocol.apis import ApiKey
@@ -62,6 +63,7 @@ class BrokerServer:
         transactions: TransactionFront,
         groups: GroupCoordinator,
         credentials: Credentials,
+        shares: ShareFront,
         *,
         port: int = 0,
         config: ServerConfig | None = None,
@@ -82,6 +84,7 @@ class BrokerServer:
         self.cluster = cluster
         self.transactions = transactions
         self.groups = groups
+        self.shares = shares
         self.credentials = credentials
         self.config = config if config is not None else ServerConfig()
         self.request_budget = (
@@ -307,7 +310,9 @@ class BrokerServer:
             if connection is not None:
                 self._sweeper.forget(connection)
             self._connections.pop(task, None)
-            self._sessions.pop(task, None)
+            ended = self._sessions.pop(task, None)
+            if ended is not None:  # its share sessions end with it, as in Kafka
+                self.shares.disconnected(self.broker, ended)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
 
     async def _handshake(

@@ -36,6 +36,7 @@ from diskless.kafka_server._coordination.consumer_group_state import ConsumerGro
 from diskless.kafka_server._coordination.credentials import Credentials
 from diskless.kafka_server._coordination.group_configs import GroupConfigCopy
 from diskless.kafka_server._coordination.group_coordinator import GroupCoordinator
+from diskless.kafka_server._coordination.share_front import ShareFront
 from diskless.kafka_server._coordination.share_group_state import ShareGroupConfig
 from diskless.kafka_server._coordination.txn_front import TransactionFront
 from diskless.kafka_server._server.network._request_budget import RequestBudget
@@ -131,7 +132,9 @@ class KafkaCluster:
         self.transactions = TransactionFront(
             coordinator, transaction_timeout_ms_max=config.transaction_max_timeout_ms
         )
-        self.group_configs = GroupConfigCopy(coordinator, defaults=config.group_defaults)
+        self.group_configs = GroupConfigCopy(
+            coordinator, defaults=config.group_defaults, bounds=config.group_bounds
+        )
         self._share_max_size = config.group_share_max_size
         """This process's copy of every group's configs (IncrementalAlterConfigs on GROUP)."""
         self.groups = GroupCoordinator(
@@ -140,6 +143,15 @@ class KafkaCluster:
             group_configs=self._consumer_group_config,
             share_configs=self._share_group_config,
         )
+        self.shares = ShareFront(
+            coordinator,
+            self.group_configs.configs,
+            delivery_count_limit=config.group_share_delivery_count_limit,
+            max_record_locks=config.group_share_partition_max_record_locks,
+            sessions_max=config.group_share_max_share_sessions,
+        )
+        """This process's share fetches and share sessions (KIP-932)."""
+        self.groups.shares.on_departure(self.shares.member_left)
         self.credentials = Credentials(coordinator, config.acl_refresh_ms)
         """The SCRAM credentials, and this process's copy of them (refreshed as the ACLs are)."""
         self.acls = (
@@ -207,6 +219,7 @@ class KafkaCluster:
                 self.transactions,
                 self.groups,
                 self.credentials,
+                self.shares,
                 config=self._server_config,
                 request_budget=self.request_budget,
                 listeners=self._listeners.for_broker(index, default_port=self._ports[index]),
@@ -256,6 +269,7 @@ class KafkaCluster:
         await asyncio.gather(*self._stopping, return_exceptions=True)
         for server in self.servers.values():
             await server.close()
+        await self.shares.close()  # the releases of the sessions that ended with their connections
         await asyncio.gather(*(s.broker.close() for s in self.servers.values()))
         await self.view.close()
         await self.groups.close()

@@ -110,6 +110,21 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     group_share_max_size: int = 200
     """Kafka's `group.share.max.size`: a share group's members beyond it are refused
     (GROUP_MAX_SIZE_REACHED)."""
+    group_share_record_lock_duration_ms: int = 30_000
+    """Kafka's `group.share.record.lock.duration.ms`: how long a share consumer holds the records
+    it acquired, unless its group sets its own `share.record.lock.duration.ms`."""
+    group_share_min_record_lock_duration_ms: int = 15_000
+    """Kafka's `group.share.min.record.lock.duration.ms`: the least `share.record.lock.duration.ms`
+    a group may set."""
+    group_share_delivery_count_limit: int = 5
+    """Kafka's `group.share.delivery.count.limit`: a record delivered this often and released
+    again is archived, never delivered more."""
+    group_share_partition_max_record_locks: int = 2_000
+    """Kafka's `group.share.partition.max.record.locks`: the most records of a share-partition
+    in flight (acquired, or released and waiting between acquired ones)."""
+    group_share_max_share_sessions: int = 2_000
+    """Kafka's `group.share.max.share.sessions`: the share sessions one process holds; a new one
+    beyond is refused (SHARE_SESSION_LIMIT_REACHED)."""
     transaction_max_timeout_ms: int = TRANSACTION_TIMEOUT_MS_MAX
     """Kafka's `transaction.max.timeout.ms` (15 min): InitProducerId asking for a longer
     `transaction.timeout.ms` is refused with INVALID_TRANSACTION_TIMEOUT, so that a producer
@@ -268,6 +283,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.group_share_max_size < 1:
             raise ValueError("group_share_max_size must be >= 1")
+        share = (
+            self.group_share_record_lock_duration_ms,
+            self.group_share_min_record_lock_duration_ms,
+            self.group_share_delivery_count_limit,
+            self.group_share_partition_max_record_locks,
+            self.group_share_max_share_sessions,
+        )
+        if min(share) < 1:
+            raise ValueError("the group.share.* settings must be >= 1")
         if self.inline_frame_bytes_max < 0:
             raise ValueError("inline_frame_bytes_max must be >= 0")
         if self.requests_inflight_max < 1:
@@ -339,7 +363,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
             share_session_timeout_ms=self.group_share_session_timeout_ms,
             share_heartbeat_interval_ms=self.group_share_heartbeat_interval_ms,
+            share_record_lock_duration_ms=self.group_share_record_lock_duration_ms,
         )
+
+    @property
+    def group_bounds(self) -> dict[str, int]:
+        """The bounds on the group configs that these properties set (`group_config_error`)."""
+        return {
+            "group.share.min.record.lock.duration.ms": self.group_share_min_record_lock_duration_ms
+        }
 
     @property
     def topic_defaults(self) -> TopicDefaults:
