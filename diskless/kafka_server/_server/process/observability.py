@@ -40,7 +40,7 @@ from prometheus_client.registry import Collector
 
 from diskless import DisklessBroker
 from diskless._object_keys import probe_key
-from diskless.coordinator import BatchCoordinator
+from diskless.coordinator import BatchCoordinator, ShareLimits
 from diskless.kafka_server._server.metrics.metrics_events import PREFIX, PrometheusMetrics
 from diskless.kafka_server._server.metrics.metrics_http import MetricsEndpoint
 from diskless.kafka_server._server.metrics.metrics_lag import LagTracker
@@ -126,6 +126,10 @@ class Observability(Collector):
             cluster.groups.group_ids,
             groups_max=self.config.metrics_lag_groups_max,
             partitions_max=self.config.metrics_lag_partitions_max,
+            limits=ShareLimits(
+                delivery_count_limit=self.config.group_share_delivery_count_limit,
+                max_record_locks=self.config.group_share_partition_max_record_locks,
+            ),
         )
 
     def attach_services(self, services: Sequence[object]) -> None:
