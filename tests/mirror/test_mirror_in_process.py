@@ -1,0 +1,76 @@
+"""Integration: a `Mirror` between two in-process diskless clusters, with real clients.
+
+The source gets idempotent and transactional producers (confluent-kafka), an aborted
+transaction and a DeleteRecords; the destination then holds the same log: the same offsets, the
+same bytes per record, the same read_committed view, the same log start. A client producing to
+the mirrored topic gets INVALID_TOPIC_EXCEPTION until the mirror stops; then it writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from diskless._types import TopicPartition
+from diskless.coordinator import InMemoryBatchCoordinator, MirrorState
+from diskless.mirror import Mirror, MirrorConfig, SourceCluster
+from diskless.storage import MemoryObjectStore
+from testkit.cluster import local_cluster
+from tests.mirror._logs import read_log, transactional_history, wait_for
+
+TOPIC = "orders"
+PARTITIONS = 2
+
+
+async def test_the_destination_log_equals_the_source_log_and_failover_makes_it_writable() -> None:
+    destination = InMemoryBatchCoordinator()
+    store = MemoryObjectStore()
+    async with (
+        local_cluster() as source_cluster,
+        local_cluster(destination, store=store) as destination_cluster,
+    ):
+        await source_cluster.create_topic(TOPIC, PARTITIONS)
+        source = source_cluster.bootstrap()
+        await asyncio.to_thread(transactional_history, source, TOPIC, PARTITIONS)
+        config = MirrorConfig(
+            name="m", topics=(TOPIC,), fetch_max_bytes=4096, partition_max_bytes=2048
+        )
+        client = SourceCluster(source)
+        mirror = Mirror(client, destination, store, config)
+        await mirror.prepare()
+        running = asyncio.create_task(mirror.run())
+        try:
+            await wait_for(
+                lambda: all(lag.records == 0 and lag.source_end > 0 for lag in mirror.lag())
+            )
+            for level in ("read_uncommitted", "read_committed"):
+                expected = await asyncio.to_thread(read_log, source, TOPIC, PARTITIONS, level)
+                got = await asyncio.to_thread(
+                    read_log, destination_cluster.bootstrap(), TOPIC, PARTITIONS, level
+                )
+                assert got == expected, level
+            offsets = await destination.partition_offsets([TopicPartition(TOPIC, 0)])
+            assert offsets[0] is not None and offsets[0].log_start_offset == 3
+            refused = await asyncio.to_thread(_produce_one, destination_cluster.bootstrap())
+            assert refused == KafkaError.TOPIC_EXCEPTION
+            await mirror.stop()
+            await asyncio.wait_for(running, 30)
+        finally:
+            mirror.close()
+            await asyncio.gather(running, return_exceptions=True)
+            await client.close()
+        status = await destination.mirror_status(TOPIC)
+        assert status is not None and status.state is MirrorState.STOPPED
+        assert await asyncio.to_thread(_produce_one, destination_cluster.bootstrap()) is None
+
+
+def _produce_one(bootstrap: str) -> Any:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "message.timeout.ms": 20_000}
+    )
+    errors: list[Any] = []
+    producer.produce(TOPIC, b"after", partition=0, on_delivery=lambda e, m: errors.append(e))
+    producer.flush(30)
+    return errors[0].code() if errors and errors[0] is not None else None
