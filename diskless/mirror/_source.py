@@ -3,7 +3,7 @@
 Any Kafka-protocol cluster will do (a Kafka cluster, another diskless one). The mirror needs raw
 record batches, byte for byte, which the client libraries decode away; and it needs only five
 requests (Metadata, Fetch, ListGroups, FindCoordinator, OffsetFetch), each at one version that
-every Kafka since 2.8 answers. One connection per broker, one request in flight on each: the
+every Kafka from 2.8 to 4 answers. One connection per broker, one request in flight on each: the
 memory a fetch holds is its response's `max_bytes`.
 """
 
@@ -22,7 +22,7 @@ from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.find_coordinator.v4 import request as find_request
 from kio.schema.list_groups.v4 import request as groups_request
 from kio.schema.metadata.v9 import request as metadata_request
-from kio.schema.offset_fetch.v8 import request as offsets_request
+from kio.schema.offset_fetch.v7 import request as offsets_request
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
@@ -234,23 +234,20 @@ class SourceCluster:
         (coordinator,) = (await self._ask_any(find)).coordinators
         if int(coordinator.error_code) != 0:
             raise SourceError(f"no coordinator for {group!r}: {coordinator.error_code}")
-        body = offsets_request.OffsetFetchRequest(
-            groups=(offsets_request.OffsetFetchRequestGroup(group_id=group, topics=None),),  # type: ignore[arg-type]
-            require_stable=True,
-        )
+        body = offsets_request.OffsetFetchRequest(group_id=group, topics=None, require_stable=True)  # type: ignore[arg-type]
         response = await self._ask((coordinator.host, int(coordinator.port)), body)
+        if int(response.error_code) != 0:
+            raise SourceError(f"OffsetFetch of {group!r}: {response.error_code}")
         wanted = set(topics)
         offsets: dict[TopicPartition, int] = {}
-        for answered in response.groups:
-            if int(answered.error_code) != 0:
-                raise SourceError(f"OffsetFetch of {group!r}: {answered.error_code}")
-            for topic in answered.topics:
-                if topic.name not in wanted:
-                    continue
-                for p in topic.partitions:
-                    if int(p.error_code) == 0 and int(p.committed_offset) >= 0:
-                        tp = TopicPartition(topic.name, int(p.partition_index))
-                        offsets[tp] = int(p.committed_offset)
+        for topic in response.topics:
+            if topic.name not in wanted:
+                continue
+            for p in topic.partitions:
+                if int(p.error_code) == 0 and int(p.committed_offset) >= 0:
+                    offsets[TopicPartition(topic.name, int(p.partition_index))] = int(
+                        p.committed_offset
+                    )
         return offsets
 
     async def close(self) -> None:
