@@ -20,16 +20,23 @@ import contextlib
 import re
 import signal
 import sys
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server import (
     CommandParser,
+    PrometheusMetrics,
     UsageError,
     add_storage_arguments,
     check_storage_arguments,
     open_coordinator,
     open_store,
 )
+from diskless.metrics import NULL_METRICS
 from diskless.mirror._groups import GroupFilter
 from diskless.mirror._mirror import FETCH_BYTES_MAX, FETCHERS_MAX, Mirror, MirrorConfig, MirrorError
 from diskless.mirror._source import SourceCluster, SourceError
@@ -48,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--status-interval-ms", type=_within(1, 86_400_000), default=5_000)
     parser.add_argument("--group-sync-interval-ms", type=_within(1, 86_400_000), default=5_000)
+    parser.add_argument(
+        "--metrics-address",
+        type=_address,
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics there (/metrics: diskless_mirror_lag_records)",
+    )
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="fail over: make the topics writable")
     action.add_argument("--status", action="store_true", help="print states and lag, and exit")
@@ -61,6 +75,28 @@ def _pattern(spec: str) -> str:
     except re.error as error:
         raise argparse.ArgumentTypeError(f"{spec!r} is not a regular expression: {error}") from None
     return spec
+
+
+def _address(spec: str) -> tuple[str, int]:
+    host, _, port = spec.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{spec!r} is not HOST:PORT")
+    return host or "0.0.0.0", int(port)
+
+
+def _serve_metrics(address: tuple[str, int]) -> PrometheusMetrics:
+    """The mirror's metrics, served at http://HOST:PORT/metrics from a thread of their own."""
+    metrics = PrometheusMetrics()
+    registry = CollectorRegistry(auto_describe=False)
+
+    class _Families(Collector):
+        def collect(self) -> Iterable[Metric]:
+            return list(metrics.families())
+
+    registry.register(_Families())
+    server, _ = start_http_server(address[1], address[0], registry=registry)
+    print(f"metrics=http://{address[0]}:{server.server_port}/metrics", flush=True)
+    return metrics
 
 
 def _within(low: int, high: int) -> type[int]:
@@ -91,7 +127,10 @@ async def _run(args: argparse.Namespace, config: MirrorConfig) -> None:
         if args.status:
             await _print_status(coordinator, source, config)
             return
-        mirror = Mirror(source, coordinator, store, config)
+        metrics = (
+            NULL_METRICS if args.metrics_address is None else _serve_metrics(args.metrics_address)
+        )
+        mirror = Mirror(source, coordinator, store, config, metrics=metrics)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):

@@ -1,0 +1,265 @@
+"""Acceptance: cluster mirroring between two diskless clusters, every part real.
+
+A source broker process and a destination broker process (each its own data directory, so its
+own coordinator and objects), and a mirror process (`python -m diskless.mirror`) over the
+destination's data directory. On the source: idempotent and transactional producers
+(confluent-kafka, committed and aborted transactions), DeleteRecords, and time retention that
+runs while the mirror is down. The mirror is SIGKILLed at random points (the seed is printed;
+`DISKLESS_MIRROR_SEED` replays it) and started again.
+
+Then the destination's log equals the source's: the same offsets, the same bytes per record
+(key, value, headers, timestamp), the same read_committed view, the same log start: no gap and
+no duplicate across the kills. A source consumer group's offset is synced. Failover: the mirror
+stops, the topic becomes writable, a producer continues on the destination, and the group's
+consumer resumes there from the synced offset and reads everything after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+from testkit.processes import broker_processes
+from tests.mirror._logs import (
+    delete_records,
+    idempotent_produce,
+    read_log,
+    transactional_produce,
+)
+from tests.mirror._process import MirrorProcess, mirror_command
+
+TOPIC = "orders"
+PARTITIONS = 2
+KILLS = 4
+GROUP = "app"
+EQUAL_WITHIN_S = 120.0
+
+
+def _workload(bootstrap: str, stop: threading.Event, rounds: list[int]) -> None:
+    """Idempotent and transactional produces, round after round, until `stop`."""
+    while not stop.is_set():
+        n = len(rounds)
+        idempotent_produce(bootstrap, TOPIC, PARTITIONS, 40, f"r{n}")
+        transactional_produce(bootstrap, TOPIC, PARTITIONS, 6, f"c{n % 3}", commit=n % 2 == 0)
+        rounds.append(n)
+
+
+def _set_retention(bootstrap: str, retention_ms: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        TOPIC,
+        incremental_configs=[
+            ConfigEntry(
+                "retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def _log_starts(bootstrap: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        return [
+            consumer.get_watermark_offsets(CkTopicPartition(TOPIC, p), timeout=10)[0]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
+def _ends(bootstrap: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        return [
+            consumer.get_watermark_offsets(CkTopicPartition(TOPIC, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
+def _commit_group(bootstrap: str, offsets: list[int]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP})
+    try:
+        consumer.commit(
+            offsets=[CkTopicPartition(TOPIC, p, o) for p, o in enumerate(offsets)],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+
+
+def _group_offsets(bootstrap: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP})
+    try:
+        committed = consumer.committed(
+            [CkTopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=10
+        )
+        return [c.offset for c in committed]
+    finally:
+        consumer.close()
+
+
+def _wait_equal(source: str, destination: str) -> None:
+    deadline = time.monotonic() + EQUAL_WITHIN_S
+    while True:
+        expected = read_log(source, TOPIC, PARTITIONS, "read_uncommitted")
+        got = read_log(destination, TOPIC, PARTITIONS, "read_uncommitted")
+        if got == expected:
+            break
+        assert time.monotonic() < deadline, (
+            f"destination {len(got)} records, source {len(expected)}; first difference:"
+            f" {next(((a, b) for a, b in zip(got, expected, strict=False) if a != b), None)}"
+        )
+        time.sleep(1.0)
+    assert read_log(destination, TOPIC, PARTITIONS, "read_committed") == read_log(
+        source, TOPIC, PARTITIONS, "read_committed"
+    )
+    assert _log_starts(destination) == _log_starts(source)
+    assert _ends(destination) == _ends(source)
+
+
+@pytest.mark.slow
+async def test_mirror_kills_retention_and_failover(tmp_path: Path) -> None:
+    await asyncio.to_thread(_scenario, tmp_path)
+
+
+def _scenario(tmp_path: Path) -> None:
+    seed = int(os.environ.get("DISKLESS_MIRROR_SEED", random.randrange(2**32)))
+    print(f"DISKLESS_MIRROR_SEED={seed}")
+    rng = random.Random(seed)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    source_options = [
+        "--data-dir", str(tmp_path / "src"), "--topic", f"{TOPIC}:{PARTITIONS}",
+        "--commit-interval-ms", "20", "--retention-check-interval-ms", "300",
+    ]  # fmt: skip
+    destination_options = ["--data-dir", str(tmp_path / "dst"), "--commit-interval-ms", "20"]
+    with (
+        broker_processes(1, tmp_path / "src", source_options) as (source_broker,),
+        broker_processes(1, tmp_path / "dst", destination_options) as (destination_broker,),
+    ):
+        source, destination = source_broker.address, destination_broker.address
+        mirror_options = [
+            "--source", source, "--topic", TOPIC, "--name", "dr",
+            "--data-dir", str(tmp_path / "dst"), "--fetch-max-bytes", "16384",
+            "--group-sync-interval-ms", "200", "--status-interval-ms", "1000",
+        ]  # fmt: skip
+        mirror = MirrorProcess(mirror_options, tmp_path / "mirror.log")
+        try:
+            idempotent_produce(source, TOPIC, PARTITIONS, 30, "first")
+            mirror.start()
+            stop, rounds = threading.Event(), []
+            producing = threading.Thread(target=_workload, args=(source, stop, rounds))
+            producing.start()
+            try:
+                for kill in range(KILLS):
+                    time.sleep(rng.uniform(0.2, 1.5))
+                    mirror.kill()
+                    if kill == 1:  # retention runs on the source while the mirror is down
+                        _set_retention(source, 1)
+                        deadline = time.monotonic() + 30
+                        while min(_log_starts(source)) == 0:
+                            assert time.monotonic() < deadline, "retention never ran"
+                            time.sleep(0.2)
+                        _set_retention(source, -1)
+                    if kill == 2:
+                        delete_records(source, TOPIC, 1, _ends(source)[1] - 3)
+                    time.sleep(rng.uniform(0.0, 0.5))
+                    mirror.start()
+            finally:
+                stop.set()
+                producing.join(120)
+            assert rounds, "the workload produced nothing"
+            _commit_group(source, [max(0, e - 5) for e in _ends(source)])
+            _wait_equal(source, destination)
+
+            # The group's offset reaches the destination (clamped: the source's end is mirrored).
+            deadline = time.monotonic() + 30
+            while _group_offsets(destination) != _group_offsets(source):
+                assert time.monotonic() < deadline, (
+                    _group_offsets(destination),
+                    _group_offsets(source),
+                )
+                time.sleep(0.2)
+            synced = _group_offsets(destination)
+
+            # Failover: the mirror stops, the topic becomes writable.
+            refused = _produce_after(destination, 1)
+            assert refused, "a mirrored topic accepted a client's batch"
+            mirror.kill()
+            stop_options = ["--source", source, "--topic", TOPIC, "--name", "dr"]
+            stopped = mirror_command([*stop_options, "--data-dir", str(tmp_path / "dst"), "--stop"])
+            assert stopped.returncode == 0, stopped.stderr
+            assert f"stopped {TOPIC}" in stopped.stdout
+            ends_at_failover = _ends(destination)
+            assert not _produce_after(destination, 20), "the destination refused after the stop"
+            seen = _consume_group(destination, 20)
+            for p in range(PARTITIONS):
+                offsets = [o for (partition, o, _) in seen if partition == p]
+                assert offsets[0] == synced[p], (p, offsets[:3], synced)
+                assert offsets == sorted(set(offsets))
+                assert offsets[-1] >= ends_at_failover[p]
+            assert {v for (_, _, v) in seen if v.startswith(b"after-")} == {
+                f"after-{i}".encode() for i in range(20)
+            }
+        finally:
+            mirror.kill()
+            print(mirror.log_tail())
+
+
+def _produce_after(bootstrap: str, count: int) -> list[str]:
+    """`count` records by a new idempotent producer; the delivery errors."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "message.timeout.ms": 15_000}
+    )
+    errors: list[str] = []
+    for i in range(count):
+        producer.produce(
+            TOPIC,
+            value=f"after-{i}".encode(),
+            partition=i % PARTITIONS,
+            on_delivery=lambda e, m: errors.append(str(e)) if e is not None else None,
+        )
+    producer.flush(30)
+    return errors
+
+
+def _consume_group(bootstrap: str, after: int) -> list[tuple[int, int, bytes]]:
+    """The group's consumer on `bootstrap`, from its committed offsets, until it has read every
+    `after-*` record: (partition, offset, value) in the order read."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": GROUP,
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    seen: list[tuple[int, int, bytes]] = []
+    try:
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        while sum(1 for (_, _, v) in seen if v.startswith(b"after-")) < after:
+            assert time.monotonic() < deadline, f"read {len(seen)} records"
+            for message in consumer.consume(500, 0.5):
+                if message.error() is None:
+                    seen.append(
+                        (message.partition() or 0, message.offset() or 0, message.value() or b"")
+                    )
+    finally:
+        consumer.close()
+    return seen
