@@ -249,3 +249,18 @@ async def test_a_topic_created_with_a_config_keeps_it_after_the_claim(
     assert described.config.retention_ms == 60_000
     assert described.config.kept_config("segment.bytes") == "1"
     assert described.config.kept_config("mirror.name") == "m1"
+
+
+async def test_no_client_transaction_registers_a_mirrored_partition(
+    coordinator: BatchCoordinator,
+) -> None:
+    await mirroring(coordinator)
+    pid = await coordinator.allocate_producer_ids(1)
+    other = TopicPartition("elsewhere", 0)
+    assert await coordinator.create_topic("elsewhere", 1) == ErrorCode.NONE
+    assert await coordinator.add_partitions_to_txn(pid, 0, [TP, other]) == [
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        ErrorCode.NONE,
+    ]
+    await coordinator.mirror_stop(TOPIC, "m1")
+    assert await coordinator.add_partitions_to_txn(pid, 0, [TP]) == [ErrorCode.NONE]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 import msgspec
 
@@ -59,6 +59,16 @@ MIRROR_BATCHES_MAX: Final = 10_000
 """At most this many batches in one mirrored append."""
 
 _DATA: Final = -1
+
+
+class _TopicRow(Protocol):
+    @property
+    def config(self) -> TopicConfig: ...
+
+
+class HasTopics(Protocol):
+    @property
+    def topics(self) -> Mapping[str, _TopicRow]: ...
 
 
 class MirrorState(enum.Enum):
@@ -120,6 +130,13 @@ def read_only_refusal(config: TopicConfig) -> str | None:
     if mark is None or not mark.read_only:
         return None
     return f"the topic is mirrored by {mark.name!r} ({mark.state.value}): read-only"
+
+
+def read_only(snapshot: HasTopics, tp: TopicPartition) -> bool:
+    """Whether clients may not write `tp` (its topic, loaded in `snapshot`, is mirrored): no
+    produce, and no transaction registers it, so no marker of theirs lands among its offsets."""
+    row = snapshot.topics.get(tp.topic)
+    return row is not None and read_only_refusal(row.config) is not None
 
 
 class MirrorBatch(msgspec.Struct, frozen=True, gc=False):
