@@ -44,7 +44,7 @@ from diskless.mirror._source import SourceCluster, SourceError
 
 def _parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="python -m diskless.mirror", description=__doc__)
-    parser.add_argument("--source", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    parser.add_argument("--source", type=_bootstrap, required=True, metavar="HOST:PORT[,...]")
     parser.add_argument("--topic", action="append", required=True, metavar="NAME")
     parser.add_argument("--name", default="mirror", help="the mirror's name (default: mirror)")
     parser.add_argument("--group-include", type=_pattern, default=".*", metavar="REGEX")
@@ -67,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
     action.add_argument("--status", action="store_true", help="print states and lag, and exit")
     add_storage_arguments(parser)
     return parser
+
+
+def _bootstrap(spec: str) -> str:
+    for part in spec.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not HOST:PORT")
+    return spec
 
 
 def _pattern(spec: str) -> str:
@@ -195,10 +203,6 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (UsageError, ValueError) as error:
         parser.error(str(error))
-    try:
-        SourceCluster(args.source)  # a bad address is refused here, in one line
-    except ValueError as error:
-        parser.error(f"--source: {error}")
     asyncio.run(_run(args, config))
     sys.stdout.flush()
 

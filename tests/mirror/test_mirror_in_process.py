@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, Producer
 
 from diskless._types import TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator, MirrorState
-from diskless.mirror import Mirror, MirrorConfig, SourceCluster
+from diskless.mirror import Mirror, MirrorConfig, MirrorError, SourceCluster
 from diskless.storage import MemoryObjectStore
 from testkit.cluster import local_cluster
-from tests.mirror._logs import read_log, transactional_history, wait_for
+from tests.mirror._logs import idempotent_produce, read_log, transactional_history, wait_for
 
 TOPIC = "orders"
 PARTITIONS = 2
@@ -74,3 +75,29 @@ def _produce_one(bootstrap: str) -> Any:
     producer.produce(TOPIC, b"after", partition=0, on_delivery=lambda e, m: errors.append(e))
     producer.flush(30)
     return errors[0].code() if errors and errors[0] is not None else None
+
+
+async def test_a_second_mirror_process_fences_the_first() -> None:
+    destination = InMemoryBatchCoordinator()
+    store = MemoryObjectStore()
+    async with local_cluster() as source_cluster:
+        await source_cluster.create_topic(TOPIC, PARTITIONS)
+        source = source_cluster.bootstrap()
+        await asyncio.to_thread(idempotent_produce, source, TOPIC, PARTITIONS, 10, "a")
+        config = MirrorConfig(name="m", topics=(TOPIC,))
+        first_client, second_client = SourceCluster(source), SourceCluster(source)
+        first = Mirror(first_client, destination, store, config)
+        second = Mirror(second_client, destination, store, config)
+        try:
+            await first.prepare()
+            await second.prepare()  # a restart while the old process still runs
+            await asyncio.to_thread(idempotent_produce, source, TOPIC, PARTITIONS, 10, "b")
+            with pytest.raises(MirrorError, match="fenced"):
+                await asyncio.wait_for(first.run(), 30)
+            running = asyncio.create_task(second.run())
+            await wait_for(lambda: [lag.mirrored_end for lag in second.lag()] == [10, 10])
+            second.close()
+            await asyncio.wait_for(running, 30)
+        finally:
+            await first_client.close()
+            await second_client.close()
