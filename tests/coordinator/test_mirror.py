@@ -264,3 +264,22 @@ async def test_no_client_transaction_registers_a_mirrored_partition(
     ]
     await coordinator.mirror_stop(TOPIC, "m1")
     assert await coordinator.add_partitions_to_txn(pid, 0, [TP]) == [ErrorCode.NONE]
+
+
+async def test_stopping_forgets_mirrored_producers_so_their_ids_start_afresh(
+    coordinator: BatchCoordinator,
+) -> None:
+    """The MIRROR_PID_RESET barrier: a destination producer given a mirrored producer's id (a
+    broker reserved the block before the id was mirrored) is not taken for it."""
+    epoch = await mirroring(coordinator)
+    await coordinator.mirror_append(
+        "m1", epoch, new_key(), 200, [mb(0, 4, pid=7, epoch=3, seq=0), mb(5, pid=8, epoch=0, seq=0)]
+    )
+    assert {p.producer_id for p in await coordinator.describe_producers(TP)} == {7, 8}
+    await coordinator.mirror_stop(TOPIC, "m1")
+    assert await coordinator.describe_producers(TP) == []
+    committer = Committer(coordinator)
+    fresh = await committer.one(batch(TP, pid=7, epoch=0, seq=0))
+    assert (fresh.error, fresh.base_offset) == (ErrorCode.NONE, 6)
+    again = await committer.one(batch(TP, pid=8, epoch=0, seq=0))  # seq 0 again: not a duplicate
+    assert (again.error, again.base_offset, again.duplicate) == (ErrorCode.NONE, 7, False)

@@ -189,15 +189,15 @@ class MirrorOperations(EngineBase):
         mark = fenced.mark
         if fenced.refusal or mark is None or mark.state is MirrorState.STOPPED:
             return fenced
-        open_txns = await self._read(lambda view: _open_txns(view, topic))
+        mirrored, open_txns = await self._read(lambda view: _producers(view, topic))
 
         async def stop(db: StoreStep) -> MirrorClaim:
             now = self._clock.now_ms()
             snapshot = await db.load(
                 Needs(
                     topics=(topic,),
-                    partitions={tp for tp, _ in open_txns},
-                    producers=open_txns,
+                    partitions={tp for tp, _ in mirrored},
+                    producers=mirrored,
                     counters=_VERSION,
                 )
             )
@@ -238,6 +238,16 @@ class MirrorOperations(EngineBase):
                     closed.append((state.key, plan.closed_txn_first_offset))
                 if plan.aborted is not None:
                     aborted.append((state.key, plan.aborted))
+            # The MIRROR_PID_RESET barrier: every mirrored producer's state is forgotten (stored
+            # as expired), so a destination producer holding one of their ids (a broker may
+            # have reserved it before it was mirrored) starts afresh.
+            expired = now - self._expiration_ms
+            for tp, pid in mirrored:
+                state = snapshot.partitions.get(tp)
+                key = (-1, pid) if state is None else (state.key, pid)
+                entry = entries.get(key) or snapshot.producers.get(key)
+                if entry is not None and entry.current_txn_first_offset is None:
+                    entries[key] = msgspec.structs.replace(entry, last_update_ms=expired)
             stopped = mark._replace(state=MirrorState.STOPPED)
             await db.apply(
                 msgspec.structs.replace(
@@ -267,17 +277,23 @@ def _marking(snapshot: Snapshot, topic: str, mark: MirrorMark) -> Changes:
     )
 
 
-async def _open_txns(view: ReadView, topic: str) -> list[tuple[TopicPartition, int]]:
-    """(partition, producer id) of every producer with an open transaction on the topic."""
+async def _producers(
+    view: ReadView, topic: str
+) -> tuple[list[tuple[TopicPartition, int]], list[tuple[TopicPartition, int]]]:
+    """(partition, producer id) of every producer with state on the topic, and of those among
+    them with an open transaction."""
     rows = await view.topics([topic])
     if not rows:
-        return []
+        return [], []
     tps = [TopicPartition(topic, p) for p in range(rows[0].partition_count)]
-    found = []
+    every, open_txns = [], []
     for tp, state in zip(tps, await view.partitions(tps), strict=True):
-        if state is None or state.txn_first_offset is None:
+        if state is None:
             continue
         for entry in await view.producers_of(state.key):
-            if entry.current_txn_first_offset is not None and entry.producer_id != NO_PRODUCER_ID:
-                found.append((tp, entry.producer_id))
-    return found
+            if entry.producer_id == NO_PRODUCER_ID:
+                continue
+            every.append((tp, entry.producer_id))
+            if entry.current_txn_first_offset is not None:
+                open_txns.append((tp, entry.producer_id))
+    return every, open_txns
