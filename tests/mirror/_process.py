@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from testkit.processes import S3_ENV
+
 START_TIMEOUT_S: Final = 60.0
 
 
@@ -33,7 +35,7 @@ class MirrorProcess:
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **S3_ENV, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
         stderr.close()
@@ -83,4 +85,5 @@ def mirror_command(
         text=True,
         timeout=timeout_s,
         check=False,
+        env={**os.environ, **S3_ENV},
     )

@@ -1,11 +1,11 @@
 """Acceptance: cluster mirroring between two diskless clusters, every part real.
 
-A source broker process and a destination broker process (each its own data directory, so its
-own coordinator and objects), and a mirror process (`python -m diskless.mirror`) over the
-destination's data directory. On the source: idempotent and transactional producers
-(confluent-kafka, committed and aborted transactions), DeleteRecords, and time retention that
-runs while the mirror is down. The mirror is SIGKILLed at random points (the seed is printed;
-`DISKLESS_MIRROR_SEED` replays it) and started again.
+A source broker process and a destination broker process (each with storage of its own), and a
+mirror process (`python -m diskless.mirror`) over the destination's storage: its data directory
+(SQLite), or its PostgreSQL coordinator and S3 bucket. On the source: idempotent and
+transactional producers (confluent-kafka, committed and aborted transactions), DeleteRecords,
+and time retention that runs while the mirror is down. The mirror is SIGKILLed at random points
+(the seed is printed; `DISKLESS_MIRROR_SEED` replays it) and started again.
 
 Then the destination's log equals the source's: the same offsets, the same bytes per record
 (key, value, headers, timestamp), the same read_committed view, the same log start: no gap and
@@ -28,7 +28,9 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from testkit.postgres import database_dsn
 from testkit.processes import broker_processes
+from testkit.s3server import create_bucket
 from tests.mirror._logs import (
     delete_records,
     idempotent_produce,
@@ -132,11 +134,20 @@ def _wait_equal(source: str, destination: str) -> None:
 
 
 @pytest.mark.slow
-async def test_mirror_kills_retention_and_failover(tmp_path: Path) -> None:
-    await asyncio.to_thread(_scenario, tmp_path)
+@pytest.mark.parametrize("destination", ["sqlite", "postgres-s3"])
+async def test_mirror_kills_retention_and_failover(
+    tmp_path: Path, destination: str, request: pytest.FixtureRequest
+) -> None:
+    storage = ["--data-dir", str(tmp_path / "dst")]
+    if destination == "postgres-s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        bucket = await create_bucket(endpoint)
+        dsn = database_dsn(tmp_path, "destination")
+        storage = ["--coordinator", dsn, "--s3-endpoint", endpoint, "--bucket", bucket]
+    await asyncio.to_thread(_scenario, tmp_path, storage)
 
 
-def _scenario(tmp_path: Path) -> None:
+def _scenario(tmp_path: Path, storage: list[str]) -> None:
     seed = int(os.environ.get("DISKLESS_MIRROR_SEED", random.randrange(2**32)))
     print(f"DISKLESS_MIRROR_SEED={seed}")
     rng = random.Random(seed)
@@ -146,7 +157,7 @@ def _scenario(tmp_path: Path) -> None:
         "--data-dir", str(tmp_path / "src"), "--topic", f"{TOPIC}:{PARTITIONS}",
         "--commit-interval-ms", "20", "--retention-check-interval-ms", "300",
     ]  # fmt: skip
-    destination_options = ["--data-dir", str(tmp_path / "dst"), "--commit-interval-ms", "20"]
+    destination_options = [*storage, "--commit-interval-ms", "20"]
     with (
         broker_processes(1, tmp_path / "src", source_options) as (source_broker,),
         broker_processes(1, tmp_path / "dst", destination_options) as (destination_broker,),
@@ -154,7 +165,7 @@ def _scenario(tmp_path: Path) -> None:
         source, destination = source_broker.address, destination_broker.address
         mirror_options = [
             "--source", source, "--topic", TOPIC, "--name", "dr",
-            "--data-dir", str(tmp_path / "dst"), "--fetch-max-bytes", "16384",
+            *storage, "--fetch-max-bytes", "16384",
             "--group-sync-interval-ms", "200", "--status-interval-ms", "1000",
         ]  # fmt: skip
         mirror = MirrorProcess(mirror_options, tmp_path / "mirror.log")
@@ -201,7 +212,7 @@ def _scenario(tmp_path: Path) -> None:
             assert refused, "a mirrored topic accepted a client's batch"
             mirror.kill()
             stop_options = ["--source", source, "--topic", TOPIC, "--name", "dr"]
-            stopped = mirror_command([*stop_options, "--data-dir", str(tmp_path / "dst"), "--stop"])
+            stopped = mirror_command([*stop_options, *storage, "--stop"])
             assert stopped.returncode == 0, stopped.stderr
             assert f"stopped {TOPIC}" in stopped.stdout
             ends_at_failover = _ends(destination)
