@@ -159,8 +159,11 @@ class Mirror:
         await self._set_state(MirrorState.MIRRORING)
 
     async def pause(self) -> None:
-        await self._set_state(MirrorState.PAUSED)
+        """PAUSED: no appends (a round in flight is refused, and fetched again on resume), the
+        topics still read-only."""
         self._resumed.clear()
+        self.state = MirrorState.PAUSED
+        await self._set_state(MirrorState.PAUSED)
 
     async def resume(self) -> None:
         await self._set_state(MirrorState.MIRRORING)
@@ -220,13 +223,13 @@ class Mirror:
             if self._closing:
                 return
             try:
-                progressed = await self._round(partitions)
+                # No pause between rounds: a fetch with nothing to return waits at the source
+                # (its max wait) and answers as soon as records arrive.
+                await self._round(partitions)
             except SourceError as error:
                 _log.warning("mirror %s: the source failed: %s", self.config.name, error)
                 await self._refresh_leaders()
-                progressed = False
-            if not progressed:
-                await self._clock.sleep(_RETRY_S if progressed is False else 0)
+                await self._clock.sleep(_RETRY_S)
 
     async def _refresh_leaders(self) -> None:
         try:
@@ -254,6 +257,7 @@ class Mirror:
             for tp, answer in fetched.items():
                 if answer.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                     await self._refresh_leaders()
+                    await self._clock.sleep(_RETRY_S / 5)  # leadership may still be moving
                     continue
                 if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                     await self._follow_log_start(tp, answer.log_start_offset)
@@ -315,6 +319,8 @@ class Mirror:
             except CommitOutcomeUnknownError:
                 await self._clock.sleep(_RETRY_S)  # landed or not: the retry says which
         for batch, result in zip(batches, results, strict=True):
+            if result.outcome is MirrorOutcome.FENCED and self.state is not MirrorState.MIRRORING:
+                return  # paused or stopped meanwhile: the batches are fetched again on resume
             if result.outcome is MirrorOutcome.FENCED:
                 raise MirrorError(f"fenced on {batch.topic_partition}: {result.message}")
             if not result.ok:

@@ -101,3 +101,31 @@ async def test_a_second_mirror_process_fences_the_first() -> None:
         finally:
             await first_client.close()
             await second_client.close()
+
+
+async def test_a_paused_mirror_appends_nothing_until_it_resumes() -> None:
+    destination = InMemoryBatchCoordinator()
+    async with local_cluster() as source_cluster:
+        await source_cluster.create_topic(TOPIC, PARTITIONS)
+        source = source_cluster.bootstrap()
+        client = SourceCluster(source)
+        mirror = Mirror(
+            client, destination, MemoryObjectStore(), MirrorConfig(name="m", topics=(TOPIC,))
+        )
+        try:
+            await mirror.prepare()
+            running = asyncio.create_task(mirror.run())
+            await asyncio.to_thread(idempotent_produce, source, TOPIC, PARTITIONS, 10, "a")
+            await wait_for(lambda: [lag.mirrored_end for lag in mirror.lag()] == [5, 5])
+            await mirror.pause()
+            status = await destination.mirror_status(TOPIC)
+            assert status is not None and status.state is MirrorState.PAUSED
+            await asyncio.to_thread(idempotent_produce, source, TOPIC, PARTITIONS, 10, "b")
+            await asyncio.sleep(1.0)
+            assert [lag.mirrored_end for lag in mirror.lag()] == [5, 5]
+            await mirror.resume()
+            await wait_for(lambda: [lag.mirrored_end for lag in mirror.lag()] == [10, 10])
+            mirror.close()
+            await asyncio.wait_for(running, 30)
+        finally:
+            await client.close()
