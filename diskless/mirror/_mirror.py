@@ -28,7 +28,7 @@ import msgspec
 
 from diskless._object_keys import new_object_key
 from diskless._types import ErrorCode, TopicPartition
-from diskless.clock import Clock, SystemClock
+from diskless.clock import Clock, SystemClock, sleep_unless
 from diskless.coordinator import (
     BatchCoordinator,
     DeleteRecordsRequest,
@@ -125,6 +125,8 @@ class Mirror:
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._closing = False
+        self._closed = asyncio.Event()
+        """Set with `_closing`: wakes the group sync's wait between rounds."""
         self.last_group_sync: GroupSync | None = None
 
     # --- states -------------------------------------------------------------------------------
@@ -172,6 +174,7 @@ class Mirror:
     async def stop(self) -> None:
         """Failover: every topic becomes writable (mirrored open transactions aborted)."""
         self._closing = True
+        self._closed.set()
         self._resumed.set()
         for topic in self.config.topics:
             done = await self._coordinator.mirror_stop(topic, self.config.name)
@@ -182,6 +185,7 @@ class Mirror:
     def close(self) -> None:
         """End `run` at its next step, leaving the topics as they are (a restart resumes)."""
         self._closing = True
+        self._closed.set()
         self._resumed.set()
 
     async def _set_state(self, state: MirrorState) -> None:
@@ -346,4 +350,4 @@ class Mirror:
                     )
                 except SourceError as error:
                     _log.warning("mirror %s: group sync failed: %s", self.config.name, error)
-            await self._clock.sleep(self.config.group_sync_interval_ms / 1000)
+            await sleep_unless(self._clock, self.config.group_sync_interval_ms / 1000, self._closed)
