@@ -5,6 +5,7 @@ destination."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,14 +14,16 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient
 
+from diskless._types import ErrorCode, TopicPartition
+from diskless.mirror import SourceCluster
+from diskless.records import InvalidBatch, parse_batch
+
 LogRecord = tuple[int, int, bytes | None, bytes | None, Any, int]
 """(partition, offset, key, value, headers, timestamp)."""
 READ_TIMEOUT_S = 60.0
 
 
 async def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    import asyncio
-
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -118,3 +121,40 @@ def read_log(bootstrap: str, topic: str, partitions: int, isolation: str) -> lis
     finally:
         consumer.close()
     return sorted(records, key=lambda r: (r[0], r[1]))
+
+
+async def raw_batches(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    """Every whole batch of each partition, from its log start to its end, as a Fetch returns
+    it, with the partition leader epoch (bytes 12..16, outside the CRC) blanked."""
+    client = SourceCluster(bootstrap)
+    found: dict[int, list[bytes]] = {}
+    try:
+        metadata = await client.metadata([topic])
+        for p in range(partitions):
+            tp = TopicPartition(topic, p)
+            batches: list[bytes] = []
+            position = 0
+            while True:
+                answer = (
+                    await client.fetch(metadata.leaders[tp], {tp: position}, 1 << 20, 1 << 20, 0)
+                )[tp]
+                if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    position = answer.log_start_offset
+                    continue
+                at = 0
+                while at < len(answer.records):
+                    header = parse_batch(answer.records, at)
+                    if isinstance(header, InvalidBatch):
+                        break
+                    if header.last_offset >= position:
+                        raw = bytearray(header.bytes_view())
+                        raw[12:16] = b"\0\0\0\0"
+                        batches.append(bytes(raw))
+                        position = header.last_offset + 1
+                    at += header.size
+                if position >= answer.high_watermark:
+                    break
+            found[p] = batches
+    finally:
+        await client.close()
+    return found

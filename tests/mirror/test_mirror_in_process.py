@@ -19,7 +19,13 @@ from diskless.coordinator import InMemoryBatchCoordinator, MirrorState
 from diskless.mirror import Mirror, MirrorConfig, MirrorError, SourceCluster
 from diskless.storage import MemoryObjectStore
 from testkit.cluster import local_cluster
-from tests.mirror._logs import idempotent_produce, read_log, transactional_history, wait_for
+from tests.mirror._logs import (
+    idempotent_produce,
+    raw_batches,
+    read_log,
+    transactional_history,
+    wait_for,
+)
 
 TOPIC = "orders"
 PARTITIONS = 2
@@ -52,6 +58,10 @@ async def test_the_destination_log_equals_the_source_log_and_failover_makes_it_w
                     read_log, destination_cluster.bootstrap(), TOPIC, PARTITIONS, level
                 )
                 assert got == expected, level
+            # Byte for byte, batch by batch (the leader epoch field aside: `_batches`).
+            assert await raw_batches(
+                destination_cluster.bootstrap(), TOPIC, PARTITIONS
+            ) == await raw_batches(source, TOPIC, PARTITIONS)
             offsets = await destination.partition_offsets([TopicPartition(TOPIC, 0)])
             assert offsets[0] is not None and offsets[0].log_start_offset == 3
             refused = await asyncio.to_thread(_produce_one, destination_cluster.bootstrap())
