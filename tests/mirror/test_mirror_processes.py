@@ -34,6 +34,7 @@ from testkit.s3server import create_bucket
 from tests.mirror._logs import (
     delete_records,
     idempotent_produce,
+    raw_batches,
     read_log,
     transactional_produce,
 )
@@ -128,6 +129,9 @@ def _wait_equal(source: str, destination: str) -> None:
         time.sleep(1.0)
     assert read_log(destination, TOPIC, PARTITIONS, "read_committed") == read_log(
         source, TOPIC, PARTITIONS, "read_committed"
+    )
+    assert asyncio.run(raw_batches(destination, TOPIC, PARTITIONS)) == asyncio.run(
+        raw_batches(source, TOPIC, PARTITIONS)
     )
     assert _log_starts(destination) == _log_starts(source)
     assert _ends(destination) == _ends(source)
