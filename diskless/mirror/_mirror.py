@@ -155,9 +155,17 @@ class Mirror:
             self._ends[tp] = offsets.high_watermark
             self._log_starts[tp] = offsets.log_start_offset
         # Diskless logs are never truncated at their end, and nothing but this mirror writes
-        # them, so the destination cannot hold an end the source never had; unless the source
-        # lost its end (an unclean election). That is checked at the first fetch (CONFLICT or
-        # an end beyond the source's), and ends the mirror rather than truncating.
+        # them, so the destination holds no end the source never had; unless the source lost
+        # its end (an unclean election). PREPARING checks that, and ends the mirror rather
+        # than truncating (at a later fetch too: `_out_of_range`, or a CONFLICT).
+        for tp, end in self._ends.items():
+            source_end = await self._source.log_offset(self._leaders[tp], tp, latest=True)
+            if end > source_end:
+                raise MirrorError(
+                    f"{tp}: the destination holds offsets up to {end}, the source ends at"
+                    f" {source_end}"
+                )
+            self._source_ends[tp] = source_end
         await self._set_state(MirrorState.MIRRORING)
 
     async def pause(self) -> None:
@@ -264,7 +272,7 @@ class Mirror:
                     await self._clock.sleep(_RETRY_S / 5)  # leadership may still be moving
                     continue
                 if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    await self._follow_log_start(tp, answer.log_start_offset)
+                    await self._out_of_range(leader, tp, offsets[tp])
                     continue
                 if answer.error != ErrorCode.NONE:
                     raise SourceError(f"{tp}: the source answered {answer.error.name}")
@@ -277,6 +285,20 @@ class Mirror:
                 progressed = True
             self._report_lag(offsets)
         return progressed
+
+    async def _out_of_range(self, leader: int, tp: TopicPartition, position: int) -> None:
+        """The source has no offset `position`: below its log start, its records are gone
+        (follow the log start); past its end, the source lost records the destination holds
+        (an unclean election), which no mirror can mend."""
+        start = await self._source.log_offset(leader, tp, latest=False)
+        if position < start:
+            await self._follow_log_start(tp, start)
+            return
+        end = await self._source.log_offset(leader, tp, latest=True)
+        if position > end:
+            raise MirrorError(
+                f"{tp}: the destination holds offsets up to {position}, the source ends at {end}"
+            )
 
     async def _follow_log_start(self, tp: TopicPartition, source_start: int) -> None:
         """The source's log start moved (retention, DeleteRecords): so does the destination's,

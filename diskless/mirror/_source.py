@@ -2,7 +2,8 @@
 
 Any Kafka-protocol cluster will do (a Kafka cluster, another diskless one). The mirror needs raw
 record batches, byte for byte, which the client libraries decode away; and it needs only five
-requests (Metadata, Fetch, ListGroups, FindCoordinator, OffsetFetch), each at one version that
+requests (Metadata, Fetch, ListOffsets, ListGroups, FindCoordinator, OffsetFetch), each at one
+version that
 every Kafka from 2.8 to 4 answers. One connection per broker, one request in flight on each: the
 memory a fetch holds is its response's `max_bytes`.
 """
@@ -21,6 +22,7 @@ from kio.index import load_response_schema
 from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.find_coordinator.v4 import request as find_request
 from kio.schema.list_groups.v4 import request as groups_request
+from kio.schema.list_offsets.v7 import request as list_offsets_request
 from kio.schema.metadata.v9 import request as metadata_request
 from kio.schema.offset_fetch.v7 import request as offsets_request
 from kio.schema.request_header.v2.header import RequestHeader
@@ -217,6 +219,33 @@ class SourceCluster:
                     bytes(p.records or b""),
                 )
         return fetched
+
+    async def log_offset(self, broker_id: int, tp: TopicPartition, latest: bool) -> int:
+        """The partition's log start (`latest` False) or end, from its leader `broker_id`."""
+        body = list_offsets_request.ListOffsetsRequest(
+            replica_id=-1,  # type: ignore[arg-type]
+            isolation_level=i8(0),
+            topics=(
+                list_offsets_request.ListOffsetsTopic(
+                    name=tp.topic,  # type: ignore[arg-type]
+                    partitions=(
+                        list_offsets_request.ListOffsetsPartition(
+                            partition_index=i32(tp.partition),
+                            current_leader_epoch=i32(-1),
+                            timestamp=i64(-1 if latest else -2),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        address = self._brokers.get(broker_id)
+        if address is None:
+            raise SourceError(f"the source has no broker {broker_id}")
+        response = await self._ask(address, body)
+        ((answer,),) = [t.partitions for t in response.topics]
+        if int(answer.error_code) != 0:
+            raise SourceError(f"ListOffsets of {tp}: {_code(int(answer.error_code)).name}")
+        return int(answer.offset)
 
     async def groups(self) -> list[str]:
         """Every consumer group of the source (each broker lists those it coordinates)."""

@@ -139,3 +139,33 @@ async def test_a_paused_mirror_appends_nothing_until_it_resumes() -> None:
             await asyncio.wait_for(running, 30)
         finally:
             await client.close()
+
+
+async def test_a_source_that_lost_the_mirrored_end_stops_the_mirror_in_preparing() -> None:
+    """An unclean election on the source: the destination holds offsets the source no longer
+    has. A diskless log is never truncated at its end, so PREPARING refuses to go on."""
+    destination = InMemoryBatchCoordinator()
+    store = MemoryObjectStore()
+    config = MirrorConfig(name="m", topics=(TOPIC,))
+    async with local_cluster() as first, local_cluster() as second:
+        for cluster, count in ((first, 10), (second, 4)):
+            await cluster.create_topic(TOPIC, PARTITIONS)
+            await asyncio.to_thread(
+                idempotent_produce, cluster.bootstrap(), TOPIC, PARTITIONS, count, "a"
+            )
+        client = SourceCluster(first.bootstrap())
+        mirror = Mirror(client, destination, store, config)
+        try:
+            await mirror.prepare()
+            running = asyncio.create_task(mirror.run())
+            await wait_for(lambda: [lag.mirrored_end for lag in mirror.lag()] == [5, 5])
+            mirror.close()
+            await asyncio.wait_for(running, 30)
+        finally:
+            await client.close()
+        client = SourceCluster(second.bootstrap())  # the "same" source, its end lost
+        try:
+            with pytest.raises(MirrorError, match="the source ends at 2"):
+                await Mirror(client, destination, store, config).prepare()
+        finally:
+            await client.close()
