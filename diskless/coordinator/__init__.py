@@ -34,6 +34,7 @@ from diskless.coordinator._rules.acls import (
 from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._rules.fetch import FetchBudget, at_visible_end
 from diskless.coordinator._rules.mirror import (
+    MIRROR_CONFIGS,
     MirrorAppendResult,
     MirrorBatch,
     MirrorClaim,
@@ -214,6 +215,7 @@ __all__ = [
     "next_deadline",
     "parse_offset_reset",
     # mirrored topics (KIP-1279)
+    "MIRROR_CONFIGS",
     "MirrorAppendResult",
     "MirrorBatch",
     "MirrorClaim",

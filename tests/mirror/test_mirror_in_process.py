@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from diskless._types import TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator, MirrorState
@@ -75,6 +76,19 @@ async def test_the_destination_log_equals_the_source_log_and_failover_makes_it_w
         status = await destination.mirror_status(TOPIC)
         assert status is not None and status.state is MirrorState.STOPPED
         assert await asyncio.to_thread(_produce_one, destination_cluster.bootstrap()) is None
+        # The topic's configs stay a client's to change; the mark stays the coordinator's.
+        await asyncio.to_thread(_alter_retention, destination_cluster.bootstrap())
+        (described,) = await destination.describe_topics([TOPIC])
+        assert described.config.retention_ms == 60_000
+        assert await destination.mirror_status(TOPIC) == status
+
+
+def _alter_retention(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, TOPIC, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
 
 
 def _produce_one(bootstrap: str) -> Any:

@@ -70,7 +70,7 @@ class TopicOperations(FileOperations):
                         topic_configs={name: wanted}, counters={CONFIG_VERSION_COUNTER: version}
                     )
                 )
-            return wanted
+            return config  # as asked: the mark (`keep_mark`) is none of the caller's business
 
         return await self._write(Operation.ALTER_TOPIC_CONFIG, alter)
 
