@@ -21,6 +21,7 @@ import os
 import random
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -170,7 +171,8 @@ def _scenario(tmp_path: Path, storage: list[str]) -> None:
         mirror_options = [
             "--source", source, "--topic", TOPIC, "--name", "dr",
             *storage, "--fetch-max-bytes", "16384",
-            "--group-sync-interval-ms", "200", "--status-interval-ms", "1000",
+            "--group-sync-interval-ms", "200", "--status-interval-ms", "300",
+            "--metrics-address", "127.0.0.1:0",
         ]  # fmt: skip
         mirror = MirrorProcess(mirror_options, tmp_path / "mirror.log")
         try:
@@ -200,6 +202,7 @@ def _scenario(tmp_path: Path, storage: list[str]) -> None:
             assert rounds, "the workload produced nothing"
             _commit_group(source, [max(0, e - 5) for e in _ends(source)])
             _wait_equal(source, destination)
+            _check_lag_reports(mirror, [*mirror_options[:6], *storage], _ends(source))
 
             # The group's offset reaches the destination (clamped: the source's end is mirrored).
             deadline = time.monotonic() + 30
@@ -233,6 +236,25 @@ def _scenario(tmp_path: Path, storage: list[str]) -> None:
         finally:
             mirror.kill()
             print(mirror.log_tail())
+
+
+def _check_lag_reports(mirror: MirrorProcess, options: list[str], ends: list[int]) -> None:
+    """Caught up: lag 0 in the status lines, the Prometheus gauge and `--status`."""
+    caught_up = [f"lag {TOPIC}-{p} {end} {end} 0" for p, end in enumerate(ends)]
+    deadline = time.monotonic() + 30
+    while not all(line in mirror.lines[-2 * PARTITIONS :] for line in caught_up):
+        assert time.monotonic() < deadline, mirror.lines[-4:]
+        time.sleep(0.1)
+    (url,) = [line for line in mirror.lines if line.startswith("metrics=")][-1:]
+    with urllib.request.urlopen(url.removeprefix("metrics="), timeout=10) as response:
+        scraped = response.read().decode()
+    for p in range(PARTITIONS):
+        labels = f'mirror="dr",partition="{p}",topic="{TOPIC}"'
+        assert f"diskless_mirror_lag_records{{{labels}}} 0.0" in scraped
+    status = mirror_command([*options, "--status"])
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0].startswith(f"topic {TOPIC}: mirroring dr ")
+    assert status.stdout.splitlines()[1:] == caught_up
 
 
 def _produce_after(bootstrap: str, count: int) -> list[str]:
