@@ -12,8 +12,7 @@ destination's log start (its retention removed more), the consumer would be rese
 starts at the log start instead.
 
 Only groups not active on the destination are synced, so that a group consuming there is never
-moved under it: a group is active while a live broker incarnation of the destination owns it (a
-member found its coordinator there). Group ids are chosen by include and exclude patterns
+moved under it (`_active`: members joined it there, and its coordinator lives). Group ids are chosen by include and exclude patterns
 (Python regular expressions, matched against the whole id).
 """
 
@@ -27,6 +26,18 @@ import msgspec
 from diskless._types import CommittedOffset, TopicPartition
 from diskless.coordinator import BatchCoordinator
 from diskless.mirror._source import SourceCluster
+
+
+async def _active(coordinator: BatchCoordinator, group: str, live: set[tuple[int, int]]) -> bool:
+    """Whether members use the group on the destination: a live broker incarnation coordinates
+    it, and members joined it there (a classic rebalance, or a consumer-protocol state). A
+    client that only read the group's offsets (OffsetFetch) made a broker its coordinator, not
+    a member: that does not stop the sync. Conservative: a group whose members all left stays
+    active while its coordinator lives."""
+    owner = await coordinator.group_ownership(group)
+    if owner is None or (owner.broker_id, owner.broker_epoch) not in live:
+        return False
+    return owner.generation > 0 or await coordinator.group_state(group) is not None
 
 
 def synced_offset(source_committed: int, log_start: int, log_end: int) -> int:
@@ -69,8 +80,7 @@ async def sync_groups(
     for group in await source.groups():
         if not groups.admits(group):
             continue
-        owner = await coordinator.group_ownership(group)
-        if owner is not None and (owner.broker_id, owner.broker_epoch) in live:
+        if await _active(coordinator, group, live):
             result.skipped_active.append(group)
             continue
         committed = await source.committed(group, topics)

@@ -218,18 +218,27 @@ class Mirror:
         shares: list[list[TopicPartition]] = [[] for _ in range(self.config.fetchers)]
         for i, tp in enumerate(sorted(self._ends)):
             shares[i % len(shares)].append(tp)
-        tasks = [asyncio.create_task(self._fetcher(share)) for share in shares if share]
+        tasks = [
+            asyncio.create_task(self._fetcher(share, f"fetch-{i}"))
+            for i, share in enumerate(shares)
+            if share
+        ]
         tasks.append(asyncio.create_task(self._group_syncer()))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()
         finally:
+            # Closing first: a cancellation that `asyncio.wait_for` swallows (its inner call
+            # done at the same moment) must not leave a loop running.
+            self._closing = True
+            self._closed.set()
+            self._resumed.set()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _fetcher(self, partitions: Sequence[TopicPartition]) -> None:
+    async def _fetcher(self, partitions: Sequence[TopicPartition], lane: str) -> None:
         while not self._closing:
             await self._resumed.wait()
             if self._closing:
@@ -237,7 +246,7 @@ class Mirror:
             try:
                 # No pause between rounds: a fetch with nothing to return waits at the source
                 # (its max wait) and answers as soon as records arrive.
-                await self._round(partitions)
+                await self._round(partitions, lane)
             except SourceError as error:
                 _log.warning("mirror %s: the source failed: %s", self.config.name, error)
                 await self._refresh_leaders()
@@ -249,7 +258,7 @@ class Mirror:
         except SourceError as error:
             _log.warning("mirror %s: no source metadata: %s", self.config.name, error)
 
-    async def _round(self, partitions: Sequence[TopicPartition]) -> bool:
+    async def _round(self, partitions: Sequence[TopicPartition], lane: str) -> bool:
         """One fetch per source broker leading some of `partitions`, each appended in one
         object; whether any batch was mirrored."""
         by_leader: dict[int, dict[TopicPartition, int]] = {}
@@ -264,6 +273,7 @@ class Mirror:
                 self.config.fetch_max_bytes,
                 self.config.partition_max_bytes,
                 self.config.fetch_max_wait_ms,
+                lane,
             )
             mirrored: list[Mirrored] = []
             for tp, answer in fetched.items():

@@ -4,8 +4,9 @@ Any Kafka-protocol cluster will do (a Kafka cluster, another diskless one). The 
 record batches, byte for byte, which the client libraries decode away; and it needs only five
 requests (Metadata, Fetch, ListOffsets, ListGroups, FindCoordinator, OffsetFetch), each at one
 version that
-every Kafka from 2.8 to 4 answers. One connection per broker, one request in flight on each: the
-memory a fetch holds is its response's `max_bytes`.
+every Kafka from 2.8 to 4 answers. One request in flight per connection, a connection per broker
+and lane (each fetcher's, and one for everything else): the memory a fetch holds is its
+response's `max_bytes`.
 """
 
 from __future__ import annotations
@@ -111,10 +112,12 @@ class SourceCluster:
         self._client_id = client_id
         self._timeout_s = timeout_s
         self._brokers: dict[int, tuple[str, int]] = {}
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[tuple[str, int], str], _Connection] = {}
+        """By (address, lane): each fetcher has its lane, so a fetch waiting at the source
+        (its max wait) delays neither another fetcher's nor the group sync's requests."""
 
-    async def _connection(self, address: tuple[str, int]) -> _Connection:
-        connection = self._connections.get(address)
+    async def _connection(self, address: tuple[str, int], lane: str) -> _Connection:
+        connection = self._connections.get((address, lane))
         if connection is None:
             try:
                 reader, writer = await asyncio.wait_for(
@@ -122,15 +125,15 @@ class SourceCluster:
                 )
             except (OSError, TimeoutError) as error:
                 raise SourceError(f"cannot reach {address[0]}:{address[1]}: {error}") from None
-            connection = self._connections[address] = _Connection(reader, writer)
+            connection = self._connections[address, lane] = _Connection(reader, writer)
         return connection
 
-    async def _ask(self, address: tuple[str, int], body: Any) -> Any:
-        connection = await self._connection(address)
+    async def _ask(self, address: tuple[str, int], body: Any, lane: str = "control") -> Any:
+        connection = await self._connection(address, lane)
         try:
             return await connection.request(body, self._client_id, self._timeout_s)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
-            self._connections.pop(address, None)
+            self._connections.pop((address, lane), None)
             await connection.close()
             raise SourceError(
                 f"{address[0]}:{address[1]}: {type(error).__name__} {error}"
@@ -172,6 +175,7 @@ class SourceCluster:
         max_bytes: int,
         partition_max_bytes: int,
         max_wait_ms: int,
+        lane: str = "fetch",
     ) -> dict[TopicPartition, FetchedPartition]:
         """One sessionless Fetch (read_uncommitted, as a replica reads: markers and aborted
         batches alike) of `offsets` from the broker `broker_id`."""
@@ -206,7 +210,7 @@ class SourceCluster:
         address = self._brokers.get(broker_id)
         if address is None:
             raise SourceError(f"the source has no broker {broker_id}")
-        response = await self._ask(address, body)
+        response = await self._ask(address, body, lane)
         if int(response.error_code) != 0:
             raise SourceError(f"Fetch answered {ErrorCode(int(response.error_code)).name}")
         fetched = {}

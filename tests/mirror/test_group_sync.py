@@ -6,7 +6,8 @@ whose mirrored partition holds offsets [10, 20).
 
 Committed beyond the destination's end: the end (a failover re-reads at most the lag, and never
 resets past unread records). Below its log start: the log start. In between: as committed. A
-group active on the destination, or excluded by the patterns, is left alone.
+group active on the destination (members joined it there), or excluded by the patterns, is
+left alone; one only looked up there is not active.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from diskless._types import CommittedOffset, TopicPartition
+from diskless._types import CommittedOffset, ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator, MirrorBatch, MirrorState
 from diskless.mirror import GroupFilter, SourceCluster, sync_groups, synced_offset
 from testkit.cluster import local_cluster
@@ -63,12 +64,17 @@ async def test_inactive_admitted_groups_get_the_clamped_offsets() -> None:
             ("between", 15),
             ("excluded-1", 12),
             ("active", 16),
+            ("probed", 17),
         ]:
             await asyncio.to_thread(_commit, bootstrap, group, offset)
-        # "active" is coordinated by a live destination broker, with an offset of its own.
+        # "active" has members on the destination (a rebalance there), and an offset of its
+        # own; "probed" was only looked up there (its coordinator found, no member joined).
         broker = dest_cluster.live[0].broker
-        owner = await destination.claim_group("active", broker.broker_id, broker.broker_epoch)
-        assert owner is not None
+        for group in ("active", "probed"):
+            owner = await destination.claim_group(group, broker.broker_id, broker.broker_epoch)
+            assert owner is not None
+        joined = GroupOwnership(broker.broker_id, broker.broker_epoch, 1)
+        assert await destination.store_group_generation("active", joined) == ErrorCode.NONE
         await destination.commit_offsets("active", {TP: CommittedOffset(11)})
         source = SourceCluster(bootstrap)
         try:
@@ -77,7 +83,12 @@ async def test_inactive_admitted_groups_get_the_clamped_offsets() -> None:
                 source, destination, [TOPIC], GroupFilter(exclude=r"excluded-.*")
             )
             assert result.skipped_active == ["active"]
-            assert result.synced == {"beyond": {TP: 20}, "below": {TP: 10}, "between": {TP: 15}}
+            assert result.synced == {
+                "beyond": {TP: 20},
+                "below": {TP: 10},
+                "between": {TP: 15},
+                "probed": {TP: 17},
+            }
             for group, offset in [("beyond", 20), ("below", 10), ("between", 15), ("active", 11)]:
                 committed = (await destination.fetch_offsets(group))[TP]
                 assert committed.offset == offset, group
