@@ -12,8 +12,9 @@ destination's log start (its retention removed more), the consumer would be rese
 starts at the log start instead.
 
 Only groups not active on the destination are synced, so that a group consuming there is never
-moved under it (`_active`: members joined it there, and its coordinator lives). Group ids are chosen by include and exclude patterns
-(Python regular expressions, matched against the whole id).
+moved under it (`_active`: members joined it there, and its coordinator lives). Group ids are
+chosen by include and exclude patterns (Python regular expressions, matched against the whole
+id).
 """
 
 from __future__ import annotations
