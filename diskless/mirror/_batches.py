@@ -75,8 +75,7 @@ def mirrored_batches(
 
 
 def _described(tp: TopicPartition, data: bytearray, position: int, size: int) -> Mirrored:
-    own = memoryview(bytes(data[position : position + size]))
-    header = BatchHeader(own)
+    header = BatchHeader(memoryview(data)[position : position + size])  # a view: no copy
     control = _control_type(header) if header.is_control else None
     # A control record other than a transaction marker touches no producer's state.
     producer_id = -1 if header.is_control and control is None else header.producer_id

@@ -10,10 +10,11 @@ A restarted mirror (SIGKILL at any point) resumes from those ends: no gap, and n
 object uploaded but never committed is an orphan the file manager reclaims; an append whose
 answer was lost is retried as it was, and answers DUPLICATE if it had landed).
 
-Memory is bounded by `fetchers` x `fetch_max_bytes`: each fetcher holds one fetch response (and
-the object built from it) at a time, and the fetchers share the partitions (KIP-1279: fetcher
-threads multiplex partitions). The destination follows the source's log start (retention,
-DeleteRecords) with DeleteRecords of its own.
+Memory is bounded by `fetchers` x `fetch_max_bytes`, times the few copies one response goes
+through (its frame, its batches with their leader epochs cleared, the object built from them):
+each fetcher holds one fetch response at a time, and the fetchers share the partitions
+(KIP-1279: fetcher threads multiplex partitions). The destination follows the source's log
+start (retention, DeleteRecords) with DeleteRecords of its own.
 """
 
 from __future__ import annotations
