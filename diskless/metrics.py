@@ -117,6 +117,11 @@ class Metrics:
     def coordinator_step(self, operation: str, seconds: float, outcome: StepOutcome) -> None:
         """A coordinator write step (`Operation`'s value) ended after `seconds`."""
 
+    # --- the mirror (KIP-1279) ----------------------------------------------------------------
+    def mirror_lag(self, mirror: str, topic: str, partition: int, records: int) -> None:
+        """After a fetch of the mirror `mirror`: the offsets the source holds beyond what is
+        mirrored of the partition (its high watermark minus the destination's)."""
+
     # --- the Kafka server ---------------------------------------------------------------------
     def request_answered(self, api: str, seconds: float, errors: Iterable[int]) -> None:
         """A request of `api` was answered after `seconds`; `errors`: the error codes other

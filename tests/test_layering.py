@@ -33,6 +33,7 @@ LAYERS: Final = (
     ("diskless.broker", "diskless.lifecycle"),
     ("diskless",),
     ("diskless.kafka_server",),
+    ("diskless.mirror",),
     ("testkit",),
     ("benchmarks",),
 )

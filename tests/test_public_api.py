@@ -72,6 +72,7 @@ def test_all_is_exactly_the_public_surface() -> None:
         "diskless.compaction",
         "diskless.coordinator",
         "diskless.lifecycle",
+        "diskless.mirror",
         "diskless.read",
         "diskless.records",
         "diskless.storage",

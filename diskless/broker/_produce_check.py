@@ -11,7 +11,7 @@ from diskless._kafka_errors import produce_error
 from diskless._results import ProduceResult
 from diskless._types import ErrorCode, TopicPartition
 from diskless.compaction import UncleanableBatch, first_unkeyed
-from diskless.coordinator import TopicDescription
+from diskless.coordinator import TopicDescription, read_only_refusal
 from diskless.records import (
     TRANSACTIONAL_BIT,
     BatchHeader,
@@ -34,7 +34,8 @@ def check_produce(
     allow_zstd: bool = True,
 ) -> Checked:
     """Validate every partition on its own (framing, CRC, every record, size, timestamps at
-    `now_ms`, zstd only if `allow_zstd`, a key on every record of a compacted topic),
+    `now_ms`, zstd only if `allow_zstd`, a key on every record of a compacted topic, no batch
+    to a mirrored topic),
     recompressing a batch whose topic stores another codec, then Kafka's
     one-transactional-producer-per-request rule.
 
@@ -60,6 +61,10 @@ def check_produce(
             results[tp] = _unknown(tp)
             continue
         config = description.config
+        read_only = read_only_refusal(config) if config.inapplicable_configs else None
+        if read_only is not None:  # a mirrored topic (KIP-1279), as Kafka an internal topic
+            results[tp] = ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=read_only)
+            continue
         compression = config.compression_type
         rules = RecordRules(
             now_ms,

@@ -33,6 +33,17 @@ from diskless.coordinator._rules.acls import (
 )
 from diskless.coordinator._rules.checks import check_topic_name
 from diskless.coordinator._rules.fetch import FetchBudget, at_visible_end
+from diskless.coordinator._rules.mirror import (
+    MIRROR_CONFIGS,
+    MirrorAppendResult,
+    MirrorBatch,
+    MirrorClaim,
+    MirrorMark,
+    MirrorOutcome,
+    MirrorState,
+    mirror_mark,
+    read_only_refusal,
+)
 from diskless.coordinator._rules.scram import ScramSnapshot
 from diskless.coordinator._rules.share import (
     AcknowledgeBatch,
@@ -203,6 +214,16 @@ __all__ = [
     "initial_start",
     "next_deadline",
     "parse_offset_reset",
+    # mirrored topics (KIP-1279)
+    "MIRROR_CONFIGS",
+    "MirrorAppendResult",
+    "MirrorBatch",
+    "MirrorClaim",
+    "MirrorMark",
+    "MirrorOutcome",
+    "MirrorState",
+    "mirror_mark",
+    "read_only_refusal",
     # backends
     "InMemoryBatchCoordinator",
     "SqliteBatchCoordinator",

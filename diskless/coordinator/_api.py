@@ -22,6 +22,7 @@ from diskless._types import (
     TopicPartition,
 )
 from diskless.coordinator._api_groups import GroupContract
+from diskless.coordinator._api_mirror import MirrorContract
 from diskless.coordinator._api_share import ShareStateContract
 from diskless.coordinator._rules.acls import (
     AclBinding,
@@ -73,7 +74,7 @@ ChangeListener = Callable[[PartitionChanges], None]
 """Called on the event loop with what committed steps changed; it must not block or raise."""
 
 
-class BatchCoordinator(GroupContract, ShareStateContract, abc.ABC):
+class BatchCoordinator(GroupContract, ShareStateContract, MirrorContract, abc.ABC):
     """Sequences batches from all brokers: assigns offsets and enforces producer rules.
 
     Every backend guarantees:

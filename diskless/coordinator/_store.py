@@ -325,6 +325,10 @@ class Operation(enum.Enum):
     SHARE_ALTER_OFFSETS = "share_alter_offsets"
     SHARE_DELETE_OFFSETS = "share_delete_offsets"
     SHARE_DELETE_GROUP = "share_delete_group"
+    MIRROR_STATE = "mirror_state"
+    """A mirrored topic's mark changes (`_rules.mirror`): a claim, a pause, a resume, a fence."""
+    MIRROR_APPEND = "mirror_append"
+    MIRROR_STOP = "mirror_stop"
 
 
 class Durability(enum.Enum):

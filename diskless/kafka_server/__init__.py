@@ -46,8 +46,16 @@ from diskless.kafka_server._handlers.table import SUPPORTED_VERSIONS
 from diskless.kafka_server._protocol.apis import ApiKey
 from diskless.kafka_server._server.metrics.metrics_events import PrometheusMetrics
 from diskless.kafka_server._server.network.broker_server import BrokerServer
+from diskless.kafka_server._server.process.cli import Parser as CommandParser
+from diskless.kafka_server._server.process.cli import UsageError
 from diskless.kafka_server._server.process.cluster import KafkaCluster, rack_name
 from diskless.kafka_server._server.process.observability import Observability
+from diskless.kafka_server._server.process.storage_options import (
+    add_storage_arguments,
+    check_storage_arguments,
+    open_coordinator,
+    open_store,
+)
 from diskless.kafka_server._server.settings.config import ServerConfig
 
 __all__ = [
@@ -67,4 +75,11 @@ __all__ = [
     # the protocol surface
     "SUPPORTED_VERSIONS",
     "ApiKey",
+    # the storage flags of a command that opens a cluster's storage (the broker's, the mirror's)
+    "CommandParser",
+    "UsageError",
+    "add_storage_arguments",
+    "check_storage_arguments",
+    "open_coordinator",
+    "open_store",
 ]

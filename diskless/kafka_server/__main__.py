@@ -72,16 +72,9 @@ import sys
 from pathlib import Path
 
 from diskless import BrokerConfig, ErrorCode
-from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, CommitBounds
-from diskless._object_keys import DEFAULT_OBJECT_PREFIX
 from diskless.broker import TXN_LEASE_TTL_FROM_WAL
-from diskless.coordinator import (
-    BatchCoordinator,
-    PostgresBatchCoordinator,
-    SqliteBatchCoordinator,
-)
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._server.process import cli, cli_properties, startup
+from diskless.kafka_server._server.process import cli, cli_properties, startup, storage_options
 from diskless.kafka_server._server.process.cluster import KafkaCluster
 from diskless.kafka_server._server.process.log_format import configure_logging
 from diskless.kafka_server._server.process.observability import Observability
@@ -92,11 +85,9 @@ from diskless.kafka_server._server.process.services import (
 )
 from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.metrics import NULL_METRICS
-from diskless.storage import ObjectStore, S3ObjectStore
 from diskless.wal import WalConfig
 
-COMMIT_BOUNDS = CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT)
-"""The coordinator's, which the brokers' settings are checked against before it is opened."""
+COMMIT_BOUNDS = storage_options.COMMIT_BOUNDS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,38 +125,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID,ID",
         help="the ids of this process's brokers (default 0..N-1; sets --brokers)",
     )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="objects and SQLite coordinator file of an embedded cluster (default: the first of"
-        " log.dirs; needed unless both --coordinator and --bucket are given)",
-    )
-    parser.add_argument(
-        "--coordinator",
-        type=cli.postgresql_url,
-        default=None,
-        metavar="postgresql://USER@HOST:PORT/DB",
-        help="a PostgreSQL batch coordinator that processes on several hosts share; TLS with"
-        " ?sslmode=verify-full&sslrootcert=CA.pem (libpq's parameters)",
-    )
-    parser.add_argument(
-        "--s3-endpoint", type=cli.s3_endpoint, help="S3-compatible endpoint URL (objects in S3)"
-    )
-    parser.add_argument(
-        "--bucket", type=cli.s3_bucket, help="S3 bucket (with --s3-endpoint, or --region for AWS)"
-    )
-    parser.add_argument(
-        "--s3-prefix", type=cli.s3_prefix, default="", help="key prefix inside the bucket"
-    )
-    parser.add_argument("--region", type=cli.s3_region, help="S3 region")
-    parser.add_argument(
-        "--s3-ca-bundle",
-        type=cli.readable_file,
-        default=None,
-        metavar="PEM",
-        help="CA certificates an https --s3-endpoint's certificate must chain to",
-    )
+    storage_options.add_storage_arguments(parser)
     parser.add_argument(
         "--base-port",
         type=int,
@@ -314,29 +274,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_store(args: argparse.Namespace) -> ObjectStore:
-    if args.bucket is not None:
-        return S3ObjectStore(
-            args.bucket,
-            args.s3_prefix,
-            endpoint_url=args.s3_endpoint,
-            region=args.region,
-            ca_bundle=args.s3_ca_bundle,
-        )
-    path: Path = args.data_dir / "objects"
-    return startup.local_store(path)
-
-
-def _open_coordinator(args: argparse.Namespace) -> BatchCoordinator:
-    age_max_ms, prefix = COMMIT_BOUNDS.commit_age_max_ms, COMMIT_BOUNDS.object_prefix
-    if args.coordinator is not None:
-        return PostgresBatchCoordinator(
-            args.coordinator, commit_age_max_ms=age_max_ms, object_prefix=prefix
-        )
-    path: Path = args.data_dir / "coordinator.sqlite"
-    return SqliteBatchCoordinator(path, commit_age_max_ms=age_max_ms, object_prefix=prefix)
-
-
 async def _run(
     args: argparse.Namespace,
     ids: list[int],
@@ -345,8 +282,8 @@ async def _run(
     lifecycle: LifecycleConfig,
 ) -> None:
     ports = [args.base_port + i for i in ids] if args.base_port else None
-    store = _open_store(args)
-    coordinator = _open_coordinator(args)
+    store = storage_options.open_store(args)
+    coordinator = storage_options.open_coordinator(args)
     observability = (
         Observability(store, coordinator, server_config) if server_config.metrics_address else None
     )

@@ -18,6 +18,7 @@ from diskless.coordinator._engine.configs import ConfigOperations
 from diskless.coordinator._engine.consumer_groups import GroupOperations
 from diskless.coordinator._engine.extents import ConsolidationOperations
 from diskless.coordinator._engine.files import FileOperations
+from diskless.coordinator._engine.mirror import MirrorOperations
 from diskless.coordinator._engine.ownership import BrokerOperations
 from diskless.coordinator._engine.reads import ReadOperations
 from diskless.coordinator._engine.retention import RetentionOperations
@@ -43,5 +44,6 @@ class CoordinatorEngine(
     ScramOperations,
     AclOperations,
     ConfigOperations,
+    MirrorOperations,
 ):
     """A batch coordinator over any `CoordinatorStore`: the rules here, the state there."""

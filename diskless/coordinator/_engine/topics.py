@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from diskless._types import ErrorCode, TopicPartition
 from diskless.coordinator._engine.files import FileOperations
 from diskless.coordinator._rules.checks import check_new_topic
+from diskless.coordinator._rules.mirror import keep_mark
 from diskless.coordinator._store import OFFSET_END, Changes, Needs, Operation, StoreStep, TopicRow
 from diskless.coordinator._values import CONFIG_VERSION_COUNTER, TopicConfig, TopicDescription
 
@@ -61,14 +62,15 @@ class TopicOperations(FileOperations):
                 return None
             if expected is not None and topic.config != expected:
                 return topic.config  # another change came first: the caller decides again
-            if topic.config != config:
+            wanted = keep_mark(topic.config, config)
+            if topic.config != wanted:
                 version = snapshot.counters.get(CONFIG_VERSION_COUNTER, 0) + 1
                 await db.apply(
                     Changes(
-                        topic_configs={name: config}, counters={CONFIG_VERSION_COUNTER: version}
+                        topic_configs={name: wanted}, counters={CONFIG_VERSION_COUNTER: version}
                     )
                 )
-            return config
+            return config  # as asked: the mark (`keep_mark`) is none of the caller's business
 
         return await self._write(Operation.ALTER_TOPIC_CONFIG, alter)
 

@@ -13,6 +13,7 @@ from diskless.clock import sleep_unless
 from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.checks import broker_fenced
 from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.mirror import read_only
 from diskless.coordinator._rules.ownership import lease_wait_deadline
 from diskless.coordinator._rules.rows import (
     AbortedTxn,
@@ -67,6 +68,7 @@ class TransactionOperations(EngineBase):
         self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
     ) -> list[ErrorCode]:
         needs = self._txn_needs(producer_id, partitions)
+        needs.topics = {tp.topic for tp in partitions}  # a mirrored one is read-only
 
         async def add(db: StoreStep) -> list[ErrorCode]:
             now = self._clock.now_ms()
@@ -78,6 +80,9 @@ class TransactionOperations(EngineBase):
                 state = snapshot.partitions.get(tp)
                 if state is None:
                     results.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                if read_only(snapshot, tp):
+                    results.append(ErrorCode.INVALID_TOPIC_EXCEPTION)
                     continue
                 key = (state.key, producer_id)
                 error, new = check_registration(

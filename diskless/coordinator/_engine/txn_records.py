@@ -18,6 +18,7 @@ from msgspec.structs import replace
 from diskless._types import ErrorCode, GroupOwnership, TopicPartition
 from diskless.coordinator._engine.txn import NEXT_PRODUCER_ID, TransactionOperations, _ending
 from diskless.coordinator._rules.commit import ProducerKey
+from diskless.coordinator._rules.mirror import read_only
 from diskless.coordinator._rules.ownership import check_group_fence
 from diskless.coordinator._rules.rows import TxnRegistration
 from diskless.coordinator._rules.txn import check_registration
@@ -106,6 +107,7 @@ class TxnRecordOperations(TransactionOperations):
         """AddPartitionsToTxn: check the record, register the partitions (KIP-890) and add them
         to the record, in one step; `result[i]` answers `partitions[i]`."""
         needs = self._txn_needs(producer_id, partitions)
+        needs.topics = {tp.topic for tp in partitions}  # a mirrored one is read-only
 
         async def add(db: StoreStep) -> list[ErrorCode]:
             now = self._clock.now_ms()
@@ -121,6 +123,9 @@ class TxnRecordOperations(TransactionOperations):
                 state = snapshot.partitions.get(tp)
                 if state is None:
                     results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                if read_only(snapshot, tp):
+                    results[tp] = ErrorCode.INVALID_TOPIC_EXCEPTION
                     continue
                 key = (state.key, producer_id)
                 error, new = check_registration(

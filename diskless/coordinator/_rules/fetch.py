@@ -258,13 +258,15 @@ def _walk(
         end = fetch_end(state, request.isolation_level)
         rows: list[StoredBatch] = []
         if offset < end:
-            loaded = _Loaded(head.rows, end)
+            loaded = _Loaded(head.rows, end, offset)
             rows = budget.take(loaded, request.max_bytes)
             if loaded.ran_out and not head.complete:
                 short.append(index)
         timestamp_type = state.config.timestamp_type
         taken = [row.to_info(timestamp_type) for row in rows]
-        assert not taken or taken[0].base_offset <= offset <= taken[0].last_offset, offset
+        # The first batch holds `offset`, or follows it when a mirrored log has no batch there
+        # (offsets the source's compaction or log start left out: `_rules.mirror`).
+        assert not taken or offset <= taken[0].last_offset, offset
         committed = request.isolation_level == IsolationLevel.READ_COMMITTED
         if committed and taken and head.aborted:
             upper = taken[-1].last_offset + 1
@@ -276,15 +278,18 @@ def _walk(
 class _Loaded:
     """A partition's loaded rows below `end`, noting whether a walk asked for more than them."""
 
-    def __init__(self, rows: list[StoredBatch], end: int) -> None:
+    def __init__(self, rows: list[StoredBatch], end: int, start: int = 0) -> None:
         self._rows = iter(rows)
         self._end = end
+        self._start = start
         self.ran_out = False
 
     def __iter__(self) -> Iterator[StoredBatch]:
         for row in self._rows:
             if row.base_offset >= self._end:
                 return
+            if row.last_offset < self._start:
+                continue  # before a mirrored log's gap that holds the fetch offset
             yield row
         self.ran_out = True
 

@@ -37,7 +37,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from diskless._types import CompressionType, TimestampType
-from diskless.coordinator import TopicConfig
+from diskless.coordinator import MIRROR_CONFIGS, TopicConfig
 from diskless.kafka_server._handlers.context import RETENTION_MS_DEFAULT, TopicDefaults
 from diskless.records import compression_level_error
 
@@ -356,7 +356,8 @@ def dynamic_topic_configs(
         for name, setting in SETTINGS.items()
         if getattr(config, setting.field) != getattr(defaults.config, setting.field)
     }
-    return own | dict(config.inapplicable_configs)
+    # A mirrored topic's mark (`mirror.*`) is the coordinator's, kept whatever a change says.
+    return own | {k: v for k, v in config.inapplicable_configs if k not in MIRROR_CONFIGS}
 
 
 def _text(value: object) -> str:

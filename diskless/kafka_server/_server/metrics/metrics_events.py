@@ -15,7 +15,12 @@ import collections
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from diskless import ErrorCode
 from diskless.metrics import (
@@ -129,6 +134,7 @@ class PrometheusMetrics(Metrics):
         "_auth_failures",
         "_connections_closed",
         "_connections_opened",
+        "_mirror_lag",
         "_rejected",
         "_request_errors",
         "_requests",
@@ -153,6 +159,7 @@ class PrometheusMetrics(Metrics):
         self._connections_closed: collections.Counter[str] = collections.Counter()
         self._rejected: collections.Counter[tuple[str, str]] = collections.Counter()
         self._auth_failures: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._mirror_lag: dict[tuple[str, str, str], int] = {}
 
     def _topic(self, topic: str) -> TopicTotals:
         label = self._topic_label(topic)
@@ -219,6 +226,9 @@ class PrometheusMetrics(Metrics):
     def authentication_failed(self, listener: str, mechanism: str) -> None:
         self._auth_failures[listener, mechanism] += 1
 
+    def mirror_lag(self, mirror: str, topic: str, partition: int, records: int) -> None:
+        self._mirror_lag[mirror, self._topic_label(topic), str(partition)] = records
+
     # --- the scrape ---------------------------------------------------------------------------
     def families(self) -> Iterator[Metric]:
         yield from self._topic_families()
@@ -262,6 +272,15 @@ class PrometheusMetrics(Metrics):
             self._request_errors,
         )
         yield from self._connection_families()
+        lag = GaugeMetricFamily(
+            PREFIX + "mirror_lag_records",
+            "Offsets a mirror's source holds beyond what it mirrored of the partition, after its"
+            " latest fetch (source high watermark minus destination high watermark)",
+            labels=("mirror", "topic", "partition"),
+        )
+        for key, records in dict(self._mirror_lag).items():  # a copy: scrapes may run elsewhere
+            lag.add_metric(key, records)
+        yield lag
 
     def _topic_families(self) -> Iterator[Metric]:
         fields = (

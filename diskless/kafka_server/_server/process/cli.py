@@ -288,7 +288,7 @@ def configs(
     """Every configuration of the process; UsageError naming the flag of a refused value.
     `base`: the server settings the flags change (those of `--config`); `named`: the property
     that gave a flag's value, by flag, named instead of the flag when the value is refused."""
-    check_places(args)
+    check_places(args)  # and the data directory at the end: `check_storage_arguments`
     check_ports(args.base_port, ids)
     names = named or {}
     checked = Configs(
