@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode as WireError
 
 from diskless._types import TopicPartition
 from diskless.kafka_server._coordination.consumer_group_state import (
+    HeartbeatAnswer,
     Snapshot,
     decode_snapshot,
 )
@@ -120,15 +121,9 @@ class ShareHeartbeatRequest(msgspec.Struct, frozen=True):
     client_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ShareHeartbeatAnswer:
-    error: WireError
-    member_id: str = ""
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: frozenset[TopicPartition] | None = None
-    """The partitions the member may fetch from; None when unchanged since its last answer."""
-    message: str | None = None
+ShareHeartbeatAnswer = HeartbeatAnswer
+"""A share member's answer is a consumer member's: its `assignment`, the partitions it may fetch
+from (None when unchanged since its last answer)."""
 
 
 @dataclass(frozen=True, slots=True)
