@@ -133,7 +133,7 @@ async def handle_share_fetch(
     member_id = request.member_id or ""
     refused = _refusal(context, session, group_id, member_id)
     if refused is not WireError.none:
-        return _fetch_failed(response, refused)
+        return _failed(response, refused)
     epoch = int(request.share_session_epoch)
     requested: list[TopicIdPartition] = []
     acks: dict[TopicIdPartition, tuple[AcknowledgeBatch, ...]] = {}
@@ -144,7 +144,7 @@ async def handle_share_fetch(
             if p.acknowledgement_batches:
                 acks[tip] = _batches(p.acknowledgement_batches)
     if epoch == INITIAL_EPOCH and acks:
-        return _fetch_failed(response, WireError.invalid_request)
+        return _failed(response, WireError.invalid_request)
     forgotten = [
         (_id(f.topic_id), int(index))
         for f in request.forgotten_topics_data
@@ -154,7 +154,7 @@ async def handle_share_fetch(
     key = ShareSessionKey(context.broker_id, group_id, member_id)
     step = shares.sessions.fetch(key, epoch, session, requested, forgotten)
     if step.error is not ErrorCode.NONE or step.session is None:
-        return _fetch_failed(response, wire(step.error))
+        return _failed(response, wire(step.error))
     final = epoch == FINAL_EPOCH
     fetching = [] if final else list(step.session.partitions)
     try:
@@ -177,7 +177,7 @@ async def handle_share_fetch(
             await shares.release(group_id, member_id, ended)
     except DisklessError as e:
         code = failure_code(fetch_error, e, f"share fetch on broker {context.broker_id}")
-        return _fetch_failed(response, wire(code))
+        return _failed(response, wire(code))
     shown = dict.fromkeys([*requested, *acks])
     shown.update(
         (tip, None)
@@ -200,7 +200,8 @@ async def handle_share_fetch(
 _NOTHING = ShareFetched(ErrorCode.NONE)
 
 
-def _fetch_failed(response: Response, code: WireError) -> ResponsePayload:
+def _failed(response: Response, code: WireError) -> ResponsePayload:
+    """A ShareFetch or ShareAcknowledge failed whole (their responses have the same fields)."""
     return build(
         response,
         throttle_time=NO_THROTTLE,
@@ -277,7 +278,7 @@ async def handle_share_acknowledge(
     member_id = request.member_id or ""
     refused = _refusal(context, session, group_id, member_id)
     if refused is not WireError.none:
-        return _acknowledge_failed(response, refused)
+        return _failed(response, refused)
     acks: dict[TopicIdPartition, tuple[AcknowledgeBatch, ...]] = {}
     for topic in request.topics:
         for p in topic.partitions:
@@ -289,7 +290,7 @@ async def handle_share_acknowledge(
     key = ShareSessionKey(context.broker_id, group_id, member_id)
     step = shares.sessions.acknowledge(key, epoch, session)
     if step.error is not ErrorCode.NONE or step.session is None:
-        return _acknowledge_failed(response, wire(step.error))
+        return _failed(response, wire(step.error))
     final = epoch == FINAL_EPOCH
     try:
         resolved = await _resolve(context, session, [*acks, *step.session.partitions])
@@ -300,24 +301,13 @@ async def handle_share_acknowledge(
             await shares.release(group_id, member_id, ended)
     except DisklessError as e:
         code = failure_code(fetch_error, e, f"share acknowledge on broker {context.broker_id}")
-        return _acknowledge_failed(response, wire(code))
+        return _failed(response, wire(code))
     answers = {
         tip: resolved.errors.get(tip) or codes.get(resolved.names[tip], ErrorCode.NONE)
         for tip in acks
     }
     lock = datetime.timedelta(milliseconds=shares.limits(group_id).lock_duration_ms)
     return _encode_acknowledge(context, session, response, answers, resolved.names, lock)
-
-
-def _acknowledge_failed(response: Response, code: WireError) -> ResponsePayload:
-    return build(
-        response,
-        throttle_time=NO_THROTTLE,
-        error_code=code,
-        acquisition_lock_timeout=_NO_LOCK,
-        responses=(),
-        node_endpoints=(),
-    )
 
 
 def _encode_acknowledge(
