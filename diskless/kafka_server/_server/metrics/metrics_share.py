@@ -18,26 +18,20 @@ more than once that are not finished.
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from diskless import OffsetSpec, TopicPartition
 from diskless.clock import Clock, SystemClock
 from diskless.coordinator import (
     BatchCoordinator,
-    ListOffsetsRequest,
     ShareLimits,
     SharePartitionState,
     counts,
 )
-from diskless.errors import DisklessError
 from diskless.kafka_server._server.metrics.metrics_events import OTHER, PREFIX
-
-_log = logging.getLogger(__name__)
+from diskless.kafka_server._server.metrics.metrics_scraped import ScrapedFigures
 
 STATES: Final = ("available", "acquired", "acknowledged", "archived")
 """The `state` label's values."""
@@ -75,7 +69,7 @@ def figures(
     )
 
 
-class ShareTracker:
+class ShareTracker(ScrapedFigures[ShareFigures]):
     """The share figures of the last refresh; `refresh` before a scrape, `families` in it."""
 
     def __init__(
@@ -92,50 +86,22 @@ class ShareTracker:
     ) -> None:
         """`groups`: those this process coordinates (the share groups among them have states);
         `limits`: the delivery count limit a lock that ran out is judged by."""
-        if groups_max < 0 or partitions_max < 0:
-            raise ValueError("groups_max and partitions_max must be >= 0")
-        self._coordinator = coordinator
-        self.groups = groups
-        self._groups_max = groups_max
-        self._partitions_max = partitions_max
+        super().__init__(
+            coordinator,
+            groups,
+            groups_max=groups_max,
+            partitions_max=partitions_max,
+            interval_s=interval_s,
+            timeout_s=timeout_s,
+        )
         self._limits = limits
         self._clock = clock if clock is not None else SystemClock()
-        self._interval_s = interval_s
-        self._timeout_s = timeout_s
-        self._refreshed_at = float("-inf")
-        self._figures: dict[tuple[str, str, str], ShareFigures] = {}
-        self._omitted = 0
-        self._failures = 0
-        self._lock = asyncio.Lock()
 
-    async def refresh(self) -> None:
-        """Recompute unless the figures are younger than `interval_s` (one refresh at a time)."""
-        async with self._lock:
-            if time.monotonic() - self._refreshed_at < self._interval_s:
-                return
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    self._figures = await self._compute()
-            except (TimeoutError, DisklessError, RuntimeError) as error:
-                self._failures += 1  # the coordinator is slow, failing or closing: keep them
-                _log.debug("share group figures not refreshed: %r", error)
-            self._refreshed_at = time.monotonic()
-
-    async def _compute(self) -> dict[tuple[str, str, str], ShareFigures]:
-        groups = sorted(set(self.groups()))
-        self._omitted = max(0, len(groups) - self._groups_max)
-        groups = groups[: self._groups_max]
+    async def _compute(self, groups: list[str]) -> dict[tuple[str, str, str], ShareFigures]:
         states = await asyncio.gather(
             *(self._coordinator.share_partition_states(g) for g in groups)
         )
-        partitions = sorted({tp for of_group in states for tp in of_group})
-        requests = [ListOffsetsRequest(tp, OffsetSpec.LATEST) for tp in partitions]
-        answers = await self._coordinator.list_offsets(requests) if requests else []
-        high: dict[TopicPartition, int] = {
-            r.topic_partition: a.offset
-            for r, a in zip(requests, answers, strict=True)
-            if a.offset >= 0
-        }
+        high = await self._high_watermarks(tp for of_group in states for tp in of_group)
         now = self._clock.now_ms()
         out: dict[tuple[str, str, str], ShareFigures] = {}
         series = 0
