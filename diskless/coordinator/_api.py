@@ -218,6 +218,13 @@ class BatchCoordinator(GroupContract, ShareStateContract, MirrorContract, abc.AB
         announcement, a withdrawal, a new incarnation), or in the next announcement of any
         broker when a registration expired; it never goes back."""
 
+    @abc.abstractmethod
+    async def raise_membership_version(self, at_least: int) -> int:
+        """Raise the membership version (every partition's leader epoch) to at least `at_least`
+        (0 to 2**31 - 1), never lowering it; the version afterwards. A mirror keeps the
+        destination's leader epoch at or above its source's (KIP-1279) with it; brokers
+        advertise it from their next read of the membership."""
+
     # --- the write path -----------------------------------------------------------------------
     @abc.abstractmethod
     async def commit_file(

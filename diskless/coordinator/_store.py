@@ -287,6 +287,7 @@ class Operation(enum.Enum):
     ALTER_TOPIC_CONFIG = "alter_topic_config"
     REGISTER_BROKER = "register_broker"
     ANNOUNCE_BROKER = "announce_broker"
+    RAISE_MEMBERSHIP_VERSION = "raise_membership_version"
     COMMIT_FILES = "commit_files"
     """Changes only files (all new), their batches, partitions, producer entries, released
     leases and opened transactions."""

@@ -6,10 +6,10 @@ partition's mirrored end (an earlier one is mirrored already). Every batch's CRC
 before it is written anywhere.
 
 One header field changes: the partition leader epoch (outside the CRC) is set to -1, as a
-producer sends it and as the destination stores its own producers' batches. So no batch on the
-destination carries a leader epoch above the destination's own, and the invariant KIP-1279
-keeps by bumping the destination's epoch (never below the source's) holds by construction.
-The records, their offsets, producer fields and timestamps stay byte for byte.
+producer sends it and as the destination stores its own producers' batches. The source's value
+is kept beside the batch (`Mirrored.leader_epoch`): the mirror raises the destination's leader
+epoch to at least it before the batch lands (KIP-1279's invariant, `Mirror`). The records,
+their offsets, producer fields and timestamps stay byte for byte.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class Mirrored(NamedTuple):
     entry: WalEntry
     batch: MirrorBatch
     """Its `byte_offset` is set once the object is laid out (`placed`)."""
+    leader_epoch: int
+    """The partition leader epoch the source wrote in the batch (-1: none)."""
 
 
 def mirrored_batches(
@@ -67,14 +69,17 @@ def mirrored_batches(
         if parsed.base_offset >= end and parsed.last_offset >= reach:
             if not parsed.crc_valid():
                 raise SourceBatchError(f"{tp}: batch at {parsed.base_offset} fails its CRC")
+            leader_epoch = parsed.partition_leader_epoch
             data[position + _LEADER_EPOCH_AT : position + _LEADER_EPOCH_AT + 4] = _NO_EPOCH
-            found.append(_described(tp, data, position, size))
+            found.append(_described(tp, data, position, size, leader_epoch))
             end = found[-1].batch.last_offset + 1
         position += size
     return found
 
 
-def _described(tp: TopicPartition, data: bytearray, position: int, size: int) -> Mirrored:
+def _described(
+    tp: TopicPartition, data: bytearray, position: int, size: int, leader_epoch: int
+) -> Mirrored:
     header = BatchHeader(memoryview(data)[position : position + size])  # a view: no copy
     control = _control_type(header) if header.is_control else None
     # A control record other than a transaction marker touches no producer's state.
@@ -94,7 +99,7 @@ def _described(tp: TopicPartition, data: bytearray, position: int, size: int) ->
         control,
         _coordinator_epoch(header) if control is not None else 0,
     )
-    return Mirrored(WalEntry(tp, header), batch)
+    return Mirrored(WalEntry(tp, header), batch, leader_epoch)
 
 
 def _control_record(header: BatchHeader) -> tuple[memoryview, int, int, int]:

@@ -15,6 +15,13 @@ through (its frame, its batches with their leader epochs cleared, the object bui
 each fetcher holds one fetch response at a time, and the fetchers share the partitions
 (KIP-1279: fetcher threads multiplex partitions). The destination follows the source's log
 start (retention, DeleteRecords) with DeleteRecords of its own.
+
+The destination's leader epoch never falls below the source's (KIP-1279): a client that moves
+over with a position tagged by the source's epoch must not be answered UNKNOWN_LEADER_EPOCH for
+good. The destination's epoch is its membership version, one for every partition, so the mirror
+raises it (`BatchCoordinator.raise_membership_version`) to the highest source epoch it learned:
+from the source's Metadata (at PREPARING, at each leader refresh and each group sync round) and
+from the batches' own partition leader epochs, before the batches land.
 """
 
 from __future__ import annotations
@@ -123,6 +130,8 @@ class Mirror:
         self._positions: dict[TopicPartition, int] = {}
         """Where to fetch from when the source no longer has the mirrored end."""
         self._leaders: dict[TopicPartition, int] = {}
+        self._epoch_floor = -1
+        """The destination's membership version is known to be at least this."""
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._closing = False
@@ -149,6 +158,7 @@ class Mirror:
             if claim.mark is None or claim.refusal:
                 raise MirrorError(f"cannot mirror {topic!r}: {claim.refusal}")
             self._epochs[topic] = claim.mark.epoch
+        await self._keep_epoch(metadata.leader_epoch)
         tps = sorted(metadata.leaders)
         for tp, offsets in zip(tps, await self._coordinator.partition_offsets(tps), strict=True):
             if offsets is None:
@@ -255,9 +265,24 @@ class Mirror:
 
     async def _refresh_leaders(self) -> None:
         try:
-            self._leaders.update((await self._source.metadata(self.config.topics)).leaders)
+            metadata = await self._source.metadata(self.config.topics)
         except SourceError as error:
             _log.warning("mirror %s: no source metadata: %s", self.config.name, error)
+            return
+        self._leaders.update(metadata.leaders)
+        await self._keep_epoch(metadata.leader_epoch)
+
+    async def _keep_epoch(self, source_epoch: int) -> None:
+        """Raise the destination's leader epoch to at least `source_epoch` (KIP-1279)."""
+        if source_epoch <= self._epoch_floor:
+            return
+        while True:
+            try:
+                version = await self._coordinator.raise_membership_version(source_epoch)
+                break
+            except CommitOutcomeUnknownError:
+                await self._clock.sleep(_RETRY_S)  # raising again is harmless
+        self._epoch_floor = max(self._epoch_floor, version)
 
     async def _round(self, partitions: Sequence[TopicPartition], lane: str) -> bool:
         """One fetch per source broker leading some of `partitions`, each appended in one
@@ -326,6 +351,7 @@ class Mirror:
                 self._log_starts[tp] = target
 
     async def _append(self, mirrored: list[Mirrored]) -> None:
+        await self._keep_epoch(max(m.leader_epoch for m in mirrored))
         data, index = encode_segment([m.entry for m in mirrored])
         key = new_object_key(
             self._coordinator.commit_bounds.object_prefix,
@@ -377,6 +403,7 @@ class Mirror:
     async def _group_syncer(self) -> None:
         while not self._closing:
             if self.state is MirrorState.MIRRORING:
+                await self._refresh_leaders()  # and the source's epoch with them
                 try:
                     self.last_group_sync = await sync_groups(
                         self._source, self._coordinator, self.config.topics, self.config.groups

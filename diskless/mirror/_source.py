@@ -57,6 +57,8 @@ class SourceMetadata(NamedTuple):
     """Each partition of the topics asked for, and the broker id leading it."""
     missing: dict[str, ErrorCode]
     """Topics the source answered with an error."""
+    leader_epoch: int
+    """The highest leader epoch of those partitions (-1: the source gave none)."""
 
 
 class _Connection:
@@ -160,13 +162,15 @@ class SourceCluster:
         self._brokers = brokers
         leaders: dict[TopicPartition, int] = {}
         missing: dict[str, ErrorCode] = {}
+        leader_epoch = -1
         for topic in response.topics:
             if int(topic.error_code) != 0:
                 missing[topic.name] = ErrorCode(int(topic.error_code))
                 continue
             for p in topic.partitions:
                 leaders[TopicPartition(topic.name, int(p.partition_index))] = int(p.leader_id)
-        return SourceMetadata(brokers, leaders, missing)
+                leader_epoch = max(leader_epoch, int(p.leader_epoch))
+        return SourceMetadata(brokers, leaders, missing, leader_epoch)
 
     async def fetch(
         self,

@@ -115,3 +115,28 @@ async def test_a_registration_that_lapsed_and_came_back_unseen_still_moves_the_v
     assert await coordinator.announce_broker(1, one, "h1", 9001, None, 3_000)
     after = await coordinator.membership()
     assert after.version > before and [b.broker_id for b in after.brokers] == [1]
+
+
+async def test_the_membership_version_is_raised_to_a_floor_and_never_lowered(
+    coordinator: BatchCoordinator,
+) -> None:
+    """A mirror raises the version to its source's leader epoch: at least the floor, never
+    lower than it was, the same again when retried; the next change of the live set moves it
+    by one from there, and a renewal does not."""
+    one = await coordinator.register_broker(1)
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 9_000)
+    start = (await coordinator.membership()).version
+    assert await coordinator.raise_membership_version(start + 40) == start + 40
+    assert (await coordinator.membership()).version == start + 40
+    assert await coordinator.raise_membership_version(start + 40) == start + 40  # a retry
+    assert await coordinator.raise_membership_version(3) == start + 40  # never lowered
+    assert (await coordinator.membership()).version == start + 40
+    assert await coordinator.announce_broker(1, one, "h1", 9001, None, 9_000)  # a renewal
+    assert (await coordinator.membership()).version == start + 40
+    two = await coordinator.register_broker(2)
+    assert await coordinator.announce_broker(2, two, "h2", 9002, None, 9_000)
+    assert (await coordinator.membership()).version == start + 41
+    for refused in (-1, 2**31):
+        with pytest.raises(ValueError):
+            await coordinator.raise_membership_version(refused)
+    assert (await coordinator.membership()).version == start + 41

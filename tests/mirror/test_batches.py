@@ -1,5 +1,6 @@
 """Unit: fetched source bytes become mirrored batches: whole batches only, from the mirrored end,
-CRC checked, the leader epoch cleared (outside the CRC), transaction markers recognized."""
+CRC checked, the leader epoch cleared (outside the CRC) and kept beside the batch, transaction
+markers recognized."""
 
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def test_whole_batches_from_the_end_with_their_fields() -> None:
         coordinator_epoch=5,
         timestamp=1234,
     )
-    records = at(0, data) + at(3, data) + at(6, marker) + at(7, data)[:40]  # the last one cut
+    records = at(0, data) + at(3, data) + at(6, marker, 9) + at(7, data)[:40]  # the last cut
     found = mirrored_batches(TP, records, 3)
     assert [(m.batch.base_offset, m.batch.last_offset) for m in found] == [(3, 5), (6, 6)]
+    assert [m.leader_epoch for m in found] == [7, 9]  # the source's, kept beside each batch
     first, control = (m.batch for m in found)
     assert (first.producer_id, first.producer_epoch, first.base_sequence) == (9, 2, 0)
     assert first.control is None and first.record_count == 3

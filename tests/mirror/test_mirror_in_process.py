@@ -9,11 +9,13 @@ the mirrored topic gets INVALID_TOPIC_EXCEPTION until the mirror stops; then it 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from kafka import KafkaAdminClient
 
 from diskless._types import TopicPartition
 from diskless.coordinator import InMemoryBatchCoordinator, MirrorState
@@ -99,6 +101,60 @@ def _produce_one(bootstrap: str) -> Any:
     producer.produce(TOPIC, b"after", partition=0, on_delivery=lambda e, m: errors.append(e))
     producer.flush(30)
     return errors[0].code() if errors and errors[0] is not None else None
+
+
+async def test_the_destination_leader_epoch_never_falls_below_the_source_one() -> None:
+    """KIP-1279's invariant: the source's leader epoch, raised twice above the destination's
+    while the mirror runs, reaches the destination's Metadata, as a client reads both."""
+    source_coordinator, destination = InMemoryBatchCoordinator(), InMemoryBatchCoordinator()
+    store = MemoryObjectStore()
+    async with (
+        local_cluster(source_coordinator) as source_cluster,
+        local_cluster(destination, store=store) as destination_cluster,
+    ):
+        await source_cluster.create_topic(TOPIC, PARTITIONS)
+        source, target = source_cluster.bootstrap(), destination_cluster.bootstrap()
+        config = MirrorConfig(name="m", topics=(TOPIC,), group_sync_interval_ms=200)
+        client = SourceCluster(source)
+        mirror = Mirror(client, destination, store, config)
+        try:
+            await mirror.prepare()
+            running = asyncio.create_task(mirror.run())
+            assert max((await _leader_epochs(target, 0)).values()) < 20
+            for floor, count in ((20, 10), (40, 20)):
+                await source_coordinator.raise_membership_version(floor)
+                source_epochs = await _leader_epochs(source, floor)  # at the brokers' renewal
+                await asyncio.to_thread(idempotent_produce, source, TOPIC, PARTITIONS, 10, "a")
+                await wait_for(
+                    lambda c=count: [lag.mirrored_end for lag in mirror.lag()] == [c // 2] * 2
+                )
+                got = await _leader_epochs(target, max(source_epochs.values()))
+                assert all(got[p] >= source_epochs[p] for p in range(PARTITIONS)), (got, floor)
+            mirror.close()
+            await asyncio.wait_for(running, 30)
+        finally:
+            await client.close()
+
+
+async def _leader_epochs(bootstrap: str, floor: int) -> dict[int, int]:
+    """Each partition's leader epoch in the cluster's Metadata (kafka-python), once all are at
+    least `floor` (brokers learn a raised version at their next registry read)."""
+    return await asyncio.to_thread(_leader_epochs_blocking, bootstrap, floor)
+
+
+def _leader_epochs_blocking(bootstrap: str, floor: int) -> dict[int, int]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            (topic,) = admin.describe_topics([TOPIC])
+            epochs = {p["partition_index"]: p["leader_epoch"] for p in topic["partitions"]}
+            if len(epochs) == PARTITIONS and min(epochs.values()) >= floor:
+                return epochs
+            assert time.monotonic() < deadline, (epochs, floor)
+            time.sleep(0.2)
+    finally:
+        admin.close()
 
 
 async def test_a_second_mirror_process_fences_the_first() -> None:

@@ -9,7 +9,8 @@ rules decide who owns a consumer group: `consumer_groups`.
 Every announcement (and withdrawal) also keeps the membership version (`membership`), the
 cluster-wide number every process advertises as its partitions' leader epoch. Those steps are
 durable: the version must not go back after the coordinator restarts, and a step of each broker
-every few seconds costs little.
+every few seconds costs little. A mirror raises the version to its source's leader epoch
+(`raise_membership_version`, KIP-1279), so that it never falls below it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from diskless.coordinator._engine.base import EngineBase
 from diskless.coordinator._rules.ownership import (
     MEMBERSHIP_SET_COUNTER,
     MEMBERSHIP_VERSION_COUNTER,
+    MEMBERSHIP_VERSION_MAX,
     id_in_use,
     membership_after,
+    membership_raised,
     renewal_drops_leases,
 )
 from diskless.coordinator._store import (
@@ -99,6 +102,20 @@ class BrokerOperations(EngineBase):
             return True
 
         return await self._write(Operation.ANNOUNCE_BROKER, announce)
+
+    async def raise_membership_version(self, at_least: int) -> int:
+        if not 0 <= at_least <= MEMBERSHIP_VERSION_MAX:
+            raise ValueError(f"at_least must be within 0..{MEMBERSHIP_VERSION_MAX}, got {at_least}")
+        locks = Needs(counters=_MEMBERSHIP_COUNTERS)
+
+        async def raise_version(db: StoreStep) -> int:
+            counters = (await db.load(locks)).counters
+            changes = membership_raised(counters, at_least)
+            if changes:
+                await db.apply(Changes(counters=changes))
+            return max(counters.get(MEMBERSHIP_VERSION_COUNTER, 0), at_least)
+
+        return await self._write(Operation.RAISE_MEMBERSHIP_VERSION, raise_version)
 
     async def live_brokers(self) -> list[BrokerRegistration]:
         async def live(view: ReadView) -> list[BrokerRegistration]:

@@ -99,6 +99,19 @@ def membership_after(
     return {MEMBERSHIP_VERSION_COUNTER: version, MEMBERSHIP_SET_COUNTER: fingerprint}
 
 
+MEMBERSHIP_VERSION_MAX: Final = 2**31 - 1
+"""The version is every partition's leader epoch, an int32 on the wire."""
+
+
+def membership_raised(counters: Mapping[str, int], at_least: int) -> dict[str, int]:
+    """The counter changes of raising the membership version to at least `at_least`: none when
+    it is there already (the version never goes back). The live-set fingerprint is kept, so the
+    next change of the live set moves the version by one from the raised value."""
+    if counters.get(MEMBERSHIP_VERSION_COUNTER, 0) >= at_least:
+        return {}
+    return {MEMBERSHIP_VERSION_COUNTER: at_least}
+
+
 def lease_alive(holder: LeaseHolder, registration: BrokerRegistration | None, now_ms: int) -> bool:
     """Whether a lease still binds a transaction's end: its own TTL has not run out, and the
     incarnation holding it is neither replaced nor expired. A broker that never registered a
