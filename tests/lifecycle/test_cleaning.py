@@ -20,184 +20,46 @@ against a real object store (a local directory, or moto's S3 server), read back 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 
 from diskless import SystemClock
 from diskless._object_keys import new_object_key, object_key_time_ms
-from diskless._types import IsolationLevel, OffsetSpec, TopicPartition
+from diskless._types import IsolationLevel, OffsetSpec
 from diskless.compaction import MAP_BYTES_MIN
 from diskless.coordinator import BatchCoordinator, DeleteRecordsRequest, FindBatchesRequest
-from diskless.kafka_server import KafkaCluster
 from diskless.lifecycle import Cleaner, CleanerConfig, Consolidator, ConsolidatorConfig
 from diskless.lifecycle._cleaner import cleaned_key, is_cleaned_key
-from diskless.storage import LocalObjectStore, ObjectStore
-from testkit.backends import open_coordinator
-from testkit.cluster import local_cluster, server_config
-from testkit.s3server import create_bucket, running_s3_server, s3_store
+from testkit.s3server import running_s3_server
+from tests.lifecycle._cleaning import (
+    TIMEOUT_S,
+    TOPIC,
+    TP,
+    Row,
+    create_compacted,
+    latest_by_key,
+    partition_offsets,
+    produce_round,
+    read_confluent,
+    read_kafka_python,
+    running_cluster,
+)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KpTopicPartition
 
-TIMEOUT_S = 30
-TOPIC = "table"
-TP = TopicPartition(TOPIC, 0)
 KINDS = [("memory", "local"), ("sqlite", "s3"), ("postgres", "local")]
-
-Row = tuple[int, bytes, bytes | None]
-"""A record read back: offset, key, value (None: a tombstone)."""
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     with running_s3_server() as endpoint_url:
         yield endpoint_url
-
-
-@contextlib.asynccontextmanager
-async def _running(
-    kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[tuple[KafkaCluster, ObjectStore, BatchCoordinator]]:
-    backend, store_kind = kind
-    coordinator = open_coordinator(backend, tmp_path, SystemClock())
-    store: ObjectStore
-    if store_kind == "s3":
-        endpoint: str = request.getfixturevalue("s3_endpoint")
-        store = s3_store(endpoint, await create_bucket(endpoint))
-    else:
-        store = LocalObjectStore(tmp_path / "objects")
-    try:
-        async with local_cluster(
-            coordinator, store=store, brokers=1, server_config=server_config()
-        ) as cluster:
-            yield cluster, store, coordinator
-    finally:
-        await coordinator.close()
-        await store.close()
-
-
-def _create(bootstrap: str, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"cleanup.policy": "compact", **configs}
-    (future,) = admin.create_topics([NewTopic(TOPIC, 1, config=config)]).values()
-    future.result(TIMEOUT_S)
-
-
-def _produce(bootstrap: str, round_: int) -> tuple[list[Row], list[Row]]:
-    """Updates and tombstones of ten keys, then a committed and an aborted transaction: the
-    records committed and the records aborted, each at the offset its ack gave."""
-    committed: list[Row] = []
-    aborted: list[Row] = []
-
-    def keep(into: list[Row]) -> Any:
-        def report(error: Any, message: Any) -> None:
-            assert error is None, error
-            into.append((message.offset(), message.key(), message.value()))
-
-        return report
-
-    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
-    for update in range(4):
-        for k in range(10):
-            value = None if (k + update + round_) % 7 == 0 else b"r%d-u%d-k%d" % (round_, update, k)
-            plain.produce(
-                TOPIC, key=b"k%d" % k, value=value, partition=0, on_delivery=keep(committed)
-            )
-        assert plain.flush(TIMEOUT_S) == 0
-    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"writer-{round_}"})
-    txn.init_transactions(TIMEOUT_S)
-    txn.begin_transaction()
-    for k in (1, 2, 11):
-        txn.produce(
-            TOPIC,
-            key=b"k%d" % k,
-            value=b"r%d-txn-k%d" % (round_, k),
-            partition=0,
-            on_delivery=keep(committed),
-        )
-    txn.commit_transaction(TIMEOUT_S)
-    txn.begin_transaction()
-    for k in (3, 4, 12):
-        txn.produce(
-            TOPIC,
-            key=b"k%d" % k,
-            value=b"r%d-aborted-k%d" % (round_, k),
-            partition=0,
-            on_delivery=keep(aborted),
-        )
-    assert txn.flush(TIMEOUT_S) == 0
-    txn.abort_transaction(TIMEOUT_S)
-    return committed, aborted
-
-
-def _latest(committed: list[Row]) -> dict[bytes, Row]:
-    latest: dict[bytes, Row] = {}
-    for row in sorted(committed):
-        latest[row[1]] = row
-    return latest
-
-
-def _confluent_read(bootstrap: str, end: int) -> list[Row]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    rows: list[Row] = []
-    try:
-        consumer.assign([CkTopicPartition(TOPIC, 0, 0)])
-        deadline = time.monotonic() + TIMEOUT_S
-        done = False
-        while not done:
-            assert time.monotonic() < deadline, rows
-            for message in consumer.consume(100, 0.5):
-                if message.error() is not None:
-                    done = done or message.offset() >= end
-                    continue
-                rows.append((message.offset(), message.key(), message.value()))
-            position = consumer.position([CkTopicPartition(TOPIC, 0)])[0].offset
-            done = done or position >= end
-    finally:
-        consumer.close()
-    return rows
-
-
-def _kafka_python_read(bootstrap: str, end: int) -> list[Row]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
-    tp = KpTopicPartition(TOPIC, 0)
-    rows: list[Row] = []
-    try:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        deadline = time.monotonic() + TIMEOUT_S
-        while consumer.position(tp) < end:
-            assert time.monotonic() < deadline, rows
-            for records in consumer.poll(500).values():
-                rows += [(r.offset, r.key, r.value) for r in records]
-    finally:
-        consumer.close()
-    return rows
 
 
 def _restored(rows: list[Row]) -> dict[bytes, bytes]:
@@ -216,12 +78,6 @@ def _table(committed: list[Row]) -> dict[bytes, bytes]:
     return _restored(sorted(committed))
 
 
-async def _offsets(coordinator: BatchCoordinator) -> tuple[int, int, int]:
-    (offsets,) = await coordinator.partition_offsets([TP])
-    assert offsets is not None
-    return offsets.high_watermark, offsets.last_stable_offset, offsets.log_start_offset
-
-
 async def _aborted_first_offsets(coordinator: BatchCoordinator) -> list[int]:
     """The first offsets of the aborted transactions a read_committed fetch from 0 is told of."""
     request = FindBatchesRequest(TP, 0, 1 << 24, IsolationLevel.READ_COMMITTED)
@@ -233,12 +89,12 @@ async def _aborted_first_offsets(coordinator: BatchCoordinator) -> list[int]:
 async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offsets(
     kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    async with _running(kind, tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(kind, tmp_path, request) as (cluster, store, coordinator):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap, **{"delete.retention.ms": "0"})
-        committed, aborted = await asyncio.to_thread(_produce, bootstrap, 0)
-        before = await _offsets(coordinator)
-        dirty = await asyncio.to_thread(_kafka_python_read, bootstrap, before[0])
+        await asyncio.to_thread(create_compacted, bootstrap, **{"delete.retention.ms": "0"})
+        committed, aborted = await asyncio.to_thread(produce_round, bootstrap, 0)
+        before = await partition_offsets(coordinator)
+        dirty = await asyncio.to_thread(read_kafka_python, bootstrap, before[0])
         assert len(dirty) == len(committed)  # everything, read_committed
         clock = SystemClock()
         cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0), clock)
@@ -252,9 +108,9 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         assert 0 < stats.recopy_percent < 100
         assert 0 < stats.max_buffer_utilization_percent < 100
         assert stats.max_clean_time_s > 0
-        assert await _offsets(coordinator) == before  # offsets, HWM, LSO, log start stay
-        latest = sorted(_latest(committed).values())
-        for read in (_kafka_python_read, _confluent_read):
+        assert await partition_offsets(coordinator) == before  # offsets, HWM, LSO, log start stay
+        latest = sorted(latest_by_key(committed).values())
+        for read in (read_kafka_python, read_confluent):
             rows = await asyncio.to_thread(read, bootstrap, before[0])
             assert rows == latest, read.__name__  # one per key, at its own offset, tombstones too
             assert _restored(rows) == _table(committed)
@@ -274,14 +130,14 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
         assert await _aborted_first_offsets(coordinator) == [min(row[0] for row in aborted)]
 
         # More updates; past delete.retention.ms (0) the tombstones of the first pass go.
-        more, aborted = await asyncio.to_thread(_produce, bootstrap, 1)
+        more, aborted = await asyncio.to_thread(produce_round, bootstrap, 1)
         committed += more
-        end = (await _offsets(coordinator))[0]
+        end = (await partition_offsets(coordinator))[0]
         run = await cleaner.run_once()
         assert (run.cleaned, run.failures) == (1, 0), run
         table = _table(committed)
         assert await _aborted_first_offsets(coordinator) == [min(row[0] for row in aborted)]
-        for read in (_kafka_python_read, _confluent_read):
+        for read in (read_kafka_python, read_confluent):
             rows = await asyncio.to_thread(read, bootstrap, end)
             assert _restored(rows) == table, read.__name__
             old_tombstones = [r for r in rows if r[2] is None and r[0] < before[0]]
@@ -293,11 +149,11 @@ async def test_a_compacted_topic_reads_back_as_its_latest_values_at_their_offset
 async def test_a_swap_refused_after_delete_records_leaves_the_data_and_an_orphan(
     kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    async with _running(kind, tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(kind, tmp_path, request) as (cluster, store, coordinator):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap)
-        committed, _ = await asyncio.to_thread(_produce, bootstrap, 0)
-        end = (await _offsets(coordinator))[0]
+        await asyncio.to_thread(create_compacted, bootstrap)
+        committed, _ = await asyncio.to_thread(produce_round, bootstrap, 0)
+        end = (await partition_offsets(coordinator))[0]
         cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
         real = coordinator.cleaning_range
 
@@ -314,9 +170,9 @@ async def test_a_swap_refused_after_delete_records_leaves_the_data_and_an_orphan
         new = {info.key async for info in store.list_all("")} - objects_before
         assert len(new) == 1
         assert await coordinator.file_info(sorted(new)) == [None]  # an orphan
-        assert await _offsets(coordinator) == (end, end, 3)
+        assert await partition_offsets(coordinator) == (end, end, 3)
         expected = sorted(row for row in committed if row[0] >= 3)
-        for read in (_kafka_python_read, _confluent_read):
+        for read in (read_kafka_python, read_confluent):
             assert await asyncio.to_thread(read, bootstrap, end) == expected, read.__name__
 
 
@@ -326,11 +182,15 @@ async def test_more_keys_than_the_map_holds_are_cleaned_over_several_passes(
     """A map of Kafka's smallest size (64 entries) and 300 keys: each pass ends where the map
     filled, the next goes on from there, and the log ends up as its latest values. The passes
     read 512 bytes at a time: batches cross the windows of the extents they read."""
-    async with _running(("memory", "local"), tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(("memory", "local"), tmp_path, request) as (
+        cluster,
+        store,
+        coordinator,
+    ):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
+        await asyncio.to_thread(create_compacted, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
         committed = await asyncio.to_thread(_keyed, bootstrap, 300)
-        end = (await _offsets(coordinator))[0]
+        end = (await partition_offsets(coordinator))[0]
         config = CleanerConfig(
             age_ms=0, map_bytes=MAP_BYTES_MIN, cache_block_bytes=512, cache_bytes_max=1024
         )
@@ -340,9 +200,9 @@ async def test_more_keys_than_the_map_holds_are_cleaned_over_several_passes(
             passes += 1
             assert passes < 50
         assert passes >= 5, passes
-        assert await _offsets(coordinator) == (end, end, 0)
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
-        assert rows == sorted(_latest(committed).values())
+        assert await partition_offsets(coordinator) == (end, end, 0)
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, end)
+        assert rows == sorted(latest_by_key(committed).values())
 
 
 def _keyed(bootstrap: str, keys: int) -> list[Row]:
@@ -368,23 +228,27 @@ async def test_a_pass_stops_at_the_first_open_transaction(
 ) -> None:
     """The cleanable range ends at the LSO: an open transaction's records, and everything
     after its first, wait until it ends."""
-    async with _running(("sqlite", "local"), tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(("sqlite", "local"), tmp_path, request) as (
+        cluster,
+        store,
+        coordinator,
+    ):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
-        committed, _ = await asyncio.to_thread(_produce, bootstrap, 0)
+        await asyncio.to_thread(create_compacted, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
+        committed, _ = await asyncio.to_thread(produce_round, bootstrap, 0)
         writer, pending = await asyncio.to_thread(_open_transaction, bootstrap)
-        hwm, lso, start = await _offsets(coordinator)
+        hwm, lso, start = await partition_offsets(coordinator)
         assert lso == min(row[0] for row in pending) < hwm
         cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
         assert (await cleaner.run_once()).cleaned == 1
-        assert await _offsets(coordinator) == (hwm, lso, start)
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, lso)
-        assert rows == sorted(_latest(committed).values())
+        assert await partition_offsets(coordinator) == (hwm, lso, start)
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, lso)
+        assert rows == sorted(latest_by_key(committed).values())
         await asyncio.to_thread(writer.commit_transaction, TIMEOUT_S)
-        end = (await _offsets(coordinator))[0]
+        end = (await partition_offsets(coordinator))[0]
         assert (await cleaner.run_once()).cleaned == 1
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
-        assert rows == sorted(_latest(committed + pending).values())
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, end)
+        assert rows == sorted(latest_by_key(committed + pending).values())
 
 
 def _open_transaction(bootstrap: str) -> tuple[Any, list[Row]]:
@@ -410,11 +274,11 @@ def _open_transaction(bootstrap: str) -> tuple[Any, list[Row]]:
 async def test_a_consolidation_in_between_refuses_the_swap_and_the_next_pass_cleans_its_extent(
     kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    async with _running(kind, tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(kind, tmp_path, request) as (cluster, store, coordinator):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap)
-        committed, _ = await asyncio.to_thread(_produce, bootstrap, 0)
-        before = await _offsets(coordinator)
+        await asyncio.to_thread(create_compacted, bootstrap)
+        committed, _ = await asyncio.to_thread(produce_round, bootstrap, 0)
+        before = await partition_offsets(coordinator)
         cleaner = Cleaner(store, coordinator, CleanerConfig(age_ms=0))
         consolidator = Consolidator(store, coordinator, ConsolidatorConfig(age_ms=0))
         real = coordinator.cleaning_range
@@ -428,14 +292,14 @@ async def test_a_consolidation_in_between_refuses_the_swap_and_the_next_pass_cle
         run = await cleaner.run_once()
         assert (run.cleaned, run.swaps_refused) == (0, 1), run
         coordinator.cleaning_range = real  # type: ignore[method-assign]
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, before[0])
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, before[0])
         assert rows == sorted(committed)  # consolidated, not cleaned
         run = await cleaner.run_once()  # over the consolidated extent
         assert (run.cleaned, run.swaps_refused, run.failures) == (1, 0, 0), run
-        assert await _offsets(coordinator) == before
-        for read in (_kafka_python_read, _confluent_read):
+        assert await partition_offsets(coordinator) == before
+        for read in (read_kafka_python, read_confluent):
             rows = await asyncio.to_thread(read, bootstrap, before[0])
-            assert rows == sorted(_latest(committed).values()), read.__name__
+            assert rows == sorted(latest_by_key(committed).values()), read.__name__
 
 
 async def test_a_restarted_cleaner_finds_where_cleaning_reached_in_the_coordinator(
@@ -444,9 +308,13 @@ async def test_a_restarted_cleaner_finds_where_cleaning_reached_in_the_coordinat
     """Kafka's cleaner checkpoint: a new cleaner (a restarted process) computes the dirty
     ratio over what was produced since the last swap, not over the whole log, so a small
     dirty part is not due; once it holds the ratio, the pass cleans."""
-    async with _running(("sqlite", "local"), tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(("sqlite", "local"), tmp_path, request) as (
+        cluster,
+        store,
+        coordinator,
+    ):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap)  # min.cleanable.dirty.ratio 0.5
+        await asyncio.to_thread(create_compacted, bootstrap)  # min.cleanable.dirty.ratio 0.5
         committed = await asyncio.to_thread(_keyed, bootstrap, 200)
         assert (await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()).cleaned
         committed += await asyncio.to_thread(_updates, bootstrap, 3)
@@ -456,9 +324,9 @@ async def test_a_restarted_cleaner_finds_where_cleaning_reached_in_the_coordinat
         committed += await asyncio.to_thread(_updates, bootstrap, 400)
         run = await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()
         assert (run.cleaned, run.failures) == (1, 0), run
-        end = (await _offsets(coordinator))[0]
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
-        assert rows == sorted(_latest(committed).values())
+        end = (await partition_offsets(coordinator))[0]
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, end)
+        assert rows == sorted(latest_by_key(committed).values())
 
 
 def _updates(bootstrap: str, count: int) -> list[Row]:

@@ -44,16 +44,16 @@ from testkit.cluster import local_cluster, server_config
 from testkit.postgres import database_dsn
 from testkit.s3server import create_bucket, s3_store
 from tests.lifecycle._cleaner_child import ChildSpec
-from tests.lifecycle.test_cleaning import (
+from tests.lifecycle._cleaning import (
     TIMEOUT_S,
     TOPIC,
     Row,
-    _confluent_read,
-    _create,
-    _kafka_python_read,
-    _latest,
-    _offsets,
-    _produce,
+    create_compacted,
+    latest_by_key,
+    partition_offsets,
+    produce_round,
+    read_confluent,
+    read_kafka_python,
 )
 
 KINDS = [("sqlite", "s3"), ("postgres", "local")]
@@ -137,7 +137,7 @@ def _check(rows: list[Row], committed: list[Row], cleanable_end: int) -> None:
     by_offset = {row[0]: row for row in committed}
     invented = [row for row in rows if by_offset.get(row[0]) != row]
     assert not invented, invented
-    lost = set(_latest(committed).values()) - set(rows)
+    lost = set(latest_by_key(committed).values()) - set(rows)
     assert not lost, sorted(lost)
     past = [row for row in rows if row[0] >= cleanable_end]
     assert past == sorted(row for row in committed if row[0] >= cleanable_end)
@@ -180,28 +180,28 @@ async def _crash_rounds(
 ) -> None:
     bootstrap = cluster.bootstrap()
     rng = crashes.rng
-    await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
-    committed, _aborted = await asyncio.to_thread(_produce, bootstrap, 0)
+    await asyncio.to_thread(create_compacted, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
+    committed, _aborted = await asyncio.to_thread(produce_round, bootstrap, 0)
     committed += await asyncio.to_thread(_updates, bootstrap, rng, 300)
     young_from = SystemClock().now_ms() + 1
     await asyncio.sleep(0.05)
-    cleanable_end = (await _offsets(coordinator))[0]
+    cleanable_end = (await partition_offsets(coordinator))[0]
     for stage in ("young records", "all cleanable"):
         for _ in range(ROUNDS):
             committed += await asyncio.to_thread(_updates, bootstrap, rng, rng.randint(0, 40))
             await crashes.run(young_from, kill=True)
-            end, lso, log_start = before = await _offsets(coordinator)
+            end, lso, log_start = before = await partition_offsets(coordinator)
             assert (lso, log_start) == (end, 0), before
-            rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
+            rows = await asyncio.to_thread(read_kafka_python, bootstrap, end)
             _check(rows, committed, cleanable_end if stage == "young records" else end)
-            assert await _offsets(coordinator) == before
+            assert await partition_offsets(coordinator) == before
         young_from = SystemClock().now_ms() + 86_400_000
     print(f"killed {sum(crashes.kills.values())} times: {dict(crashes.kills)}")
     assert crashes.kills
     await crashes.run(young_from, kill=False)
-    end = (await _offsets(coordinator))[0]
-    latest = sorted(_latest(committed).values())
-    for read in (_kafka_python_read, _confluent_read):
+    end = (await partition_offsets(coordinator))[0]
+    latest = sorted(latest_by_key(committed).values())
+    for read in (read_kafka_python, read_confluent):
         assert await asyncio.to_thread(read, bootstrap, end) == latest, read.__name__
 
     listed = sorted({info.key async for info in store.list_all("wal/")})
@@ -216,5 +216,5 @@ async def _crash_rounds(
     left = sorted({info.key async for info in store.list_all("wal/")})
     states = [info.state if info else None for info in await coordinator.file_info(left)]
     assert states == [FileState.LIVE] * len(left), list(zip(left, states, strict=True))
-    for read in (_kafka_python_read, _confluent_read):
+    for read in (read_kafka_python, read_confluent):
         assert await asyncio.to_thread(read, bootstrap, end) == latest, read.__name__

@@ -27,16 +27,16 @@ from diskless.coordinator import InMemoryBatchCoordinator, TopicConfig
 from diskless.lifecycle import Cleaner, CleanerConfig, RetentionScheduler
 from diskless.storage import LocalObjectStore
 from testkit.batches import batch_builder, json_text
-from tests.lifecycle.test_cleaning import (
+from tests.lifecycle._cleaning import (
     TIMEOUT_S,
     TOPIC,
     TP,
     Row,
-    _create,
-    _kafka_python_read,
-    _latest,
-    _offsets,
-    _running,
+    create_compacted,
+    latest_by_key,
+    partition_offsets,
+    read_kafka_python,
+    running_cluster,
 )
 
 RETENTION_MS = 3_000
@@ -64,9 +64,13 @@ def _idempotent(bootstrap: str, producer: Any | None, start: int) -> tuple[Any, 
 async def test_producer_state_and_idempotence_stay_across_cleaning(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    async with _running(("sqlite", "local"), tmp_path, request) as (cluster, store, coordinator):
+    async with running_cluster(("sqlite", "local"), tmp_path, request) as (
+        cluster,
+        store,
+        coordinator,
+    ):
         bootstrap = cluster.bootstrap()
-        await asyncio.to_thread(_create, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
+        await asyncio.to_thread(create_compacted, bootstrap, **{"min.cleanable.dirty.ratio": "0"})
         producer, committed = await asyncio.to_thread(_idempotent, bootstrap, None, 0)
         before = await coordinator.describe_producers(TP)
         assert len(before) == 1 and before[0].last_sequence == len(committed) - 1, before
@@ -83,39 +87,39 @@ async def test_producer_state_and_idempotence_stay_across_cleaning(
         assert after[0].last_sequence == len(committed) - 1, after
         assert (await cleaner.run_once()).cleaned == 1
         assert await coordinator.describe_producers(TP) == after
-        end = (await _offsets(coordinator))[0]
+        end = (await partition_offsets(coordinator))[0]
         assert end == len(committed)  # every record once: no duplicate was appended
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
-        assert rows == sorted(_latest(committed).values())
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, end)
+        assert rows == sorted(latest_by_key(committed).values())
 
 
 async def test_retention_of_a_compact_delete_topic_removes_cleaned_records_by_time(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    async with _running(("postgres", "local"), tmp_path, request) as (
+    async with running_cluster(("postgres", "local"), tmp_path, request) as (
         cluster,
         store,
         coordinator,
     ):
         bootstrap = cluster.bootstrap()
         configs = {"cleanup.policy": "compact,delete", "retention.ms": str(RETENTION_MS)}
-        await asyncio.to_thread(_create, bootstrap, **configs)
+        await asyncio.to_thread(create_compacted, bootstrap, **configs)
         _, committed = await asyncio.to_thread(_idempotent, bootstrap, None, 0)
-        end = (await _offsets(coordinator))[0]
+        end = (await partition_offsets(coordinator))[0]
         assert (await Cleaner(store, coordinator, CleanerConfig(age_ms=0)).run_once()).cleaned
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end)
-        assert rows == sorted(_latest(committed).values())
-        assert await _offsets(coordinator) == (end, end, 0)
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, end)
+        assert rows == sorted(latest_by_key(committed).values())
+        assert await partition_offsets(coordinator) == (end, end, 0)
 
         await asyncio.sleep(RETENTION_MS / 1000 + 0.5)  # every record older than retention.ms
         run = await RetentionScheduler(coordinator).run_once()
         assert run.batches_deleted >= 1, run
-        assert await _offsets(coordinator) == (end, end, end)
+        assert await partition_offsets(coordinator) == (end, end, end)
         broker = cluster.live[0].broker
         assert (await broker.list_offsets({TP: OffsetSpec.EARLIEST}))[TP].offset == end
 
         _, newer = await asyncio.to_thread(_idempotent, bootstrap, None, 10)
-        rows = await asyncio.to_thread(_kafka_python_read, bootstrap, end + len(newer))
+        rows = await asyncio.to_thread(read_kafka_python, bootstrap, end + len(newer))
         assert rows == sorted(newer)
 
 
