@@ -202,12 +202,18 @@ _NOTHING = ShareFetched(ErrorCode.NONE)
 
 def _failed(response: Response, code: WireError) -> ResponsePayload:
     """A ShareFetch or ShareAcknowledge failed whole (their responses have the same fields)."""
+    return _answer(response, code, _NO_LOCK, ())
+
+
+def _answer(
+    response: Response, code: WireError, lock: datetime.timedelta, topics: tuple[Entity, ...]
+) -> ResponsePayload:
     return build(
         response,
         throttle_time=NO_THROTTLE,
         error_code=code,
-        acquisition_lock_timeout=_NO_LOCK,
-        responses=(),
+        acquisition_lock_timeout=lock,
+        responses=topics,
         node_endpoints=(),
     )
 
@@ -260,14 +266,7 @@ def _encode_fetch(
         build(topic_entry, topic_id=topic_id, partitions=tuple(entries))
         for topic_id, entries in by_topic.items()
     )
-    return build(
-        response,
-        throttle_time=NO_THROTTLE,
-        error_code=WireError.none,
-        acquisition_lock_timeout=lock,
-        responses=topics,
-        node_endpoints=(),
-    )
+    return _answer(response, WireError.none, lock, topics)
 
 
 # --- ShareAcknowledge --------------------------------------------------------------------------
@@ -339,11 +338,4 @@ def _encode_acknowledge(
         build(topic_entry, topic_id=topic_id, partitions=tuple(entries))
         for topic_id, entries in by_topic.items()
     )
-    return build(
-        response,
-        throttle_time=NO_THROTTLE,
-        error_code=WireError.none,
-        acquisition_lock_timeout=lock,
-        responses=topics,
-        node_endpoints=(),
-    )
+    return _answer(response, WireError.none, lock, topics)
