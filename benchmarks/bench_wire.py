@@ -189,10 +189,20 @@ class Delivery:
 
 
 def producer(bootstrap: str, settings: dict[str, object]) -> Producer:
+    """A producer ready to send before the clock starts: connected, with the topic's metadata,
+    and holding its producer id.
+
+    One record to the warm-up topic, acknowledged, proves the last. Without it a scenario would
+    count the client's own start: librdkafka asks for its producer id only once a broker
+    connection is up, and when `list_topics` is answered before that, it retries 500 ms later.
+    """
     client = Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **settings}
     )
-    client.list_topics(TOPIC, timeout=30)  # connected before the clock starts
+    client.list_topics(TOPIC, timeout=30)
+    delivery = Delivery()
+    client.produce(WARM_UP_TOPIC, b"ready", partition=0, on_delivery=delivery)
+    delivery.check(client.flush(FLUSH_TIMEOUT_S))
     return client
 
 
