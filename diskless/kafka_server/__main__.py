@@ -176,6 +176,15 @@ def _parser() -> argparse.ArgumentParser:
         f" {WalConfig().rotate_interval_min_ms})",
     )
     parser.add_argument(
+        "--rotate-floor-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="...unless it holds at least this many bytes: at most 10^9 / BYTES such objects per"
+        " GB (diskless.produce.rotate.floor.bytes; default"
+        f" {WalConfig().rotate_floor_bytes})",
+    )
+    parser.add_argument(
         "--upload-timeout-ms",
         type=int,
         default=None,

@@ -20,7 +20,10 @@ class WalConfig(msgspec.Struct, frozen=True):
     `commit_interval_ms` turns both off."""
     rotate_interval_min_ms: int = 50
     """...but a lingering segment never rotates sooner than this after the previous rotation,
-    which bounds the objects per second a trickle costs (1000 / this, per broker)."""
+    which bounds the objects per second a trickle costs (1000 / this, per broker)..."""
+    rotate_floor_bytes: int = 64 * 1024
+    """...unless it holds at least this many bytes: such objects are bounded in number by their
+    size (10^9 / this per GB at most), not by time, so they need no floor."""
     uploads_inflight_max: int = 8
     commit_group_max: int = 8
     """Uploaded objects waiting for their turn to commit go to the coordinator together, up to
@@ -47,6 +50,8 @@ class WalConfig(msgspec.Struct, frozen=True):
             raise ValueError(
                 f"rotate_interval_min_ms must be >= 0, got {self.rotate_interval_min_ms}"
             )
+        if self.rotate_floor_bytes < 0:
+            raise ValueError(f"rotate_floor_bytes must be >= 0, got {self.rotate_floor_bytes}")
         if self.uploads_inflight_max < 1:
             raise ValueError(f"uploads_inflight_max must be >= 1, got {self.uploads_inflight_max}")
         if self.commit_group_max < 1:

@@ -27,20 +27,24 @@ class RotationRule:
     `rotate_interval_min_ms` after the previous rotation, so a trickle costs at most
     1000 / `rotate_interval_min_ms` objects per second; and at the latest `commit_interval_ms`
     after its first batch, so a steady stream still makes objects of an interval's bytes.
+    The floor holds back only small segments: one of `rotate_floor_bytes` or more is an object
+    whose count per GB its size bounds, and producers waiting on it (their in-flight requests
+    all in it) get their answers one upload and commit later, not one floor later.
 
     Rotating early is only worth it while the upload pipeline has room: a segment sealed behind
     a full pipeline would wait there anyway, so under load a segment fills for the interval (or
     up to its size) as before, and objects stay large exactly when they are many. And when every
     sender of the segment is at its in-flight limit (`_senders`), nothing more can come: the
-    linger is not waited for, only the floor.
+    linger is not waited for, only the floor (if the segment is small enough to have one).
     """
 
-    __slots__ = ("early", "floor_s", "interval_s", "linger_s")
+    __slots__ = ("early", "floor_bytes", "floor_s", "interval_s", "linger_s")
 
     def __init__(self, config: WalConfig) -> None:
         self.interval_s = config.commit_interval_ms / 1000
         self.linger_s = config.linger_ms / 1000
         self.floor_s = config.rotate_interval_min_ms / 1000
+        self.floor_bytes = config.rotate_floor_bytes
         self.early = self.linger_s < self.interval_s
         """A linger at or above the interval turns early rotation off, whatever the senders."""
 
@@ -52,15 +56,22 @@ class RotationRule:
         *,
         pipeline_has_room: bool = True,
         senders_blocked: bool = False,
+        segment_bytes: int = 0,
     ) -> float:
-        """The time a segment opened at `opened_at`, last written at `last_write_at`, rotates
-        when the previous rotation was at `last_rotated_at` (-inf if none)."""
+        """The time a segment opened at `opened_at`, last written at `last_write_at` and holding
+        `segment_bytes`, rotates when the previous rotation was at `last_rotated_at` (-inf if
+        none)."""
         by_interval = opened_at + self.interval_s
         if not (self.early and pipeline_has_room):
             return by_interval
-        floor = last_rotated_at + self.floor_s
+        floor = last_rotated_at + self.floor_s if segment_bytes < self.floor_bytes else opened_at
         settled = floor if senders_blocked else max(last_write_at + self.linger_s, floor)
         return min(by_interval, settled)
+
+    def floor_lifted(self, bytes_before: int, bytes_after: int) -> bool:
+        """Whether a write that took a segment from `bytes_before` to `bytes_after` lifted its
+        floor: its due time may then be sooner than the one slept for."""
+        return bytes_before < self.floor_bytes <= bytes_after
 
     def by_interval(self, opened_at: float, due: float) -> bool:
         """Whether `due` is the interval's bound rather than the linger's (for the logs)."""

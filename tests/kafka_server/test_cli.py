@@ -196,6 +196,10 @@ def test_the_wal_linger_and_rotation_floor_are_options(tmp_path: Path) -> None:
         configured("--linger-ms", "-1")
     with pytest.raises(cli.UsageError, match="--rotate-interval-min-ms"):
         configured("--rotate-interval-min-ms", "-1")
+    assert default.rotate_floor_bytes == 64 * 1024
+    assert configured("--rotate-floor-bytes", "1048576").wal.rotate_floor_bytes == 1048576
+    with pytest.raises(cli.UsageError, match="--rotate-floor-bytes"):
+        configured("--rotate-floor-bytes", "-1")
 
 
 def test_the_wal_settings_are_also_kafka_style_properties(tmp_path: Path) -> None:
@@ -215,9 +219,11 @@ def test_the_wal_settings_are_also_kafka_style_properties(tmp_path: Path) -> Non
         "diskless.produce.rotate.interval.min.ms=100\n"
         "diskless.produce.commit.interval.ms=500\n"
         "diskless.produce.upload.timeout.ms=9000\n"
+        "diskless.produce.rotate.floor.bytes=262144\n"
     )
     wal = configured("--config", str(file))
     assert (wal.linger_ms, wal.rotate_interval_min_ms) == (7, 100)
+    assert wal.rotate_floor_bytes == 262144
     assert (wal.commit_interval_ms, wal.upload_timeout_ms) == (500, 9000)
     overridden = configured(
         "--config", str(file), "--override", "diskless.produce.linger.ms=3",

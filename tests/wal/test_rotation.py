@@ -1,8 +1,8 @@
 """Unit, virtual clock: when a segment rotates by time (`RotationRule`), and that size still wins.
 
 A segment rotates once no batch arrived for `linger_ms`, never sooner than
-`rotate_interval_min_ms` after the previous rotation, and at the latest `commit_interval_ms` after
-its first batch.
+`rotate_interval_min_ms` after the previous rotation unless it holds `rotate_floor_bytes`, and at
+the latest `commit_interval_ms` after its first batch.
 """
 
 from __future__ import annotations
@@ -62,6 +62,21 @@ def test_the_rule_lingers_above_a_floor_and_below_the_interval() -> None:
     assert off.due(10.0, 10.0, never) == 10.0 + 250 * MS  # a linger >= the interval: off
     assert off.due(10.0, 10.0, never, senders_blocked=True) == 10.0 + 250 * MS  # all of it
     assert rule.due(10.0, 10.0, 9.99, senders_blocked=True) == 9.99 + 50 * MS  # the floor only
+
+
+def test_the_floor_holds_back_only_segments_smaller_than_its_bytes() -> None:
+    config = WalConfig(
+        commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=50, rotate_floor_bytes=1000
+    )
+    rule = RotationRule(config)
+    small, big = 999, 1000
+    assert rule.due(10.0, 10.0, 9.99, segment_bytes=small) == 9.99 + 50 * MS  # the floor
+    assert rule.due(10.0, 10.0, 9.99, segment_bytes=big) == 10.0 + 2 * MS  # the linger only
+    assert rule.due(10.0, 10.001, 9.99, segment_bytes=big, senders_blocked=True) == 10.0  # now
+    assert rule.due(10.0, 10.249, 9.99, segment_bytes=big) == 10.0 + 250 * MS  # the interval
+    assert rule.due(10.0, 10.0, 9.99, segment_bytes=big, pipeline_has_room=False) == 10.25
+    assert rule.floor_lifted(small, big) and not rule.floor_lifted(big, big + 1)
+    assert not rule.floor_lifted(0, small)
 
 
 async def test_a_lone_request_is_committed_after_the_linger_not_the_interval() -> None:
@@ -326,4 +341,77 @@ async def test_the_in_flight_limit_still_waits_for_the_floor() -> None:
     await rig.clock.advance(2 * MS)
     await settle()
     assert len(store.put_times) == 2 and all(w.done() for w in second)
+    await rig.close()
+
+
+def _sent_sized(
+    writer: WalWriter, sender: object, sizes: list[int]
+) -> list[asyncio.Future[list[CommitBatchResult]]]:
+    """One request of `sender` per size, each one batch of about that many bytes."""
+    return [
+        asyncio.ensure_future(
+            writer.wait(
+                writer.submit([entry(TP0, sized_batch(size))], admit_s=TIMEOUT_S, sender=sender),
+                timeout_s=TIMEOUT_S,
+            )
+        )
+        for size in sizes
+    ]
+
+
+@pytest.mark.parametrize("floor_bytes", [16 * 1024, 1024 * 1024])
+async def test_a_blocked_segment_of_the_floor_bytes_rotates_without_the_floor(
+    floor_bytes: int,
+) -> None:
+    """A producer at its in-flight limit whose requests fill at least `rotate_floor_bytes` gets
+    its answers at once; below it, the floor still holds the segment."""
+    config = WalConfig(
+        commit_interval_ms=250, linger_ms=100, rotate_interval_min_ms=40,
+        rotate_floor_bytes=floor_bytes,
+    )  # fmt: skip
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    first = _sent(writer, "connection-1", SENDER_INFLIGHT_MAX, "a")
+    await settle()
+    assert len(store.put_times) == 1 and all(w.done() for w in first)
+    second = _sent_sized(writer, "connection-1", [8 * 1024] * SENDER_INFLIGHT_MAX)  # 40 KiB
+    await settle()
+    await rig.clock.advance(1 * MS)
+    await settle()
+    lifted = floor_bytes <= 40 * 1024
+    assert len(store.put_times) == (2 if lifted else 1)
+    await rig.clock.advance(40 * MS)
+    await settle()
+    assert len(store.put_times) == 2 and all(w.done() for w in second)
+    await rig.close()
+
+
+async def test_a_segment_growing_past_the_floor_bytes_while_the_timer_sleeps_rotates_sooner() -> (
+    None
+):
+    """The timer sleeps until a small segment's floor; a write that lifts the floor wakes it,
+    and the segment rotates after its linger, not at the floor."""
+    config = WalConfig(
+        commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=50,
+        rotate_floor_bytes=32 * 1024,
+    )  # fmt: skip
+    rig, store = _rig(config)
+    await rig.topic()
+    writer = await rig.writer()
+    first = _sent_sized(writer, None, [100])
+    await rig.clock.advance(3 * MS)
+    await settle()
+    assert len(store.put_times) == 1 and first[0].done()
+    rotated = store.put_times[0]
+    small = _sent_sized(writer, None, [100])
+    await rig.clock.advance(1 * MS)
+    await settle()  # due at the floor: `rotated` + 50 ms
+    big = _sent_sized(writer, None, [40 * 1024])
+    await settle()
+    await rig.clock.advance(3 * MS)
+    await settle()
+    assert len(store.put_times) == 2, store.put_times
+    assert store.put_times[1] - rotated < 10 * MS  # the linger after the big write
+    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in small + big)
     await rig.close()

@@ -307,6 +307,7 @@ async def simulate(
         commit_interval_ms=rng.choice([10, 50, 250]),
         linger_ms=rng.choice([0, 2, 20, 1000]),
         rotate_interval_min_ms=rng.choice([0, 5, 50]),
+        rotate_floor_bytes=rng.choice([0, buffer_max // 2, 1 << 30]),
         uploads_inflight_max=rng.randint(1, 4),
         inflight_bytes_max=buffer_max * rng.randint(1, 4),
         upload_attempts=rng.randint(1, 3),

@@ -387,6 +387,7 @@ def _broker_config(
             commit_interval_ms=values["commit_interval_ms"],
             linger_ms=values["linger_ms"],
             rotate_interval_min_ms=values["rotate_interval_min_ms"],
+            rotate_floor_bytes=values["rotate_floor_bytes"],
             upload_timeout_ms=values["upload_timeout_ms"],
         )
         config = BrokerConfig(wal=wal, txn_lease_ttl_ms=values["txn_lease_ttl_ms"])
@@ -404,6 +405,7 @@ def _broker_config(
                 "--rotate-interval-min-ms",
                 wal_defaults.rotate_interval_min_ms,
             ),
+            ("rotate_floor_bytes", "--rotate-floor-bytes", wal_defaults.rotate_floor_bytes),
             ("upload_timeout_ms", "--upload-timeout-ms", wal_defaults.upload_timeout_ms),
         )
     }

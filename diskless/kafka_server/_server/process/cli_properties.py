@@ -47,6 +47,7 @@ FLAG_PROPERTIES: Final = {
     "diskless.produce.commit.interval.ms": "--commit-interval-ms",
     "diskless.produce.linger.ms": "--linger-ms",
     "diskless.produce.rotate.interval.min.ms": "--rotate-interval-min-ms",
+    "diskless.produce.rotate.floor.bytes": "--rotate-floor-bytes",
     "diskless.produce.upload.timeout.ms": "--upload-timeout-ms",
     "log.cleaner.dedupe.buffer.size": "--cleaner-dedupe-buffer-bytes",
 }
