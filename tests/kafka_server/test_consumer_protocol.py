@@ -14,11 +14,12 @@ confluent-kafka's AdminClient along the way.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Final
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from diskless.coordinator import PostgresBatchCoordinator
@@ -66,14 +67,39 @@ def _cluster(tmp_path: Path) -> tuple[str, list[BrokerProcess]]:
 
 
 def _describe(address: str) -> tuple[ConsumerGroupState, ConsumerGroupType, dict[str, list[int]]]:
-    admin = AdminClient({"bootstrap.servers": address})
+    """The group as ConsumerGroupDescribe answers it; on failure, the admin client's own log of
+    the requests it sent and what came back is printed (shown when the test fails)."""
+    log = logging.getLogger(f"{__name__}.admin")
+    lines = LogLines()
+    log.addHandler(lines)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    admin = AdminClient({"bootstrap.servers": address, "debug": "admin,protocol", "logger": log})
     (future,) = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
-    described = future.result()
+    try:
+        described = future.result()
+    except KafkaException:
+        admin.poll(0)  # hands the client's queued log lines to `log`
+        print("the admin client's log:", *lines.records[-300:], sep="\n  ")
+        raise
+    finally:
+        log.removeHandler(lines)
     members = {
         m.client_id or m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
         for m in described.members
     }
     return described.state, described.type, members
+
+
+class LogLines(logging.Handler):
+    """Keeps the lines logged to it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(self.format(record))
 
 
 def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path: Path) -> None:
@@ -128,8 +154,8 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
         final = _describe(servers)
     finally:
         stop_all(members, producer, observer, brokers)
+        print_group_logs(brokers, GROUP)  # shown when the test fails, wherever it failed
     run_end = time.monotonic()
-    print_group_logs(brokers, GROUP)  # shown when the test fails
     raise_member_failure(members)
 
     found = episodes(members, run_end)
