@@ -31,6 +31,7 @@ from testkit.postgres import PostgresServer
 from testkit.postgres import server as postgres_server
 from testkit.s3server import REGION, S3_CREDENTIALS, create_bucket, running_s3_server, s3_client
 from tests.harness._spark_cluster import SparkCluster, cluster_env, running_spark_cluster
+from tests.harness._spark_jvm import quick_jvm_env
 
 pytestmark = pytest.mark.spark
 
@@ -81,9 +82,10 @@ def cluster_run(
         coordinator = postgres.dsn("postgres")
     else:
         coordinator = f"sqlite://{directory / 'coordinator.sqlite'}"
+    jvm = quick_jvm_env(directory / "spark-conf")
     with running_s3_server() as endpoint:
         bucket = asyncio.run(create_bucket(endpoint))
-        with running_spark_cluster(directory, workers=2, env=CREDENTIALS) as cluster:
+        with running_spark_cluster(directory, workers=2, env={**CREDENTIALS, **jvm}) as cluster:
             run = ClusterRun(cluster, endpoint, bucket, directory, coordinator)
             run.postgres = postgres
             argv = [
@@ -94,7 +96,7 @@ def cluster_run(
                 "--report-dir", str(run.report_dir),
                 *WORKLOAD,
             ]  # fmt: skip
-            env = cluster_env({**CREDENTIALS, "PYTHONPATH": str(REPO_ROOT)})
+            env = cluster_env({**CREDENTIALS, **jvm, "PYTHONPATH": str(REPO_ROOT)})
             run.process = _run_driver(argv, directory, env)
             results = run.report_dir / RESULTS_FILE
             if results.exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,7 @@ from benchmarks.harness.spec import CostRates, RunSpec, StoreSpec, WorkloadSpec
 from benchmarks.harness.verify import verify
 from diskless import TopicPartition
 from testkit.metrics import promtool_check, samples
+from tests.harness._spark_jvm import quick_jvm_env
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,12 +77,15 @@ TINY = WorkloadSpec(
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from benchmarks.harness.spark import start_spark
 
-    session = start_spark(2, app_name="diskless-harness-test")
-    yield session
-    session.stop()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in quick_jvm_env(tmp_path_factory.mktemp("spark-conf")).items():
+            patch.setenv(name, value)
+        session = start_spark(2, app_name="diskless-harness-test")
+        yield session
+        session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -417,7 +422,7 @@ def test_generation_in_spark_is_seeded_and_round_trips_through_parquet(
     assert sorted(tuple(r) for r in frame.collect()) == first
 
 
-def test_starting_spark_prints_nothing_on_the_terminal() -> None:
+def test_starting_spark_prints_nothing_on_the_terminal(tmp_path: Path) -> None:
     """The JVM's banner and log lines go to the driver log, not to the harness's stderr."""
     script = (
         "from benchmarks.harness.spark import start_spark\n"
@@ -431,6 +436,7 @@ def test_starting_spark_prints_nothing_on_the_terminal() -> None:
         text=True,
         timeout=180,
         cwd=REPO_ROOT,
+        env={**os.environ, **quick_jvm_env(tmp_path / "spark-conf")},
         check=False,
     )
     assert started.returncode == 0, started.stderr

@@ -115,6 +115,9 @@ def test_processes_started_apart_advertise_one_epoch(tmp_path: Path) -> None:
 # --- a consumer across a broker leaving and joining -----------------------------------------------
 RECORDS_PER_PARTITION: Final = 400
 PACE_S: Final = 0.01
+READ_ON: Final = 20
+"""Records of each partition the consumer reads after each change of the brokers before the next
+one (the producer writes about 25 a second to each)."""
 
 
 class _Produced:
@@ -205,13 +208,34 @@ def test_a_consumer_reads_on_across_a_broker_leaving_and_joining(tmp_path: Path)
                         continue
                     consumed[message.partition()].append((message.offset(), message.value()))
 
-        consume(3.0)
+        def read_on(listed: list[int], what: str) -> None:
+            """Consume until broker 0 lists `listed`, then until every partition was read
+            `READ_ON` records further (or to its end) from there."""
+
+            def listing() -> bool:
+                consume(0.2)
+                return _metadata(brokers[0].address)[0] == listed
+
+            _until(listing, what, lambda: brokers[0].log_tail())
+            marks = {p: min(len(c) + READ_ON, RECORDS_PER_PARTITION) for p, c in consumed.items()}
+
+            def read() -> bool:
+                consume(0.2)
+                return all(len(consumed[p]) >= mark for p, mark in marks.items())
+
+            _until(
+                read,
+                f"reading on once {what}",
+                lambda: ([len(c) for c in consumed.values()], marks),
+            )
+
+        read_on([0, 1], "both brokers serve")
         assert brokers[1].stop() == 0, brokers[1].log_tail()  # leaves cleanly
-        consume(4.0)
+        read_on([0], "broker 1 left")
         brokers[1].start()  # joins again
-        consume(4.0)
+        read_on([0, 1], "broker 1 joined again")
         brokers[1].kill()  # dies: gone once its registration expires
-        consume(12.0)
+        read_on([0], "broker 1's registration expired")
         brokers[1].start()
         producer.join()
         total = RECORDS_PER_PARTITION

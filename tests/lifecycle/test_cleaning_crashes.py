@@ -2,10 +2,11 @@
 
 A compacted topic gets keyed updates, tombstones and transactions (committed and aborted) from
 real clients; then, round after round, a lifecycle process (`_cleaner_child`) cleans it over a
-small map (several passes per run) and is killed at a random step: before or after an object
+small map (several passes per run) and is killed at one of its steps: before or after an object
 store call or a coordinator call, or a random delay after one (inside a coordinator transaction,
-an upload, the filter). More updates arrive between rounds. After each kill, a read from offset
-0 with kafka-python finds:
+an upload, the filter). Every kill point comes once over the two stages' rounds, in a seeded
+order (the long variant, among the slow tests, goes through them twice). More updates arrive
+between rounds. After each kill, a read from offset 0 with kafka-python finds:
 - only records that were acknowledged, each at its own offset (nothing invented or moved);
 - the latest record of every key (nothing acknowledged lost; tombstones within their horizon);
 - every record past the cleanable point exactly as produced (no half-cleaned state);
@@ -62,11 +63,13 @@ KINDS = [
 ]
 """The kill points are the cleaner's, the same over either backend: one runs by default."""
 KEYS = 100
-ROUNDS = 8
-"""Killed rounds of each of the two stages."""
 MAP_BYTES = MAP_BYTES_MIN
 """Room for 54 keys: a run makes several passes."""
 STEPS = ["get", "put", "cleaning_range", "commit_cleaned"]
+KILL_POINTS = [f"{when} {step}" for when in ("before", "after") for step in STEPS]
+ROUNDS = len(KILL_POINTS) // 2
+"""Killed rounds of each of the two stages: every kill point once over both."""
+ROUNDS_LONG = 2 * len(KILL_POINTS)
 
 
 def _seed() -> int:
@@ -109,10 +112,17 @@ class Crashes:
         self.spec = spec
         self.rng = rng
         self.kills: collections.Counter[str] = collections.Counter()
+        self._points: list[str] = []
+
+    def _next_point(self) -> str:
+        """The kill points in a seeded order, each once before any comes again."""
+        if not self._points:
+            self._points = self.rng.sample(KILL_POINTS, len(KILL_POINTS))
+        return self._points.pop()
 
     async def run(self, uncleanable_from_ms: int, kill: bool) -> None:
         rng = self.rng
-        where = f"{rng.choice(['before', 'after'])} {rng.choice(STEPS)}" if kill else ""
+        where = self._next_point() if kill else ""
         spec = msgspec.structs.replace(
             self.spec,
             uncleanable_from_ms=uncleanable_from_ms,
@@ -152,6 +162,21 @@ def _check(rows: list[Row], committed: list[Row], cleanable_end: int) -> None:
 async def test_a_cleaner_killed_anywhere_loses_nothing_and_leaves_no_orphan(
     kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    await _run(kind, tmp_path, request, ROUNDS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("kind", [pytest.param(("sqlite", "s3"), id="sqlite-s3"), KINDS[1]])
+async def test_a_cleaner_killed_anywhere_loses_nothing_long(
+    kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    await _run(kind, tmp_path, request, ROUNDS_LONG)
+
+
+async def _run(
+    kind: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest, rounds: int
+) -> None:
     rng = random.Random(_seed())
     backend, store_kind = kind
     coordinator = open_coordinator(backend, tmp_path, SystemClock())
@@ -173,14 +198,18 @@ async def test_a_cleaner_killed_anywhere_loses_nothing_and_leaves_no_orphan(
         async with local_cluster(
             coordinator, store=store, brokers=1, server_config=server_config()
         ) as cluster:
-            await _crash_rounds(cluster, store, coordinator, Crashes(spec, rng))
+            await _crash_rounds(cluster, store, coordinator, Crashes(spec, rng), rounds)
     finally:
         await coordinator.close()
         await store.close()
 
 
 async def _crash_rounds(
-    cluster: KafkaCluster, store: ObjectStore, coordinator: BatchCoordinator, crashes: Crashes
+    cluster: KafkaCluster,
+    store: ObjectStore,
+    coordinator: BatchCoordinator,
+    crashes: Crashes,
+    rounds: int,
 ) -> None:
     bootstrap = cluster.bootstrap()
     rng = crashes.rng
@@ -191,7 +220,7 @@ async def _crash_rounds(
     await asyncio.sleep(0.05)
     cleanable_end = (await partition_offsets(coordinator))[0]
     for stage in ("young records", "all cleanable"):
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             committed += await asyncio.to_thread(_updates, bootstrap, rng, rng.randint(0, 40))
             await crashes.run(young_from, kill=True)
             end, lso, log_start = before = await partition_offsets(coordinator)

@@ -50,7 +50,10 @@ from ._consumer import read_committed
 
 SIM_START_MS = 1_700_000_000_000
 
-SEEDS_DEFAULT = 100
+SEEDS_DEFAULT = 40
+SEEDS_FULL = 100
+"""The default tests run the first `SEEDS_DEFAULT` seeds, the slow ones the rest of the first
+`SEEDS_FULL` (and `SEEDS_SLOW` long runs); which faults fire is checked apart, over a few seeds."""
 SEEDS_SLOW = 400
 TOPIC = "sim"
 PARTITIONS = 5
@@ -256,11 +259,21 @@ async def simulate(seed: int, transactions: int) -> World:
     return world
 
 
-@pytest.mark.seeds(SEEDS_DEFAULT)
-async def test_txn_simulation(seed: int) -> None:
+async def _short_run(seed: int) -> None:
     print(f"seed={seed}")
     world = await simulate(seed, transactions=4)
     assert world.snapshots > 0
+
+
+@pytest.mark.seeds(SEEDS_DEFAULT)
+async def test_txn_simulation(seed: int) -> None:
+    await _short_run(seed)
+
+
+@pytest.mark.slow
+@pytest.mark.seeds(SEEDS_FULL - SEEDS_DEFAULT, first=SEEDS_DEFAULT)
+async def test_txn_simulation_more_seeds(seed: int) -> None:
+    await _short_run(seed)
 
 
 @pytest.mark.slow
