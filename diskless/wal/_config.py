@@ -22,8 +22,8 @@ class WalConfig(msgspec.Struct, frozen=True):
     """...but a lingering segment never rotates sooner than this after the previous rotation,
     which bounds the objects per second a trickle costs (1000 / this, per broker)..."""
     rotate_floor_bytes: int = 64 * 1024
-    """...unless it holds at least this many bytes: such objects are bounded in number by their
-    size (10^9 / this per GB at most), not by time, so they need no floor."""
+    """...unless it holds at least this many bytes and its senders can send no more: such
+    objects are bounded in number by their size (10^9 / this per GB at most), not by time."""
     uploads_inflight_max: int = 8
     commit_group_max: int = 8
     """Uploaded objects waiting for their turn to commit go to the coordinator together, up to

@@ -27,15 +27,15 @@ class RotationRule:
     `rotate_interval_min_ms` after the previous rotation, so a trickle costs at most
     1000 / `rotate_interval_min_ms` objects per second; and at the latest `commit_interval_ms`
     after its first batch, so a steady stream still makes objects of an interval's bytes.
-    The floor holds back only small segments: one of `rotate_floor_bytes` or more is an object
-    whose count per GB its size bounds, and producers waiting on it (their in-flight requests
-    all in it) get their answers one upload and commit later, not one floor later.
 
     Rotating early is only worth it while the upload pipeline has room: a segment sealed behind
     a full pipeline would wait there anyway, so under load a segment fills for the interval (or
     up to its size) as before, and objects stay large exactly when they are many. And when every
     sender of the segment is at its in-flight limit (`_senders`), nothing more can come: the
-    linger is not waited for, only the floor (if the segment is small enough to have one).
+    linger is not waited for, only the floor; and not even the floor once the segment holds
+    `rotate_floor_bytes`: such an object's count per GB its size bounds, so producers waiting on
+    it get their answers one upload and commit later, not one floor later. (A segment that
+    merely lingers keeps its floor, big or small: its senders could still send more.)
     """
 
     __slots__ = ("early", "floor_bytes", "floor_s", "interval_s", "linger_s")
@@ -64,14 +64,14 @@ class RotationRule:
         by_interval = opened_at + self.interval_s
         if not (self.early and pipeline_has_room):
             return by_interval
-        floor = last_rotated_at + self.floor_s if segment_bytes < self.floor_bytes else opened_at
-        settled = floor if senders_blocked else max(last_write_at + self.linger_s, floor)
+        floor = last_rotated_at + self.floor_s
+        if not senders_blocked:
+            settled = max(last_write_at + self.linger_s, floor)
+        elif segment_bytes < self.floor_bytes:
+            settled = floor
+        else:
+            settled = opened_at  # now
         return min(by_interval, settled)
-
-    def floor_lifted(self, bytes_before: int, bytes_after: int) -> bool:
-        """Whether a write that took a segment from `bytes_before` to `bytes_after` lifted its
-        floor: its due time may then be sooner than the one slept for."""
-        return bytes_before < self.floor_bytes <= bytes_after
 
     def by_interval(self, opened_at: float, due: float) -> bool:
         """Whether `due` is the interval's bound rather than the linger's (for the logs)."""

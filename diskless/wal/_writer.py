@@ -7,11 +7,12 @@
 
 Every concurrent `write` appends into one active segment. The segment rotates when it reaches
 `buffer_max_bytes`, or by the clock (`_deadlines.RotationRule`): once no batch arrived for
-`linger_ms`, but never sooner than `rotate_interval_min_ms` after the previous rotation unless it
-holds `rotate_floor_bytes`, and at the latest `commit_interval_ms` after its first write. Each
-closed segment gets one task that uploads it and then commits it; commit N waits for upload N
-and for commit N-1 only, so a slow later upload never blocks an earlier commit, and a producer's
-pipelined requests are sequenced in the order they were appended.
+`linger_ms`, but never sooner than `rotate_interval_min_ms` after the previous rotation (unless
+its senders can send no more and it holds `rotate_floor_bytes`), and at the latest
+`commit_interval_ms` after its first write. Each closed segment gets one task that uploads it
+and then commits it; commit N waits for upload N and for commit N-1 only, so a slow later upload
+never blocks an earlier commit, and a producer's pipelined requests are sequenced in the order
+they were appended.
 
 Error codes written into results (all retriable for Kafka clients):
 - KAFKA_STORAGE_ERROR: the upload failed after `upload_attempts`, or the commit failed or its
@@ -363,14 +364,11 @@ class WalWriter:
             self._timer_wakeup.set()
         else:
             segment.last_write_at = now
-        bytes_before = segment.batch_bytes
         at = segment.add(entry, size, request, index)
         if request.last_placed is not segment:
             request.last_placed, request.first_part = segment, at
         if segment.batch_bytes >= buffer_max:
             self._rotate("size")
-        elif self._rotation.floor_lifted(bytes_before, segment.batch_bytes):
-            self._timer_wakeup.set()
         elif self._admission.queued:  # a writer admitted ahead of others may now block them
             self._rotate_if_blocking_admission()
 
@@ -443,10 +441,10 @@ class WalWriter:
         """Rotate the active segment when `RotationRule` says it is due, unless size did first.
 
         The loop sleeps until the due time, or until woken (a segment opened, or one resolved and
-        made room in the pipeline, a sender reached its in-flight limit, or the segment grew past
-        its floor's bytes), and looks again. Otherwise a due time only moves later while a
-        segment fills (its last write moves), and the next segment opens after the rotation its
-        floor counts from, so nothing else can make it earlier than the time slept for.
+        made room in the pipeline, or a sender reached its in-flight limit), and looks again.
+        Otherwise a due time only moves later while a segment fills (its last write moves), and
+        the next segment opens after the rotation its floor counts from, so nothing else can make
+        it earlier than the time slept for.
         """
         rule = self._rotation
         wakeup = self._timer_wakeup

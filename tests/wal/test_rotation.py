@@ -70,13 +70,12 @@ def test_the_floor_holds_back_only_segments_smaller_than_its_bytes() -> None:
     )
     rule = RotationRule(config)
     small, big = 999, 1000
-    assert rule.due(10.0, 10.0, 9.99, segment_bytes=small) == 9.99 + 50 * MS  # the floor
-    assert rule.due(10.0, 10.0, 9.99, segment_bytes=big) == 10.0 + 2 * MS  # the linger only
-    assert rule.due(10.0, 10.001, 9.99, segment_bytes=big, senders_blocked=True) == 10.0  # now
-    assert rule.due(10.0, 10.249, 9.99, segment_bytes=big) == 10.0 + 250 * MS  # the interval
-    assert rule.due(10.0, 10.0, 9.99, segment_bytes=big, pipeline_has_room=False) == 10.25
-    assert rule.floor_lifted(small, big) and not rule.floor_lifted(big, big + 1)
-    assert not rule.floor_lifted(0, small)
+    blocked = {"senders_blocked": True}
+    assert rule.due(10.0, 10.0, 9.99, segment_bytes=small, **blocked) == 9.99 + 50 * MS  # floor
+    assert rule.due(10.0, 10.001, 9.99, segment_bytes=big, **blocked) == 10.0  # now
+    assert rule.due(10.0, 10.0, 9.99, segment_bytes=big) == 9.99 + 50 * MS  # lingering: floor
+    big_and_full = {"segment_bytes": big, "pipeline_has_room": False, **blocked}
+    assert rule.due(10.0, 10.0, 9.99, **big_and_full) == 10.0 + 250 * MS  # the interval
 
 
 async def test_a_lone_request_is_committed_after_the_linger_not_the_interval() -> None:
@@ -387,14 +386,12 @@ async def test_a_blocked_segment_of_the_floor_bytes_rotates_without_the_floor(
     await rig.close()
 
 
-async def test_a_segment_growing_past_the_floor_bytes_while_the_timer_sleeps_rotates_sooner() -> (
-    None
-):
-    """The timer sleeps until a small segment's floor; a write that lifts the floor wakes it,
-    and the segment rotates after its linger, not at the floor."""
+async def test_a_lingering_segment_keeps_its_floor_however_big() -> None:
+    """A segment whose writers could still send more keeps the floor even past
+    `rotate_floor_bytes`: only a segment that nothing more can reach rotates without it."""
     config = WalConfig(
-        commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=50,
-        rotate_floor_bytes=32 * 1024,
+        commit_interval_ms=250, linger_ms=2, rotate_interval_min_ms=40,
+        rotate_floor_bytes=16 * 1024,
     )  # fmt: skip
     rig, store = _rig(config)
     await rig.topic()
@@ -403,15 +400,13 @@ async def test_a_segment_growing_past_the_floor_bytes_while_the_timer_sleeps_rot
     await rig.clock.advance(3 * MS)
     await settle()
     assert len(store.put_times) == 1 and first[0].done()
-    rotated = store.put_times[0]
-    small = _sent_sized(writer, None, [100])
-    await rig.clock.advance(1 * MS)
-    await settle()  # due at the floor: `rotated` + 50 ms
     big = _sent_sized(writer, None, [40 * 1024])
     await settle()
-    await rig.clock.advance(3 * MS)
+    await rig.clock.advance(10 * MS)
     await settle()
-    assert len(store.put_times) == 2, store.put_times
-    assert store.put_times[1] - rotated < 10 * MS  # the linger after the big write
-    assert all(w.done() and w.result()[0].error == ErrorCode.NONE for w in small + big)
+    assert len(store.put_times) == 1  # past its linger, inside the floor
+    await rig.clock.advance(30 * MS)
+    await settle()
+    assert len(store.put_times) == 2 and store.put_times[1] - store.put_times[0] >= 40 * MS - 1e-9
+    assert big[0].done() and big[0].result()[0].error == ErrorCode.NONE
     await rig.close()
