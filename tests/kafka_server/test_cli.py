@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Final
 
 import kio.schema.metadata.v1.request as metadata_v1
 import pytest
@@ -24,6 +25,9 @@ from diskless import BrokerConfig
 from diskless.lifecycle import CleanerConfig
 from diskless.wal import WalConfig
 from testkit.wire import decode_response, encode_request
+
+SESSION: Final = ("--server-option", "broker_session_timeout_ms=3000")
+"""A session a third of the default's: the processes read the registry three times as often."""
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:
@@ -129,7 +133,7 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 def _wait_for_brokers(addresses: list[str], expected: set[int]) -> None:
     """Until every broker at `addresses` lists `expected`: each process reads the registry
-    every few seconds."""
+    every third of its session timeout (`SESSION`)."""
     deadline = time.monotonic() + 30
     for address in addresses:
         while (seen := _broker_ids(address)) != expected:
@@ -139,11 +143,13 @@ def _wait_for_brokers(addresses: list[str], expected: set[int]) -> None:
 
 def test_a_second_process_joins_the_cluster_of_the_first(tmp_path: Path) -> None:
     first, first_bootstrap = _start(
-        tmp_path, "--brokers", "3", "--topic", "cli:2", "--log-level", "WARNING"
+        tmp_path, "--brokers", "3", "--topic", "cli:2", "--log-level", "WARNING", *SESSION
     )
     second = None
     try:
-        second, second_bootstrap = _start(tmp_path, "--broker-ids", "4,5", "--log-level", "WARNING")
+        second, second_bootstrap = _start(
+            tmp_path, "--broker-ids", "4,5", "--log-level", "WARNING", *SESSION
+        )
         assert len(second_bootstrap.split(",")) == 5  # its own brokers and the first's
         own = [a for a in second_bootstrap.split(",") if a not in first_bootstrap.split(",")]
         assert len(own) == 2
@@ -362,7 +368,7 @@ def test_only_the_process_with_the_lowest_live_broker_runs_the_lifecycle(tmp_pat
     """Two processes over one data directory: the lifecycle runs in the one holding broker 0
     (its consolidated objects are named after node 0), and moves to the other one (node 4) when
     that process stops."""
-    fast = ("--consolidation-age-ms", "0", "--consolidation-period-ms", "200")
+    fast = ("--consolidation-age-ms", "0", "--consolidation-period-ms", "200", *SESSION)
     first, first_bootstrap = _start(
         tmp_path, "--brokers", "1", "--topic", "a:1", "--topic", "b:1", *fast
     )

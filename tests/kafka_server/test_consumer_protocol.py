@@ -62,6 +62,8 @@ def _cluster(tmp_path: Path) -> tuple[str, list[BrokerProcess]]:
         "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
         "--override", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
         "--override", "group.consumer.session.timeout.ms=10000",
+        # A restarted broker waits for its old registration to expire: keep that short.
+        "--server-option", "broker_session_timeout_ms=3000",
     ]  # fmt: skip
     return dsn, [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
 

@@ -340,7 +340,11 @@ def _eventually(check: Callable[[], bool], timeout_s: float) -> None:
 
 
 def test_two_broker_processes_list_each_group_once(tmp_path: Path) -> None:
-    options = ["--data-dir", str(tmp_path / "data"), "--topic", "orders:1", "--no-lifecycle"]
+    options = [
+        "--data-dir", str(tmp_path / "data"), "--topic", "orders:1", "--no-lifecycle",
+        # Broker 1's groups move once its registration lapsed: keep that short.
+        "--server-option", "broker_session_timeout_ms=3000",
+    ]  # fmt: skip
     groups = [f"group-{i}" for i in range(8)]
     with broker_processes(2, tmp_path, options) as brokers:
         servers = bootstrap(brokers)

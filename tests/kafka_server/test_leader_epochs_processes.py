@@ -35,8 +35,11 @@ from testkit.wire import decode_response, encode_request
 
 TOPIC: Final = "epochs"
 PARTITIONS: Final = 4
-GAP_S: Final = 5.0
-"""Between the first process and the last: longer than a renewal interval (3 s), so the first
+SESSION_MS: Final = 3_000
+"""The processes' `broker_session_timeout_ms`: they renew and read the registry every third of
+it, and a killed broker is listed until its registration expires."""
+GAP_S: Final = 3.0
+"""Between the first process and the last: longer than a renewal interval (1 s), so the first
 process has renewed and read the registry several times before the last one joins."""
 AGREE_WITHIN_S: Final = 30.0
 
@@ -45,6 +48,7 @@ def _options(tmp_path: Path) -> list[str]:
     return [
         "--coordinator", database_dsn(tmp_path), "--data-dir", str(tmp_path / "data"),
         "--topic", f"{TOPIC}:{PARTITIONS}", "--commit-interval-ms", "20",
+        "--server-option", f"broker_session_timeout_ms={SESSION_MS}",
     ]  # fmt: skip
 
 

@@ -84,6 +84,8 @@ async def test_share_members_keep_their_epochs_and_partitions_when_the_owner_die
         "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
         "--override", "group.share.heartbeat.interval.ms=300",
         "--override", f"group.share.session.timeout.ms={SESSION_MS}",
+        # The group moves once the dead process's registration expired: keep that short.
+        "--server-option", "broker_session_timeout_ms=3000",
     ]  # fmt: skip
     brokers = [BrokerProcess(i, 2, options, tmp_path / f"broker-{i}.log") for i in range(2)]
     stops = [threading.Event() for _ in range(3)]

@@ -111,7 +111,11 @@ def test_a_transaction_ends_soon_after_the_broker_holding_its_leases_dies(
     tmp_path: Path, restart: bool
 ) -> None:
     data = tmp_path / "data"
-    shared = ["--data-dir", str(data), "--topic", f"{TOPIC}:{PARTITIONS}"]
+    shared = [
+        "--data-dir", str(data), "--topic", f"{TOPIC}:{PARTITIONS}",
+        # The restarted B waits for its old registration to expire: keep that short.
+        "--server-option", "broker_session_timeout_ms=3000",
+    ]  # fmt: skip
     a = BrokerProcess(0, 1, shared, tmp_path / "broker-0.log")
     b = BrokerProcess(
         1,

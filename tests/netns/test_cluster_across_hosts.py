@@ -67,6 +67,8 @@ from tests.netns._kafka_workloads import (
 )
 
 PROBE_TIMEOUT_MS: Final = 5_000
+CUT_PROBE_TIMEOUT_MS: Final = 2_000
+"""The probe of the broker cut from PostgreSQL and S3: answered when its timeout is up."""
 ANSWER_MARGIN_S: Final = 1.0
 """A request the broker cannot serve is answered REQUEST_TIMED_OUT when its timeout is up."""
 PROBE_WAIT_S: Final = PROBE_TIMEOUT_MS / 1000 + 10
@@ -104,14 +106,20 @@ def _all_advanced(
     return lambda: all(a.count() >= since[a.name] + PROGRESS for a in producers)
 
 
-def _probe(connection: DirectConnection, broker: HostBroker, partition: int, tag: str) -> int:
+def _probe(
+    connection: DirectConnection,
+    broker: HostBroker,
+    partition: int,
+    tag: str,
+    timeout_ms: int = PROBE_TIMEOUT_MS,
+) -> int:
     """A produce of one record straight to `broker`; its code, answered within the timeout."""
     record = value("probe", len(_probes))
-    code, elapsed = connection.produce(partition, record, PROBE_TIMEOUT_MS)
+    code, elapsed = connection.produce(partition, record, timeout_ms)
     _probes.append((record, code))
     print(f"probe {tag}: broker {broker.node_id} partition {partition}: {ErrorCode(code).name}"
           f" in {elapsed:.2f} s")  # fmt: skip
-    assert elapsed < PROBE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S, "answered after its timeout"
+    assert elapsed < timeout_ms / 1000 + ANSWER_MARGIN_S, "answered after its timeout"
     return code
 
 
@@ -322,7 +330,9 @@ def _phases(
     # A known user logs in while the broker is cut off: it checks the login against its own
     # copy of the SCRAM credentials.
     connection = _connect(workload, victim)
-    code = _probe(connection, victim, its[0], "while cut from PostgreSQL and S3")
+    code = _probe(
+        connection, victim, its[0], "while cut from PostgreSQL and S3", CUT_PROBE_TIMEOUT_MS
+    )
     connection.close()
     assert ErrorCode(code).retriable, ErrorCode(code)
     _wait(_all_advanced(workload, since), "producing while a broker is cut off", workload)
