@@ -180,8 +180,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="BYTES",
-        help="...unless it holds at least this many bytes: at most 10^9 / BYTES such objects per"
-        " GB (diskless.produce.rotate.floor.bytes; default"
+        help="...unless its connections can send no more and it holds at least this many bytes:"
+        " at most 10^9 / BYTES such objects per GB (diskless.produce.rotate.floor.bytes; default"
         f" {WalConfig().rotate_floor_bytes})",
     )
     parser.add_argument(
