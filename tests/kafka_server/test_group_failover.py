@@ -107,6 +107,9 @@ def test_a_group_keeps_one_coordinator_through_joins_and_kills(tmp_path: Path, k
     options = [
         "--coordinator", dsn, "--data-dir", str(tmp_path / "data"),
         "--topic", f"{TOPIC}:{PARTITIONS}", "--log-level", "INFO",
+        # A 3 s session moves the group off the killed process before it is back: its members
+        # rejoin at the new owner, where fresh member ids must not collide with theirs.
+        "--server-option", "broker_session_timeout_ms=3000",
     ]  # fmt: skip
     brokers = [BrokerProcess(i, 3, options, tmp_path / f"broker-{i}.log") for i in range(3)]
     commits = Commits()

@@ -293,6 +293,39 @@ async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced()
         await coordinator.close()
 
 
+async def test_a_new_owner_never_hands_out_a_member_id_a_client_still_holds() -> None:
+    """After the group moves, a client that joins afresh must not be given the id another
+    client got from the old owner: that one would then be taken for the newcomer (its
+    heartbeats accepted, its joins counted as the newcomer's), and the group would never
+    settle."""
+    clock = ManualClock()
+    coordinator = InMemoryBatchCoordinator(clock=clock)
+    await coordinator.create_topic("t", 1)
+    old = await _owner(coordinator)
+    try:
+        held = await _join(old, client_id="reader")
+        assert held.error == WireError.none and held.member_id.startswith("reader-")
+        await clock.advance(old.view.ttl_ms / 1000)
+        new = await _owner(coordinator, broker_id=1, group="elsewhere")
+        try:
+            assert await new.groups.locate("g") == new.view.get(1)
+            fresh = await _join(new, client_id="reader")
+            assert fresh.error == WireError.none
+            assert fresh.member_id != held.member_id
+            # The old id stays unknown to the new owner: its holder joins again, as itself.
+            assert (
+                await new.groups.heartbeat(new.me, "g", fresh.generation, held.member_id)
+                == WireError.unknown_member_id
+            )
+        finally:
+            await new.groups.close()
+            await new.view.close()
+    finally:
+        await old.groups.close()
+        await old.view.close()
+        await coordinator.close()
+
+
 class _FailsOneGeneration(InMemoryBatchCoordinator):
     """Its first attempt to store a group's generation fails."""
 

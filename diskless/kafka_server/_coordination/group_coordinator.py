@@ -48,8 +48,8 @@ the library's `group_error` code.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import uuid
 from collections.abc import Mapping, Set
 from typing import Final
 
@@ -103,6 +103,14 @@ def default_group_configs(group_id: str) -> ConsumerGroupConfig:
     return DEFAULT_CONFIG
 
 
+def fresh_member_id(client_id: str, instance_id: str | None) -> str:
+    """A member id no coordinator of the group ever handed out: Kafka's form, the instance id
+    (a static member) or else the client id, then a random UUID. A counter of this process
+    would not do: after the group moves, the new owner's count starts again, a rejoining client
+    could be given the id another client still holds, and the two would be taken for one."""
+    return f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
+
+
 class GroupCoordinator:
     """The groups owned by this process's brokers; each call names the broker it came to
     (its id and epoch), which must own the group."""
@@ -123,7 +131,6 @@ class GroupCoordinator:
         self._groups: dict[str, OwnedGroup] = {}
         self.shares = ShareGroups(coordinator, self._clock, share_configs, self._owned, self._lose)
         """The share groups (KIP-932) among them."""
-        self._member_ids = itertools.count(1)
         self._expiry_task: asyncio.Task[None] | None = None
         self._completions: set[asyncio.Task[None]] = set()
 
@@ -362,7 +369,7 @@ class GroupCoordinator:
             protocols=protocols,
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
-            fresh_member_id="" if member_id else f"{group_id}-member-{next(self._member_ids)}",
+            fresh_member_id="" if member_id else fresh_member_id(client_id, instance_id),
             require_known_member_id=require_known_member_id,
             now=self._clock.monotonic(),
             client_id=client_id,
