@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Mapping, Set
 from typing import Final
 
@@ -78,6 +77,7 @@ from diskless.kafka_server._coordination.group_description import (
     subscribed,
 )
 from diskless.kafka_server._coordination.group_state import GroupState, JoinOutcome, Step, Wait
+from diskless.kafka_server._coordination.member_ids import fresh_member_id
 from diskless.kafka_server._coordination.owned_group import (
     OwnedGroup,
     answer_later,
@@ -101,14 +101,6 @@ SESSION_CHECK_INTERVAL_S: Final = 0.5
 
 def default_group_configs(group_id: str) -> ConsumerGroupConfig:
     return DEFAULT_CONFIG
-
-
-def fresh_member_id(client_id: str, instance_id: str | None) -> str:
-    """A member id no coordinator of the group ever handed out: Kafka's form, the instance id
-    (a static member) or else the client id, then a random UUID. A counter of this process
-    would not do: after the group moves, the new owner's count starts again, a rejoining client
-    could be given the id another client still holds, and the two would be taken for one."""
-    return f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
 
 
 class GroupCoordinator:

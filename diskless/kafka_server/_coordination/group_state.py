@@ -452,17 +452,11 @@ class GroupState:
         if self.protocol is None:
             return self.fail_all(WireError.inconsistent_group_protocol)
         self.phase = GroupPhase.COMPLETING
-        _log.info(
-            "group %s: generation %d of %d members, leader %s",
-            self.group_id,
-            generation,
-            len(self.members),
-            self.leader,
-        )
         listing = [
             (m.member_id, m.instance_id, dict(m.protocols)[self.protocol])
             for m in self.members.values()
         ]
+        _log.info("group %s: generation %d of %d members", self.group_id, generation, len(listing))
         for member in self.members.values():
             member.awaiting_sync = False
             if not member.awaiting_join:  # its join went away while the generation was stored
