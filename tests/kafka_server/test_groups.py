@@ -67,9 +67,13 @@ async def owner() -> AsyncIterator[Owner]:
     try:
         yield found
     finally:
-        await found.groups.close()
-        await found.view.close()
+        await _close(found)
         await coordinator.close()
+
+
+async def _close(owner: Owner) -> None:
+    await owner.groups.close()
+    await owner.view.close()
 
 
 async def _join(
@@ -154,8 +158,7 @@ async def test_a_broker_that_does_not_own_the_group_answers_not_coordinator(
         assert commit == {TopicPartition("t", 0): WireError.not_coordinator}
         assert await other.groups.txn_fence(other.me, "g", -1, "") == WireError.not_coordinator
     finally:
-        await other.groups.close()
-        await other.view.close()
+        await _close(other)
 
 
 async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
@@ -285,11 +288,9 @@ async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced()
                 == WireError.not_coordinator
             )
         finally:
-            await new.groups.close()
-            await new.view.close()
+            await _close(new)
     finally:
-        await old.groups.close()
-        await old.view.close()
+        await _close(old)
         await coordinator.close()
 
 
@@ -318,11 +319,9 @@ async def test_a_new_owner_never_hands_out_a_member_id_a_client_still_holds() ->
                 == WireError.unknown_member_id
             )
         finally:
-            await new.groups.close()
-            await new.view.close()
+            await _close(new)
     finally:
-        await old.groups.close()
-        await old.view.close()
+        await _close(old)
         await coordinator.close()
 
 
@@ -355,8 +354,7 @@ async def test_a_generation_that_could_not_be_stored_is_not_handed_out() -> None
         stored = await coordinator.group_ownership("g")
         assert stored is not None and stored.generation == 1
     finally:
-        await owner.groups.close()
-        await owner.view.close()
+        await _close(owner)
         await coordinator.close()
 
 
