@@ -90,25 +90,16 @@ def produce_round(bootstrap: str, round_: int) -> tuple[list[Row], list[Row]]:
         assert plain.flush(TIMEOUT_S) == 0
     txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"writer-{round_}"})
     txn.init_transactions(TIMEOUT_S)
-    txn.begin_transaction()
-    for k in (1, 2, 11):
-        txn.produce(
-            TOPIC,
-            key=b"k%d" % k,
-            value=b"r%d-txn-k%d" % (round_, k),
-            partition=0,
-            on_delivery=keep(committed),
-        )
+
+    def transaction(keys: tuple[int, ...], tag: bytes, sink: list[Row]) -> None:
+        txn.begin_transaction()
+        for k in keys:
+            value = b"r%d-%s-k%d" % (round_, tag, k)
+            txn.produce(TOPIC, key=b"k%d" % k, value=value, partition=0, on_delivery=keep(sink))
+
+    transaction((1, 2, 11), b"txn", committed)
     txn.commit_transaction(TIMEOUT_S)
-    txn.begin_transaction()
-    for k in (3, 4, 12):
-        txn.produce(
-            TOPIC,
-            key=b"k%d" % k,
-            value=b"r%d-aborted-k%d" % (round_, k),
-            partition=0,
-            on_delivery=keep(aborted),
-        )
+    transaction((3, 4, 12), b"aborted", aborted)
     assert txn.flush(TIMEOUT_S) == 0
     txn.abort_transaction(TIMEOUT_S)
     return committed, aborted
