@@ -177,7 +177,7 @@ def fault_trace(seed: int) -> list[str]:
     """The outcome of a fixed workload under random faults, with all sleeps run."""
 
     async def workload() -> list[str]:
-        clock = ManualClock()
+        clock = ManualClock(start_ms=0)  # not the wall clock's second, which two runs may not share
         faulty = FaultyObjectStore(
             MemoryObjectStore(clock=clock),
             random.Random(seed),
