@@ -9,6 +9,8 @@ pipeline), `diskless.lifecycle` (garbage collection and retention), `diskless.re
 record batch codec), `diskless.routing` (produce representatives), `diskless.errors`.
 """
 
+import typing
+
 from diskless._results import (
     BrokerStats,
     FetchResult,
@@ -48,9 +50,12 @@ from diskless.lifecycle import (
     RetentionSchedulerConfig,
 )
 from diskless.routing import BrokerNode, produce_assignment, produce_broker
-from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, S3ObjectStore
+from diskless.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
 from diskless.txn import TransactionCoordinator
 from diskless.wal import WalConfig
+
+if typing.TYPE_CHECKING:
+    from diskless.storage import S3ObjectStore
 
 __all__ = [
     # the broker facade
@@ -103,3 +108,13 @@ __all__ = [
     "DisklessError",
     "StorageError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`S3ObjectStore` on first use (see `diskless.storage`)."""
+    if name == "S3ObjectStore":
+        from diskless import storage
+
+        globals()[name] = storage.S3ObjectStore  # asked once
+        return storage.S3ObjectStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

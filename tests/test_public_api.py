@@ -55,6 +55,8 @@ EXPECTED_TOP_LEVEL = {
 def test_all_is_exactly_the_public_surface() -> None:
     assert set(diskless.__all__) == EXPECTED_TOP_LEVEL
     assert len(diskless.__all__) == len(set(diskless.__all__)), "duplicates in __all__"
+    for name in diskless.__all__:  # those imported on first use, too
+        getattr(diskless, name)
     public_attributes = {
         name
         for name in vars(diskless)

@@ -32,7 +32,6 @@ from diskless.kafka_server._server.process.cluster import BROKER_ID_MAX, PORT_MA
 from diskless.kafka_server._server.process.services import LifecycleConfig
 from diskless.kafka_server._server.settings.config import ServerConfig
 from diskless.lifecycle import ConsolidatorConfig
-from diskless.storage import S3ObjectStore
 from diskless.wal import WalConfig
 
 T = TypeVar("T")
@@ -225,6 +224,8 @@ def postgresql_url(spec: str) -> str:
 
 def _s3_location(part: str) -> Callable[[str], str]:
     def convert(spec: str) -> str:
+        from diskless.storage import S3ObjectStore  # only when S3 is asked for: see its package
+
         try:
             S3ObjectStore.check_location(**{part: spec})
         except ValueError as error:

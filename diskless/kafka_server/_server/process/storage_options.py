@@ -16,7 +16,7 @@ from diskless._limits import COMMIT_AGE_MAX_MS_DEFAULT, CommitBounds
 from diskless._object_keys import DEFAULT_OBJECT_PREFIX
 from diskless.coordinator import BatchCoordinator, PostgresBatchCoordinator, SqliteBatchCoordinator
 from diskless.kafka_server._server.process import cli, startup
-from diskless.storage import ObjectStore, S3ObjectStore
+from diskless.storage import ObjectStore
 
 COMMIT_BOUNDS: Final = CommitBounds(DEFAULT_OBJECT_PREFIX, COMMIT_AGE_MAX_MS_DEFAULT)
 """The coordinator's, which the brokers' settings are checked against before it is opened."""
@@ -66,6 +66,8 @@ def check_storage_arguments(args: argparse.Namespace) -> None:
 
 def open_store(args: argparse.Namespace) -> ObjectStore:
     if args.bucket is not None:
+        from diskless.storage import S3ObjectStore  # only when S3 is asked for: see its package
+
         return S3ObjectStore(
             args.bucket,
             args.s3_prefix,
