@@ -57,6 +57,7 @@ been fenced by a newer incarnation of its id: the view stops renewing it and rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import zlib
 from collections.abc import Callable, Iterable
@@ -73,6 +74,11 @@ _log = logging.getLogger(__name__)
 REGISTRATION_TTL_MS: Final = 9_000
 """How long a broker stays listed after its process stopped renewing its registration (Kafka's
 `broker.session.timeout.ms` default)."""
+MEMBERSHIP_READ_MS: Final = 1_000
+"""How often a process reads the registry between its renewals (every `ttl/3`), as it reads the
+ACLs: a broker that starts or stops elsewhere is in every process's Metadata within a second.
+Until then, brokers answer with different brokers and leader epochs, and a client that started
+meanwhile (librdkafka's consumer, waiting on metadata to join its group) may stall on them."""
 
 
 class Endpoint(NamedTuple):
@@ -373,8 +379,18 @@ class ClusterView:
         self._update()
 
     async def _renew_forever(self) -> None:
+        """Renew every `ttl/3`, and read the registry every `MEMBERSHIP_READ_MS` in between; a
+        read never holds up a renewal."""
+        loop = asyncio.get_running_loop()
+        renew_s, read_s = self._ttl_ms / 3000, MEMBERSHIP_READ_MS / 1000
         while True:
-            await asyncio.sleep(self._ttl_ms / 3000)
+            renewal = loop.time() + renew_s
+            while renewal - loop.time() > read_s:
+                await asyncio.sleep(read_s)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(renewal):
+                        await self._read_membership()
+            await asyncio.sleep(max(0.0, renewal - loop.time()))
             await self.renew()
 
     async def _announce(self, address: BrokerAddress, epoch: int) -> None:
