@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Final
 
+import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, KafkaException
 from confluent_kafka.admin import AdminClient
 
@@ -43,6 +44,8 @@ from tests.kafka_server._group_audit import (
     stop_all,
     wait_until,
 )
+
+pytestmark = pytest.mark.heavy
 
 TOPIC: Final = "events"
 PARTITIONS: Final = 6

@@ -60,6 +60,8 @@ from tests.kafka_server._group_audit import (
     wait_until,
 )
 
+pytestmark = pytest.mark.heavy
+
 TOPIC: Final = "events"
 PARTITIONS: Final = 6
 GROUP: Final = "readers"

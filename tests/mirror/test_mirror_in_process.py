@@ -30,6 +30,8 @@ from tests.mirror._logs import (
     wait_for,
 )
 
+pytestmark = pytest.mark.heavy
+
 TOPIC = "orders"
 PARTITIONS = 2
 
