@@ -5,8 +5,6 @@
   that are skipped by default: a test marked `seeds(N)` runs N seeds, or as many as `--sim-seeds`
   says; a long variant is also marked `slow`; `DISKLESS_SIM_SEED=<seed>` replays one.
 - Beyond pytest-timeout, a watchdog ends the run if a test's teardown hangs (`tests._watchdog`).
-- The two workers take whole files, heavy ones first (`heavy_first`), so that neither is left
-  with a long file while the other has nothing more to do.
 - The fixtures the test packages share come from one plugin, `testkit.fixtures`.
 """
 
@@ -42,10 +40,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "seeds(count, first=0): parametrize `seed` with `count` seeds, or --sim-seeds of them",
-    )
-    config.addinivalue_line(
-        "markers",
-        "heavy: a file that runs for tens of seconds (clusters of processes, Spark): started first",
     )
     # Output capture is suspended here: this copy of stderr still reaches the terminal.
     terminal = open(os.dup(sys.stderr.fileno()), "w")  # noqa: SIM115 (closed by unconfigure)
@@ -102,23 +96,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("seed", seeds)
 
 
-def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The files marked `heavy` first, then the others, most tests first; each file's tests in
-    their own order. Workers take files in this order, so the longest start first and the many
-    short ones even out the end (xdist's own order, most tests first, left the heavy files,
-    which hold few tests each, for last)."""
-    files: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        files.setdefault(item.nodeid.partition("::")[0], []).append(item)
-
-    def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
-        return (tests[0].get_closest_marker("heavy") is None, -len(tests))
-
-    return [item for tests in sorted(files.values(), key=weight) for item in tests]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items[:] = heavy_first(items)
     if config.getoption("--run-slow"):
         return
     skip_slow = pytest.mark.skip(reason="slow: run with --run-slow")

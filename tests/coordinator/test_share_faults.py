@@ -60,8 +60,6 @@ from testkit.postgres import PostgresServer, bindir_or_skip
 from ._share_child import GROUP, LIMITS, PARTITIONS, TOPIC, now_ms
 from ._share_model import LIMIT, LOCK_MS, History, check
 
-pytestmark = pytest.mark.heavy
-
 SEED: Final = int(os.environ.get("SHARE_FAULTS_SEED", random.randrange(1 << 32)))
 BROKERS: Final = 3
 HANG_GUARD_S: Final = 120

@@ -33,7 +33,7 @@ from testkit.s3server import REGION, S3_CREDENTIALS, create_bucket, running_s3_s
 from tests.harness._spark_cluster import SparkCluster, cluster_env, running_spark_cluster
 from tests.harness._spark_jvm import quick_jvm_env
 
-pytestmark = [pytest.mark.spark, pytest.mark.heavy]
+pytestmark = pytest.mark.spark
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": S3_CREDENTIALS["aws_access_key_id"],

@@ -27,8 +27,6 @@ from testkit.postgres import database_dsn
 from testkit.processes import broker_processes
 from testkit.wire import ask, produce_to
 
-pytestmark = pytest.mark.heavy
-
 TIMEOUT_S = 30
 FEED_WITHIN_S = 10
 

@@ -35,8 +35,6 @@ from testkit.clients import confluent_consume, confluent_produce
 from testkit.postgres import database_dsn
 from testkit.processes import S3_ENV, BrokerProcess
 
-pytestmark = pytest.mark.heavy
-
 TOPIC: Final = "identity"
 PARTITIONS: Final = 2
 REFUSED_WITHIN_S: Final = 20.0

@@ -26,8 +26,6 @@ from diskless.lifecycle import CleanerConfig
 from diskless.wal import WalConfig
 from testkit.wire import decode_response, encode_request
 
-pytestmark = pytest.mark.heavy
-
 SESSION: Final = ("--server-option", "broker_session_timeout_ms=3000")
 """A session a third of the default's: a process that stops renewing leaves the others' views
 three times as soon."""

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Final
 
-import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, KafkaException
 from confluent_kafka.admin import AdminClient
 
@@ -44,8 +43,6 @@ from tests.kafka_server._group_audit import (
     stop_all,
     wait_until,
 )
-
-pytestmark = pytest.mark.heavy
 
 TOPIC: Final = "events"
 PARTITIONS: Final = 6

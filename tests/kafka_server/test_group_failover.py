@@ -60,8 +60,6 @@ from tests.kafka_server._group_audit import (
     wait_until,
 )
 
-pytestmark = pytest.mark.heavy
-
 TOPIC: Final = "events"
 PARTITIONS: Final = 6
 GROUP: Final = "readers"

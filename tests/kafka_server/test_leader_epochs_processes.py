@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -33,8 +32,6 @@ from kio.schema.types import TopicName
 from testkit.postgres import database_dsn
 from testkit.processes import BrokerProcess, bootstrap
 from testkit.wire import decode_response, encode_request
-
-pytestmark = pytest.mark.heavy
 
 TOPIC: Final = "epochs"
 PARTITIONS: Final = 4

@@ -39,8 +39,6 @@ from testkit.processes import BrokerProcess, bootstrap, broker_processes
 from testkit.s3server import REGION, create_bucket, running_s3_server, s3_client
 from testkit.wire import decode_response, encode_request
 
-pytestmark = pytest.mark.heavy
-
 TOPIC = "shared"
 PARTITIONS = 6
 PRODUCER_EXTRA = {"batch.num.messages": 200, "linger.ms": 1}

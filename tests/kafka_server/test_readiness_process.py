@@ -33,8 +33,6 @@ from testkit.postgres import PostgresServer, bindir_or_skip
 from testkit.processes import BrokerProcess
 from testkit.s3server import REGION, create_bucket, running_s3_server, s3_client
 
-pytestmark = pytest.mark.heavy
-
 WAIT_S: Final = 60.0
 """Long enough for the store's probe (every 10 s) on a loaded machine."""
 

@@ -42,8 +42,6 @@ from confluent_kafka.admin import (
 from testkit.postgres import database_dsn
 from testkit.processes import BrokerProcess
 
-pytestmark = pytest.mark.heavy
-
 TOPIC: Final = "jobs"
 GROUP: Final = "workers"
 RECORDS: Final = 300

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Final
 
-import pytest
 from confluent_kafka import ShareConsumer
 
 from diskless._types import GroupOwnership
@@ -27,8 +26,6 @@ from diskless.coordinator import PostgresBatchCoordinator
 from diskless.kafka_server._coordination.share_group_state import ShareSnapshot, decode_group_state
 from testkit.postgres import database_dsn
 from testkit.processes import BrokerProcess, bootstrap
-
-pytestmark = pytest.mark.heavy
 
 TOPIC: Final = "jobs"
 PARTITIONS: Final = 6

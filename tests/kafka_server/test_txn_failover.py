@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import kio.schema.find_coordinator.v1.request as find_coordinator_v1
-import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.static.primitive import i8
@@ -42,8 +41,6 @@ from kio.static.primitive import i8
 from testkit.clients import confluent_consume, value
 from testkit.ports import free_port
 from testkit.wire import decode_response, encode_request
-
-pytestmark = pytest.mark.heavy
 
 PARTITIONS = 3
 RECORDS = 150

@@ -57,8 +57,6 @@ from tests.lifecycle._cleaning import (
     read_kafka_python,
 )
 
-pytestmark = pytest.mark.heavy
-
 KINDS = [
     pytest.param(("sqlite", "s3"), id="sqlite-s3"),
     pytest.param(("postgres", "local"), id="postgres-local", marks=pytest.mark.slow),

@@ -43,8 +43,6 @@ from testkit.s3server import S3_CREDENTIALS, create_bucket
 from testkit.wal import build_batch
 from tests.lifecycle._helpers import PREFIX, CoordinatorFactory, config
 
-pytestmark = pytest.mark.heavy
-
 TOPIC = "faults"
 PARTITIONS = 4
 BROKER_IDS = (1, 2, 3)

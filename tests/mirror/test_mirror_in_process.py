@@ -30,8 +30,6 @@ from tests.mirror._logs import (
     wait_for,
 )
 
-pytestmark = pytest.mark.heavy
-
 TOPIC = "orders"
 PARTITIONS = 2
 

@@ -47,7 +47,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode
@@ -66,8 +65,6 @@ from tests.netns._kafka_workloads import (
     Workload,
     librdkafka,
 )
-
-pytestmark = pytest.mark.heavy
 
 PROBE_TIMEOUT_MS: Final = 5_000
 CUT_PROBE_TIMEOUT_MS: Final = 2_000

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Final
 
 import kio.schema.end_txn.v1.request as end_txn_v1
-import pytest
 from kio.schema.errors import ErrorCode as WireError
 from kio.static.primitive import i16
 
@@ -44,8 +43,6 @@ from testkit.raw_producer import (
 from testkit.s3server import REGION, create_bucket
 from testkit.wire import WireClient, decode_response, encode_request
 from tests.netns._kafka_cluster import PORT, HostBroker
-
-pytestmark = pytest.mark.heavy
 
 SESSION_TIMEOUT_MS: Final = 3_000
 LEASE_TTL_MS: Final = 90_000
