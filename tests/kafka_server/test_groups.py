@@ -10,7 +10,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import kio.schema.leave_group.v4.request as leave_group_v4
 import kio.schema.offset_commit.v8.request as offset_commit_v8
@@ -636,9 +636,22 @@ def _commit_on_revoke(bootstrap: str, group: str) -> tuple[dict[int, int], dict[
             if message.error() is None and partition is not None and offset is not None:
                 started.setdefault(partition, offset)
     assert not failures, failures
-    second.close()
-    first.close()
+    for consumer in (second, first):
+        _close_within(consumer, CLOSE_WITHIN_S)
     return committed, started
+
+
+CLOSE_WITHIN_S: Final = 60.0
+
+
+def _close_within(consumer: Consumer, seconds: float) -> None:
+    """librdkafka's close waits on the group (a leave, an outstanding join): bounded here, so
+    that one that never returns fails the test instead of hanging its worker until the suite's
+    watchdog ends it (the worker's crash then left the whole run waiting, without a summary)."""
+    closing = threading.Thread(target=consumer.close, daemon=True)
+    closing.start()
+    closing.join(seconds)
+    assert not closing.is_alive(), f"close() did not return within {seconds} s"
 
 
 async def test_librdkafka_commits_on_revoke_during_a_rebalance(cluster: KafkaCluster) -> None:
