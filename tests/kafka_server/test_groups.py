@@ -7,6 +7,7 @@ kafka-python consumers to a topic of the 3-broker cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -49,31 +50,34 @@ class Owner(NamedTuple):
     view: ClusterView
 
 
-async def _owner(
+@contextlib.asynccontextmanager
+async def _owning(
     coordinator: InMemoryBatchCoordinator, broker_id: int = 0, group: str = "g"
-) -> Owner:
+) -> AsyncIterator[Owner]:
     """A process serving broker `broker_id` over `coordinator`, which owns `group`."""
     groups, me, view = await group_process(coordinator, broker_id)
-    located = await groups.locate(group)
-    assert located is not None and located.broker_id == broker_id
-    return Owner(groups, me, coordinator, view)
+    try:
+        located = await groups.locate(group)
+        assert located is not None and located.broker_id == broker_id
+        yield Owner(groups, me, coordinator, view)
+    finally:
+        await groups.close()
+        await view.close()
 
 
 @pytest.fixture
 async def owner() -> AsyncIterator[Owner]:
     coordinator = InMemoryBatchCoordinator()
     await coordinator.create_topic("t", 1)
-    found = await _owner(coordinator)
     try:
-        yield found
+        async with _owning(coordinator) as found:
+            yield found
     finally:
-        await _close(found)
         await coordinator.close()
 
 
-async def _close(owner: Owner) -> None:
-    await owner.groups.close()
-    await owner.view.close()
+async def _heartbeat(owner: Owner, generation: int, member_id: str) -> WireError:
+    return await owner.groups.heartbeat(owner.me, "g", generation, member_id)
 
 
 async def _join(
@@ -141,13 +145,12 @@ async def test_join_sync_heartbeat_leave(owner: Owner) -> None:
 async def test_a_broker_that_does_not_own_the_group_answers_not_coordinator(
     owner: Owner,
 ) -> None:
-    other = await _owner(owner.coordinator, broker_id=1, group="elsewhere")
-    try:
+    async with _owning(owner.coordinator, broker_id=1, group="elsewhere") as other:
         # Broker 1 joined the cluster after broker 0 took "g": "g" does not move.
         assert await other.groups.locate("g") == owner.view.get(0)
         joined = await _join(other)
         assert joined.error == WireError.not_coordinator
-        assert await other.groups.heartbeat(other.me, "g", 1, "m") == WireError.not_coordinator
+        assert await _heartbeat(other, 1, "m") == WireError.not_coordinator
         assert await other.groups.committed_offsets(other.me, "g") == (
             WireError.not_coordinator,
             {},
@@ -157,8 +160,6 @@ async def test_a_broker_that_does_not_own_the_group_answers_not_coordinator(
         )
         assert commit == {TopicPartition("t", 0): WireError.not_coordinator}
         assert await other.groups.txn_fence(other.me, "g", -1, "") == WireError.not_coordinator
-    finally:
-        await _close(other)
 
 
 async def test_a_replaced_static_member_is_fenced(owner: Owner) -> None:
@@ -256,41 +257,37 @@ async def test_a_new_owner_continues_the_generations_and_the_old_one_is_fenced()
     clock = ManualClock()
     coordinator = InMemoryBatchCoordinator(clock=clock)
     await coordinator.create_topic("t", 1)
-    old = await _owner(coordinator)
     try:
-        joined = await _join(old)
-        assert joined.error == WireError.none
-        assert (await old.groups.sync(old.me, "g", joined.generation, joined.member_id, {}))[
-            0
-        ] == WireError.none
-        # Broker 0's process stalls past its registration; broker 1 takes the group over.
-        await clock.advance(old.view.ttl_ms / 1000)
-        new = await _owner(coordinator, broker_id=1, group="elsewhere")
-        try:
-            assert await new.groups.locate("g") == new.view.get(1)
-            # The member, unknown to the new owner, joins again: the next generation.
-            assert (
-                await new.groups.heartbeat(new.me, "g", joined.generation, joined.member_id)
-                == WireError.unknown_member_id
-            )
-            again = await _join(new)
-            assert again.error == WireError.none and again.generation == joined.generation + 1
-            # The stalled owner still believes in its group, but its commit is refused.
-            offsets = {TopicPartition("t", 0): CommittedOffset(9, None)}
-            refused = await old.groups.commit_offsets(
-                old.me, "g", joined.generation, joined.member_id, offsets
-            )
-            assert refused == {TopicPartition("t", 0): WireError.not_coordinator}
-            assert await coordinator.fetch_offsets("g") == {}
-            # ...and it has let the group go: its members look the coordinator up again.
-            assert (
-                await old.groups.heartbeat(old.me, "g", joined.generation, joined.member_id)
-                == WireError.not_coordinator
-            )
-        finally:
-            await _close(new)
+        async with _owning(coordinator) as old:
+            joined = await _join(old)
+            assert joined.error == WireError.none
+            assert (await old.groups.sync(old.me, "g", joined.generation, joined.member_id, {}))[
+                0
+            ] == WireError.none
+            # Broker 0's process stalls past its registration; broker 1 takes the group over.
+            await clock.advance(old.view.ttl_ms / 1000)
+            async with _owning(coordinator, broker_id=1, group="elsewhere") as new:
+                assert await new.groups.locate("g") == new.view.get(1)
+                # The member, unknown to the new owner, joins again: the next generation.
+                assert (
+                    await _heartbeat(new, joined.generation, joined.member_id)
+                    == WireError.unknown_member_id
+                )
+                again = await _join(new)
+                assert again.error == WireError.none and again.generation == joined.generation + 1
+                # The stalled owner still believes in its group, but its commit is refused.
+                offsets = {TopicPartition("t", 0): CommittedOffset(9, None)}
+                refused = await old.groups.commit_offsets(
+                    old.me, "g", joined.generation, joined.member_id, offsets
+                )
+                assert refused == {TopicPartition("t", 0): WireError.not_coordinator}
+                assert await coordinator.fetch_offsets("g") == {}
+                # ...and it has let the group go: its members look the coordinator up again.
+                assert (
+                    await _heartbeat(old, joined.generation, joined.member_id)
+                    == WireError.not_coordinator
+                )
     finally:
-        await _close(old)
         await coordinator.close()
 
 
@@ -302,26 +299,22 @@ async def test_a_new_owner_never_hands_out_a_member_id_a_client_still_holds() ->
     clock = ManualClock()
     coordinator = InMemoryBatchCoordinator(clock=clock)
     await coordinator.create_topic("t", 1)
-    old = await _owner(coordinator)
     try:
-        held = await _join(old, client_id="reader")
-        assert held.error == WireError.none and held.member_id.startswith("reader-")
-        await clock.advance(old.view.ttl_ms / 1000)
-        new = await _owner(coordinator, broker_id=1, group="elsewhere")
-        try:
-            assert await new.groups.locate("g") == new.view.get(1)
-            fresh = await _join(new, client_id="reader")
-            assert fresh.error == WireError.none
-            assert fresh.member_id != held.member_id
-            # The old id stays unknown to the new owner: its holder joins again, as itself.
-            assert (
-                await new.groups.heartbeat(new.me, "g", fresh.generation, held.member_id)
-                == WireError.unknown_member_id
-            )
-        finally:
-            await _close(new)
+        async with _owning(coordinator) as old:
+            held = await _join(old, client_id="reader")
+            assert held.error == WireError.none and held.member_id.startswith("reader-")
+            await clock.advance(old.view.ttl_ms / 1000)
+            async with _owning(coordinator, broker_id=1, group="elsewhere") as new:
+                assert await new.groups.locate("g") == new.view.get(1)
+                fresh = await _join(new, client_id="reader")
+                assert fresh.error == WireError.none
+                assert fresh.member_id != held.member_id
+                # The old id stays unknown to the new owner: its holder joins again, as itself.
+                assert (
+                    await _heartbeat(new, fresh.generation, held.member_id)
+                    == WireError.unknown_member_id
+                )
     finally:
-        await _close(old)
         await coordinator.close()
 
 
@@ -342,19 +335,20 @@ async def test_a_generation_that_could_not_be_stored_is_not_handed_out() -> None
     on, and the next attempt stores and hands out the same generation."""
     coordinator = _FailsOneGeneration()
     await coordinator.create_topic("t", 1)
-    owner = await _owner(coordinator)
     try:
-        failed = await _join(owner)
-        assert failed.error == WireError.coordinator_not_available and failed.member_id
-        stored = await coordinator.group_ownership("g")
-        assert stored is not None and stored.generation == 0
-        joined = await _join(owner, failed.member_id)
-        assert joined.error == WireError.none and joined.generation == 1
-        assert joined.members == [(failed.member_id, None, b"meta-" + failed.member_id.encode())]
-        stored = await coordinator.group_ownership("g")
-        assert stored is not None and stored.generation == 1
+        async with _owning(coordinator) as owner:
+            failed = await _join(owner)
+            assert failed.error == WireError.coordinator_not_available and failed.member_id
+            stored = await coordinator.group_ownership("g")
+            assert stored is not None and stored.generation == 0
+            joined = await _join(owner, failed.member_id)
+            assert joined.error == WireError.none and joined.generation == 1
+            assert joined.members == [
+                (failed.member_id, None, b"meta-" + failed.member_id.encode())
+            ]
+            stored = await coordinator.group_ownership("g")
+            assert stored is not None and stored.generation == 1
     finally:
-        await _close(owner)
         await coordinator.close()
 
 
@@ -513,7 +507,7 @@ async def test_an_owner_whose_registration_lapsed_lets_its_groups_go() -> None:
         assert view.registration_term(0) == 1
         # Nobody else took the group, so it is served again, but from scratch: the members of
         # the old term are unknown and join again, into the next generation.
-        assert await groups.heartbeat(owner.me, "g", joined.generation, joined.member_id) == (
+        assert await _heartbeat(owner, joined.generation, joined.member_id) == (
             WireError.unknown_member_id
         )
         again = await _join(owner)
