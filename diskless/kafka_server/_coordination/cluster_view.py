@@ -33,18 +33,19 @@ back, or left but still registered) advertises one above the version it read, si
 moved: the coordinator moves the version by one when it records the same change. A broker whose
 registration may have lapsed moves its leaders at the cluster's epoch (clients take new leaders
 of an equal epoch): its process cannot know the version meanwhile. A process learns a newer
-version at its next renewal, or sooner when a client shows it a newer epoch (`catch_up`).
-Without a coordinator the epoch counts this process's membership changes.
+version at its next read of the registry (every `MEMBERSHIP_READ_MS`), or sooner when a client
+shows it a newer epoch (`catch_up`). Without a coordinator the epoch counts this process's
+membership changes.
 
 Membership (`ClusterView`): this process's brokers join when their listener is up and leave
 when it closes, cleanly or not. With a batch coordinator, the view also announces them in the
 coordinator's broker registry (`announce_broker`, renewed every `ttl/3`, withdrawn at a clean
-close) and lists the brokers other processes announced (`membership`), so several processes
-over one coordinator are one cluster. A process that dies stops renewing; its brokers drop out
-of every view when their registration expires (Kafka's `broker.session.timeout.ms`). A broker
-stopped cleanly is gone at once, so that its restart need not wait for that expiry: the view's
-writes to the registry are one at a time, and a renewal still under way when its broker leaves
-lands before the withdrawal, never after it.
+close) and lists the brokers other processes announced (`membership`, read every second), so
+several processes over one coordinator are one cluster. A process that dies stops renewing; its
+brokers drop out of every view when their registration expires (Kafka's
+`broker.session.timeout.ms`). A broker stopped cleanly is gone at once, so that its restart need
+not wait for that expiry: the view's writes to the registry are one at a time, and a renewal
+still under way when its broker leaves lands before the withdrawal, never after it.
 
 What a broker holds by its epoch (its transaction leases, the consumer groups it coordinates)
 lives as long as that registration, so the view tells how long each local broker's
