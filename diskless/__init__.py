@@ -113,8 +113,8 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """`S3ObjectStore` on first use (see `diskless.storage`)."""
     if name == "S3ObjectStore":
-        from diskless import storage
+        from diskless.storage import S3ObjectStore
 
-        globals()[name] = storage.S3ObjectStore  # asked once
-        return storage.S3ObjectStore
+        globals()[name] = S3ObjectStore  # asked once
+        return S3ObjectStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
