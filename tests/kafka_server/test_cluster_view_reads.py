@@ -3,14 +3,15 @@
 with different brokers and leader epochs.
 
 The registration TTL here is a minute, so a renewal is 20 s away: only the reads in between can
-show the change within the tests' 10 s."""
+show the change within the tests' 10 s. On each backend (the two views are two processes' over
+one coordinator)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
-from diskless.coordinator import InMemoryBatchCoordinator
+from diskless.coordinator import BatchCoordinator
 from diskless.kafka_server._coordination.cluster_view import (
     MEMBERSHIP_READ_MS,
     BrokerAddress,
@@ -28,8 +29,9 @@ async def _until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.02)
 
 
-async def test_a_broker_started_by_another_process_is_seen_before_the_next_renewal() -> None:
-    coordinator = InMemoryBatchCoordinator()
+async def test_a_broker_started_by_another_process_is_seen_before_the_next_renewal(
+    coordinator: BatchCoordinator,
+) -> None:
     first, second = ClusterView("c", coordinator, ttl_ms=TTL_MS), None
     try:
         one = BrokerAddress(1, "127.0.0.1", 9092, None)
@@ -54,4 +56,3 @@ async def test_a_broker_started_by_another_process_is_seen_before_the_next_renew
         await first.close()
         if second is not None:
             await second.close()
-        await coordinator.close()
