@@ -9,6 +9,9 @@ the fetch. Blocks are kept in LRU order within `bytes_max`.
 The read path does not always know an object's size (a WAL object's is not in its batch
 coordinates). A block of such an object is then read from its start up to the end of what is
 needed, and extended by one GET of the missing tail when a later read needs more of it.
+
+A block is the store's view of the bytes (`ObjectStore.get_range_view`): the local store lends
+the file's pages, so a block read from it costs no copy.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class ObjectCache:
         self._block_bytes = block_bytes
         self._bytes_max = bytes_max
         self._gets = gets if gets is not None else asyncio.Semaphore(16)
-        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._blocks: OrderedDict[tuple[str, int], memoryview] = OrderedDict()
         self._checked: dict[tuple[str, int], set[int]] = {}
         """Per cached block, the object positions of batches checked in its bytes."""
         self._cached_bytes = 0
@@ -104,14 +107,14 @@ class ObjectCache:
                 for block in range(first, last + 1)
             )
         )
-        return memoryview(b"".join(parts))
+        return memoryview(b"".join(parts)).toreadonly()
 
     def checked(self, key: str, position: int, view: memoryview) -> bool:
         """Whether the batch at `position` of `key`, read as `view` from this cache, was checked
         in the very block `view` lies in (`mark_checked`)."""
         slot = (key, position // self._block_bytes)
         block = self._blocks.get(slot)
-        return block is not None and view.obj is block and position in self._checked[slot]
+        return block is not None and view.obj is block.obj and position in self._checked[slot]
 
     def mark_checked(self, key: str, position: int, view: memoryview) -> None:
         """The batch at `position` of `key`, read as `view` from this cache, passed the read
@@ -119,7 +122,7 @@ class ObjectCache:
         across blocks is not remembered)."""
         slot = (key, position // self._block_bytes)
         block = self._blocks.get(slot)
-        if block is not None and view.obj is block:
+        if block is not None and view.obj is block.obj:
             self._checked[slot].add(position)
 
     async def _read_in_block(
@@ -132,7 +135,7 @@ class ObjectCache:
             if cached is not None and block_start + len(cached) >= end:
                 self._blocks.move_to_end(slot)
                 self._stats["block_hits"] += 1
-                return memoryview(cached)[start - block_start : end - block_start]
+                return cached[start - block_start : end - block_start]
             waiting = self._inflight.get(slot)
             if waiting is None:
                 break
@@ -148,7 +151,7 @@ class ObjectCache:
             raise
         self._inflight.pop(slot)
         done.set_result(None)
-        return memoryview(data)[start - block_start : end - block_start]
+        return data[start - block_start : end - block_start]
 
     async def _fill(
         self,
@@ -156,24 +159,24 @@ class ObjectCache:
         block_start: int,
         end: int,
         object_size: int | None,
-        cached: bytes | None,
-    ) -> bytes:
+        cached: memoryview | None,
+    ) -> memoryview:
         block_end = block_start + self._block_bytes
         fetch_end = end if object_size is None else min(block_end, object_size)
-        have = b"" if cached is None else cached
-        fetch_start = block_start + len(have)
+        have = 0 if cached is None else len(cached)
+        fetch_start = block_start + have
         assert fetch_start < fetch_end, (fetch_start, fetch_end)
         async with self._gets:
             self._stats["gets_issued"] += 1
-            chunk = await self._store.get_range(key, fetch_start, fetch_end)
+            chunk = await self._store.get_range_view(key, fetch_start, fetch_end)
         if len(chunk) != fetch_end - fetch_start:
             raise StorageError(f"{key} [{fetch_start}, {fetch_end}) returned {len(chunk)} bytes")
         self._stats["bytes_fetched"] += len(chunk)
-        data = have + chunk
+        data = chunk if cached is None else memoryview(b"".join((cached, chunk))).toreadonly()
         self._put((key, block_start // self._block_bytes), data)
         return data
 
-    def _put(self, slot: tuple[str, int], block: bytes) -> None:
+    def _put(self, slot: tuple[str, int], block: memoryview) -> None:
         old = self._blocks.pop(slot, None)
         if old is not None:
             self._cached_bytes -= len(old)

@@ -57,6 +57,12 @@ class ObjectStore(abc.ABC):
         InvalidRangeError unless 0 <= start < end <= size.
         """
 
+    async def get_range_view(self, key: str, start: int, end: int) -> memoryview:
+        """`get_range` as a read-only view, for readers that only look at the bytes (the read
+        path's caches). A store that can lend its bytes without copying them overrides it: the
+        local store maps the file. Objects never change once written, so neither does a view."""
+        return memoryview(await self.get_range(key, start, end)).toreadonly()
+
     @abc.abstractmethod
     async def list_page(
         self,

@@ -111,6 +111,10 @@ class FaultyObjectStore(ForwardingObjectStore):
         await self._before(StoreOp.GET, key)
         return await self._inner.get_range(key, start, end)
 
+    async def get_range_view(self, key: str, start: int, end: int) -> memoryview:
+        await self._before(StoreOp.GET, key)
+        return await self._inner.get_range_view(key, start, end)
+
     async def list_page(
         self,
         prefix: str,

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import mmap
 import os
 import stat
 import tempfile
@@ -33,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 TEMP_MARKER = ".diskless-tmp-"  # names starting with this are writes in progress, never objects
 WRITE_CHUNK_BYTES_MAX = 1 << 20  # bound each os.write so huge objects need no second buffer
+MAP_BYTES_MIN = 64 * 1024
+"""A ranged view at least this long maps the file; a shorter one is read (a mapping costs two
+system calls and page tables of its own, more than copying a few pages)."""
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 _ABSENT = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 _NOT_WRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
@@ -104,6 +109,19 @@ class LocalObjectStore(ObjectStore):
             chunk = await asyncio.to_thread(self._get_range_sync, key, path, start, end)
         self._counters.bytes_read(len(chunk))
         return chunk
+
+    async def get_range_view(self, key: str, start: int, end: int) -> memoryview:
+        """The file's pages themselves, mapped read-only: no copy, and the page cache holds them
+        once for every reader. The pages are mapped before this returns (MAP_POPULATE), so a
+        cold read waits in a worker thread, not on the event loop. The store never changes a
+        file in place (a put renames a new file over it), so a view never sees bytes change or
+        vanish."""
+        path = self._path(key)
+        self._counters.ranged_get()
+        with self._boundary(f"get {key!r}", missing=key):
+            view = await asyncio.to_thread(self._view_range_sync, key, path, start, end)
+        self._counters.bytes_read(len(view))
+        return view
 
     async def list_page(
         self,
@@ -262,6 +280,25 @@ class LocalObjectStore(ObjectStore):
         if len(chunk) != end - start:  # the file shrank under us: it cannot, objects are replaced
             raise StorageError(f"short read of {key!r}: {len(chunk)} of {end - start} bytes")
         return chunk
+
+    def _view_range_sync(self, key: str, path: Path, start: int, end: int) -> memoryview:
+        if end - start < MAP_BYTES_MIN:
+            return memoryview(self._get_range_sync(key, path, start, end)).toreadonly()
+        with open(self._open_object(path), "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            check_range_within(key, start, end, size)
+            aligned = start - start % mmap.ALLOCATIONGRANULARITY
+            try:
+                mapped = mmap.mmap(
+                    file.fileno(),
+                    end - aligned,
+                    flags=mmap.MAP_SHARED | _MAP_POPULATE,
+                    prot=mmap.PROT_READ,
+                    offset=aligned,
+                )
+            except OSError:  # a file system that cannot map files: read it instead
+                return memoryview(self._get_range_sync(key, path, start, end)).toreadonly()
+        return memoryview(mapped)[start - aligned :]
 
     def _list_sync(
         self, directory: str, name_prefix: str, floor: str | None, limit: int

@@ -64,6 +64,11 @@ class RetryingObjectStore(ForwardingObjectStore):
     async def get_range(self, key: str, start: int, end: int) -> bytes:
         return await self._retry("get_range", key, lambda: self._inner.get_range(key, start, end))
 
+    async def get_range_view(self, key: str, start: int, end: int) -> memoryview:
+        return await self._retry(
+            "get_range", key, lambda: self._inner.get_range_view(key, start, end)
+        )
+
     async def list_page(
         self,
         prefix: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 from pathlib import Path
@@ -163,6 +164,28 @@ async def test_get_through_a_symlink_is_refused(escape: tuple[LocalObjectStore, 
             await store.get(key)
         with pytest.raises(StorageError, match="symbolic link"):
             await store.get_range(key, 0, 1)
+        with pytest.raises(StorageError, match="symbolic link"):
+            await store.get_range_view(key, 0, 1)
+
+
+async def test_a_long_view_is_the_files_pages_and_outlives_replacement_and_deletion(
+    root: Path,
+) -> None:
+    """No copy: a view of `MAP_BYTES_MIN` or more maps the file; a shorter one is read. A put
+    renames a new file over the key and a delete unlinks it, so a view keeps its bytes."""
+    store = LocalObjectStore(root, durable=False)
+    first = bytes(i % 253 for i in range(3 * _local.MAP_BYTES_MIN))
+    await store.put("k", first)
+    start = 4097  # not page-aligned: the mapping starts at the page below
+    long = await store.get_range_view("k", start, start + _local.MAP_BYTES_MIN)
+    short = await store.get_range_view("k", start, start + _local.MAP_BYTES_MIN - 1)
+    assert isinstance(long.obj, mmap.mmap)
+    assert isinstance(short.obj, bytes)
+    await store.put("k", b"\xff" * len(first))
+    assert long == first[start : start + _local.MAP_BYTES_MIN]
+    await store.delete_many(["k"])
+    assert long == first[start : start + _local.MAP_BYTES_MIN]
+    assert short == first[start : start + _local.MAP_BYTES_MIN - 1]
 
 
 async def test_delete_through_a_symlinked_directory_is_refused(

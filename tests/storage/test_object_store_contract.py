@@ -6,6 +6,7 @@ Empty objects are allowed everywhere: `get` returns b"" and no ranged read of on
 
 from __future__ import annotations
 
+import mmap
 import random
 import time
 from collections.abc import AsyncIterator
@@ -112,12 +113,29 @@ async def test_big_object_reads_across_part_boundaries(store: ObjectStore) -> No
     assert [o.size for o in listed.objects] == [BIG]
 
 
+async def test_ranged_views_hold_what_ranged_gets_return(store: ObjectStore) -> None:
+    """`get_range_view` is `get_range` without the promise of a copy: same bytes, read-only,
+    short ranges and long ones (the local store maps a long one), across S3 parts too."""
+    data = payload(BIG)
+    await store.put("big", data)
+    for start, end in [(0, 1), (10, 100), (4097, 4097 + 70_000), (PART - 10, 2 * PART + 3)]:
+        view = await store.get_range_view("big", start, end)
+        assert (view.readonly, view.format, view.nbytes) == (True, "B", end - start)
+        assert view == await store.get_range("big", start, end) == data[start:end], (start, end)
+    with pytest.raises(InvalidRangeError):
+        await store.get_range_view("big", BIG - 5, BIG + 100_000)
+    with pytest.raises(ObjectNotFoundError):
+        await store.get_range_view("absent", 0, 100_000)
+
+
 async def test_missing_keys_raise_object_not_found(store: ObjectStore) -> None:
     await store.put("present", b"x")
     with pytest.raises(ObjectNotFoundError):
         await store.get("absent")
     with pytest.raises(ObjectNotFoundError):
         await store.get_range("absent", 0, 1)
+    with pytest.raises(ObjectNotFoundError):
+        await store.get_range_view("absent", 0, 1)
     with pytest.raises(ObjectNotFoundError):
         await store.get("present/child")
 
@@ -131,6 +149,8 @@ async def test_bad_ranges_raise_invalid_range(store: ObjectStore, start: int, en
     await store.put("ten", b"0123456789")
     with pytest.raises(InvalidRangeError):
         await store.get_range("ten", start, end)
+    with pytest.raises(InvalidRangeError):
+        await store.get_range_view("ten", start, end)
 
 
 async def test_prefix_listing_pages_in_key_order(store: ObjectStore) -> None:
@@ -238,11 +258,33 @@ async def test_stats_count_requests_and_bytes(store: ObjectStore) -> None:
     await store.put("s", b"12345")
     await store.get("s")
     await store.get_range("s", 1, 3)
+    await store.get_range_view("s", 0, 2)
     with pytest.raises(ObjectNotFoundError):
         await store.get("missing")
     await store.list_page("")
     await store.delete_many(["s", "t"])
     stats = store.stats()
     assert (stats.puts, stats.put_requests, stats.bytes_in) == (1, 1, 5)
-    assert (stats.gets, stats.ranged_gets, stats.bytes_out) == (2, 1, 7)
+    assert (stats.gets, stats.ranged_gets, stats.bytes_out) == (2, 2, 9)
     assert (stats.lists, stats.delete_requests, stats.keys_deleted) == (1, 1, 2)
+
+
+async def test_a_wrapper_that_changes_ranged_reads_changes_views_too(tmp_path: Path) -> None:
+    """A view goes through a wrapper's own `get_range` when it has one (so a fault, delay or
+    count applies to views too); a wrapper that leaves it alone lends the inner store's view."""
+
+    class Counting(ForwardingObjectStore):
+        calls = 0
+
+        async def get_range(self, key: str, start: int, end: int) -> bytes:
+            self.calls += 1
+            return await super().get_range(key, start, end)
+
+    inner = LocalObjectStore(tmp_path / "objects")
+    await inner.put("k", payload(200_000))
+    counting = Counting(inner)
+    view = await counting.get_range_view("k", 0, 100_000)
+    assert counting.calls == 1
+    assert view == payload(200_000)[:100_000]
+    plain = await ForwardingObjectStore(inner).get_range_view("k", 0, 100_000)
+    assert isinstance(plain.obj, mmap.mmap)

@@ -74,6 +74,18 @@ async def test_a_transient_failure_is_retried_to_success() -> None:
     assert faulty.injected[StoreOp.PUT, Fault.FAIL] == 2
 
 
+async def test_views_meet_the_same_faults_and_retries_as_ranged_gets() -> None:
+    clock = ManualClock()
+    memory, faulty, retrying = stack(clock)
+    await memory.put("k", b"0123456789")
+    faulty.schedule(StoreOp.GET, Fault.FAIL, Fault.FAIL)
+    assert await run(clock, retrying.get_range_view("k", 2, 5)) == b"234"
+    assert faulty.injected[StoreOp.GET, Fault.FAIL] == 2
+    with pytest.raises(InvalidRangeError):
+        await run(clock, retrying.get_range_view("k", 2, 11))
+    assert memory.stats().ranged_gets == 2  # the good view once, the bad range not retried
+
+
 async def test_backoff_doubles_within_jitter_and_is_capped() -> None:
     retrying = RetryingObjectStore(
         MemoryObjectStore(), attempts=10, base_delay_s=0.1, max_delay_s=0.5, rng=random.Random(3)
