@@ -30,6 +30,12 @@ class FetchResult(msgspec.Struct, frozen=True):
     rewritten; the first batch may start before the requested offset, as in Kafka, and the client
     skips the records below it. `aborted_transactions` lists (producer id, first offset) of the
     aborted transactions overlapping the returned range (READ_COMMITTED only).
+
+    A fetch that asks for views (`views=True`) gets the same records as `record_views` instead,
+    with `records` empty: read-only buffers that follow each other, views of the broker's cached
+    bytes with only the rewritten header bytes new, so that nothing copies the records on the
+    broker (a caller writes them out with one scatter-gather write, or walks them). What they
+    view never changes; holding them holds those bytes.
     """
 
     error: ErrorCode
@@ -39,6 +45,12 @@ class FetchResult(msgspec.Struct, frozen=True):
     records: bytes = b""
     aborted_transactions: list[tuple[int, int]] = msgspec.field(default_factory=list)
     error_message: str | None = None
+    record_views: tuple[bytes | memoryview, ...] = ()
+
+    @property
+    def records_size(self) -> int:
+        """Bytes of records, whether joined (`records`) or as `record_views`."""
+        return len(self.records) + sum(len(view) for view in self.record_views)
 
 
 class ListOffsetsResult(msgspec.Struct, frozen=True):

@@ -150,15 +150,21 @@ class FetchedPartition(Protocol):
     @property
     def records(self) -> bytes: ...
 
+    @property
+    def record_views(self) -> tuple[bytes | memoryview, ...]: ...
+
 
 def report_fetch(metrics: Metrics, results: Mapping[TopicPartition, FetchedPartition]) -> None:
     """Report what a fetch returned, per partition (nothing to count without a metrics system)."""
     if metrics is NULL_METRICS:
         return
     for tp, result in results.items():
-        if result.records:
-            batches, records = record_counts(result.records)
-            metrics.fetched(tp.topic, len(result.records), records, batches)
+        # Views are joined to be counted: only with a metrics system, which the wire's joined
+        # fetches feed.
+        data = result.records or b"".join(result.record_views)
+        if data:
+            batches, records = record_counts(data)
+            metrics.fetched(tp.topic, len(data), records, batches)
 
 
 def record_counts(batches: bytes | memoryview) -> tuple[int, int]:

@@ -246,8 +246,10 @@ class DisklessBroker:
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         min_bytes: int = 0,
         max_wait_ms: int = 0,
+        views: bool = False,
     ) -> dict[TopicPartition, FetchResult]:
-        """Kafka Fetch: record batches from each partition's offset (see `FetchResult`).
+        """Kafka Fetch: record batches from each partition's offset (see `FetchResult`), as
+        `record_views` when `views` (no copy of the records on the broker).
 
         Kafka's long poll: when fewer than `min_bytes` arrive, the fetch waits up
         to `max_wait_ms` for more, woken by the partitions' changes (this process's commits at
@@ -266,6 +268,7 @@ class DisklessBroker:
             isolation_level=check_isolation_level(isolation_level),
             min_bytes=min_bytes,
             max_wait_s=max(0, max_wait_ms) / 1000,
+            views=views,
         )
         report_fetch(self._metrics, results)
         return results

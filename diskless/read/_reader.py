@@ -10,10 +10,12 @@ coordinator assigned), its base offset is rewritten (outside the CRC) and, on Lo
 its timestamp (CRC recomputed). Transaction markers exist only as coordinator metadata; the read
 path synthesizes their control batches.
 
-Bytes are not copied on the way: the caches hand out views of their bytes, a served batch is
-those views with only its changed header bytes new (`served_parts`), and a partition's records
-are joined once into the bytes of its result. A batch read from the object cache is checked the
-first time it is served from a block, not again while that block stays cached.
+Bytes are not copied on the way: the caches hand out views of their bytes (the local store's
+are the file's mapped pages), a served batch is those views with only its changed header bytes
+new (`served_parts`), and a partition's records are joined once into the bytes of its result, or
+not at all when the fetch asks for views (`FetchResult.record_views`). A batch read from the
+object cache is checked the first time it is served from a block, not again while that block
+stays cached.
 
 With an `ObjectCache`, stored bytes are read through its aligned blocks instead (one GET per
 block however many partitions and fetches need it: the coordinator gives each object's size, so
@@ -150,8 +152,10 @@ class FetchReader:
         max_bytes: int,
         partition_max_bytes: int,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        views: bool = False,
     ) -> dict[TopicPartition, FetchResult]:
-        """Record batches from each partition's offset, within the byte budgets.
+        """Record batches from each partition's offset, within the byte budgets; as
+        `record_views` rather than joined when `views`.
 
         `max_bytes` bounds the whole response and `partition_max_bytes` each partition, except
         that the first batch of the response is returned whole even when larger (Kafka's rule,
@@ -218,7 +222,7 @@ class FetchReader:
                 _log.error("fetch: %s: %s", tp, plan.failure)
                 results[tp] = empty_result(response, fetch_error(plan.failure), f"{plan.failure}")
                 continue
-            results[tp] = self._assemble(tp, response, plan, index, data, isolation_level)
+            results[tp] = self._assemble(tp, response, plan, index, data, isolation_level, views)
         assert results.keys() == offsets.keys()
         return {tp: results[tp] for tp in offsets}  # in request order
 
@@ -310,7 +314,7 @@ class FetchReader:
         async with self._gets:
             self._stats["gets_issued"] += 1
             try:
-                chunk = await self._store.get_range(span.key, span.start, span.end)
+                chunk = await self._store.get_range_view(span.key, span.start, span.end)
             except StorageError as e:
                 self._stats["storage_errors"] += 1
                 log_failure(_log, e, "fetch: reading %s [%d, %d) failed", *span)
@@ -319,7 +323,7 @@ class FetchReader:
             return StorageError(
                 f"{span.key} [{span.start}, {span.end}) returned {len(chunk)} bytes"
             )
-        return memoryview(chunk).toreadonly()
+        return chunk
 
     # --- assembling ---------------------------------------------------------------------------
     def _assemble(
@@ -330,6 +334,7 @@ class FetchReader:
         index: SpanIndex,
         data: Mapping[Span, memoryview | StorageError],
         isolation_level: IsolationLevel,
+        views: bool,
     ) -> FetchResult:
         parts: list[Buffer] = []
         cache = self._object_cache
@@ -358,9 +363,9 @@ class FetchReader:
             self._stats["corrupt_batches"] += 1
             _log.error("fetch: %s: %s", tp, e)
             return empty_result(response, fetch_error(e), f"{e}")
-        records = b"".join(parts)  # the one copy of the records on their way out
-        self._stats["bytes_returned"] += len(records)
-        return FetchResult(
+        record_views = tuple(memoryview(part).toreadonly() for part in parts) if views else ()
+        records = b"" if views else b"".join(parts)  # the one copy, unless views are asked for
+        result = FetchResult(
             ErrorCode.NONE,
             high_watermark=response.high_watermark,
             last_stable_offset=response.last_stable_offset,
@@ -369,4 +374,7 @@ class FetchReader:
             aborted_transactions=aborted_transactions(
                 response, [served.info for served in plan.batches], isolation_level
             ),
+            record_views=record_views,
         )
+        self._stats["bytes_returned"] += result.records_size
+        return result

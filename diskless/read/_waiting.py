@@ -43,6 +43,7 @@ class WaitingFetches:
         isolation_level: IsolationLevel,
         min_bytes: int,
         max_wait_s: float,
+        views: bool = False,
     ) -> dict[TopicPartition, FetchResult]:
         """Every partition's result, once `min_bytes` arrived, an error did, or `max_wait_s` ran
         out (answered with what the last pass found). `min_bytes` 0 is answered at once, as
@@ -59,7 +60,13 @@ class WaitingFetches:
                 answered, asked = looked
                 results = (
                     await self._read(
-                        offsets, answered, asked, max_bytes, partition_max_bytes, isolation_level
+                        offsets,
+                        answered,
+                        asked,
+                        max_bytes,
+                        partition_max_bytes,
+                        isolation_level,
+                        views,
                     )
                     if asked
                     else answered
@@ -110,6 +117,7 @@ class WaitingFetches:
         max_bytes: int,
         partition_max_bytes: int,
         isolation_level: IsolationLevel,
+        views: bool,
     ) -> dict[TopicPartition, FetchResult]:
         """The coordinator's and the store's answer for `asked`, beside the view's."""
         fetched = await self._reader.fetch(
@@ -117,6 +125,7 @@ class WaitingFetches:
             max_bytes=max_bytes,
             partition_max_bytes=partition_max_bytes,
             isolation_level=isolation_level,
+            views=views,
         )
         if not answered:
             return fetched
@@ -129,5 +138,5 @@ def _enough(results: Mapping[TopicPartition, FetchResult], min_bytes: int) -> bo
     for result in results.values():
         if result.error is not ErrorCode.NONE:
             return True
-        total += len(result.records)
+        total += result.records_size
     return total >= min_bytes

@@ -6,7 +6,10 @@ is checked again once the block is gone.
 
 from __future__ import annotations
 
+import asyncio
+import mmap
 import random
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +20,7 @@ from diskless.read import CorruptBatch, FetchReader, ObjectCache
 from diskless.read import _batches as batches_module
 from diskless.read._batches import Buffer, served_parts
 from diskless.records import HEADER_SIZE, set_base_offset, set_log_append_time
-from diskless.storage import MemoryObjectStore
+from diskless.storage import LocalObjectStore, MemoryObjectStore
 from testkit.batches import CREATE_TIME_MS, build_batch, decode
 
 APPEND_TIME = 1_750_000_000_000
@@ -192,4 +195,47 @@ async def test_a_fetch_checks_a_cached_batch_once_and_serves_it_exactly_every_ti
         assert [b.base_offset for b in decoded] == [0, 5, 10, 15]
         assert [r.offset for b in decoded for r in b.records] == list(range(20))
         assert [r.value for b in decoded for r in b.records] == values
+    await coordinator.close()
+
+
+async def test_a_fetch_for_views_lends_the_stores_pages_and_adds_up_to_the_joined_records(
+    tmp_path: Path,
+) -> None:
+    """Nothing copies the records on the broker: asked for views, a partition's records are
+    read-only views, its batches' bytes the local store's mapped file, adding up to exactly what
+    a joined fetch returns; a long poll counts them toward `min_bytes`."""
+    rng = random.Random(6)
+    store = LocalObjectStore(tmp_path)
+    coordinator = InMemoryBatchCoordinator()
+    await coordinator.create_topic("t", 2)
+    tps = [TopicPartition("t", p) for p in range(2)]
+    async with (
+        DisklessBroker(1, store, coordinator) as writer,
+        DisklessBroker(2, store, coordinator) as reader,  # no segment cache of the writer's
+    ):
+        for _ in range(3):  # one WAL object per round, each well past MAP_BYTES_MIN
+            await writer.produce({tp: _batch(rng, records=40) for tp in tps})
+        offsets = dict.fromkeys(tps, 0)
+        joined = await reader.fetch(offsets)
+        lent = await reader.fetch(offsets, views=True)
+        for tp in tps:
+            views = lent[tp].record_views
+            assert lent[tp].records == b"" and joined[tp].record_views == ()
+            assert b"".join(views) == joined[tp].records
+            assert lent[tp].records_size == joined[tp].records_size == len(joined[tp].records)
+            assert all(view.readonly for view in views if isinstance(view, memoryview))
+            mapped = [v for v in views if isinstance(getattr(v, "obj", None), mmap.mmap)]
+            assert sum(len(v) for v in mapped) > 0.9 * lent[tp].records_size
+            assert [b.base_offset for b in decode(b"".join(views))] == [0, 40, 80]
+
+        end = {tp: 120 for tp in tps}
+        waiting = asyncio.create_task(
+            reader.fetch(end, min_bytes=1, max_wait_ms=60_000, views=True)
+        )
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        await writer.produce({tps[1]: _batch(rng)})
+        woken = await asyncio.wait_for(waiting, 30)
+        assert woken[tps[0]].records_size == 0
+        assert [b.base_offset for b in decode(b"".join(woken[tps[1]].record_views))] == [120]
     await coordinator.close()
