@@ -36,7 +36,7 @@ CPU_SOURCE: Final = (
     "CPU is process CPU time (user + system, all threads): the execution tasks' processes "
     "(brokers and producer loops, batches built beforehand) while their producers ran, and "
     "the reader processes' (one broker and one member of each group) from the members' start "
-    "until they caught up, less the members' own decoding (timed on their loop)."
+    "until they caught up, less the members' own joining and decoding (timed on their loop)."
 )
 
 
@@ -299,8 +299,8 @@ def consume_markdown(c: ConsumeReport, produce_p99_ms: float) -> list[str]:
         f"| {c.records:,} | {c.bytes_read / MB:,.1f} | {c.seconds:.1f} | {c.mb_per_s:.1f} | "
         f"{c.read_mb_per_core:.1f} | {c.produce_mb_per_core:.1f} |",
         "",
-        f"- CPU: reading {c.read_cpu_s:.1f} s (the members' decoding, {c.client_cpu_s:.1f} s, "
-        f"left out), producing {c.produce_cpu_s:.1f} s. {CPU_SOURCE}",
+        f"- CPU: reading {c.read_cpu_s:.1f} s (the members' joining and decoding, "
+        f"{c.client_cpu_s:.1f} s, left out), producing {c.produce_cpu_s:.1f} s. {CPU_SOURCE}",
         f"- End to end (ms, {e.count:,} group-batches): mean {e.mean:.1f}, p50 {e.p50:.1f}, "
         f"p90 {e.p90:.1f}, p99 {e.p99:.1f}, max {e.max:.1f}; produce p99 {produce_p99_ms:.1f}",
         f"- Coordinator calls by the readers while consuming: {c.coordinator_calls:,} "

@@ -4,7 +4,9 @@ Each execution task starts one (`consume.ConsumerProcess`) on its own host, so t
 of reading is a process's own: this process's CPU is the read side's (its broker and its members'
 loops, whose decoding is timed apart), the execution task's is the produce side's. Each member
 reads the task's share of the partitions (`verify.spread`) through this process's broker with
-`DisklessBroker.fetch`, as the producers write through `DisklessBroker.produce`.
+`DisklessBroker.fetch`, as the producers write through `DisklessBroker.produce`. The broker lends
+views of its cache (`views=True`), as it would write them to a socket; the member joins them into
+its own bytes as part of its decoding, as a client receives them.
 
 With its parent it speaks: the plan as JSON on stdin; one line `ready` on stdout once its broker
 runs (the producers start after it); then it consumes until every execution task has put its
@@ -120,7 +122,8 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     """Consumer fetches answered (each one long poll)."""
     gets: int
     client_cpu_s: float
-    """Of `cpu_s`, the members' own decoding of what they read (timed on the loop thread)."""
+    """Of `cpu_s`, the members' own joining and decoding of what they read (timed on the loop
+    thread)."""
 
 
 class ConsumerResult(msgspec.Struct, kw_only=True):
@@ -185,6 +188,7 @@ async def long_poll(
         partition_max_bytes=PARTITION_FETCH_BYTES_MAX,
         min_bytes=0 if stop.is_set() else 1,
         max_wait_ms=wait_ms,
+        views=True,
     )
 
 
@@ -241,12 +245,12 @@ class Member:
         read.high_watermark = answer.high_watermark
         if draining:
             self.final_hw[tp] = answer.high_watermark
-        if not answer.records:
+        if not answer.records_size:
             return
-        read.read_bytes += len(answer.records)
+        read.read_bytes += answer.records_size
         offset = self.offsets[tp]
-        try:
-            runs, next_offset, markers = decode_runs(answer.records)
+        try:  # the broker lent views of its cache; the member takes the bytes, as a client would
+            runs, next_offset, markers = decode_runs(b"".join(answer.record_views))
         except ValueError as exc:
             read.errors += 1
             read.last_error = f"fetch at {offset}: {exc}"
