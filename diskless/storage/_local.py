@@ -11,8 +11,9 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from diskless.errors import ObjectNotFoundError, StorageError, StorageNotWritableError
 from diskless.storage._base import (
@@ -38,6 +39,7 @@ MAP_BYTES_MIN = 64 * 1024
 """A ranged view at least this long maps the file; a shorter one is read (a mapping costs two
 system calls and page tables of its own, more than copying a few pages)."""
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_Chunk = TypeVar("_Chunk", bytes, memoryview)
 
 _ABSENT = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 _NOT_WRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
@@ -103,12 +105,7 @@ class LocalObjectStore(ObjectStore):
         return blob
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
-        path = self._path(key)
-        self._counters.ranged_get()
-        with self._boundary(f"get {key!r}", missing=key):
-            chunk = await asyncio.to_thread(self._get_range_sync, key, path, start, end)
-        self._counters.bytes_read(len(chunk))
-        return chunk
+        return await self._ranged(self._get_range_sync, key, start, end)
 
     async def get_range_view(self, key: str, start: int, end: int) -> memoryview:
         """The file's pages themselves, mapped read-only: no copy, and the page cache holds them
@@ -116,12 +113,17 @@ class LocalObjectStore(ObjectStore):
         cold read waits in a worker thread, not on the event loop. The store never changes a
         file in place (a put renames a new file over it), so a view never sees bytes change or
         vanish."""
+        return await self._ranged(self._view_range_sync, key, start, end)
+
+    async def _ranged(
+        self, read: Callable[[str, Path, int, int], _Chunk], key: str, start: int, end: int
+    ) -> _Chunk:
         path = self._path(key)
         self._counters.ranged_get()
         with self._boundary(f"get {key!r}", missing=key):
-            view = await asyncio.to_thread(self._view_range_sync, key, path, start, end)
-        self._counters.bytes_read(len(view))
-        return view
+            chunk = await asyncio.to_thread(read, key, path, start, end)
+        self._counters.bytes_read(len(chunk))
+        return chunk
 
     async def list_page(
         self,
