@@ -1,5 +1,6 @@
 """The execution task's side of the consume phase: its reader process (`consumer`), started
-before the producers and waited for after them, and the marker that says its producers are done.
+while the producers' batches are built, told when the producers start, and waited for after
+them, and the marker that says its producers are done.
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ class ConsumerProcess:
                 if line.decode().strip() == READY_LINE:
                     return
 
+    async def start(self) -> None:
+        """Start the reader's members and its measurement: the producers start now."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(b"go\n")
+        await stdin.drain()
+        stdin.close()
+
     async def finish(self) -> ConsumerResult:
         """Wait for the reader to end (after its idle windows) and return what it measured."""
         plan = self._plan
@@ -126,9 +135,8 @@ async def reader_beside(
         )
     assert process.stdin is not None
     try:
-        process.stdin.write(msgspec.json.encode(plan))
+        process.stdin.write(msgspec.json.encode(plan) + b"\n")
         await process.stdin.drain()
-        process.stdin.close()
         yield ConsumerProcess(process, directory, plan)
     finally:
         if process.returncode is None:

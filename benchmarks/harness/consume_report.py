@@ -35,8 +35,9 @@ E2E_PLOT: Final = "e2e_latency_cdf.png"
 CPU_SOURCE: Final = (
     "CPU is process CPU time (user + system, all threads): the execution tasks' processes "
     "(brokers and producer loops, batches built beforehand) while their producers ran, and "
-    "the reader processes' (one broker and one member of each group) from the members' start "
-    "until they caught up, less the members' own joining and decoding (timed on their loop)."
+    "the reader processes' (one broker and one member of each group) from the producers' start, "
+    "when their members start, until they caught up, less the members' own joining and decoding "
+    "(timed on their loop)."
 )
 
 

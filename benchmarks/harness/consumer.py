@@ -8,8 +8,11 @@ reads the task's share of the partitions (`verify.spread`) through this process'
 views of its cache (`views=True`), as it would write them to a socket; the member joins them into
 its own bytes as part of its decoding, as a client receives them.
 
-With its parent it speaks: the plan as JSON on stdin; one line `ready` on stdout once its broker
-runs (the producers start after it); then it consumes until every execution task has put its
+With its parent it speaks: the plan as one line of JSON on stdin; one line `ready` on stdout once
+its broker runs; then it waits for one more line on stdin, which its parent sends as its
+producers start (after building their batches), so that the read side is measured over the same
+stretch as the produce side, not while the batches are built; then it consumes until every
+execution task has put its
 marker under `DONE_PREFIX` in the store and every member has caught up with the high watermarks
 seen after that; then it measures two idle windows (members attached and long-polling, then
 detached); the result goes as JSON to `plan.result_path`.
@@ -27,7 +30,7 @@ import inspect
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -131,13 +134,13 @@ class ConsumerResult(msgspec.Struct, kw_only=True):
     broker_id: int
     members: int
     started_ts: float
-    """When the members started (wall clock)."""
+    """When the members started (wall clock), as the producers did."""
     producers_done_ts: float
     caught_up_ts: float
     caught_up: bool
     """Whether every member reached the final high watermarks in time."""
     consume: Window
-    """From the members' start until every member caught up."""
+    """From the members' start, as the producers start, until every member caught up."""
     idle: Window
     """Members attached and long-polling, nothing produced."""
     baseline: Window
@@ -340,7 +343,10 @@ async def _producers_done(plan: ConsumerPlan) -> bool:
         await markers.close()
 
 
-async def consume(plan: ConsumerPlan) -> ConsumerResult:
+async def consume(
+    plan: ConsumerPlan, go: Callable[[], Awaitable[object]] | None = None
+) -> ConsumerResult:
+    """The reader's whole life (see the module doc); its members start once `go` returns."""
     spec = plan.spec
     store = open_store(plan.run.store)
     coordinator, calls = counting_coordinator(plan.run)
@@ -356,8 +362,10 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
         members = [Member(g, partitions) for g in range(plan.groups)] if partitions else []
         kafka_records()  # the members' codec, imported before the data flows, not on its 1st batch
         meter = _Meter(calls, store, members)
-        started_ts = time.time()  # before READY: the producers start when they read it
         print(READY_LINE, flush=True)
+        if go is not None:
+            await go()
+        started_ts = time.time()
         calls.clear()
         start = meter.snapshot()
         loops = [asyncio.create_task(m.run(broker, spec, stop)) for m in members]
@@ -405,9 +413,14 @@ async def consume(plan: ConsumerPlan) -> ConsumerResult:
     )
 
 
+async def _parents_go() -> None:
+    """The parent's second line (or the end of its stdin: a parent gone has nothing to wait for)."""
+    await asyncio.to_thread(sys.stdin.buffer.readline)
+
+
 def main() -> None:
-    plan = msgspec.json.decode(sys.stdin.buffer.read(), type=ConsumerPlan)
-    result = asyncio.run(consume(plan))
+    plan = msgspec.json.decode(sys.stdin.buffer.readline(), type=ConsumerPlan)
+    result = asyncio.run(consume(plan, go=_parents_go))
     with open(plan.result_path, "wb") as out:
         out.write(msgspec.json.encode(result))
 

@@ -183,6 +183,7 @@ async def _run_task(
         build_s = time.perf_counter() - build_started
         if reader is not None:
             await reader.ready()
+            await reader.start()
         store_before = store.stats()
         started_ts = time.time()
         started = time.perf_counter()

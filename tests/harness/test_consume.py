@@ -213,7 +213,11 @@ async def test_a_reader_reads_what_is_produced_while_it_runs_then_measures_idlin
     )  # fmt: skip
     store, coordinator = open_store(run.store), open_coordinator(run)
     await create_topics(coordinator, spec)
-    reading = asyncio.create_task(consume(plan))
+    go = asyncio.Event()  # the producers' start: the members, and the window, begin with it
+    reading = asyncio.create_task(consume(plan, go=go.wait))
+    await asyncio.sleep(0.5)
+    go_ts = time.time()
+    go.set()
     expected: dict[tuple[str, int], list[ExpectedBatch]] = {}
     sent: dict[tuple[str, int], list[tuple[int, float]]] = {}
     try:
@@ -240,6 +244,7 @@ async def test_a_reader_reads_what_is_produced_while_it_runs_then_measures_idlin
     await coordinator.close()
     await store.close()
     assert result.caught_up and not result.problem
+    assert result.started_ts >= go_ts
     assert result.members == 2 and len(result.reads) == 6
     assert {(r.group, r.partition) for r in result.reads} == {
         (g, p) for g in (0, 1) for p in (0, 1, 2)
