@@ -20,6 +20,7 @@ import msgspec
 from benchmarks.harness.consumer import (
     CONSUMER_BROKER_ID_BASE,
     READY_LINE,
+    STARTED_LINE,
     ConsumerPlan,
     ConsumerResult,
     done_key,
@@ -65,6 +66,19 @@ class ConsumerProcess:
 
     async def ready(self) -> None:
         """Wait for the reader's broker to run; RuntimeError (with its stderr) if it dies."""
+        await self._expect(READY_LINE, "ready")
+
+    async def start(self) -> None:
+        """Start the reader's members and its measurement, and wait until they run: the
+        producers start next, so the members see every batch arrive."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(b"go\n")
+        await stdin.drain()
+        stdin.close()
+        await self._expect(STARTED_LINE, "started")
+
+    async def _expect(self, wanted: str, state: str) -> None:
         stdout = self._process.stdout
         assert stdout is not None
         async with asyncio.timeout(READY_TIMEOUT_S):
@@ -74,18 +88,10 @@ class ConsumerProcess:
                     await self._process.wait()
                     raise RuntimeError(
                         f"the reader process exited ({self._process.returncode}) before it was "
-                        f"ready: {self._stderr_tail()}"
+                        f"{state}: {self._stderr_tail()}"
                     )
-                if line.decode().strip() == READY_LINE:
+                if line.decode().strip() == wanted:
                     return
-
-    async def start(self) -> None:
-        """Start the reader's members and its measurement: the producers start now."""
-        stdin = self._process.stdin
-        assert stdin is not None
-        stdin.write(b"go\n")
-        await stdin.drain()
-        stdin.close()
 
     async def finish(self) -> ConsumerResult:
         """Wait for the reader to end (after its idle windows) and return what it measured."""

@@ -9,10 +9,10 @@ views of its cache (`views=True`), as it would write them to a socket; the membe
 its own bytes as part of its decoding, as a client receives them.
 
 With its parent it speaks: the plan as one line of JSON on stdin; one line `ready` on stdout once
-its broker runs; then it waits for one more line on stdin, which its parent sends as its
-producers start (after building their batches), so that the read side is measured over the same
-stretch as the produce side, not while the batches are built; then it consumes until every
-execution task has put its
+its broker runs; then it waits for one more line on stdin, which its parent sends once its
+producers' batches are built, so that the read side is measured over the same stretch as the
+produce side, not while the batches are built; it answers `started` once its members run, and
+the producers start after that; then it consumes until every execution task has put its
 marker under `DONE_PREFIX` in the store and every member has caught up with the high watermarks
 seen after that; then it measures two idle windows (members attached and long-polling, then
 detached); the result goes as JSON to `plan.result_path`.
@@ -57,6 +57,7 @@ CONSUMER_BROKER_ID_BASE: Final = 30_000
 """Reader brokers' ids, far from the workload's, the read-back's and the consolidator's."""
 MARKER_POLL_S: Final = 0.2
 READY_LINE: Final = "ready"
+STARTED_LINE: Final = "started"
 RETRY_S: Final = 0.05
 """How long a member waits before asking again after its fetch failed."""
 
@@ -369,6 +370,7 @@ async def consume(
         calls.clear()
         start = meter.snapshot()
         loops = [asyncio.create_task(m.run(broker, spec, stop)) for m in members]
+        print(STARTED_LINE, flush=True)
         try:
             if not await _producers_done(plan):
                 problem = f"not every producer task finished within {plan.producers_wait_s:.0f} s"
