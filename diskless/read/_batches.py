@@ -100,7 +100,7 @@ def check_stored_batch(batch: Buffer, info: BatchInfo) -> None:
 
 def served_parts(
     info: BatchInfo, stored: memoryview | None, *, checked: bool = False
-) -> tuple[Buffer, ...]:
+) -> tuple[bytes | memoryview, ...]:
     """The batch a fetch returns for `info`, as buffers that follow each other on the wire:
     the stored bytes (checked, unless `checked` says they already were) or, for a marker, its
     control batch; base offset set, and the append time stamped on LOG_APPEND_TIME topics.

@@ -107,7 +107,7 @@ class ObjectCache:
                 for block in range(first, last + 1)
             )
         )
-        return memoryview(b"".join(parts)).toreadonly()
+        return memoryview(b"".join(parts))
 
     def checked(self, key: str, position: int, view: memoryview) -> bool:
         """Whether the batch at `position` of `key`, read as `view` from this cache, was checked
@@ -172,7 +172,7 @@ class ObjectCache:
         if len(chunk) != fetch_end - fetch_start:
             raise StorageError(f"{key} [{fetch_start}, {fetch_end}) returned {len(chunk)} bytes")
         self._stats["bytes_fetched"] += len(chunk)
-        data = chunk if cached is None else memoryview(b"".join((cached, chunk))).toreadonly()
+        data = chunk if cached is None else memoryview(b"".join((cached, chunk)))
         self._put((key, block_start // self._block_bytes), data)
         return data
 

@@ -336,7 +336,7 @@ class FetchReader:
         isolation_level: IsolationLevel,
         views: bool,
     ) -> FetchResult:
-        parts: list[Buffer] = []
+        parts: list[bytes | memoryview] = []  # new header bytes, and read-only views of the caches
         cache = self._object_cache
         try:
             for info, served in plan.batches:
@@ -363,7 +363,7 @@ class FetchReader:
             self._stats["corrupt_batches"] += 1
             _log.error("fetch: %s: %s", tp, e)
             return empty_result(response, fetch_error(e), f"{e}")
-        record_views = tuple(memoryview(part).toreadonly() for part in parts) if views else ()
+        record_views = tuple(parts) if views else ()
         records = b"" if views else b"".join(parts)  # the one copy, unless views are asked for
         result = FetchResult(
             ErrorCode.NONE,

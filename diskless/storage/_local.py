@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from diskless.errors import ObjectNotFoundError, StorageError, StorageNotWritableError
 from diskless.storage._base import (
@@ -50,6 +50,16 @@ def _write_all(fd: int, data: memoryview) -> None:
     offset = 0
     while offset < len(data):
         offset += os.write(fd, data[offset : offset + WRITE_CHUNK_BYTES_MAX])
+
+
+def _read_range(file: BinaryIO, key: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of the open object `key`, InvalidRangeError outside it."""
+    check_range_within(key, start, end, os.fstat(file.fileno()).st_size)
+    file.seek(start)
+    chunk = file.read(end - start)
+    if len(chunk) != end - start:  # the file shrank under us: it cannot, objects are replaced
+        raise StorageError(f"short read of {key!r}: {len(chunk)} of {end - start} bytes")
+    return chunk
 
 
 def _fsync_dir(path: Path) -> None:
@@ -275,20 +285,13 @@ class LocalObjectStore(ObjectStore):
 
     def _get_range_sync(self, key: str, path: Path, start: int, end: int) -> bytes:
         with open(self._open_object(path), "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            check_range_within(key, start, end, size)
-            file.seek(start)
-            chunk = file.read(end - start)
-        if len(chunk) != end - start:  # the file shrank under us: it cannot, objects are replaced
-            raise StorageError(f"short read of {key!r}: {len(chunk)} of {end - start} bytes")
-        return chunk
+            return _read_range(file, key, start, end)
 
     def _view_range_sync(self, key: str, path: Path, start: int, end: int) -> memoryview:
-        if end - start < MAP_BYTES_MIN:
-            return memoryview(self._get_range_sync(key, path, start, end)).toreadonly()
         with open(self._open_object(path), "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            check_range_within(key, start, end, size)
+            if end - start < MAP_BYTES_MIN:
+                return memoryview(_read_range(file, key, start, end))
+            check_range_within(key, start, end, os.fstat(file.fileno()).st_size)
             aligned = start - start % mmap.ALLOCATIONGRANULARITY
             try:
                 mapped = mmap.mmap(
@@ -299,7 +302,7 @@ class LocalObjectStore(ObjectStore):
                     offset=aligned,
                 )
             except OSError:  # a file system that cannot map files: read it instead
-                return memoryview(self._get_range_sync(key, path, start, end)).toreadonly()
+                return memoryview(_read_range(file, key, start, end))
         return memoryview(mapped)[start - aligned :]
 
     def _list_sync(
