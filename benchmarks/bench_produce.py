@@ -8,9 +8,13 @@
     kind of store. Rounds are interleaved and medians reported: fresh-memory page faults and a
     shared machine make single runs vary several-fold; the ratio of bytes per CPU second (both
     runs in this one process) is printed beside, steadier when other processes take the cores.
+    "ceiling": the same requests through nothing but one awaited future each and the same
+    concatenation and PUT, against raw: the most a writer answering each request with its own
+    future reaches here (`_produce_baselines`). Cold memory: every object's pages are fresh;
+    warm: they are reused, and raw is then a plain memory copy.
 (a') The same batches through `DisklessBroker.produce`: every batch validated as a producer's
     (framing, CRC, the header checks, then every record walked), one partition per request, acks
-    all. Baseline: the raw concatenate+PUT of (a), measured in the same round.
+    all, cold memory. Baseline: the raw concatenate+PUT of (a), measured in the same round.
 (b) Latency with commit_interval_ms=250 and 100 ms of injected store latency (FaultyObjectStore):
     for every request, library-added = total - interval wait - store - coordinator, where the
     interval wait runs from the call to the start of its segment's successful PUT, and store and
@@ -27,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import random
 import statistics
@@ -36,6 +38,19 @@ import time
 import timeit
 from collections.abc import Sequence
 
+from benchmarks._produce_baselines import (
+    KIB,
+    MIB,
+    PARTITIONS,
+    TOPIC,
+    batches_in,
+    build_batch,
+    ceiling_throughput,
+    entries_for,
+    raw_throughput,
+    set_memory_regime,
+    warm_heap,
+)
 from diskless import DisklessBroker, ErrorCode, TopicPartition
 from diskless.coordinator import (
     BatchCoordinator,
@@ -48,7 +63,6 @@ from diskless.coordinator import (
 )
 from diskless.kafka_server import PrometheusMetrics
 from diskless.metrics import NULL_METRICS, ProduceStage
-from diskless.records import BatchHeader, parse_batch
 from diskless.storage import (
     FaultyObjectStore,
     ForwardingObjectStore,
@@ -56,13 +70,8 @@ from diskless.storage import (
     MemoryObjectStore,
     ObjectStore,
 )
-from diskless.wal import PendingWrite, WalConfig, WalEntry, WalWriter
-from testkit.batches import batch_builder
+from diskless.wal import PendingWrite, WalConfig, WalWriter
 
-KIB = 1024
-MIB = 1024 * KIB
-TOPIC = "bench"
-PARTITIONS = 64
 OBJECTS_LOAD_CONCURRENCY = 2048
 ROUNDS = 3
 THROUGHPUT_CASES = (  # batch size, bytes per run, batches per request, concurrent requests
@@ -76,49 +85,6 @@ TARGET_BROKER_RAW_RATIO_64K = 0.6
 """Issue target: produce with record-level validation, uncompressed 64 KiB batches."""
 TARGET_ADDED_P99_MS = 5.0
 TARGET_OBJECTS_PER_GB = 130
-
-
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-
-
-def set_memory_regime(warm: bool) -> bool:
-    """Pin glibc's allocator so that every round sees the same kind of memory.
-
-    cold: every segment-sized buffer is a fresh mmap whose pages fault in on first write (a
-    process that keeps allocating new memory); warm: freed buffers are reused (a long-running
-    process in steady state). Left to itself glibc switches between the two as thresholds adapt,
-    which made rounds differ several-fold. False when the C library has no `mallopt`.
-    """
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        mallopt = None
-    if mallopt is None:
-        return False
-    mmap_threshold = 512 * MIB if warm else 128 * KIB
-    trim_threshold = 4 * 1024 * MIB if warm else 128 * KIB
-    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, trim_threshold)
-    )
-
-
-def build_batch(size: int, seed: int) -> bytes:
-    """A valid one-record batch of about `size` bytes (kafka-python builder, random value)."""
-    builder = batch_builder()
-    value = random.Random(seed).randbytes(max(0, size - 72))
-    builder.append(0, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
-    return bytes(builder.build())
-
-
-def entries_for(size: int, count: int = 64) -> list[WalEntry]:
-    out = []
-    for i in range(count):
-        header = parse_batch(build_batch(size, i))
-        assert isinstance(header, BatchHeader)
-        out.append(WalEntry(TopicPartition(TOPIC, i % PARTITIONS), header))
-    return out
 
 
 async def new_coordinator() -> tuple[InMemoryBatchCoordinator, int]:
@@ -138,9 +104,8 @@ async def produce_throughput(
     is in and every queued one placed, the writer closes with a flush: the run's last segment,
     partly filled, rotates then rather than at its interval (a wait a steady load never sees).
     """
-    entries = entries_for(size)
+    entries, count = batches_in(size, total_bytes, per_request)
     batch_size = entries[0].header.size
-    count = max(1, total_bytes // batch_size // per_request) * per_request
     requests = [
         [entries[(i + j) % len(entries)] for j in range(per_request)] for i in range(len(entries))
     ]
@@ -221,26 +186,6 @@ async def broker_throughput(
     elapsed = time.perf_counter() - started
     wal = broker.stats().wal
     assert wal is not None and wal.batches_committed == count, wal
-    return count, count * batch_size, elapsed
-
-
-async def raw_throughput(size: int, total_bytes: int, per_request: int) -> tuple[int, int, float]:
-    """The same batches concatenated into buffer-sized objects and PUT into a MemoryObjectStore."""
-    entries = entries_for(size)
-    batch_size = entries[0].header.size
-    count = max(1, total_bytes // batch_size // per_request) * per_request
-    per_object = max(1, WalConfig().buffer_max_bytes // batch_size)
-    store = MemoryObjectStore()
-    views = [e.header.bytes_view() for e in entries]
-    started = time.perf_counter()
-    done = 0
-    number = 0
-    while done < count:
-        n = min(per_object, count - done)
-        await store.put(f"raw/{number:08d}", b"".join(views[i % len(views)] for i in range(n)))
-        done += n
-        number += 1
-    elapsed = time.perf_counter() - started
     return count, count * batch_size, elapsed
 
 
@@ -390,6 +335,14 @@ async def objects_per_gb(total_bytes: int) -> tuple[int, int, float]:
     return store.objects, stats.object_bytes_uploaded, store.objects / (sent / 1e9)
 
 
+def ready_memory(warm: bool, total_bytes: int) -> None:
+    """Before a measured run: collect the last run's garbage and, in the warm regime, have a
+    run's worth of resident heap ready (the store keeps every object of the run)."""
+    gc.collect()
+    if warm:
+        warm_heap(total_bytes + total_bytes // 4 + 32 * MIB)
+
+
 async def main(seconds: float) -> None:
     print(
         "(a) produce throughput: WalWriter vs raw concat+PUT, memory store, in-memory coordinator"
@@ -400,29 +353,36 @@ async def main(seconds: float) -> None:
     )
     targeted: list[tuple[str, int, int, float]] = []  # regime, size, per request, ratio
     for regime in ("cold", "warm"):
-        if not set_memory_regime(warm=regime == "warm"):
+        warm = regime == "warm"
+        if not set_memory_regime(warm=warm):
             print("  (no mallopt: memory regime left to the allocator)")
         print(f"  {regime} memory:")
         for size, total, per_request, concurrency in THROUGHPUT_CASES:
             wal_rates: list[tuple[float, float]] = []
             raw_rates: list[tuple[float, float]] = []
             ratios: list[float] = []
+            ceiling_ratios: list[float] = []
             cpu_ratios: list[float] = []  # of bytes per CPU second: steadier on a shared machine
             await raw_throughput(size, total // 4, per_request)  # warm-up, not measured
             for _ in range(ROUNDS):
-                gc.collect()
+                ready_memory(warm, total)
                 cpu = time.process_time()
                 batches, nbytes, elapsed = await produce_throughput(
                     size, total, per_request, concurrency
                 )
                 cpu = time.process_time() - cpu
                 wal_rates.append((batches / elapsed, nbytes / elapsed / 1e6))
-                gc.collect()
+                ready_memory(warm, total)
                 raw_cpu = time.process_time()
                 batches, nbytes, elapsed = await raw_throughput(size, total, per_request)
                 cpu_ratios.append((time.process_time() - raw_cpu) / cpu)
                 raw_rates.append((batches / elapsed, nbytes / elapsed / 1e6))
                 ratios.append(wal_rates[-1][1] / raw_rates[-1][1])
+                ready_memory(warm, total)
+                _, _, ceiling_elapsed = await ceiling_throughput(
+                    size, total, per_request, concurrency
+                )
+                ceiling_ratios.append(elapsed / ceiling_elapsed)
             wal = sorted(wal_rates)[len(wal_rates) // 2]
             raw = sorted(raw_rates)[len(raw_rates) // 2]
             ratio = sorted(ratios)[len(ratios) // 2]
@@ -433,18 +393,23 @@ async def main(seconds: float) -> None:
                 f"wal {wal[0]:>8,.0f} batches/s {wal[1]:>7,.1f} MB/s | "
                 f"raw {raw[0]:>9,.0f} batches/s {raw[1]:>8,.1f} MB/s | "
                 f"ratio {ratio:.1%} (rounds: {', '.join(f'{r:.0%}' for r in ratios)}); "
-                f"per CPU second {statistics.median(cpu_ratios):.1%}"
+                f"per CPU second {statistics.median(cpu_ratios):.1%}; "
+                f"ceiling {statistics.median(ceiling_ratios):.1%}"
             )
-    print("\n(a') produce through DisklessBroker (every record validated) vs raw concat+PUT")
+    print(
+        "\n(a') produce through DisklessBroker (every record validated) vs raw concat+PUT,"
+        " cold memory"
+    )
+    set_memory_regime(warm=False)
     size, total, _, concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)
     broker_ratios: list[float] = []
     broker_cpu_ratios: list[float] = []
     for _ in range(ROUNDS):
-        gc.collect()
+        ready_memory(False, total)
         cpu = time.process_time()
         batches, nbytes, elapsed = await broker_throughput(size, total, concurrency)
         cpu, broker_rate = time.process_time() - cpu, nbytes / elapsed / 1e6
-        gc.collect()
+        ready_memory(False, total)
         raw_cpu = time.process_time()
         batches, nbytes, elapsed = await raw_throughput(size, total, 1)
         broker_cpu_ratios.append((time.process_time() - raw_cpu) / cpu)
@@ -503,10 +468,9 @@ async def metrics_comparison(rounds: int) -> None:
     The run is CPU-bound in this one process (memory store, in-memory coordinator), so its
     throughput per CPU second is what metrics cost, and it does not move with what else the
     machine runs; the wall-clock rates are printed beside it. Memory is cold (every segment
-    buffer a fresh mapping): with warm memory, glibc's reuse makes every other run in a row
-    about 1.5 times faster whatever it measures, which swamps the comparison. Each mode runs
-    first in half of the rounds, and the verdict compares the modes' median rates per CPU
-    second over all rounds (the geometric mean of the rounds' ratios is printed too)."""
+    buffer a fresh mapping), as in (a'). Each mode runs first in half of the rounds, and the
+    verdict compares the modes' median rates per CPU second over all rounds (the geometric mean
+    of the rounds' ratios is printed too)."""
     print("(d) produce through DisklessBroker with Prometheus metrics on vs off, cold memory")
     set_memory_regime(warm=False)
     concurrency = next(c for c in THROUGHPUT_CASES if c[0] == 64 * KIB)[3]
@@ -525,13 +489,14 @@ async def metrics_comparison(rounds: int) -> None:
                 rates[on].append((nbytes / cpu / 1e6, nbytes / elapsed / 1e6))
             cpu_ratios.append(rates[True][-1][0] / rates[False][-1][0])
             wall_ratios.append(rates[True][-1][1] / rates[False][-1][1])
-        cpu = {on: statistics.median(r[0] for r in rates[on]) for on in (False, True)}
+        cpu_rates = {on: statistics.median(r[0] for r in rates[on]) for on in (False, True)}
         wall = {on: statistics.median(r[1] for r in rates[on]) for on in (False, True)}
-        ratio = cpu[True] / cpu[False]
+        ratio = cpu_rates[True] / cpu_rates[False]
         verdict = "PASS" if ratio >= TARGET_METRICS_RATIO else "FAIL"
         print(
-            f"  {size // KIB:>3} KiB x1 per request, per CPU second: off {cpu[False]:,.1f} MB/s,"
-            f" on {cpu[True]:,.1f} MB/s (medians): {ratio:.1%};"
+            f"  {size // KIB:>3} KiB x1 per request, per CPU second:"
+            f" off {cpu_rates[False]:,.1f} MB/s, on {cpu_rates[True]:,.1f} MB/s"
+            f" (medians): {ratio:.1%};"
             f" target >= {TARGET_METRICS_RATIO:.0%}: {verdict}"
         )
         print(
