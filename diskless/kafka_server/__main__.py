@@ -74,7 +74,13 @@ from pathlib import Path
 from diskless import BrokerConfig, ErrorCode
 from diskless.broker import TXN_LEASE_TTL_FROM_WAL
 from diskless.errors import BrokerIdInUseError
-from diskless.kafka_server._server.process import cli, cli_properties, startup, storage_options
+from diskless.kafka_server._server.process import (
+    cli,
+    cli_properties,
+    heap,
+    startup,
+    storage_options,
+)
 from diskless.kafka_server._server.process.cluster import KafkaCluster
 from diskless.kafka_server._server.process.log_format import configure_logging
 from diskless.kafka_server._server.process.observability import Observability
@@ -332,6 +338,7 @@ async def _run(
                 print(f"topic {name}: {partitions} partitions{'' if created else ' (existing)'}")
             if observability is not None:
                 await observability.checked()
+            heap.freeze_start_up_heap()
             serving = True
             print(f"bootstrap.servers={cluster.bootstrap()}")
             for rack in cluster.racks:

@@ -7,6 +7,7 @@ a kafka-python round trip against it, stops it with SIGTERM, and checks it exits
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -29,6 +30,9 @@ from testkit.wire import decode_response, encode_request
 SESSION: Final = ("--server-option", "broker_session_timeout_ms=3000")
 """A session a third of the default's: a process that stops renewing leaves the others' views
 three times as soon."""
+FROZEN_AT_LEAST: Final = 50_000
+"""Objects a started broker process holds from its start, well below the 130,000 or so there
+are (imported modules, configuration, the brokers' state)."""
 
 
 def _round_trip(bootstrap: str) -> list[bytes]:
@@ -396,3 +400,26 @@ def test_only_the_process_with_the_lowest_live_broker_runs_the_lifecycle(tmp_pat
         for process in (first, second):
             if process is not None:
                 _stop(process)
+
+
+def test_the_process_freezes_its_start_up_heap_once_it_serves(tmp_path: Path) -> None:
+    """Full collections skip what starting built (`_server.process.heap`): the debug line says
+    how much, and it is the bulk of a started process's objects."""
+    log = tmp_path / "stderr.log"
+    argv = [
+        sys.executable, "-m", "diskless.kafka_server", "--data-dir", str(tmp_path / "data"),
+        "--base-port", "0", "--log-level", "DEBUG",
+    ]  # fmt: skip
+    with log.open("w") as stderr:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    assert process.stdout is not None
+    try:
+        served = any(line.startswith("bootstrap.servers=") for line in process.stdout)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    text = log.read_text()
+    assert served, text[-2000:]
+    frozen = [int(n) for n in re.findall(r"start-up heap of (\d+) objects frozen", text)]
+    assert len(frozen) == 1, text[-2000:]
+    assert frozen[0] >= FROZEN_AT_LEAST, frozen
