@@ -5,7 +5,7 @@
 - `ceiling_throughput`: the requests of the WalWriter's run, each a future its producer awaits,
   their batches concatenated and PUT in the same objects, and nothing else (no admission,
   deadlines, commit or answers): the most a pipeline that answers each request with its own
-  future can reach on this interpreter.
+  future, and concatenates on its event loop, can reach on this interpreter.
 - `set_memory_regime` and `warm_heap`: the kind of memory every side's buffers come from.
 
 `python -m benchmarks._produce_baselines` prints what they stand on (`check`).
