@@ -171,7 +171,9 @@ def test_consumers_share_rebalance_and_survive_their_coordinators_death(tmp_path
     assert sorted(p for held in final[2].values() for p in held) == list(range(PARTITIONS))
     assert set(final[2]) == {"m0", "m1"}
     check_owned_once(observer.states)
-    assert observer.states[-1][1].group_epoch >= 5, "joins, a leave: each bumped the epoch"
+    # Three joins and a leave, each a bump; the members' own leaves at the end may come after
+    # the observer's last look, and the takeover carries the epoch over without one.
+    assert observer.states[-1][1].group_epoch >= 4, "joins, a leave: each bumped the epoch"
     check_forward(observer.offsets)
     check_resumes(found, commits.done, commits.uncertain)
     check_all_consumed(members, producer.sent)
