@@ -19,6 +19,8 @@ import ctypes.util
 import os
 import random
 import time
+from collections.abc import Sequence
+from typing import TypeVar
 
 from diskless import TopicPartition
 from diskless.records import BatchHeader, parse_batch
@@ -26,6 +28,7 @@ from diskless.storage import MemoryObjectStore
 from diskless.wal import WalConfig, WalEntry
 from testkit.batches import batch_builder
 
+T = TypeVar("T")
 KIB = 1024
 MIB = 1024 * KIB
 TOPIC = "bench"
@@ -97,6 +100,12 @@ def batches_in(size: int, total_bytes: int, per_request: int) -> tuple[list[WalE
     return entries, count
 
 
+def requests_of(items: Sequence[T], per_request: int) -> list[list[T]]:
+    """The requests a run's producers send in turn: `per_request` consecutive items each,
+    starting at every item (the WalWriter's run and the ceiling send the same ones)."""
+    return [[items[(i + j) % len(items)] for j in range(per_request)] for i in range(len(items))]
+
+
 async def raw_throughput(size: int, total_bytes: int, per_request: int) -> tuple[int, int, float]:
     """(batches, bytes, seconds) concatenating the run's batches into buffer-sized objects and
     PUTting them into a MemoryObjectStore."""
@@ -128,9 +137,7 @@ async def ceiling_throughput(
     entries, count = batches_in(size, total_bytes, per_request)
     batch_size = entries[0].header.size
     views = [e.header.bytes_view() for e in entries]
-    requests = [
-        [views[(i + j) % len(views)] for j in range(per_request)] for i in range(len(views))
-    ]
+    requests = requests_of(views, per_request)
     buffer_max = WalConfig().buffer_max_bytes
     store = MemoryObjectStore()
     loop = asyncio.get_running_loop()

@@ -48,6 +48,7 @@ from benchmarks._produce_baselines import (
     ceiling_throughput,
     entries_for,
     raw_throughput,
+    requests_of,
     set_memory_regime,
     warm_heap,
 )
@@ -106,9 +107,7 @@ async def produce_throughput(
     """
     entries, count = batches_in(size, total_bytes, per_request)
     batch_size = entries[0].header.size
-    requests = [
-        [entries[(i + j) % len(entries)] for j in range(per_request)] for i in range(len(entries))
-    ]
+    requests = requests_of(entries, per_request)
     coordinator, epoch = await new_coordinator()
     writer = WalWriter(
         broker_id=1, broker_epoch=epoch, store=MemoryObjectStore(), coordinator=coordinator
